@@ -58,10 +58,19 @@ def build_job(config: PipelineConfig, cloud: CloudConfig) -> Dict[str, Any]:
     return run_runner(runner, create_pipeline(config, cloud=cloud), write_out=False)
 
 
-def kubeflow_package(job: Dict[str, Any], pipeline_root: str) -> Dict[str, Any]:
-    """The bare PipelineSpec that kfp.Client accepts, with its default pipeline root."""
-    spec = dict(job["pipelineSpec"])
+def kubeflow_package(job: Dict[str, Any], pipeline_root: str, always_ingest: bool) -> Dict[str, Any]:
+    """The bare PipelineSpec that kfp.Client accepts, with its default pipeline root.
+
+    Kubeflow Pipelines' open-source backend does not run Vertex's pre-cache driver hook, so
+    ImageExampleGen resolves {SPAN} itself there (executor.py) and, with spans, is never taken
+    from the cache: a cached ingestion could never see a new span.
+    """
+    spec = json.loads(json.dumps(job["pipelineSpec"]))
     spec["defaultPipelineRoot"] = pipeline_root
+    for executor in spec["deploymentSpec"]["executors"].values():
+        executor.get("container", {}).pop("lifecycle", None)
+    if always_ingest:
+        spec["root"]["dag"]["tasks"]["ImageExampleGen"]["cachingOptions"] = {"enableCache": False}
     return spec
 
 
@@ -71,7 +80,8 @@ def compile_pipeline(config: PipelineConfig, cloud: CloudConfig, output: str) ->
     if cloud.target == "vertex":
         text = json.dumps(job, indent=2, sort_keys=True)
     else:
-        package = kubeflow_package(job, cloud.full_pipeline_root(config.pipeline_name))
+        package = kubeflow_package(job, cloud.full_pipeline_root(config.pipeline_name),
+                                   always_ingest=bool(config.span_pattern))
         text = yaml.safe_dump(package, sort_keys=True)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     partial = output + ".partial"
@@ -106,9 +116,9 @@ def _vertex_job(aiplatform, config: PipelineConfig, cloud: CloudConfig, template
     return aiplatform.PipelineJob(
         display_name=config.pipeline_name, template_path=template,
         pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
-        # Caching on: a scheduled run without a new span then reuses every component instead of
-        # silently retraining on the data it already learned from.
-        enable_caching=True,
+        # With caching (the default), a scheduled run without a new span reuses every component
+        # instead of silently retraining on the data it already learned from.
+        enable_caching=config.enable_cache,
         project=cloud.project, location=cloud.region,
         labels={"pipeline": config.pipeline_name})
 
@@ -128,8 +138,8 @@ def submit(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
     client = _kfp_client(cloud)
     run = client.create_run_from_pipeline_package(
         template, arguments={}, run_name=f"{config.pipeline_name}-run", experiment_name=config.pipeline_name,
-        pipeline_root=cloud.full_pipeline_root(config.pipeline_name), enable_caching=True,
-        service_account=cloud.service_account)
+        pipeline_root=cloud.full_pipeline_root(config.pipeline_name), enable_caching=config.enable_cache,
+        service_account=cloud.k8s_service_account)
     return {**request, "run": run.run_id}
 
 
@@ -145,18 +155,39 @@ def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
     template = _compiled(config, cloud)
     if cloud.target == "vertex":
         aiplatform = _vertex_init(cloud, credentials)
+        existing = aiplatform.PipelineJobSchedule.list(filter=f'display_name="{request["schedule"]}"')
+        if existing:
+            raise ScheduleExists(request["schedule"], existing[0].resource_name)
         job = _vertex_job(aiplatform, config, cloud, template)
         created = job.create_schedule(display_name=request["schedule"], cron=cloud.cron,
                                       max_concurrent_run_count=1, service_account=cloud.service_account)
         return {**request, "schedule_resource": created.resource_name}
     client = _kfp_client(cloud)
     experiment = client.create_experiment(name=config.pipeline_name)
+    page_token = ""
+    while True:
+        listed = client.list_recurring_runs(experiment_id=experiment.experiment_id, page_size=100,
+                                            page_token=page_token)
+        for recurring in listed.recurring_runs or []:
+            if recurring.display_name == request["schedule"]:
+                raise ScheduleExists(request["schedule"], recurring.recurring_run_id)
+        page_token = listed.next_page_token
+        if not page_token:
+            break
     recurring = client.create_recurring_run(
         experiment_id=experiment.experiment_id, job_name=request["schedule"],
         cron_expression=request["kubeflow_cron"], max_concurrency=1, no_catchup=True,
         pipeline_package_path=template, pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
-        enable_caching=True, service_account=cloud.service_account)
+        enable_caching=config.enable_cache, service_account=cloud.k8s_service_account)
     return {**request, "schedule_resource": recurring.recurring_run_id}
+
+
+class ScheduleExists(RuntimeError):
+    """A schedule of that name exists: a second one would run the pipeline twice as often."""
+
+    def __init__(self, name: str, resource: str):
+        super().__init__(f"a schedule named {name!r} already exists ({resource}); delete it first, or give "
+                         "another --schedule-name")
 
 
 def kubeflow_cron(cron: str) -> str:
@@ -173,10 +204,12 @@ def _kfp_client(cloud: CloudConfig):
 def _describe(config: PipelineConfig, cloud: CloudConfig) -> Dict[str, Any]:
     where = (f"projects/{cloud.project}/locations/{cloud.region}" if cloud.target == "vertex"
              else cloud.kfp_host)
+    account = cloud.service_account if cloud.target == "vertex" else cloud.k8s_service_account
     return {"target": cloud.target, "where": where, "pipeline": config.pipeline_name,
             "pipeline_root": cloud.full_pipeline_root(config.pipeline_name), "image": cloud.image,
-            "data": config.data, "service_account": cloud.service_account, "enable_caching": True,
-            "dataflow": cloud.dataflow, "vertex_training": cloud.vertex_training}
+            "data": config.data, "span_pattern": config.span_pattern, "service_account": account,
+            "enable_caching": config.enable_cache, "dataflow": cloud.dataflow,
+            "vertex_training": cloud.vertex_training}
 
 
 def describe_lines(request: Dict[str, Any]) -> list:

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import warnings
 from typing import List, Optional
 
@@ -91,7 +92,8 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     c.add_argument("--region", help=f"GCP region (default {d.region})")
     c.add_argument("--pipeline-root", help="gs://BUCKET/PATH for the runs' artifacts")
     c.add_argument("--image", help="the pipeline image (built from kubeflow/Dockerfile)")
-    c.add_argument("--service-account", help="the identity runs execute as")
+    c.add_argument("--service-account", help="Vertex: the GCP service account (email) runs execute as")
+    c.add_argument("--k8s-service-account", help="Kubeflow: the Kubernetes service account of the run pods")
     c.add_argument("--api-endpoint", help="Vertex AI API endpoint (private endpoints)")
     c.add_argument("--kfp-host", help="Kubeflow Pipelines API URL (for --target kubeflow)")
     c.add_argument("--dataflow", action="store_true", default=None,
@@ -197,7 +199,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     _quiet_logs(args.verbose)
     from kubeflow import deploy
 
-    request = deploy.schedule(config, cloud, dry_run=args.dry_run)
+    try:
+        request = deploy.schedule(config, cloud, dry_run=args.dry_run)
+    except deploy.ScheduleExists as e:
+        return _fail(EXIT_BAD_INPUT, str(e))
     print(("would schedule (dry run, nothing sent):" if args.dry_run else "scheduled:"))
     print("\n".join(deploy.describe_lines(request)))
     return 0
@@ -251,9 +256,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipeline import progress, run_summary
 
     error = None
+    started_ms = int(time.time() * 1000) - 1000
     with progress.Progress(config.metadata_path, mode) as live:
         try:
-            local_runner.run(config, prepared=found)
+            local_runner.run(config, prepared=found, started_ms=started_ms)
         except Exception as e:  # reported below, with the report of what did complete
             error = e
             if args.verbose:
@@ -261,9 +267,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
                 traceback.print_exc()
     try:
-        summary = run_summary.summarize(config.metadata_path)
-    except LookupError:
-        summary = None  # failed before any component ran
+        this_run = run_summary.newest_run_since(config.metadata_path, started_ms)
+    except Exception:  # noqa: BLE001 - an unreadable store: the run's own error says more
+        this_run = None
+    # None when the run failed before any component (the error says why); never an older run.
+    summary = run_summary.summarize(config.metadata_path, this_run.name) if this_run else None
     report = _write_report(config, summary, verbose=args.verbose)
     if mode == "json":
         live.printer.emit({"event": "run_finished", "status": summary["status"] if summary else "failed",

@@ -7,6 +7,7 @@ the only consumer, shared by every runner.
 
 import dataclasses
 import os
+import re
 from typing import List, Optional
 
 # The repository root: schemas/ and the default run's outputs are found from here.
@@ -179,7 +180,8 @@ class CloudConfig:
     region: str = "us-central1"
     pipeline_root: Optional[str] = None  # gs://bucket/path: artifacts of every run
     image: Optional[str] = None  # the pipeline image built from kubeflow/Dockerfile
-    service_account: Optional[str] = None  # the identity runs execute as
+    service_account: Optional[str] = None  # Vertex: the GCP service account (email) runs execute as
+    k8s_service_account: Optional[str] = None  # Kubeflow: the Kubernetes service account of the run pods
     api_endpoint: Optional[str] = None  # Vertex API endpoint override (private endpoints)
     kfp_host: Optional[str] = None  # Kubeflow Pipelines API, e.g. http://ml-pipeline-ui.kubeflow:80
     # Data components (ExampleGen, StatisticsGen, Transform, Evaluator) on Dataflow.
@@ -207,6 +209,16 @@ class CloudConfig:
         """One-line errors for everything that would make a compiled pipeline fail remotely."""
         if self.target not in TARGETS:
             raise ConfigError(f"--target {self.target!r}: use vertex or kubeflow")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", config.pipeline_name):
+            raise ConfigError(f"--name {config.pipeline_name!r}: Vertex AI and Kubeflow need lower-case letters, "
+                              "digits and dashes (at most 63), e.g. pets-classifier")
+        weights = config.weights
+        if config.model != "cnn" and weights not in ("", "imagenet") and not weights.startswith("gs://"):
+            raise ConfigError(f"--weights {weights}: a local file is not in the pipeline's containers; upload it "
+                              "and give a gs:// path, or use imagenet")
+        if self.target == "kubeflow" and config.warm_start:
+            raise ConfigError("--warm-start needs the latest blessed model, which TFX resolves with a resolver "
+                              "node that Kubeflow Pipelines' open-source backend cannot run; use --target vertex")
         if self.target == "vertex" and not self.project:
             raise ConfigError("no GCP project: give --project (or IMAGEPIPE_PROJECT)")
         if not self.pipeline_root:
@@ -241,8 +253,9 @@ class CloudConfig:
         return self
 
 
+# Day of week 0-6 (Sunday = 0): Kubeflow's cron library has no 7.
 _CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),
-                ("day of week", 0, 7))
+                ("day of week", 0, 6))
 
 
 def check_cron(cron: str) -> None:

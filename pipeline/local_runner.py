@@ -8,6 +8,7 @@ what each component did.
 """
 
 import os
+import time
 from typing import Any, Dict
 
 from pipeline import sample_data
@@ -56,11 +57,13 @@ def prepare(config: PipelineConfig) -> Dict[str, Any]:
     return preflight(config)
 
 
-def run(config: PipelineConfig, prepared: Dict[str, Any] = None) -> Dict[str, Any]:
+def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int = 0) -> Dict[str, Any]:
     """Runs the pipeline; returns {'run_id', 'components': [...]} (see run_summary).
 
-    `prepared` is what prepare(config) returned, when the caller already ran it.
+    `prepared` is what prepare(config) returned, when the caller already ran it; `started_ms`
+    (milliseconds since the epoch, default now) tells this run from earlier ones in ML Metadata.
     """
+    started_ms = started_ms or int(time.time() * 1000)
     if not prepared:
         prepare(config)  # before importing TFX: bad input fails in a second
 
@@ -77,7 +80,10 @@ def run(config: PipelineConfig, prepared: Dict[str, Any] = None) -> Dict[str, An
         tfx.orchestration.LocalDagRunner().run(tfx_pipeline)
     except Exception as e:
         # TFX marks the execution FAILED but keeps no message: keep it for `imagepipe runs` and reports.
-        run_summary.record_failure(config.metadata_path, f"{type(e).__name__}: {e}")
+        try:
+            run_summary.record_failure(config.metadata_path, f"{type(e).__name__}: {e}", started_ms)
+        except Exception:  # noqa: BLE001 - never hide the run's own error behind this one
+            pass
         raise
     return run_summary.summarize(config.metadata_path)
 

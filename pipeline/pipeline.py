@@ -97,19 +97,22 @@ def create_pipeline(config: PipelineConfig,
         splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]))
     transform.add_upstream_node(gate)  # the gate must pass before any data is consumed
 
-    # The latest blessed model: the Evaluator's baseline, and the Trainer's warm start.
-    baseline = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-    ).with_id("latest_blessed_model_resolver")
+    # The latest blessed model: the Evaluator's baseline, and the Trainer's warm start. Kubeflow
+    # Pipelines' open-source backend has no resolver executor, so there the threshold alone gates.
+    baseline = None
+    if not (cloud and cloud.target == "kubeflow"):
+        baseline = tfx.dsl.Resolver(
+            strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+            model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+            model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+        ).with_id("latest_blessed_model_resolver")
 
     trainer_args = dict(
         run_fn="trainer.task.run_fn",
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         schema=schema_gen.outputs["schema"],
-        base_model=baseline.outputs["model"] if config.warm_start else None,
+        base_model=baseline.outputs["model"] if config.warm_start and baseline else None,
         train_args=tfx.proto.TrainArgs(splits=["train"]),
         eval_args=tfx.proto.EvalArgs(splits=["eval"]))
     if cloud and cloud.vertex_training:
@@ -121,7 +124,7 @@ def create_pipeline(config: PipelineConfig,
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
-        baseline_model=baseline.outputs["model"],
+        baseline_model=baseline.outputs["model"] if baseline else None,
         eval_config=eval_config(config.accuracy_threshold),
         example_splits=["eval"])
 
@@ -139,6 +142,7 @@ def create_pipeline(config: PipelineConfig,
 
     components = [example_gen, statistics_gen, schema_gen, example_validator, gate,
                   transform, trainer, baseline, evaluator, pusher]
+    components = [c for c in components if c is not None]
     if beam_pipeline_args is None:
         beam_pipeline_args = dataflow_args(config, cloud) if cloud and cloud.dataflow else config.beam_args
     return tfx.dsl.Pipeline(

@@ -276,13 +276,15 @@ def _evaluation(components: Dict[str, Dict]) -> str:
     names = (components.get("Trainer", {}).get("details") or {}).get("class_names") or []
     threshold = _accuracy_threshold(c["outputs"]["evaluation"][0])
     reasons = []
-    if threshold is not None:
+    if d["accuracy"] is None:
+        reasons.append("no accuracy was computed")
+    elif threshold is not None:
         reasons.append(f"accuracy {d['accuracy']:.4f} {'≥' if d['accuracy'] >= threshold else '<'} "
                        f"threshold {threshold:.4f}")
-    if d["baseline_accuracy"] is not None:
+    if d["baseline_accuracy"] is not None and d["accuracy"] is not None:
         reasons.append(f"{'not below' if d['accuracy'] >= d['baseline_accuracy'] else 'below'} the last blessed "
                        f"model's {d['baseline_accuracy']:.4f}")
-    else:
+    elif d["baseline_accuracy"] is None:
         reasons.append("no blessed model to compare with yet")
     verdict = "BLESSED" if d["blessed"] else "NOT BLESSED"
     body = (f"<p><b>{verdict}</b>: {esc('; '.join(reasons))}."

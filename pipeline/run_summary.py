@@ -96,19 +96,30 @@ def run_status(components: List[Dict[str, Any]]) -> str:
     return "complete"
 
 
-def record_failure(metadata_path: str, message: str) -> None:
-    """Stores the error of the newest run's failed execution in ML Metadata, for runs and reports.
+def record_failure(metadata_path: str, message: str, since_ms: int) -> None:
+    """Stores the error of the failed execution of the run started after since_ms, for runs and reports.
 
     TFX records that an execution failed, but not why when the executor raised an exception.
+    Nothing happens when that run never reached ML Metadata (it failed before any component).
     """
+    run = newest_run_since(metadata_path, since_ms)
+    if run is None:
+        return
     store = open_store(metadata_path, writable=True)
-    run = _runs(store)[0]
     failed = [e for e in store.get_executions_by_context(run.id)
               if e.last_known_state == metadata_store_pb2.Execution.FAILED]
     for execution in failed:
         execution.custom_properties[ERROR_PROPERTY].string_value = message[:20000]
     if failed:
         store.put_executions(failed)
+
+
+def newest_run_since(metadata_path: str, since_ms: int) -> Optional[metadata_store_pb2.Context]:
+    """The newest run created at or after since_ms (milliseconds since the epoch), if any."""
+    if not os.path.exists(metadata_path):
+        return None
+    runs = [r for r in _runs(open_store(metadata_path)) if r.create_time_since_epoch >= since_ms]
+    return runs[0] if runs else None
 
 
 def list_runs(metadata_path: str) -> List[Dict[str, Any]]:

@@ -15,8 +15,9 @@ from urllib.parse import parse_qs, urlparse
 
 
 class FakeService:
-    def __init__(self):
+    def __init__(self, existing_schedules=()):
         self.requests: List[Dict] = []
+        self.existing_schedules = list(existing_schedules)  # display names the services already have
         handler = self._handler()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -50,6 +51,10 @@ class FakeService:
         m = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+)/schedules", path)
         if m and method == "POST":
             return 200, {**body, "name": f"{m.group(1)}/schedules/123", "state": "ACTIVE"}
+        if m and method == "GET":
+            wanted = re.search(r'display_name="([^"]*)"', (query.get("filter") or [""])[0])
+            return 200, {"schedules": [{"name": f"{m.group(1)}/schedules/9", "displayName": name}
+                                       for name in self.existing_schedules if wanted and name == wanted.group(1)]}
         # Cloud Storage (STORAGE_EMULATOR_HOST): the pipeline root's bucket exists.
         m = re.fullmatch(r"/storage/v1/b/([^/]+)", path)
         if m and method == "GET":
@@ -65,6 +70,9 @@ class FakeService:
             return 200, {**body, "run_id": "run-1", "state": "PENDING"}
         if path == "/apis/v2beta1/recurringruns" and method == "POST":
             return 200, {**body, "recurring_run_id": "recurring-1", "status": "ENABLED"}
+        if path == "/apis/v2beta1/recurringruns" and method == "GET":  # the API names the list recurringRuns
+            return 200, {"recurringRuns": [{"recurring_run_id": "old-1", "display_name": name}
+                                           for name in self.existing_schedules], "total_size": 0}
         return 404, {"error": f"no fake route for {method} {path}"}
 
     def _handler(self):

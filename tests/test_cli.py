@@ -63,3 +63,12 @@ def test_sample_data_command(tmp_path):
     assert result.returncode == 0
     assert "1,797 images in 10 classes" in result.stdout
     assert sorted(os.listdir(tmp_path / "digits"))[:2] == [".complete", "0"]
+
+
+def test_a_run_that_fails_before_any_component_reports_its_own_error(tmp_path, small_digits):
+    os.makedirs(tmp_path / "metadata" / "imagepipe" / "metadata.db")  # a folder where the store should be
+    result = imagepipe("run", "--data", small_digits, "--schema", "schemas/digits/schema.pbtxt", root=tmp_path)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("imagepipe: error: ") and "run " not in result.stdout  # no older run's summary

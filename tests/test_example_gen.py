@@ -255,3 +255,29 @@ def test_a_file_too_big_to_be_an_image_in_budget_is_not_read(tmp_path):
     _, report = run_executor(data, tmp_path / "out", max_pixels=100_000, max_bad_fraction=0.5)
     row = quarantine(report.uri)["cat/video.jpg"]
     assert row["reason"] == Reason.FILE_TOO_LARGE and "3,145,728 bytes" in row["detail"]
+
+
+def test_spans_resolve_in_the_executor_when_no_driver_did(tmp_path):
+    # Kubeflow Pipelines' open-source backend runs no pre-cache driver: the executor resolves {SPAN}.
+    data = tmp_path / "drops"
+    make_class_tree(data / "span-1", per_class=3, seed=1)
+    make_class_tree(data / "span-2", per_class=4, seed=2)
+    examples, report = run_executor(data, tmp_path / "out", input_config=_single("span-{SPAN}"))
+    assert summary(report.uri)["files_seen"] == 8
+    assert all(f.startswith("span-2/") for f in by_filename(read_examples(examples.uri)))
+
+
+def test_span_window_reads_the_latest_spans_with_a_folder_pattern(tmp_path):
+    from tfx.utils import proto_utils
+
+    from components.image_example_gen.executor import IngestSettings
+
+    data = tmp_path / "drops"
+    for span in (1, 2, 3, 5):
+        make_class_tree(data / f"span-{span}", per_class=1, seed=span)
+    props = {"input_base": str(data), "input_config": proto_utils.proto_to_json(_single("span-5/*")),
+             "output_config": "{}", "span": 5, "span_window": 3, "span_pattern": "span-{SPAN}/*"}
+    settings = IngestSettings.from_exec_properties(props)
+    assert settings.window_spans() == [2, 3, 5]
+    listing = settings.list_inputs()
+    assert sorted({c.rel_path.split("/")[0] for c in listing.candidates}) == ["span-2", "span-3", "span-5"]

@@ -46,6 +46,7 @@ class InspectAndWrite(beam.DoFn):
 
     def setup(self):
         self._pool = worker_pool.WorkerPool(self._processes) if self._processes > 1 else None
+        self._done = 0  # files processed by this instance, across its bundles
 
     def teardown(self):
         if self._pool is not None:
@@ -54,7 +55,6 @@ class InspectAndWrite(beam.DoFn):
 
     def start_bundle(self):
         self._pending: List[concurrent.futures.Future] = []
-        self._done = 0
 
     def process(self, batch_file: str):
         if self._pool is None:

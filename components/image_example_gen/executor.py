@@ -35,7 +35,7 @@ from tfx.components.example_gen import utils as example_gen_utils
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.dsl.io import fileio
-from tfx.proto import example_gen_pb2
+from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
@@ -235,6 +235,16 @@ class IngestSettings(NamedTuple):
     def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
         input_config = example_gen_pb2.Input()
         proto_utils.json_to_proto(props[standard_component_specs.INPUT_CONFIG_KEY], input_config)
+        span = props.get(example_gen_utils.SPAN_PROPERTY_NAME)
+        if any(re.search(r"\{(SPAN|VERSION)", s.pattern) for s in input_config.splits):
+            # No driver resolved the span (Kubeflow Pipelines' open-source backend does not run
+            # Vertex's pre-cache driver hook): resolve the latest span here, as the driver would.
+            range_config = None
+            if props.get(standard_component_specs.RANGE_CONFIG_KEY):
+                range_config = range_config_pb2.RangeConfig()
+                proto_utils.json_to_proto(props[standard_component_specs.RANGE_CONFIG_KEY], range_config)
+            _, span, _ = example_gen_utils.calculate_splits_fingerprint_span_and_version(
+                props[standard_component_specs.INPUT_BASE_KEY], input_config.splits, range_config)
         output_config = example_gen_pb2.Output()
         proto_utils.json_to_proto(props[standard_component_specs.OUTPUT_CONFIG_KEY], output_config)
         return cls(
@@ -246,7 +256,7 @@ class IngestSettings(NamedTuple):
             drop_duplicates=bool(props.get(DROP_DUPLICATES_KEY, 0)),
             compression_level=int(props.get(COMPRESSION_LEVEL_KEY) or 0),
             shard_megabytes=int(props.get(SHARD_MEGABYTES_KEY) or 64),
-            span=int(props.get(example_gen_utils.SPAN_PROPERTY_NAME) or 0),
+            span=int(span or 0),
             span_window=int(props.get(SPAN_WINDOW_KEY) or 1),
             span_pattern=props.get(SPAN_PATTERN_KEY) or "")
 
@@ -274,17 +284,22 @@ class IngestSettings(NamedTuple):
 
     def window_spans(self) -> List[int]:
         """The spans read: the resolved one and the span_window - 1 largest below it."""
-        if self.span_window <= 1 or not re.search(r"\{SPAN(:\d+)?\}", self.span_pattern):
+        pattern = self.span_pattern.rstrip("*").rstrip("/")  # 'span-{SPAN}/*' names the folder 'span-{SPAN}'
+        if self.span_window <= 1 or not re.search(r"\{SPAN(:\d+)?\}", pattern):
             return [self.span]
-        glob_pattern = sources.join(self.input_base, re.sub(r"\{SPAN(:\d+)?\}", "*", self.span_pattern))
-        literal_parts = re.split(r"\{SPAN(?::\d+)?\}", sources.join(self.input_base, self.span_pattern))
+        glob_pattern = sources.join(self.input_base, re.sub(r"\{SPAN(:\d+)?\}", "*", pattern))
+        literal_parts = re.split(r"\{SPAN(?::\d+)?\}", sources.join(self.input_base, pattern))
         regex = r"(?P<span>\d+)".join(re.escape(part) for part in literal_parts)
         found = set()
         for path in fileio.glob(glob_pattern):
             match = re.fullmatch(regex, path.rstrip("/"))
             if match and int(match.group("span")) <= self.span:
                 found.add(int(match.group("span")))
-        return sorted(found)[-self.span_window:] or [self.span]
+        window = sorted(found)[-self.span_window:] or [self.span]
+        if len(window) < self.span_window:
+            logging.warning("ImageExampleGen: span_window is %d but only spans %s exist up to span %d",
+                            self.span_window, window, self.span)
+        return window
 
     def _window(self, resolved: str) -> List[str]:
         spans = self.window_spans()

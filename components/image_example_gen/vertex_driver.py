@@ -23,17 +23,24 @@ DRIVER_COMMAND = ("python", "-m", "components.image_example_gen.vertex_driver")
 
 
 def tree_fingerprint(input_base: str, patterns) -> str:
+    """Every file below the resolved patterns: a folder's files, or a manifest and the files it names."""
     digest = hashlib.sha256()
     files = 0
     for pattern in patterns:
         pattern = pattern.rstrip("*").rstrip("/")
         source = sources.join(input_base, pattern) if pattern not in ("", ".") else input_base
-        if not sources.is_dir(source):
-            digest.update(f"{pattern}\0{hashlib.sha256(sources.read_bytes(source)).hexdigest()}\n".encode())
-            files += 1
-            continue
-        for rel, size, mtime, _ in sources.walk(source):
-            digest.update(f"{pattern}/{rel}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+        if sources.is_dir(source):
+            entries = [(f"{pattern}/{rel}", size, mtime) for rel, size, mtime, _ in sources.walk(source)]
+        else:
+            entries = [(pattern, hashlib.sha256(sources.read_bytes(source)).hexdigest(), 0)]
+            # The manifest's rows name files anywhere below the data root: one listing of it gives
+            # their sizes and times (a request per file would be slow on object stores).
+            stats = {rel: (size, mtime) for rel, size, mtime, _ in sources.walk(input_base)}
+            for row in sources.list_source(input_base, source, "manifest").candidates:
+                size, mtime = stats.get(row.rel_path, (-1, 0))
+                entries.append((row.rel_path, size, mtime))
+        for name, size, mtime in entries:
+            digest.update(f"{name}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
             files += 1
     return f"files:{files},sha256:{digest.hexdigest()}"
 
