@@ -24,13 +24,13 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 from bench import corpus as corpus_lib
+from bench import measure_in_fresh_process
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 METHODS = ("classic", "examplegen", "decode-full", "decode-draft")
@@ -157,16 +157,7 @@ def _measure(method, corpus):
 
 
 def run_fresh(method, corpus):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bench.ingest_benchmark", "--measure", method, "--corpus", corpus],
-                          capture_output=True, text=True, env=env)
-    wall = time.monotonic() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"{method} failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["process_seconds"] = wall
-    return result
+    return measure_in_fresh_process("bench.ingest_benchmark", ["--measure", method, "--corpus", corpus])
 
 
 def _corpus(files):

@@ -22,9 +22,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from bench import measure_in_fresh_process
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 METHODS = ("ImageDataGenerator", "image_dataset_from_dir", "tfrecord+decode", "trainer input",
@@ -133,12 +134,8 @@ def _sizes(corpus, size, workdir):
 
 
 def run_fresh(method, args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-m", "bench.input_benchmark", "--measure", method, "--corpus", args.corpus,
-                           "--size", str(args.size), "--batch", str(args.batch)], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{method} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return measure_in_fresh_process("bench.input_benchmark", ["--measure", method, "--corpus", args.corpus,
+                                                              "--size", str(args.size), "--batch", str(args.batch)])
 
 
 def main(argv=None):

@@ -255,23 +255,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"  artifacts: {config.pipeline_root}\n  metadata:  {config.metadata_path}", flush=True)
     from pipeline import progress, run_summary
 
-    error = None
+    error = summary = None
     started_ms = int(time.time() * 1000) - 1000
-    with progress.Progress(config.metadata_path, mode) as live:
+    with progress.Progress(config.metadata_path, started_ms, mode) as live:
         try:
-            local_runner.run(config, prepared=found, started_ms=started_ms)
+            summary = local_runner.run(config, prepared=found, started_ms=started_ms)
         except Exception as e:  # reported below, with the report of what did complete
             error = e
             if args.verbose:
                 import traceback
 
                 traceback.print_exc()
-    try:
-        this_run = run_summary.newest_run_since(config.metadata_path, started_ms)
-    except Exception:  # noqa: BLE001 - an unreadable store: the run's own error says more
-        this_run = None
-    # None when the run failed before any component (the error says why); never an older run.
-    summary = run_summary.summarize(config.metadata_path, this_run.name) if this_run else None
+    if error:
+        try:
+            this_run = run_summary.newest_run_since(config.metadata_path, started_ms)
+        except Exception:  # noqa: BLE001 - an unreadable store: the run's own error says more
+            this_run = None
+        # None when the run failed before any component (the error says why); never an older run.
+        summary = run_summary.summarize(config.metadata_path, this_run.name) if this_run else None
     report = _write_report(config, summary, verbose=args.verbose)
     if mode == "json":
         live.printer.emit({"event": "run_finished", "status": summary["status"] if summary else "failed",
@@ -305,9 +306,8 @@ def _write_report(config: PipelineConfig, summary, verbose: bool = False) -> Opt
     from pipeline import report
 
     try:
-        return report.build(config.metadata_path, report.report_path(config.root, config.pipeline_name,
-                                                                       summary["run_id"]),
-                            summary["run_id"], pipeline_name=config.pipeline_name)
+        return report.build(summary, report.report_path(config.root, config.pipeline_name, summary["run_id"]),
+                            pipeline_name=config.pipeline_name)
     except Exception as e:  # noqa: BLE001
         print(f"imagepipe: warning: the HTML report could not be written ({type(e).__name__}: {e})",
               file=sys.stderr)
@@ -326,7 +326,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except run_summary.NoMetadata as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     out = args.out or report.report_path(config.root, config.pipeline_name, summary["run_id"])
-    print(report.build(config.metadata_path, out, summary["run_id"], pipeline_name=config.pipeline_name))
+    print(report.build(summary, out, pipeline_name=config.pipeline_name))
     return 0
 
 

@@ -127,10 +127,9 @@ class MetadataWatcher(threading.Thread):
 
         try:
             store = run_summary.open_store(self._path)
-            runs = [r for r in store.get_contexts_by_type("pipeline_run") if r.create_time_since_epoch >= self._since]
-            if not runs:
+            run = run_summary.newest_run(store, self._since)
+            if run is None:
                 return
-            run = max(runs, key=lambda r: r.create_time_since_epoch)
             executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
             names = {e.id: run_summary.node_name(store, e) for e in executions if e.id not in self._seen}
         except Exception:  # noqa: BLE001 - the store is being written or not created yet: next poll
@@ -152,11 +151,13 @@ class MetadataWatcher(threading.Thread):
 
 
 class Progress:
-    """`with Progress(metadata_path, mode):` around a run prints its progress."""
+    """`with Progress(metadata_path, since_ms, mode):` around a run prints the progress of the
+    run created after since_ms (milliseconds since the epoch)."""
 
-    def __init__(self, metadata_path: str, mode: str = "human", stream=None):
+    def __init__(self, metadata_path: str, since_ms: int, mode: str = "human", stream=None):
         self.printer = Printer(mode, stream)
         self._metadata_path = metadata_path
+        self._since_ms = since_ms
         self._handler: Optional[_LogHandler] = None
         self._watcher: Optional[MetadataWatcher] = None
 
@@ -166,7 +167,7 @@ class Progress:
         logger.propagate = False  # progress is shown here, not in the general log
         self._handler = _LogHandler(self.printer.emit)
         logger.addHandler(self._handler)
-        self._watcher = MetadataWatcher(self._metadata_path, int(time.time() * 1000) - 1000, self.printer.emit)
+        self._watcher = MetadataWatcher(self._metadata_path, self._since_ms, self.printer.emit)
         self._watcher.start()
         self.printer.emit({"event": "run_started"})
         return self

@@ -22,7 +22,6 @@ import os
 from typing import Any, Dict, Optional
 
 from components.image_example_gen.sources import split_sort_key
-from pipeline import run_summary
 from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, table, thumbnail,
                                   tiles)
 
@@ -37,17 +36,15 @@ def report_path(root: str, pipeline_name: str, run_id: str) -> str:
     return os.path.join(root, "reports", pipeline_name, f"{safe}.html")
 
 
-def build(metadata_path: str, out_path: str, run_id: Optional[str] = None,
-          pipeline_name: str = "") -> str:
-    """Writes the report of `run_id` (default: the newest run) to out_path; returns the path."""
-    summary = run_summary.summarize(metadata_path, run_id)
+def build(summary: Dict[str, Any], out_path: str, pipeline_name: str = "") -> str:
+    """Writes the report of a run, as run_summary.summarize() describes it, to out_path; returns the path."""
     components = {c["component"]: c for c in summary["components"]}
     sections = [_verdict(summary, components), _data(components), _validation(components),
                 _training(components), _evaluation(components), _timings(summary)]
     started = datetime.datetime.fromtimestamp(summary["started_ms"] / 1000, datetime.timezone.utc)
     header = (f"<h1>{esc(pipeline_name or 'imagepipe')} — run {esc(summary['run_id'])}</h1>"
               f"<div class=\"meta\">status: <b>{esc(summary['status'])}</b> · started "
-              f"{started:%Y-%m-%d %H:%M:%S} UTC · ML Metadata {esc(metadata_path)}</div>")
+              f"{started:%Y-%m-%d %H:%M:%S} UTC · ML Metadata {esc(summary['metadata_path'])}</div>")
     text = document(f"imagepipe run {summary['run_id']}", header, "".join(s for s in sections if s))
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     partial = out_path + ".partial"
@@ -63,6 +60,14 @@ def _section(key: str, title: str, body: str) -> str:
 
 def _not_reached(name: str) -> str:
     return f"<p class=\"muted\">{esc(name)} did not run in this run.</p>"
+
+
+def _unfinished(components: Dict[str, Dict], name: str, key: str, title: str, what: str) -> Optional[str]:
+    """The section for a component that did not run or did not finish; None when it has details."""
+    c = components.get(name)
+    if c and c["details"]:
+        return None
+    return _section(key, title, _not_reached(name) if not c else f"<p>{what} did not complete (see Summary).</p>")
 
 
 # --- summary ------------------------------------------------------------------------------------
@@ -106,11 +111,10 @@ def _verdict(summary: Dict[str, Any], components: Dict[str, Dict]) -> str:
 
 
 def _data(components: Dict[str, Dict]) -> str:
-    c = components.get("ImageExampleGen")
-    if not c or not c["details"]:
-        return _section("data", "Data", _not_reached("ImageExampleGen") if not c else
-                        "<p>Ingestion did not complete (see Summary).</p>")
-    d = c["details"]
+    missing = _unfinished(components, "ImageExampleGen", "data", "Data", "Ingestion")
+    if missing:
+        return missing
+    d = components["ImageExampleGen"]["details"]
     splits = sorted(d["examples_per_split"], key=split_sort_key)
     classes = sorted(d["label_map"], key=d["label_map"].get)
     rows = [[name, d["label_map"][name]] + [d["examples_per_split_and_class"].get(s, {}).get(name, 0) for s in splits]
@@ -124,7 +128,7 @@ def _data(components: Dict[str, Dict]) -> str:
     body += table(["class", "id"] + splits + ["total"], rows, numeric=range(1, len(splits) + 3))
     if d["quarantined"]:
         body += "<h3>Quarantined files</h3>" + table(["reason", "files"], d["quarantine_reasons"].items(), numeric=[1])
-        body += _quarantine_rows(d, c["properties"].get("input_base", ""))
+        body += _quarantine_rows(d, components["ImageExampleGen"]["properties"].get("input_base", ""))
     if d.get("duplicate_groups"):
         body += (f"<h3>Duplicates</h3><p>{d['duplicate_files']} files in {d['duplicate_groups']} groups of "
                  "identical content (kept in one split, or quarantined as shown above); for example:</p>")
@@ -242,11 +246,10 @@ def _statistics(component: Optional[Dict]) -> str:
 
 
 def _training(components: Dict[str, Dict]) -> str:
-    c = components.get("Trainer")
-    if not c or not c["details"]:
-        return _section("training", "Training", _not_reached("Trainer") if not c else
-                        "<p>Training did not complete (see Summary).</p>")
-    d = c["details"]
+    missing = _unfinished(components, "Trainer", "training", "Training", "Training")
+    if missing:
+        return missing
+    d = components["Trainer"]["details"]
     log = json.load(open(os.path.join(d["model_run"], "training.json")))
     epochs = log["epochs"]
     body = (f"<p>Trained on <b>{esc(log['strategy'])}</b>: {len(epochs)} epochs in {log['train_seconds']:.1f} s"
@@ -268,10 +271,10 @@ def _training(components: Dict[str, Dict]) -> str:
 
 
 def _evaluation(components: Dict[str, Dict]) -> str:
-    c = components.get("Evaluator")
-    if not c or not c["details"]:
-        return _section("evaluation", "Evaluation", _not_reached("Evaluator") if not c else
-                        "<p>Evaluation did not complete (see Summary).</p>")
+    missing = _unfinished(components, "Evaluator", "evaluation", "Evaluation", "Evaluation")
+    if missing:
+        return missing
+    c = components["Evaluator"]
     d = c["details"]
     names = (components.get("Trainer", {}).get("details") or {}).get("class_names") or []
     threshold = _accuracy_threshold(c["outputs"]["evaluation"][0])
@@ -316,7 +319,9 @@ def _accuracy_threshold(evaluation_uri: str) -> Optional[float]:
     path = os.path.join(evaluation_uri, "eval_config.json")
     if not os.path.exists(path):
         return None
-    config = json.load(open(path)).get("evalConfig", json.load(open(path)))
+    with open(path) as f:
+        saved = json.load(f)
+    config = saved.get("evalConfig", saved)
     for spec in config.get("metricsSpecs", []):
         for metric in spec.get("metrics", []):
             bound = metric.get("threshold", {}).get("valueThreshold", {}).get("lowerBound")

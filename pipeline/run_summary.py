@@ -118,8 +118,12 @@ def newest_run_since(metadata_path: str, since_ms: int) -> Optional[metadata_sto
     """The newest run created at or after since_ms (milliseconds since the epoch), if any."""
     if not os.path.exists(metadata_path):
         return None
-    runs = [r for r in _runs(open_store(metadata_path)) if r.create_time_since_epoch >= since_ms]
-    return runs[0] if runs else None
+    return newest_run(open_store(metadata_path), since_ms)
+
+
+def newest_run(store, since_ms: int) -> Optional[metadata_store_pb2.Context]:
+    runs = _runs(store)
+    return runs[0] if runs and runs[0].create_time_since_epoch >= since_ms else None
 
 
 def list_runs(metadata_path: str) -> List[Dict[str, Any]]:
@@ -128,8 +132,8 @@ def list_runs(metadata_path: str) -> List[Dict[str, Any]]:
     out = []
     for run in _runs(store):
         executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
-        components = [{"component": node_name(store, e), "state": _STATES.get(e.last_known_state, "unknown"),
-                       "error": _error(e)} for e in executions]
+        components = [{"component": node_name(store, e), "state": state_name(e), "error": _error(e)}
+                      for e in executions]
         evaluation = next((e for e, c in zip(executions, components) if c["component"] == "Evaluator"), None)
         accuracy = blessed = None
         if evaluation is not None:
@@ -183,7 +187,7 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
         components.append({
             "component": node,
             "execution_id": execution.id,
-            "state": _STATES.get(execution.last_known_state, "unknown"),
+            "state": state_name(execution),
             "started_ms": execution.create_time_since_epoch,
             "seconds": round((execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000, 1),
             "outputs": outputs,
@@ -231,7 +235,9 @@ def _details(c: Dict[str, Any]) -> Dict[str, Any]:
                     "model_run": _first(outputs, "model_run"), "class_names": log["class_names"]}
     if name.startswith("Evaluator") and _first(outputs, "evaluation"):
         blessing = (c["output_properties"].get("blessing") or [{}])[0]
-        return {**evaluation_metrics(_first(outputs, "evaluation")), "blessed": bool(blessing.get("blessed"))}
+        evaluation = _first(outputs, "evaluation")
+        return {**evaluation_metrics(evaluation), "confusion": confusion_matrix(evaluation),
+                "blessed": bool(blessing.get("blessed"))}
     if name.startswith("Pusher") and _first(outputs, "pushed_model"):
         pushed = (c["output_properties"].get("pushed_model") or [{}])[0]
         return {"pushed": bool(pushed.get("pushed")), "destination": pushed.get("pushed_destination", "")}
@@ -266,7 +272,6 @@ def evaluation_metrics(evaluation_uri: str) -> Dict[str, Any]:
                 found["baseline_accuracy" if key.model_name == "baseline" else "accuracy"] = value
             elif key.name == "example_count" and key.model_name != "baseline":
                 found["example_count"] = int(value)
-    found["confusion"] = confusion_matrix(evaluation_uri)
     validation = tfma.load_validation_result(evaluation_uri)
     for per_slice in validation.metric_validations_per_slice:
         for failure in per_slice.failures:

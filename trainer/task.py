@@ -7,7 +7,6 @@ serving SavedModel (trainer/export.py).
 """
 
 import json
-import logging as std_logging
 import os
 import tempfile
 import time
@@ -17,6 +16,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from absl import logging
 
+from pipeline.progress import progress_event
 from trainer import export, features, input_pipeline, models
 from trainer.hparams import HParams
 from trainer import strategy as strategies
@@ -45,11 +45,8 @@ class EpochLog(keras.callbacks.Callback):
         self.epochs.append(entry)
         logging.info("Trainer: epoch %d (%s) %s", epoch + 1, self.phase,
                      ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if isinstance(v, float)))
-        # Live progress for `imagepipe run` (pipeline/progress.py listens on this logger).
-        std_logging.getLogger("imagepipe.progress").info(
-            "train %d/%d", epoch + 1, self.total_epochs, extra={"imagepipe_event": {
-                "kind": "train", "done": epoch + 1, "total": self.total_epochs, "loss": entry.get("loss", 0.0),
-                "val_accuracy": entry.get("val_sparse_categorical_accuracy", 0.0)}})
+        progress_event("train", epoch + 1, self.total_epochs, loss=entry.get("loss", 0.0),  # for `imagepipe run`
+                       val_accuracy=entry.get("val_sparse_categorical_accuracy", 0.0))
 
 
 def warm_start(model, base_model_dir, info) -> str:

@@ -13,7 +13,6 @@ import only Pillow and batch_ingest (~0.1 s).
 import collections
 import concurrent.futures
 import json
-import logging
 from typing import Iterable, List, Tuple
 
 import apache_beam as beam
@@ -30,6 +29,7 @@ from components.image_example_gen.batch_ingest import (
     ingest_batch_file,
 )
 from components.image_example_gen.image_check import Reason
+from pipeline.progress import progress_event
 
 class InspectAndWrite(beam.DoFn):
     """Ingests the batch file it is given; see batch_ingest.ingest_batch.
@@ -87,10 +87,7 @@ class InspectAndWrite(beam.DoFn):
 
     def _outputs(self, result: BatchResult):
         self._done += len(result.metas) + len(result.bad)
-        # Live progress for `imagepipe run` (pipeline/progress.py listens on this logger).
-        logging.getLogger("imagepipe.progress").info(
-            "ingest %d/%d", self._done, self._total,
-            extra={"imagepipe_event": {"kind": "ingest", "done": self._done, "total": self._total}})
+        progress_event("ingest", self._done, self._total)  # live progress for `imagepipe run`
         for row in result.bad:
             yield beam.pvalue.TaggedOutput("results", ("bad", row))
         for shard in result.shards:
