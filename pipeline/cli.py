@@ -67,7 +67,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--fine-tune-epochs", type=int, help="backbones: epochs with the top layers unfrozen")
     t.add_argument("--batch-size", type=int, help=f"per replica (default {d.batch_size})")
     t.add_argument("--learning-rate", type=float, help=f"(default {d.learning_rate})")
-    t.add_argument("--weights", help="backbones: 'imagenet' (downloaded), a local weights file, or '' (random)")
+    t.add_argument("--weights", help="backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' (random)")
     t.add_argument("--augment", help="training augmentation: any of flip,crop,brightness")
     t.add_argument("--seed", type=int, help=f"(default {d.seed})")
     t.add_argument("--warm-start", action="store_true", default=None,

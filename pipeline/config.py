@@ -122,8 +122,9 @@ class PipelineConfig:
             raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
         if not 0 <= self.accuracy_threshold <= 1:
             raise ConfigError(f"--accuracy-threshold {self.accuracy_threshold}: use a fraction from 0 to 1")
-        if self.weights and self.weights != "imagenet" and not os.path.isfile(self.weights):
-            raise ConfigError(f"--weights {self.weights}: no such file; give a local weights file, "
+        if self.weights and self.weights != "imagenet" and "://" not in self.weights \
+                and not os.path.isfile(self.weights):
+            raise ConfigError(f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
                               "'imagenet' (downloaded) or '' (random initialisation)")
         try:
             self.hparams().validate()

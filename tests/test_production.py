@@ -154,6 +154,11 @@ def test_settings_that_only_fail_remotely_fail_before_compiling(config_changes, 
         CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(config)
 
 
+def test_weights_in_cloud_storage_are_accepted_for_cloud_runs():
+    config = PipelineConfig(data=DATA, model="mobilenet_v2", weights="gs://bucket/w/mobilenet_v2_notop.weights.h5")
+    CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(config.validate())
+
+
 def test_kubeflow_cannot_warm_start():
     with pytest.raises(ConfigError, match="--warm-start needs the latest blessed model"):
         CloudConfig(target="kubeflow", pipeline_root=ROOT, image=IMAGE).validate(

@@ -159,12 +159,13 @@ def test_transfer_models_train_in_two_phases(name, tmp_path):
     assert trainable and all(not isinstance(layer, tf.keras.layers.BatchNormalization) for layer in trainable)
 
 
-def test_backbone_weights_load_from_a_local_file(tmp_path):
+@pytest.mark.parametrize("scheme", ["", "file://"])  # file:// goes the way gs:// does: copied locally first
+def test_backbone_weights_load_from_a_file(tmp_path, scheme):
     import keras
 
     source = keras.applications.MobileNetV2(input_shape=(32, 32, 3), include_top=False, weights=None)
     path = str(tmp_path / "mobilenet_v2_notop.weights.h5")
     source.save_weights(path)
-    model = models.build(HParams(model="mobilenet_v2", image_size=32, weights=path), num_classes=2)
+    model = models.build(HParams(model="mobilenet_v2", image_size=32, weights=scheme + path), num_classes=2)
     loaded = models.backbone_of(model).get_weights()
     assert all(np.array_equal(a, b) for a, b in zip(loaded, source.get_weights()))

@@ -19,8 +19,8 @@ class HParams:
     model: str = "cnn"
     image_size: int = 64
     channels: int = 3
-    # keras.applications weights for the transfer models: "imagenet" (downloaded), a local
-    # .h5/.weights.h5 file, or "" for random initialisation (tests; nothing downloads).
+    # keras.applications weights for the transfer models: "imagenet" (downloaded), a .h5 or
+    # .weights.h5 file (local or gs://), or "" for random initialisation (tests; nothing downloads).
     weights: str = "imagenet"
     epochs: int = 10  # for transfer models: epochs with the backbone frozen
     fine_tune_epochs: int = 0  # transfer models: then this many epochs with the top unfrozen

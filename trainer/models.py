@@ -8,9 +8,23 @@ evaluation and serving share one scaling. Outputs are class probabilities.
   efficientnet_b0  phases: head on a frozen backbone, then the top layers unfrozen
 """
 
+import os
+import tempfile
+
 import keras
 
 from trainer.hparams import HParams
+
+
+def local_copy(path: str) -> str:
+    """Keras reads .h5 weights through h5py, which needs a local file: remote ones (gs://) are copied."""
+    if "://" not in path:
+        return path
+    import tensorflow as tf
+
+    local = os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), os.path.basename(path))
+    tf.io.gfile.copy(path, local, overwrite=True)
+    return local
 
 
 def build(hp: HParams, num_classes: int) -> keras.Model:
@@ -46,7 +60,9 @@ def _cnn(inputs, num_classes):
 
 def _backbone(hp: HParams, inputs):
     """(backbone model, inputs scaled as that backbone expects)."""
-    weights = hp.weights or None  # "imagenet", a local weights file, or None
+    weights = hp.weights or None  # "imagenet", a weights file (local or gs://), or None
+    if weights and weights != "imagenet":
+        weights = local_copy(weights)
     shape = (hp.image_size, hp.image_size, hp.channels)
     if hp.model == "mobilenet_v2":
         backbone = keras.applications.MobileNetV2(input_shape=shape, include_top=False, weights=weights)

@@ -81,12 +81,7 @@ def _save_weights(model, folder: str) -> None:
 
 
 def _load_weights(model, folder: str) -> None:
-    source = os.path.join(folder, WEIGHTS_FILE)
-    if "://" in folder:
-        local = os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), WEIGHTS_FILE)
-        tf.io.gfile.copy(source, local, overwrite=True)
-        source = local
-    model.load_weights(source)
+    model.load_weights(models.local_copy(os.path.join(folder, WEIGHTS_FILE)))
 
 
 def run_fn(fn_args) -> None:

@@ -236,9 +236,10 @@ class IngestSettings(NamedTuple):
         input_config = example_gen_pb2.Input()
         proto_utils.json_to_proto(props[standard_component_specs.INPUT_CONFIG_KEY], input_config)
         span = props.get(example_gen_utils.SPAN_PROPERTY_NAME)
-        if any(re.search(r"\{(SPAN|VERSION)", s.pattern) for s in input_config.splits):
+        if any(re.search(r"\{(SPAN|VERSION|YYYY|MM|DD)", s.pattern) for s in input_config.splits):
             # No driver resolved the span (Kubeflow Pipelines' open-source backend does not run
             # Vertex's pre-cache driver hook): resolve the latest span here, as the driver would.
+            # TFX's function also writes the resolved span into input_config's patterns.
             range_config = None
             if props.get(standard_component_specs.RANGE_CONFIG_KEY):
                 range_config = range_config_pb2.RangeConfig()
