@@ -149,14 +149,16 @@ def main(argv=None):
     parser.add_argument("--measure", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    workdir = os.path.join(OUT, "input")
+    if not args.measure:
+        args.corpus = os.path.join(OUT, f"clean-corpus-{args.files}")
+        if not os.path.exists(args.corpus):
+            corpus_lib.build(args.corpus, args.files, bad_files=False)
+    # Records are cached per corpus: a run with another --files must not reuse them.
+    workdir = os.path.join(OUT, "input", os.path.basename(args.corpus))
     os.makedirs(workdir, exist_ok=True)
     if args.measure:
         print(json.dumps(measure(args.measure, args.corpus, args.size, args.batch, workdir)))
         return 0
-    args.corpus = os.path.join(OUT, f"clean-corpus-{args.files}")
-    if not os.path.exists(args.corpus):
-        corpus_lib.build(args.corpus, args.files, bad_files=False)
     runs = {m: [] for m in METHODS}
     for round_no in range(args.rounds):
         for method in (METHODS if round_no % 2 == 0 else tuple(reversed(METHODS))):
