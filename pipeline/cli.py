@@ -50,6 +50,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "spans before it (default 1)")
     p.add_argument("--eval-percent", type=int, help=f"eval share of unsplit data (default {d.eval_percent})")
     p.add_argument("--max-pixels", type=int, help=f"quarantine larger images (default {d.max_pixels:,})")
+    p.add_argument("--store-max-pixels", type=int, help="store images above this many pixels as a downscaled "
+                   f"copy (aspect kept; 0: store originals; default {d.store_max_pixels:,})")
     p.add_argument("--max-bad-fraction", type=float,
                    help=f"fail when more files than this are bad (default {d.max_bad_fraction})")
     p.add_argument("--drop-duplicates", action="store_true", default=None,

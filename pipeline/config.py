@@ -37,6 +37,10 @@ class PipelineConfig:
     span_window: int = 1
     eval_percent: int = 20  # hash split of unsplit data
     max_pixels: int = 50_000_000  # width * height * frames; larger files are quarantined
+    # Images above this many pixels are stored (ImageExampleGen's output) as a downscaled copy,
+    # aspect kept, with the original's size and hash in the example; 0 stores every original.
+    # A 12 MP phone photo is stored at 1008x756 (README: Full-size photos).
+    store_max_pixels: int = 2_000_000
     max_bad_fraction: float = 0.1  # fail the run if more of the files than this are bad
     drop_duplicates: bool = False  # keep one copy of identical files (same label)
     compression_level: int = 0  # gzip level of the TFRecords; 0 suits JPEG/PNG
@@ -110,6 +114,9 @@ class PipelineConfig:
             raise ConfigError(f"--max-bad-fraction {self.max_bad_fraction}: use a fraction from 0 to 1")
         if self.max_pixels < 1:
             raise ConfigError(f"--max-pixels {self.max_pixels}: use a positive number of pixels")
+        if self.store_max_pixels < 0:
+            raise ConfigError(f"--store-max-pixels {self.store_max_pixels}: use a number of pixels, or 0 to "
+                              "store every original")
         if not 0 <= self.compression_level <= 9:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
         if self.gate not in GATE_MODES:
@@ -130,10 +137,35 @@ class PipelineConfig:
             self.hparams().validate()
         except ValueError as e:
             raise ConfigError(f"training settings: {e}") from None
+        # A JPEG's copy is the largest DCT scale-down within the budget: a quarter of it at worst.
+        side = self.hparams().image_size
+        if self.store_max_pixels and self.store_max_pixels < 8 * side * side:
+            raise ConfigError(f"--store-max-pixels {self.store_max_pixels:,}: stored copies could be smaller than the "
+                              f"{side}x{side} model input; use at least {8 * side * side:,} (or 0 to store originals)")
         schema = self.schema_path()
         if schema and "://" not in schema and not os.path.isfile(schema):
             raise ConfigError(f"--schema {schema}: no such file; give a schema.pbtxt, or leave it out to infer one")
         return self
+
+    def check_memory(self, total_bytes: int) -> None:
+        """One-line error when decoding images of up to max_pixels cannot fit in total_bytes of memory."""
+        from trainer.hparams import decode_memory_bytes
+
+        needed = decode_memory_bytes(self.max_pixels) + BASE_MEMORY_BYTES
+        if needed > total_bytes:
+            raise ConfigError(
+                f"--max-pixels {self.max_pixels:,}: decoding images that large takes up to {needed / 2**30:.1f} GiB "
+                f"(with TensorFlow and Beam), more than this machine's {total_bytes / 2**30:.1f} GiB; lower "
+                "--max-pixels (larger images are then quarantined) or run on a bigger machine")
+
+
+# Headroom for what TensorFlow, TFX and Beam hold in a component's process besides the images
+# being decoded (the README's full-size benchmark has the measured peaks).
+BASE_MEMORY_BYTES = 3 << 30
+
+
+def machine_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _env_value(field: dataclasses.Field, raw: str):

@@ -12,7 +12,7 @@ import time
 from typing import Any, Dict
 
 from pipeline import sample_data
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, machine_memory_bytes
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input
 
 
@@ -25,6 +25,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     from components.image_example_gen import sources
 
     config.validate()
+    config.check_memory(machine_memory_bytes())
     data = config.data_path()
     if not sources.exists(data):
         raise sources.DataError(f"--data {data}: no such file or folder; check the path")

@@ -12,13 +12,15 @@ from typing import List, Optional
 
 import tensorflow_data_validation as tfdv
 import tensorflow_model_analysis as tfma
+from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
+from components import beam_tuning
 from components.image_example_gen.component import ImageExampleGen
 from components.validation_gate import DataValidationGate
 from pipeline.config import IMAGE_PROJECT_DIR, PROJECT_DIR, CloudConfig, ConfigError, PipelineConfig
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
-from trainer.features import LABEL_KEY
+from trainer.features import IMAGE_KEY, LABEL_KEY
 
 
 def eval_config(accuracy_threshold: float) -> tfma.EvalConfig:
@@ -51,6 +53,22 @@ def eval_config(accuracy_threshold: float) -> tfma.EvalConfig:
         metrics_specs=specs)
 
 
+def stats_options() -> tfdv.StatsOptions:
+    """Statistics of every feature, with image/encoded known as an image before any schema exists.
+
+    Semantic domain stats recognise image/encoded as images (format histogram; SchemaGen then
+    writes image_domain). Without a schema, though, TFDV takes every string feature for a
+    categorical one and counts its top values by shuffling each distinct value through a
+    GroupByKey: every image's bytes, the whole corpus through memory (README: Full-size photos).
+    Naming image/encoded an image_domain feature makes it a bytes feature (byte-length stats, no
+    top-k), whatever schema the run then uses.
+    """
+    schema = schema_pb2.Schema()
+    feature = schema.feature.add(name=IMAGE_KEY, type=schema_pb2.BYTES)
+    feature.image_domain.SetInParent()
+    return tfdv.StatsOptions(enable_semantic_domain_stats=True, schema=schema)
+
+
 def create_pipeline(config: PipelineConfig,
                     metadata_connection_config=None,
                     beam_pipeline_args: Optional[List[str]] = None,
@@ -65,12 +83,14 @@ def create_pipeline(config: PipelineConfig,
         max_bad_fraction=config.max_bad_fraction,
         drop_duplicates=config.drop_duplicates,
         compression_level=config.compression_level,
-        span_window=config.span_window)
+        span_window=config.span_window,
+        store_max_pixels=config.store_max_pixels)
 
-    # Semantic domain stats recognise image/encoded as images (format histogram, image_domain).
-    statistics_gen = tfx.components.StatisticsGen(
-        examples=example_gen.outputs["examples"],
-        stats_options=tfdv.StatsOptions(enable_semantic_domain_stats=True))
+    # StatisticsGen, Transform and the Evaluator batch by bytes and check TFRecord checksums fast
+    # (components/beam_tuning.py): a batch of full-size photos weighs what a batch of thumbnails does.
+    statistics_gen = beam_tuning.tuned(tfx.components.StatisticsGen(
+        examples=example_gen.outputs["examples"], stats_options=stats_options()),
+        beam_tuning.StatisticsGenExecutor)
 
     schema_file = config.schema_path()
     if schema_file and cloud:
@@ -89,12 +109,16 @@ def create_pipeline(config: PipelineConfig,
         fail_on_anomalies=(config.gate == "fail"))
 
     hparams = config.hparams().to_custom_config()
-    transform = tfx.components.Transform(
+    transform = beam_tuning.tuned(tfx.components.Transform(
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         preprocessing_fn="trainer.preprocessing.preprocessing_fn",
         custom_config=hparams,
-        splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]))
+        splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
+        # Transform's own pre-transform statistics would be a second StatisticsGen pass over
+        # every encoded image (its post-transform ones describe serialized pixel tensors);
+        # nothing reads either, so they are skipped.
+        disable_statistics=True), beam_tuning.TransformExecutor)
     transform.add_upstream_node(gate)  # the gate must pass before any data is consumed
 
     # The latest blessed model: the Evaluator's baseline, and the Trainer's warm start. Kubeflow
@@ -121,12 +145,12 @@ def create_pipeline(config: PipelineConfig,
     else:
         trainer = tfx.components.Trainer(**trainer_args, custom_config=hparams)
 
-    evaluator = tfx.components.Evaluator(
+    evaluator = beam_tuning.tuned(tfx.components.Evaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
         baseline_model=baseline.outputs["model"] if baseline else None,
         eval_config=eval_config(config.accuracy_threshold),
-        example_splits=["eval"])
+        example_splits=["eval"]), beam_tuning.EvaluatorExecutor)
 
     if cloud and cloud.endpoint:
         pusher = tfx.extensions.google_cloud_ai_platform.Pusher(

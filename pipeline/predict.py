@@ -7,9 +7,14 @@ checked with the same rules as ingestion, and the others still get answers.
 """
 
 import os
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 from components.image_example_gen.image_check import BadImage, check_image
+
+
+# Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
+# full-size photos stays a handful (the pipeline's Beam batches are bounded the same way).
+BATCH_BYTES = 20 << 20
 
 
 class ModelNotFound(FileNotFoundError):
@@ -50,11 +55,26 @@ def classify(model_dir: str, paths: List[str], top: int = 1, max_pixels: int = 5
         images.append(data)
     if images:
         serve = tf.saved_model.load(resolve_model_dir(model_dir)).signatures["serving_default"]
-        out = serve(image_bytes=tf.constant(images))
-        probabilities = out["probabilities"].numpy()
-        names = [n.decode() for n in out["class_names"].numpy()[0]]
-        for row, i in enumerate(good):
-            ranked = probabilities[row].argsort()[::-1][:top]
-            results[i] = {"path": paths[i],
-                          "predictions": [(names[k], float(probabilities[row][k])) for k in ranked]}
+        for batch in byte_batches(range(len(images)), size=lambda k: len(images[k])):
+            out = serve(image_bytes=tf.constant([images[k] for k in batch]))
+            probabilities = out["probabilities"].numpy()
+            names = [n.decode() for n in out["class_names"].numpy()[0]]
+            for row, k in enumerate(batch):
+                ranked = probabilities[row].argsort()[::-1][:top]
+                results[good[k]] = {"path": paths[good[k]],
+                                    "predictions": [(names[j], float(probabilities[row][j])) for j in ranked]}
     return results
+
+
+def byte_batches(items: Iterable, size: Callable = len, max_bytes: int = BATCH_BYTES, max_items: int = 64):
+    """Consecutive lists of items, each at most max_items and (unless one item alone) max_bytes."""
+    batch, total = [], 0
+    for item in items:
+        size_of_item = size(item)
+        if batch and (total + size_of_item > max_bytes or len(batch) == max_items):
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += size_of_item
+    if batch:
+        yield batch

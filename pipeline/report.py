@@ -22,6 +22,7 @@ import os
 from typing import Any, Dict, Optional
 
 from components.image_example_gen.sources import split_sort_key
+from pipeline.predict import byte_batches
 from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, table, thumbnail,
                                   tiles)
 
@@ -124,6 +125,11 @@ def _data(components: Dict[str, Dict]) -> str:
             f"{d['examples_written']:,} examples written, {d['quarantined']:,} quarantined, "
             f"{d['skipped_hidden']:,} hidden file{'' if d['skipped_hidden'] == 1 else 's'} skipped. Formats: "
             + ", ".join(f"{esc(k)} {v:,}" for k, v in d["formats"].items()) + ".</p>")
+    if d.get("downscaled"):
+        body += (f"<p>{d['downscaled']:,} of the examples hold a downscaled copy of their image (the files are "
+                 f"larger than {d['store_max_pixels']:,} pixels, <code>--store-max-pixels</code>); their "
+                 "original size and hash are in <code>image/original/height</code>, <code>image/original/width"
+                 "</code> and <code>image/key/sha256</code>.</p>")
     body += "<h3>Examples per split and class (the label map's ids)</h3>"
     body += table(["class", "id"] + splits + ["total"], rows, numeric=range(1, len(splits) + 3))
     if d["quarantined"]:
@@ -345,7 +351,9 @@ def _misclassified(components: Dict[str, Dict]) -> str:
         return ""
     serve = tf.saved_model.load(os.path.join(model_uri, "Format-Serving")).signatures["serving_examples"]
     wrong, seen = [], 0
-    for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").take(MAX_EVAL_EXAMPLES).batch(128):
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(MAX_EVAL_EXAMPLES).as_numpy_iterator()
+    for batch in byte_batches(records, max_items=128):  # streamed: eval images may be full-size photos
+        batch = tf.constant(batch)
         out = serve(examples=batch)
         parsed = tf.io.parse_example(batch, {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                                              "image/class/text": tf.io.FixedLenFeature([], tf.string),

@@ -326,6 +326,8 @@ def _one_line(c: Dict[str, Any]) -> str:
                 + f", {len(d['label_map'])} classes")
         if d.get("duplicate_groups"):
             text += f", {d['duplicate_files']} files in {d['duplicate_groups']} duplicate groups"
+        if d.get("downscaled"):
+            text += f", {d['downscaled']:,} stored downscaled (above {d['store_max_pixels']:,} pixels)"
         return text
     if name.startswith("DataValidationGate") and d:
         if d["passed"]:

@@ -12,6 +12,7 @@ import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/ (photo generator)
 
 
 def image_bytes(fmt: str = "JPEG", size=(40, 30), mode: str = "RGB", seed: int = 0, **save_kw) -> bytes:

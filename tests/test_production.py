@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow_data_validation as tfdv
 import yaml
 from google.auth.credentials import AnonymousCredentials
 from google.protobuf import json_format
@@ -76,6 +77,14 @@ def test_vertex_spec_runs_this_projects_code_in_the_image(vertex_job):
         ("python", "-m", "components.image_example_gen.vertex_driver"))
     assert "components.validation_gate.DataValidationGate_Executor" in _executor(spec, "DataValidationGate")[
         "container"]["args"]
+    # TFX's data components run with byte-bounded Beam batches (components/beam_tuning.py) there too,
+    # and StatisticsGen knows image/encoded as image bytes (no top-k shuffle of every image).
+    for name in ("StatisticsGen", "Transform", "Evaluator"):
+        assert f"components.beam_tuning.{name}Executor" in _executor(spec, name)["container"]["args"], name
+    parameters = json.loads(_task_text(spec, "StatisticsGen"))["inputs"]["parameters"]
+    options = tfdv.StatsOptions.from_json(parameters["stats_options_json"]["runtimeValue"]["constantValue"]["stringValue"])
+    encoded = next(f for f in options.schema.feature if f.name == "image/encoded")
+    assert encoded.WhichOneof("domain_info") == "image_domain"
     assert "trainer.preprocessing.preprocessing_fn" in _task_text(spec, "Transform")
     assert "trainer.task.run_fn" in _task_text(spec, "Trainer")
     # The curated schema is read from the image, where kubeflow/Dockerfile copies the repository.

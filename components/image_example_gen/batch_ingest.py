@@ -21,7 +21,7 @@ from components.image_example_gen.image_check import (
     BadImage,
     ImageInfo,
     Reason,
-    check_image,
+    check_and_store,
 )
 
 
@@ -35,6 +35,7 @@ class Settings(NamedTuple):
     max_pixels: int
     compression_level: int
     shard_bytes: int
+    store_max_pixels: int = 0  # images above this are stored as a downscaled copy; 0: originals only
 
 
 class Meta(NamedTuple):
@@ -48,6 +49,7 @@ class Meta(NamedTuple):
     format: str
     shard: str  # staging shard that holds the record
     index: int  # position of the record in that shard
+    downscaled: bool = False  # stored as a copy within store_max_pixels
 
 
 class Shard(NamedTuple):
@@ -106,27 +108,39 @@ def max_file_bytes(max_pixels: int) -> int:
     return int(max_pixels * 4 * 1.01) + (1 << 20)
 
 
-def inspect(c: sources.Candidate, max_pixels: int) -> Tuple[Optional[Dict[str, str]], bytes, Optional[ImageInfo]]:
-    """Reads and validates one file: (quarantine row or None, bytes, image info)."""
+class Inspected(NamedTuple):
+    """One file, read and validated: a quarantine row, or its bytes and what to store."""
+
+    bad: Optional[Dict[str, str]] = None
+    data: bytes = b""  # the file's bytes
+    info: Optional[ImageInfo] = None
+    stored: bytes = b""  # data, or a downscaled copy above store_max_pixels (image_check.check_and_store)
+    stored_info: Optional[ImageInfo] = None
+
+
+def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0) -> Inspected:
+    """Reads and validates one file."""
+    def bad(reason: str, detail: str) -> Inspected:
+        return Inspected(bad_row(c.rel_path, reason, detail, c.label, c.split))
+
     if c.problem:
-        return bad_row(c.rel_path, *c.problem, c.label, c.split), b"", None
+        return bad(*c.problem)
     if c.size > max_file_bytes(max_pixels):
-        return bad_row(c.rel_path, Reason.FILE_TOO_LARGE,
-                       f"{c.size:,} bytes: larger than any image within max_pixels could be; not read",
-                       c.label, c.split), b"", None
+        return bad(Reason.FILE_TOO_LARGE, f"{c.size:,} bytes: larger than any image within max_pixels could be; "
+                                          "not read")
     try:
         data = sources.read_bytes(c.uri)
     except FileNotFoundError:
-        return bad_row(c.rel_path, Reason.MISSING_FILE, "file does not exist", c.label, c.split), b"", None
+        return bad(Reason.MISSING_FILE, "file does not exist")
     except Exception as e:  # noqa: BLE001 - remote file systems raise their own types (e.g. NotFound)
         if type(e).__name__ == "NotFound":
-            return bad_row(c.rel_path, Reason.MISSING_FILE, "object does not exist", c.label, c.split), b"", None
-        return bad_row(c.rel_path, Reason.UNREADABLE, f"cannot read: {e}", c.label, c.split), b"", None
+            return bad(Reason.MISSING_FILE, "object does not exist")
+        return bad(Reason.UNREADABLE, f"cannot read: {e}")
     try:
-        info = check_image(data, max_pixels)
+        info, stored, stored_info = check_and_store(data, max_pixels, store_max_pixels)
     except BadImage as e:
-        return bad_row(c.rel_path, e.reason, e.detail, c.label, c.split), b"", None
-    return None, data, info
+        return bad(e.reason, e.detail)
+    return Inspected(None, data, info, stored, stored_info)
 
 
 def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> BatchResult:
@@ -134,18 +148,20 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
     writers: Dict[str, ShardWriter] = {}
     result = BatchResult([], [], [], collections.Counter())
     for c in candidates:
-        bad, data, info = inspect(c, settings.max_pixels)
+        bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels)
         if bad:
             result.bad.append(bad)
             continue
-        sha = hashlib.sha256(data).hexdigest()
+        sha = hashlib.sha256(data).hexdigest()  # of the original: splits and duplicates follow the file
         split = c.split or hash_split(sha, settings.hash_splits, settings.buckets)
         record = example_codec.encode_example({
-            "image/encoded": data,  # the original bytes, never re-encoded
-            "image/format": info.format,
-            "image/height": info.height,
-            "image/width": info.width,
-            "image/channels": info.channels,
+            "image/encoded": stored,  # the original bytes, or the downscaled copy above store_max_pixels
+            "image/format": stored_info.format,
+            "image/height": stored_info.height,
+            "image/width": stored_info.width,
+            "image/channels": stored_info.channels,
+            "image/original/height": info.height,
+            "image/original/width": info.width,
             "image/class/label": settings.label_ids[c.label],
             "image/class/text": c.label,
             "image/filename": c.rel_path,
@@ -155,7 +171,8 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
             writers[split] = ShardWriter(settings.staging_dir, split, settings.compression_level,
                                          settings.shard_bytes)
         shard, index = writers[split].write(record)
-        result.metas.append(Meta(sha, c.rel_path, c.label, split, c.split is not None, info.format, shard, index))
+        result.metas.append(Meta(sha, c.rel_path, c.label, split, c.split is not None, info.format, shard, index,
+                                 stored is not data))
         result.written[(split, c.label, info.format)] += 1
     for writer in writers.values():
         writer.close()

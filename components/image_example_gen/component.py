@@ -14,6 +14,8 @@ resolution works the same locally and on Vertex, and adds:
   compression_level   deflate level of the gzip TFRecords; 0 (stored) suits JPEG/PNG,
                       which deflate shrinks by ~1% at a large CPU cost
   shard_megabytes     start a new output shard past this size
+  store_max_pixels    store images above this many pixels as a downscaled copy (aspect kept;
+                      the original's size and hash stay in the example); 0 stores originals
   span_window         with {SPAN} patterns: ingest the latest span and the span_window - 1
                       spans before it together (a rolling window for retraining)
 """
@@ -44,6 +46,7 @@ class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
         image_executor.SHARD_MEGABYTES_KEY: ExecutionParameter(type=int),
         image_executor.SPAN_WINDOW_KEY: ExecutionParameter(type=int),
         image_executor.SPAN_PATTERN_KEY: ExecutionParameter(type=str, optional=True),
+        image_executor.STORE_MAX_PIXELS_KEY: ExecutionParameter(type=int, optional=True),
     }
     OUTPUTS = {
         **standard_component_specs.FileBasedExampleGenSpec.OUTPUTS,
@@ -86,7 +89,8 @@ class ImageExampleGen(FileBasedExampleGen):
                  drop_duplicates: bool = False,
                  compression_level: int = 0,
                  shard_megabytes: int = 64,
-                 span_window: int = 1):
+                 span_window: int = 1,
+                 store_max_pixels: int = 0):
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])
         if output_config is None:
@@ -110,6 +114,7 @@ class ImageExampleGen(FileBasedExampleGen):
             compression_level=compression_level,
             shard_megabytes=shard_megabytes,
             span_window=span_window,
+            store_max_pixels=store_max_pixels,
             # The driver fills {SPAN} into input_config; the window needs the pattern as written.
             span_pattern=input_config.splits[0].pattern if span_window > 1 else None,
             examples=types.Channel(type=standard_artifacts.Examples),

@@ -53,6 +53,7 @@ COMPRESSION_LEVEL_KEY = "compression_level"
 SHARD_MEGABYTES_KEY = "shard_megabytes"
 SPAN_WINDOW_KEY = "span_window"
 SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills in {SPAN}
+STORE_MAX_PIXELS_KEY = "store_max_pixels"
 
 QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
 
@@ -101,7 +102,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         ingest_settings = batch_ingest.Settings(
             staging_dir=staging, label_ids=label_map, hash_splits=hash_splits, buckets=buckets,
             max_pixels=settings.max_pixels, compression_level=settings.compression_level,
-            shard_bytes=settings.shard_megabytes << 20)
+            shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels)
         results_path = sources.join(staging, "results.json")
         started = time.monotonic()
         with self._make_beam_pipeline() as p:
@@ -136,6 +137,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for meta, _ in rejected:
             counts[(meta.split, meta.label, meta.format)] -= 1
         summary = build_summary(listing, counts, bad, label_map, split_names, found["duplicates"])
+        summary["downscaled"] = found["downscaled"] - sum(meta.downscaled for meta, _ in rejected)
+        summary["store_max_pixels"] = settings.store_max_pixels
         summary["seconds"] = round(elapsed, 2)
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
         check_summary(summary, settings, listing.source)
@@ -147,7 +150,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
         _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))
         io_utils.write_string_file(os.path.join(report.uri, QUARANTINE_FILE), quarantine_csv(bad))
-        for key in ("files_seen", "examples_written", "quarantined", "skipped_hidden"):
+        for key in ("files_seen", "examples_written", "quarantined", "skipped_hidden", "downscaled"):
             report.set_int_custom_property(key, summary[key])
         report.set_string_custom_property("label_map", json.dumps(label_map, ensure_ascii=False))
         report.set_string_custom_property("layout", listing.layout)
@@ -230,6 +233,7 @@ class IngestSettings(NamedTuple):
     span: int  # resolved by the driver (0 without {SPAN})
     span_window: int
     span_pattern: str
+    store_max_pixels: int  # 0: store every original
 
     @classmethod
     def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
@@ -259,7 +263,8 @@ class IngestSettings(NamedTuple):
             shard_megabytes=int(props.get(SHARD_MEGABYTES_KEY) or 64),
             span=int(span or 0),
             span_window=int(props.get(SPAN_WINDOW_KEY) or 1),
-            span_pattern=props.get(SPAN_PATTERN_KEY) or "")
+            span_pattern=props.get(SPAN_PATTERN_KEY) or "",
+            store_max_pixels=int(props.get(STORE_MAX_PIXELS_KEY) or 0))
 
     def list_inputs(self) -> sources.Listing:
         """Lists every input split's (span-resolved) pattern into one listing.

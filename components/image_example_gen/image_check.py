@@ -17,6 +17,7 @@ import struct
 import warnings
 import zlib
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from PIL import Image
 
@@ -112,6 +113,51 @@ def check_image(data: bytes, max_pixels: int) -> ImageInfo:
     Raises BadImage with a reason code for anything TensorFlow would not decode,
     and for images over `max_pixels` (width * height * frames).
     """
+    return _decode(data, max_pixels, 0)[0]
+
+
+def check_and_store(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageInfo, bytes, ImageInfo]:
+    """Validates `data` like check_image; returns (its info, the bytes to store, their info).
+
+    The bytes to store are `data` itself, or for an image above store_max_pixels (> 0) a
+    copy within it, aspect kept. A JPEG stays a JPEG (quality 95): libjpeg decodes it
+    straight to the largest of 1/2, 1/4 or 1/8 of its side that fits (a 12 MP photo
+    and a 2 MP budget give 1008x756), which needs no resampling and validates every
+    byte as check_image's 1/8-scale decode does; only an image too large even at 1/8
+    is resampled further. Other formats are resampled to fit and become PNG (lossless;
+    an animation keeps its first frame, the one TensorFlow decodes). No EXIF
+    orientation is applied, as TensorFlow applies none.
+    """
+    info, image = _decode(data, max_pixels, store_max_pixels)
+    if image is None:
+        return info, data, info
+    size = image.size if image.size[0] * image.size[1] <= store_max_pixels else _fit(info, store_max_pixels)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stored, stored_info = _encode_copy(image, info, size)
+    except Exception as e:  # Pillow raises many types
+        raise BadImage(Reason.CORRUPT, f"{info.format.upper()} does not decode ({e})") from None
+    return info, stored, stored_info
+
+
+def _fit(info: ImageInfo, max_pixels: int) -> Tuple[int, int]:
+    """(width, height) of the largest copy within max_pixels, aspect kept."""
+    scale = (max_pixels / (info.width * info.height)) ** 0.5
+    return max(1, int(info.width * scale)), max(1, int(info.height * scale))
+
+
+def _dct_size(info: ImageInfo, max_pixels: int) -> Tuple[int, int]:
+    """The size of the largest JPEG DCT scale-down (1/2, 1/4, 1/8) within max_pixels (else 1/8)."""
+    for denominator in (2, 4, 8):
+        size = (-(-info.width // denominator), -(-info.height // denominator))
+        if size[0] * size[1] <= max_pixels:
+            break
+    return size
+
+
+def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageInfo, Optional[Image.Image]]:
+    """Decodes `data` (checks first); returns its info and, when a stored copy is due, the image."""
     if not data:
         raise BadImage(Reason.EMPTY, "file is empty (0 bytes)")
     fmt = sniff_format(data)
@@ -132,10 +178,13 @@ def check_image(data: bytes, max_pixels: int) -> ImageInfo:
                     Reason.TOO_MANY_PIXELS,
                     f"{width}x{height}" + (f"x{frames} frames" if frames > 1 else "")
                     + f" = {pixels:,} pixels, over the budget of {max_pixels:,} (max_pixels)")
-            channels = bmp_channels or _tf_channels(fmt, image)
+            info = ImageInfo(format=fmt, height=height, width=width, channels=bmp_channels or _tf_channels(fmt, image))
+            keep = bool(store_max_pixels) and width * height > store_max_pixels
             if fmt == "jpeg":
-                # DCT-domain downscaling: decodes every coefficient, builds 1/64 of the pixels.
-                image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
+                # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
+                # to 1/8 of the side for the check alone, or to the scale of the stored copy.
+                target = _dct_size(info, store_max_pixels) if keep else (max(1, width // 8), max(1, height // 8))
+                image.draft(image.mode, target)
             image.load()
     except BadImage:
         raise
@@ -144,7 +193,26 @@ def check_image(data: bytes, max_pixels: int) -> ImageInfo:
         if "truncated" in message.lower() or isinstance(e, EOFError):
             raise BadImage(Reason.TRUNCATED, f"{fmt.upper()} data ends early ({message})") from None
         raise BadImage(Reason.CORRUPT, f"{fmt.upper()} does not decode ({message})") from None
-    return ImageInfo(format=fmt, height=height, width=width, channels=channels)
+    return info, image if keep else None
+
+
+def _encode_copy(image: Image.Image, info: ImageInfo, size: Tuple[int, int]) -> Tuple[bytes, ImageInfo]:
+    if image.mode in ("I", "F") or image.mode.startswith("I;"):  # 16-bit: to 8 bits, as TensorFlow does
+        image = image.convert("I").point(lambda v: v / 257).convert("L")
+    keep = ("L", "RGB") if info.format == "jpeg" else ("L", "LA", "RGB", "RGBA")
+    if image.mode not in keep:
+        image = image.convert("RGBA" if "A" in image.mode or "transparency" in image.info else "RGB")
+    if image.size != size:  # bilinear, with Pillow's support scaling (it antialiases)
+        image = image.resize(size, Image.BILINEAR)
+    out = io.BytesIO()
+    if info.format == "jpeg":
+        image.save(out, "JPEG", quality=95)
+        fmt = "jpeg"
+    else:
+        image.save(out, "PNG", compress_level=1)  # fast: deflate's best levels buy little on photos
+        fmt = "png"
+    channels = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}[image.mode]
+    return out.getvalue(), ImageInfo(format=fmt, height=size[1], width=size[0], channels=channels)
 
 
 def _tf_channels(fmt: str, image: Image.Image) -> int:
@@ -220,3 +288,4 @@ def _check_bmp_layout(data: bytes) -> int:
             Reason.UNSUPPORTED,
             f"BMP has {len(data) - expected:,} bytes after the pixel data, which TensorFlow's decoder rejects")
     return bpp // 8
+
