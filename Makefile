@@ -7,7 +7,7 @@ UV_VERSION := 0.13.9
 BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test bench lock schema clean
+.PHONY: install run test bench bench-photos lock schema clean
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,11 @@ test: install
 bench: install
 	$(BIN)/python -m bench.ingest_benchmark --rounds 3 --sizes 2000,4000,8000
 	$(BIN)/python -m bench.input_benchmark --rounds 3
+
+# The whole pipeline on 12 MP photos (500 and 2,000; ~9.4 GB of JPEGs made in bench/out/), against the
+# code before full-resolution support; about 20 minutes on 2 cores.
+bench-photos: install
+	$(BIN)/python -m bench.photo_benchmark --sizes 500,2000
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install
