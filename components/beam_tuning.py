@@ -39,22 +39,24 @@ def tune() -> None:
     tfrecordio._default_crc32c_fn.fn = google_crc32c.value  # pylint: disable=protected-access
 
 
-class StatisticsGenExecutor(statistics_gen_executor.Executor):
+class _Tuned:
+    """Mixed in before a TFX executor: tune() before its Do builds the Beam graph."""
+
     def Do(self, input_dict, output_dict, exec_properties):
         tune()
         return super().Do(input_dict, output_dict, exec_properties)
 
 
-class TransformExecutor(transform_executor.Executor):
-    def Do(self, input_dict, output_dict, exec_properties):
-        tune()
-        return super().Do(input_dict, output_dict, exec_properties)
+class StatisticsGenExecutor(_Tuned, statistics_gen_executor.Executor):
+    pass
 
 
-class EvaluatorExecutor(evaluator_executor.Executor):
-    def Do(self, input_dict, output_dict, exec_properties):
-        tune()
-        return super().Do(input_dict, output_dict, exec_properties)
+class TransformExecutor(_Tuned, transform_executor.Executor):
+    pass
+
+
+class EvaluatorExecutor(_Tuned, evaluator_executor.Executor):
+    pass
 
 
 def tuned(component, executor_class):

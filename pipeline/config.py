@@ -134,11 +134,10 @@ class PipelineConfig:
             raise ConfigError(f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
                               "'imagenet' (downloaded) or '' (random initialisation)")
         try:
-            self.hparams().validate()
+            side = self.hparams().validate().image_size
         except ValueError as e:
             raise ConfigError(f"training settings: {e}") from None
         # A JPEG's copy is the largest DCT scale-down within the budget: a quarter of it at worst.
-        side = self.hparams().image_size
         if self.store_max_pixels and self.store_max_pixels < 8 * side * side:
             raise ConfigError(f"--store-max-pixels {self.store_max_pixels:,}: stored copies could be smaller than the "
                               f"{side}x{side} model input; use at least {8 * side * side:,} (or 0 to store originals)")

@@ -62,7 +62,7 @@ class BatchResult(NamedTuple):
     metas: List[Meta]
     bad: List[Dict[str, str]]  # quarantine rows
     shards: List[Shard]
-    written: Dict[Tuple[str, str, str], int]  # examples per (split, label, format)
+    written: Dict[Tuple[str, str, str, bool], int]  # examples per (split, label, format, downscaled)
 
 
 def hash_split(sha256: str, names: List[str], buckets: List[int]) -> str:
@@ -171,9 +171,10 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
             writers[split] = ShardWriter(settings.staging_dir, split, settings.compression_level,
                                          settings.shard_bytes)
         shard, index = writers[split].write(record)
+        downscaled = stored is not data
         result.metas.append(Meta(sha, c.rel_path, c.label, split, c.split is not None, info.format, shard, index,
-                                 stored is not data))
-        result.written[(split, c.label, info.format)] += 1
+                                 downscaled))
+        result.written[(split, c.label, info.format, downscaled)] += 1
     for writer in writers.values():
         writer.close()
         result.shards.extend(writer.closed)

@@ -36,8 +36,7 @@ class InspectAndWrite(beam.DoFn):
 
     Outputs a Meta per written example (main, for duplicate detection) and, on
     the 'results' tag, ("bad", quarantine row), ("shard", Shard) for every
-    staging shard it wrote, ("written", counts per (split, label, format)) and
-    ("downscaled", how many of the written examples are downscaled copies).
+    staging shard it wrote and ("written", counts per (split, label, format, downscaled)).
     """
 
     def __init__(self, settings: Settings, processes: int, total_files: int = 0):
@@ -94,7 +93,6 @@ class InspectAndWrite(beam.DoFn):
         for shard in result.shards:
             yield beam.pvalue.TaggedOutput("results", ("shard", shard))
         yield beam.pvalue.TaggedOutput("results", ("written", [[*k, n] for k, n in result.written.items()]))
-        yield beam.pvalue.TaggedOutput("results", ("downscaled", sum(m.downscaled for m in result.metas)))
         yield from result.metas
 
 
@@ -153,13 +151,11 @@ class CollectResults(beam.CombineFn):
     KINDS = ("bad", "shard", "rejected", "duplicates")
 
     def create_accumulator(self):
-        return {**{kind: [] for kind in self.KINDS}, "written": collections.Counter(), "downscaled": 0}
+        return {**{kind: [] for kind in self.KINDS}, "written": collections.Counter()}
 
     def add_input(self, acc, kind_value):
         kind, value = kind_value
-        if kind == "downscaled":
-            acc["downscaled"] += value
-        elif kind == "written":
+        if kind == "written":
             for *key, n in value:
                 acc["written"][tuple(key)] += n
         else:
@@ -172,11 +168,10 @@ class CollectResults(beam.CombineFn):
             for kind in self.KINDS:
                 out[kind] += acc[kind]
             out["written"].update(acc["written"])
-            out["downscaled"] += acc["downscaled"]
         return out
 
     def extract_output(self, acc):
-        return {**{kind: acc[kind] for kind in self.KINDS}, "downscaled": acc["downscaled"],
+        return {**{kind: acc[kind] for kind in self.KINDS},
                 "written": [[*key, n] for key, n in sorted(acc["written"].items())]}
 
 

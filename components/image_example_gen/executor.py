@@ -135,9 +135,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         bad = found["bad"] + [row for _, row in rejected]
         counts = collections.Counter({tuple(k): n for *k, n in found["written"]})
         for meta, _ in rejected:
-            counts[(meta.split, meta.label, meta.format)] -= 1
+            counts[(meta.split, meta.label, meta.format, meta.downscaled)] -= 1
         summary = build_summary(listing, counts, bad, label_map, split_names, found["duplicates"])
-        summary["downscaled"] = found["downscaled"] - sum(meta.downscaled for meta, _ in rejected)
         summary["store_max_pixels"] = settings.store_max_pixels
         summary["seconds"] = round(elapsed, 2)
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
@@ -337,19 +336,21 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
     """Everything a person or a test wants to know about the run, as plain JSON."""
     per_split: Dict[str, Dict[str, int]] = {s: {} for s in split_names}
     formats: Dict[str, int] = collections.Counter()
-    written = 0
-    for (split, label, fmt), n in sorted(counts.items()):
+    written = downscaled = 0
+    for (split, label, fmt, is_copy), n in sorted(counts.items()):
         if n == 0:
             continue
         per_split.setdefault(split, {})[label] = per_split.get(split, {}).get(label, 0) + n
         formats[fmt] += n
         written += n
+        downscaled += n if is_copy else 0
     reasons = collections.Counter(row["reason"] for row in bad)
     return {
         "source": listing.source,
         "layout": listing.layout,
         "files_seen": len(listing.candidates),
         "examples_written": written,
+        "downscaled": downscaled,  # examples holding a copy within store_max_pixels
         "quarantined": len(bad),
         "skipped_hidden": listing.skipped_hidden,
         "bad_fraction": round(len(bad) / max(1, len(listing.candidates)), 6),

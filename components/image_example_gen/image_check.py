@@ -179,11 +179,11 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageI
                     f"{width}x{height}" + (f"x{frames} frames" if frames > 1 else "")
                     + f" = {pixels:,} pixels, over the budget of {max_pixels:,} (max_pixels)")
             info = ImageInfo(format=fmt, height=height, width=width, channels=bmp_channels or _tf_channels(fmt, image))
-            keep = bool(store_max_pixels) and width * height > store_max_pixels
+            copy_due = bool(store_max_pixels) and width * height > store_max_pixels
             if fmt == "jpeg":
                 # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
                 # to 1/8 of the side for the check alone, or to the scale of the stored copy.
-                target = _dct_size(info, store_max_pixels) if keep else (max(1, width // 8), max(1, height // 8))
+                target = _dct_size(info, store_max_pixels) if copy_due else (max(1, width // 8), max(1, height // 8))
                 image.draft(image.mode, target)
             image.load()
     except BadImage:
@@ -193,7 +193,7 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageI
         if "truncated" in message.lower() or isinstance(e, EOFError):
             raise BadImage(Reason.TRUNCATED, f"{fmt.upper()} data ends early ({message})") from None
         raise BadImage(Reason.CORRUPT, f"{fmt.upper()} does not decode ({message})") from None
-    return info, image if keep else None
+    return info, image if copy_due else None
 
 
 def _encode_copy(image: Image.Image, info: ImageInfo, size: Tuple[int, int]) -> Tuple[bytes, ImageInfo]:
@@ -288,4 +288,3 @@ def _check_bmp_layout(data: bytes) -> int:
             Reason.UNSUPPORTED,
             f"BMP has {len(data) - expected:,} bytes after the pixel data, which TensorFlow's decoder rejects")
     return bpp // 8
-
