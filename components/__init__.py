@@ -1,4 +1,10 @@
-"""Custom TFX components: ImageExampleGen (image_example_gen/) and DataValidationGate (validation_gate.py)."""
+"""Custom TFX components and executors.
+
+image_example_gen/   ImageExampleGen: image files -> tf.Examples, and a profile of the data
+validation_gate.py   DataValidationGate: stops the run on anomalies or drift (drift.py)
+model_evaluator.py   the Evaluator's executor: no comparison across class changes
+beam_tuning.py       StatisticsGen, Transform and Evaluator executors tuned for large examples
+"""
 
 _ARTIFACTS = ("ImageIngestionReport", "DataValidationResult")
 

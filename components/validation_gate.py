@@ -1,17 +1,18 @@
-"""DataValidationGate: stops the run when ExampleValidator found anomalies.
+"""DataValidationGate: stops the run when ExampleValidator found anomalies, or the data drifted.
 
 ExampleValidator only records anomalies; nothing downstream reads them, so bad
 data trains a model anyway (tensorflow/tfx-addons#153). This component reads
-every split's anomalies and fails its execution with the list, so the
-orchestrator runs nothing after it. With fail_on_anomalies=False it records and
-logs them and lets the run go on.
+every split's anomalies, and compares the new data's profile with the one kept
+with the latest blessed model's blessing (components/drift.py), then fails its
+execution with the list, so the orchestrator runs nothing after it. With
+fail_on_anomalies=False it records and logs them and lets the run go on.
 
 Downstream components must run after it: `transform.add_upstream_node(gate)`.
 """
 
 import json
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2
@@ -25,10 +26,13 @@ from tfx.dsl.io import fileio
 from tfx.types import standard_artifacts
 from tfx.utils import io_utils
 
+from components import drift
 from components.artifacts import DataValidationResult
+from components.image_example_gen import PROFILE_FILE
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes per split
-RESULT_FILE = "anomalies.json"  # pipeline/run_summary.py reads it by this name
+RESULT_FILE = "anomalies.json"  # pipeline/run_summary.py reads these by name
+DRIFT_FILE = "drift.json"
 
 
 class DataValidationError(RuntimeError):
@@ -54,27 +58,54 @@ def read_anomalies(anomalies_uri: str) -> List[Dict[str, str]]:
     return found
 
 
-def describe(found: List[Dict[str, str]]) -> str:
-    lines = [f"data validation found {len(found)} anomal{'y' if len(found) == 1 else 'ies'}; "
-             "fix the data, or update the schema (schemas/README.md), or run with --gate warn:"]
+def describe(found: List[Dict[str, str]], drifted: List[Dict] = ()) -> str:
+    """A first line that names every problem (feature, and distance for drift), then one line of detail each."""
+    short = [f"[{a['split']}] {a['feature']}: {a['short']}" for a in found] + [drift.short_check(c) for c in drifted]
+    shown = "; ".join(short[:4]) + (f"; and {len(short) - 4} more" if len(short) > 4 else "")
+    fixes = ["fix the data"] + (["update the schema (schemas/README.md)"] if found else []) + \
+        ([f"raise {' / '.join(sorted({c['option'] for c in drifted}))}"] if drifted else [])
+    lines = [f"data validation found {len(short)} problem{'s' if len(short) > 1 else ''}: {shown}; "
+             f"{', or '.join(fixes)}, or run with --gate warn"]
     for a in found:
         lines.append(f"  [{a['split']}] {a['feature']}: {a['short']} - {a['description']}")
+    for check in drifted:
+        lines.append(f"  [drift] {drift.describe_check(check)}")
     return "\n".join(lines)
+
+
+def read_profile(uri: str) -> Optional[Dict]:
+    path = os.path.join(uri, PROFILE_FILE)
+    return json.loads(io_utils.read_string_file(path)) if fileio.exists(path) else None
 
 
 @component
 def DataValidationGate(
     anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
+    examples: InputArtifact[standard_artifacts.Examples],
     result: OutputArtifact[DataValidationResult],
+    baseline_blessing: InputArtifact[standard_artifacts.ModelBlessing] = None,
     fail_on_anomalies: Parameter[bool] = True,
+    max_class_drift: Parameter[float] = 1.0,
+    max_size_drift: Parameter[float] = 1.0,
+    max_format_drift: Parameter[float] = 1.0,
+    max_count_drop: Parameter[float] = 1.0,
 ) -> None:
     found = read_anomalies(anomalies.uri)
+    limits = drift.Thresholds(max_class_drift, max_size_drift, max_format_drift, max_count_drop)
+    reference = read_profile(baseline_blessing.uri) if baseline_blessing else None
+    drift_result = drift.check(reference, read_profile(examples.uri), limits, has_baseline=bool(baseline_blessing))
+    drifted = [c for c in drift_result.get("checks", []) if c["drifted"]]
     io_utils.write_string_file(os.path.join(result.uri, RESULT_FILE), json.dumps(found, indent=1))
-    result.set_int_custom_property("passed", int(not found))
+    io_utils.write_string_file(os.path.join(result.uri, DRIFT_FILE), json.dumps(drift_result, indent=1))
+    result.set_int_custom_property("passed", int(not found and not drifted))
     result.set_int_custom_property("anomalies", len(found))
-    if not found:
-        logging.info("DataValidationGate: no anomalies")
+    result.set_int_custom_property("drifted", len(drifted))
+    classes = drift.describe_classes(drift_result)
+    if classes:
+        logging.warning("DataValidationGate: %s", classes)
+    if not found and not drifted:
+        logging.info("DataValidationGate: no anomalies, no drift (%s)", drift_result.get("skipped", "compared"))
         return
     if fail_on_anomalies:
-        raise DataValidationError(describe(found))
-    logging.warning("DataValidationGate (warn only): %s", describe(found))
+        raise DataValidationError(describe(found, drifted))
+    logging.warning("DataValidationGate (warn only): %s", describe(found, drifted))

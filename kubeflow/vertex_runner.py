@@ -2,7 +2,10 @@
 
     tfx pipeline create  --engine=vertex --pipeline_path=kubeflow/vertex_runner.py [--build_image]
     tfx pipeline compile --engine=vertex --pipeline_path=kubeflow/vertex_runner.py
-    tfx run create       --engine=vertex --project P --region R --pipeline_name imagepipe
+    tfx run create       --engine=vertex --project P --region R --pipeline_name NAME
+
+NAME is IMAGEPIPE_NAME, or derived from IMAGEPIPE_DATA (e.g. images-3f2a9c; `tfx pipeline create`
+prints it).
 
 Settings come from IMAGEPIPE_* environment variables (pipeline/config.py: IMAGEPIPE_PROJECT,
 IMAGEPIPE_PIPELINE_ROOT, IMAGEPIPE_IMAGE, IMAGEPIPE_DATA, ...), the same ones `imagepipe compile`

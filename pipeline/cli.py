@@ -43,7 +43,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="folder of class subfolders (optionally train/ eval/ inside) or a CSV "
                    "manifest with a path,label[,split] header; default: the digits sample")
     p.add_argument("--root", help=f"where artifacts and ML Metadata go (default {d.root})")
-    p.add_argument("--name", dest="pipeline_name", help=f"pipeline name (default {d.pipeline_name})")
+    p.add_argument("--name", help="pipeline name: its runs, models and metadata are kept apart (default: from "
+                   "--data, e.g. petimages-3f2a9c; 'digits' for the sample)")
     p.add_argument("--layout", choices=["auto", "folders", "presplit", "manifest"], help="input layout (default auto)")
     p.add_argument("--span-pattern", help="read the latest span below --data, e.g. 'span-{SPAN}'")
     p.add_argument("--span-window", type=int, help="with --span-pattern: read the latest span and the N-1 "
@@ -59,7 +60,15 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
     p.add_argument("--schema", help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
                    "the sample uses schemas/digits/schema.pbtxt)")
-    p.add_argument("--gate", choices=["fail", "warn"], help="on anomalies: stop the run (default) or warn")
+    p.add_argument("--gate", choices=["fail", "warn"], help="on anomalies or drift: stop the run (default) or warn")
+    drift = p.add_argument_group("drift from the latest blessed model's data (L-infinity distance of shares; "
+                                 "1 turns a check off)")
+    drift.add_argument("--max-class-drift", type=float, help=f"class mix (default {d.max_class_drift})")
+    drift.add_argument("--max-size-drift", type=float, help="image width and height, in power-of-two bins "
+                       f"(default {d.max_size_drift})")
+    drift.add_argument("--max-format-drift", type=float, help=f"JPEG/PNG/GIF/BMP mix (default {d.max_format_drift})")
+    drift.add_argument("--max-count-drop", type=float, help="largest accepted drop of the example count, as a "
+                       f"fraction (default {d.max_count_drop})")
     t = p.add_argument_group("training")
     t.add_argument("--model", choices=["cnn", "mobilenet_v2", "efficientnet_b0"],
                    help="cnn (fast default) or a keras.applications backbone for transfer learning")
@@ -72,6 +81,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--weights", help="backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' (random)")
     t.add_argument("--augment", help="training augmentation: any of flip,crop,brightness")
     t.add_argument("--seed", type=int, help=f"(default {d.seed})")
+    t.add_argument("--nondeterministic", dest="deterministic", action="store_false", default=None,
+                   help="allow nondeterministic TensorFlow ops (faster on some GPUs; by default the same data, "
+                   "settings and seed give the same model)")
     t.add_argument("--warm-start", action="store_true", default=None,
                    help="start training from the latest blessed model (same classes and model)")
     t.add_argument("--accuracy-threshold", type=float,
@@ -137,11 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write a run's HTML report (default: the newest run)")
     report.add_argument("run", nargs="?", help="run id, as 'imagepipe runs' lists them")
     report.add_argument("--root", help="the run's --root")
-    report.add_argument("--name", dest="pipeline_name", help="the run's --name")
+    report.add_argument("--name", help="the run's --name (default: the pipeline of the newest run in --root)")
     report.add_argument("--out", help="HTML file to write (default <root>/reports/<name>/<run>.html)")
     runs = commands.add_parser("runs", help="list the runs recorded in ML Metadata, newest first")
     runs.add_argument("--root", help="the runs' --root")
-    runs.add_argument("--name", dest="pipeline_name", help="the runs' --name")
+    runs.add_argument("--name", help="the runs' --name (default: every pipeline in --root)")
     runs.add_argument("--failed", action="store_true", help="only failed runs")
     runs.add_argument("--json", action="store_true", help="as JSON")
     predict = commands.add_parser("predict", help="classify image files with a trained model")
@@ -149,11 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--model", dest="model_dir", help="a pushed model folder or SavedModel (default: the newest pushed model "
                          "of --root/--name)")
     predict.add_argument("--root", help="the run's --root (to find the pushed model)")
-    predict.add_argument("--name", dest="pipeline_name", help="the run's --name")
+    predict.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     predict.add_argument("--top", type=int, default=1, help="classes to show per image (default 1)")
     export = commands.add_parser("export-schema", help="copy the schema SchemaGen inferred in the last run")
     export.add_argument("--root", help="the run's --root")
-    export.add_argument("--name", dest="pipeline_name", help="the run's --name")
+    export.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     export.add_argument("--out", required=True, help="where to write schema.pbtxt, e.g. schemas/<dataset>/schema.pbtxt")
     return parser
 
@@ -164,6 +176,20 @@ def config_from_args(args: argparse.Namespace, kind=PipelineConfig):
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)
              if getattr(args, f.name, None) is not None}
     return dataclasses.replace(config, **given)
+
+
+def existing_pipeline(args: argparse.Namespace) -> PipelineConfig:
+    """The configuration of a pipeline that ran under --root: --name, else the only one there."""
+    from pipeline.config import pipelines_in_root
+
+    config = config_from_args(args)
+    if config.name:
+        return config
+    names = pipelines_in_root(config.root)
+    if len(names) > 1:
+        raise ConfigError(f"{len(names)} pipelines in {config.root} ({', '.join(names)}): give --name "
+                          "('imagepipe runs' lists each one's runs)")
+    return dataclasses.replace(config, name=names[0]) if names else config
 
 
 def _cloud_settings(args: argparse.Namespace, need_host: bool = False):
@@ -235,7 +261,9 @@ def _print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
         print(f"training curves: tensorboard --logdir {details['Trainer']['model_run']}")
     if details.get("Pusher", {}).get("pushed") and config is not None:
         root = "" if config.root == PipelineConfig().root else f" --root {config.root}"
-        name = "" if config.pipeline_name == PipelineConfig().pipeline_name else f" --name {config.pipeline_name}"
+        from pipeline.config import pipelines_in_root
+
+        name = f" --name {config.pipeline_name}" if len(pipelines_in_root(config.root)) > 1 else ""
         print(f"classify images with the pushed model: imagepipe predict{root}{name} IMAGE...")
 
 
@@ -324,6 +352,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pipeline import report, run_summary
 
     try:
+        if not config.name:  # the pipeline of the newest run (or of RUN) in --root
+            config = dataclasses.replace(config, name=run_summary.pipeline_of_run(config.root, args.run))
         summary = run_summary.summarize(config.metadata_path, args.run)
     except run_summary.NoMetadata as e:
         return _fail(EXIT_BAD_INPUT, str(e))
@@ -336,13 +366,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     import datetime
 
     from pipeline import run_summary
+    from pipeline.config import pipelines_in_root
 
     config = config_from_args(args)
     _quiet_logs(verbose=False)
+    names = [config.pipeline_name] if config.name else pipelines_in_root(config.root) or [config.pipeline_name]
+    runs = []
     try:
-        runs = run_summary.list_runs(config.metadata_path)
+        for name in names:
+            found = run_summary.list_runs(dataclasses.replace(config, name=name).metadata_path)
+            runs += [{"pipeline": name, **r} for r in found]
     except run_summary.NoMetadata as e:
         return _fail(EXIT_BAD_INPUT, str(e))
+    runs.sort(key=lambda r: r["started_ms"], reverse=True)
     if args.failed:
         runs = [r for r in runs if r["status"] == "failed"]
     if args.json:
@@ -351,7 +387,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print("no failed runs" if args.failed else "no runs")
         return 0
-    print(f"{'run':<28} {'started (UTC)':<20} {'seconds':>8}  {'status':<9} {'components':<24} {'accuracy':>8}  blessed")
+    width = max(len("pipeline"), *(len(r["pipeline"]) for r in runs))
+    print(f"{'pipeline':<{width}} {'run':<28} {'started (UTC)':<20} {'seconds':>8}  {'status':<9} "
+          f"{'components':<24} {'accuracy':>8}  blessed")
     for r in runs:
         started = datetime.datetime.fromtimestamp(r["started_ms"] / 1000, datetime.timezone.utc)
         counts = {}
@@ -360,8 +398,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         accuracy = f"{r['accuracy']:.4f}" if r["accuracy"] is not None else "-"
         blessed = {True: "yes", False: "no", None: "-"}[r["blessed"]]
-        print(f"{r['run_id']:<28} {started:%Y-%m-%d %H:%M:%S}  {r['seconds']:>8.1f}  {r['status']:<9} "
-              f"{states:<24} {accuracy:>8}  {blessed}")
+        print(f"{r['pipeline']:<{width}} {r['run_id']:<28} {started:%Y-%m-%d %H:%M:%S}  {r['seconds']:>8.1f}  "
+              f"{r['status']:<9} {states:<24} {accuracy:>8}  {blessed}")
         if r["status"] == "failed":
             print(f"    failed at {r['failed_component']}: {(r['error'] or 'no message').splitlines()[0][:160]}")
     return 0
@@ -386,7 +424,7 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 
     from pipeline import run_summary
 
-    config = config_from_args(args)
+    config = existing_pipeline(args)
     try:
         summary = run_summary.summarize(config.metadata_path)
     except (LookupError, OSError):
@@ -406,7 +444,7 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from pipeline import predict
 
-    config = config_from_args(args)
+    config = existing_pipeline(args)
     model = args.model_dir or config.serving_dir
     try:
         model_dir = predict.resolve_model_dir(model)

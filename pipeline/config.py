@@ -6,6 +6,7 @@ the only consumer, shared by every runner.
 """
 
 import dataclasses
+import hashlib
 import os
 import re
 from typing import List, Optional
@@ -21,9 +22,26 @@ class ConfigError(ValueError):
     """A bad setting; the message names the option and the fix in one line."""
 
 
+SAMPLE_PIPELINE_NAME = "digits"
+
+
+def default_pipeline_name(data: Optional[str]) -> str:
+    """A pipeline (a lineage of runs, models and metadata) per dataset: its folder or manifest name
+    and a short hash of its full path, e.g. petimages-3f2a9c; lower-case letters, digits and
+    dashes, as Vertex AI and Kubeflow need."""
+    if not data:
+        return SAMPLE_PIPELINE_NAME
+    location = data if "://" in data else os.path.abspath(os.path.expanduser(data))
+    stem = os.path.splitext(location.rstrip("/").rsplit("/", 1)[-1])[0]
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:48].strip("-") or "data"
+    return f"{slug}-{hashlib.sha256(location.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
+
+
 @dataclasses.dataclass
 class PipelineConfig:
-    pipeline_name: str = "imagepipe"
+    # The pipeline name: its runs, artifacts, metadata and pushed models are kept apart from other
+    # pipelines'. None: derived from --data (default_pipeline_name), so each dataset has its own.
+    name: Optional[str] = None
     # Where runs write: pipelines/<name> (artifacts), metadata/<name>/metadata.db (ML Metadata),
     # data/ (the sample dataset).
     root: str = os.path.join(PROJECT_DIR, ".imagepipe")
@@ -46,7 +64,14 @@ class PipelineConfig:
     compression_level: int = 0  # gzip level of the TFRecords; 0 suits JPEG/PNG
     # A curated schema (schemas/<dataset>/schema.pbtxt) for ImportSchemaGen; None: SchemaGen infers.
     schema: Optional[str] = None
-    gate: str = "fail"  # fail: anomalies stop the run; warn: they are reported only
+    gate: str = "fail"  # fail: anomalies or drift stop the run; warn: they are reported only
+    # Drift from the data of the latest blessed model (components/drift.py): the largest accepted
+    # L-infinity distance between the shares of classes, of image width/height bins, and of formats,
+    # and the largest accepted drop of the example count (0.5: half). 1 turns a check off.
+    max_class_drift: float = 0.2
+    max_size_drift: float = 0.3
+    max_format_drift: float = 0.3
+    max_count_drop: float = 0.5
 
     # Training (trainer/hparams.py has the meaning of each).
     model: str = "cnn"  # cnn | mobilenet_v2 | efficientnet_b0
@@ -58,12 +83,17 @@ class PipelineConfig:
     weights: str = "imagenet"  # transfer models: "imagenet", a local weights file, or "" (random)
     augment: str = ""  # flip, crop, brightness (comma-separated)
     seed: int = 42
+    deterministic: bool = True  # same data, settings and seed -> same weights (TensorFlow op determinism)
     warm_start: bool = False  # start from the latest blessed model's weights (same classes and model)
     # Evaluator: bless a model when eval accuracy reaches this, and (after the first) when it is
     # no worse than the last blessed model. Pusher copies blessed models under <root>/serving/<name>.
     accuracy_threshold: float = 0.9
     enable_cache: bool = True
     beam_args: List[str] = dataclasses.field(default_factory=list)  # e.g. Dataflow settings
+
+    @property
+    def pipeline_name(self) -> str:
+        return self.name or default_pipeline_name(self.data)
 
     @property
     def pipeline_root(self) -> str:
@@ -103,9 +133,12 @@ class PipelineConfig:
         return HParams(model=self.model, image_size=size, epochs=self.epochs,
                        fine_tune_epochs=self.fine_tune_epochs, batch_size=self.batch_size,
                        learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
-                       seed=self.seed, warm_start=self.warm_start)
+                       seed=self.seed, deterministic=self.deterministic, warm_start=self.warm_start)
 
     def validate(self) -> "PipelineConfig":
+        if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", self.name):
+            raise ConfigError(f"--name {self.name!r}: use letters, digits, '-', '_' or '.' (at most 63), "
+                              "starting with a letter or digit")
         if self.layout not in ("auto", "folders", "presplit", "manifest"):
             raise ConfigError(f"--layout {self.layout!r}: use one of auto, folders, presplit, manifest")
         if not 1 <= self.eval_percent <= 99:
@@ -121,6 +154,10 @@ class PipelineConfig:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
         if self.gate not in GATE_MODES:
             raise ConfigError(f"--gate {self.gate!r}: use fail or warn")
+        for option in ("max_class_drift", "max_size_drift", "max_format_drift", "max_count_drop"):
+            value = getattr(self, option)
+            if not 0 <= value <= 1:
+                raise ConfigError(f"--{option.replace('_', '-')} {value}: use a fraction from 0 to 1 (1: no check)")
         if self.span_window < 1:
             raise ConfigError(f"--span-window {self.span_window}: use 1 or more spans")
         if self.span_window > 1 and not self.span_pattern:
@@ -156,6 +193,14 @@ class PipelineConfig:
                 f"--max-pixels {self.max_pixels:,}: decoding images that large takes up to {needed / 2**30:.1f} GiB "
                 f"(with TensorFlow and Beam), more than this machine's {total_bytes / 2**30:.1f} GiB; lower "
                 "--max-pixels (larger images are then quarantined) or run on a bigger machine")
+
+
+def pipelines_in_root(root: str) -> List[str]:
+    """The pipelines that have run under `root` (those with an ML Metadata store), sorted."""
+    folder = os.path.join(root, "metadata")
+    if not os.path.isdir(folder):
+        return []
+    return sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n, "metadata.db")))
 
 
 # Headroom for what TensorFlow, TFX and Beam hold in a component's process besides the images

@@ -15,7 +15,7 @@ import tensorflow_model_analysis as tfma
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
-from components import beam_tuning
+from components import beam_tuning, model_evaluator
 from components.image_example_gen.component import ImageExampleGen
 from components.validation_gate import DataValidationGate
 from pipeline.config import IMAGE_PROJECT_DIR, PROJECT_DIR, CloudConfig, ConfigError, PipelineConfig
@@ -104,9 +104,24 @@ def create_pipeline(config: PipelineConfig,
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
 
+    # The latest blessed model: the Evaluator's baseline, the Trainer's warm start, and (through its
+    # blessing, which keeps the profile of its data) the gate's drift reference. Kubeflow Pipelines'
+    # open-source backend has no resolver executor, so there the threshold alone gates, without drift.
+    baseline = None
+    if not (cloud and cloud.target == "kubeflow"):
+        baseline = tfx.dsl.Resolver(
+            strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+            model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+            model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+        ).with_id("latest_blessed_model_resolver")
+
     gate = DataValidationGate(
         anomalies=example_validator.outputs["anomalies"],
-        fail_on_anomalies=(config.gate == "fail"))
+        examples=example_gen.outputs["examples"],
+        baseline_blessing=baseline.outputs["model_blessing"] if baseline else None,
+        fail_on_anomalies=(config.gate == "fail"),
+        max_class_drift=config.max_class_drift, max_size_drift=config.max_size_drift,
+        max_format_drift=config.max_format_drift, max_count_drop=config.max_count_drop)
 
     hparams = config.hparams().to_custom_config()
     transform = beam_tuning.tuned(tfx.components.Transform(
@@ -120,16 +135,6 @@ def create_pipeline(config: PipelineConfig,
         # nothing reads either, so they are skipped.
         disable_statistics=True), beam_tuning.TransformExecutor)
     transform.add_upstream_node(gate)  # the gate must pass before any data is consumed
-
-    # The latest blessed model: the Evaluator's baseline, and the Trainer's warm start. Kubeflow
-    # Pipelines' open-source backend has no resolver executor, so there the threshold alone gates.
-    baseline = None
-    if not (cloud and cloud.target == "kubeflow"):
-        baseline = tfx.dsl.Resolver(
-            strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-            model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-            model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-        ).with_id("latest_blessed_model_resolver")
 
     trainer_args = dict(
         run_fn="trainer.task.run_fn",
@@ -150,7 +155,7 @@ def create_pipeline(config: PipelineConfig,
         model=trainer.outputs["model"],
         baseline_model=baseline.outputs["model"] if baseline else None,
         eval_config=eval_config(config.accuracy_threshold),
-        example_splits=["eval"]), beam_tuning.EvaluatorExecutor)
+        example_splits=["eval"]), model_evaluator.Executor)
 
     if cloud and cloud.endpoint:
         pusher = tfx.extensions.google_cloud_ai_platform.Pusher(
@@ -164,8 +169,8 @@ def create_pipeline(config: PipelineConfig,
             push_destination=tfx.proto.PushDestination(
                 filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir)))
 
-    components = [example_gen, statistics_gen, schema_gen, example_validator, gate,
-                  transform, trainer, baseline, evaluator, pusher]
+    components = [example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
+                  transform, trainer, evaluator, pusher]
     components = [c for c in components if c is not None]
     if beam_pipeline_args is None:
         beam_pipeline_args = dataflow_args(config, cloud) if cloud and cloud.dataflow else config.beam_args

@@ -21,10 +21,11 @@ import json
 import os
 from typing import Any, Dict, Optional
 
+from components import drift as drift_lib
 from components.image_example_gen.sources import split_sort_key
 from pipeline.predict import byte_batches
-from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, table, thumbnail,
-                                  tiles)
+from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
+                                  thumbnail, tiles)
 
 MAX_QUARANTINE_ROWS = 200
 MAX_THUMBNAILS = 48
@@ -82,12 +83,15 @@ def _verdict(summary: Dict[str, Any], components: Dict[str, Dict]) -> str:
     cards = []
     if ingest:
         anomalies = (gate.get("details") or {}).get("anomalies")
+        drifted = (gate.get("details") or {}).get("drifted")
         gate_failed = gate.get("state") == "FAILED"
-        kind = "bad" if gate_failed else ("warn" if ingest["quarantined"] or anomalies else "ok")
+        kind = "bad" if gate_failed else ("warn" if ingest["quarantined"] or anomalies or drifted else "ok")
+        warned = [f"{len(anomalies)} anomalies"] if anomalies else []
+        warned += [f"drift in {len(drifted)} distributions"] if drifted else []
         text = (f"{ingest['files_seen']:,} files → {ingest['examples_written']:,} examples, "
                 f"{ingest['quarantined']:,} quarantined; "
-                + ("anomalies stopped the run" if gate_failed else
-                   f"{len(anomalies)} anomalies (warned)" if anomalies else "no anomalies"))
+                + ("validation stopped the run" if gate_failed else
+                   f"{' and '.join(warned)} (warned)" if warned else "no anomalies, no drift"))
         cards.append(f"<div class=\"card {kind}\"><b>Data</b><br>{esc(text)}</div>")
     if evaluation:
         kind = "ok" if evaluation["blessed"] else "bad"
@@ -185,7 +189,8 @@ def _validation(components: Dict[str, Dict]) -> str:
     found = (validator["details"] or {}).get("anomalies", [])
     gate = components.get("DataValidationGate", {})
     if gate.get("state") == "FAILED":
-        body += "<p><b>The validation gate stopped the run</b> because of these anomalies.</p>"
+        body += ("<p><b>The validation gate stopped the run</b> because of the anomalies or the drift below "
+                 "(the Summary has its message).</p>")
     if not found:
         body += "<p>No anomalies: every split matches the schema.</p>"
     elif anomalies_uri:
@@ -194,6 +199,7 @@ def _validation(components: Dict[str, Dict]) -> str:
             if proto.anomaly_info or proto.HasField("dataset_anomaly_info"):
                 split = os.path.basename(os.path.dirname(pb))[len("Split-"):]
                 body += f"<h3>Anomalies in {esc(split)}</h3>" + display_util.get_anomalies_dataframe(proto).to_html()
+    body += _drift(components.get("DataValidationGate"))
     schema_component = components.get("ImportSchemaGen") or components.get("SchemaGen")
     schema_path = (schema_component or {}).get("details", {}).get("schema")
     if schema_path and os.path.exists(schema_path):
@@ -204,6 +210,36 @@ def _validation(components: Dict[str, Dict]) -> str:
             body += domains.to_html()
     body += _statistics(components.get("StatisticsGen"))
     return _section("validation", "Data validation", body)
+
+
+def _drift(gate: Optional[Dict]) -> str:
+    """The new data beside the latest blessed model's, per compared distribution (components/drift.py)."""
+    result = ((gate or {}).get("details") or {}).get("drift")
+    if not result:
+        return ""
+    out = "<h3>Drift from the last blessed model's data</h3>"
+    if "skipped" in result:
+        return out + f"<p class=\"muted\">Not checked: {esc(result['skipped'])}.</p>"
+    classes = drift_lib.describe_classes(result)
+    if classes:
+        out += f"<p><b>Class change</b>: {esc(classes)}.</p>"
+    rows = []
+    for check in result["checks"]:
+        verdict = "DRIFTED" if check["drifted"] else "ok"
+        rows.append([check["feature"], check["metric"], check["distance"], check["threshold"], verdict])
+    out += table(["distribution", "distance", "value", "threshold", "verdict"], rows, numeric=[2, 3])
+    for check in result["checks"]:
+        if check["metric"] == "drop":
+            continue
+        before, now = drift_lib.shares(check["reference"]), drift_lib.shares(check["current"])
+        keys = sorted(set(before) | set(now), key=lambda k: (-max(before.get(k, 0), now.get(k, 0)), k))[:30]
+        out += (f"<h3>{esc(check['feature'])}: {'DRIFTED' if check['drifted'] else 'ok'} "
+                f"(L-infinity {check['distance']:.3f}, threshold {check['threshold']:.3f})</h3>")
+        out += table([check["feature"], "last blessed model's data", "this run's data", "examples then", "now"],
+                     [[k, share_bar(before.get(k, 0.0), color="#888"), share_bar(now.get(k, 0.0)),
+                       check["reference"].get(k, 0), check["current"].get(k, 0)] for k in keys],
+                     numeric=[3, 4], raw=[1, 2])
+    return out
 
 
 def _statistics(component: Optional[Dict]) -> str:
@@ -260,6 +296,7 @@ def _training(components: Dict[str, Dict]) -> str:
     epochs = log["epochs"]
     body = (f"<p>Trained on <b>{esc(log['strategy'])}</b>: {len(epochs)} epochs in {log['train_seconds']:.1f} s"
             + (f", warm-started from <code>{esc(log['warm_started_from'])}</code>" if log.get("warm_started_from") else "")
+            + (f", not warm-started ({esc(log['warm_start_skipped'])})" if log.get("warm_start_skipped") else "")
             + f". TensorBoard: <code>tensorboard --logdir {esc(d['model_run'])}</code></p>")
     loss = {"train loss": [e.get("loss") for e in epochs], "eval loss": [e.get("val_loss") for e in epochs]}
     accuracy = {"train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
@@ -293,6 +330,8 @@ def _evaluation(components: Dict[str, Dict]) -> str:
     if d["baseline_accuracy"] is not None and d["accuracy"] is not None:
         reasons.append(f"{'not below' if d['accuracy'] >= d['baseline_accuracy'] else 'below'} the last blessed "
                        f"model's {d['baseline_accuracy']:.4f}")
+    elif d.get("baseline_skipped"):
+        reasons.append(f"not compared with the last blessed model: {d['baseline_skipped']}")
     elif d["baseline_accuracy"] is None:
         reasons.append("no blessed model to compare with yet")
     verdict = "BLESSED" if d["blessed"] else "NOT BLESSED"

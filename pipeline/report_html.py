@@ -151,6 +151,14 @@ def histogram_svg(buckets: List[tuple], width: int = 160, height: int = 36) -> s
     return f"<svg role=\"img\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\">{rects}</svg>"
 
 
+def share_bar(fraction: float, width: int = 120, height: int = 12, color: str = "#2f6fdf") -> str:
+    """A horizontal bar for a share from 0 to 1, with the percentage beside it."""
+    filled = max(0.0, min(1.0, fraction)) * width
+    return (f"<svg role=\"img\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\">"
+            f"<rect width=\"{width}\" height=\"{height}\" fill=\"#eee\"/><rect width=\"{filled:.1f}\" "
+            f"height=\"{height}\" fill=\"{color}\"/></svg> {fraction:.1%}")
+
+
 def document(title: str, header: str, body: str) -> str:
     return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"

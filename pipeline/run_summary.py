@@ -11,12 +11,14 @@ from typing import Any, Dict, List, Optional
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from components.image_example_gen import QUARANTINE_FILE, SUMMARY_FILE
+from components import drift as drift_lib
+from components.image_example_gen import PROFILE_FILE, QUARANTINE_FILE, SUMMARY_FILE
 from components.image_example_gen.sources import split_sort_key
 
 # Written by the gate (components/validation_gate.py) and the Trainer (trainer/task.py); named here
 # so that listing runs needs neither TFX nor TensorFlow.
 GATE_RESULT_FILE = "anomalies.json"
+GATE_DRIFT_FILE = "drift.json"
 TRAINING_LOG = "training.json"
 
 _STATES = {metadata_store_pb2.Execution.COMPLETE: "ran", metadata_store_pb2.Execution.CACHED: "cached",
@@ -58,6 +60,26 @@ def _find_run(store, metadata_path: str, run_id: Optional[str]) -> metadata_stor
     if run is None:
         raise NoMetadata(f"run {run_id!r} not found in {metadata_path}; 'imagepipe runs' lists them")
     return run
+
+
+def pipeline_of_run(root: str, run_id: Optional[str] = None) -> str:
+    """The pipeline under `root` whose metadata holds run `run_id`, or the newest run when None."""
+    from pipeline.config import PipelineConfig, pipelines_in_root
+
+    newest = None
+    for name in pipelines_in_root(root):
+        path = PipelineConfig(root=root, name=name).metadata_path
+        for run in _runs(open_store(path)):
+            if run_id is None or run.name == run_id:
+                if newest is None or run.create_time_since_epoch > newest[0]:
+                    newest = (run.create_time_since_epoch, name)
+                break
+    if newest is None and run_id:
+        raise NoMetadata(f"run {run_id!r} not found in any pipeline under {root}; 'imagepipe runs --root {root}' "
+                         "lists them")
+    if newest is None:
+        raise NoMetadata(f"no run recorded under {root}; run 'imagepipe run' first (with the same --root)")
+    return newest[1]
 
 
 def node_name(store, execution) -> str:
@@ -176,20 +198,24 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
         node = node_name(store, execution)
         outputs: Dict[str, List[str]] = {}
         properties: Dict[str, List[Dict[str, Any]]] = {}
-        events = [e for e in store.get_events_by_execution_ids([execution.id])
-                  if e.type == metadata_store_pb2.Event.OUTPUT]
+        inputs: Dict[str, List[str]] = {}
+        events = store.get_events_by_execution_ids([execution.id])
         artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
         for event in events:
             key = event.path.steps[0].key if event.path.steps else "output"
             artifact = artifacts[event.artifact_id]
-            outputs.setdefault(key, []).append(artifact.uri)
-            properties.setdefault(key, []).append(_scalars(artifact.custom_properties))
+            if event.type == metadata_store_pb2.Event.INPUT:
+                inputs.setdefault(key, []).append(artifact.uri)
+            elif event.type == metadata_store_pb2.Event.OUTPUT:
+                outputs.setdefault(key, []).append(artifact.uri)
+                properties.setdefault(key, []).append(_scalars(artifact.custom_properties))
         components.append({
             "component": node,
             "execution_id": execution.id,
             "state": state_name(execution),
             "started_ms": execution.create_time_since_epoch,
             "seconds": round((execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000, 1),
+            "inputs": inputs,
             "outputs": outputs,
             "output_properties": properties,
             "properties": _scalars(execution.custom_properties),
@@ -222,7 +248,14 @@ def _details(c: Dict[str, Any]) -> Dict[str, Any]:
         path = os.path.join(_first(outputs, "result"), GATE_RESULT_FILE)
         if os.path.exists(path):
             anomalies = json.load(open(path))
-            return {"anomalies": anomalies, "passed": not anomalies}
+            drift_path = os.path.join(_first(outputs, "result"), GATE_DRIFT_FILE)
+            drift = json.load(open(drift_path)) if os.path.exists(drift_path) else {"skipped": "not checked"}
+            drifted = [check for check in drift.get("checks", []) if check["drifted"]]
+            return {"anomalies": anomalies, "drift": drift, "drifted": drifted,
+                    "passed": not anomalies and not drifted}
+    if name.startswith("DataValidationGate") and c["state"] == "FAILED" and _first(c["inputs"], "examples"):
+        # A failed execution's outputs are removed: the drift is computed again from its inputs, for the report.
+        return {"drift": _gate_drift(c), "stopped": True}
     if name.startswith("Transform") and _first(outputs, "transformed_examples"):
         return {"transformed_megabytes": round(_megabytes(_first(outputs, "transformed_examples")), 2)}
     if name.startswith("Trainer") and _first(outputs, "model_run"):
@@ -232,12 +265,16 @@ def _details(c: Dict[str, Any]) -> Dict[str, Any]:
             best = max(log["epochs"], key=lambda e: e.get("val_sparse_categorical_accuracy", 0), default={})
             return {"strategy": log["strategy"], "epochs": len(log["epochs"]), "train_seconds": log["train_seconds"],
                     "best_eval_accuracy": best.get("val_sparse_categorical_accuracy"),
+                    "warm_started_from": log.get("warm_started_from"),
+                    "warm_start_skipped": log.get("warm_start_skipped") or "",
                     "model_run": _first(outputs, "model_run"), "class_names": log["class_names"]}
     if name.startswith("Evaluator") and _first(outputs, "evaluation"):
         blessing = (c["output_properties"].get("blessing") or [{}])[0]
         evaluation = _first(outputs, "evaluation")
         return {**evaluation_metrics(evaluation), "confusion": confusion_matrix(evaluation),
-                "blessed": bool(blessing.get("blessed"))}
+                "blessed": bool(blessing.get("blessed")),
+                # Set by components/model_evaluator.py when the last blessed model predicts other classes.
+                "baseline_skipped": blessing.get("baseline_skipped", "")}
     if name.startswith("Pusher") and _first(outputs, "pushed_model"):
         pushed = (c["output_properties"].get("pushed_model") or [{}])[0]
         return {"pushed": bool(pushed.get("pushed")), "destination": pushed.get("pushed_destination", "")}
@@ -248,6 +285,19 @@ def _details(c: Dict[str, Any]) -> Dict[str, Any]:
     if "SchemaGen" in name and _first(outputs, "schema"):
         return {"schema": os.path.join(_first(outputs, "schema"), "schema.pbtxt")}
     return {}
+
+
+def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
+    def profile(uri):
+        path = os.path.join(uri, PROFILE_FILE) if uri else ""
+        return json.load(open(path)) if path and os.path.exists(path) else None
+
+    p = c["properties"]
+    limits = drift_lib.Thresholds(*(float(p.get(k, 1.0)) for k in (
+        "max_class_drift", "max_size_drift", "max_format_drift", "max_count_drop")))
+    blessing = _first(c["inputs"], "baseline_blessing")
+    return drift_lib.check(profile(blessing), profile(_first(c["inputs"], "examples")), limits,
+                           has_baseline=blessing is not None)
 
 
 def _megabytes(uri: str) -> float:
@@ -329,13 +379,19 @@ def _one_line(c: Dict[str, Any]) -> str:
         if d.get("downscaled"):
             text += f", {d['downscaled']:,} stored downscaled (above {d['store_max_pixels']:,} pixels)"
         return text
-    if name.startswith("DataValidationGate") and d:
+    if name.startswith("DataValidationGate") and d and not d.get("stopped"):
+        drift = d["drift"]
+        classes = drift_lib.describe_classes(drift) or ""
         if d["passed"]:
-            return "passed: no anomalies"
-        return f"{len(d['anomalies'])} anomalies (warn only): " + "; ".join(
-            f"[{a['split']}] {a['feature']}: {a['short']}" for a in d["anomalies"])
+            compared = ("no drift from the last blessed model's data" if "checks" in drift
+                        else f"drift not checked: {drift['skipped']}")
+            return f"passed: no anomalies, {compared}" + (f"; {classes}" if classes else "")
+        problems = [f"[{a['split']}] {a['feature']}: {a['short']}" for a in d["anomalies"]]
+        problems += [f"[drift] {drift_lib.describe_check(check)}" for check in d["drifted"]]
+        return (f"{len(d['anomalies'])} anomalies, {len(d['drifted'])} drifted (warn only): "
+                + "; ".join(problems) + (f"; {classes}" if classes else ""))
     if name.startswith("DataValidationGate") and c["state"] == "FAILED":
-        return "stopped the run: anomalies found"
+        return "stopped the run: " + (c["error"].splitlines()[0][:200] if c["error"] else "anomalies or drift found")
     if name.startswith("ExampleValidator") and d:
         return f"{len(d['anomalies'])} anomalies"
     if name.startswith("Transform") and d:
@@ -343,11 +399,15 @@ def _one_line(c: Dict[str, Any]) -> str:
     if name.startswith("Trainer") and d:
         accuracy = d["best_eval_accuracy"]
         return (f"{d['epochs']} epochs on {d['strategy']}"
-                + (f", best eval accuracy {accuracy:.4f}" if accuracy is not None else ""))
+                + (f", best eval accuracy {accuracy:.4f}" if accuracy is not None else "")
+                + (", warm-started" if d.get("warm_started_from") else "")
+                + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else ""))
     if name.startswith("Evaluator") and d:
         text = f"accuracy {d['accuracy']:.4f} on {d['example_count']:,} eval examples" if d["accuracy"] is not None else ""
         if d["baseline_accuracy"] is not None:
             text += f" (last blessed model: {d['baseline_accuracy']:.4f})"
+        if d.get("baseline_skipped"):
+            text += f" (not compared: {d['baseline_skipped']}; judged on the threshold alone)"
         return text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
     if name.startswith("Pusher") and d:
         return f"pushed to {d['destination']}" if d["pushed"] else "not pushed (model not blessed)"
@@ -356,3 +416,4 @@ def _one_line(c: Dict[str, Any]) -> str:
     if c["state"] == "FAILED" and c["error"]:
         return c["error"].splitlines()[0][:200]
     return ""
+

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import image_bytes, make_class_tree, write
+from pipeline.config import default_pipeline_name
 
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 
@@ -66,7 +67,8 @@ def test_sample_data_command(tmp_path):
 
 
 def test_a_run_that_fails_before_any_component_reports_its_own_error(tmp_path, small_digits):
-    os.makedirs(tmp_path / "metadata" / "imagepipe" / "metadata.db")  # a folder where the store should be
+    name = default_pipeline_name(small_digits)
+    os.makedirs(tmp_path / "metadata" / name / "metadata.db")  # a folder where the store should be
     result = imagepipe("run", "--data", small_digits, "--schema", "schemas/digits/schema.pbtxt", root=tmp_path)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr

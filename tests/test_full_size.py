@@ -143,7 +143,7 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     import apache_beam as beam
     from tfx_bsl.coders import batch_util
 
-    from components import beam_tuning
+    from components import beam_tuning, model_evaluator
     from pipeline.pipeline import create_pipeline
 
     beam_tuning.tune()
@@ -167,7 +167,9 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     executors = {c.id: c.executor_spec.executor_class for c in pipeline.components if hasattr(c, "executor_spec")}
     assert executors["StatisticsGen"] is beam_tuning.StatisticsGenExecutor
     assert executors["Transform"] is beam_tuning.TransformExecutor
-    assert executors["Evaluator"] is beam_tuning.EvaluatorExecutor
+    # The Evaluator's own executor (class changes, data profile) is a tuned one too.
+    assert executors["Evaluator"] is model_evaluator.Executor
+    assert issubclass(model_evaluator.Executor, beam_tuning.EvaluatorExecutor)
 
 
 @pytest.mark.parametrize("args, names", [

@@ -71,7 +71,8 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     assert ingest["quarantined"] == 0
     assert ingest["formats"] == {"jpeg": 1198, "png": 599}
     assert ingest["label_map"] == {str(d): d for d in range(10)}
-    assert details(first, "DataValidationGate") == {"anomalies": [], "passed": True}
+    assert details(first, "DataValidationGate") == {"anomalies": [], "passed": True, "drifted": [],
+                                                    "drift": {"skipped": "no blessed model yet"}}
     evaluation = details(first, "Evaluator")
     assert evaluation["accuracy"] >= 0.95 and evaluation["example_count"] == 387
     assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None  # no baseline yet
@@ -104,9 +105,12 @@ def test_second_run_is_cached_and_compared_with_the_blessed_model(sample_runs):
     _, first, second = sample_runs
     assert second["run_id"] != first["run_id"]
     ran = {name for name, state in states(second).items() if state == "ran"}
-    # Only what the new baseline changes runs again: the resolver finds the first model, so the
-    # Evaluator compares against it, and the Pusher pushes the (still blessed) candidate.
-    assert ran == {"latest_blessed_model_resolver", "Evaluator", "Pusher"}
+    # Only what the new baseline changes runs again: the resolver finds the first model, so the gate
+    # compares the data with that model's (no drift: the same data), the Evaluator compares the
+    # models, and the Pusher pushes the (still blessed) candidate.
+    assert ran == {"latest_blessed_model_resolver", "DataValidationGate", "Evaluator", "Pusher"}
+    gate = details(second, "DataValidationGate")
+    assert gate["passed"] and {c["distance"] for c in gate["drift"]["checks"]} == {0.0}
     assert {states(second)[n] for n in ALL_COMPONENTS if n not in ran} == {"cached"}
     evaluation = details(second, "Evaluator")
     assert evaluation["baseline_accuracy"] == pytest.approx(details(first, "Evaluator")["accuracy"])

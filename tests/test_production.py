@@ -28,7 +28,7 @@ ORDER = ["ImageExampleGen", "StatisticsGen", "ExampleValidator", "DataValidation
 
 
 def production(**changes):
-    config = PipelineConfig(data=DATA, schema=SAMPLE_SCHEMA).validate()
+    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE,
                         service_account="runner@proj-1.iam.gserviceaccount.com", **changes).validate(config)
     return config, cloud
@@ -79,8 +79,12 @@ def test_vertex_spec_runs_this_projects_code_in_the_image(vertex_job):
         "container"]["args"]
     # TFX's data components run with byte-bounded Beam batches (components/beam_tuning.py) there too,
     # and StatisticsGen knows image/encoded as image bytes (no top-k shuffle of every image).
-    for name in ("StatisticsGen", "Transform", "Evaluator"):
+    for name in ("StatisticsGen", "Transform"):
         assert f"components.beam_tuning.{name}Executor" in _executor(spec, name)["container"]["args"], name
+    assert "components.model_evaluator.Executor" in _executor(spec, "Evaluator")["container"]["args"]
+    # The gate's drift reference: the latest blessed model's blessing, from the resolver Vertex runs.
+    blessing = spec["root"]["dag"]["tasks"]["DataValidationGate"]["inputs"]["artifacts"]["baseline_blessing"]
+    assert blessing["taskOutputArtifact"]["producerTask"] == "latest_blessed_model_resolver-model-blessing-resolver"
     parameters = json.loads(_task_text(spec, "StatisticsGen"))["inputs"]["parameters"]
     options = tfdv.StatsOptions.from_json(parameters["stats_options_json"]["runtimeValue"]["constantValue"]["stringValue"])
     encoded = next(f for f in options.schema.feature if f.name == "image/encoded")
@@ -121,7 +125,7 @@ def test_no_local_path_leaks_into_the_vertex_spec(vertex_job):
 
 
 def test_kubeflow_package_is_what_kfp_client_reads(tmp_path):
-    config = PipelineConfig(data=DATA, schema=SAMPLE_SCHEMA, span_pattern="span-{SPAN}").validate()
+    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, span_pattern="span-{SPAN}").validate()
     cloud = CloudConfig(target="kubeflow", pipeline_root=ROOT, image=IMAGE, kfp_host="http://kfp.local").validate(config)
     path = deploy.compile_pipeline(config, cloud, str(tmp_path / "pipeline.yaml"))
     package = yaml.safe_load(open(path))
@@ -141,7 +145,7 @@ def test_kubeflow_package_is_what_kfp_client_reads(tmp_path):
 
 
 def test_real_tfx_cli_compiles_the_vertex_runner_file(tmp_path):
-    env = dict(os.environ, IMAGEPIPE_PROJECT="proj-1", IMAGEPIPE_PIPELINE_ROOT=ROOT, IMAGEPIPE_IMAGE=IMAGE,
+    env = dict(os.environ, IMAGEPIPE_NAME="imagepipe", IMAGEPIPE_PROJECT="proj-1", IMAGEPIPE_PIPELINE_ROOT=ROOT, IMAGEPIPE_IMAGE=IMAGE,
                IMAGEPIPE_DATA=DATA, IMAGEPIPE_OUTPUT="compiled.json", TF_CPP_MIN_LOG_LEVEL="3",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     result = subprocess.run(["tfx", "pipeline", "compile", "--engine=vertex",
@@ -154,7 +158,7 @@ def test_real_tfx_cli_compiles_the_vertex_runner_file(tmp_path):
 
 
 @pytest.mark.parametrize("config_changes, message", [
-    ({"pipeline_name": "My_Pipeline"}, "--name 'My_Pipeline': Vertex AI and Kubeflow need lower-case letters"),
+    ({"name": "My_Pipeline"}, "--name 'My_Pipeline': Vertex AI and Kubeflow need lower-case letters"),
     ({"model": "mobilenet_v2", "weights": "/home/me/w.h5"}, "a local file is not in the pipeline's containers"),
 ])
 def test_settings_that_only_fail_remotely_fail_before_compiling(config_changes, message):
@@ -272,15 +276,17 @@ def test_schedule_with_a_bad_cron_is_one_line(capsys):
     assert code == 2 and len(err) == 1 and "'61' is not valid for the minute field" in err[0]
 
 
-def _driver_output(tmp_path, data_root, pattern):
+def _driver_output(tmp_path, data_root, pattern, span_window=1):
     """Runs the pre-cache driver as Vertex does, with an ExecutorInput naming the span pattern."""
+    window = {"span_window": {"intValue": str(span_window)}, "span_pattern": {"stringValue": pattern}} \
+        if span_window > 1 else {}
     executor_input = {
         # Pipeline spec 2.0 (what KubeflowV2DagRunner compiles by default) passes "parameters".
         "inputs": {"parameters": {
             "input_base": {"stringValue": str(data_root)},
             "input_config": {"stringValue": json.dumps({"splits": [{"name": "single_split", "pattern": pattern}]})},
             "output_config": {"stringValue": "{}"},
-            "output_data_format": {"intValue": "6"}, "output_file_format": {"intValue": "5"}}},
+            "output_data_format": {"intValue": "6"}, "output_file_format": {"intValue": "5"}, **window}},
         "outputs": {
             "artifacts": {"examples": {"artifacts": [{
                 "name": "examples", "uri": str(tmp_path / "examples"),
@@ -301,6 +307,19 @@ def test_vertex_driver_resolves_the_latest_span_and_sees_new_files_in_it(tmp_pat
     assert _driver_output(tmp_path, data, "span-{SPAN}")["input_fingerprint"] == first["input_fingerprint"]
     write(data / "span-2" / "cat" / "late-arrival.jpg", image_bytes(seed=77))  # same span folder
     assert _driver_output(tmp_path, data, "span-{SPAN}")["input_fingerprint"] != first["input_fingerprint"]
+
+
+def test_vertex_driver_fingerprints_every_span_of_the_window(tmp_path):
+    data = tmp_path / "drops"
+    make_class_tree(data / "span-1", per_class=2)
+    make_class_tree(data / "span-2", per_class=2, seed=1)
+    first = _driver_output(tmp_path, data, "span-{SPAN}", span_window=2)
+    assert first["span"] == 2 and first["input_fingerprint"].startswith("layout:folders,files:8,")
+    old = data / "span-1" / sorted(os.listdir(data / "span-1"))[0]
+    path = old / sorted(os.listdir(old))[0]
+    write(path, image_bytes(seed=99))  # the older span of the window, rewritten
+    os.utime(path, (1, 1))
+    assert _driver_output(tmp_path, data, "span-{SPAN}", span_window=2)["input_fingerprint"] != first["input_fingerprint"]
 
 
 def test_vertex_driver_sees_images_behind_a_manifest(tmp_path):

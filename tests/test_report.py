@@ -85,7 +85,7 @@ def test_failed_run_gets_a_report_of_what_completed(runs):
     assert seen["errors"] == [] and seen["check"]["sections"] == SECTIONS
     text = seen["check"]["text"]
     assert "Failed at DataValidationGate" in text and "letter-x" in text
-    assert "anomalies stopped the run" in text and "The validation gate stopped the run" in text
+    assert "validation stopped the run" in text and "The validation gate stopped the run" in text
     assert "Trainer did not run in this run." in text
 
 
@@ -107,8 +107,8 @@ def test_report_and_history_bad_input_is_one_line(runs, tmp_path):
     missing = imagepipe("report", "no-such-run", "--root", root)
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
-        f"imagepipe: error: run 'no-such-run' not found in {root}/metadata/imagepipe/metadata.db; "
-        "'imagepipe runs' lists them"]
+        f"imagepipe: error: run 'no-such-run' not found in any pipeline under {root}; "
+        f"'imagepipe runs --root {root}' lists them"]
     empty = imagepipe("runs", "--root", str(tmp_path))
     assert empty.returncode == 2 and len(empty.stderr.strip().splitlines()) == 1
     assert "no ML Metadata at" in empty.stderr

@@ -1,10 +1,13 @@
 """Retraining on new data drops, locally: each run reads the latest span (with a rolling window),
 warm-starts from the last blessed model, is compared with it, and is pushed only when not worse."""
 
+import dataclasses
 import json
 import os
 import random
 import shutil
+
+import pytest
 
 from pipeline import local_runner
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
@@ -69,3 +72,103 @@ def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_d
     assert not _details(third, "Pusher")["pushed"]
     assert sorted(os.listdir(config.serving_dir)) == pushed_before
     assert _states(third)["Trainer"] == "ran"
+
+
+def _copy_classes(source, target, classes, start=0, count=40, resize=None):
+    """Files [start, start+count) of the given class folders, optionally resized (a new camera)."""
+    from PIL import Image
+
+    for label in classes:
+        os.makedirs(os.path.join(target, label), exist_ok=True)
+        for name in sorted(os.listdir(os.path.join(source, label)))[start:start + count]:
+            src, dst = os.path.join(source, label, name), os.path.join(target, label, name)
+            if resize:
+                Image.open(src).resize((resize, resize)).save(dst)
+            else:
+                shutil.copy2(src, dst)
+
+
+def _weights(summary):
+    model_run = _details(summary, "Trainer")["model_run"]
+    model_dir = os.path.join(os.path.dirname(os.path.dirname(model_run)), "model", os.path.basename(model_run))
+    import h5py
+
+    arrays = []
+    with h5py.File(os.path.join(model_dir, "keras", "model.weights.h5"), "r") as f:
+        f.visititems(lambda name, item: arrays.append(item[()]) if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+def test_each_dataset_is_its_own_pipeline_and_one_seed_gives_one_model(tmp_path, digits_dir, capsys):
+    from pipeline import cli
+
+    pets, digits = tmp_path / "PetImages", tmp_path / "digits-subset"
+    _copy_classes(digits_dir, pets, ["0", "1"], count=60)  # two classes, as cats and dogs would be
+    _copy_classes(digits_dir, digits, [str(d) for d in range(10)], count=40)
+    common = dict(root=str(tmp_path / "root"), epochs=8, image_size=32, accuracy_threshold=0.3)
+    first = local_runner.run(PipelineConfig(data=str(digits), **common))
+    second = local_runner.run(PipelineConfig(data=str(pets), **common))
+    # Two lineages: the 2-class model is not compared with the 10-class one (that crashed TFMA).
+    for summary, classes in ((first, 10), (second, 2)):
+        assert len(_details(summary, "Trainer")["class_names"]) == classes
+        evaluation = _details(summary, "Evaluator")
+        assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None, evaluation
+        assert not evaluation["baseline_skipped"] and _details(summary, "Pusher")["pushed"]
+    names = sorted(os.listdir(tmp_path / "root" / "serving"))
+    assert len(names) == 2 and names[0].startswith("digits-subset-") and names[1].startswith("petimages-")
+
+    assert cli.main(["runs", "--root", str(tmp_path / "root"), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(r["pipeline"] for r in listed) == names and all(r["blessed"] for r in listed)
+    assert cli.main(["predict", "--root", str(tmp_path / "root"), str(pets / "0" / os.listdir(pets / "0")[0])]) == 2
+    assert "2 pipelines in" in capsys.readouterr().err  # which model to use is the user's choice
+
+    # The same data, settings and seed in a fresh root: the same weights, so the same accuracy.
+    again = local_runner.run(PipelineConfig(data=str(digits), **{**common, "root": str(tmp_path / "fresh")}))
+    assert _details(again, "Evaluator")["accuracy"] == _details(first, "Evaluator")["accuracy"]
+    first_weights, again_weights = _weights(first), _weights(again)
+    assert len(first_weights) == len(again_weights) > 0
+    assert all((a == b).all() for a, b in zip(first_weights, again_weights))  # bit for bit
+
+
+def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_path, digits_dir):
+    from components.validation_gate import DataValidationError
+    from pipeline import report, run_summary
+
+    drops = tmp_path / "drops"
+    config = PipelineConfig(root=str(tmp_path / "out"), data=str(drops), span_pattern="span-{SPAN}", epochs=8,
+                            image_size=32, accuracy_threshold=0.3, warm_start=True)  # SchemaGen infers
+    _copy_classes(digits_dir, drops / "span-1", [str(d) for d in range(9)])
+    assert _details(local_runner.run(config), "Evaluator")["blessed"]
+
+    # Span 2 adds a class: the 9-class model is not a baseline (nor a warm start) for the 10-class one.
+    _copy_classes(digits_dir, drops / "span-2", [str(d) for d in range(10)], start=40)
+    second = local_runner.run(config)
+    gate = _details(second, "DataValidationGate")
+    assert gate["passed"] and gate["drift"]["classes_added"] == ["9"] and not gate["drift"]["classes_removed"]
+    evaluation = _details(second, "Evaluator")
+    assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None
+    assert evaluation["baseline_skipped"] == "the last blessed model was trained on other classes (added '9')"
+    assert _details(second, "Trainer")["warm_start_skipped"] == "the last blessed model was trained on other classes"
+    lines = "\n".join(run_summary.format_summary(second))
+    assert "classes added since the last blessed model: '9'" in lines and "judged on the threshold alone" in lines
+    html = open(report.build(second, str(tmp_path / "second.html"))).read()
+    assert "classes added since the last blessed model: &#x27;9&#x27;" in html
+    assert "not compared with the last blessed model" in html
+
+    # Span 3: the same classes and counts from a new camera (64 px instead of 32): the gate stops the run.
+    _copy_classes(digits_dir, drops / "span-3", [str(d) for d in range(10)], start=80, resize=64)
+    with pytest.raises(DataValidationError) as stopped:
+        local_runner.run(config)
+    first_line = str(stopped.value).splitlines()[0]
+    assert ("image width drifted from the last blessed model's data (L-infinity 1.000 > 0.300)" in first_line
+            and "image height drifted" in first_line and "--max-size-drift" in first_line)
+    failed = run_summary.summarize(config.metadata_path)
+    assert failed["status"] == "failed" and "Trainer" not in {c["component"] for c in failed["components"]}
+    html = open(report.build(failed, str(tmp_path / "failed.html"))).read()  # both distributions, side by side
+    assert "image width: DRIFTED (L-infinity 1.000, threshold 0.300)" in html and "&lt;=64" in html
+
+    warned = local_runner.run(dataclasses.replace(config, gate="warn"))
+    gate = _details(warned, "DataValidationGate")
+    assert not gate["passed"] and {c["feature"] for c in gate["drifted"]} == {"image width", "image height"}
+    assert _details(warned, "Evaluator")["baseline_accuracy"] is not None  # same classes: compared

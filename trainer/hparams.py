@@ -43,6 +43,9 @@ class HParams:
     early_stopping_patience: int = 3
     augment: str = ""  # comma-separated: flip, crop, brightness
     seed: int = 42
+    # TensorFlow's op determinism: the same data, settings and seed give the same weights (README:
+    # Reproducible training has its cost); False trades that for speed.
+    deterministic: bool = True
     warm_start: bool = False  # start from the base model's weights when it has the same classes and shape
     mixed_precision: str = "auto"  # auto (on for GPU/TPU), on, off
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.

@@ -10,11 +10,13 @@ import json
 import os
 import tempfile
 import time
+from typing import Optional, Tuple
 
 import keras
 import tensorflow as tf
 import tensorflow_transform as tft
 from absl import logging
+from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
 from pipeline.progress import progress_event
 from trainer import export, features, input_pipeline, models
@@ -49,24 +51,26 @@ class EpochLog(keras.callbacks.Callback):
                        val_accuracy=entry.get("val_sparse_categorical_accuracy", 0.0))
 
 
-def warm_start(model, base_model_dir, info) -> str:
-    """Loads the base model's weights when it was trained for the same classes and input; returns its path."""
+def warm_start(model, base_model_dir, info) -> Tuple[Optional[str], str]:
+    """Loads the base model's weights when it was trained for the same classes and input.
+
+    Returns (the weights' folder, "") or (None, why training starts from scratch).
+    """
     if not base_model_dir:
-        logging.info("Trainer: no blessed model yet; training from scratch")
-        return None
+        return None, "no blessed model yet"
     keras_dir = os.path.join(os.path.dirname(base_model_dir.rstrip("/")), KERAS_DIR)
     info_path = os.path.join(keras_dir, INFO_FILE)
     if not tf.io.gfile.exists(info_path):
-        logging.warning("Trainer: the base model at %s has no Keras weights; training from scratch", base_model_dir)
-        return None
+        return None, "the last blessed model has no Keras weights"
     with tf.io.gfile.GFile(info_path) as f:
         base = json.load(f)
+    if base.get("class_names") != info["class_names"]:
+        return None, "the last blessed model was trained on other classes"
     if base != info:
-        logging.warning("Trainer: not warm-starting: the base model differs (%s, now %s)", base, info)
-        return None
+        changed = ", ".join(f"{k} {base.get(k)} -> {v}" for k, v in info.items() if base.get(k) != v)
+        return None, f"the last blessed model differs ({changed})"
     _load_weights(model, keras_dir)
-    logging.info("Trainer: warm-started from %s", keras_dir)
-    return keras_dir
+    return keras_dir, ""
 
 
 def _save_weights(model, folder: str) -> None:
@@ -86,7 +90,10 @@ def _load_weights(model, folder: str) -> None:
 
 def run_fn(fn_args) -> None:
     hp = HParams.from_custom_config(fn_args.custom_config)
-    keras.utils.set_random_seed(hp.seed)
+    keras.utils.set_random_seed(hp.seed)  # Python, NumPy and TensorFlow
+    was_deterministic = tf_config.is_op_determinism_enabled()
+    if hp.deterministic:
+        tf.config.experimental.enable_op_determinism()
     plan = strategies.plan(hp.mixed_precision)
     strategy = strategies.make(plan)
     replicas = strategy.num_replicas_in_sync
@@ -95,7 +102,10 @@ def run_fn(fn_args) -> None:
     try:
         _train_and_export(fn_args, hp, plan, strategy)
     finally:
-        keras.mixed_precision.set_global_policy("float32")  # the process may run other components next
+        # The process may run other components next.
+        keras.mixed_precision.set_global_policy("float32")
+        if not was_deterministic:
+            tf_config.disable_op_determinism()
 
 
 def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy) -> None:
@@ -114,7 +124,11 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels}
     with strategy.scope():
         model = models.build(hp, num_classes)
-        warm_started = warm_start(model, fn_args.base_model, info) if hp.warm_start else None
+        warm_started, cold_reason = warm_start(model, fn_args.base_model, info) if hp.warm_start else (None, "")
+        if warm_started:
+            logging.info("Trainer: warm-started from %s", warm_started)
+        elif hp.warm_start:
+            logging.warning("Trainer: not warm-starting (%s); training from scratch", cold_reason)
         models.compile_model(model, hp.learning_rate)
     planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
     phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned)]
@@ -145,7 +159,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     record = {
         "strategy": plan.describe(replicas), "device_kind": plan.kind,
         "hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
-        "warm_started_from": warm_started,
+        "warm_started_from": warm_started, "warm_start_skipped": cold_reason,
+        "deterministic": hp.deterministic,
         "train_seconds": round(seconds, 2), "epochs": [e for p in phases for e in p.epochs],
     }
     tf.io.gfile.makedirs(fn_args.model_run_dir)

@@ -4,3 +4,5 @@
 LABEL_MAP_FILE = "label_map.json"
 QUARANTINE_FILE = "quarantine.csv"
 SUMMARY_FILE = "summary.json"
+# Beside the examples (Split-*/): what was ingested, per class, format and size bin (components/drift.py).
+PROFILE_FILE = "profile.json"

@@ -63,6 +63,15 @@ class BatchResult(NamedTuple):
     bad: List[Dict[str, str]]  # quarantine rows
     shards: List[Shard]
     written: Dict[Tuple[str, str, str, bool], int]  # examples per (split, label, format, downscaled)
+    sizes: Dict[Tuple[str, str, str], int]  # examples per (split, "width" or "height", size_bucket(original))
+
+
+def size_bucket(side: int) -> str:
+    """Power-of-two bins of an image side, for the data profile: "<=32", "<=64", ... "<=4096", ">4096"."""
+    bound = 32
+    while side > bound and bound < 4096:
+        bound *= 2
+    return f"<={bound}" if side <= bound else ">4096"
 
 
 def hash_split(sha256: str, names: List[str], buckets: List[int]) -> str:
@@ -78,8 +87,9 @@ def bad_row(rel_path: str, reason: str, detail: str, label=None, split=None) -> 
 class ShardWriter:
     """Appends records to staging shards of one split, starting a new shard past max_bytes."""
 
-    def __init__(self, staging_dir: str, split: str, level: int, max_bytes: int):
+    def __init__(self, staging_dir: str, split: str, level: int, max_bytes: int, batch_key: str):
         self._dir, self._split, self._level, self._max_bytes = staging_dir, split, level, max_bytes
+        self._batch_key = batch_key
         self._stream = None
         self.closed: List[Shard] = []
 
@@ -88,7 +98,11 @@ class ShardWriter:
         if self._stream is not None and self._bytes >= self._max_bytes:
             self.close()
         if self._stream is None:
-            self._path = sources.join(self._dir, self._split, f"{uuid.uuid4().hex}.gz")
+            # Final shards are numbered in the order of these names: the batch and the shard's place in
+            # it make that order (so the examples' order, and training) the same on every run; the
+            # random part keeps a retried batch from writing over a first attempt still running.
+            name = f"{self._batch_key}-{len(self.closed):05d}-{uuid.uuid4().hex[:8]}.gz"
+            self._path = sources.join(self._dir, self._split, name)
             self._stream = tfrecord_io.GzipTFRecordWriter(sources.open_for_write(self._path), self._level)
             self._records = self._bytes = 0
         self._stream.write(record)
@@ -146,7 +160,9 @@ def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0) ->
 def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> BatchResult:
     """Validates every candidate and writes the good ones, as tf.Examples, to staging shards."""
     writers: Dict[str, ShardWriter] = {}
-    result = BatchResult([], [], [], collections.Counter())
+    result = BatchResult([], [], [], collections.Counter(), collections.Counter())
+    batch_key = hashlib.sha256(candidates[0].rel_path.encode("utf-8", "surrogateescape")).hexdigest()[:16] \
+        if candidates else "empty"
     for c in candidates:
         bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels)
         if bad:
@@ -169,12 +185,14 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
         })
         if split not in writers:
             writers[split] = ShardWriter(settings.staging_dir, split, settings.compression_level,
-                                         settings.shard_bytes)
+                                         settings.shard_bytes, batch_key)
         shard, index = writers[split].write(record)
         downscaled = stored is not data
         result.metas.append(Meta(sha, c.rel_path, c.label, split, c.split is not None, info.format, shard, index,
                                  downscaled))
         result.written[(split, c.label, info.format, downscaled)] += 1
+        result.sizes[(split, "width", size_bucket(info.width))] += 1
+        result.sizes[(split, "height", size_bucket(info.height))] += 1
     for writer in writers.values():
         writer.close()
         result.shards.extend(writer.closed)

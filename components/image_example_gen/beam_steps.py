@@ -93,6 +93,7 @@ class InspectAndWrite(beam.DoFn):
         for shard in result.shards:
             yield beam.pvalue.TaggedOutput("results", ("shard", shard))
         yield beam.pvalue.TaggedOutput("results", ("written", [[*k, n] for k, n in result.written.items()]))
+        yield beam.pvalue.TaggedOutput("results", ("sizes", [[*k, n] for k, n in result.sizes.items()]))
         yield from result.metas
 
 
@@ -149,15 +150,16 @@ class CollectResults(beam.CombineFn):
     """Gathers the small results of the run into one dict (lists, and counts of written examples)."""
 
     KINDS = ("bad", "shard", "rejected", "duplicates")
+    COUNTS = ("written", "sizes")  # [*key, n] rows, summed by key
 
     def create_accumulator(self):
-        return {**{kind: [] for kind in self.KINDS}, "written": collections.Counter()}
+        return {**{kind: [] for kind in self.KINDS}, **{kind: collections.Counter() for kind in self.COUNTS}}
 
     def add_input(self, acc, kind_value):
         kind, value = kind_value
-        if kind == "written":
+        if kind in self.COUNTS:
             for *key, n in value:
-                acc["written"][tuple(key)] += n
+                acc[kind][tuple(key)] += n
         else:
             acc[kind].append(value)
         return acc
@@ -167,12 +169,13 @@ class CollectResults(beam.CombineFn):
         for acc in accs:
             for kind in self.KINDS:
                 out[kind] += acc[kind]
-            out["written"].update(acc["written"])
+            for kind in self.COUNTS:
+                out[kind].update(acc[kind])
         return out
 
     def extract_output(self, acc):
         return {**{kind: acc[kind] for kind in self.KINDS},
-                "written": [[*key, n] for key, n in sorted(acc["written"].items())]}
+                **{kind: [[*key, n] for key, n in sorted(acc[kind].items())] for kind in self.COUNTS}}
 
 
 def save_json(value, path: str) -> None:

@@ -39,8 +39,9 @@ from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
-from components.image_example_gen import (LABEL_MAP_FILE, QUARANTINE_FILE, SUMMARY_FILE, batch_ingest, beam_steps,
-                                          sources, tfrecord_io)
+from components import drift
+from components.image_example_gen import (LABEL_MAP_FILE, PROFILE_FILE, QUARANTINE_FILE, SUMMARY_FILE, batch_ingest,
+                                          beam_steps, sources, tfrecord_io)
 from components.image_example_gen.image_check import Reason
 
 # Keys of this component's own outputs and parameters (the rest are TFX's).
@@ -146,6 +147,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
         examples_utils.set_file_format(examples, "tfrecords_gzip")
         _write_json(label_map, os.path.join(examples.uri, LABEL_MAP_FILE))
+        # Size bins count every written example, a rejected duplicate copy included (rare; a bin off
+        # by one does not change a distance).
+        _write_json(drift.make_profile(summary["examples_per_split_and_class"], summary["formats"], found["sizes"]),
+                    os.path.join(examples.uri, PROFILE_FILE))
         _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
         _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))
         io_utils.write_string_file(os.path.join(report.uri, QUARANTINE_FILE), quarantine_csv(bad))

@@ -1,0 +1,75 @@
+"""The Evaluator's executor: TFX's (tuned, components/beam_tuning.py), with two additions for retraining.
+
+- A baseline trained on other classes is not compared with. The latest blessed model of a
+  pipeline may predict other classes than the candidate (a class added, removed or renamed in a
+  later span): TFMA cannot score both on one label set (it fails inside a metric update), and the
+  comparison would mean nothing. The candidate is then judged on the threshold alone, as on a first
+  run, and the blessing's `baseline_skipped` property says why.
+- The blessing keeps the data profile of the examples the model was judged on (ImageExampleGen's
+  profile.json, train and eval). The next run's validation gate resolves the latest blessed model's
+  blessing and compares its new data with this profile (components/drift.py): a reference that
+  travels with the model, which works on Vertex AI, whose resolvers cannot look up older spans.
+"""
+
+import json
+import os
+from typing import List, Optional
+
+from absl import logging
+from tfx.dsl.io import fileio
+from tfx.types import artifact_utils, standard_component_specs
+
+from components import beam_tuning
+from components.image_example_gen import PROFILE_FILE
+
+BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no baseline was compared
+# Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
+MODEL_INFO = os.path.join("keras", "model_info.json")
+
+
+def model_classes(model_uri: str) -> Optional[List[str]]:
+    """The class names a Model artifact predicts, in id order; None when it does not record them."""
+    path = os.path.join(model_uri, MODEL_INFO)
+    if not fileio.exists(path):
+        return None
+    with fileio.open(path, "r") as f:
+        return json.loads(f.read()).get("class_names")
+
+
+def class_change(baseline: Optional[List[str]], candidate: Optional[List[str]]) -> str:
+    """Why these two models cannot be compared, or "" when they predict the same classes."""
+    if baseline is None:
+        return "the last blessed model does not record its classes"
+    if candidate is None or baseline == candidate:
+        return ""
+    added = [c for c in candidate if c not in baseline]
+    removed = [c for c in baseline if c not in candidate]
+    parts = ([f"added {_names(added)}"] if added else []) + ([f"removed {_names(removed)}"] if removed else [])
+    return ("the last blessed model was trained on other classes ("
+            + (", ".join(parts) if parts else "same classes, other order") + ")")
+
+
+def _names(names: List[str], most: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+class Executor(beam_tuning.EvaluatorExecutor):
+    def Do(self, input_dict, output_dict, exec_properties):
+        key = standard_component_specs.BASELINE_MODEL_KEY
+        skipped = ""
+        if input_dict.get(key):
+            candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+            skipped = class_change(model_classes(input_dict[key][0].uri), model_classes(candidate.uri))
+            if skipped:
+                logging.warning("Evaluator: not comparing with the last blessed model: %s; blessing on the "
+                                "threshold alone", skipped)
+                input_dict = {**input_dict, key: []}  # TFX then ignores change thresholds (rubber stamp)
+        super().Do(input_dict, output_dict, exec_properties)
+        blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
+        if skipped:
+            blessing.set_string_custom_property(BASELINE_SKIPPED, skipped)
+        examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
+        profile = os.path.join(examples.uri, PROFILE_FILE)
+        if fileio.exists(profile):
+            fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
