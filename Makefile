@@ -7,7 +7,7 @@ UV_VERSION := 0.13.9
 BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test bench bench-photos lock schema clean
+.PHONY: install run test bench bench-photos bench-determinism lock schema clean
 
 install: $(VENV)/.installed
 
@@ -37,6 +37,10 @@ bench: install
 # code before full-resolution support; about 20 minutes on 2 cores.
 bench-photos: install
 	$(BIN)/python -m bench.photo_benchmark --sizes 500,2000
+
+# What reproducible training costs: the digits sample with TensorFlow op determinism on and off (~4 min).
+bench-determinism: install
+	$(BIN)/python -m bench.determinism_benchmark --rounds 3
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install
