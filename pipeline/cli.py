@@ -29,6 +29,7 @@ from pipeline.config import CloudConfig, ConfigError, PipelineConfig, from_envir
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
+EXIT_INTERRUPTED = 130  # as a shell reports Ctrl-C
 
 
 class _Parser(argparse.ArgumentParser):
@@ -243,6 +244,9 @@ def _quiet_logs(verbose: bool) -> None:
         import logging as std_logging
 
         std_logging.getLogger().setLevel(std_logging.ERROR)
+        # Beam logs a failing step's traceback (and the worker's inside it) before raising it; the
+        # error is printed once, as one line, by the command.
+        std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL)
         from absl import logging
 
         # We print the failure ourselves; TFX's "Execution N failed" log line is noise here.
@@ -283,19 +287,55 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "
               f"{found['files']:,} files, {len(found['classes'])} classes, {found['layout']} layout")
         print(f"  artifacts: {config.pipeline_root}\n  metadata:  {config.metadata_path}", flush=True)
-    from pipeline import progress, run_summary
+    from pipeline import run_lock
+
+    def waiting(message: str) -> None:
+        print(f"imagepipe: {message}", file=sys.stderr if mode == "json" else sys.stdout, flush=True)
+
+    # Runs of one pipeline take turns (pipeline/run_lock.py): this run's progress, summary and report
+    # are its own, whatever else runs on the same root.
+    with run_lock.hold(config.metadata_path, on_wait=waiting):
+        return _run_locked(config, found, mode, args.verbose)
+
+
+class _Interrupted(Exception):
+    """Ctrl-C or SIGTERM during a run."""
+
+
+_signalled = []  # the signals received during this run (Beam may wrap the KeyboardInterrupt they raise)
+
+
+def _raise_interrupted(signum, frame):
+    _signalled.append(signum)
+    raise KeyboardInterrupt
+
+
+def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
+    import signal
+
+    from pipeline import local_runner, progress, run_summary
 
     error = summary = None
     started_ms = int(time.time() * 1000) - 1000
-    with progress.Progress(config.metadata_path, started_ms, mode) as live:
-        try:
-            summary = local_runner.run(config, prepared=found, started_ms=started_ms)
-        except Exception as e:  # reported below, with the report of what did complete
-            error = e
-            if args.verbose:
-                import traceback
+    handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _signalled.clear()
+    try:
+        with progress.Progress(config.metadata_path, started_ms, mode) as live:
+            try:
+                summary = local_runner.run(config, prepared=found, started_ms=started_ms, locked=True)
+            except (KeyboardInterrupt, Exception) as e:  # reported below, with the report of what did complete
+                error = e
+                if verbose and not _signalled:
+                    import traceback
 
-                traceback.print_exc()
+                    traceback.print_exc()
+            if summary is None and (_signalled or isinstance(error, KeyboardInterrupt)):
+                error = _Interrupted("interrupted; the report shows what completed, and the next run "
+                                     "reuses it from the cache")
+                run_summary.record_interruption(config.metadata_path, started_ms)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     if error:
         try:
             this_run = run_summary.newest_run_since(config.metadata_path, started_ms)
@@ -303,11 +343,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             this_run = None
         # None when the run failed before any component (the error says why); never an older run.
         summary = run_summary.summarize(config.metadata_path, this_run.name) if this_run else None
-    report = _write_report(config, summary, verbose=args.verbose)
+    report = _write_report(config, summary, verbose=verbose)
     if mode == "json":
         live.printer.emit({"event": "run_finished", "status": summary["status"] if summary else "failed",
                            "run_id": summary["run_id"] if summary else None, "report": report,
-                           "error": _error_text(error) if error else None,
+                           "error": _error_text(error, config.root) if error else None,
                            "components": summary["components"] if summary else []})
     elif summary:
         if mode == "human":
@@ -315,18 +355,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         _print_summary(summary, config if not error else None)
         if report:
             print(f"report: {report}")
+    if isinstance(error, _Interrupted):
+        return _fail(EXIT_INTERRUPTED, str(error) + (f" (report: {report})" if report else ""))
     if error:
-        return _fail(EXIT_RUN_FAILED, _error_text(error) + (f" (details: {report})" if report else ""))
+        return _fail(EXIT_RUN_FAILED, _error_text(error, config.root) + (f" (details: {report})" if report else ""))
     return 0
 
 
-def _error_text(error: Exception) -> str:
+def _error_text(error: Exception, root: str = "") -> str:
     from components.image_example_gen.executor import IngestionError
     from components.validation_gate import DataValidationError
 
     if isinstance(error, (IngestionError, DataValidationError)):
         return str(error)  # written for the user already
-    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    text = str(error)
+    if "[Errno 28]" in text or "No space left on device" in text:  # also inside a worker's or Beam's error
+        return (f"no space left on the device while writing the run's outputs under --root {root or '(the root)'}; "
+                "free space there or give a --root on a disk with room, then run again (finished steps are cached)")
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _write_report(config: PipelineConfig, summary, verbose: bool = False) -> Optional[str]:
@@ -358,7 +404,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     except run_summary.NoMetadata as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     out = args.out or report.report_path(config.root, config.pipeline_name, summary["run_id"])
-    print(report.build(summary, out, pipeline_name=config.pipeline_name))
+    try:
+        print(report.build(summary, out, pipeline_name=config.pipeline_name))
+    except report.ReportError as e:
+        return _fail(EXIT_BAD_INPUT, str(e))
     return 0
 
 
@@ -474,7 +523,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     except KeyboardInterrupt:
-        return _fail(130, "interrupted")
+        return _fail(EXIT_INTERRUPTED, "interrupted")
 
 
 if __name__ == "__main__":

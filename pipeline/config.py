@@ -129,7 +129,8 @@ class PipelineConfig:
         """The Transform/Trainer hyperparameters (trainer.hparams.HParams) for this configuration."""
         from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams
 
-        size = self.image_size or (32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, 64))
+        size = self.image_size if self.image_size is not None else (
+            32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, 64))
         return HParams(model=self.model, image_size=size, epochs=self.epochs,
                        fine_tune_epochs=self.fine_tune_epochs, batch_size=self.batch_size,
                        learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
@@ -173,7 +174,7 @@ class PipelineConfig:
         try:
             side = self.hparams().validate().image_size
         except ValueError as e:
-            raise ConfigError(f"training settings: {e}") from None
+            raise ConfigError(str(e)) from None  # HParams names the option
         # A JPEG's copy is the largest DCT scale-down within the budget: a quarter of it at worst.
         if self.store_max_pixels and self.store_max_pixels < 8 * side * side:
             raise ConfigError(f"--store-max-pixels {self.store_max_pixels:,}: stored copies could be smaller than the "
@@ -236,7 +237,9 @@ def from_environment(config, environ=os.environ):
             try:
                 changes[field.name] = _env_value(field, raw)
             except ValueError:
-                raise ConfigError(f"IMAGEPIPE_{field.name.upper()}={raw!r}: not a valid {field.type}") from None
+                kind = "a whole number" if "int" in str(field.type) else "a number"
+                raise ConfigError(f"IMAGEPIPE_{field.name.upper()}={raw!r}: not {kind}; fix or unset the "
+                                  "environment variable") from None
     return dataclasses.replace(config, **changes)
 
 

@@ -8,11 +8,12 @@ what each component did.
 """
 
 import os
+import tempfile
 import time
 from typing import Any, Dict
 
-from pipeline import sample_data
-from pipeline.config import PipelineConfig, machine_memory_bytes
+from pipeline import run_lock, sample_data
+from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input
 
 
@@ -26,6 +27,9 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
 
     config.validate()
     config.check_memory(machine_memory_bytes())
+    schema = config.schema_path()
+    if schema and not sources.is_remote(schema):
+        check_schema(schema)
     data = config.data_path()
     if not sources.exists(data):
         raise sources.DataError(f"--data {data}: no such file or folder; check the path")
@@ -51,23 +55,74 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
             "classes": listing.classes}
 
 
+def check_root(config: PipelineConfig) -> None:
+    """--root must be a folder this process can write in (and a valid ML Metadata store, if any)."""
+    from pipeline import run_summary
+
+    root = config.root
+    try:
+        os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)  # the store's folder, and --root
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        reason = "a file, not a folder" if os.path.isfile(root) else (e.strerror or type(e).__name__).lower()
+        raise ConfigError(f"--root {root}: cannot write there ({reason}); give a folder you can write to") from None
+    try:
+        run_summary.check_store_file(config.metadata_path)
+    except run_summary.NoMetadata as e:
+        raise ConfigError(str(e)) from None
+
+
+def check_schema(path: str) -> None:
+    """A curated schema must parse before anything runs (not after ingestion, as ImportSchemaGen would)."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    fix = "give a schema.pbtxt ('imagepipe export-schema' writes one), or leave --schema out to infer one"
+    try:
+        with open(path, encoding="utf-8") as f:
+            schema = text_format.Parse(f.read(), schema_pb2.Schema())
+    except UnicodeDecodeError:
+        raise ConfigError(f"--schema {path}: not a text file; {fix}") from None
+    except text_format.ParseError as e:
+        raise ConfigError(f"--schema {path}: not a TFDV schema ({e}); {fix}") from None
+    except OSError as e:
+        raise ConfigError(f"--schema {path}: cannot read it ({e.strerror}); {fix}") from None
+    if not schema.feature:
+        raise ConfigError(f"--schema {path}: a schema with no features; {fix}")
+
+
 def prepare(config: PipelineConfig) -> Dict[str, Any]:
-    """Makes the sample data if it is the input, then checks the input (see preflight)."""
+    """Makes the sample data if it is the input, then checks the input (see preflight) and --root.
+
+    Bad input is reported before anything is written; --root is made (and checked) last.
+    """
+    config.validate()
     if config.uses_sample_data:
+        check_root(config)
         sample_data.make_digits(config.sample_data_dir)
-    return preflight(config)
+    found = preflight(config)
+    check_root(config)
+    return found
 
 
-def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int = 0) -> Dict[str, Any]:
+def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int = 0,
+        locked: bool = False) -> Dict[str, Any]:
     """Runs the pipeline; returns {'run_id', 'components': [...]} (see run_summary).
 
     `prepared` is what prepare(config) returned, when the caller already ran it; `started_ms`
     (milliseconds since the epoch, default now) tells this run from earlier ones in ML Metadata.
+    Runs of one pipeline take turns (pipeline/run_lock.py); `locked`: the caller holds the lock.
     """
-    started_ms = started_ms or int(time.time() * 1000)
     if not prepared:
         prepare(config)  # before importing TFX: bad input fails in a second
+    if locked:
+        return _run(config, started_ms or int(time.time() * 1000))
+    with run_lock.hold(config.metadata_path, on_wait=lambda message: print(f"imagepipe: {message}", flush=True)):
+        return _run(config, started_ms or int(time.time() * 1000))
 
+
+def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
     from tfx import v1 as tfx
     from tfx.orchestration import metadata
 

@@ -48,12 +48,25 @@ def build(summary: Dict[str, Any], out_path: str, pipeline_name: str = "") -> st
               f"<div class=\"meta\">status: <b>{esc(summary['status'])}</b> · started "
               f"{started:%Y-%m-%d %H:%M:%S} UTC · ML Metadata {esc(summary['metadata_path'])}</div>")
     text = document(f"imagepipe run {summary['run_id']}", header, "".join(s for s in sections if s))
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    if os.path.isdir(out_path):
+        raise ReportError(f"--out {out_path}: a folder; give the report's file name, e.g. "
+                          f"{os.path.join(out_path, 'report.html')}")
     partial = out_path + ".partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(partial, out_path)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(partial, out_path)
+    except OSError as e:
+        if os.path.isfile(partial):
+            os.remove(partial)  # never leave half a report behind
+        raise ReportError(f"--out {out_path}: cannot write the report ({e.strerror or e}); give a path you "
+                          "can write to") from None
     return out_path
+
+
+class ReportError(OSError):
+    """The report cannot be written where asked; one line naming the path and the fix."""
 
 
 def _section(key: str, title: str, body: str) -> str:
@@ -108,7 +121,10 @@ def _verdict(summary: Dict[str, Any], components: Dict[str, Dict]) -> str:
         body += (f"<h3>Failed at {esc(failed['component'])}</h3>"
                  f"<div class=\"err\">{esc(failed['error'] or 'no error message recorded')}</div>")
     elif summary["status"] == "running":
-        body += "<p class=\"muted\">The run has not finished (still running, or interrupted).</p>"
+        body += "<p class=\"muted\">The run has not finished: the report shows what has completed so far.</p>"
+    elif summary["status"] == "interrupted":
+        body += ("<h3>Interrupted</h3><p>The run was stopped (Ctrl-C, a signal, or a killed process) before it "
+                 "finished; below is what completed. The next run reuses it from the cache.</p>")
     return _section("summary", "Summary", body)
 
 

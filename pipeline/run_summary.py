@@ -14,6 +14,7 @@ from ml_metadata.proto import metadata_store_pb2
 from components import drift as drift_lib
 from components.image_example_gen import PROFILE_FILE, QUARANTINE_FILE, SUMMARY_FILE
 from components.image_example_gen.sources import split_sort_key
+from pipeline import run_lock
 
 # Written by the gate (components/validation_gate.py) and the Trainer (trainer/task.py); named here
 # so that listing runs needs neither TFX nor TensorFlow.
@@ -33,10 +34,32 @@ class NoMetadata(LookupError):
     """No ML Metadata store (or no run in it) where one was expected."""
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store_file(metadata_path: str) -> None:
+    """A store that exists must be an SQLite database: not a folder, an empty or a garbage file."""
+    if not os.path.exists(metadata_path):
+        return
+    problem = None
+    if not os.path.isfile(metadata_path):
+        problem = "a folder, not a file"
+    elif os.path.getsize(metadata_path) == 0:
+        problem = "an empty file"
+    else:
+        with open(metadata_path, "rb") as f:
+            if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                problem = "not an SQLite database"
+    if problem:
+        raise NoMetadata(f"{metadata_path}: not an ML Metadata store ({problem}); move it away (the next run "
+                         "starts a new one) or use another --root")
+
+
 def open_store(metadata_path: str, writable: bool = False) -> metadata_store.MetadataStore:
     if not os.path.exists(metadata_path):
         raise NoMetadata(f"no ML Metadata at {metadata_path}; run 'imagepipe run' first (with the same "
                          "--root and --name)")
+    check_store_file(metadata_path)
     config = metadata_store_pb2.ConnectionConfig()
     config.sqlite.filename_uri = metadata_path
     config.sqlite.connection_mode = (metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE if writable
@@ -108,14 +131,34 @@ def _error(execution) -> str:
     return ""
 
 
-def run_status(components: List[Dict[str, Any]]) -> str:
-    """complete, failed (stopped at a component), or running (still going, or killed)."""
+def run_status(components: List[Dict[str, Any]], in_progress: bool = True) -> str:
+    """complete, failed (stopped at a component), running, or interrupted (stopped or killed mid-run).
+
+    in_progress: whether a run of the pipeline holds its lock now (pipeline/run_lock.py); a run
+    that looks unfinished while none does was killed.
+    """
     states = [c["state"] for c in components]
     if "FAILED" in states:
         return "failed"
+    if "canceled" in states:
+        return "interrupted"
     if any(state in ("running", "new") for state in states):
-        return "running"
+        return "running" if in_progress else "interrupted"
     return "complete"
+
+
+def record_interruption(metadata_path: str, since_ms: int) -> None:
+    """Marks the unfinished executions of the run started after since_ms as canceled (an interrupted run)."""
+    run = newest_run_since(metadata_path, since_ms)
+    if run is None:
+        return
+    store = open_store(metadata_path, writable=True)
+    unfinished = [e for e in store.get_executions_by_context(run.id)
+                  if e.last_known_state in (metadata_store_pb2.Execution.RUNNING, metadata_store_pb2.Execution.NEW)]
+    for execution in unfinished:
+        execution.last_known_state = metadata_store_pb2.Execution.CANCELED
+    if unfinished:
+        store.put_executions(unfinished)
 
 
 def record_failure(metadata_path: str, message: str, since_ms: int) -> None:
@@ -151,6 +194,7 @@ def newest_run(store, since_ms: int) -> Optional[metadata_store_pb2.Context]:
 def list_runs(metadata_path: str) -> List[Dict[str, Any]]:
     """Every run, newest first: id, start, duration, status, component states, accuracy, blessing."""
     store = open_store(metadata_path)
+    in_progress = run_lock.held(metadata_path)
     out = []
     for run in _runs(store):
         executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
@@ -166,7 +210,8 @@ def list_runs(metadata_path: str) -> List[Dict[str, Any]]:
         out.append({
             "run_id": run.name, "started_ms": run.create_time_since_epoch,
             "seconds": round((max(ends) - run.create_time_since_epoch) / 1000, 1),
-            "status": run_status(components), "components": components,
+            # Only the newest run can still be going: an older unfinished one was interrupted.
+            "status": run_status(components, in_progress and not out), "components": components,
             "failed_component": failed["component"] if failed else None,
             "error": failed["error"] if failed else "",
             "accuracy": accuracy, "blessed": blessed,
@@ -227,7 +272,9 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
     for c in components:
         if c["component"] == "Evaluator" and c["details"] and trainer.get("class_names"):
             c["details"]["per_class"] = per_class_metrics(c["details"]["confusion"], trainer["class_names"])
-    return {"run_id": run.name, "started_ms": run.create_time_since_epoch, "status": run_status(components),
+    newest = _runs(store)[0].id == run.id
+    status = run_status(components, newest and run_lock.held(metadata_path))
+    return {"run_id": run.name, "started_ms": run.create_time_since_epoch, "status": status,
             "metadata_path": metadata_path, "components": components}
 
 
@@ -262,9 +309,9 @@ def _details(c: Dict[str, Any]) -> Dict[str, Any]:
         path = os.path.join(_first(outputs, "model_run"), TRAINING_LOG)
         if os.path.exists(path):
             log = json.load(open(path))
-            best = max(log["epochs"], key=lambda e: e.get("val_sparse_categorical_accuracy", 0), default={})
+            kept = kept_epoch(log["epochs"])
             return {"strategy": log["strategy"], "epochs": len(log["epochs"]), "train_seconds": log["train_seconds"],
-                    "best_eval_accuracy": best.get("val_sparse_categorical_accuracy"),
+                    "kept_epoch": kept.get("epoch"), "kept_eval_accuracy": kept.get("val_sparse_categorical_accuracy"),
                     "warm_started_from": log.get("warm_started_from"),
                     "warm_start_skipped": log.get("warm_start_skipped") or "",
                     "model_run": _first(outputs, "model_run"), "class_names": log["class_names"]}
@@ -300,6 +347,15 @@ def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
                            has_baseline=blessing is not None)
 
 
+def kept_epoch(epochs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The epoch whose weights the model has: early stopping restores the lowest eval loss of the last
+    training phase (trainer/task.py), so the Evaluator scores that epoch, not the most accurate one."""
+    if not epochs:
+        return {}
+    last_phase = [e for e in epochs if e.get("phase") == epochs[-1].get("phase")]
+    return min(last_phase, key=lambda e: e.get("val_loss", float("inf")))
+
+
 def _megabytes(uri: str) -> float:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(uri) for f in fs) / 2**20
 
@@ -325,8 +381,20 @@ def evaluation_metrics(evaluation_uri: str) -> Dict[str, Any]:
     validation = tfma.load_validation_result(evaluation_uri)
     for per_slice in validation.metric_validations_per_slice:
         for failure in per_slice.failures:
-            found["failures"].append(f"{failure.metric_key.name}: {failure.message}")
+            found["failures"].append(_failure_text(failure, found))
     return found
+
+
+def _failure_text(failure, found: Dict[str, Any]) -> str:
+    """What failed, with the value and the bound (TFMA's own message is often empty)."""
+    name, threshold = failure.metric_key.name, failure.metric_threshold
+    value = failure.metric_value.double_value.value if failure.metric_value.HasField("double_value") else None
+    has_bound = threshold.HasField("value_threshold") and threshold.value_threshold.HasField("lower_bound")
+    if failure.metric_key.is_diff and found.get("baseline_accuracy") is not None and found.get("accuracy") is not None:
+        return f"{name} {found['accuracy']:.4f} is below the last blessed model's {found['baseline_accuracy']:.4f}"
+    if has_bound and value is not None:
+        return f"{name} {value:.4f} is below the threshold {threshold.value_threshold.lower_bound.value:.4f}"
+    return f"{name}: {failure.message or 'failed its threshold'}"
 
 
 def confusion_matrix(evaluation_uri: str) -> List[List[int]]:
@@ -397,9 +465,10 @@ def _one_line(c: Dict[str, Any]) -> str:
     if name.startswith("Transform") and d:
         return f"{d['transformed_megabytes']:.1f} MB of resized uint8 pixels"
     if name.startswith("Trainer") and d:
-        accuracy = d["best_eval_accuracy"]
+        accuracy = d["kept_eval_accuracy"]
         return (f"{d['epochs']} epochs on {d['strategy']}"
-                + (f", best eval accuracy {accuracy:.4f}" if accuracy is not None else "")
+                + (f", kept epoch {d['kept_epoch']} (lowest eval loss): eval accuracy {accuracy:.4f}"
+                   if accuracy is not None else "")
                 + (", warm-started" if d.get("warm_started_from") else "")
                 + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else ""))
     if name.startswith("Evaluator") and d:

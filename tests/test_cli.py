@@ -66,11 +66,13 @@ def test_sample_data_command(tmp_path):
     assert sorted(os.listdir(tmp_path / "digits"))[:2] == [".complete", "0"]
 
 
-def test_a_run_that_fails_before_any_component_reports_its_own_error(tmp_path, small_digits):
+def test_a_store_that_is_not_a_store_is_one_line_before_the_run(tmp_path, small_digits):
     name = default_pipeline_name(small_digits)
     os.makedirs(tmp_path / "metadata" / name / "metadata.db")  # a folder where the store should be
     result = imagepipe("run", "--data", small_digits, "--schema", "schemas/digits/schema.pbtxt", root=tmp_path)
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("imagepipe: error: ") and "run " not in result.stdout  # no older run's summary
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"imagepipe: error: {tmp_path}/metadata/{name}/metadata.db: not an ML Metadata store (a folder, not a "
+        "file); move it away (the next run starts a new one) or use another --root"]
+    assert "run " not in result.stdout  # no summary, of this run or an older one
+

@@ -21,7 +21,7 @@ def test_remote_data_paths_are_kept_as_they_are():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"model": "efficientnet_b0", "image_size": 16}, "too small for efficientnet_b0 (at least 32)"),
+    ({"model": "efficientnet_b0", "image_size": 16}, "--image-size 16: use 32 to 1024 pixels for efficientnet_b0"),
     ({"augment": "flip,spin"}, "augment spin"),
     ({"accuracy_threshold": 1.5}, "--accuracy-threshold 1.5"),
     ({"weights": "/no/such/weights.h5", "model": "mobilenet_v2"}, "--weights /no/such/weights.h5: no such file"),

@@ -193,7 +193,7 @@ def test_too_many_bad_files_fail_the_run_with_counts(tmp_path):
     with pytest.raises(IngestionError) as caught:
         run_executor(data, tmp_path / "out", max_bad_fraction=0.1)
     message = str(caught.value)
-    assert "2 of 10 files (20.0%)" in message and "not_an_image 2" in message and "max_bad_fraction" in message
+    assert "2 of 10 files (20.0%)" in message and "not_an_image 2" in message and "--max-bad-fraction" in message
 
 
 def test_no_valid_image_fails_clearly(tmp_path):

@@ -77,6 +77,8 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     assert evaluation["accuracy"] >= 0.95 and evaluation["example_count"] == 387
     assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None  # no baseline yet
     assert details(first, "Trainer")["strategy"].startswith("cpu")
+    # The Trainer reports the epoch early stopping kept (lowest eval loss): the model the Evaluator scores.
+    assert details(first, "Trainer")["kept_eval_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-4)
     pushed = details(first, "Pusher")
     assert pushed["pushed"] and pushed["destination"].startswith(config.serving_dir)
     lines = run_summary.format_summary(first)

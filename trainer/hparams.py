@@ -5,6 +5,7 @@ parsed (with defaults), so that run_fn and preprocessing_fn agree on it.
 """
 
 import dataclasses
+import math
 import os
 from typing import Any, Dict, Optional
 
@@ -12,6 +13,8 @@ MODELS = ("cnn", "mobilenet_v2", "efficientnet_b0")
 AUGMENTATIONS = ("flip", "crop", "brightness")
 # Input side each model is usually trained at; the sample digits use 32.
 DEFAULT_IMAGE_SIZE = {"cnn": 64, "mobilenet_v2": 224, "efficientnet_b0": 224}
+MAX_IMAGE_SIZE = 1024  # 3 MB of uint8 pixels per image in Transform's output
+MAX_EPOCHS = 10_000
 
 # Decoding memory. Transform, the Evaluator and serving decode at most this many images at
 # once (preprocessing.py's map_fn), each at most max_pixels. A PNG, GIF or BMP decodes at
@@ -74,20 +77,29 @@ class HParams:
         return [a.strip() for a in self.augment.split(",") if a.strip()]
 
     def validate(self) -> "HParams":
+        """One-line errors that name the option (as `imagepipe run` spells it) and the accepted range."""
         if self.model not in MODELS:
-            raise ValueError(f"model {self.model!r}: use one of {', '.join(MODELS)}")
+            raise ValueError(f"--model {self.model!r}: use one of {', '.join(MODELS)}")
         if self.channels not in (1, 3):
             raise ValueError(f"channels {self.channels}: use 1 or 3")
         if self.model != "cnn" and self.channels != 3:
             raise ValueError(f"{self.model} needs channels=3")
         smallest = 8 if self.model == "cnn" else 32  # keras.applications backbones need 32+
-        if self.image_size < smallest:
-            raise ValueError(f"image_size {self.image_size} is too small for {self.model} (at least {smallest})")
+        if not smallest <= self.image_size <= MAX_IMAGE_SIZE:
+            raise ValueError(f"--image-size {self.image_size}: use {smallest} to {MAX_IMAGE_SIZE} pixels for "
+                             f"{self.model} (Transform stores size x size x 3 bytes per image)")
         unknown = set(self.augmentations) - set(AUGMENTATIONS)
         if unknown:
-            raise ValueError(f"augment {','.join(sorted(unknown))}: use {', '.join(AUGMENTATIONS)}")
+            raise ValueError(f"--augment {','.join(sorted(unknown))}: use {', '.join(AUGMENTATIONS)}")
         if self.mixed_precision not in ("auto", "on", "off"):
             raise ValueError(f"mixed_precision {self.mixed_precision!r}: use auto, on or off")
-        if self.epochs < 1 or self.batch_size < 1 or self.learning_rate <= 0:
-            raise ValueError("epochs and batch_size must be at least 1, learning_rate above 0")
+        for option, value, most in (("--epochs", self.epochs, MAX_EPOCHS), ("--batch-size", self.batch_size, 65536)):
+            if not 1 <= value <= most:
+                raise ValueError(f"{option} {value}: use a whole number from 1 to {most:,}")
+        if not 0 <= self.fine_tune_epochs <= MAX_EPOCHS:
+            raise ValueError(f"--fine-tune-epochs {self.fine_tune_epochs}: use 0 to {MAX_EPOCHS:,}")
+        for option, value in (("--learning-rate", self.learning_rate),
+                              ("fine_tune_learning_rate", self.fine_tune_learning_rate)):
+            if not (math.isfinite(value) and 0 < value <= 10):
+                raise ValueError(f"{option} {value}: use a finite number above 0 (e.g. 0.001)")
         return self

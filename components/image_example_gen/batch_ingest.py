@@ -140,7 +140,7 @@ def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0) ->
     if c.problem:
         return bad(*c.problem)
     if c.size > max_file_bytes(max_pixels):
-        return bad(Reason.FILE_TOO_LARGE, f"{c.size:,} bytes: larger than any image within max_pixels could be; "
+        return bad(Reason.FILE_TOO_LARGE, f"{c.size:,} bytes: larger than any image within --max-pixels could be; "
                                           "not read")
     try:
         data = sources.read_bytes(c.uri)

@@ -387,7 +387,7 @@ def check_summary(summary: Dict[str, Any], settings: IngestSettings, source: str
     if summary["bad_fraction"] > settings.max_bad_fraction:
         raise IngestionError(
             f"{source}: {bad} of {seen} files ({summary['bad_fraction']:.1%}) were quarantined ({top}), "
-            f"over the limit of {settings.max_bad_fraction:.1%}; fix or remove them, or raise max_bad_fraction")
+            f"over the limit of {settings.max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")
     with_examples = sorted(set(summary["label_map"]) - set(summary["classes_without_examples"]))
     if len(with_examples) < 2:
         raise IngestionError(
@@ -410,12 +410,22 @@ def check_summary(summary: Dict[str, Any], settings: IngestSettings, source: str
                         summary["classes_without_examples"])
 
 
+# A cell starting with one of these is a formula to spreadsheet programs (CSV injection).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value) -> str:
+    """The cell as text, with a leading apostrophe where a spreadsheet would run it as a formula."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
 def quarantine_csv(rows: List[Dict[str, str]]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=QUARANTINE_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in sorted(rows, key=lambda r: (r["path"], r["reason"])):
-        writer.writerow(row)
+        writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
     return out.getvalue()
 
 

@@ -13,6 +13,7 @@ import costs seconds per worker process.
 """
 
 import io
+import re
 import struct
 import warnings
 import zlib
@@ -177,10 +178,17 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageI
                 raise BadImage(
                     Reason.TOO_MANY_PIXELS,
                     f"{width}x{height}" + (f"x{frames} frames" if frames > 1 else "")
-                    + f" = {pixels:,} pixels, over the budget of {max_pixels:,} (max_pixels)")
+                    + f" = {pixels:,} pixels, over the budget of {max_pixels:,} (--max-pixels)")
             info = ImageInfo(format=fmt, height=height, width=width, channels=bmp_channels or _tf_channels(fmt, image))
             copy_due = bool(store_max_pixels) and width * height > store_max_pixels
             if fmt == "jpeg":
+                # Every 8x8 block takes at least one bit of entropy-coded data (its DC code), so fewer
+                # bytes than that cannot be the whole image: a header that declares a large image
+                # over the data of a small one, which libjpeg fills with grey, warning only.
+                blocks = -(-width // 8) * -(-height // 8)
+                if len(data) * 8 < blocks:
+                    raise BadImage(Reason.TRUNCATED, f"{len(data):,} bytes cannot hold a {width}x{height} JPEG "
+                                   f"(at least {-(-blocks // 8):,} for its 8x8 blocks): the image data ends early")
                 # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
                 # to 1/8 of the side for the check alone, or to the scale of the stored copy.
                 target = _dct_size(info, store_max_pixels) if copy_due else (max(1, width // 8), max(1, height // 8))
@@ -189,7 +197,8 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageI
     except BadImage:
         raise
     except Exception as e:  # Pillow raises many types (OSError, SyntaxError, ValueError, ...)
-        message = str(e) or type(e).__name__
+        # Pillow names the in-memory file it read ("<_io.BytesIO object at 0x...>"): say "the data".
+        message = re.sub(r"<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "the data", str(e)) or type(e).__name__
         if "truncated" in message.lower() or isinstance(e, EOFError):
             raise BadImage(Reason.TRUNCATED, f"{fmt.upper()} data ends early ({message})") from None
         raise BadImage(Reason.CORRUPT, f"{fmt.upper()} does not decode ({message})") from None

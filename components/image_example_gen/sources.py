@@ -146,19 +146,25 @@ def _remote_files(root: str, limit: Optional[int] = None) -> List[Tuple[str, int
             for m in match.metadata_list]
 
 
-def walk(root: str) -> Iterator[Tuple[str, int, int, Optional[str]]]:
+OUTSIDE_ROOT_PROBLEM = "symbolic link leading outside the data root (not read)"
+
+
+def walk(root: str, boundary: Optional[str] = None) -> Iterator[Tuple[str, int, int, Optional[str]]]:
     """Yields (relative path with '/', size, mtime_ns, problem) for every file under root, sorted.
 
     `problem` is set for entries that cannot be read as files: a broken symbolic
-    link, a FIFO or device (opening a FIFO would block forever), or a folder that
-    cannot be listed. Symbolic links to folders are followed, except a link back
-    to one of its own ancestors (a loop, which would list the same files forever).
+    link, a FIFO or device (opening a FIFO would block forever), a folder that
+    cannot be listed, or a symbolic link (to a file, or from a folder) that leads
+    outside `boundary` (default root): /etc/passwd linked into a class folder is
+    never read. Symbolic links to folders are followed, except a link back to one
+    of its own ancestors (a loop, which would list the same files forever).
     """
     if is_remote(root):
         yield from ((rel, size, mtime, None) for rel, size, mtime in sorted(_remote_files(root)))
         return
     unlistable: List[Tuple[str, str]] = []
     ancestors = {}  # folder path -> (device, inode) of it and every folder above it
+    boundary = boundary or root
 
     def relative(path: str) -> str:
         rel = os.path.relpath(path, root)
@@ -174,9 +180,13 @@ def walk(root: str) -> Iterator[Tuple[str, int, int, Optional[str]]]:
         ancestors[dirpath] = above | {(st.st_dev, st.st_ino)}
         dirnames.sort()
         rel_dir = relative(dirpath)
+        folder_inside = _real_inside(dirpath, boundary)
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             rel = posixpath.join(rel_dir, name) if rel_dir else name
+            if not folder_inside or (os.path.islink(full) and not _real_inside(full, boundary)):
+                yield rel, -1, 0, OUTSIDE_ROOT_PROBLEM
+                continue
             try:
                 st = os.stat(full)
             except OSError as e:
@@ -268,13 +278,14 @@ def _list_tree(data_root: str, source: str, presplit: bool) -> Listing:
     listing = Listing(layout="presplit" if presplit else "folders", source=source)
     prefix = _relative_to_root(data_root, source)
     prefix = "" if prefix in (".", "") else prefix + "/"
-    for rel, size, mtime, unreadable in walk(source):
+    for rel, size, mtime, unreadable in walk(source, boundary=data_root):
         if _is_hidden(rel):
             listing.skipped_hidden += 1
             continue
         parts = rel.split("/")
         split = None
-        problem = (Reason.UNREADABLE, unreadable) if unreadable else None
+        problem = ((Reason.OUTSIDE_ROOT if unreadable == OUTSIDE_ROOT_PROBLEM else Reason.UNREADABLE), unreadable) \
+            if unreadable else None
         if presplit:
             split = SPLIT_ALIASES.get(parts[0].lower())
             if split is None and problem is None:
@@ -327,6 +338,8 @@ def _list_manifest(data_root: str, manifest: str) -> Listing:
             if not inside:
                 problem = (Reason.OUTSIDE_ROOT,
                            f"{where}: {raw_path!r} resolves outside the data root {data_root}")
+            elif not is_remote(uri) and os.path.islink(uri) and not _real_inside(uri, root):
+                problem = (Reason.OUTSIDE_ROOT, f"{where}: {raw_path!r} is a {OUTSIDE_ROOT_PROBLEM}")
         split = None
         if split_value:
             split = SPLIT_ALIASES.get(split_value.lower())
@@ -355,6 +368,11 @@ def _resolve_manifest_path(base: str, raw_path: str) -> str:
     return os.path.normpath(os.path.join(base, raw_path))
 
 
+def _real_inside(path: str, root: str) -> bool:
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
 def _stat(uri: str) -> Tuple[int, int, Optional[str]]:
     """(size, mtime_ns, problem); a missing file is left for the reader to report."""
     if is_remote(uri):
@@ -372,6 +390,13 @@ def _stat(uri: str) -> Tuple[int, int, Optional[str]]:
 def check_usable(listing: Listing) -> None:
     """Fails fast, before any decoding, on a source that cannot train a classifier."""
     classes = listing.classes
+    for name in classes:
+        control = next((ch for ch in name if unicodedata.category(ch) in ("Cc", "Zl", "Zp")), None)
+        if control is not None:
+            # A newline in a class name drops out of TFT's vocabulary file (one class per line), and
+            # its examples get label -1; other control characters break terminals and tools.
+            raise DataError(f"{listing.source}: class name {name!r} contains the control character {control!r}; "
+                            "rename that class folder (or manifest label) to printable characters")
     if not classes:
         raise DataError(
             f"{listing.source}: no file has a label; put images in class subfolders "

@@ -1,0 +1,158 @@
+"""Bad input from a careless user or an attacker: each gets one early line (exit 2) that names the
+option or file and the fix, or is quarantined at ingestion, or escaped where it is written."""
+
+import csv
+import io
+import os
+import struct
+
+import pytest
+
+from conftest import image_bytes, make_class_tree, write
+from components.image_example_gen import executor, sources
+from components.image_example_gen.image_check import BadImage, Reason, check_and_store
+from pipeline import cli
+from pipeline.config import PipelineConfig, default_pipeline_name
+
+
+def run_cli(capsys, *args):
+    code = cli.main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.err.strip().splitlines()
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("--image-size", "100000", "--image-size 100000: use 8 to 1024 pixels"),
+    ("--image-size", "0", "--image-size 0: use 8 to 1024 pixels"),
+    ("--learning-rate", "nan", "--learning-rate nan: use a finite number above 0"),
+    ("--epochs", "1000000000000", "--epochs 1000000000000: use a whole number from 1 to 10,000"),
+    ("--batch-size", "0", "--batch-size 0: use a whole number from 1 to 65,536"),
+    ("--max-class-drift", "2", "--max-class-drift 2.0: use a fraction from 0 to 1"),
+    ("--name", "../elsewhere", "--name '../elsewhere': use letters, digits"),
+])
+def test_bad_training_settings_are_one_line_before_anything_runs(capsys, tmp_path, option, value, expected):
+    code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"), option, value)
+    assert code == 2 and len(err) == 1 and expected in err[0], err
+    assert not os.path.exists(tmp_path / "root")  # nothing written
+
+
+@pytest.mark.parametrize("content", [b"just some notes\n", image_bytes("JPEG"), b""])
+def test_a_schema_that_is_not_a_schema_is_refused_before_ingestion(capsys, tmp_path, small_digits, content):
+    schema = write(tmp_path / "schema.pbtxt", content)
+    code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"), "--data", small_digits, "--schema", schema)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"imagepipe: error: --schema {schema}: ") and "export-schema" in err[0]
+    assert not os.path.exists(tmp_path / "root" / "pipelines")  # refused before any component
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_an_unwritable_root_names_root(capsys, tmp_path, small_digits, where):
+    root = write(tmp_path / "a-file", b"x") if where == "file" else "/proc/imagepipe-root"
+    code, err = run_cli(capsys, "run", "--root", root, "--data", small_digits)
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"imagepipe: error: --root {root}: cannot write there")
+
+
+@pytest.mark.parametrize("content", [b"", b"this is not a database" * 10])
+def test_a_broken_metadata_store_is_one_line_for_every_command(capsys, tmp_path, small_digits, content):
+    name = default_pipeline_name(small_digits)
+    store = write(tmp_path / "metadata" / name / "metadata.db", content)
+    for args in (["runs", "--root", str(tmp_path)], ["report", "--root", str(tmp_path)],
+                 ["run", "--root", str(tmp_path), "--data", small_digits]):
+        code, err = run_cli(capsys, *args)
+        assert code == 2 and len(err) == 1, (args, err)
+        assert f"{store}: not an ML Metadata store" in err[0] and "move it away" in err[0], (args, err)
+
+
+def test_a_bad_environment_variable_says_what_it_should_be(capsys, monkeypatch):
+    monkeypatch.setenv("IMAGEPIPE_EPOCHS", "ten")
+    code, err = run_cli(capsys, "run")
+    assert code == 2 and err == ["imagepipe: error: IMAGEPIPE_EPOCHS='ten': not a whole number; fix or unset "
+                                 "the environment variable"]
+
+
+def test_a_class_name_with_a_newline_is_refused_at_listing(tmp_path):
+    make_class_tree(tmp_path / "data", classes=("cat", "dog\nbird"), per_class=2)
+    listing = sources.list_source(str(tmp_path / "data"), str(tmp_path / "data"))
+    with pytest.raises(sources.DataError, match=r"class name 'dog\\nbird' contains the control character '\\n'"):
+        sources.check_usable(listing)
+
+
+def test_symbolic_links_out_of_the_data_root_are_never_read(tmp_path):
+    make_class_tree(tmp_path / "data", per_class=2)
+    secret = write(tmp_path / "outside" / "secret.txt", b"password=hunter2")
+    os.symlink(secret, tmp_path / "data" / "cat" / "leak.jpg")
+    os.symlink("/proc/self/environ", tmp_path / "data" / "dog" / "environ.jpg")
+    os.symlink(tmp_path / "outside", tmp_path / "data" / "cat" / "linked-folder")
+    os.symlink(tmp_path / "data" / "dog" / "img-0.jpeg", tmp_path / "data" / "cat" / "inside-link.jpeg")
+    listing = sources.list_source(str(tmp_path / "data"), str(tmp_path / "data"))
+    problems = {c.rel_path: c.problem for c in listing.candidates}
+    for rel in ("cat/leak.jpg", "dog/environ.jpg", "cat/linked-folder/secret.txt"):
+        assert problems[rel] == (Reason.OUTSIDE_ROOT, sources.OUTSIDE_ROOT_PROBLEM), rel
+    assert problems["cat/inside-link.jpeg"] is None  # a link within the data root is fine
+
+
+def test_quarantine_csv_cells_are_not_spreadsheet_formulas():
+    rows = [{"path": "=cmd|' /C calc'!A0/x.jpg", "reason": "not_an_image", "detail": "+1", "label": "@SUM(A1)",
+             "split": "-2"}]
+    parsed = list(csv.DictReader(io.StringIO(executor.quarantine_csv(rows))))
+    assert parsed == [{"path": "'=cmd|' /C calc'!A0/x.jpg", "reason": "not_an_image", "detail": "'+1",
+                       "label": "'@SUM(A1)", "split": "'-2"}]
+
+
+def _jpeg_declaring(width: int, height: int) -> bytes:
+    """A 16x16 JPEG whose frame header (SOF0) claims width x height."""
+    data = bytearray(image_bytes("JPEG", size=(16, 16), quality=90))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def test_a_jpeg_whose_data_ends_early_is_quarantined_not_stored_grey():
+    with pytest.raises(BadImage) as bad:
+        check_and_store(_jpeg_declaring(6000, 6000), 50_000_000, 2_000_000)
+    assert bad.value.reason == Reason.TRUNCATED and "cannot hold a 6000x6000 JPEG" in bad.value.detail
+    check_and_store(image_bytes("JPEG", size=(16, 16), quality=90), 50_000_000, 2_000_000)  # the real one is fine
+
+
+def test_a_corrupt_gif_detail_names_no_python_object():
+    with pytest.raises(BadImage) as bad:
+        check_and_store(b"GIF89a" + b"\x00\x01" * 20, 50_000_000, 0)
+    assert "BytesIO" not in bad.value.detail and "0x" not in bad.value.detail
+
+
+def test_report_out_to_a_folder_is_one_line_and_leaves_nothing(capsys, tmp_path):
+    from pipeline import report
+
+    summary = {"run_id": "r1", "started_ms": 0, "status": "complete", "metadata_path": "m", "components": []}
+    with pytest.raises(report.ReportError, match="a folder; give the report's file name"):
+        report.build(summary, str(tmp_path))
+    with pytest.raises(report.ReportError, match="cannot write the report"):
+        report.build(summary, "/proc/imagepipe/report.html")
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
+
+
+def test_config_defaults_keep_the_sample_size(small_digits):
+    assert PipelineConfig().hparams().image_size == 32  # None means the default; 0 is refused above
+
+
+def test_disk_full_during_ingestion_is_one_line(tmp_path, small_digits):
+    import subprocess
+    import sys
+
+    artifacts = tmp_path / "root" / "pipelines"
+    artifacts.mkdir(parents=True)
+    # A full disk, for real: a 100 KB tmpfs where the examples go (needs mount rights; else skipped).
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(artifacts)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "imagepipe"), "run", "--root",
+                                 str(tmp_path / "root"), "--data", small_digits, "--progress", "quiet"],
+                                capture_output=True, text=True, timeout=600)
+    finally:
+        subprocess.run(["umount", str(artifacts)], check=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f"imagepipe: error: no space left on the device while writing the run's outputs under --root "
+        f"{tmp_path / 'root'}; free space there or give a --root on a disk with room, then run again (finished "
+        f"steps are cached) (details: {result.stdout.strip().splitlines()[-1][len('report: '):]})"]
