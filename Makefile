@@ -7,7 +7,7 @@ UV_VERSION := 0.13.9
 BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test bench bench-photos bench-determinism lock schema clean
+.PHONY: install run test test-fast bench bench-photos bench-determinism lock schema clean
 
 install: $(VENV)/.installed
 
@@ -28,6 +28,10 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The edit-test loop: everything but the tests marked slow (whole pipeline runs, training).
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
 
 bench: install
 	$(BIN)/python -m bench.ingest_benchmark --rounds 3 --sizes 2000,4000,8000

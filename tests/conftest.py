@@ -44,6 +44,21 @@ def make_class_tree(root, classes=("cat", "dog"), per_class=12, fmt="JPEG", seed
     return made
 
 
+def expected_strategy_kind() -> str:
+    """What trainer/strategy.py must pick on this machine: TPU, several GPUs, one GPU, else the CPU.
+
+    Tests compare the Trainer's choice with this rule applied to the machine, never with a fixed device.
+    """
+    import tensorflow as tf
+
+    from trainer import strategy
+
+    if strategy.tpu_may_exist():
+        return "tpu"
+    gpus = len(tf.config.list_logical_devices("GPU"))
+    return "multi-gpu" if gpus > 1 else "gpu" if gpus == 1 else "cpu"
+
+
 @pytest.fixture(scope="session")
 def digits_dir(tmp_path_factory) -> str:
     """The full digits sample (1,797 files), made once per test session."""

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import image_bytes, make_class_tree, write
+from conftest import expected_strategy_kind, image_bytes, make_class_tree, write
 from pipeline.config import default_pipeline_name
 
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
@@ -48,6 +48,7 @@ def test_bad_input_is_one_line_and_writes_nothing(folders, args, expected):
     assert not root.exists()
 
 
+@pytest.mark.slow
 def test_run_prints_what_each_component_did(tmp_path, small_digits):
     result = imagepipe("run", "--data", small_digits, "--schema", "schemas/digits/schema.pbtxt", root=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -55,7 +56,7 @@ def test_run_prints_what_each_component_did(tmp_path, small_digits):
     assert "300 files, 10 classes, folders layout" in out
     assert re.search(r"ImageExampleGen +ran .*300 files -> 300 examples", out)
     assert re.search(r"DataValidationGate +ran .*passed: no anomalies", out)
-    assert re.search(r"Trainer +ran .*epochs on cpu", out)
+    assert re.search(rf"Trainer +ran .*epochs on {expected_strategy_kind()} ", out)
     assert "tensorboard --logdir" in out
 
 

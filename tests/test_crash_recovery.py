@@ -3,19 +3,21 @@ completes without redoing finished work or consuming the half-written model), st
 (recorded as interrupted, with a report), and two runs started at once on one root (they take
 turns; each gets its own results)."""
 
-import json
-
 import glob
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import local_runner, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
+
+pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 

@@ -201,6 +201,7 @@ def _component(result, name):
     return next(c for c in result["components"] if c["component"] == name)
 
 
+@pytest.mark.slow
 def test_the_dag_runs_on_full_size_photos(photo_run):
     config, result = photo_run
     assert result["status"] == "complete"
@@ -221,6 +222,7 @@ def test_the_dag_runs_on_full_size_photos(photo_run):
     assert encoded.bytes_stats.min_num_bytes < 3_000_000 / 10
 
 
+@pytest.mark.slow
 def test_serving_full_size_bytes_agrees_with_the_evaluation_path(photo_run, photo_dir):
     """serving_default on the original file gives what serving_examples (the Evaluator's path) gives
     on the stored, downscaled example of the same photo."""

@@ -13,10 +13,12 @@ from tfx.orchestration import metadata
 
 from components.image_example_gen.executor import IngestionError
 from components.validation_gate import DataValidationError
-from conftest import image_bytes, write
+from conftest import expected_strategy_kind, image_bytes, write
 from pipeline import cli, local_runner, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
+
+pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 
 
 @component
@@ -76,7 +78,7 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     evaluation = details(first, "Evaluator")
     assert evaluation["accuracy"] >= 0.95 and evaluation["example_count"] == 387
     assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None  # no baseline yet
-    assert details(first, "Trainer")["strategy"].startswith("cpu")
+    assert details(first, "Trainer")["strategy"].startswith(expected_strategy_kind() + " ")
     # The Trainer reports the epoch early stopping kept (lowest eval loss): the model the Evaluator scores.
     assert details(first, "Trainer")["kept_eval_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-4)
     pushed = details(first, "Pusher")

@@ -201,6 +201,7 @@ def test_local_data_cannot_be_compiled_for_vertex():
         CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(PipelineConfig())
 
 
+@pytest.mark.slow  # compiles the whole job again (about 40 s)
 def test_no_cache_reaches_the_service(monkeypatch):
     with FakeService() as fake:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)
@@ -224,6 +225,7 @@ def test_an_existing_schedule_is_not_duplicated(monkeypatch):
         assert not fake.find("POST", r"schedules$|recurringruns$")
 
 
+@pytest.mark.slow  # compiles the whole job again (about 40 s)
 def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch):
     with FakeService() as fake:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)  # the bucket check aiplatform makes

@@ -12,6 +12,8 @@ from browser import open_page
 from conftest import image_bytes, write
 from pipeline.config import SAMPLE_SCHEMA
 
+pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
+
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
 SECTIONS = ["summary", "data", "validation", "training", "evaluation", "timings"]

@@ -12,6 +12,8 @@ import pytest
 from pipeline import local_runner
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 
+pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
+
 
 def _details(summary, name):
     return next(c["details"] for c in summary["components"] if c["component"] == name)

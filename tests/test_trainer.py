@@ -109,11 +109,29 @@ def test_input_pipeline_batches_parse_every_record(tmp_path):
     np.testing.assert_array_equal(labels(7), labels(7))  # seeded shuffle is reproducible
 
 
-def test_augmentation_keeps_shapes_and_range(tmp_path):
+@pytest.mark.parametrize("kind", ["flip", "crop", "brightness"])
+def test_each_augmentation_changes_images_and_keeps_shapes_and_range(kind):
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(16, SIZE, SIZE, 3)), tf.float32)
+    out = input_pipeline.augment(images, HParams(image_size=SIZE, augment=kind, seed=3))
+    assert out.shape == images.shape and float(tf.reduce_min(out)) >= 0 and float(tf.reduce_max(out)) <= 255
+    changed = [not np.array_equal(a, b) for a, b in zip(out.numpy(), images.numpy())]
+    assert 0 < sum(changed), kind  # an augment() that returned its input fails here
+    if kind == "flip":  # each image is either itself or its mirror
+        for a, b in zip(out.numpy(), images.numpy()):
+            assert np.array_equal(a, b) or np.array_equal(a, b[:, ::-1])
+    if kind == "brightness":  # one shift per image, clipped to the pixel range
+        shift = (out - images).numpy()
+        unclipped = (images.numpy() > 30) & (images.numpy() < 225)
+        assert all(np.ptp(d[m]) < 1e-3 for d, m in zip(shift, unclipped))
+    assert input_pipeline.augment(images, HParams(image_size=SIZE, augment="")) is images  # none asked: untouched
+
+
+def test_training_input_applies_augmentation(tmp_path):
     _write_transformed(str(tmp_path / "part.gz"), 8)
-    hp = HParams(image_size=SIZE, batch_size=8, augment="flip,crop,brightness")
-    x, y = next(iter(input_pipeline.make_dataset([str(tmp_path / "part.gz")], hp, training=True)))
-    assert x.shape == (8, SIZE, SIZE, 3) and float(tf.reduce_min(x)) >= 0 and float(tf.reduce_max(x)) <= 255
+    plain, augmented = (next(iter(input_pipeline.make_dataset(
+        [str(tmp_path / "part.gz")], HParams(image_size=SIZE, batch_size=8, augment=a, seed=5), training=True)))[0]
+        for a in ("", "flip,crop,brightness"))
+    assert augmented.shape == (8, SIZE, SIZE, 3) and not np.array_equal(plain.numpy(), augmented.numpy())
 
 
 def test_no_records_is_a_clear_error(tmp_path):
@@ -121,10 +139,18 @@ def test_no_records_is_a_clear_error(tmp_path):
         input_pipeline.make_dataset([str(tmp_path / "*.gz")], HParams(), training=True)
 
 
-def test_strategy_on_this_machine_is_cpu_without_mixed_precision():
+def test_strategy_on_this_machine_follows_the_rule():
+    """TPU, then several GPUs, then one GPU or the CPU: checked against what this machine has."""
+    from conftest import expected_strategy_kind
+
     chosen = strategy.plan()
-    assert (chosen.kind, chosen.mixed_precision_policy) == ("cpu", None)
-    assert strategy.make(chosen).num_replicas_in_sync == 1
+    kind = expected_strategy_kind()
+    assert chosen.kind == kind
+    assert chosen.mixed_precision_policy == {"cpu": None, "gpu": "mixed_float16", "multi-gpu": "mixed_float16",
+                                             "tpu": "mixed_bfloat16"}[kind]
+    if kind != "tpu":
+        gpus = len(tf.config.list_logical_devices("GPU"))
+        assert strategy.make(chosen).num_replicas_in_sync == (gpus if kind == "multi-gpu" else 1)
 
 
 def test_strategy_selection_order_with_faked_devices():
@@ -146,17 +172,39 @@ def test_tpu_is_only_probed_when_one_may_exist():
     assert strategy.tpu_may_exist({"TPU_NAME": "my-tpu"})
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v2", "efficientnet_b0"])
+@pytest.mark.parametrize("name", ["mobilenet_v2", pytest.param("efficientnet_b0", marks=pytest.mark.slow)])
 def test_transfer_models_train_in_two_phases(name, tmp_path):
-    hp = HParams(model=name, image_size=32, weights="")
+    import keras
+
+    hp = HParams(model=name, image_size=32, weights="", learning_rate=0.01)
     model = models.build(hp, num_classes=3)
     backbone = models.backbone_of(model)
     assert not backbone.trainable and not backbone.trainable_weights
     assert model.output_shape == (None, 3)
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0, 255, size=(16, 32, 32, 3)).astype("float32"), rng.integers(0, 3, size=16)
+
+    def snapshot():
+        return [w.numpy().copy() for w in backbone.weights], [w.numpy().copy() for w in model.layers[-1].weights]
+
+    # Phase 1: the backbone is frozen, the head learns.
+    models.compile_model(model, hp.learning_rate)
+    before_backbone, before_head = snapshot()
+    model.fit(x, y, epochs=1, batch_size=8, verbose=0)
+    after_backbone, after_head = snapshot()
+    assert all(np.array_equal(a, b) for a, b in zip(before_backbone, after_backbone))
+    assert any(not np.array_equal(a, b) for a, b in zip(before_head, after_head))
+
+    # Phase 2: the top layers of the backbone are unfrozen (never BatchNormalization) and learn too.
     unfrozen = models.unfreeze_top(model, 10)
     assert 0 < unfrozen <= 10
     trainable = [layer for layer in backbone.layers if layer.trainable_weights]
-    assert trainable and all(not isinstance(layer, tf.keras.layers.BatchNormalization) for layer in trainable)
+    assert trainable and all(not isinstance(layer, keras.layers.BatchNormalization) for layer in trainable)
+    models.compile_model(model, hp.fine_tune_learning_rate * 1000)
+    tuned_before = [w.numpy().copy() for layer in trainable for w in layer.trainable_weights]
+    model.fit(x, y, epochs=1, batch_size=8, verbose=0)
+    tuned_after = [w.numpy() for layer in trainable for w in layer.trainable_weights]
+    assert any(not np.array_equal(a, b) for a, b in zip(tuned_before, tuned_after))
 
 
 @pytest.mark.parametrize("scheme", ["", "file://"])  # file:// goes the way gs:// does: copied locally first
