@@ -281,3 +281,47 @@ def test_span_window_reads_the_latest_spans_with_a_folder_pattern(tmp_path):
     assert settings.window_spans() == [2, 3, 5]
     listing = settings.list_inputs()
     assert sorted({c.rel_path.split("/")[0] for c in listing.candidates}) == ["span-2", "span-3", "span-5"]
+
+
+def test_zero_padded_spans_in_a_window(tmp_path):
+    data = tmp_path / "drops"
+    for span in (1, 2, 3):
+        make_class_tree(data / f"span-{span:02d}", per_class=span, seed=span)
+    examples, report = run_executor(data, tmp_path / "out", input_config=_single("span-{SPAN:2}"), span_window=2)
+    files = by_filename(read_examples(examples.uri))
+    assert summary(report.uri)["files_seen"] == 2 * 2 + 2 * 3  # spans 02 and 03, not 01
+    assert {f.split("/")[0] for f in files} == {"span-02", "span-03"}
+
+
+def test_a_span_window_over_manifests(tmp_path):
+    data = tmp_path / "data"
+    made = make_class_tree(data / "images", per_class=12)
+    by_class = {label: sorted(p for p in made if made[p] == label) for label in ("cat", "dog")}
+    drops = {span: [p for label in by_class for p in by_class[label][(span - 1) * 4:span * 4]] for span in (1, 2, 3)}
+    for span, paths in drops.items():  # each drop's manifest names its own 4 cats and 4 dogs
+        write(data / f"labels-{span}.csv", ("path,label\n" + "".join(f"images/{p},{made[p]}\n" for p in paths)).encode())
+    examples, report = run_executor(data, tmp_path / "out", input_config=_single("labels-{SPAN}.csv"), span_window=2)
+    assert sorted(by_filename(read_examples(examples.uri))) == sorted(f"images/{p}" for p in drops[2] + drops[3])
+    assert summary(report.uri)["files_seen"] == 16
+
+
+def test_compression_level_gzips_the_records_and_keeps_them(tmp_path):
+    import io
+
+    from PIL import Image
+
+    data = tmp_path / "data"
+    for label, colour in (("red", (200, 10, 10)), ("blue", (10, 10, 200))):
+        for n in range(6):
+            out = io.BytesIO()
+            Image.new("RGB", (64, 48), tuple(c + n for c in colour)).save(out, "BMP")  # compressible bytes
+            write(data / label / f"{n}.bmp", out.getvalue())
+    sizes, records = {}, {}
+    for level in (0, 9):
+        examples, _ = run_executor(data, tmp_path / f"out-{level}", compression_level=level)
+        records[level] = by_filename(read_examples(examples.uri))
+        sizes[level] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(examples.uri)
+                           for f in fs if f.endswith(".gz"))
+    assert {k: v["image/encoded"] for k, v in records[9].items()} == \
+        {k: v["image/encoded"] for k, v in records[0].items()}
+    assert sizes[9] < sizes[0] / 5  # level 0 stores, level 9 deflates

@@ -217,3 +217,32 @@ def test_backbone_weights_load_from_a_file(tmp_path, scheme):
     model = models.build(HParams(model="mobilenet_v2", image_size=32, weights=scheme + path), num_classes=2)
     loaded = models.backbone_of(model).get_weights()
     assert all(np.array_equal(a, b) for a, b in zip(loaded, source.get_weights()))
+
+
+def test_warm_start_loads_only_a_matching_base_model(tmp_path):
+    """Same classes and input: the weights are loaded; otherwise training starts from scratch, saying why."""
+    import json
+
+    from trainer import task
+
+    hp = HParams(image_size=SIZE)
+    info = {"class_names": ["cat", "dog"], "model": "cnn", "image_size": SIZE, "channels": 3}
+    base = models.build(hp, num_classes=2)
+    serving = tmp_path / "model" / "Format-Serving"
+    serving.mkdir(parents=True)
+    assert task.warm_start(models.build(hp, 2), "", info) == (None, "no blessed model yet")
+    assert task.warm_start(models.build(hp, 2), str(serving), info) == (
+        None, "the last blessed model has no Keras weights")
+    keras_dir = tmp_path / "model" / task.KERAS_DIR
+    keras_dir.mkdir()
+    base.save_weights(str(keras_dir / task.WEIGHTS_FILE))
+    (keras_dir / task.INFO_FILE).write_text(json.dumps({**info, "class_names": ["cat", "dog", "bird"]}))
+    assert task.warm_start(models.build(hp, 2), str(serving), info) == (
+        None, "the last blessed model was trained on other classes")
+    (keras_dir / task.INFO_FILE).write_text(json.dumps({**info, "image_size": 2 * SIZE}))
+    assert task.warm_start(models.build(hp, 2), str(serving), info)[1] == \
+        f"the last blessed model differs (image_size {2 * SIZE} -> {SIZE})"
+    (keras_dir / task.INFO_FILE).write_text(json.dumps(info))
+    fresh = models.build(hp, 2)
+    assert task.warm_start(fresh, str(serving), info) == (str(keras_dir), "")
+    assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), base.get_weights()))
