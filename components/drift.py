@@ -82,6 +82,11 @@ def compare(reference: Dict[str, Any], current: Dict[str, Any], limits: Threshol
     checks = []
     for key, title in PROFILE_FEATURES:
         ref, cur = reference.get(key) or {}, current.get(key) or {}
+        if key == "classes":
+            # A class added or removed is a class change, reported apart (and handled by the Evaluator);
+            # the mix is compared over the classes both have, so a new class alone is not drift.
+            common = set(ref) & set(cur)
+            ref, cur = ({k: n for k, n in counts.items() if k in common} for counts in (ref, cur))
         if not ref or not cur:
             continue  # a profile without this distribution (an older version's): nothing to compare
         distance, at = linf(shares(ref), shares(cur))

@@ -156,3 +156,19 @@ def test_disk_full_during_ingestion_is_one_line(tmp_path, small_digits):
         f"imagepipe: error: no space left on the device while writing the run's outputs under --root "
         f"{tmp_path / 'root'}; free space there or give a --root on a disk with room, then run again (finished "
         f"steps are cached) (details: {result.stdout.strip().splitlines()[-1][len('report: '):]})"]
+
+
+def test_class_mix_drift_is_measured_over_the_classes_both_datasets_have():
+    from components import drift
+
+    limits = drift.Thresholds(0.2, 0.3, 0.3, 0.5)
+    two = {"examples": 100, "classes": {"cat": 50, "dog": 50}}
+    added = drift.compare(two, {"examples": 150, "classes": {"cat": 50, "dog": 50, "bird": 50}}, limits)
+    mix = next(c for c in added["checks"] if c["feature"] == "class mix")
+    assert added["classes_added"] == ["bird"] and mix["distance"] == 0.0 and not mix["drifted"]
+    shrunk = drift.compare(two, {"examples": 100, "classes": {"cat": 95, "dog": 5}}, limits)
+    mix = next(c for c in shrunk["checks"] if c["feature"] == "class mix")
+    assert mix["drifted"] and mix["distance"] == 0.45
+    assert drift.describe_check(mix) in (  # both classes move by 0.45; either is the largest
+        "class mix: L-infinity distance 0.450 > 0.200 (largest at 'cat': 50.0% -> 95.0%)",
+        "class mix: L-infinity distance 0.450 > 0.200 (largest at 'dog': 50.0% -> 5.0%)")
