@@ -13,26 +13,25 @@ previous statistics, so drift comparators in a schema are ignored.
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-PROFILE_FEATURES = (  # (profile key, what the user reads)
-    ("classes", "class mix"), ("width", "image width"), ("height", "image height"), ("formats", "image format"))
-
-
-# The option that sets each check's threshold (pipeline/config.py), named in error messages.
-OPTIONS = {"classes": "--max-class-drift", "width": "--max-size-drift", "height": "--max-size-drift",
-           "formats": "--max-format-drift", "examples": "--max-count-drop"}
-
-
 class Thresholds(NamedTuple):
-    """Largest accepted L-infinity distances, and the largest accepted drop of the example count."""
+    """Largest accepted L-infinity distances, and the largest accepted drop of the example count.
 
-    class_mix: float
-    image_size: float
-    image_format: float
-    count_drop: float
+    Named as the pipeline settings (and the gate's parameters) that set them: --max-class-drift, ...
+    """
 
-    def for_feature(self, key: str) -> float:
-        return {"classes": self.class_mix, "width": self.image_size, "height": self.image_size,
-                "formats": self.image_format, "examples": self.count_drop}[key]
+    max_class_drift: float
+    max_size_drift: float
+    max_format_drift: float
+    max_count_drop: float
+
+
+# Each compared distribution of the profile: (profile key, what the user reads, the threshold's setting).
+CHECKS = (("classes", "class mix", "max_class_drift"), ("width", "image width", "max_size_drift"),
+          ("height", "image height", "max_size_drift"), ("formats", "image format", "max_format_drift"))
+
+
+def _option(setting: str) -> str:
+    return "--" + setting.replace("_", "-")
 
 
 def check(reference: Optional[Dict[str, Any]], current: Optional[Dict[str, Any]], limits: Thresholds,
@@ -80,7 +79,7 @@ def linf(a: Dict[str, float], b: Dict[str, float]) -> Tuple[float, str]:
 def compare(reference: Dict[str, Any], current: Dict[str, Any], limits: Thresholds) -> Dict[str, Any]:
     """Every comparison, each with its distance, threshold and both distributions (for the report)."""
     checks = []
-    for key, title in PROFILE_FEATURES:
+    for key, title, setting in CHECKS:
         ref, cur = reference.get(key) or {}, current.get(key) or {}
         if key == "classes":
             # A class added or removed is a class change, reported apart (and handled by the Evaluator);
@@ -90,16 +89,15 @@ def compare(reference: Dict[str, Any], current: Dict[str, Any], limits: Threshol
         if not ref or not cur:
             continue  # a profile without this distribution (an older version's): nothing to compare
         distance, at = linf(shares(ref), shares(cur))
+        threshold = getattr(limits, setting)
         checks.append({"feature": title, "metric": "L-infinity", "distance": round(distance, 4),
-                       "option": OPTIONS[key],
-                       "threshold": limits.for_feature(key), "at": at,
-                       "drifted": distance > limits.for_feature(key) + 1e-9,
-                       "reference": ref, "current": cur})
+                       "option": _option(setting), "threshold": threshold, "at": at,
+                       "drifted": distance > threshold + 1e-9, "reference": ref, "current": cur})
     before, now = reference.get("examples", 0), current.get("examples", 0)
     drop = 1 - now / before if before else 0.0
     checks.append({"feature": "example count", "metric": "drop", "distance": round(max(drop, 0.0), 4),
-                   "option": OPTIONS["examples"],
-                   "threshold": limits.for_feature("examples"), "at": "", "drifted": drop > limits.count_drop + 1e-9,
+                   "option": _option("max_count_drop"), "threshold": limits.max_count_drop, "at": "",
+                   "drifted": drop > limits.max_count_drop + 1e-9,
                    "reference": {"examples": before}, "current": {"examples": now}})
     ref_classes, cur_classes = set(reference.get("classes") or {}), set(current.get("classes") or {})
     return {"checks": checks, "classes_added": sorted(cur_classes - ref_classes),

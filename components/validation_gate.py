@@ -91,7 +91,8 @@ def DataValidationGate(
     max_count_drop: Parameter[float] = 1.0,
 ) -> None:
     found = read_anomalies(anomalies.uri)
-    limits = drift.Thresholds(max_class_drift, max_size_drift, max_format_drift, max_count_drop)
+    limits = drift.Thresholds(max_class_drift=max_class_drift, max_size_drift=max_size_drift,
+                              max_format_drift=max_format_drift, max_count_drop=max_count_drop)
     reference = read_profile(baseline_blessing.uri) if baseline_blessing else None
     drift_result = drift.check(reference, read_profile(examples.uri), limits, has_baseline=bool(baseline_blessing))
     drifted = [c for c in drift_result.get("checks", []) if c["drifted"]]

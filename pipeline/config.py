@@ -136,6 +136,12 @@ class PipelineConfig:
                        learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
                        seed=self.seed, deterministic=self.deterministic, warm_start=self.warm_start)
 
+    def drift_thresholds(self):
+        """The gate's drift thresholds (components.drift.Thresholds) from these settings."""
+        from components.drift import Thresholds
+
+        return Thresholds(**{field: getattr(self, field) for field in Thresholds._fields})
+
     def validate(self) -> "PipelineConfig":
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", self.name):
             raise ConfigError(f"--name {self.name!r}: use letters, digits, '-', '_' or '.' (at most 63), "
@@ -155,8 +161,7 @@ class PipelineConfig:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
         if self.gate not in GATE_MODES:
             raise ConfigError(f"--gate {self.gate!r}: use fail or warn")
-        for option in ("max_class_drift", "max_size_drift", "max_format_drift", "max_count_drop"):
-            value = getattr(self, option)
+        for option, value in self.drift_thresholds()._asdict().items():
             if not 0 <= value <= 1:
                 raise ConfigError(f"--{option.replace('_', '-')} {value}: use a fraction from 0 to 1 (1: no check)")
         if self.span_window < 1:

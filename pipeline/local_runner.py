@@ -95,15 +95,17 @@ def check_schema(path: str) -> None:
 def prepare(config: PipelineConfig) -> Dict[str, Any]:
     """Makes the sample data if it is the input, then checks the input (see preflight) and --root.
 
-    Bad input is reported before anything is written; --root is made (and checked) last.
+    Bad input is reported before anything is written: --root is made (and checked) after the data
+    checks, or first when the data is the sample, which is written under it.
     """
-    config.validate()
-    if config.uses_sample_data:
+    if not config.uses_sample_data:
+        found = preflight(config)
         check_root(config)
-        sample_data.make_digits(config.sample_data_dir)
-    found = preflight(config)
+        return found
+    config.validate()  # before --root is made from its settings
     check_root(config)
-    return found
+    sample_data.make_digits(config.sample_data_dir)
+    return preflight(config)
 
 
 def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int = 0,

@@ -120,8 +120,7 @@ def create_pipeline(config: PipelineConfig,
         examples=example_gen.outputs["examples"],
         baseline_blessing=baseline.outputs["model_blessing"] if baseline else None,
         fail_on_anomalies=(config.gate == "fail"),
-        max_class_drift=config.max_class_drift, max_size_drift=config.max_size_drift,
-        max_format_drift=config.max_format_drift, max_count_drop=config.max_count_drop)
+        **config.drift_thresholds()._asdict())
 
     hparams = config.hparams().to_custom_config()
     transform = beam_tuning.tuned(tfx.components.Transform(

@@ -12,7 +12,7 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
-from components.image_example_gen import PROFILE_FILE, QUARANTINE_FILE, SUMMARY_FILE
+from components.image_example_gen import QUARANTINE_FILE, SUMMARY_FILE
 from components.image_example_gen.sources import split_sort_key
 from pipeline import run_lock
 
@@ -73,8 +73,8 @@ def _runs(store) -> List[metadata_store_pb2.Context]:
                   key=lambda r: (r.create_time_since_epoch, r.id), reverse=True)
 
 
-def _find_run(store, metadata_path: str, run_id: Optional[str]) -> metadata_store_pb2.Context:
-    runs = _runs(store)
+def _find_run(runs: List[metadata_store_pb2.Context], metadata_path: str,
+              run_id: Optional[str]) -> metadata_store_pb2.Context:
     if not runs:
         raise NoMetadata(f"{metadata_path}: no pipeline run recorded yet; run 'imagepipe run' first")
     if run_id is None:
@@ -237,7 +237,8 @@ def _evaluator_details(store, execution) -> Dict[str, Any]:
 def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any]:
     """The newest run (or `run_id`): its id and, per executed component, state, seconds, outputs."""
     store = open_store(metadata_path)
-    run = _find_run(store, metadata_path, run_id)
+    runs = _runs(store)
+    run = _find_run(runs, metadata_path, run_id)
     components = []
     for execution in sorted(store.get_executions_by_context(run.id), key=lambda e: e.id):
         node = node_name(store, execution)
@@ -272,8 +273,7 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
     for c in components:
         if c["component"] == "Evaluator" and c["details"] and trainer.get("class_names"):
             c["details"]["per_class"] = per_class_metrics(c["details"]["confusion"], trainer["class_names"])
-    newest = _runs(store)[0].id == run.id
-    status = run_status(components, newest and run_lock.held(metadata_path))
+    status = run_status(components, runs[0].id == run.id and run_lock.held(metadata_path))
     return {"run_id": run.name, "started_ms": run.create_time_since_epoch, "status": status,
             "metadata_path": metadata_path, "components": components}
 
@@ -335,16 +335,13 @@ def _details(c: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
-    def profile(uri):
-        path = os.path.join(uri, PROFILE_FILE) if uri else ""
-        return json.load(open(path)) if path and os.path.exists(path) else None
+    """The gate's drift result, from its inputs and parameters (its outputs are gone when it failed)."""
+    from components.validation_gate import read_profile
 
-    p = c["properties"]
-    limits = drift_lib.Thresholds(*(float(p.get(k, 1.0)) for k in (
-        "max_class_drift", "max_size_drift", "max_format_drift", "max_count_drop")))
+    limits = drift_lib.Thresholds(**{k: float(c["properties"].get(k, 1.0)) for k in drift_lib.Thresholds._fields})
     blessing = _first(c["inputs"], "baseline_blessing")
-    return drift_lib.check(profile(blessing), profile(_first(c["inputs"], "examples")), limits,
-                           has_baseline=blessing is not None)
+    return drift_lib.check(read_profile(blessing) if blessing else None,
+                           read_profile(_first(c["inputs"], "examples")), limits, has_baseline=blessing is not None)
 
 
 def kept_epoch(epochs: List[Dict[str, Any]]) -> Dict[str, Any]:
