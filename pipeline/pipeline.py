@@ -127,7 +127,7 @@ def create_pipeline(config: PipelineConfig,
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         preprocessing_fn="trainer.preprocessing.preprocessing_fn",
-        custom_config=hparams,
+        custom_config=config.hparams().transform_config(),
         splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
         # Transform's own pre-transform statistics would be a second StatisticsGen pass over
         # every encoded image (its post-transform ones describe serialized pixel tensors);

@@ -1,6 +1,7 @@
 """Shared test helpers: real image files made in the test, and ways to run the real components."""
 
 import io
+import json
 import os
 import shutil
 import sys
@@ -78,3 +79,45 @@ def small_digits(digits_dir, tmp_path_factory) -> str:
         for name in sorted(os.listdir(os.path.join(digits_dir, label)))[:30]:
             shutil.copy2(os.path.join(digits_dir, label, name), out / label / name)
     return str(out)
+
+
+IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
+
+
+@pytest.fixture(scope="session")
+def cli_runs(tmp_path_factory, small_digits):
+    """`imagepipe run` as users start it, shared by the CLI, report and crash-recovery tests.
+
+    Two runs of one pipeline started together on one root (JSON progress, then the default text output
+    with --no-cache so that every component runs again); the second waits for the first's lock. Then a
+    run of another dataset in the same root that the validation gate stops (a class the schema lacks).
+    """
+    import subprocess
+    import time
+
+    from pipeline import run_lock
+    from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
+
+    root = str(tmp_path_factory.mktemp("cli-runs"))
+    args = ["run", "--root", root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "3",
+            "--accuracy-threshold", "0.3"]
+    first = subprocess.Popen([IMAGEPIPE, *args, "--progress", "json"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    metadata_path = PipelineConfig(root=root, data=small_digits).metadata_path
+    while not run_lock.held(metadata_path):  # the first run has started (it holds the lock for its whole run)
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        time.sleep(0.05)
+    second = subprocess.Popen([IMAGEPIPE, *args, "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    json_run, text_run = (subprocess.CompletedProcess(p.args, None, *p.communicate(timeout=900))
+                          for p in (first, second))
+    json_run.returncode, text_run.returncode = first.returncode, second.returncode
+
+    drifted = tmp_path_factory.mktemp("drifted") / "data"
+    shutil.copytree(small_digits, drifted)
+    for n in range(12):  # a class the curated schema does not know
+        write(drifted / "letter-x" / f"x-{n}.png", image_bytes("PNG", size=(32, 32), mode="L", seed=n))
+    failed = subprocess.run([IMAGEPIPE, "run", "--root", root, "--data", str(drifted), "--schema", SAMPLE_SCHEMA,
+                             "--epochs", "3"], capture_output=True, text=True, timeout=900)
+    return {"root": root, "metadata_path": metadata_path, "json": json_run, "text": text_run, "failed": failed,
+            "events": [json.loads(line) for line in json_run.stdout.splitlines() if line.startswith("{")]}

@@ -13,6 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List
 from urllib.parse import parse_qs, urlparse
 
+from google.auth.credentials import AnonymousCredentials
+
+
+PROJECT_NUMBER = "123456789012"
+
 
 class FakeService:
     def __init__(self, existing_schedules=()):
@@ -38,6 +43,15 @@ class FakeService:
         self._server.shutdown()
         self._server.server_close()
 
+    def serve_resource_manager(self, monkeypatch):
+        """Points aiplatform's Resource Manager client here (it takes no endpoint option; unanswered,
+        its retries to the real service take about a minute offline)."""
+        from google.cloud.aiplatform.utils import resource_manager_utils
+
+        real = resource_manager_utils.resourcemanager.ProjectsClient
+        monkeypatch.setattr(resource_manager_utils.resourcemanager, "ProjectsClient", lambda credentials=None: real(
+            credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": self.url}))
+
     def find(self, method: str, path_pattern: str) -> List[Dict]:
         return [r for r in self.requests if r["method"] == method and re.search(path_pattern, r["path"])]
 
@@ -55,10 +69,14 @@ class FakeService:
             wanted = re.search(r'display_name="([^"]*)"', (query.get("filter") or [""])[0])
             return 200, {"schedules": [{"name": f"{m.group(1)}/schedules/9", "displayName": name}
                                        for name in self.existing_schedules if wanted and name == wanted.group(1)]}
-        # Cloud Storage (STORAGE_EMULATOR_HOST): the pipeline root's bucket exists.
+        # Cloud Storage (STORAGE_EMULATOR_HOST): the pipeline root's bucket exists, in the caller's project.
         m = re.fullmatch(r"/storage/v1/b/([^/]+)", path)
         if m and method == "GET":
-            return 200, {"name": m.group(1), "location": "US-CENTRAL1"}
+            return 200, {"name": m.group(1), "location": "US-CENTRAL1", "projectNumber": PROJECT_NUMBER}
+        # Resource Manager: aiplatform looks up the project's number to check who owns that bucket.
+        m = re.fullmatch(r"/v3/projects/([^/]+)", path)
+        if m and method == "GET":
+            return 200, {"name": f"projects/{PROJECT_NUMBER}", "projectId": m.group(1)}
         # Kubeflow Pipelines v2beta1.
         if path == "/apis/v2beta1/healthz":
             return 200, {"multi_user": False}

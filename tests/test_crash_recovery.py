@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 import pytest
 from ml_metadata.proto import metadata_store_pb2
@@ -22,25 +22,36 @@ pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 
 
+def _start_and_wait_for_training(root, data, epochs=200):
+    """Starts `imagepipe run` and returns once its Trainer has finished a first epoch (its JSON progress
+    says so); 200 epochs, so the run is still training when the test stops it."""
+    proc = subprocess.Popen([IMAGEPIPE, "run", "--root", root, "--data", data, "--schema", SAMPLE_SCHEMA,
+                             "--epochs", str(epochs), "--progress", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    watchdog = threading.Timer(600, proc.kill)  # a run that never trains ends the wait below
+    watchdog.start()
+    try:
+        for line in proc.stdout:
+            if line.startswith("{") and json.loads(line).get("kind") == "train":
+                return proc
+        pytest.fail("the run ended before training: " + proc.stderr.read()[-2000:])
+    finally:
+        watchdog.cancel()
+
+
 def test_killed_trainer_then_rerun(tmp_path, small_digits):
-    config = PipelineConfig(root=str(tmp_path / "out"), data=small_digits, schema=SAMPLE_SCHEMA, epochs=6)
-    proc = subprocess.Popen(
-        [IMAGEPIPE, "run", "--root", config.root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "6"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    model_run = os.path.join(config.pipeline_root, "Trainer", "model_run", "*", "*")
-    deadline = time.monotonic() + 300
-    while not glob.glob(model_run):  # TensorBoard's first files: the Trainer is training
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        assert time.monotonic() < deadline, "the Trainer never started"
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
+    config = PipelineConfig(root=str(tmp_path / "out"), data=small_digits, schema=SAMPLE_SCHEMA, epochs=2)
+    proc = _start_and_wait_for_training(config.root, small_digits)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, as the OOM killer or a lost machine would
     proc.wait()
+    assert glob.glob(os.path.join(config.pipeline_root, "Trainer", "model_run", "*", "*"))  # half-written
     killed = run_summary.summarize(config.metadata_path)
     states = {c["component"]: c["state"] for c in killed["components"]}
     assert states["Trainer"] == "running" and "Evaluator" not in states
     assert killed["status"] == "interrupted"  # nobody holds the pipeline's lock any more
     assert run_summary.list_runs(config.metadata_path)[0]["status"] == "interrupted"
 
+    # 2 epochs this time: a training setting, so everything before the Trainer comes from the cache.
     rerun = local_runner.run(config)
     states = {c["component"]: c["state"] for c in rerun["components"]}
     for finished in ("ImageExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
@@ -60,20 +71,9 @@ def test_killed_trainer_then_rerun(tmp_path, small_digits):
     assert new_trainer["outputs"]["model"][0] in read
 
 
-def _start_when_training(args, pipeline_root):
-    proc = subprocess.Popen([IMAGEPIPE, "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not glob.glob(os.path.join(pipeline_root, "Trainer", "model_run", "*", "*")):
-        assert proc.poll() is None, proc.stderr.read()[-2000:]
-        assert time.monotonic() < deadline, "the Trainer never started"
-        time.sleep(0.05)
-    return proc
-
-
 def test_stopped_run_is_recorded_as_interrupted_with_a_report(tmp_path, small_digits):
-    config = PipelineConfig(root=str(tmp_path / "out"), data=small_digits, schema=SAMPLE_SCHEMA, epochs=200)
-    proc = _start_when_training(["--root", config.root, "--data", small_digits, "--schema", SAMPLE_SCHEMA,
-                                 "--epochs", "200"], config.pipeline_root)
+    config = PipelineConfig(root=str(tmp_path / "out"), data=small_digits, schema=SAMPLE_SCHEMA)
+    proc = _start_and_wait_for_training(config.root, small_digits)
     proc.send_signal(signal.SIGTERM)  # what a scheduler or `kill` sends
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-3000:]
@@ -81,30 +81,27 @@ def test_stopped_run_is_recorded_as_interrupted_with_a_report(tmp_path, small_di
     assert "Traceback" not in err
     summary = run_summary.summarize(config.metadata_path)
     states = {c["component"]: c["state"] for c in summary["components"]}
-    # Stopped in the Trainer (or, if training ended early, in a later component): that one is canceled.
-    assert summary["status"] == "interrupted" and "canceled" in states.values() and states["Transform"] == "ran"
-    report = out.strip().splitlines()[-1]
-    assert report.startswith("report: ") and "Interrupted" in open(report[len("report: "):]).read()
+    assert summary["status"] == "interrupted" and states["Trainer"] == "canceled" and states["Transform"] == "ran"
+    finished = json.loads(out.strip().splitlines()[-1])
+    assert finished["event"] == "run_finished" and finished["status"] == "interrupted"
+    assert "Interrupted" in open(finished["report"]).read()
 
 
-def test_two_runs_at_once_on_one_root_take_turns(tmp_path, small_digits):
-    root = str(tmp_path / "shared")
-    args = ["--root", root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "2",
-            "--accuracy-threshold", "0", "--no-cache", "--progress", "json"]
-    first = subprocess.Popen([IMAGEPIPE, "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
-    second = subprocess.Popen([IMAGEPIPE, "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    results = [proc.communicate(timeout=600) + (proc.returncode,) for proc in (first, second)]
-    finished = []
-    for out, err, code in results:
-        assert code == 0, err[-2000:]
-        finished.append(next(json.loads(line) for line in out.splitlines() if '"run_finished"' in line))
-    assert "another run of this pipeline is in progress (pid" in results[1][1]  # the later one waited
-    assert finished[0]["run_id"] != finished[1]["run_id"]
-    assert all(os.path.exists(f["report"]) for f in finished) and finished[0]["report"] != finished[1]["report"]
-    # Each run's summary is its own: its accuracy is what ML Metadata holds for that run id.
-    listed = {r["run_id"]: r for r in run_summary.list_runs(PipelineConfig(root=root, data=small_digits).metadata_path)}
-    for f in finished:
-        evaluator = next(c for c in f["components"] if c["component"] == "Evaluator")
-        assert listed[f["run_id"]]["status"] == "complete"
-        assert listed[f["run_id"]]["accuracy"] == evaluator["details"]["accuracy"]
+def test_two_runs_at_once_on_one_root_take_turns(cli_runs):
+    first, second = cli_runs["json"], cli_runs["text"]  # the second started while the first held the lock
+    assert first.returncode == second.returncode == 0, (first.stderr[-2000:], second.stderr[-2000:])
+    assert "imagepipe: another run of this pipeline is in progress (pid" in second.stdout  # it said why it waits
+    finished = cli_runs["events"][-1]
+    assert finished["event"] == "run_finished" and finished["status"] == "complete"
+    second_report = second.stdout.strip().splitlines()[-1].removeprefix("report: ")
+    assert os.path.exists(finished["report"]) and os.path.exists(second_report)
+    assert second_report != finished["report"]
+    listed = run_summary.list_runs(cli_runs["metadata_path"])
+    assert [r["status"] for r in listed] == ["complete", "complete"]
+    # Each run's results are its own: the first's accuracy is what ML Metadata holds for its run id, and
+    # the second's report is of the other run.
+    by_id = {r["run_id"]: r for r in listed}
+    evaluator = next(c for c in finished["components"] if c["component"] == "Evaluator")
+    assert by_id[finished["run_id"]]["accuracy"] == evaluator["details"]["accuracy"]
+    (other,) = set(by_id) - {finished["run_id"]}
+    assert other in open(second_report).read()

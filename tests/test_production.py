@@ -201,10 +201,10 @@ def test_local_data_cannot_be_compiled_for_vertex():
         CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(PipelineConfig())
 
 
-@pytest.mark.slow  # compiles the whole job again (about 40 s)
 def test_no_cache_reaches_the_service(monkeypatch):
     with FakeService() as fake:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)
+        fake.serve_resource_manager(monkeypatch)
         config = PipelineConfig(data=DATA, schema=SAMPLE_SCHEMA, enable_cache=False).validate()
         cloud = CloudConfig(project="proj-1", pipeline_root=ROOT, image=IMAGE, api_endpoint=fake.url).validate(config)
         deploy.submit(config, cloud, credentials=AnonymousCredentials())
@@ -225,15 +225,17 @@ def test_an_existing_schedule_is_not_duplicated(monkeypatch):
         assert not fake.find("POST", r"schedules$|recurringruns$")
 
 
-@pytest.mark.slow  # compiles the whole job again (about 40 s)
-def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch):
+def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch, caplog):
     with FakeService() as fake:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)  # the bucket check aiplatform makes
+        fake.serve_resource_manager(monkeypatch)
         config, cloud = production(api_endpoint=fake.url, cron="30 2 * * 1-5")
         submitted = deploy.submit(config, cloud, credentials=AnonymousCredentials())
         scheduled = deploy.schedule(config, cloud, credentials=AnonymousCredentials())
         (job,) = fake.find("POST", r"^/v1/projects/proj-1/locations/europe-west4/pipelineJobs$")
         (schedule,) = fake.find("POST", r"^/v1/projects/proj-1/locations/europe-west4/schedules$")
+        assert fake.find("GET", r"^/v3/projects/proj-1$")  # the bucket's owner was checked, and matched
+    assert "Error when trying to get or create a GCS bucket" not in caplog.text
     body = job["body"]
     assert body["displayName"] == "imagepipe"
     assert body["serviceAccount"] == "runner@proj-1.iam.gserviceaccount.com"

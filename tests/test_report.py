@@ -2,15 +2,12 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from browser import open_page
-from conftest import image_bytes, write
-from pipeline.config import SAMPLE_SCHEMA
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 
@@ -29,19 +26,10 @@ def imagepipe(*args):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, small_digits):
-    """A complete run (JSON progress), then a run the validation gate stops, in one ML Metadata store."""
-    root = str(tmp_path_factory.mktemp("reported"))
-    complete = imagepipe("run", "--root", root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "4",
-                         "--accuracy-threshold", "0.3", "--progress", "json")
-    assert complete.returncode == 0, complete.stderr[-3000:]
-    events = [json.loads(line) for line in complete.stdout.splitlines() if line.startswith("{")]
-    drifted = tmp_path_factory.mktemp("drifted") / "data"
-    shutil.copytree(small_digits, drifted)
-    for n in range(12):  # a class the curated schema does not know
-        write(drifted / "letter-x" / f"x-{n}.png", image_bytes("PNG", size=(32, 32), mode="L", seed=n))
-    failed = imagepipe("run", "--root", root, "--data", str(drifted), "--schema", SAMPLE_SCHEMA, "--epochs", "4")
-    return root, events, failed
+def runs(cli_runs):
+    """A complete run with JSON progress and, in the same root, a run the validation gate stops."""
+    assert cli_runs["json"].returncode == 0, cli_runs["json"].stderr[-3000:]
+    return cli_runs["root"], cli_runs["events"], cli_runs["failed"]
 
 
 def test_json_progress_reports_components_ingestion_and_training(runs):
@@ -52,7 +40,7 @@ def test_json_progress_reports_components_ingestion_and_training(runs):
     ingest = [e for e in events if e["event"] == "progress" and e["kind"] == "ingest"]
     assert ingest and ingest[-1]["done"] == ingest[-1]["total"] == 300
     train = [e for e in events if e["event"] == "progress" and e["kind"] == "train"]
-    assert [e["done"] for e in train] == list(range(1, len(train) + 1)) and train[0]["total"] == 4
+    assert [e["done"] for e in train] == list(range(1, len(train) + 1)) and train[0]["total"] == 3
     assert all(0 <= e["val_accuracy"] <= 1 for e in train)
     last = events[-1]
     assert last["event"] == "run_finished" and last["status"] == "complete" and os.path.exists(last["report"])
@@ -94,8 +82,8 @@ def test_failed_run_gets_a_report_of_what_completed(runs):
 def test_run_history_newest_first_with_failures(runs):
     root, _, _ = runs
     listed = json.loads(imagepipe("runs", "--root", root, "--json").stdout)
-    assert [r["status"] for r in listed] == ["failed", "complete"]
-    failed, complete = listed
+    assert [r["status"] for r in listed] == ["failed", "complete", "complete"]
+    failed, complete, _ = listed
     assert failed["failed_component"] == "DataValidationGate" and "letter-x" in failed["error"]
     assert complete["blessed"] is True and 0 < complete["accuracy"] <= 1
     assert {c["state"] for c in complete["components"]} == {"ran"}

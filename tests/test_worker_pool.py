@@ -40,9 +40,9 @@ def test_cancelling_drops_queued_work_and_stops_busy_workers():
     queued = pool.submit(os.getpid)
     while not busy.running():
         time.sleep(0.01)
-    started = time.monotonic()
     pool.shutdown(cancel=True)
-    assert time.monotonic() - started < 20
+    # The busy worker was killed, not waited for (a worker that finished its task exits with status 0).
+    assert [proc.returncode for proc in pool._procs] == [-signal.SIGKILL]
     assert queued.cancelled()
     with pytest.raises(WorkerError):
         busy.result(timeout=1)

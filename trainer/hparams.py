@@ -64,6 +64,11 @@ class HParams:
     def to_custom_config(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def transform_config(self) -> Dict[str, Any]:
+        """What preprocessing_fn reads, and only that: Transform's cached output stays valid when a
+        training setting (epochs, learning rate, ...) changes."""
+        return {"image_size": self.image_size, "channels": self.channels}
+
     def cache_limit_megabytes(self) -> float:
         if self.cache_megabytes:
             return self.cache_megabytes
