@@ -7,7 +7,7 @@ UV_VERSION := 0.13.9
 BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test test-fast bench bench-photos bench-determinism lock schema clean
+.PHONY: install run test test-fast bench bench-photos bench-determinism lock clean
 
 install: $(VENV)/.installed
 
@@ -26,12 +26,17 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 run: install
 	$(BIN)/imagepipe run
 
+# Two pytest-xdist workers: most tests wait on a process start, an import or one thread, so two
+# keep 2 cores busy; tests that share a pipeline run stay in one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
 test: install
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 # The edit-test loop: everything but the tests marked slow (whole pipeline runs, training).
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: install
 	$(BIN)/python -m bench.ingest_benchmark --rounds 3 --sizes 2000,4000,8000

@@ -45,6 +45,24 @@ def make_class_tree(root, classes=("cat", "dog"), per_class=12, fmt="JPEG", seed
     return made
 
 
+CHEAP_SHARED_FIXTURES = {"digits_dir", "small_digits"}  # seconds to make: every worker makes its own
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs two pytest-xdist workers (--dist loadgroup): tests that share an expensive
+    fixture (pipeline runs made once per session or module) go to one worker, so it is made once."""
+    for item in items:
+        defs = item._fixtureinfo.name2fixturedefs
+        shared = {name: d[-1].scope for name, d in defs.items()
+                  if name not in CHEAP_SHARED_FIXTURES and d[-1].baseid.startswith("tests")}  # ours, not pytest's
+        session = sorted(name for name, scope in shared.items() if scope == "session")
+        if session:
+            item.add_marker(pytest.mark.xdist_group(session[0]))
+        elif "module" in shared.values():
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 def expected_strategy_kind() -> str:
     """What trainer/strategy.py must pick on this machine: TPU, several GPUs, one GPU, else the CPU.
 

@@ -4,6 +4,7 @@ ImageExampleGen's pre-cache driver run as the Vertex container runs it."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -281,7 +282,10 @@ def test_schedule_with_a_bad_cron_is_one_line(capsys):
 
 
 def _driver_output(tmp_path, data_root, pattern, span_window=1):
-    """Runs the pre-cache driver as Vertex does, with an ExecutorInput naming the span pattern."""
+    """Runs the pre-cache driver's entry point with an ExecutorInput naming the span pattern (in this
+    process, for speed: test_compiled_vertex_job_runs_offline_task_by_task runs it as Vertex does)."""
+    from components.image_example_gen import vertex_driver
+
     window = {"span_window": {"intValue": str(span_window)}, "span_pattern": {"stringValue": pattern}} \
         if span_window > 1 else {}
     executor_input = {
@@ -296,9 +300,12 @@ def _driver_output(tmp_path, data_root, pattern, span_window=1):
                 "name": "examples", "uri": str(tmp_path / "examples"),
                 "type": {"schemaTitle": "tfx.Examples"}}]}},
             "outputFile": str(tmp_path / "executor_output.json")}}
-    subprocess.run([sys.executable, "-m", "components.image_example_gen.vertex_driver",
-                    "--json_serialized_invocation_args", json.dumps(executor_input)],
-                   check=True, capture_output=True, timeout=300)
+    processor = vertex_driver.tfx_driver.input_processor.FileBasedInputProcessor
+    try:  # main() swaps TFX's input processor for the window-aware one (its process does nothing else)
+        vertex_driver.main(vertex_driver.tfx_driver._parse_flags(
+            ["vertex_driver", "--json_serialized_invocation_args", json.dumps(executor_input)]))
+    finally:
+        vertex_driver.tfx_driver.input_processor.FileBasedInputProcessor = processor
     return json.load(open(tmp_path / "executor_output.json"))["parameterValues"]
 
 
@@ -343,3 +350,49 @@ def test_dockerfile_builds_from_the_matching_tfx_image_and_the_lock():
     assert "FROM tensorflow/tfx:1.16.0" in dockerfile and "tfx==1.16.0" in lock
     assert "-r requirements.lock" in dockerfile and "COPY . ." in dockerfile
     assert "/pipeline" in dockerfile  # pipeline.config.IMAGE_PROJECT_DIR
+
+
+@pytest.mark.slow  # every task of the job as a process of its own (about 2 minutes)
+def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
+    """The compiled PipelineJob, executed here as Vertex's launcher would (tests/vertex_offline.py):
+    a run that pushes a blessed model, then a run on data with a class the schema lacks, which the
+    validation gate stops after comparing it with the first run's blessed model."""
+    from vertex_offline import OfflineVertex, TaskFailed
+
+    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=8, image_size=32,
+                            accuracy_threshold=0.3).validate()
+    cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
+    job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))
+    vertex = OfflineVertex(str(tmp_path / "vertex"))
+    root = str(tmp_path / "bucket" / "pipelines")
+
+    outputs = vertex.run(job, {DATA: small_digits, ROOT: root})
+    assert set(outputs) == set(json.loads(open(job).read())["pipelineSpec"]["root"]["dag"]["tasks"])
+    (examples,) = outputs["ImageExampleGen"]["examples"]
+    assert json.loads(examples["metadata"]["split_names"]) == ["train", "eval"]
+    assert outputs["latest_blessed_model_resolver-model-resolver"]["model"] == []  # nothing blessed before
+    (blessing,) = outputs["Evaluator"]["blessing"]
+    assert blessing["metadata"]["blessed"] == 1
+    (model,) = outputs["Trainer"]["model"]
+    assert blessing["metadata"]["current_model_id"] == model["name"]  # what the next run's resolver follows
+    (pushed,) = outputs["Pusher"]["pushed_model"]
+    assert pushed["metadata"]["pushed"] == 1
+    destination = pushed["metadata"]["pushed_destination"]
+    assert destination.startswith(os.path.join(root, "imagepipe", "serving"))
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(destination).signatures["serving_default"]
+    label = sorted(os.listdir(small_digits))[3]
+    image = open(os.path.join(small_digits, label, sorted(os.listdir(os.path.join(small_digits, label)))[0]), "rb")
+    assert serve(image_bytes=tf.constant([image.read()]))["probabilities"].shape == (1, 10)
+
+    drifted = tmp_path / "drifted"
+    shutil.copytree(small_digits, drifted)
+    for n in range(12):  # a class the curated schema does not know
+        write(drifted / "letter-x" / f"x-{n}.png", image_bytes("PNG", size=(32, 32), mode="L", seed=n))
+    with pytest.raises(TaskFailed) as stopped:
+        vertex.run(job, {DATA: str(drifted), ROOT: root})
+    assert stopped.value.task == "DataValidationGate" and "letter-x" in str(stopped.value)
+    ran = stopped.value.outputs
+    assert ran["latest_blessed_model_resolver-model-blessing-resolver"]["model_blessing"] == [blessing]
+    assert not {"Transform", "Trainer", "Evaluator", "Pusher"} & set(ran)
