@@ -1,6 +1,7 @@
 """Runs the pipeline on this machine: LocalDagRunner, SQLite ML Metadata, Beam DirectRunner.
 
     python -m pipeline.local_runner          # the digits sample, like `imagepipe run`
+    IMAGEPIPE_DATA=~/PetImages IMAGEPIPE_EPOCHS=20 python -m pipeline.local_runner
 
 `run(config)` checks the input first (a one-line DataError or ConfigError, with
 nothing written), then runs create_pipeline(config) and returns the summary of
@@ -146,11 +147,28 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
     return run_summary.summarize(config.metadata_path)
 
 
-if __name__ == "__main__":
+def main() -> int:
+    """`python -m pipeline.local_runner`: settings from IMAGEPIPE_* variables, as `imagepipe run` reads
+    them (IMAGEPIPE_DATA, IMAGEPIPE_ROOT, ...; the digits sample by default); bad settings or data are
+    one line and exit status 2, before anything is written."""
+    import sys
+
     from absl import logging
 
+    from components.image_example_gen.sources import DataError
     from pipeline import run_summary
+    from pipeline.config import from_environment
 
     logging.set_verbosity(logging.INFO)
-    for line in run_summary.format_summary(run(PipelineConfig())):
+    try:
+        summary = run(from_environment(PipelineConfig()))
+    except (ConfigError, DataError) as e:
+        print(f"local_runner: error: {e}", file=sys.stderr)
+        return 2
+    for line in run_summary.format_summary(summary):
         print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import expected_strategy_kind, image_bytes, make_class_tree, write
-from pipeline.config import default_pipeline_name
+from pipeline.config import PROJECT_DIR, default_pipeline_name
 
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 
@@ -78,3 +78,62 @@ def test_a_store_that_is_not_a_store_is_one_line_before_the_run(tmp_path, small_
         "file); move it away (the next run starts a new one) or use another --root"]
     assert "run " not in result.stdout  # no summary, of this run or an older one
 
+
+
+PRODUCTION = ["--project", "proj-1", "--region", "europe-west4", "--pipeline-root", "gs://bucket-1/pipelines",
+              "--image", "europe-west4-docker.pkg.dev/proj-1/imagepipe/pipeline:v3", "--data", "gs://bucket-1/images",
+              "--name", "pets"]
+
+
+def test_compile_writes_a_job_for_each_target(tmp_path):
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    vertex = imagepipe("compile", *PRODUCTION, "--output", str(tmp_path / "job.json"), root=None)
+    assert vertex.returncode == 0, vertex.stderr[-2000:]
+    assert vertex.stdout.strip() == (f"wrote {tmp_path}/job.json: PipelineJob for Vertex AI, image {PRODUCTION[7]}, "
+                                     "pipeline root gs://bucket-1/pipelines/pets")
+    job = json_format.Parse(open(tmp_path / "job.json").read(), pipeline_spec_pb2.PipelineJob())
+    assert job.display_name == "pets" and "Pusher" in job.pipeline_spec["root"]["dag"]["tasks"]
+
+    kubeflow = imagepipe("compile", *PRODUCTION, "--target", "kubeflow", "--output", str(tmp_path / "spec.yaml"),
+                         root=None)
+    assert kubeflow.returncode == 0 and "PipelineSpec package for kfp.Client" in kubeflow.stdout
+    import yaml
+
+    spec = yaml.safe_load(open(tmp_path / "spec.yaml"))
+    assert spec["defaultPipelineRoot"] == "gs://bucket-1/pipelines/pets" and "Pusher" in spec["root"]["dag"]["tasks"]
+
+    missing = imagepipe("compile", *PRODUCTION[2:], "--output", str(tmp_path / "no.json"), root=None)
+    assert missing.returncode == 2 and not (tmp_path / "no.json").exists()
+    assert missing.stderr.strip().splitlines() == ["imagepipe: error: no GCP project: give --project (or IMAGEPIPE_PROJECT)"]
+
+
+def test_submit_dry_run_prints_the_request_and_sends_nothing():
+    result = imagepipe("submit", "--dry-run", *PRODUCTION, "--no-cache", root=None)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "would submit (dry run, nothing sent):"
+    assert {"  target: vertex", "  where: projects/proj-1/locations/europe-west4", "  pipeline: pets",
+            "  pipeline_root: gs://bucket-1/pipelines/pets", "  data: gs://bucket-1/images"} <= set(lines)
+    assert "  enable_caching: True" not in lines  # --no-cache reached the request
+
+
+@pytest.mark.slow
+def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
+    make_class_tree(tmp_path / "data", per_class=12)
+    env = {**os.environ, "IMAGEPIPE_ROOT": str(tmp_path / "root"), "IMAGEPIPE_DATA": str(tmp_path / "data"),
+           "IMAGEPIPE_EPOCHS": "1", "IMAGEPIPE_IMAGE_SIZE": "32", "IMAGEPIPE_ACCURACY_THRESHOLD": "0"}
+    done = subprocess.run([sys.executable, "-m", "pipeline.local_runner"], cwd=PROJECT_DIR, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"ImageExampleGen +ran .*24 files -> 24 examples", done.stdout)
+    assert re.search(r"Trainer +ran .*1 epochs? on", done.stdout) and re.search(r"Pusher +ran", done.stdout)
+    (pipeline_name,) = os.listdir(tmp_path / "root" / "serving")
+    assert pipeline_name == default_pipeline_name(str(tmp_path / "data"))
+
+    env["IMAGEPIPE_EPOCHS"] = "many"
+    bad = subprocess.run([sys.executable, "-m", "pipeline.local_runner"], cwd=PROJECT_DIR, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
+        "local_runner: error: IMAGEPIPE_EPOCHS='many': not a whole number; fix or unset the environment variable")

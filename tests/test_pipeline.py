@@ -217,3 +217,28 @@ def test_relabelled_file_invalidates_the_cache(tmp_path, small_digits):
     assert states(summary)["ImageExampleGen"] == "ran"
     assert details(summary, "ImageExampleGen")["examples_per_split_and_class"]["train"]["1"] + \
         details(summary, "ImageExampleGen")["examples_per_split_and_class"]["eval"]["1"] == 31
+
+
+def test_predict_command_labels_files_with_the_pushed_model(sample_runs, tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    config, _, _ = sample_runs
+    digits = config.sample_data_dir
+    chosen = {label: os.path.join(digits, label, sorted(os.listdir(os.path.join(digits, label)))[-1])
+              for label in sorted(os.listdir(digits)) if not label.startswith(".")}
+    broken = write(tmp_path / "broken.jpg", b"not an image")
+    imagepipe = os.path.join(os.path.dirname(sys.executable), "imagepipe")
+    done = subprocess.run([imagepipe, "predict", "--root", config.root, "--top", "2", *chosen.values(), broken],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1  # one file could not be classified; the others were
+    assert done.stderr.strip().splitlines() == [f"{broken}: error: {done.stderr.split(': error: ', 1)[1].strip()}"]
+    lines = dict(line.rsplit(": ", 1) for line in done.stdout.strip().splitlines())
+    assert set(lines) == set(chosen.values())
+    correct = 0
+    for label, path in chosen.items():
+        (first, p1), (_, p2) = re.findall(r"(\S+) \((\d\.\d{3})\)", lines[path])
+        assert 1 >= float(p1) >= float(p2) >= 0
+        correct += first == label
+    assert correct >= 9, lines

@@ -4,6 +4,7 @@ ImageExampleGen's pre-cache driver run as the Vertex container runs it."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -168,9 +169,13 @@ def test_settings_that_only_fail_remotely_fail_before_compiling(config_changes, 
         CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(config)
 
 
-def test_weights_in_cloud_storage_are_accepted_for_cloud_runs():
-    config = PipelineConfig(data=DATA, model="mobilenet_v2", weights="gs://bucket/w/mobilenet_v2_notop.weights.h5")
-    CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(config.validate())
+def test_weights_in_cloud_storage_reach_the_trainer_of_a_cloud_run():
+    weights = "gs://bucket/w/mobilenet_v2_notop.weights.h5"
+    config = PipelineConfig(name="imagepipe", data=DATA, model="mobilenet_v2", weights=weights).validate()
+    cloud = CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(config)
+    parameters = deploy.build_job(config, cloud)["pipelineSpec"]["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]
+    hparams = json.loads(parameters["custom_config"]["runtimeValue"]["constantValue"]["stringValue"])
+    assert hparams["weights"] == weights and hparams["model"] == "mobilenet_v2"
 
 
 def test_kubeflow_cannot_warm_start():
@@ -344,12 +349,62 @@ def test_vertex_driver_sees_images_behind_a_manifest(tmp_path):
     assert _driver_output(tmp_path, data, "labels.csv")["input_fingerprint"] != first
 
 
-def test_dockerfile_builds_from_the_matching_tfx_image_and_the_lock():
-    dockerfile = open(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile")).read()
-    lock = open(os.path.join(PROJECT_DIR, "requirements.lock")).read()
-    assert "FROM tensorflow/tfx:1.16.0" in dockerfile and "tfx==1.16.0" in lock
-    assert "-r requirements.lock" in dockerfile and "COPY . ." in dockerfile
-    assert "/pipeline" in dockerfile  # pipeline.config.IMAGE_PROJECT_DIR
+def _dockerfile(path):
+    """[(INSTRUCTION, arguments)] with continued lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", open(path).read())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [tuple(line.split(None, 1)) for line in lines]
+
+
+def _project_modules(spec):
+    """Every module of this project that the compiled job's containers import or run."""
+    names = set()
+    for executor in spec["deploymentSpec"]["executors"].values():
+        container = executor.get("container", {})
+        for step in (container, container.get("lifecycle", {}).get("preCacheCheck", {})):
+            args = step.get("command", []) + step.get("args", [])
+            names.update(args[i + 1] for i, a in enumerate(args[:-1]) if a == "-m")
+            names.update(args[i + 1].rsplit(".", 1)[0] for i, a in enumerate(args[:-1]) if a == "--executor_class_path")
+    for task in spec["root"]["dag"]["tasks"].values():
+        for key in ("run_fn", "preprocessing_fn"):
+            value = task.get("inputs", {}).get("parameters", {}).get(key)
+            if value:
+                names.add(value["runtimeValue"]["constantValue"]["stringValue"].rsplit(".", 1)[0])
+    return sorted(n for n in names if n.split(".")[0] in ("components", "trainer", "pipeline"))
+
+
+def test_the_image_holds_and_imports_what_the_compiled_job_runs(vertex_job):
+    """kubeflow/Dockerfile, read instruction by instruction against the compiled job and this tree."""
+    import fnmatch
+    from importlib.metadata import version
+
+    from pipeline.config import IMAGE_PROJECT_DIR
+
+    steps = _dockerfile(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile"))
+    kinds = [kind for kind, _ in steps]
+    assert steps[0] == ("FROM", f"tensorflow/tfx:{version('tfx')}")  # the TFX this project locks
+    assert ("WORKDIR", IMAGE_PROJECT_DIR) in steps and ("ENV", f"PYTHONPATH={IMAGE_PROJECT_DIR}") in steps
+    runs = [args for kind, args in steps if kind == "RUN"]
+    uv_version = re.search(r"^UV_VERSION := (\S+)$", open(os.path.join(PROJECT_DIR, "Makefile")).read(), re.M)[1]
+    assert f"uv=={uv_version}" in runs[0] and "-r requirements.lock" in runs[0]  # the Makefile's installer, the lock
+    # The lock is installed before the project is copied (a code change does not reinstall TFX).
+    assert kinds.index("COPY") < kinds.index("RUN") and steps[kinds.index("COPY")][1].startswith("requirements.lock")
+    assert ("COPY", ". .") in steps[kinds.index("RUN"):]
+
+    _, _, spec = vertex_job
+    modules = _project_modules(spec)
+    assert "components.image_example_gen.vertex_driver" in modules and "trainer.task" in modules
+    ignored = [p.strip() for p in open(os.path.join(PROJECT_DIR, ".dockerignore")) if p.strip()]
+    for module in modules:  # in the build context, and not left out of it
+        path = module.replace(".", "/") + ".py"
+        assert os.path.exists(os.path.join(PROJECT_DIR, path)), module
+        assert not any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") for p in ignored), module
+    # The build's own smoke test imports every one of them (a broken import fails the build, not a run),
+    # and passes here, on the same lock.
+    imports = re.search(r'python -c "(import [^"]+)"', " ".join(runs))[1]
+    assert set(re.findall(r"[\w.]+", imports.removeprefix("import"))) >= set(modules)
+    done = subprocess.run([sys.executable, "-c", imports], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.mark.slow  # every task of the job as a process of its own (about 2 minutes)

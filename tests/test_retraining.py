@@ -47,8 +47,13 @@ def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_d
     second = local_runner.run(config)
     ingest = _details(second, "ImageExampleGen")
     assert ingest["files_seen"] == 800 and ingest["source"].endswith("spans 1, 2")
-    trainer_log = json.load(open(os.path.join(_details(second, "Trainer")["model_run"], "training.json")))
-    assert trainer_log["warm_started_from"]  # the first run's model
+    # Warm start: from the first run's (blessed) weights, so the first epoch already scores about what
+    # the first model ended at, far above where the first run's own first epoch started.
+    first_log, trainer_log = (_training_log(s) for s in (first, second))
+    assert trainer_log["warm_started_from"] == os.path.join(_model_dir(first), "keras")
+    started = trainer_log["epochs"][0]["val_sparse_categorical_accuracy"]
+    assert started >= _details(first, "Evaluator")["accuracy"] - 0.15
+    assert started > first_log["epochs"][0]["val_sparse_categorical_accuracy"] + 0.1
     evaluation = _details(second, "Evaluator")
     assert evaluation["baseline_accuracy"] is not None  # compared with the first blessed model
     assert evaluation["blessed"] == (evaluation["accuracy"] >= evaluation["baseline_accuracy"])
@@ -91,13 +96,21 @@ def _copy_classes(source, target, classes, start=0, count=40, resize=None):
                 shutil.copy2(src, dst)
 
 
-def _weights(summary):
+def _model_dir(summary):
+    """The Trainer's model output of that run (model_run's sibling)."""
     model_run = _details(summary, "Trainer")["model_run"]
-    model_dir = os.path.join(os.path.dirname(os.path.dirname(model_run)), "model", os.path.basename(model_run))
+    return os.path.join(os.path.dirname(os.path.dirname(model_run)), "model", os.path.basename(model_run))
+
+
+def _training_log(summary):
+    return json.load(open(os.path.join(_details(summary, "Trainer")["model_run"], "training.json")))
+
+
+def _weights(summary):
     import h5py
 
     arrays = []
-    with h5py.File(os.path.join(model_dir, "keras", "model.weights.h5"), "r") as f:
+    with h5py.File(os.path.join(_model_dir(summary), "keras", "model.weights.h5"), "r") as f:
         f.visititems(lambda name, item: arrays.append(item[()]) if isinstance(item, h5py.Dataset) else None)
     return arrays
 
