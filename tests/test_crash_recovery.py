@@ -1,7 +1,7 @@
-"""Runs that do not end normally: killed with SIGKILL during training (then started again, it
-completes without redoing finished work or consuming the half-written model), stopped with SIGTERM
-(recorded as interrupted, with a report), and two runs started at once on one root (they take
-turns; each gets its own results)."""
+"""Runs that do not end normally, on one root: stopped with SIGTERM (recorded as interrupted, with a
+report), then killed with SIGKILL during training, then started again (it completes without redoing
+finished work or consuming a half-written model); and two runs started at once on one root (they
+take turns; each gets its own results, and the same data and seed give the same model)."""
 
 import glob
 import json
@@ -14,6 +14,7 @@ import threading
 import pytest
 from ml_metadata.proto import metadata_store_pb2
 
+from conftest import model_weights
 from pipeline import local_runner, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 
@@ -39,15 +40,43 @@ def _start_and_wait_for_training(root, data, epochs=200):
         watchdog.cancel()
 
 
-def test_killed_trainer_then_rerun(tmp_path, small_digits):
-    config = PipelineConfig(root=str(tmp_path / "out"), data=small_digits, schema=SAMPLE_SCHEMA, epochs=2)
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory, small_digits):
+    """A run stopped with SIGTERM (what a scheduler or `kill` sends) while training."""
+    config = PipelineConfig(root=str(tmp_path_factory.mktemp("stopped")), data=small_digits, schema=SAMPLE_SCHEMA,
+                            epochs=2)
     proc = _start_and_wait_for_training(config.root, small_digits)
-    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, as the OOM killer or a lost machine would
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    return config, proc.returncode, out, err
+
+
+def test_stopped_run_is_recorded_as_interrupted_with_a_report(stopped):
+    config, code, out, err = stopped
+    assert code == 130, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("imagepipe: error: interrupted; the report shows what completed")
+    assert "Traceback" not in err
+    summary = run_summary.summarize(config.metadata_path)
+    states = {c["component"]: c["state"] for c in summary["components"]}
+    assert summary["status"] == "interrupted" and states["Trainer"] == "canceled" and states["Transform"] == "ran"
+    finished = json.loads(out.strip().splitlines()[-1])
+    assert finished["event"] == "run_finished" and finished["status"] == "interrupted"
+    assert "Interrupted" in open(finished["report"]).read()
+
+
+def test_killed_trainer_then_rerun(stopped):
+    """After the stopped run, a run killed with SIGKILL while training (the OOM killer, a lost machine),
+    then a run that completes: each reuses what finished before it, and only the last Trainer's model
+    is published and evaluated."""
+    config, _, _, _ = stopped
+    proc = _start_and_wait_for_training(config.root, config.data)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group
     proc.wait()
-    assert glob.glob(os.path.join(config.pipeline_root, "Trainer", "model_run", "*", "*"))  # half-written
+    assert len(glob.glob(os.path.join(config.pipeline_root, "Trainer", "model_run", "*", "*"))) >= 2  # half-written
     killed = run_summary.summarize(config.metadata_path)
     states = {c["component"]: c["state"] for c in killed["components"]}
     assert states["Trainer"] == "running" and "Evaluator" not in states
+    assert states["Transform"] == "cached"  # as the stopped run's message promised
     assert killed["status"] == "interrupted"  # nobody holds the pipeline's lock any more
     assert run_summary.list_runs(config.metadata_path)[0]["status"] == "interrupted"
 
@@ -71,22 +100,6 @@ def test_killed_trainer_then_rerun(tmp_path, small_digits):
     assert new_trainer["outputs"]["model"][0] in read
 
 
-def test_stopped_run_is_recorded_as_interrupted_with_a_report(tmp_path, small_digits):
-    config = PipelineConfig(root=str(tmp_path / "out"), data=small_digits, schema=SAMPLE_SCHEMA)
-    proc = _start_and_wait_for_training(config.root, small_digits)
-    proc.send_signal(signal.SIGTERM)  # what a scheduler or `kill` sends
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-3000:]
-    assert err.strip().splitlines()[-1].startswith("imagepipe: error: interrupted; the report shows what completed")
-    assert "Traceback" not in err
-    summary = run_summary.summarize(config.metadata_path)
-    states = {c["component"]: c["state"] for c in summary["components"]}
-    assert summary["status"] == "interrupted" and states["Trainer"] == "canceled" and states["Transform"] == "ran"
-    finished = json.loads(out.strip().splitlines()[-1])
-    assert finished["event"] == "run_finished" and finished["status"] == "interrupted"
-    assert "Interrupted" in open(finished["report"]).read()
-
-
 def test_two_runs_at_once_on_one_root_take_turns(cli_runs):
     first, second = cli_runs["json"], cli_runs["text"]  # the second started while the first held the lock
     assert first.returncode == second.returncode == 0, (first.stderr[-2000:], second.stderr[-2000:])
@@ -105,3 +118,9 @@ def test_two_runs_at_once_on_one_root_take_turns(cli_runs):
     assert by_id[finished["run_id"]]["accuracy"] == evaluator["details"]["accuracy"]
     (other,) = set(by_id) - {finished["run_id"]}
     assert other in open(second_report).read()
+    # The same data, settings and seed, trained from scratch twice (--no-cache): one model, bit for bit.
+    assert by_id[other]["accuracy"] == by_id[finished["run_id"]]["accuracy"]
+    first_weights, second_weights = (model_weights(run_summary.summarize(cli_runs["metadata_path"], run_id))
+                                     for run_id in (finished["run_id"], other))
+    assert len(first_weights) == len(second_weights) > 0
+    assert all((a == b).all() for a, b in zip(first_weights, second_weights))

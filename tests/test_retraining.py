@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from conftest import model_dir
 from pipeline import local_runner
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 
@@ -50,7 +51,7 @@ def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_d
     # Warm start: from the first run's (blessed) weights, so the first epoch already scores about what
     # the first model ended at, far above where the first run's own first epoch started.
     first_log, trainer_log = (_training_log(s) for s in (first, second))
-    assert trainer_log["warm_started_from"] == os.path.join(_model_dir(first), "keras")
+    assert trainer_log["warm_started_from"] == os.path.join(model_dir(first), "keras")
     started = trainer_log["epochs"][0]["val_sparse_categorical_accuracy"]
     assert started >= _details(first, "Evaluator")["accuracy"] - 0.15
     assert started > first_log["epochs"][0]["val_sparse_categorical_accuracy"] + 0.1
@@ -96,26 +97,11 @@ def _copy_classes(source, target, classes, start=0, count=40, resize=None):
                 shutil.copy2(src, dst)
 
 
-def _model_dir(summary):
-    """The Trainer's model output of that run (model_run's sibling)."""
-    model_run = _details(summary, "Trainer")["model_run"]
-    return os.path.join(os.path.dirname(os.path.dirname(model_run)), "model", os.path.basename(model_run))
-
-
 def _training_log(summary):
     return json.load(open(os.path.join(_details(summary, "Trainer")["model_run"], "training.json")))
 
 
-def _weights(summary):
-    import h5py
-
-    arrays = []
-    with h5py.File(os.path.join(_model_dir(summary), "keras", "model.weights.h5"), "r") as f:
-        f.visititems(lambda name, item: arrays.append(item[()]) if isinstance(item, h5py.Dataset) else None)
-    return arrays
-
-
-def test_each_dataset_is_its_own_pipeline_and_one_seed_gives_one_model(tmp_path, digits_dir, capsys):
+def test_each_dataset_is_its_own_pipeline(tmp_path, digits_dir, capsys):
     from pipeline import cli
 
     pets, digits = tmp_path / "PetImages", tmp_path / "digits-subset"
@@ -139,12 +125,7 @@ def test_each_dataset_is_its_own_pipeline_and_one_seed_gives_one_model(tmp_path,
     assert cli.main(["predict", "--root", str(tmp_path / "root"), str(pets / "0" / os.listdir(pets / "0")[0])]) == 2
     assert "2 pipelines in" in capsys.readouterr().err  # which model to use is the user's choice
 
-    # The same data, settings and seed in a fresh root: the same weights, so the same accuracy.
-    again = local_runner.run(PipelineConfig(data=str(digits), **{**common, "root": str(tmp_path / "fresh")}))
-    assert _details(again, "Evaluator")["accuracy"] == _details(first, "Evaluator")["accuracy"]
-    first_weights, again_weights = _weights(first), _weights(again)
-    assert len(first_weights) == len(again_weights) > 0
-    assert all((a == b).all() for a, b in zip(first_weights, again_weights))  # bit for bit
+    # One seed gives one model: test_crash_recovery.py::test_two_runs_at_once_on_one_root_take_turns.
 
 
 def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_path, digits_dir):
