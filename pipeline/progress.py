@@ -5,7 +5,7 @@ Two sources, both independent of how TFX runs the components:
     (component_started) and changes state when it finishes (component_finished:
     ran, cached or FAILED; a cached one may show up finished without a start);
   - the `imagepipe.progress` logger, to which components report fine-grained
-    progress (files ingested, epochs trained) with `progress_event()`.
+    progress (files ingested, epochs trained) with components/progress_events.py.
 
 Output modes: "human" (bars on a terminal, lines elsewhere), "json" (one JSON
 object per line, for scripts) and "quiet" (nothing until the final summary).
@@ -18,14 +18,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-LOGGER = "imagepipe.progress"
+from components.progress_events import LOGGER
+
 MODES = ("human", "json", "quiet")
-
-
-def progress_event(kind: str, done: int, total: int, **detail) -> None:
-    """Called by components: `kind` ("ingest", "train") advanced to done/total."""
-    logging.getLogger(LOGGER).info("%s %d/%d", kind, done, total,
-                                   extra={"imagepipe_event": {"kind": kind, "done": done, "total": total, **detail}})
 
 
 class Printer:

@@ -22,6 +22,7 @@ import os
 from typing import Any, Dict, Optional
 
 from components import drift as drift_lib
+from components.image_example_gen import feature_keys as keys
 from components.image_example_gen.sources import split_sort_key
 from pipeline.predict import byte_batches
 from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
@@ -410,14 +411,14 @@ def _misclassified(components: Dict[str, Dict]) -> str:
     for batch in byte_batches(records, max_items=128):  # streamed: eval images may be full-size photos
         batch = tf.constant(batch)
         out = serve(examples=batch)
-        parsed = tf.io.parse_example(batch, {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-                                             "image/class/text": tf.io.FixedLenFeature([], tf.string),
-                                             "image/filename": tf.io.FixedLenFeature([], tf.string)})
+        parsed = tf.io.parse_example(batch, {keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
+                                             keys.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
+                                             keys.FILENAME: tf.io.FixedLenFeature([], tf.string)})
         for i, predicted in enumerate(out["predicted_class"].numpy()):
             seen += 1
-            actual = parsed["image/class/text"][i].numpy()
+            actual = parsed[keys.LABEL_TEXT][i].numpy()
             if predicted != actual and len(wrong) < MAX_MISCLASSIFIED:
-                wrong.append({"src": thumbnail(parsed["image/encoded"][i].numpy()),
+                wrong.append({"src": thumbnail(parsed[keys.ENCODED][i].numpy()),
                               "caption": f"{actual.decode()} → {predicted.decode()} "
                                          f"({out['predicted_probability'][i].numpy():.2f})"})
     if not wrong:

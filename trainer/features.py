@@ -2,9 +2,11 @@
 
 import tensorflow as tf
 
+from components.image_example_gen import feature_keys
+
 # Raw features, as ImageExampleGen writes them.
-IMAGE_KEY = "image/encoded"
-LABEL_TEXT_KEY = "image/class/text"
+IMAGE_KEY = feature_keys.ENCODED
+LABEL_TEXT_KEY = feature_keys.LABEL_TEXT
 
 # Transformed features, as Transform materialises them.
 PIXELS_KEY = "pixels"  # the resized image's uint8 pixels, 1 byte each (see preprocessing.py)

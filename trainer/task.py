@@ -18,7 +18,7 @@ import tensorflow_transform as tft
 from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
-from pipeline.progress import progress_event
+from components.progress_events import progress_event
 from trainer import export, features, input_pipeline, models
 from trainer.hparams import HParams
 from trainer import strategy as strategies

@@ -4,10 +4,10 @@ InspectAndWrite hands batches of files to batch_ingest. On Dataflow (or Beam's
 multi_processing mode) Beam already runs one worker process per core, so a batch
 is ingested inline. With the local in-memory DirectRunner, the default for TFX,
 everything would run on one core: there the DoFn keeps a pool of spawned worker
-processes (worker_pool.py). Threads do not help (measured: 2 threads were no
-faster than 1; the GIL serialises Pillow's Python side), and Beam's
-multi_processing mode costs ~4 s of worker start-up per pipeline; these workers
-import only Pillow and batch_ingest (~0.1 s).
+processes (worker_pool.py). Threads do not help (the GIL serialises Pillow's
+Python side), and Beam's multi_processing workers start slowly (each imports
+Beam and TensorFlow); these workers import only Pillow and batch_ingest
+(README: Benchmarks, Ingestion).
 """
 
 import collections
@@ -29,7 +29,7 @@ from components.image_example_gen.batch_ingest import (
     ingest_batch_file,
 )
 from components.image_example_gen.image_check import Reason
-from pipeline.progress import progress_event
+from components.progress_events import progress_event
 
 class InspectAndWrite(beam.DoFn):
     """Ingests the batch file it is given; see batch_ingest.ingest_batch.

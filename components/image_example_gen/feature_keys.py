@@ -1,0 +1,17 @@
+"""The features of each tf.train.Example that ImageExampleGen writes (README: What ingestion writes).
+
+One list for the writer (batch_ingest.py), the Trainer (trainer/features.py) and the report. Plain
+Python, no TensorFlow.
+"""
+
+ENCODED = "image/encoded"  # the original bytes, or a downscaled copy above --store-max-pixels
+FORMAT = "image/format"  # of the stored bytes: jpeg or png
+HEIGHT = "image/height"  # of the stored image
+WIDTH = "image/width"
+CHANNELS = "image/channels"
+ORIGINAL_HEIGHT = "image/original/height"  # of the file as it was found
+ORIGINAL_WIDTH = "image/original/width"
+LABEL = "image/class/label"  # the class id in ImageExampleGen's label map
+LABEL_TEXT = "image/class/text"  # the class name
+FILENAME = "image/filename"  # relative to the data root
+SHA256 = "image/key/sha256"  # of the original file: splits and duplicates follow it
