@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import yaml
 
@@ -47,15 +47,19 @@ def run_runner(runner, tfx_pipeline, **kwargs):
         return runner.run(tfx_pipeline, **kwargs)
 
 
-def build_job(config: PipelineConfig, cloud: CloudConfig) -> Dict[str, Any]:
-    """The compiled PipelineJob, as a dict (Vertex's format)."""
+def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
+    """The KubeflowV2DagRunner for `cloud`: `imagepipe compile` and the TFX CLI's runner file both use it."""
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as runner_lib
 
+    return runner_lib.KubeflowV2DagRunner(config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image),
+                                          output_filename=output_filename)
+
+
+def build_job(config: PipelineConfig, cloud: CloudConfig) -> Dict[str, Any]:
+    """The compiled PipelineJob, as a dict (Vertex's format)."""
     from pipeline.pipeline import create_pipeline
 
-    runner = runner_lib.KubeflowV2DagRunner(
-        config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image))
-    return run_runner(runner, create_pipeline(config, cloud=cloud), write_out=False)
+    return run_runner(make_runner(cloud), create_pipeline(config, cloud=cloud), write_out=False)
 
 
 def kubeflow_package(job: Dict[str, Any], pipeline_root: str, always_ingest: bool) -> Dict[str, Any]:

@@ -14,8 +14,6 @@ reads. The DAG is create_pipeline(), as for the local runner.
 
 import os
 
-from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as runner_lib
-
 from kubeflow import deploy
 from pipeline.config import CloudConfig, PipelineConfig, from_environment
 from pipeline.pipeline import create_pipeline
@@ -24,10 +22,9 @@ from pipeline.pipeline import create_pipeline
 def run() -> None:
     config = from_environment(PipelineConfig()).validate()
     cloud = from_environment(CloudConfig(target="vertex")).validate(config)
-    runner = runner_lib.KubeflowV2DagRunner(
-        config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image),
-        output_filename=os.environ.get("IMAGEPIPE_OUTPUT", f"{config.pipeline_name}_pipeline.json"))
-    deploy.run_runner(runner, create_pipeline(config, cloud=cloud))
+    # IMAGEPIPE_OUTPUT: where to write the job (not a pipeline setting; `imagepipe compile --output`).
+    output = os.environ.get("IMAGEPIPE_OUTPUT") or deploy.default_output(config, cloud)
+    deploy.run_runner(deploy.make_runner(cloud, output), create_pipeline(config, cloud=cloud))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@ import time
 import warnings
 from typing import List, Optional
 
-from pipeline.config import CloudConfig, ConfigError, PipelineConfig, from_environment
+from components.image_example_gen.sources import LAYOUTS
+from pipeline.config import GATE_MODES, TARGETS, CloudConfig, ConfigError, PipelineConfig, from_environment
+from pipeline.progress import MODES as PROGRESS_MODES
+from trainer.hparams import AUGMENTATIONS, MODELS
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -46,7 +49,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", help=f"where artifacts and ML Metadata go (default {d.root})")
     p.add_argument("--name", help="pipeline name: its runs, models and metadata are kept apart (default: from "
                    "--data, e.g. petimages-3f2a9c; 'digits' for the sample)")
-    p.add_argument("--layout", choices=["auto", "folders", "presplit", "manifest"], help="input layout (default auto)")
+    p.add_argument("--layout", choices=LAYOUTS, help="input layout (default auto)")
     p.add_argument("--span-pattern", help="read the latest span below --data, e.g. 'span-{SPAN}'")
     p.add_argument("--span-window", type=int, help="with --span-pattern: read the latest span and the N-1 "
                    "spans before it (default 1)")
@@ -61,7 +64,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
     p.add_argument("--schema", help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
                    "the sample uses schemas/digits/schema.pbtxt)")
-    p.add_argument("--gate", choices=["fail", "warn"], help="on anomalies or drift: stop the run (default) or warn")
+    p.add_argument("--gate", choices=GATE_MODES, help="on anomalies or drift: stop the run (default) or warn")
     drift = p.add_argument_group("drift from the latest blessed model's data (L-infinity distance of shares; "
                                  "1 turns a check off)")
     drift.add_argument("--max-class-drift", type=float, help=f"class mix (default {d.max_class_drift})")
@@ -71,7 +74,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     drift.add_argument("--max-count-drop", type=float, help="largest accepted drop of the example count, as a "
                        f"fraction (default {d.max_count_drop})")
     t = p.add_argument_group("training")
-    t.add_argument("--model", choices=["cnn", "mobilenet_v2", "efficientnet_b0"],
+    t.add_argument("--model", choices=MODELS,
                    help="cnn (fast default) or a keras.applications backbone for transfer learning")
     t.add_argument("--image-size", type=int, help="side of the square model input (default: 32 for the "
                    "sample, 64 for cnn, 224 for the backbones)")
@@ -80,7 +83,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--batch-size", type=int, help=f"per replica (default {d.batch_size})")
     t.add_argument("--learning-rate", type=float, help=f"(default {d.learning_rate})")
     t.add_argument("--weights", help="backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' (random)")
-    t.add_argument("--augment", help="training augmentation: any of flip,crop,brightness")
+    t.add_argument("--augment", help=f"training augmentation: any of {','.join(AUGMENTATIONS)}")
     t.add_argument("--seed", type=int, help=f"(default {d.seed})")
     t.add_argument("--nondeterministic", dest="deterministic", action="store_false", default=None,
                    help="allow nondeterministic TensorFlow ops (faster on some GPUs; by default the same data, "
@@ -93,7 +96,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="re-run every component")
     p.add_argument("--beam-arg", dest="beam_args", action="append",
                    help="extra Beam pipeline argument (repeatable)")
-    p.add_argument("--progress", choices=["human", "json", "quiet"], default="human",
+    p.add_argument("--progress", choices=PROGRESS_MODES, default=PROGRESS_MODES[0],
                    help="live progress: human (default), json (one JSON object per line), quiet")
     p.add_argument("--verbose", action="store_true", help="show TFX and Beam logs")
 
@@ -101,7 +104,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     d = CloudConfig()
     c = p.add_argument_group("production (each also reads IMAGEPIPE_<OPTION>, e.g. IMAGEPIPE_PROJECT)")
-    c.add_argument("--target", choices=["vertex", "kubeflow"], help="Vertex AI Pipelines (default) or Kubeflow "
+    c.add_argument("--target", choices=TARGETS, help="Vertex AI Pipelines (default) or Kubeflow "
                    "Pipelines v2")
     c.add_argument("--project", help="GCP project")
     c.add_argument("--region", help=f"GCP region (default {d.region})")
@@ -501,7 +504,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _fail(EXIT_BAD_INPUT, str(e))
     _quiet_logs(verbose=False)
     failed = 0
-    for result in predict.classify(model_dir, args.images, top=max(1, args.top)):
+    for result in predict.classify(model_dir, args.images, top=max(1, args.top), max_pixels=config.max_pixels):
         if "error" in result:
             failed += 1
             print(f"{result['path']}: error: {result['error']}", file=sys.stderr)

@@ -11,6 +11,9 @@ import os
 import re
 from typing import List, Optional
 
+from components.image_example_gen import ingest_defaults
+from trainer.hparams import HParams
+
 # The repository root: schemas/ and the default run's outputs are found from here.
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_SCHEMA = os.path.join(PROJECT_DIR, "schemas", "digits", "schema.pbtxt")
@@ -53,13 +56,11 @@ class PipelineConfig:
     # with the span_window - 1 spans before it.
     span_pattern: Optional[str] = None
     span_window: int = 1
-    eval_percent: int = 20  # hash split of unsplit data
-    max_pixels: int = 50_000_000  # width * height * frames; larger files are quarantined
-    # Images above this many pixels are stored (ImageExampleGen's output) as a downscaled copy,
-    # aspect kept, with the original's size and hash in the example; 0 stores every original.
-    # A 12 MP phone photo is stored at 1008x756 (README: Full-size photos).
-    store_max_pixels: int = 2_000_000
-    max_bad_fraction: float = 0.1  # fail the run if more of the files than this are bad
+    # Ingestion (components/image_example_gen/ingest_defaults.py has the meaning of each).
+    eval_percent: int = ingest_defaults.EVAL_PERCENT
+    max_pixels: int = ingest_defaults.MAX_PIXELS
+    store_max_pixels: int = ingest_defaults.STORE_MAX_PIXELS
+    max_bad_fraction: float = ingest_defaults.MAX_BAD_FRACTION
     drop_duplicates: bool = False  # keep one copy of identical files (same label)
     compression_level: int = 0  # gzip level of the TFRecords; 0 suits JPEG/PNG
     # A curated schema (schemas/<dataset>/schema.pbtxt) for ImportSchemaGen; None: SchemaGen infers.
@@ -73,18 +74,18 @@ class PipelineConfig:
     max_format_drift: float = 0.3
     max_count_drop: float = 0.5
 
-    # Training (trainer/hparams.py has the meaning of each).
-    model: str = "cnn"  # cnn | mobilenet_v2 | efficientnet_b0
+    # Training (trainer/hparams.py has the defaults and the meaning of each).
+    model: str = HParams.model
     image_size: Optional[int] = None  # None: 32 for the digits sample, else the model's usual size
-    epochs: int = 12
-    fine_tune_epochs: int = 0  # transfer models: epochs with the backbone's top unfrozen
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    weights: str = "imagenet"  # transfer models: "imagenet", a local weights file, or "" (random)
-    augment: str = ""  # flip, crop, brightness (comma-separated)
-    seed: int = 42
-    deterministic: bool = True  # same data, settings and seed -> same weights (TensorFlow op determinism)
-    warm_start: bool = False  # start from the latest blessed model's weights (same classes and model)
+    epochs: int = HParams.epochs
+    fine_tune_epochs: int = HParams.fine_tune_epochs
+    batch_size: int = HParams.batch_size
+    learning_rate: float = HParams.learning_rate
+    weights: str = HParams.weights
+    augment: str = HParams.augment
+    seed: int = HParams.seed
+    deterministic: bool = HParams.deterministic
+    warm_start: bool = HParams.warm_start
     # Evaluator: bless a model when eval accuracy reaches this, and (after the first) when it is
     # no worse than the last blessed model. Pusher copies blessed models under <root>/serving/<name>.
     accuracy_threshold: float = 0.9
@@ -125,9 +126,9 @@ class PipelineConfig:
             return self.schema if "://" in self.schema else os.path.abspath(self.schema)
         return SAMPLE_SCHEMA if self.uses_sample_data else None
 
-    def hparams(self):
-        """The Transform/Trainer hyperparameters (trainer.hparams.HParams) for this configuration."""
-        from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams
+    def hparams(self) -> HParams:
+        """The Transform/Trainer hyperparameters for this configuration."""
+        from trainer.hparams import DEFAULT_IMAGE_SIZE
 
         size = self.image_size if self.image_size is not None else (
             32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, 64))
@@ -146,8 +147,10 @@ class PipelineConfig:
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", self.name):
             raise ConfigError(f"--name {self.name!r}: use letters, digits, '-', '_' or '.' (at most 63), "
                               "starting with a letter or digit")
-        if self.layout not in ("auto", "folders", "presplit", "manifest"):
-            raise ConfigError(f"--layout {self.layout!r}: use one of auto, folders, presplit, manifest")
+        from components.image_example_gen.sources import LAYOUTS
+
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"--layout {self.layout!r}: use one of {', '.join(LAYOUTS)}")
         if not 1 <= self.eval_percent <= 99:
             raise ConfigError(f"--eval-percent {self.eval_percent}: use a whole number from 1 to 99")
         if not 0 <= self.max_bad_fraction <= 1:
@@ -287,13 +290,19 @@ class CloudConfig:
     cron: Optional[str] = None  # "minute hour day-of-month month day-of-week", e.g. "0 3 * * 1"
     schedule_name: Optional[str] = None
 
+    @property
+    def runs_resolvers(self) -> bool:
+        """Whether the target runs TFX resolver nodes (the latest blessed model, for the Evaluator's
+        baseline, warm start and drift): Vertex does; Kubeflow Pipelines' open-source backend does not."""
+        return self.target == "vertex"
+
     def full_pipeline_root(self, pipeline_name: str) -> str:
         return f"{self.pipeline_root.rstrip('/')}/{pipeline_name}"
 
     def validate(self, config: PipelineConfig, need_host: bool = False) -> "CloudConfig":
         """One-line errors for everything that would make a compiled pipeline fail remotely."""
         if self.target not in TARGETS:
-            raise ConfigError(f"--target {self.target!r}: use vertex or kubeflow")
+            raise ConfigError(f"--target {self.target!r}: use {' or '.join(TARGETS)}")
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", config.pipeline_name):
             raise ConfigError(f"--name {config.pipeline_name!r}: Vertex AI and Kubeflow need lower-case letters, "
                               "digits and dashes (at most 63), e.g. pets-classifier")
@@ -301,7 +310,7 @@ class CloudConfig:
         if config.model != "cnn" and weights not in ("", "imagenet") and not weights.startswith("gs://"):
             raise ConfigError(f"--weights {weights}: a local file is not in the pipeline's containers; upload it "
                               "and give a gs:// path, or use imagenet")
-        if self.target == "kubeflow" and config.warm_start:
+        if config.warm_start and not self.runs_resolvers:
             raise ConfigError("--warm-start needs the latest blessed model, which TFX resolves with a resolver "
                               "node that Kubeflow Pipelines' open-source backend cannot run; use --target vertex")
         if self.target == "vertex" and not self.project:

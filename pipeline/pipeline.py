@@ -108,7 +108,7 @@ def create_pipeline(config: PipelineConfig,
     # blessing, which keeps the profile of its data) the gate's drift reference. Kubeflow Pipelines'
     # open-source backend has no resolver executor, so there the threshold alone gates, without drift.
     baseline = None
-    if not (cloud and cloud.target == "kubeflow"):
+    if not cloud or cloud.runs_resolvers:
         baseline = tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
             model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),

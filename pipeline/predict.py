@@ -10,6 +10,7 @@ import os
 from typing import Callable, Dict, Iterable, List, Optional
 
 from components.image_example_gen.image_check import BadImage, check_image
+from components.image_example_gen.ingest_defaults import MAX_PIXELS
 
 
 # Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
@@ -34,7 +35,7 @@ def resolve_model_dir(path: str) -> str:
                         "model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
 
 
-def classify(model_dir: str, paths: List[str], top: int = 1, max_pixels: int = 50_000_000) -> List[Dict]:
+def classify(model_dir: str, paths: List[str], top: int = 1, max_pixels: int = MAX_PIXELS) -> List[Dict]:
     """One result per path, in order: {'path', 'predictions': [(class, probability)...]} or {'path', 'error'}."""
     import tensorflow as tf
 

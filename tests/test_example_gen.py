@@ -249,7 +249,7 @@ def test_a_class_without_training_examples_fails_clearly(tmp_path):
 
 def test_a_file_too_big_to_be_an_image_in_budget_is_not_read(tmp_path):
     data = tmp_path / "data"
-    make_class_tree(data, per_class=3)
+    make_class_tree(data, per_class=12)  # enough that the 80/20 hash split gives eval some
     with open(data / "cat" / "video.jpg", "wb") as f:
         f.truncate(3 * 2**20)  # 3 MB of zeros
     _, report = run_executor(data, tmp_path / "out", max_pixels=100_000, max_bad_fraction=0.5)
@@ -286,10 +286,10 @@ def test_span_window_reads_the_latest_spans_with_a_folder_pattern(tmp_path):
 def test_zero_padded_spans_in_a_window(tmp_path):
     data = tmp_path / "drops"
     for span in (1, 2, 3):
-        make_class_tree(data / f"span-{span:02d}", per_class=span, seed=span)
+        make_class_tree(data / f"span-{span:02d}", per_class=4 + span, seed=span)
     examples, report = run_executor(data, tmp_path / "out", input_config=_single("span-{SPAN:2}"), span_window=2)
     files = by_filename(read_examples(examples.uri))
-    assert summary(report.uri)["files_seen"] == 2 * 2 + 2 * 3  # spans 02 and 03, not 01
+    assert summary(report.uri)["files_seen"] == 2 * 6 + 2 * 7  # spans 02 and 03, not 01
     assert {f.split("/")[0] for f in files} == {"span-02", "span-03"}
 
 

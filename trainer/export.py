@@ -16,8 +16,6 @@ import tensorflow_transform as tft
 from trainer import features
 from trainer.hparams import HParams
 
-SERVING_SIGNATURES = ("serving_default", "serving_examples", "transform_features")
-
 
 class ServingModule(tf.Module):
     def __init__(self, model, tft_output: tft.TFTransformOutput, hp: HParams):

@@ -37,7 +37,7 @@ class HParams:
     # keras.applications weights for the transfer models: "imagenet" (downloaded), a .h5 or
     # .weights.h5 file (local or gs://), or "" for random initialisation (tests; nothing downloads).
     weights: str = "imagenet"
-    epochs: int = 10  # for transfer models: epochs with the backbone frozen
+    epochs: int = 12  # for transfer models: epochs with the backbone frozen
     fine_tune_epochs: int = 0  # transfer models: then this many epochs with the top unfrozen
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
     batch_size: int = 64

@@ -50,8 +50,8 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     dataset = dataset.interleave(
         lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
         cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)  # seeds reproduce
-    # TFX Transform writes gzip records: reading them is inflate-bound (~2,800 images/s at 160x160
-    # on one core, measured), the cache is a memcpy (6,000+/s). So cache whenever they fit.
+    # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
+    # (README: Benchmarks, Training input). So cache whenever they fit.
     if total_megabytes(files) <= hp.cache_limit_megabytes():
         dataset = dataset.cache()
     if training:

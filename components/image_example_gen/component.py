@@ -33,6 +33,7 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from components.artifacts import ImageIngestionReport
 from components.image_example_gen import executor as image_executor
+from components.image_example_gen import ingest_defaults as defaults
 
 
 class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
@@ -84,21 +85,21 @@ class ImageExampleGen(FileBasedExampleGen):
                  output_config: Optional[example_gen_pb2.Output] = None,
                  range_config: Optional[range_config_pb2.RangeConfig] = None,
                  layout: str = "auto",
-                 max_pixels: int = 50_000_000,
-                 max_bad_fraction: float = 0.1,
+                 max_pixels: int = defaults.MAX_PIXELS,
+                 max_bad_fraction: float = defaults.MAX_BAD_FRACTION,
                  drop_duplicates: bool = False,
                  compression_level: int = 0,
-                 shard_megabytes: int = 64,
+                 shard_megabytes: int = defaults.SHARD_MEGABYTES,
                  span_window: int = 1,
-                 store_max_pixels: int = 0):
+                 store_max_pixels: int = defaults.STORE_MAX_PIXELS):
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])
         if output_config is None:
             output_config = example_gen_pb2.Output()
             if len(input_config.splits) == 1:
                 output_config = example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
-                    example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=8),
-                    example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=2)]))
+                    example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=100 - defaults.EVAL_PERCENT),
+                    example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=defaults.EVAL_PERCENT)]))
         spec = ImageExampleGenSpec(
             input_base=input_base,
             input_config=input_config,

@@ -42,6 +42,7 @@ from tfx.utils import io_utils, proto_utils
 from components import drift
 from components.image_example_gen import (LABEL_MAP_FILE, PROFILE_FILE, QUARANTINE_FILE, SUMMARY_FILE, batch_ingest,
                                           beam_steps, sources, tfrecord_io)
+from components.image_example_gen import ingest_defaults as defaults
 from components.image_example_gen.image_check import Reason
 
 # Keys of this component's own outputs and parameters (the rest are TFX's).
@@ -260,15 +261,15 @@ class IngestSettings(NamedTuple):
             input_base=props[standard_component_specs.INPUT_BASE_KEY],
             input_config=input_config, output_config=output_config,
             layout=props.get(LAYOUT_KEY) or "auto",
-            max_pixels=int(props.get(MAX_PIXELS_KEY) or 50_000_000),
-            max_bad_fraction=float(props.get(MAX_BAD_FRACTION_KEY, 0.1)),
+            max_pixels=int(props.get(MAX_PIXELS_KEY) or defaults.MAX_PIXELS),
+            max_bad_fraction=float(props.get(MAX_BAD_FRACTION_KEY, defaults.MAX_BAD_FRACTION)),
             drop_duplicates=bool(props.get(DROP_DUPLICATES_KEY, 0)),
             compression_level=int(props.get(COMPRESSION_LEVEL_KEY) or 0),
-            shard_megabytes=int(props.get(SHARD_MEGABYTES_KEY) or 64),
+            shard_megabytes=int(props.get(SHARD_MEGABYTES_KEY) or defaults.SHARD_MEGABYTES),
             span=int(span or 0),
             span_window=int(props.get(SPAN_WINDOW_KEY) or 1),
             span_pattern=props.get(SPAN_PATTERN_KEY) or "",
-            store_max_pixels=int(props.get(STORE_MAX_PIXELS_KEY) or 0))
+            store_max_pixels=int(props.get(STORE_MAX_PIXELS_KEY, defaults.STORE_MAX_PIXELS)))
 
     def list_inputs(self) -> sources.Listing:
         """Lists every input split's (span-resolved) pattern into one listing.
@@ -320,13 +321,13 @@ class IngestSettings(NamedTuple):
                 for span in spans]
 
     def output_splits(self) -> Tuple[List[str], List[int]]:
-        """Names and cumulative hash buckets of the hash-assigned splits (default train 80 / eval 20)."""
+        """Names and cumulative hash buckets of the hash-assigned splits (default: train, then eval)."""
         splits = self.output_config.split_config.splits
         if not splits:
             if len(self.input_config.splits) > 1:
                 return [sources.SPLIT_ALIASES.get(s.name.lower(), s.name) for s in self.input_config.splits], \
                     list(range(1, len(self.input_config.splits) + 1))
-            return ["train", "eval"], [8, 10]
+            return ["train", "eval"], [100 - defaults.EVAL_PERCENT, 100]
         names, buckets, total = [], [], 0
         for s in splits:
             total += s.hash_buckets

@@ -1,0 +1,14 @@
+"""ImageExampleGen's defaults, defined once.
+
+The component's parameters, the executor's fallbacks (for a parameter that a compiled pipeline
+leaves out), pipeline/config.py's settings (and so the CLI's help) and `imagepipe predict` all read
+these. Plain Python: the CLI imports it without TFX.
+"""
+
+MAX_PIXELS = 50_000_000  # width * height * frames; larger files are quarantined (decompression bombs)
+# Larger images are stored as a downscaled copy, aspect kept, with the original's size and hash in
+# the example; 0 stores every original. A 12 MP phone photo is stored at 1008x756.
+STORE_MAX_PIXELS = 2_000_000
+MAX_BAD_FRACTION = 0.1  # the run fails when more of the files than this are bad
+EVAL_PERCENT = 20  # unsplit data: the eval share, by content hash
+SHARD_MEGABYTES = 64  # TFRecord shards rotate at about this size
