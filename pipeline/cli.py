@@ -504,12 +504,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _fail(EXIT_BAD_INPUT, str(e))
     _quiet_logs(verbose=False)
     failed = 0
-    for result in predict.classify(model_dir, args.images, top=max(1, args.top), max_pixels=config.max_pixels):
+    try:
+        results = predict.classify(model_dir, args.images, top=max(1, args.top), max_pixels=config.max_pixels)
+    except predict.ModelUnusable as e:
+        return _fail(EXIT_BAD_INPUT, str(e))
+    show = predict.printable  # file and class names may hold terminal escape sequences
+    for result in results:
         if "error" in result:
             failed += 1
-            print(f"{result['path']}: error: {result['error']}", file=sys.stderr)
+            print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
         else:
-            print(f"{result['path']}: " + ", ".join(f"{name} ({p:.3f})" for name, p in result["predictions"]))
+            print(f"{show(result['path'])}: " + ", ".join(f"{show(name)} ({p:.3f})"
+                                                         for name, p in result["predictions"]))
     return EXIT_RUN_FAILED if failed else 0
 
 

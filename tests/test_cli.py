@@ -137,3 +137,11 @@ def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
         "local_runner: error: IMAGEPIPE_EPOCHS='many': not a whole number; fix or unset the environment variable")
+
+
+def test_names_are_printed_with_control_characters_escaped():
+    from pipeline.predict import printable
+
+    # A class folder or file named with an escape sequence (clear screen) or a bidi override.
+    assert printable("cat\x1b[2J\u202egpj.exe") == "cat\\x1b[2J\\u202egpj.exe"
+    assert printable("Ünïcode 猫 ok") == "Ünïcode 猫 ok"

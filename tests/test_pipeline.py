@@ -242,3 +242,30 @@ def test_predict_command_labels_files_with_the_pushed_model(sample_runs, tmp_pat
         assert 1 >= float(p1) >= float(p2) >= 0
         correct += first == label
     assert correct >= 9, lines
+
+
+def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_runs, tmp_path):
+    import subprocess
+    import sys
+
+    config, first, _ = sample_runs
+    imagepipe = os.path.join(os.path.dirname(sys.executable), "imagepipe")
+    good = os.path.join(config.sample_data_dir, "3", sorted(os.listdir(os.path.join(config.sample_data_dir, "3")))[0])
+    fifo = str(tmp_path / "camera-feed.jpg")
+    os.mkfifo(fifo)  # nobody writes to it: reading it would block for ever
+    done = subprocess.run([imagepipe, "predict", "--root", config.root, good, fifo, "/dev/zero", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stdout.startswith(f"{good}: 3 (")  # the good file still answered
+    refused = "error: unreadable: not a regular file (a folder, pipe or device); not read"
+    assert done.stderr.strip().splitlines() == [f"{path}: {refused}" for path in (fifo, "/dev/zero", str(tmp_path))]
+
+    damaged = tmp_path / "model"
+    shutil.copytree(details(first, "Pusher")["destination"], damaged)
+    with open(damaged / "saved_model.pb", "r+b") as f:
+        f.truncate(os.path.getsize(damaged / "saved_model.pb") // 2)
+    done = subprocess.run([imagepipe, "predict", "--model", str(damaged), good], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"imagepipe: error: --model {damaged}: not a usable SavedModel (")
+    assert line.endswith("give a model the pipeline pushed (<root>/serving/<name>) or run 'imagepipe run' again")
