@@ -33,6 +33,7 @@ from trainer.hparams import AUGMENTATIONS, MODELS
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
 EXIT_INTERRUPTED = 130  # as a shell reports Ctrl-C
+PREDICT_SHOWN = 10  # `imagepipe predict --output`: results shown on the terminal before the summary line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -161,7 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--failed", action="store_true", help="only failed runs")
     runs.add_argument("--json", action="store_true", help="as JSON")
     predict = commands.add_parser("predict", help="classify image files with a trained model")
-    predict.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
+    predict.add_argument("images", nargs="+", metavar="INPUT",
+                         help="image files, folders (every image below, hidden files skipped), CSV manifests "
+                              "(their path column), local or gs://")
+    predict.add_argument("--output", help="also write every result to this .jsonl or .csv file (the terminal "
+                         f"then shows the first {PREDICT_SHOWN} and a summary)")
     predict.add_argument("--model", dest="model_dir", help="a pushed model folder or SavedModel (default: the newest pushed model "
                          "of --root/--name)")
     predict.add_argument("--root", help="the run's --root (to find the pushed model)")
@@ -500,22 +505,36 @@ def cmd_predict(args: argparse.Namespace) -> int:
     model = args.model_dir or config.serving_dir
     try:
         model_dir = predict.resolve_model_dir(model)
-    except predict.ModelNotFound as e:
+        writer = predict.ResultWriter(args.output, max(1, args.top)) if args.output else None
+    except (predict.ModelNotFound, predict.InputError) as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     _quiet_logs(verbose=False)
-    failed = 0
-    try:
-        results = predict.classify(model_dir, args.images, top=max(1, args.top), max_pixels=config.max_pixels)
-    except predict.ModelUnusable as e:
-        return _fail(EXIT_BAD_INPUT, str(e))
     show = predict.printable  # file and class names may hold terminal escape sequences
-    for result in results:
-        if "error" in result:
-            failed += 1
-            print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
-        else:
-            print(f"{show(result['path'])}: " + ", ".join(f"{show(name)} ({p:.3f})"
-                                                         for name, p in result["predictions"]))
+    seen = failed = 0
+    try:
+        for result in predict.classify(model_dir, predict.expand_inputs(args.images), top=max(1, args.top),
+                                       max_pixels=config.max_pixels):
+            seen += 1
+            failed += "error" in result
+            if writer:
+                writer.write(result)
+            if writer and seen > PREDICT_SHOWN:
+                continue
+            if "error" in result:
+                print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
+            else:
+                print(f"{show(result['path'])}: " + ", ".join(f"{show(name)} ({p:.3f})"
+                                                             for name, p in result["predictions"]))
+    except (predict.ModelUnusable, predict.InputError) as e:
+        if writer:
+            writer.close(complete=False)
+        return _fail(EXIT_BAD_INPUT, str(e))
+    if writer:
+        writer.close(complete=bool(seen))
+    if not seen:
+        return _fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
+    if writer:
+        print(f"{seen:,} inputs: {seen - failed:,} classified, {failed:,} failed; results in {writer.path}")
     return EXIT_RUN_FAILED if failed else 0
 
 

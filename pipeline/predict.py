@@ -6,11 +6,14 @@ encoded image bytes. Files that are not decodable images get a per-file error,
 checked with the same rules as ingestion, and the others still get answers.
 """
 
+import csv
+import json
 import os
 import stat
 import unicodedata
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from components.image_example_gen import sources
 from components.image_example_gen.batch_ingest import max_file_bytes
 from components.image_example_gen.image_check import BadImage, Reason, check_image
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
@@ -48,6 +51,14 @@ def read_image_file(path: str, max_pixels: int) -> bytes:
     Opened without blocking and checked on the open file: a named pipe, a device (/dev/zero) or a
     huge file is refused before anything is read, as ingestion refuses them.
     """
+    if sources.is_remote(path):
+        import tensorflow as tf
+
+        size = tf.io.gfile.stat(path).length
+        if size > max_file_bytes(max_pixels):
+            raise BadImage(Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels "
+                                                  "could be; not read")
+        return sources.read_bytes(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
@@ -81,35 +92,82 @@ def resolve_model_dir(path: str) -> str:
                         "model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
 
 
-def classify(model_dir: str, paths: List[str], top: int = 1, max_pixels: int = MAX_PIXELS) -> List[Dict]:
-    """One result per path, in order: {'path', 'predictions': [(class, probability)...]} or {'path', 'error'}."""
+class InputError(ValueError):
+    """An argument that names no usable input (a manifest without a path column); one line."""
+
+
+def expand_inputs(inputs: List[str]) -> Iterator[Tuple[str, Optional[str]]]:
+    """(path, problem or None) for every image the arguments name, in order.
+
+    A file is itself; a folder (local or gs://) is every file below it, sorted, with hidden files and
+    OS clutter skipped as ingestion skips them, and pipes or devices flagged; a .csv manifest is the
+    paths of its `path` column, relative to the manifest's folder.
+    """
+    for item in inputs:
+        if sources.is_remote(item) or os.path.isdir(item):
+            for rel, _, _, problem in sources.walk(item):
+                if not sources.is_hidden(rel):
+                    yield sources.join(item, rel), problem
+        elif item.lower().endswith(".csv") and os.path.isfile(item):
+            with open(item, newline="", encoding="utf-8-sig") as f:
+                reader = csv.DictReader(f)
+                if "path" not in (reader.fieldnames or []):
+                    raise InputError(f"{item}: a manifest needs a header naming a path column (path[,label,split])")
+                for row in reader:
+                    path = (row["path"] or "").strip()
+                    if path:
+                        absolute = sources.is_remote(path) or os.path.isabs(path)
+                        yield (path if absolute else os.path.join(os.path.dirname(item), path)), None
+        else:
+            yield item, None
+
+
+def classify(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], top: int = 1,
+             max_pixels: int = MAX_PIXELS) -> Iterator[Dict]:
+    """One result per input, in order, as they are ready: {'path', 'predictions': [(class, probability)...]}
+    or {'path', 'error'}.
+
+    Streams: files are read as their batch fills (at most BATCH_BYTES of encoded images, 64 files),
+    so memory does not grow with the number of inputs. The model is loaded at the first readable image.
+    """
     import tensorflow as tf
 
-    results: List[Optional[Dict]] = [None] * len(paths)
-    good, images = [], []
-    for i, path in enumerate(paths):
-        try:
-            data = read_image_file(path, max_pixels)
-            check_image(data, max_pixels)
-        except OSError as e:
-            results[i] = {"path": path, "error": f"cannot read: {e.strerror or e}"}
-            continue
-        except BadImage as e:
-            results[i] = {"path": path, "error": f"{e.reason}: {e.detail}"}
-            continue
-        good.append(i)
-        images.append(data)
-    if images:
-        serve = load_serving(resolve_model_dir(model_dir))
-        for batch in byte_batches(range(len(images)), size=lambda k: len(images[k])):
-            out = serve(image_bytes=tf.constant([images[k] for k in batch]))
+    serve = None
+    window: List[Dict] = []  # this batch's results, in input order; readable images carry their bytes
+    held = 0
+
+    def flush():
+        nonlocal serve
+        images = [r for r in window if "data" in r]
+        if images:
+            serve = serve or load_serving(resolve_model_dir(model_dir))
+            out = serve(image_bytes=tf.constant([r.pop("data") for r in images]))
             probabilities = out["probabilities"].numpy()
             names = [n.decode() for n in out["class_names"].numpy()[0]]
-            for row, k in enumerate(batch):
+            for row, result in enumerate(images):
                 ranked = probabilities[row].argsort()[::-1][:top]
-                results[good[k]] = {"path": paths[good[k]],
-                                    "predictions": [(names[j], float(probabilities[row][j])) for j in ranked]}
-    return results
+                result["predictions"] = [(names[j], float(probabilities[row][j])) for j in ranked]
+        yield from window
+        window.clear()
+
+    for path, problem in inputs:
+        result = {"path": path}
+        try:
+            if problem:
+                raise BadImage(Reason.UNREADABLE, problem)
+            data = read_image_file(path, max_pixels)
+            check_image(data, max_pixels)
+            result["data"] = data
+            held += len(data)
+        except OSError as e:
+            result["error"] = f"cannot read: {e.strerror or e}"
+        except BadImage as e:
+            result["error"] = f"{e.reason}: {e.detail}"
+        window.append(result)
+        if held >= BATCH_BYTES or len(window) >= 64:
+            yield from flush()
+            held = 0
+    yield from flush()
 
 
 def byte_batches(items: Iterable, size: Callable = len, max_bytes: int = BATCH_BYTES, max_items: int = 64):
@@ -124,3 +182,42 @@ def byte_batches(items: Iterable, size: Callable = len, max_bytes: int = BATCH_B
         total += size_of_item
     if batch:
         yield batch
+
+
+class ResultWriter:
+    """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete."""
+
+    def __init__(self, path: str, top: int):
+        kind = os.path.splitext(path)[1].lower()
+        if kind not in (".jsonl", ".csv"):
+            raise InputError(f"--output {path}: name a .jsonl or .csv file")
+        self.path, self._partial = path, path + ".partial"
+        try:
+            self._file = open(self._partial, "w", newline="", encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"--output {path}: cannot write there ({e.strerror or e})") from None
+        self._csv = csv.writer(self._file) if kind == ".csv" else None
+        if self._csv:
+            ranks = [f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")]
+            self._csv.writerow(["path", *ranks, "error"])
+        self._top = top
+
+    def write(self, result: Dict) -> None:
+        predictions = result.get("predictions", [])
+        if self._csv:
+            cells = [value for name, p in predictions for value in (name, f"{p:.6f}")]
+            self._csv.writerow([result["path"], *cells, *[""] * (2 * self._top - len(cells)), result.get("error", "")])
+        else:
+            record = {"path": result["path"]}
+            if "error" in result:
+                record["error"] = result["error"]
+            else:
+                record["predictions"] = [{"class": name, "probability": round(p, 6)} for name, p in predictions]
+            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def close(self, complete: bool) -> None:
+        self._file.close()
+        if complete:
+            os.replace(self._partial, self.path)
+        else:
+            os.remove(self._partial)  # never a partial result file under the final name

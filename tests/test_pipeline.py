@@ -253,11 +253,11 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     good = os.path.join(config.sample_data_dir, "3", sorted(os.listdir(os.path.join(config.sample_data_dir, "3")))[0])
     fifo = str(tmp_path / "camera-feed.jpg")
     os.mkfifo(fifo)  # nobody writes to it: reading it would block for ever
-    done = subprocess.run([imagepipe, "predict", "--root", config.root, good, fifo, "/dev/zero", str(tmp_path)],
+    done = subprocess.run([imagepipe, "predict", "--root", config.root, good, fifo, "/dev/zero"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and done.stdout.startswith(f"{good}: 3 (")  # the good file still answered
     refused = "error: unreadable: not a regular file (a folder, pipe or device); not read"
-    assert done.stderr.strip().splitlines() == [f"{path}: {refused}" for path in (fifo, "/dev/zero", str(tmp_path))]
+    assert done.stderr.strip().splitlines() == [f"{path}: {refused}" for path in (fifo, "/dev/zero")]
 
     damaged = tmp_path / "model"
     shutil.copytree(details(first, "Pusher")["destination"], damaged)
@@ -269,3 +269,53 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"imagepipe: error: --model {damaged}: not a usable SavedModel (")
     assert line.endswith("give a model the pipeline pushed (<root>/serving/<name>) or run 'imagepipe run' again")
+
+
+def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, tmp_path):
+    import csv
+    import json
+    import subprocess
+    import sys
+
+    config, _, _ = sample_runs
+    digits = config.sample_data_dir
+    imagepipe = os.path.join(os.path.dirname(sys.executable), "imagepipe")
+    sevens = sorted(os.listdir(os.path.join(digits, "7")))[:15]
+    for n, name in enumerate(sevens):  # a folder, nested, with OS clutter that is not an image
+        folder = tmp_path / "photos" / f"day-{n % 2}"
+        os.makedirs(folder, exist_ok=True)
+        shutil.copy(os.path.join(digits, "7", name), folder / name)
+    write(tmp_path / "photos" / ".DS_Store", b"\0\0\0\1Bud1")
+    write(tmp_path / "photos" / ".thumbnails" / "t.jpg", image_bytes())
+    twos = sorted(os.listdir(os.path.join(digits, "2")))[:5]
+    os.makedirs(tmp_path / "twos")
+    for name in twos:
+        shutil.copy(os.path.join(digits, "2", name), tmp_path / "twos" / name)
+    write(tmp_path / "list.csv", ("path,label\n" + "".join(f"twos/{n},2\n" for n in twos) + "twos/gone.jpg,2\n").encode())
+
+    out = tmp_path / "results.jsonl"
+    done = subprocess.run([imagepipe, "predict", "--root", config.root, "--output", str(out),
+                           str(tmp_path / "photos"), str(tmp_path / "list.csv")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]  # one manifest row names a missing file
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 11 and lines[-1] == f"21 inputs: 20 classified, 1 failed; results in {out}"
+    records = [json.loads(line) for line in open(out)]
+    assert [os.path.basename(r["path"]) for r in records[:15]] == sorted(sevens, key=lambda n: (sevens.index(n) % 2, n))
+    assert sum(r["predictions"][0]["class"] == "7" for r in records[:15]) >= 14
+    assert sum(r["predictions"][0]["class"] == "2" for r in records[15:20]) >= 4
+    assert records[20] == {"path": str(tmp_path / "twos" / "gone.jpg"),
+                           "error": "cannot read: No such file or directory"}
+
+    table = tmp_path / "results.csv"
+    done = subprocess.run([imagepipe, "predict", "--root", config.root, "--output", str(table), "--top", "2",
+                           str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
+    rows = list(csv.reader(open(table)))
+    assert rows[0] == ["path", "class_1", "probability_1", "class_2", "probability_2", "error"] and len(rows) == 7
+    assert rows[-1][1:] == ["", "", "", "", "cannot read: No such file or directory"]
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
+
+    done = subprocess.run([imagepipe, "predict", "--root", config.root, "--output", str(tmp_path / "r.txt"),
+                           str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"imagepipe: error: --output {tmp_path / 'r.txt'}: name a .jsonl or .csv file"]

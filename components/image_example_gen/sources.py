@@ -200,7 +200,7 @@ def walk(root: str, boundary: Optional[str] = None) -> Iterator[Tuple[str, int, 
         yield relative(path) + "/", -1, 0, f"folder cannot be listed: {error}"
 
 
-def _is_hidden(rel_path: str) -> bool:
+def is_hidden(rel_path: str) -> bool:
     parts = rel_path.split("/")
     return (any(p.startswith(".") for p in parts)
             or parts[-1].lower() in _SYSTEM_FILES or parts[-1].startswith("__MACOSX"))
@@ -228,7 +228,7 @@ def detect_layout(source: str) -> str:
             f"{source}: not a folder or a .csv manifest; point it at a folder of class "
             "subfolders (<data>/<class>/<image>) or a CSV with a path,label[,split] header")
     top = {rel.split("/", 1)[0] for rel, _, _, _ in walk(source)
-           if "/" in rel and not _is_hidden(rel)}
+           if "/" in rel and not is_hidden(rel)}
     if top and all(t.lower() in SPLIT_ALIASES for t in top) and any(
             SPLIT_ALIASES[t.lower()] == "train" for t in top):
         return "presplit"
@@ -279,7 +279,7 @@ def _list_tree(data_root: str, source: str, presplit: bool) -> Listing:
     prefix = _relative_to_root(data_root, source)
     prefix = "" if prefix in (".", "") else prefix + "/"
     for rel, size, mtime, unreadable in walk(source, boundary=data_root):
-        if _is_hidden(rel):
+        if is_hidden(rel):
             listing.skipped_hidden += 1
             continue
         parts = rel.split("/")
