@@ -270,7 +270,7 @@ def test_spans_resolve_in_the_executor_when_no_driver_did(tmp_path):
 def test_span_window_reads_the_latest_spans_with_a_folder_pattern(tmp_path):
     from tfx.utils import proto_utils
 
-    from components.image_example_gen.executor import IngestSettings
+    from components.image_example_gen.ingest_settings import IngestSettings
 
     data = tmp_path / "drops"
     for span in (1, 2, 3, 5):

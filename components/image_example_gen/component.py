@@ -34,24 +34,25 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from components.artifacts import ImageIngestionReport
 from components.image_example_gen import executor as image_executor
 from components.image_example_gen import ingest_defaults as defaults
+from components.image_example_gen import ingest_settings
 
 
 class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
     PARAMETERS = {
         **standard_component_specs.FileBasedExampleGenSpec.PARAMETERS,
-        image_executor.LAYOUT_KEY: ExecutionParameter(type=str),
-        image_executor.MAX_PIXELS_KEY: ExecutionParameter(type=int),
-        image_executor.MAX_BAD_FRACTION_KEY: ExecutionParameter(type=float),
-        image_executor.DROP_DUPLICATES_KEY: ExecutionParameter(type=int),
-        image_executor.COMPRESSION_LEVEL_KEY: ExecutionParameter(type=int),
-        image_executor.SHARD_MEGABYTES_KEY: ExecutionParameter(type=int),
-        image_executor.SPAN_WINDOW_KEY: ExecutionParameter(type=int),
-        image_executor.SPAN_PATTERN_KEY: ExecutionParameter(type=str, optional=True),
-        image_executor.STORE_MAX_PIXELS_KEY: ExecutionParameter(type=int, optional=True),
+        ingest_settings.LAYOUT_KEY: ExecutionParameter(type=str),
+        ingest_settings.MAX_PIXELS_KEY: ExecutionParameter(type=int),
+        ingest_settings.MAX_BAD_FRACTION_KEY: ExecutionParameter(type=float),
+        ingest_settings.DROP_DUPLICATES_KEY: ExecutionParameter(type=int),
+        ingest_settings.COMPRESSION_LEVEL_KEY: ExecutionParameter(type=int),
+        ingest_settings.SHARD_MEGABYTES_KEY: ExecutionParameter(type=int),
+        ingest_settings.SPAN_WINDOW_KEY: ExecutionParameter(type=int),
+        ingest_settings.SPAN_PATTERN_KEY: ExecutionParameter(type=str, optional=True),
+        ingest_settings.STORE_MAX_PIXELS_KEY: ExecutionParameter(type=int, optional=True),
     }
     OUTPUTS = {
         **standard_component_specs.FileBasedExampleGenSpec.OUTPUTS,
-        image_executor.REPORT_KEY: ChannelParameter(type=ImageIngestionReport),
+        ingest_settings.REPORT_KEY: ChannelParameter(type=ImageIngestionReport),
     }
 
 
@@ -67,7 +68,7 @@ class ImageFileDriver(example_gen_driver.FileBasedDriver):
     def resolve_exec_properties(self, exec_properties: Dict[str, Any], pipeline_info,
                                 component_info) -> Dict[str, Any]:
         exec_properties = super().resolve_exec_properties(exec_properties, pipeline_info, component_info)
-        settings = image_executor.IngestSettings.from_exec_properties(exec_properties)
+        settings = ingest_settings.IngestSettings.from_exec_properties(exec_properties)
         exec_properties[example_gen_utils.FINGERPRINT_PROPERTY_NAME] = settings.list_inputs().fingerprint()
         return exec_properties
 

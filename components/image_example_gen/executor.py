@@ -18,9 +18,8 @@ import csv
 import io
 import json
 import os
-import re
 import time
-from typing import Any, Dict, List, NamedTuple, Set, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import apache_beam as beam
 from absl import logging
@@ -31,31 +30,17 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 from tfx import types
-from tfx.components.example_gen import utils as example_gen_utils
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
-from tfx.dsl.io import fileio
-from tfx.proto import example_gen_pb2, range_config_pb2
+from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
-from tfx.utils import io_utils, proto_utils
+from tfx.utils import io_utils
 
 from components import drift
 from components.image_example_gen import (LABEL_MAP_FILE, PROFILE_FILE, QUARANTINE_FILE, SUMMARY_FILE, batch_ingest,
                                           beam_steps, sources, tfrecord_io)
-from components.image_example_gen import ingest_defaults as defaults
 from components.image_example_gen.image_check import Reason
-
-# Keys of this component's own outputs and parameters (the rest are TFX's).
-REPORT_KEY = "report"
-LAYOUT_KEY = "layout"
-MAX_PIXELS_KEY = "max_pixels"
-MAX_BAD_FRACTION_KEY = "max_bad_fraction"
-DROP_DUPLICATES_KEY = "drop_duplicates"
-COMPRESSION_LEVEL_KEY = "compression_level"
-SHARD_MEGABYTES_KEY = "shard_megabytes"
-SPAN_WINDOW_KEY = "span_window"
-SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills in {SPAN}
-STORE_MAX_PIXELS_KEY = "store_max_pixels"
+from components.image_example_gen.ingest_settings import REPORT_KEY, IngestSettings
 
 QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
 
@@ -162,11 +147,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         log_summary(summary)
 
 
-def _zero_pad(span: int, width_spec) -> str:
-    """{SPAN:2} means a zero-padded width of 2, as in TFX's own span specs."""
-    return str(span).zfill(int(width_spec[1:])) if width_spec else str(span)
-
-
 def local_processes(beam_args: List[str]) -> int:
     """Worker processes for InspectAndWrite: one per core with the in-memory DirectRunner, else 1.
 
@@ -221,119 +201,6 @@ def finalize_shards(shards: List[batch_ingest.Shard], rejected: List[Tuple[batch
                     if index not in drop[shard.path]:
                         writer.write(record)
                 writer.close()
-
-
-class IngestSettings(NamedTuple):
-    """The component's parameters, parsed once from exec_properties."""
-
-    input_base: str
-    input_config: example_gen_pb2.Input
-    output_config: example_gen_pb2.Output
-    layout: str
-    max_pixels: int
-    max_bad_fraction: float
-    drop_duplicates: bool
-    compression_level: int
-    shard_megabytes: int
-    span: int  # resolved by the driver (0 without {SPAN})
-    span_window: int
-    span_pattern: str
-    store_max_pixels: int  # 0: store every original
-
-    @classmethod
-    def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
-        input_config = example_gen_pb2.Input()
-        proto_utils.json_to_proto(props[standard_component_specs.INPUT_CONFIG_KEY], input_config)
-        span = props.get(example_gen_utils.SPAN_PROPERTY_NAME)
-        if any(re.search(r"\{(SPAN|VERSION|YYYY|MM|DD)", s.pattern) for s in input_config.splits):
-            # No driver resolved the span (Kubeflow Pipelines' open-source backend does not run
-            # Vertex's pre-cache driver hook): resolve the latest span here, as the driver would.
-            # TFX's function also writes the resolved span into input_config's patterns.
-            range_config = None
-            if props.get(standard_component_specs.RANGE_CONFIG_KEY):
-                range_config = range_config_pb2.RangeConfig()
-                proto_utils.json_to_proto(props[standard_component_specs.RANGE_CONFIG_KEY], range_config)
-            _, span, _ = example_gen_utils.calculate_splits_fingerprint_span_and_version(
-                props[standard_component_specs.INPUT_BASE_KEY], input_config.splits, range_config)
-        output_config = example_gen_pb2.Output()
-        proto_utils.json_to_proto(props[standard_component_specs.OUTPUT_CONFIG_KEY], output_config)
-        return cls(
-            input_base=props[standard_component_specs.INPUT_BASE_KEY],
-            input_config=input_config, output_config=output_config,
-            layout=props.get(LAYOUT_KEY) or "auto",
-            max_pixels=int(props.get(MAX_PIXELS_KEY) or defaults.MAX_PIXELS),
-            max_bad_fraction=float(props.get(MAX_BAD_FRACTION_KEY, defaults.MAX_BAD_FRACTION)),
-            drop_duplicates=bool(props.get(DROP_DUPLICATES_KEY, 0)),
-            compression_level=int(props.get(COMPRESSION_LEVEL_KEY) or 0),
-            shard_megabytes=int(props.get(SHARD_MEGABYTES_KEY) or defaults.SHARD_MEGABYTES),
-            span=int(span or 0),
-            span_window=int(props.get(SPAN_WINDOW_KEY) or 1),
-            span_pattern=props.get(SPAN_PATTERN_KEY) or "",
-            store_max_pixels=int(props.get(STORE_MAX_PIXELS_KEY, defaults.STORE_MAX_PIXELS)))
-
-    def list_inputs(self) -> sources.Listing:
-        """Lists every input split's (span-resolved) pattern into one listing.
-
-        With span_window > 1, the latest span comes with the span_window - 1 spans before it.
-        """
-        splits = self.input_config.splits
-        merged = None
-        for split in splits:
-            for pattern in self._window(split.pattern):
-                pattern = pattern.rstrip("*").rstrip("/")  # 'train/*' names the folder 'train'
-                source = sources.join(self.input_base, pattern) if pattern not in ("", ".") else self.input_base
-                named = None if len(splits) == 1 else sources.SPLIT_ALIASES.get(split.name.lower(), split.name)
-                listing = sources.list_source(self.input_base, source, self.layout, split=named)
-                if merged is None:
-                    merged = listing
-                else:
-                    merged.candidates += listing.candidates
-                    merged.skipped_hidden += listing.skipped_hidden
-        if len(merged.candidates) and self.span_window > 1:
-            merged.source = f"{self.input_base} spans {', '.join(map(str, self.window_spans()))}"
-        return merged
-
-    def window_spans(self) -> List[int]:
-        """The spans read: the resolved one and the span_window - 1 largest below it."""
-        pattern = self.span_pattern.rstrip("*").rstrip("/")  # 'span-{SPAN}/*' names the folder 'span-{SPAN}'
-        if self.span_window <= 1 or not re.search(r"\{SPAN(:\d+)?\}", pattern):
-            return [self.span]
-        glob_pattern = sources.join(self.input_base, re.sub(r"\{SPAN(:\d+)?\}", "*", pattern))
-        literal_parts = re.split(r"\{SPAN(?::\d+)?\}", sources.join(self.input_base, pattern))
-        regex = r"(?P<span>\d+)".join(re.escape(part) for part in literal_parts)
-        found = set()
-        for path in fileio.glob(glob_pattern):
-            match = re.fullmatch(regex, path.rstrip("/"))
-            if match and int(match.group("span")) <= self.span:
-                found.add(int(match.group("span")))
-        window = sorted(found)[-self.span_window:] or [self.span]
-        if len(window) < self.span_window:
-            logging.warning("ImageExampleGen: span_window is %d but only spans %s exist up to span %d",
-                            self.span_window, window, self.span)
-        return window
-
-    def _window(self, resolved: str) -> List[str]:
-        spans = self.window_spans()
-        if spans == [self.span]:
-            return [resolved]
-        # Replace the resolved span's number in the pattern by each span of the window.
-        return [re.sub(r"\{SPAN(:\d+)?\}", lambda m: _zero_pad(span, m.group(1)), self.span_pattern)
-                for span in spans]
-
-    def output_splits(self) -> Tuple[List[str], List[int]]:
-        """Names and cumulative hash buckets of the hash-assigned splits (default: train, then eval)."""
-        splits = self.output_config.split_config.splits
-        if not splits:
-            if len(self.input_config.splits) > 1:
-                return [sources.SPLIT_ALIASES.get(s.name.lower(), s.name) for s in self.input_config.splits], \
-                    list(range(1, len(self.input_config.splits) + 1))
-            return ["train", "eval"], [100 - defaults.EVAL_PERCENT, 100]
-        names, buckets, total = [], [], 0
-        for s in splits:
-            total += s.hash_buckets
-            names.append(s.name)
-            buckets.append(total)
-        return names, buckets
 
 
 def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[Dict[str, str]],

@@ -25,7 +25,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
-from components.image_example_gen.executor import IngestSettings
+from components.image_example_gen.ingest_settings import IngestSettings
 
 DRIVER_COMMAND = ("python", "-m", "components.image_example_gen.vertex_driver")
 
