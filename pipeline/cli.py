@@ -511,6 +511,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     _quiet_logs(verbose=False)
     show = predict.printable  # file and class names may hold terminal escape sequences
     seen = failed = 0
+    complete = False
     try:
         for result in predict.classify(model_dir, predict.expand_inputs(args.images), top=max(1, args.top),
                                        max_pixels=config.max_pixels):
@@ -525,12 +526,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
             else:
                 print(f"{show(result['path'])}: " + ", ".join(f"{show(name)} ({p:.3f})"
                                                              for name, p in result["predictions"]))
+        complete = seen > 0
     except (predict.ModelUnusable, predict.InputError) as e:
-        if writer:
-            writer.close(complete=False)
         return _fail(EXIT_BAD_INPUT, str(e))
-    if writer:
-        writer.close(complete=bool(seen))
+    finally:
+        if writer:  # a results file appears under its name only when every input is in it
+            writer.close(complete)
     if not seen:
         return _fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
     if writer:

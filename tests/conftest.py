@@ -157,9 +157,11 @@ def cli_runs(tmp_path_factory, small_digits):
         time.sleep(0.05)
     second = subprocess.Popen([IMAGEPIPE, *args, "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
-    json_run, text_run = (subprocess.CompletedProcess(p.args, None, *p.communicate(timeout=900))
-                          for p in (first, second))
-    json_run.returncode, text_run.returncode = first.returncode, second.returncode
+    finished = []
+    for proc in (first, second):
+        out, err = proc.communicate(timeout=900)
+        finished.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    json_run, text_run = finished
 
     drifted = tmp_path_factory.mktemp("drifted") / "data"
     shutil.copytree(small_digits, drifted)
