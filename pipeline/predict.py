@@ -54,7 +54,10 @@ def read_image_file(path: str, max_pixels: int) -> bytes:
     if sources.is_remote(path):
         import tensorflow as tf
 
-        size = tf.io.gfile.stat(path).length
+        try:
+            size = tf.io.gfile.stat(path).length
+        except tf.errors.OpError as e:  # e.g. NotFoundError: a per-file error, like a missing local file
+            raise OSError(e.message.splitlines()[0] if e.message else type(e).__name__) from None
         if size > max_file_bytes(max_pixels):
             raise BadImage(Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels "
                                                   "could be; not read")
