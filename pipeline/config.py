@@ -12,6 +12,7 @@ import re
 from typing import List, Optional
 
 from components.image_example_gen import ingest_defaults
+from components.image_example_gen.sources import is_remote
 from trainer.hparams import HParams
 
 # The repository root: schemas/ and the default run's outputs are found from here.
@@ -34,7 +35,7 @@ def default_pipeline_name(data: Optional[str]) -> str:
     dashes, as Vertex AI and Kubeflow need."""
     if not data:
         return SAMPLE_PIPELINE_NAME
-    location = data if "://" in data else os.path.abspath(os.path.expanduser(data))
+    location = data if is_remote(data) else os.path.abspath(os.path.expanduser(data))
     stem = os.path.splitext(location.rstrip("/").rsplit("/", 1)[-1])[0]
     slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:48].strip("-") or "data"
     return f"{slug}-{hashlib.sha256(location.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
@@ -119,11 +120,11 @@ class PipelineConfig:
     def data_path(self) -> str:
         if not self.data:
             return self.sample_data_dir
-        return self.data if "://" in self.data else os.path.abspath(self.data)
+        return self.data if is_remote(self.data) else os.path.abspath(self.data)
 
     def schema_path(self) -> Optional[str]:
         if self.schema:
-            return self.schema if "://" in self.schema else os.path.abspath(self.schema)
+            return self.schema if is_remote(self.schema) else os.path.abspath(self.schema)
         return SAMPLE_SCHEMA if self.uses_sample_data else None
 
     def hparams(self) -> HParams:
@@ -175,7 +176,7 @@ class PipelineConfig:
             raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
         if not 0 <= self.accuracy_threshold <= 1:
             raise ConfigError(f"--accuracy-threshold {self.accuracy_threshold}: use a fraction from 0 to 1")
-        if self.weights and self.weights != "imagenet" and "://" not in self.weights \
+        if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \
                 and not os.path.isfile(self.weights):
             raise ConfigError(f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
                               "'imagenet' (downloaded) or '' (random initialisation)")
@@ -188,7 +189,7 @@ class PipelineConfig:
             raise ConfigError(f"--store-max-pixels {self.store_max_pixels:,}: stored copies could be smaller than the "
                               f"{side}x{side} model input; use at least {8 * side * side:,} (or 0 to store originals)")
         schema = self.schema_path()
-        if schema and "://" not in schema and not os.path.isfile(schema):
+        if schema and not is_remote(schema) and not os.path.isfile(schema):
             raise ConfigError(f"--schema {schema}: no such file; give a schema.pbtxt, or leave it out to infer one")
         return self
 
@@ -319,12 +320,12 @@ class CloudConfig:
             raise ConfigError("no pipeline root: give --pipeline-root gs://BUCKET/PATH (or IMAGEPIPE_PIPELINE_ROOT)")
         if self.target == "vertex" and not self.pipeline_root.startswith("gs://"):
             raise ConfigError(f"--pipeline-root {self.pipeline_root}: Vertex AI needs a gs:// location")
-        if "://" not in self.pipeline_root:
+        if not is_remote(self.pipeline_root):
             raise ConfigError(f"--pipeline-root {self.pipeline_root}: a local folder is not reachable from the "
                               "cluster; use gs:// (or s3://) storage")
         if not self.image:
             raise ConfigError("no pipeline image: build kubeflow/Dockerfile, push it, and give --image URI")
-        if config.data is None or "://" not in config.data:
+        if config.data is None or not is_remote(config.data):
             raise ConfigError(f"--data {config.data or '(the local digits sample)'}: the pipeline runs remotely; "
                               "upload the images and give --data gs://BUCKET/PATH")
         if self.dataflow and not self.project:

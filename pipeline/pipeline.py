@@ -17,6 +17,7 @@ from tfx import v1 as tfx
 
 from components import beam_tuning, model_evaluator
 from components.image_example_gen.component import ImageExampleGen
+from components.image_example_gen.sources import is_remote
 from components.validation_gate import DataValidationGate
 from pipeline.config import IMAGE_PROJECT_DIR, PROJECT_DIR, CloudConfig, ConfigError, PipelineConfig
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
@@ -184,7 +185,7 @@ def create_pipeline(config: PipelineConfig,
 
 def schema_in_image(schema_file: str) -> str:
     """A schema from this repository, as the pipeline image sees it (kubeflow/Dockerfile copies the tree)."""
-    if "://" in schema_file:
+    if is_remote(schema_file):
         return schema_file
     relative = os.path.relpath(os.path.abspath(schema_file), PROJECT_DIR)
     if relative.startswith(".."):

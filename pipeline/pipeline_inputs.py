@@ -8,6 +8,7 @@ import posixpath
 
 from tfx.proto import example_gen_pb2
 
+from components.image_example_gen.sources import is_remote
 from pipeline.config import PipelineConfig
 
 
@@ -24,13 +25,13 @@ def example_gen_input(config: PipelineConfig) -> example_gen_pb2.Input:
 
 
 def is_manifest(data: str) -> bool:
-    return data.lower().endswith(".csv") if "://" in data else os.path.isfile(data)
+    return data.lower().endswith(".csv") if is_remote(data) else os.path.isfile(data)
 
 
 def example_gen_base(config: PipelineConfig) -> str:
     data = config.data_path()
     if is_manifest(data) and not config.span_pattern:
-        return posixpath.dirname(data) if "://" in data else os.path.dirname(data)
+        return posixpath.dirname(data) if is_remote(data) else os.path.dirname(data)
     return data
 
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional
 
 from components import drift as drift_lib
 from components.image_example_gen import feature_keys as keys
-from components.image_example_gen.sources import split_sort_key
+from components.image_example_gen.sources import is_remote, split_sort_key
 from pipeline.predict import byte_batches
 from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
                                   thumbnail, tiles)
@@ -173,7 +173,7 @@ def _quarantine_rows(details: Dict, input_base: str) -> str:
     for row in shown:
         src = None
         path = os.path.join(input_base, row["path"])
-        if len(thumbs) < MAX_THUMBNAILS and input_base and "://" not in input_base and os.path.isfile(path):
+        if len(thumbs) < MAX_THUMBNAILS and input_base and not is_remote(input_base) and os.path.isfile(path):
             try:
                 with open(path, "rb") as image:
                     src = thumbnail(image.read(8 << 20))

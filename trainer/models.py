@@ -13,12 +13,13 @@ import tempfile
 
 import keras
 
+from components.image_example_gen.sources import is_remote
 from trainer.hparams import HParams
 
 
 def local_copy(path: str) -> str:
     """Keras reads .h5 weights through h5py, which needs a local file: remote ones (gs://) are copied."""
-    if "://" not in path:
+    if not is_remote(path):
         return path
     import tensorflow as tf
 

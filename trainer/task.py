@@ -18,6 +18,7 @@ import tensorflow_transform as tft
 from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
+from components.image_example_gen.sources import is_remote
 from components.progress_events import progress_event
 from trainer import export, features, input_pipeline, models
 from trainer.hparams import HParams
@@ -76,7 +77,7 @@ def warm_start(model, base_model_dir, info) -> Tuple[Optional[str], str]:
 def _save_weights(model, folder: str) -> None:
     """Keras writes .h5 through h5py, which needs a local path: stage remote ones (gs://) locally."""
     target = os.path.join(folder, WEIGHTS_FILE)
-    if "://" not in folder:
+    if not is_remote(folder):
         model.save_weights(target)
         return
     local = os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), WEIGHTS_FILE)
