@@ -12,7 +12,7 @@ import re
 from typing import List, Optional
 
 from components.image_example_gen import ingest_defaults
-from components.image_example_gen.sources import is_remote
+from components.image_example_gen.sources import LAYOUTS, is_remote
 from trainer.hparams import HParams
 
 # The repository root: schemas/ and the default run's outputs are found from here.
@@ -148,8 +148,6 @@ class PipelineConfig:
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", self.name):
             raise ConfigError(f"--name {self.name!r}: use letters, digits, '-', '_' or '.' (at most 63), "
                               "starting with a letter or digit")
-        from components.image_example_gen.sources import LAYOUTS
-
         if self.layout not in LAYOUTS:
             raise ConfigError(f"--layout {self.layout!r}: use one of {', '.join(LAYOUTS)}")
         if not 1 <= self.eval_percent <= 99:

@@ -123,12 +123,13 @@ def create_pipeline(config: PipelineConfig,
         fail_on_anomalies=(config.gate == "fail"),
         **config.drift_thresholds()._asdict())
 
-    hparams = config.hparams().to_custom_config()
+    hp = config.hparams()
+    hparams = hp.to_custom_config()
     transform = beam_tuning.tuned(tfx.components.Transform(
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         preprocessing_fn="trainer.preprocessing.preprocessing_fn",
-        custom_config=config.hparams().transform_config(),
+        custom_config=hp.transform_config(),  # only what preprocessing_fn reads: training settings keep its cache
         splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
         # Transform's own pre-transform statistics would be a second StatisticsGen pass over
         # every encoded image (its post-transform ones describe serialized pixel tensors);

@@ -8,6 +8,7 @@ import posixpath
 
 from tfx.proto import example_gen_pb2
 
+from components.image_example_gen.ingest_defaults import hash_split_output
 from components.image_example_gen.sources import is_remote
 from pipeline.config import PipelineConfig
 
@@ -37,7 +38,4 @@ def example_gen_base(config: PipelineConfig) -> str:
 
 def example_gen_output(config: PipelineConfig) -> example_gen_pb2.Output:
     """Hash buckets in percent: train (100 - eval_percent) / eval (eval_percent)."""
-    return example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
-        example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=100 - config.eval_percent),
-        example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=config.eval_percent),
-    ]))
+    return hash_split_output(config.eval_percent)

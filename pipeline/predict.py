@@ -14,7 +14,7 @@ import unicodedata
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from components.image_example_gen import sources
-from components.image_example_gen.batch_ingest import max_file_bytes
+from components.image_example_gen.batch_ingest import check_file_size, max_file_bytes
 from components.image_example_gen.image_check import BadImage, Reason, check_image
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
 
@@ -55,21 +55,16 @@ def read_image_file(path: str, max_pixels: int) -> bytes:
         import tensorflow as tf
 
         try:
-            size = tf.io.gfile.stat(path).length
+            check_file_size(tf.io.gfile.stat(path).length, max_pixels)
         except tf.errors.OpError as e:  # e.g. NotFoundError: a per-file error, like a missing local file
             raise OSError(e.message.splitlines()[0] if e.message else type(e).__name__) from None
-        if size > max_file_bytes(max_pixels):
-            raise BadImage(Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels "
-                                                  "could be; not read")
         return sources.read_bytes(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadImage(Reason.UNREADABLE, "not a regular file (a folder, pipe or device); not read")
-        if st.st_size > max_file_bytes(max_pixels):
-            raise BadImage(Reason.FILE_TOO_LARGE, f"{st.st_size:,} bytes: larger than any image within "
-                                                  "--max-pixels could be; not read")
+        check_file_size(st.st_size, max_pixels)
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(max_file_bytes(max_pixels) + 1)
     finally:

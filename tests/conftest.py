@@ -15,6 +15,8 @@ from PIL import Image  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/ (photo generator)
 
+IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")  # the console script, as users run it
+
 
 def image_bytes(fmt: str = "JPEG", size=(40, 30), mode: str = "RGB", seed: int = 0, **save_kw) -> bytes:
     """A real encoded image of random content (distinct seeds give distinct bytes)."""
@@ -128,8 +130,6 @@ def small_digits(digits_dir, tmp_path_factory) -> str:
             shutil.copy2(os.path.join(digits_dir, label, name), out / label / name)
     return str(out)
 
-
-IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 
 
 @pytest.fixture(scope="session")

@@ -7,11 +7,8 @@ import sys
 
 import pytest
 
-from conftest import expected_strategy_kind, image_bytes, make_class_tree, write
+from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, make_class_tree, write
 from pipeline.config import PROJECT_DIR, default_pipeline_name
-
-IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
-
 
 def imagepipe(*args, root):
     return subprocess.run([IMAGEPIPE, *args, "--root", str(root)] if args and args[0] == "run" else

@@ -8,20 +8,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 
 import pytest
 from ml_metadata.proto import metadata_store_pb2
 
-from conftest import model_weights
+from conftest import IMAGEPIPE, model_weights
 from pipeline import local_runner, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
-
-IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
-
 
 def _start_and_wait_for_training(root, data, epochs=200):
     """Starts `imagepipe run` and returns once its Trainer has finished a first epoch (its JSON progress

@@ -1,7 +1,11 @@
 """The whole DAG under LocalDagRunner with SQLite ML Metadata: counts, caching, and the validation gate."""
 
+import csv
+import json
 import os
+import re
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -13,7 +17,7 @@ from tfx.orchestration import metadata
 
 from components.image_example_gen.executor import IngestionError
 from components.validation_gate import DataValidationError
-from conftest import expected_strategy_kind, image_bytes, write
+from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, write
 from pipeline import cli, local_runner, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -220,17 +224,12 @@ def test_relabelled_file_invalidates_the_cache(tmp_path, small_digits):
 
 
 def test_predict_command_labels_files_with_the_pushed_model(sample_runs, tmp_path):
-    import re
-    import subprocess
-    import sys
-
     config, _, _ = sample_runs
     digits = config.sample_data_dir
     chosen = {label: os.path.join(digits, label, sorted(os.listdir(os.path.join(digits, label)))[-1])
               for label in sorted(os.listdir(digits)) if not label.startswith(".")}
     broken = write(tmp_path / "broken.jpg", b"not an image")
-    imagepipe = os.path.join(os.path.dirname(sys.executable), "imagepipe")
-    done = subprocess.run([imagepipe, "predict", "--root", config.root, "--top", "2", *chosen.values(), broken],
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--top", "2", *chosen.values(), broken],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1  # one file could not be classified; the others were
     assert done.stderr.strip().splitlines() == [f"{broken}: error: {done.stderr.split(': error: ', 1)[1].strip()}"]
@@ -245,15 +244,11 @@ def test_predict_command_labels_files_with_the_pushed_model(sample_runs, tmp_pat
 
 
 def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_runs, tmp_path):
-    import subprocess
-    import sys
-
     config, first, _ = sample_runs
-    imagepipe = os.path.join(os.path.dirname(sys.executable), "imagepipe")
     good = os.path.join(config.sample_data_dir, "3", sorted(os.listdir(os.path.join(config.sample_data_dir, "3")))[0])
     fifo = str(tmp_path / "camera-feed.jpg")
     os.mkfifo(fifo)  # nobody writes to it: reading it would block for ever
-    done = subprocess.run([imagepipe, "predict", "--root", config.root, good, fifo, "/dev/zero"],
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, good, fifo, "/dev/zero"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and done.stdout.startswith(f"{good}: 3 (")  # the good file still answered
     refused = "error: unreadable: not a regular file (a folder, pipe or device); not read"
@@ -263,7 +258,7 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     shutil.copytree(details(first, "Pusher")["destination"], damaged)
     with open(damaged / "saved_model.pb", "r+b") as f:
         f.truncate(os.path.getsize(damaged / "saved_model.pb") // 2)
-    done = subprocess.run([imagepipe, "predict", "--model", str(damaged), good], capture_output=True, text=True,
+    done = subprocess.run([IMAGEPIPE, "predict", "--model", str(damaged), good], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
@@ -272,14 +267,8 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
 
 
 def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, tmp_path):
-    import csv
-    import json
-    import subprocess
-    import sys
-
     config, _, _ = sample_runs
     digits = config.sample_data_dir
-    imagepipe = os.path.join(os.path.dirname(sys.executable), "imagepipe")
     sevens = sorted(os.listdir(os.path.join(digits, "7")))[:15]
     for n, name in enumerate(sevens):  # a folder, nested, with OS clutter that is not an image
         folder = tmp_path / "photos" / f"day-{n % 2}"
@@ -294,7 +283,7 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
     write(tmp_path / "list.csv", ("path,label\n" + "".join(f"twos/{n},2\n" for n in twos) + "twos/gone.jpg,2\n").encode())
 
     out = tmp_path / "results.jsonl"
-    done = subprocess.run([imagepipe, "predict", "--root", config.root, "--output", str(out),
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(out),
                            str(tmp_path / "photos"), str(tmp_path / "list.csv")], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]  # one manifest row names a missing file
@@ -308,14 +297,14 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
                            "error": "cannot read: No such file or directory"}
 
     table = tmp_path / "results.csv"
-    done = subprocess.run([imagepipe, "predict", "--root", config.root, "--output", str(table), "--top", "2",
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(table), "--top", "2",
                            str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
     rows = list(csv.reader(open(table)))
     assert rows[0] == ["path", "class_1", "probability_1", "class_2", "probability_2", "error"] and len(rows) == 7
     assert rows[-1][1:] == ["", "", "", "", "cannot read: No such file or directory"]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
 
-    done = subprocess.run([imagepipe, "predict", "--root", config.root, "--output", str(tmp_path / "r.txt"),
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(tmp_path / "r.txt"),
                            str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"imagepipe: error: --output {tmp_path / 'r.txt'}: name a .jsonl or .csv file"]

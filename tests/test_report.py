@@ -3,15 +3,14 @@
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from browser import open_page
+from conftest import IMAGEPIPE
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 
-IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
 SECTIONS = ["summary", "data", "validation", "training", "evaluation", "timings"]
 CHECK_JS = """(() => ({

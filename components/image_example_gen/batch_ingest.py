@@ -122,6 +122,13 @@ def max_file_bytes(max_pixels: int) -> int:
     return int(max_pixels * 4 * 1.01) + (1 << 20)
 
 
+def check_file_size(size: int, max_pixels: int) -> None:
+    """BadImage for a file bigger than any image within max_pixels can be: such a file is never read."""
+    if size > max_file_bytes(max_pixels):
+        raise BadImage(Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels could be; "
+                                              "not read")
+
+
 class Inspected(NamedTuple):
     """One file, read and validated: a quarantine row, or its bytes and what to store."""
 
@@ -139,9 +146,10 @@ def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0) ->
 
     if c.problem:
         return bad(*c.problem)
-    if c.size > max_file_bytes(max_pixels):
-        return bad(Reason.FILE_TOO_LARGE, f"{c.size:,} bytes: larger than any image within --max-pixels could be; "
-                                          "not read")
+    try:
+        check_file_size(c.size, max_pixels)
+    except BadImage as e:
+        return bad(e.reason, e.detail)
     try:
         data = sources.read_bytes(c.uri)
     except FileNotFoundError:

@@ -96,11 +96,8 @@ class ImageExampleGen(FileBasedExampleGen):
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])
         if output_config is None:
-            output_config = example_gen_pb2.Output()
-            if len(input_config.splits) == 1:
-                output_config = example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
-                    example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=100 - defaults.EVAL_PERCENT),
-                    example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=defaults.EVAL_PERCENT)]))
+            output_config = defaults.hash_split_output() if len(input_config.splits) == 1 else \
+                example_gen_pb2.Output()
         spec = ImageExampleGenSpec(
             input_base=input_base,
             input_config=input_config,

@@ -136,7 +136,7 @@ class IngestSettings(NamedTuple):
             if len(self.input_config.splits) > 1:
                 return [sources.SPLIT_ALIASES.get(s.name.lower(), s.name) for s in self.input_config.splits], \
                     list(range(1, len(self.input_config.splits) + 1))
-            return ["train", "eval"], [100 - defaults.EVAL_PERCENT, 100]
+            splits = defaults.hash_split_output().split_config.splits
         names, buckets, total = [], [], 0
         for s in splits:
             total += s.hash_buckets
