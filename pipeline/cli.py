@@ -107,19 +107,11 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("production (each also reads IMAGEPIPE_<OPTION>, e.g. IMAGEPIPE_PROJECT)")
     c.add_argument("--target", choices=TARGETS, help="Vertex AI Pipelines (default) or Kubeflow "
                    "Pipelines v2")
-    c.add_argument("--project", help="GCP project")
-    c.add_argument("--region", help=f"GCP region (default {d.region})")
-    c.add_argument("--pipeline-root", help="gs://BUCKET/PATH for the runs' artifacts")
-    c.add_argument("--image", help="the pipeline image (built from kubeflow/Dockerfile)")
-    c.add_argument("--service-account", help="Vertex: the GCP service account (email) runs execute as")
+    _add_gcp_options(c)
     c.add_argument("--k8s-service-account", help="Kubeflow: the Kubernetes service account of the run pods")
     c.add_argument("--api-endpoint", help="Vertex AI API endpoint (private endpoints)")
     c.add_argument("--kfp-host", help="Kubeflow Pipelines API URL (for --target kubeflow)")
-    c.add_argument("--dataflow", action="store_true", default=None,
-                   help="run ExampleGen, StatisticsGen, Transform and the Evaluator on Dataflow")
-    c.add_argument("--dataflow-max-workers", type=int, help=f"(default {d.dataflow_max_workers})")
-    c.add_argument("--dataflow-machine-type", help=f"(default {d.dataflow_machine_type})")
-    c.add_argument("--dataflow-temp-location", help="gs:// (default <pipeline-root>/<name>/tmp)")
+    _add_dataflow_options(c, "run ExampleGen, StatisticsGen, Transform and the Evaluator on Dataflow")
     c.add_argument("--vertex-training", action="store_true", default=None,
                    help="run the Trainer as a Vertex AI Training job")
     c.add_argument("--training-machine-type", help=f"(default {d.training_machine_type})")
@@ -127,6 +119,23 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     c.add_argument("--training-accelerator-count", type=int, help="(default 1)")
     c.add_argument("--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores)")
     c.add_argument("--endpoint", help="deploy blessed models to this Vertex AI endpoint (display name)")
+
+
+def _add_gcp_options(c) -> None:
+    d = CloudConfig()
+    c.add_argument("--project", help="GCP project")
+    c.add_argument("--region", help=f"GCP region (default {d.region})")
+    c.add_argument("--pipeline-root", help="gs://BUCKET/PATH for the runs' artifacts")
+    c.add_argument("--image", help="the pipeline image (built from kubeflow/Dockerfile)")
+    c.add_argument("--service-account", help="the GCP service account (email) Vertex runs and Dataflow workers execute as")
+
+
+def _add_dataflow_options(c, what: str) -> None:
+    d = CloudConfig()
+    c.add_argument("--dataflow", action="store_true", default=None, help=what)
+    c.add_argument("--dataflow-max-workers", type=int, help=f"(default {d.dataflow_max_workers})")
+    c.add_argument("--dataflow-machine-type", help=f"(default {d.dataflow_machine_type})")
+    c.add_argument("--dataflow-temp-location", help="gs:// (default <pipeline-root>/<name>/tmp)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--root", help="the run's --root (to find the pushed model)")
     predict.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     predict.add_argument("--top", type=int, default=1, help="classes to show per image (default 1)")
+    predict.add_argument("--workers", type=int, default=0,
+                         help="classify with Beam in this many local processes (RunInference; needs --output); "
+                              "default: in this process")
+    c = predict.add_argument_group("batch prediction on Dataflow (each also reads IMAGEPIPE_<OPTION>)")
+    _add_gcp_options(c)
+    _add_dataflow_options(c, "classify on Dataflow workers that run the pipeline image (gs:// --model, "
+                             "--output and inputs)")
     export = commands.add_parser("export-schema", help="copy the schema SchemaGen inferred in the last run")
     export.add_argument("--root", help="the run's --root")
     export.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
@@ -503,22 +519,29 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     config = existing_pipeline(args)
     model = args.model_dir or config.serving_dir
+    top = max(1, args.top)
     try:
         model_dir = predict.resolve_model_dir(model)
-        writer = predict.ResultWriter(args.output, max(1, args.top)) if args.output else None
-    except (predict.ModelNotFound, predict.InputError) as e:
+        if args.workers < 0:
+            raise predict.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
+        if args.workers or args.dataflow:
+            return _predict_with_beam(args, config, model_dir, top)
+        writer = predict.ResultWriter(args.output, top) if args.output else None
+    except (predict.ModelNotFound, predict.ModelUnusable, predict.InputError) as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     _quiet_logs(verbose=False)
     show = predict.printable  # file and class names may hold terminal escape sequences
+    progress = predict.Progress(sys.stderr) if writer else None  # else every result is printed anyway
     seen = failed = 0
     complete = False
     try:
-        for result in predict.classify(model_dir, predict.expand_inputs(args.images), top=max(1, args.top),
+        for result in predict.classify(model_dir, predict.expand_inputs(args.images), top=top,
                                        max_pixels=config.max_pixels):
             seen += 1
             failed += "error" in result
             if writer:
                 writer.write(result)
+                progress.update(seen)
             if writer and seen > PREDICT_SHOWN:
                 continue
             if "error" in result:
@@ -527,6 +550,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 print(f"{show(result['path'])}: " + ", ".join(f"{show(name)} ({p:.3f})"
                                                              for name, p in result["predictions"]))
         complete = seen > 0
+        if progress:
+            progress.update(seen, final=True)
     except (predict.ModelUnusable, predict.InputError) as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     finally:
@@ -537,6 +562,36 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if writer:
         print(f"{seen:,} inputs: {seen - failed:,} classified, {failed:,} failed; results in {writer.path}")
     return EXIT_RUN_FAILED if failed else 0
+
+
+def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_dir: str, top: int) -> int:
+    """`predict --workers N` / `--dataflow`: the same results through Beam's RunInference, into --output."""
+    _quiet_logs(verbose=False)  # before Beam's import, which warns about this Python's support
+    os.environ["PYTHONWARNINGS"] = "ignore"  # and so would each of its worker processes
+    from pipeline import batch_predict, predict
+
+    if not args.output:
+        raise predict.InputError(f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
+                                 "give --output results.jsonl (or .csv)")
+    predict.output_kind(args.output)
+    temp_dir = None
+    if args.dataflow:
+        cloud = config_from_args(args, CloudConfig)
+        temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images)
+        from pipeline.pipeline import dataflow_args
+
+        beam_args = dataflow_args(config, cloud)
+    else:
+        batch_predict.check_local_output(args.output)
+        beam_args = batch_predict.local_args(args.workers)
+    predict.load_serving(model_dir)  # a damaged model is one line here, not a traceback from every worker
+    counts = batch_predict.run(model_dir, predict.expand_inputs(args.images), args.output, top, config.max_pixels,
+                               beam_args, temp_dir=temp_dir, progress=lambda total: predict.Progress(sys.stderr, total))
+    if not counts["inputs"]:
+        return _fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
+    print(f"{counts['inputs']:,} inputs: {counts['classified']:,} classified, {counts['failed']:,} failed; "
+          f"results in {args.output}")
+    return EXIT_RUN_FAILED if counts["failed"] else 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -9,7 +9,10 @@ checked with the same rules as ingestion, and the others still get answers.
 import csv
 import json
 import os
+import queue
 import stat
+import threading
+import time
 import unicodedata
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -78,14 +81,20 @@ def printable(text: str) -> str:
 
 
 def resolve_model_dir(path: str) -> str:
-    """A SavedModel folder, or a Pusher destination holding numbered versions (the newest wins)."""
-    if os.path.exists(os.path.join(path, "saved_model.pb")):
+    """A SavedModel folder, or a Pusher destination holding numbered versions (the newest wins); local or gs://."""
+    if sources.is_remote(path):
+        import tensorflow as tf
+
+        exists, isdir, listdir = tf.io.gfile.exists, tf.io.gfile.isdir, tf.io.gfile.listdir
+    else:
+        exists, isdir, listdir = os.path.exists, os.path.isdir, os.listdir
+    if exists(sources.join(path, "saved_model.pb")):
         return path
-    if os.path.isdir(path):
-        versions = [v for v in os.listdir(path)
-                    if v.isdigit() and os.path.exists(os.path.join(path, v, "saved_model.pb"))]
+    if isdir(path):
+        versions = [v.rstrip("/") for v in listdir(path)]
+        versions = [v for v in versions if v.isdigit() and exists(sources.join(path, v, "saved_model.pb"))]
         if versions:
-            return os.path.join(path, max(versions, key=int))
+            return sources.join(path, max(versions, key=int))
     raise ModelNotFound(f"--model {path}: no SavedModel there (nor numbered versions of one); give a pushed "
                         "model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
 
@@ -120,6 +129,40 @@ def expand_inputs(inputs: List[str]) -> Iterator[Tuple[str, Optional[str]]]:
             yield item, None
 
 
+def inspect_input(path: str, problem: Optional[str], max_pixels: int) -> Dict:
+    """{'path', 'data': the file's bytes} for a readable image, else {'path', 'error'}; ingestion's checks."""
+    result = {"path": path}
+    try:
+        if problem:
+            raise BadImage(Reason.UNREADABLE, problem)
+        data = read_image_file(path, max_pixels)
+        check_image(data, max_pixels)
+        result["data"] = data
+    except OSError as e:
+        result["error"] = f"cannot read: {e.strerror or e}"
+    except BadImage as e:
+        result["error"] = f"{e.reason}: {e.detail}"
+    return result
+
+
+def label_batch(serve, images: List[bytes], top: int) -> List[Dict]:
+    """{'predictions': [(class, probability), ...]} per image, best first, or {'error'} for an image
+    TensorFlow cannot decode (it passed Pillow's checks); such an image makes the batch fail, so the
+    batch is then served one image at a time and only that image gets the error."""
+    import tensorflow as tf
+
+    try:
+        out = serve(image_bytes=tf.constant(images))
+    except tf.errors.InvalidArgumentError as e:
+        if len(images) == 1:
+            return [{"error": f"undecodable: {(e.message or type(e).__name__).splitlines()[0][:200]}"}]
+        return [row for image in images for row in label_batch(serve, [image], top)]
+    probabilities = out["probabilities"].numpy()
+    names = [n.decode() for n in out["class_names"].numpy()[0]]
+    return [{"predictions": [(names[j], float(row[j])) for j in row.argsort()[::-1][:top]]}
+            for row in probabilities]
+
+
 def classify(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], top: int = 1,
              max_pixels: int = MAX_PIXELS) -> Iterator[Dict]:
     """One result per input, in order, as they are ready: {'path', 'predictions': [(class, probability)...]}
@@ -128,44 +171,57 @@ def classify(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], top: i
     Streams: files are read as their batch fills (at most BATCH_BYTES of encoded images, 64 files),
     so memory does not grow with the number of inputs. The model is loaded at the first readable image.
     """
-    import tensorflow as tf
-
     serve = None
-    window: List[Dict] = []  # this batch's results, in input order; readable images carry their bytes
-    held = 0
-
-    def flush():
-        nonlocal serve
-        images = [r for r in window if "data" in r]
+    inspected = (inspect_input(path, problem, max_pixels) for path, problem in inputs)
+    batches = byte_batches(inspected, size=lambda result: len(result.get("data", b"")))
+    for window in read_ahead(batches):
+        images = [result for result in window if "data" in result]
         if images:
             serve = serve or load_serving(resolve_model_dir(model_dir))
-            out = serve(image_bytes=tf.constant([r.pop("data") for r in images]))
-            probabilities = out["probabilities"].numpy()
-            names = [n.decode() for n in out["class_names"].numpy()[0]]
-            for row, result in enumerate(images):
-                ranked = probabilities[row].argsort()[::-1][:top]
-                result["predictions"] = [(names[j], float(probabilities[row][j])) for j in ranked]
+            for result, labels in zip(images, label_batch(serve, [r.pop("data") for r in images], top)):
+                result.update(labels)
         yield from window
-        window.clear()
 
-    for path, problem in inputs:
-        result = {"path": path}
+
+def read_ahead(batches: Iterable[List]) -> Iterator[List]:
+    """The batches, with the next one read (and checked) in a thread while the caller serves this one.
+
+    Reading and Pillow's checks are one core's work and the model's call mostly another's; at most three
+    batches (3 x BATCH_BYTES) are held. An exception in the reader is raised here, at the batch it stopped.
+    """
+    ready: "queue.Queue" = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(item) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False  # the consumer is gone
+
+    def read():
         try:
-            if problem:
-                raise BadImage(Reason.UNREADABLE, problem)
-            data = read_image_file(path, max_pixels)
-            check_image(data, max_pixels)
-            result["data"] = data
-            held += len(data)
-        except OSError as e:
-            result["error"] = f"cannot read: {e.strerror or e}"
-        except BadImage as e:
-            result["error"] = f"{e.reason}: {e.detail}"
-        window.append(result)
-        if held >= BATCH_BYTES or len(window) >= 64:
-            yield from flush()
-            held = 0
-    yield from flush()
+            for batch in batches:
+                if not offer(("batch", batch)):
+                    return
+            offer(("end", None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            offer(("error", e))
+
+    reader = threading.Thread(target=read, name="predict-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()  # the consumer stopped early (an error, Ctrl-C): the reader ends at its next batch
 
 
 def byte_batches(items: Iterable, size: Callable = len, max_bytes: int = BATCH_BYTES, max_items: int = 64):
@@ -182,13 +238,63 @@ def byte_batches(items: Iterable, size: Callable = len, max_bytes: int = BATCH_B
         yield batch
 
 
+def json_record(result: Dict) -> str:
+    """A result as one JSONL line (no newline): path, then predictions [{class, probability}] or error."""
+    record = {"path": result["path"]}
+    if "error" in result:
+        record["error"] = result["error"]
+    else:
+        record["predictions"] = [{"class": name, "probability": round(p, 6)} for name, p in result["predictions"]]
+    return json.dumps(record, ensure_ascii=False)
+
+
+def csv_header(top: int) -> List[str]:
+    return ["path", *[f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")], "error"]
+
+
+def csv_cells(result: Dict, top: int) -> List[str]:
+    """A result as a CSV row under csv_header(top): empty class/probability cells where there are fewer."""
+    cells = [value for name, p in result.get("predictions", []) for value in (name, f"{p:.6f}")]
+    return [result["path"], *cells, *[""] * (2 * top - len(cells)), result.get("error", "")]
+
+
+def output_kind(path: str) -> str:
+    """'.jsonl' or '.csv' from a results file's name; else InputError."""
+    kind = os.path.splitext(path)[1].lower()
+    if kind not in (".jsonl", ".csv"):
+        raise InputError(f"--output {path}: name a .jsonl or .csv file")
+    return kind
+
+
+class Progress:
+    """How far a long prediction run is, on one stderr line: rewritten in place on a terminal, else a
+    new line every `every` seconds (logs). Nothing for runs shorter than `every`."""
+
+    def __init__(self, stream, total: Optional[int] = None, every: float = 30.0):
+        self._stream, self._total, self._every = stream, total, every
+        self._tty = stream.isatty()
+        self._start = self._last = time.monotonic()
+        self._shown = False
+
+    def update(self, done: int, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self._last < (0.5 if self._tty else self._every):
+            return
+        if final and not self._shown:
+            return
+        self._last, self._shown = now, True
+        rate = done / max(now - self._start, 1e-9)
+        of = f"/{self._total:,} ({100 * done // max(self._total, 1)}%)" if self._total else ""
+        line = f"{done:,}{of} inputs done, {rate:,.0f}/s"
+        self._stream.write(("\r" + line + ("\n" if final else "")) if self._tty else line + "\n")
+        self._stream.flush()
+
+
 class ResultWriter:
     """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete."""
 
     def __init__(self, path: str, top: int):
-        kind = os.path.splitext(path)[1].lower()
-        if kind not in (".jsonl", ".csv"):
-            raise InputError(f"--output {path}: name a .jsonl or .csv file")
+        kind = output_kind(path)
         self.path, self._partial = path, path + ".partial"
         try:
             self._file = open(self._partial, "w", newline="", encoding="utf-8")
@@ -196,22 +302,14 @@ class ResultWriter:
             raise InputError(f"--output {path}: cannot write there ({e.strerror or e})") from None
         self._csv = csv.writer(self._file) if kind == ".csv" else None
         if self._csv:
-            ranks = [f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")]
-            self._csv.writerow(["path", *ranks, "error"])
+            self._csv.writerow(csv_header(top))
         self._top = top
 
     def write(self, result: Dict) -> None:
-        predictions = result.get("predictions", [])
         if self._csv:
-            cells = [value for name, p in predictions for value in (name, f"{p:.6f}")]
-            self._csv.writerow([result["path"], *cells, *[""] * (2 * self._top - len(cells)), result.get("error", "")])
+            self._csv.writerow(csv_cells(result, self._top))
         else:
-            record = {"path": result["path"]}
-            if "error" in result:
-                record["error"] = result["error"]
-            else:
-                record["predictions"] = [{"class": name, "probability": round(p, 6)} for name, p in predictions]
-            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._file.write(json_record(result) + "\n")
 
     def close(self, complete: bool) -> None:
         self._file.close()

@@ -142,3 +142,45 @@ def test_names_are_printed_with_control_characters_escaped():
     # A class folder or file named with an escape sequence (clear screen) or a bidi override.
     assert printable("cat\x1b[2J\u202egpj.exe") == "cat\\x1b[2J\\u202egpj.exe"
     assert printable("Ünïcode 猫 ok") == "Ünïcode 猫 ok"
+
+
+def test_progress_of_a_long_prediction_run_is_one_line_per_interval():
+    import io
+
+    from pipeline.predict import Progress
+
+    log = io.StringIO()  # not a terminal: plain lines, for logs
+    progress = Progress(log, total=400, every=0)
+    for done in (100, 400):
+        progress.update(done)
+    progress.update(400, final=True)
+    lines = log.getvalue().splitlines()
+    assert [re.sub(r"[\d,]+/s$", "R/s", line) for line in lines] == [
+        "100/400 (25%) inputs done, R/s", "400/400 (100%) inputs done, R/s", "400/400 (100%) inputs done, R/s"]
+
+    quiet = io.StringIO()  # a run shorter than the interval says nothing
+    progress = Progress(quiet, every=30)
+    progress.update(5)
+    progress.update(5, final=True)
+    assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("options, expected", [
+    (["--workers", "-1"], "--workers -1: give a number of processes (1 or more)"),
+    (["--dataflow", "--output", "gs://b/out.jsonl"], "--dataflow needs --project (or IMAGEPIPE_PROJECT)"),
+    (["--dataflow", "--output", "gs://b/out.jsonl", "--project", "p"],
+     "--dataflow needs --image: the pipeline image (kubeflow/Dockerfile), which Dataflow workers run"),
+    (["--dataflow", "--output", "gs://b/out.jsonl", "--project", "p", "--image", "i"],
+     "--model {model}: Dataflow workers cannot read this machine's files; give a gs:// path"),
+    (["--workers", "2", "--output", "/no/such/folder/out.jsonl"],
+     "--output /no/such/folder/out.jsonl: cannot write there (no such folder, or not writable)"),
+    (["--workers", "2", "--output", "out.txt"], "--output out.txt: name a .jsonl or .csv file"),
+])
+def test_batch_prediction_settings_are_checked_before_any_image_is_read(tmp_path, options, expected):
+    model = tmp_path / "model"
+    write(model / "saved_model.pb", b"")  # never loaded: each of these is refused before
+    done = subprocess.run([IMAGEPIPE, "predict", "--model", str(model), *options, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("IMAGEPIPE_")})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["imagepipe: error: " + expected.format(model=model)]

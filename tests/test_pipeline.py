@@ -18,7 +18,7 @@ from tfx.orchestration import metadata
 from components.image_example_gen.executor import IngestionError
 from components.validation_gate import DataValidationError
 from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, write
-from pipeline import cli, local_runner, run_summary
+from pipeline import cli, local_runner, predict, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
 
@@ -308,3 +308,59 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
                            str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"imagepipe: error: --output {tmp_path / 'r.txt'}: name a .jsonl or .csv file"]
+
+
+def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_runs, tmp_path):
+    config, _, _ = sample_runs
+    digits = config.sample_data_dir
+    for label in ("1", "8"):
+        shutil.copytree(os.path.join(digits, label), tmp_path / "in" / label)
+    write(tmp_path / "in" / "8" / "cut.jpg", image_bytes()[:200])  # truncated: a per-file error row
+    write(tmp_path / "in" / "list.csv", b"path\ngone.png\n")  # a manifest naming a missing file
+    inputs = [str(tmp_path / "in" / "1"), str(tmp_path / "in" / "8"), str(tmp_path / "in" / "list.csv")]
+
+    streamed, on_beam = tmp_path / "streamed.jsonl", tmp_path / "beam.jsonl"
+    subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--top", "3", "--output", str(streamed), *inputs],
+                   capture_output=True, timeout=300)
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--top", "3", "--output", str(on_beam),
+                           "--workers", "2", *inputs], capture_output=True, text=True, timeout=600)
+    total = len(os.listdir(tmp_path / "in" / "1")) + len(os.listdir(tmp_path / "in" / "8")) + 1
+    assert done.returncode == 1, done.stderr[-3000:]  # two inputs failed, the rest were classified
+    assert done.stdout.strip().splitlines() == [f"{total:,} inputs: {total - 2:,} classified, 2 failed; "
+                                                f"results in {on_beam}"]
+    assert "Warning" not in done.stderr and "Traceback" not in done.stderr
+
+    expected = {r["path"]: r for r in map(json.loads, open(streamed))}
+    got = {r["path"]: r for r in map(json.loads, open(on_beam))}
+    assert set(got) == set(expected) and len(expected) == total
+    assert got[str(tmp_path / "in" / "8" / "cut.jpg")]["error"].startswith("truncated: ")
+    assert got[str(tmp_path / "in" / "gone.png")]["error"] == \
+        "cannot read: No such file or directory"
+    for path, record in got.items():  # the same model on the same bytes: the same answers, whatever the batch
+        if "error" in record:
+            assert record == expected[path]
+            continue
+        assert [p["class"] for p in record["predictions"]] == [p["class"] for p in expected[path]["predictions"]]
+        assert np.allclose([p["probability"] for p in record["predictions"]],
+                           [p["probability"] for p in expected[path]["predictions"]], atol=1e-5)
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("beam-temp")]
+
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--workers", "2", *inputs],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "imagepipe: error: --workers writes every result to a file: give --output results.jsonl (or .csv)"]
+
+
+def test_a_batch_with_an_image_tensorflow_cannot_decode_labels_the_others(sample_runs):
+    config, first, _ = sample_runs
+    serve = predict.load_serving(details(first, "Pusher")["destination"])
+    digits = config.sample_data_dir
+    three, five = (open(os.path.join(digits, d, sorted(os.listdir(os.path.join(digits, d)))[0]), "rb").read()
+                   for d in ("3", "5"))
+    alone = predict.label_batch(serve, [three, five], top=2)
+    labels = predict.label_batch(serve, [three, b"\xff\xd8\xff not really a JPEG", five], top=2)
+    assert [label.get("predictions", [("-",)])[0][0] for label in labels] == \
+        [alone[0]["predictions"][0][0], "-", alone[1]["predictions"][0][0]]
+    assert labels[0]["predictions"][0][0] == "3"
+    assert np.allclose([p for _, p in labels[2]["predictions"]], [p for _, p in alone[1]["predictions"]], atol=1e-5)
+    assert labels[1] == {"error": labels[1]["error"]} and labels[1]["error"].startswith("undecodable: ")

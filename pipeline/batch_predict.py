@@ -1,0 +1,258 @@
+"""Batch prediction on Beam: what `imagepipe predict --workers N` and `--dataflow` run.
+
+    input list (a text file of [path, problem] lines) -> Reshuffle -> ReadImage (per-file errors
+    on the side) -> RunInference(ImageModelHandler), batched by encoded bytes -> JSONL or CSV lines
+    -> one results file
+
+The same per-file checks, batch labelling and record formats as the in-process `predict`
+(pipeline/predict.py); only the execution differs: Beam's RunInference batches and keeps one
+model per worker, and the runner spreads files over worker processes (or Dataflow workers).
+Results come in the order workers finish them, each with its path. Beam writes the results file
+under a temporary name and moves it into place when the whole job succeeded.
+"""
+
+import contextlib
+import csv
+import io
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+from apache_beam.ml.inference.base import ModelHandler, RunInference
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from components.image_example_gen import sources
+from pipeline import predict
+
+NAMESPACE = "imagepipe.predict"
+
+
+class ImageModelHandler(ModelHandler):
+    """Loads the pushed SavedModel's serving_default; a batch is (path, encoded bytes) pairs."""
+
+    def __init__(self, model_dir: str, top: int):
+        super().__init__()
+        self._model_dir, self._top = model_dir, top
+
+    def load_model(self):
+        return predict.load_serving(self._model_dir)
+
+    def run_inference(self, batch: Sequence[Tuple[str, bytes]], model, inference_args=None) -> Iterable[Dict]:
+        labels = predict.label_batch(model, [data for _, data in batch], self._top)
+        return [{"path": path, **label} for (path, _), label in zip(batch, labels)]
+
+    def get_num_bytes(self, batch: Sequence[Tuple[str, bytes]]) -> int:
+        return sum(len(data) for _, data in batch)  # the default pickles the whole batch to measure it
+
+    def batch_elements_kwargs(self):
+        # Batches are measured in encoded bytes, as the in-process predict bounds them: a batch of
+        # full-size photos stays a handful of images, one of thumbnails a few hundred.
+        return {"min_batch_size": 1, "max_batch_size": predict.BATCH_BYTES,
+                "element_size_fn": lambda element: max(1, len(element[1]))}
+
+
+class ReadImage(beam.DoFn):
+    """(path, problem) -> (path, bytes) for a readable image; {'path', 'error'} on the 'errors' output.
+
+    With a progress_dir (local runs), each worker keeps its count of files read in a file there, which
+    the driver adds up for its progress line; Dataflow shows its own element counts.
+    """
+
+    def __init__(self, max_pixels: int, progress_dir: Optional[str] = None):
+        self._max_pixels, self._progress_dir = max_pixels, progress_dir
+
+    def setup(self):
+        self._read, self._noted = 0, 0.0
+        self._progress_file = (os.path.join(self._progress_dir, f"{os.getpid()}-{uuid.uuid4().hex}")
+                               if self._progress_dir else None)
+
+    def _note_progress(self, force: bool = False):
+        if self._progress_file and (force or time.monotonic() - self._noted > 0.5):
+            with open(self._progress_file + ".tmp", "w") as f:
+                f.write(str(self._read))
+            os.replace(self._progress_file + ".tmp", self._progress_file)
+            self._noted = time.monotonic()
+
+    def finish_bundle(self):
+        self._note_progress(force=True)
+
+    def process(self, line: str):
+        path, problem = json.loads(line)
+        result = predict.inspect_input(path, problem, self._max_pixels)
+        self._read += 1
+        self._note_progress()
+        if "error" in result:
+            beam.metrics.Metrics.counter(NAMESPACE, "failed").inc()
+            yield beam.pvalue.TaggedOutput("errors", result)
+        else:
+            yield path, result["data"]
+
+
+def count_result(result: Dict) -> Dict:
+    if "error" in result:
+        beam.metrics.Metrics.counter(NAMESPACE, "failed").inc()
+    else:
+        beam.metrics.Metrics.counter(NAMESPACE, "classified").inc()
+    return result
+
+
+def csv_text(cells: List[str]) -> str:
+    text = io.StringIO()
+    csv.writer(text, lineterminator="").writerow(cells)
+    return text.getvalue()
+
+
+def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: int, max_pixels: int,
+          progress_dir: Optional[str] = None) -> None:
+    read = (p
+            | "ListInputs" >> beam.io.ReadFromText(input_list)
+            | "Spread" >> beam.Reshuffle()  # the list is one file: without this one worker reads every image
+            | "ReadImage" >> beam.ParDo(ReadImage(max_pixels, progress_dir)).with_outputs("errors", main="images"))
+    labelled = (read.images
+                | "Classify" >> RunInference(ImageModelHandler(model_dir, top))
+                | "Count" >> beam.Map(count_result))
+    if predict.output_kind(output) == ".csv":
+        header = csv_text(predict.csv_header(top))
+        format_result = "Format" >> beam.Map(lambda result: csv_text(predict.csv_cells(result, top)))
+    else:
+        header = None
+        format_result = "Format" >> beam.Map(predict.json_record)
+    ((labelled, read.errors)
+     | "Merge" >> beam.Flatten()
+     | format_result
+     | "Write" >> beam.io.WriteToText(output, shard_name_template="", num_shards=1, header=header))
+
+
+def local_args(workers: int) -> List[str]:
+    """Beam's portable runner with `workers` processes, each with its own model, on this machine.
+
+    Each worker's TensorFlow gets its share of the cores (the workers inherit this process's
+    environment): N workers each starting a thread per core would fight over them.
+    """
+    share = str(max(1, (os.cpu_count() or 1) // workers))
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", share)
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", share)
+    return ["--runner=DirectRunner", f"--direct_num_workers={workers}",
+            "--direct_running_mode=multi_processing" if workers > 1 else "--direct_running_mode=in_memory"]
+
+
+def run(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], output: str, top: int, max_pixels: int,
+        beam_args: List[str], temp_dir: Optional[str] = None, progress=None) -> Dict[str, int]:
+    """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
+
+    The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
+    this machine's files) and removed afterwards. `progress(total)` makes an object whose
+    update(done[, final]) is called as local workers read files (predict.Progress).
+    """
+    predict.output_kind(output)
+    workdir = tempfile.mkdtemp(prefix="imagepipe-predict-")
+    input_list = sources.join(temp_dir or workdir, f"predict-inputs-{uuid.uuid4().hex}.jsonl")
+    try:
+        count = write_input_list(input_list, inputs)
+        if not count:
+            return {"inputs": 0, "classified": 0, "failed": 0}
+        progress_dir = None if temp_dir else os.path.join(workdir, "progress")
+        if progress_dir:
+            os.makedirs(progress_dir)
+        with watch_progress(progress_dir, progress(count) if progress else None):
+            with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
+                build(p, input_list, model_dir, output, top, max_pixels, progress_dir)
+        counters = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]
+                    if c.key.metric.namespace == NAMESPACE}
+    except BaseException:
+        remove_beam_temp(output)
+        raise
+    finally:
+        if temp_dir:
+            import tensorflow as tf
+
+            if tf.io.gfile.exists(input_list):
+                tf.io.gfile.remove(input_list)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {"inputs": count, "classified": counters.get("classified", 0), "failed": counters.get("failed", 0)}
+
+
+@contextlib.contextmanager
+def watch_progress(progress_dir: Optional[str], progress):
+    """While the job runs, adds up the workers' counts in progress_dir every half second for `progress`."""
+    if not (progress_dir and progress):
+        yield
+        return
+    done = threading.Event()
+
+    def files_read() -> int:
+        total = 0
+        for name in os.listdir(progress_dir):
+            if name.endswith(".tmp"):
+                continue  # being replaced
+            try:
+                with open(os.path.join(progress_dir, name)) as f:
+                    total += int(f.read() or 0)
+            except (OSError, ValueError):
+                continue  # gone between the listing and the read
+        return total
+
+    def watch():
+        while not done.wait(0.5):
+            progress.update(files_read())
+
+    watcher = threading.Thread(target=watch, name="predict-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        progress.update(files_read(), final=True)
+
+
+def check_local_output(output: str) -> None:
+    """InputError unless the results file's folder exists and is writable (before any image is read)."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise predict.InputError(f"--output {output}: cannot write there (no such folder, or not writable)")
+
+
+def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str]) -> str:
+    """The gs:// folder for the job's input list; InputError for a setting Dataflow workers cannot use."""
+    if not cloud.project:
+        raise predict.InputError("--dataflow needs --project (or IMAGEPIPE_PROJECT)")
+    if not cloud.image:
+        raise predict.InputError("--dataflow needs --image: the pipeline image (kubeflow/Dockerfile), which "
+                                 "Dataflow workers run")
+    for option, path in [("--model", model_dir), ("--output", output), *[("INPUT", item) for item in inputs]]:
+        if not path.startswith("gs://"):
+            raise predict.InputError(f"{option} {path}: Dataflow workers cannot read this machine's files; "
+                                     "give a gs:// path")
+    temp = cloud.dataflow_temp_location or (cloud.pipeline_root and cloud.full_pipeline_root(config.pipeline_name)
+                                            + "/tmp")
+    if not temp or not temp.startswith("gs://"):
+        raise predict.InputError("--dataflow needs a gs:// --dataflow-temp-location (or --pipeline-root)")
+    return temp
+
+
+def write_input_list(path: str, inputs: Iterable[Tuple[str, Optional[str]]]) -> int:
+    import tensorflow as tf
+
+    count = 0
+    with tf.io.gfile.GFile(path, "w") as f:
+        for path_and_problem in inputs:
+            f.write(json.dumps(list(path_and_problem), ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def remove_beam_temp(output: str) -> None:
+    """Beam's staging folder for a results file that was never finished (WriteToText's beam-temp-*)."""
+    if sources.is_remote(output):
+        return  # Dataflow's own cleanup; a gs:// prefix has no folder to scan cheaply
+    folder, name = os.path.split(os.path.abspath(output))
+    for entry in os.listdir(folder):
+        if entry.startswith(f"beam-temp-{name}-"):
+            shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
