@@ -28,7 +28,7 @@ from typing import List, Optional
 from components.image_example_gen.sources import LAYOUTS
 from pipeline.config import GATE_MODES, TARGETS, CloudConfig, ConfigError, PipelineConfig, from_environment
 from pipeline.progress import MODES as PROGRESS_MODES
-from trainer.hparams import AUGMENTATIONS, MODELS
+from trainer.hparams import AUGMENTATIONS, MODELS, TFLITE_KINDS
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -85,6 +85,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--learning-rate", type=float, help=f"(default {d.learning_rate})")
     t.add_argument("--weights", help="backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' (random)")
     t.add_argument("--augment", help=f"training augmentation: any of {','.join(AUGMENTATIONS)}")
+    t.add_argument("--tflite", help=f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
+                   "(scored on the eval split next to the SavedModel)")
     t.add_argument("--seed", type=int, help=f"(default {d.seed})")
     t.add_argument("--nondeterministic", dest="deterministic", action="store_false", default=None,
                    help="allow nondeterministic TensorFlow ops (faster on some GPUs; by default the same data, "

@@ -84,6 +84,7 @@ class PipelineConfig:
     learning_rate: float = HParams.learning_rate
     weights: str = HParams.weights
     augment: str = HParams.augment
+    tflite: str = HParams.tflite
     seed: int = HParams.seed
     deterministic: bool = HParams.deterministic
     warm_start: bool = HParams.warm_start
@@ -136,7 +137,8 @@ class PipelineConfig:
         return HParams(model=self.model, image_size=size, epochs=self.epochs,
                        fine_tune_epochs=self.fine_tune_epochs, batch_size=self.batch_size,
                        learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
-                       seed=self.seed, deterministic=self.deterministic, warm_start=self.warm_start)
+                       tflite=self.tflite, seed=self.seed, deterministic=self.deterministic,
+                       warm_start=self.warm_start)
 
     def drift_thresholds(self):
         """The gate's drift thresholds (components.drift.Thresholds) from these settings."""

@@ -36,16 +36,50 @@ class ModelUnusable(ValueError):
 
 
 def load_serving(model_dir: str):
-    """The model's serving_default signature, or ModelUnusable naming the folder and the fix."""
+    """The model's serving_default signature (or a .tflite model behind the same call), or ModelUnusable
+    naming the folder and the fix."""
     import tensorflow as tf
 
     try:
+        if model_dir.endswith(".tflite"):
+            return TFLiteServing(model_dir)
         return tf.saved_model.load(model_dir).signatures["serving_default"]
     except Exception as e:  # noqa: BLE001 - TensorFlow raises many types for a damaged model
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ModelUnusable(f"--model {model_dir}: not a usable SavedModel ({type(e).__name__}: {first}); "
+        kind = "TFLite model" if model_dir.endswith(".tflite") else "SavedModel"
+        raise ModelUnusable(f"--model {model_dir}: not a usable {kind} ({type(e).__name__}: {first}); "
                             "give a model the pipeline pushed (<root>/serving/<name>) or run 'imagepipe run' "
                             "again") from None
+
+
+class TFLiteServing:
+    """A TFLite export (trainer/tflite_export.py) called like serving_default: encoded images in, the
+    same outputs out. Images are decoded and resized by the function training used, then given to the
+    model as the uint8 pixels an app would pass; class names come from labels.txt beside the file."""
+
+    def __init__(self, path: str):
+        import tensorflow as tf
+
+        from trainer.tflite_export import LABELS_FILE, TFLiteClassifier
+
+        labels = sources.join(os.path.dirname(path), LABELS_FILE)
+        if not tf.io.gfile.exists(labels):
+            raise FileNotFoundError(f"no {LABELS_FILE} beside it")
+        with tf.io.gfile.GFile(labels) as f:
+            self._names = [line.rstrip("\n") for line in f if line.strip()]
+        self._model = TFLiteClassifier(path)
+
+    def __call__(self, image_bytes):
+        import numpy as np
+        import tensorflow as tf
+
+        from trainer.preprocessing import decode_and_resize
+
+        size, channels = self._model.image_size, self._model.channels
+        pixels = np.stack([decode_and_resize(encoded, size, channels).numpy() for encoded in image_bytes])
+        probabilities = self._model.probabilities(pixels)
+        return {"probabilities": tf.constant(probabilities),
+                "class_names": tf.constant([[n.encode() for n in self._names]] * len(pixels))}
 
 
 def read_image_file(path: str, max_pixels: int) -> bytes:
@@ -81,22 +115,23 @@ def printable(text: str) -> str:
 
 
 def resolve_model_dir(path: str) -> str:
-    """A SavedModel folder, or a Pusher destination holding numbered versions (the newest wins); local or gs://."""
+    """A SavedModel folder, a .tflite file, or a Pusher destination holding numbered SavedModel versions
+    (the newest wins); local or gs://."""
     if sources.is_remote(path):
         import tensorflow as tf
 
         exists, isdir, listdir = tf.io.gfile.exists, tf.io.gfile.isdir, tf.io.gfile.listdir
     else:
         exists, isdir, listdir = os.path.exists, os.path.isdir, os.listdir
-    if exists(sources.join(path, "saved_model.pb")):
+    if exists(sources.join(path, "saved_model.pb")) or (path.endswith(".tflite") and exists(path)):
         return path
     if isdir(path):
         versions = [v.rstrip("/") for v in listdir(path)]
         versions = [v for v in versions if v.isdigit() and exists(sources.join(path, v, "saved_model.pb"))]
         if versions:
             return sources.join(path, max(versions, key=int))
-    raise ModelNotFound(f"--model {path}: no SavedModel there (nor numbered versions of one); give a pushed "
-                        "model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
+    raise ModelNotFound(f"--model {path}: no SavedModel there (nor numbered versions of one, nor a .tflite file); "
+                        "give a pushed model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
 
 
 class InputError(ValueError):

@@ -323,8 +323,23 @@ def _training(components: Dict[str, Dict]) -> str:
                   [[e["epoch"], e["phase"], f"{e['seconds']:.2f}", e.get("loss"), e.get("sparse_categorical_accuracy"),
                     e.get("val_loss"), e.get("val_sparse_categorical_accuracy")] for e in epochs],
                   numeric=[0, 2, 3, 4, 5, 6])
+    body += _on_device(log.get("tflite"))
     body += "<h3>Hyperparameters</h3>" + table(["name", "value"], sorted(log["hparams"].items()))
     return _section("training", "Training", body)
+
+
+def _on_device(record) -> str:
+    """The TFLite exports next to the SavedModel, scored on the same eval examples."""
+    if not record:
+        return ""
+    if "error" in record:
+        return f"<h3>On-device (TFLite)</h3><p class=\"bad\">Export failed: {esc(record['error'])}</p>"
+    rows = [["SavedModel", f"{record['savedmodel_accuracy']:.4f}", "", "serving_default (encoded image bytes)"]]
+    rows += [[f"TFLite {kind}", f"{m['accuracy']:.4f}", f"{m['bytes'] / 1024:,.0f}", m["file"]]
+             for kind, m in record["models"].items()]
+    return (f"<h3>On-device (TFLite)</h3><p>Accuracy on the same {record['examples']:,} eval examples; "
+            "the TFLite models take uint8 pixels resized to the model's input, with <code>tflite/labels.txt</code>.</p>"
+            + table(["model", "eval accuracy", "KB", "file in the pushed model"], rows, numeric=[1, 2]))
 
 
 # --- evaluation ---------------------------------------------------------------------------------

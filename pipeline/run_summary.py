@@ -314,7 +314,8 @@ def _details(c: Dict[str, Any]) -> Dict[str, Any]:
                     "kept_epoch": kept.get("epoch"), "kept_eval_accuracy": kept.get("val_sparse_categorical_accuracy"),
                     "warm_started_from": log.get("warm_started_from"),
                     "warm_start_skipped": log.get("warm_start_skipped") or "",
-                    "model_run": _first(outputs, "model_run"), "class_names": log["class_names"]}
+                    "model_run": _first(outputs, "model_run"), "class_names": log["class_names"],
+                    "tflite": log.get("tflite")}
     if name.startswith("Evaluator") and _first(outputs, "evaluation"):
         blessing = (c["output_properties"].get("blessing") or [{}])[0]
         evaluation = _first(outputs, "evaluation")
@@ -421,6 +422,14 @@ def per_class_metrics(confusion: List[List[int]], class_names: List[str]) -> Dic
     return out
 
 
+def describe_tflite(record: Dict[str, Any]) -> str:
+    """The Trainer's TFLite exports in a phrase: each one's eval accuracy next to the SavedModel's."""
+    if "error" in record:
+        return f"TFLite export failed: {record['error']}"
+    models = ", ".join(f"{kind} {m['accuracy']:.4f} ({m['bytes'] / 1024:,.0f} KB)" for kind, m in record["models"].items())
+    return f"TFLite {models} vs SavedModel {record['savedmodel_accuracy']:.4f} on {record['examples']:,} eval examples"
+
+
 def format_summary(summary: Dict[str, Any]) -> List[str]:
     lines = [f"run {summary['run_id']}"]
     width = max((len(c["component"]) for c in summary["components"]), default=0)
@@ -467,7 +476,8 @@ def _one_line(c: Dict[str, Any]) -> str:
                 + (f", kept epoch {d['kept_epoch']} (lowest eval loss): eval accuracy {accuracy:.4f}"
                    if accuracy is not None else "")
                 + (", warm-started" if d.get("warm_started_from") else "")
-                + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else ""))
+                + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
+                + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else ""))
     if name.startswith("Evaluator") and d:
         text = f"accuracy {d['accuracy']:.4f} on {d['example_count']:,} eval examples" if d["accuracy"] is not None else ""
         if d["baseline_accuracy"] is not None:

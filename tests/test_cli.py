@@ -34,6 +34,7 @@ def folders(tmp_path):
     (["--eval-percent", "0"], "--eval-percent 0: use a whole number from 1 to 99"),
     (["--schema", "{d}/none.pbtxt"], "no such file; give a schema.pbtxt, or leave it out to infer one"),
     (["--data", "{d}/one", "--span-pattern", "v-{{SPAN}}"], "nothing matches --span-pattern 'v-{{SPAN}}'"),
+    (["--tflite", "float16,int4"], "--tflite int4: use float16, int8"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(folders, args, expected):
     root = folders / "root"

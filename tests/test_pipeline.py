@@ -72,8 +72,8 @@ ALL_COMPONENTS = ("ImageExampleGen", "ImportSchemaGen", "StatisticsGen", "Exampl
 
 @pytest.fixture(scope="module")
 def sample_runs(tmp_path_factory):
-    """`make run` twice: the default configuration on the digits sample."""
-    config = PipelineConfig(root=str(tmp_path_factory.mktemp("sample")))
+    """`make run` twice: the default configuration on the digits sample, with the TFLite exports."""
+    config = PipelineConfig(root=str(tmp_path_factory.mktemp("sample")), tflite="float16,int8")
     first = local_runner.run(config)
     second = local_runner.run(config)
     return config, first, second
@@ -308,6 +308,43 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
                            str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"imagepipe: error: --output {tmp_path / 'r.txt'}: name a .jsonl or .csv file"]
+
+
+def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_runs, tmp_path):
+    config, first, _ = sample_runs
+    trainer, evaluation = details(first, "Trainer"), details(first, "Evaluator")
+    record = trainer["tflite"]
+    assert record["examples"] == evaluation["example_count"] == 387
+    # The Keras model the child process rebuilt from the saved weights is the one the Evaluator scored.
+    assert record["savedmodel_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-3)
+    assert set(record["models"]) == {"float16", "int8"}
+    assert abs(record["models"]["float16"]["accuracy"] - record["savedmodel_accuracy"]) <= 0.01
+    assert abs(record["models"]["int8"]["accuracy"] - record["savedmodel_accuracy"]) <= 0.03
+    assert record["models"]["int8"]["bytes"] < record["models"]["float16"]["bytes"]
+    line = next(line for line in run_summary.format_summary(first) if "Trainer" in line)
+    assert f"TFLite float16 {record['models']['float16']['accuracy']:.4f}" in line
+    assert f"vs SavedModel {record['savedmodel_accuracy']:.4f} on 387 eval examples" in line
+
+    pushed = details(first, "Pusher")["destination"]  # the files travel with the pushed model
+    with open(os.path.join(pushed, "tflite", "labels.txt")) as f:
+        assert f.read().splitlines() == trainer["class_names"]
+    interpreter = tf.lite.Interpreter(os.path.join(pushed, "tflite", "model_int8.tflite"))
+    (pixels,) = interpreter.get_input_details()  # what an app passes: one image of uint8 pixels
+    assert pixels["dtype"] == np.uint8 and list(pixels["shape"]) == [1, 32, 32, 3]
+
+    digits = config.sample_data_dir
+    chosen = [os.path.join(digits, label, name) for label in sorted(os.listdir(digits)) if not label.startswith(".")
+              for name in sorted(os.listdir(os.path.join(digits, label)))[-3:]]
+    answers = {}
+    for model in (pushed, os.path.join(pushed, "tflite", "model_float16.tflite")):
+        out = tmp_path / f"{len(answers)}.jsonl"
+        done = subprocess.run([IMAGEPIPE, "predict", "--model", model, "--output", str(out), *chosen],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        answers[model] = [json.loads(line)["predictions"][0] for line in open(out)]
+    savedmodel, tflite = answers.values()
+    assert sum(p["class"] == os.path.basename(os.path.dirname(path)) for p, path in zip(tflite, chosen)) >= 27
+    assert sum(a["class"] == b["class"] for a, b in zip(savedmodel, tflite)) >= 29  # float16: the same answers
 
 
 def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_runs, tmp_path):

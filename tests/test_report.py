@@ -101,3 +101,13 @@ def test_report_and_history_bad_input_is_one_line(runs, tmp_path):
     empty = imagepipe("runs", "--root", str(tmp_path))
     assert empty.returncode == 2 and len(empty.stderr.strip().splitlines()) == 1
     assert "no ML Metadata at" in empty.stderr
+
+
+def test_the_report_shows_the_tflite_exports_or_why_there_are_none():
+    from pipeline.report import _on_device
+
+    html = _on_device({"examples": 387, "savedmodel_accuracy": 0.98, "models": {
+        "float16": {"file": "tflite/model_float16.tflite", "accuracy": 0.9791, "bytes": 70000}}})
+    assert "On-device (TFLite)" in html and "0.9791" in html and "tflite/model_float16.tflite" in html
+    assert "Export failed: exit status 134: LLVM ERROR" in _on_device({"error": "exit status 134: LLVM ERROR"})
+    assert _on_device(None) == ""

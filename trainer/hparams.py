@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 
 MODELS = ("cnn", "mobilenet_v2", "efficientnet_b0")
 AUGMENTATIONS = ("flip", "crop", "brightness")
+TFLITE_KINDS = ("float16", "int8")  # on-device exports (trainer/tflite_export.py)
 # Input side each model is usually trained at; the sample digits use 32.
 DEFAULT_IMAGE_SIZE = {"cnn": 64, "mobilenet_v2": 224, "efficientnet_b0": 224}
 MAX_IMAGE_SIZE = 1024  # 3 MB of uint8 pixels per image in Transform's output
@@ -45,6 +46,7 @@ class HParams:
     fine_tune_learning_rate: float = 1e-5
     early_stopping_patience: int = 3
     augment: str = ""  # comma-separated: flip, crop, brightness
+    tflite: str = ""  # comma-separated TFLite exports beside the SavedModel: float16, int8
     seed: int = 42
     # TensorFlow's op determinism: the same data, settings and seed give the same weights (README:
     # Reproducible training has its cost); False trades that for speed.
@@ -81,6 +83,10 @@ class HParams:
     def augmentations(self):
         return [a.strip() for a in self.augment.split(",") if a.strip()]
 
+    @property
+    def tflite_kinds(self):
+        return [k.strip() for k in self.tflite.split(",") if k.strip()]
+
     def validate(self) -> "HParams":
         """One-line errors that name the option (as `imagepipe run` spells it) and the accepted range."""
         if self.model not in MODELS:
@@ -96,6 +102,9 @@ class HParams:
         unknown = set(self.augmentations) - set(AUGMENTATIONS)
         if unknown:
             raise ValueError(f"--augment {','.join(sorted(unknown))}: use {', '.join(AUGMENTATIONS)}")
+        unknown = set(self.tflite_kinds) - set(TFLITE_KINDS)
+        if unknown:
+            raise ValueError(f"--tflite {','.join(sorted(unknown))}: use {', '.join(TFLITE_KINDS)}")
         if self.mixed_precision not in ("auto", "on", "off"):
             raise ValueError(f"mixed_precision {self.mixed_precision!r}: use auto, on or off")
         for option, value, most in (("--epochs", self.epochs, MAX_EPOCHS), ("--batch-size", self.batch_size, 65536)):

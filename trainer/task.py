@@ -20,7 +20,7 @@ from tensorflow.python.framework import config as tf_config  # disable_op_determ
 
 from components.image_example_gen.sources import is_remote
 from components.progress_events import progress_event
-from trainer import export, features, input_pipeline, models
+from trainer import export, features, input_pipeline, models, tflite_export
 from trainer.hparams import HParams
 from trainer import strategy as strategies
 
@@ -89,6 +89,19 @@ def _load_weights(model, folder: str) -> None:
     model.load_weights(models.local_copy(os.path.join(folder, WEIGHTS_FILE)))
 
 
+def _export_tflite(hp: HParams, num_classes: int, class_names, keras_dir: str, fn_args) -> dict:
+    """The TFLite models and their accuracy, or {'error'}: the SavedModel is what the pipeline serves,
+    so a conversion that fails (an op TFLite lacks) is reported, not a reason to discard the training."""
+    try:
+        record = tflite_export.export_in_child(hp, num_classes, class_names, os.path.join(keras_dir, WEIGHTS_FILE),
+                                               fn_args.train_files, fn_args.eval_files, fn_args.serving_model_dir)
+    except tflite_export.TFLiteExportError as e:
+        logging.warning("Trainer: TFLite export failed: %s", e)
+        return {"error": str(e)}
+    logging.info("Trainer: TFLite %s", record)
+    return record
+
+
 def run_fn(fn_args) -> None:
     hp = HParams.from_custom_config(fn_args.custom_config)
     keras.utils.set_random_seed(hp.seed)  # Python, NumPy and TensorFlow
@@ -155,6 +168,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
     _save_weights(model, keras_dir)
+    on_device = _export_tflite(hp, num_classes, class_names, keras_dir, fn_args) if hp.tflite_kinds else None
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
         f.write(json.dumps(info))
     record = {
@@ -163,6 +177,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         "warm_started_from": warm_started, "warm_start_skipped": cold_reason,
         "deterministic": hp.deterministic,
         "train_seconds": round(seconds, 2), "epochs": [e for p in phases for e in p.epochs],
+        "tflite": on_device,
     }
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:

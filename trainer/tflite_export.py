@@ -1,0 +1,180 @@
+"""On-device export: the trained model as TensorFlow Lite, inside the SavedModel folder it ships with.
+
+    <serving model>/tflite/model_float16.tflite  float16 weights: half the size, float maths
+    <serving model>/tflite/model_int8.tflite     int8 weights and activations, calibrated on a sample
+                                                 of the training split
+    <serving model>/tflite/labels.txt            the class names, one per line, in output order
+
+Each takes what a mobile app holds: uint8 RGB (or grey) pixels [1, size, size, channels], the
+image already resized to the model's input size (trainer/preprocessing.decode_and_resize is how
+training did it), and gives class probabilities [batch, classes]. Pusher copies the folder, so the
+files travel with every pushed model. Each is scored on the eval split (up to EVAL_LIMIT examples)
+next to the Keras model the SavedModel serves, on the same examples; training.json keeps the figures.
+
+The Trainer runs all this in a child process (`python -m trainer.tflite_export JOB RESULT`) from the
+weights it saved: the converter writes C++ log lines straight to stderr, and on some graphs aborts the
+process it runs in; either way the Trainer's own process, and its output, are untouched.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Dict, Iterable, List
+
+import numpy as np
+import tensorflow as tf
+
+from trainer import input_pipeline, models
+from trainer.hparams import TFLITE_KINDS, HParams
+
+TFLITE_DIR = "tflite"
+LABELS_FILE = "labels.txt"
+EVAL_LIMIT = 2000  # eval examples scored per model: enough for a +-1 point comparison, bounded time
+CALIBRATION_SAMPLES = 200  # training images the int8 converter measures activation ranges on
+
+
+def file_name(kind: str) -> str:
+    return f"model_{kind}.tflite"
+
+
+class TFLiteClassifier:
+    """A .tflite classifier: uint8 pixels [n, size, size, channels] -> probabilities [n, classes].
+
+    The models take one image per call, as apps call them; a fixed shape also lets TFLite's default
+    CPU delegate (XNNPACK) take the whole graph.
+    """
+
+    def __init__(self, path: str):
+        with tf.io.gfile.GFile(path, "rb") as f:
+            self._interpreter = tf.lite.Interpreter(model_content=f.read(), num_threads=os.cpu_count())
+        self._interpreter.allocate_tensors()
+        self._input = self._interpreter.get_input_details()[0]
+        self._output = self._interpreter.get_output_details()[0]
+        _, self.image_size, _, self.channels = (int(d) for d in self._input["shape"])
+
+    def probabilities(self, pixels: np.ndarray) -> np.ndarray:
+        scale, zero_point = self._output["quantization"]
+        rows = []
+        for image in _quantize(pixels, self._input):
+            self._interpreter.set_tensor(self._input["index"], image[np.newaxis])
+            self._interpreter.invoke()
+            rows.append(self._interpreter.get_tensor(self._output["index"])[0].astype(np.float32))
+        out = np.stack(rows) if rows else np.zeros((0, 0), np.float32)
+        return (out - zero_point) * scale if scale else out
+
+
+def _quantize(pixels: np.ndarray, detail: Dict) -> np.ndarray:
+    """Pixel values 0..255 as the input tensor wants them (an int8 model's input carries a scale)."""
+    scale, zero_point = detail["quantization"]
+    if not scale:
+        return pixels.astype(detail["dtype"])
+    info = np.iinfo(detail["dtype"])
+    return np.clip(np.round(pixels.astype(np.float32) / scale + zero_point), info.min, info.max).astype(detail["dtype"])
+
+
+def export(model, hp: HParams, class_names: List[str], train_files: List[str], eval_files: List[str],
+           serving_model_dir: str) -> Dict:
+    """Writes the hp.tflite_kinds models and labels; returns what training.json records about them."""
+    folder = os.path.join(serving_model_dir, TFLITE_DIR)
+    tf.io.gfile.makedirs(folder)
+    with tf.io.gfile.GFile(os.path.join(folder, LABELS_FILE), "w") as f:
+        f.write("".join(name + "\n" for name in class_names))
+    written = {}
+    for kind in hp.tflite_kinds:
+        content = convert(model, hp, kind, train_files)
+        path = os.path.join(folder, file_name(kind))
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(content)
+        written[kind] = path
+    scores = score(model, {kind: TFLiteClassifier(path) for kind, path in written.items()}, eval_files, hp)
+    return {"examples": scores.pop("examples"), "savedmodel_accuracy": scores.pop("keras"),
+            "models": {kind: {"file": f"{TFLITE_DIR}/{file_name(kind)}", "accuracy": scores[kind],
+                              "bytes": tf.io.gfile.stat(written[kind]).length} for kind in written}}
+
+
+def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:
+    """The model as TFLite bytes; float16 takes uint8 pixels through a cast, int8 quantizes its input.
+
+    The converter gets a frozen function (variables as constants): given a Keras 3 model's variables
+    (TF 2.16), it aborts the whole process ("missing attribute 'value'", tensorflow#65012).
+    """
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    assert kind in TFLITE_KINDS, kind
+    dtype = tf.uint8 if kind == "float16" else tf.float32
+    spec = tf.TensorSpec([1, hp.image_size, hp.image_size, hp.channels], dtype, name="pixels")
+    classify = tf.function(lambda pixels: {"probabilities": model(tf.cast(pixels, tf.float32), training=False)},
+                           input_signature=[spec])
+    frozen = convert_variables_to_constants_v2(classify.get_concrete_function())
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if kind == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    else:
+        converter.representative_dataset = lambda: _calibration(train_files, hp)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.uint8  # pixels as the app has them; the output stays float
+    return converter.convert()
+
+
+def _calibration(train_files: List[str], hp: HParams) -> Iterable[List[np.ndarray]]:
+    dataset = input_pipeline.make_dataset(train_files, hp, training=False, batch_size=1)
+    for images, _ in dataset.take(CALIBRATION_SAMPLES):
+        yield [images.numpy()]
+
+
+def score(model, classifiers: Dict[str, TFLiteClassifier], eval_files: List[str], hp: HParams) -> Dict:
+    """Accuracy of the Keras model and of each TFLite model on the same first EVAL_LIMIT eval examples."""
+    correct = {name: 0 for name in ["keras", *classifiers]}
+    seen = 0
+    for images, labels in input_pipeline.make_dataset(eval_files, hp, training=False, batch_size=64):
+        images, labels = images.numpy()[:EVAL_LIMIT - seen], labels.numpy()[:EVAL_LIMIT - seen]
+        correct["keras"] += int((model(images, training=False).numpy().argmax(1) == labels).sum())
+        pixels = images.astype(np.uint8)  # already whole numbers 0..255 (Transform stored uint8)
+        for name, classifier in classifiers.items():
+            correct[name] += int((classifier.probabilities(pixels).argmax(1) == labels).sum())
+        seen += len(labels)
+        if seen >= EVAL_LIMIT:
+            break
+    return {"examples": seen, **{name: round(n / max(seen, 1), 4) for name, n in correct.items()}}
+
+
+class TFLiteExportError(RuntimeError):
+    """The child process that converts and scores the TFLite models failed; the message is one line."""
+
+
+def export_in_child(hp: HParams, num_classes: int, class_names: List[str], weights_file: str,
+                    train_files: List[str], eval_files: List[str], serving_model_dir: str) -> Dict:
+    """export() in a fresh process, from the saved weights; its record, or TFLiteExportError."""
+    job = {"hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
+           "weights_file": weights_file, "train_files": train_files, "eval_files": eval_files,
+           "serving_model_dir": serving_model_dir}
+    with tempfile.TemporaryDirectory(prefix="imagepipe-tflite-") as folder:
+        job_file, result_file = os.path.join(folder, "job.json"), os.path.join(folder, "result.json")
+        with open(job_file, "w") as f:
+            json.dump(job, f)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        done = subprocess.run([sys.executable, "-m", __name__, job_file, result_file], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+        if done.returncode != 0:
+            lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+            raise TFLiteExportError(f"exit status {done.returncode}: {(lines or ['no output'])[-1][:300]}")
+        with open(result_file) as f:
+            return json.load(f)
+
+
+def main(job_file: str, result_file: str) -> None:
+    with open(job_file) as f:
+        job = json.load(f)
+    hp = HParams.from_custom_config(job["hparams"])
+    model = models.build(hp, job["num_classes"])
+    model.load_weights(models.local_copy(job["weights_file"]))
+    record = export(model, hp, job["class_names"], job["train_files"], job["eval_files"], job["serving_model_dir"])
+    with open(result_file, "w") as f:
+        json.dump(record, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
