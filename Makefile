@@ -7,7 +7,7 @@ UV_VERSION := 0.13.9
 BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test test-fast bench bench-photos bench-determinism lock clean
+.PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict lock clean
 
 install: $(VENV)/.installed
 
@@ -50,6 +50,11 @@ bench-photos: install
 # What reproducible training costs: the digits sample with TensorFlow op determinism on and off (~4 min).
 bench-determinism: install
 	$(BIN)/python -m bench.determinism_benchmark --rounds 3
+
+# imagepipe predict three ways (the code before batch prediction, in-process, Beam with 2 workers) on
+# 2,000 and 8,000 PetImages-sized JPEGs; trains a small model first (~4 minutes in all).
+bench-predict: install
+	$(BIN)/python -m bench.predict_benchmark --sizes 2000,8000
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install

@@ -16,7 +16,9 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -44,8 +46,13 @@ class ImageModelHandler(ModelHandler):
         return predict.load_serving(self._model_dir)
 
     def run_inference(self, batch: Sequence[Tuple[str, bytes]], model, inference_args=None) -> Iterable[Dict]:
-        labels = predict.label_batch(model, [data for _, data in batch], self._top)
-        return [{"path": path, **label} for (path, _), label in zip(batch, labels)]
+        results = []
+        # BatchElements bounds a batch's encoded bytes; model calls also take at most 64 images, as in
+        # the in-process predict, so small files do not make calls of hundreds of decoded images.
+        for chunk in predict.byte_batches(batch, size=lambda item: len(item[1])):
+            labels = predict.label_batch(model, [data for _, data in chunk], self._top)
+            results += [{"path": path, **label} for (path, _), label in zip(chunk, labels)]
+        return results
 
     def get_num_bytes(self, batch: Sequence[Tuple[str, bytes]]) -> int:
         return sum(len(data) for _, data in batch)  # the default pickles the whole batch to measure it
@@ -138,7 +145,7 @@ def local_args(workers: int) -> List[str]:
     share = str(max(1, (os.cpu_count() or 1) // workers))
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", share)
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", share)
-    return ["--runner=DirectRunner", f"--direct_num_workers={workers}",
+    return ["--runner=DirectRunner", f"--direct_num_workers={workers}", "--default_sdk_harness_log_level=CRITICAL",
             "--direct_running_mode=multi_processing" if workers > 1 else "--direct_running_mode=in_memory"]
 
 
@@ -147,35 +154,63 @@ def run(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], output: str
     """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
 
     The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
-    this machine's files) and removed afterwards. `progress(total)` makes an object whose
+    this machine's files) and removed afterwards. `progress(total, stream)` makes an object whose
     update(done[, final]) is called as local workers read files (predict.Progress).
     """
     predict.output_kind(output)
     workdir = tempfile.mkdtemp(prefix="imagepipe-predict-")
     input_list = sources.join(temp_dir or workdir, f"predict-inputs-{uuid.uuid4().hex}.jsonl")
+    local = not temp_dir
     try:
         count = write_input_list(input_list, inputs)
         if not count:
             return {"inputs": 0, "classified": 0, "failed": 0}
-        progress_dir = None if temp_dir else os.path.join(workdir, "progress")
+        progress_dir = os.path.join(workdir, "progress") if local else None
         if progress_dir:
             os.makedirs(progress_dir)
-        with watch_progress(progress_dir, progress(count) if progress else None):
-            with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
-                build(p, input_list, model_dir, output, top, max_pixels, progress_dir)
+        with stderr_to(os.path.join(workdir, "workers.log") if local else None) as console:
+            with watch_progress(progress_dir, progress(count, console) if progress else None):
+                with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
+                    build(p, input_list, model_dir, output, top, max_pixels, progress_dir)
         counters = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]
                     if c.key.metric.namespace == NAMESPACE}
-    except BaseException:
+    except BaseException as e:
         remove_beam_temp(output)
+        log = os.path.join(workdir, "workers.log")
+        if local and not worker_error(e) and os.path.exists(log):  # unforeseen: what the workers said helps
+            with open(log, errors="replace") as f:
+                sys.stderr.write("".join(f.readlines()[-30:]))
         raise
     finally:
         if temp_dir:
-            import tensorflow as tf
+            from apache_beam.io.filesystems import FileSystems
 
-            if tf.io.gfile.exists(input_list):
-                tf.io.gfile.remove(input_list)
+            if FileSystems.exists(input_list):
+                FileSystems.delete([input_list])
         shutil.rmtree(workdir, ignore_errors=True)
     return {"inputs": count, "classified": counters.get("classified", 0), "failed": counters.get("failed", 0)}
+
+
+@contextlib.contextmanager
+def stderr_to(path: Optional[str]):
+    """Beam's local worker processes write their logs and every failed bundle's traceback to the
+    stderr they inherit: send it to `path` while the job runs. Yields a stream on the real stderr
+    (for the progress line); with no path, sys.stderr itself."""
+    if not path:
+        yield sys.stderr
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    console = os.fdopen(os.dup(saved), "w")
+    with open(path, "wb") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield console
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        console.close()
 
 
 @contextlib.contextmanager
@@ -238,14 +273,18 @@ def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str]
 
 
 def write_input_list(path: str, inputs: Iterable[Tuple[str, Optional[str]]]) -> int:
-    import tensorflow as tf
-
     count = 0
-    with tf.io.gfile.GFile(path, "w") as f:
+    with sources.open_for_write(path) as f:  # no TensorFlow here: the workers load it, this process need not
         for path_and_problem in inputs:
-            f.write(json.dumps(list(path_and_problem), ensure_ascii=False) + "\n")
+            f.write((json.dumps(list(path_and_problem), ensure_ascii=False) + "\n").encode("utf-8"))
             count += 1
     return count
+
+
+def worker_error(error: BaseException) -> Optional[str]:
+    """The one-line ModelUnusable message inside a Beam job's failure (it carries the worker's traceback)."""
+    found = re.search(r"ModelUnusable: (.+)", str(error))
+    return found.group(1).strip() if found else None
 
 
 def remove_beam_temp(output: str) -> None:

@@ -586,9 +586,15 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
     else:
         batch_predict.check_local_output(args.output)
         beam_args = batch_predict.local_args(args.workers)
-    predict.load_serving(model_dir)  # a damaged model is one line here, not a traceback from every worker
-    counts = batch_predict.run(model_dir, predict.expand_inputs(args.images), args.output, top, config.max_pixels,
-                               beam_args, temp_dir=temp_dir, progress=lambda total: predict.Progress(sys.stderr, total))
+    try:
+        counts = batch_predict.run(model_dir, predict.expand_inputs(args.images), args.output, top,
+                                   config.max_pixels, beam_args, temp_dir=temp_dir,
+                                   progress=lambda total, stream: predict.Progress(stream, total))
+    except Exception as e:  # noqa: BLE001 - Beam wraps a worker's exception in its own types
+        unusable = batch_predict.worker_error(e)  # the model is loaded by the workers, not here
+        if unusable:
+            raise predict.ModelUnusable(unusable) from None
+        raise
     if not counts["inputs"]:
         return _fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
     print(f"{counts['inputs']:,} inputs: {counts['classified']:,} classified, {counts['failed']:,} failed; "

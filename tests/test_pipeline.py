@@ -348,7 +348,7 @@ def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_r
 
 
 def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_runs, tmp_path):
-    config, _, _ = sample_runs
+    config, first, _ = sample_runs
     digits = config.sample_data_dir
     for label in ("1", "8"):
         shutil.copytree(os.path.join(digits, label), tmp_path / "in" / label)
@@ -386,6 +386,17 @@ def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_ru
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "imagepipe: error: --workers writes every result to a file: give --output results.jsonl (or .csv)"]
+
+    damaged = tmp_path / "model"  # loaded by the workers: their failure is still one line, and no file is left
+    shutil.copytree(details(first, "Pusher")["destination"], damaged)
+    with open(damaged / "saved_model.pb", "r+b") as f:
+        f.truncate(1000)
+    done = subprocess.run([IMAGEPIPE, "predict", "--model", str(damaged), "--workers", "2", "--output",
+                           str(tmp_path / "never.jsonl"), *inputs], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"imagepipe: error: --model {damaged}: not a usable SavedModel (")
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(("never", "beam-temp"))]
 
 
 def test_a_batch_with_an_image_tensorflow_cannot_decode_labels_the_others(sample_runs):
