@@ -118,7 +118,7 @@ def csv_text(cells: List[str]) -> str:
 def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: int, max_pixels: int,
           progress_dir: Optional[str] = None) -> None:
     read = (p
-            | "ListInputs" >> beam.io.ReadFromText(input_list)
+            | "ListInputs" >> beam.io.ReadFromText(input_list, validate=False)  # written just before the job
             | "Spread" >> beam.Reshuffle()  # the list is one file: without this one worker reads every image
             | "ReadImage" >> beam.ParDo(ReadImage(max_pixels, progress_dir)).with_outputs("errors", main="images"))
     labelled = (read.images

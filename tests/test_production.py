@@ -126,6 +126,32 @@ def test_no_local_path_leaks_into_the_vertex_spec(vertex_job):
         assert local not in text.replace(f"{ROOT}", ""), local
 
 
+def test_dataflow_batch_prediction_is_a_job_on_the_pipeline_image():
+    """`imagepipe predict --dataflow`: the Beam job as DataflowRunner builds it (--dry_run: nothing sent)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
+
+    from pipeline import batch_predict
+    from pipeline.pipeline import dataflow_args
+
+    config, cloud = production(dataflow_max_workers=5)
+    model, output = "gs://bucket-1/pipelines/imagepipe/serving/7", "gs://bucket-1/predictions/new.jsonl"
+    temp = batch_predict.check_dataflow(cloud, config, model, output, ["gs://bucket-1/incoming"])
+    assert temp == "gs://bucket-1/pipelines/imagepipe/tmp"  # the pipeline's own Dataflow temp folder
+
+    p = beam.Pipeline(options=PipelineOptions(dataflow_args(config, cloud) + ["--dry_run=True", "--no_auth"]))
+    batch_predict.build(p, f"{temp}/inputs.jsonl", model, output, top=3, max_pixels=config.max_pixels)
+    job = p.run().job
+    workers, gcp = job.options.view_as(WorkerOptions), job.options.view_as(GoogleCloudOptions)
+    assert (workers.sdk_container_image, workers.max_num_workers) == (IMAGE, 5)
+    assert (gcp.project, gcp.region, gcp.service_account_email) == ("proj-1", "europe-west4", cloud.service_account)
+    assert gcp.temp_location.startswith(temp + "/")
+    environments = [e.payload for e in job.proto_pipeline.components.environments.values()]
+    assert environments and all(IMAGE.encode() in payload for payload in environments)  # workers run the image
+    names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
+    assert {"ReadImage", "Classify/BeamML_RunInference", "Write"} <= names
+
+
 def test_kubeflow_package_is_what_kfp_client_reads(tmp_path):
     config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, span_pattern="span-{SPAN}").validate()
     cloud = CloudConfig(target="kubeflow", pipeline_root=ROOT, image=IMAGE, kfp_host="http://kfp.local").validate(config)
