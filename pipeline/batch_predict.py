@@ -36,7 +36,8 @@ NAMESPACE = "imagepipe.predict"
 
 
 class ImageModelHandler(ModelHandler):
-    """Loads the pushed SavedModel's serving_default; a batch is (path, encoded bytes) pairs."""
+    """Loads the model's serving call (a SavedModel's serving_default, or a .tflite file) once per worker;
+    a batch is (path, encoded bytes) pairs."""
 
     def __init__(self, model_dir: str, top: int):
         super().__init__()
@@ -150,12 +151,13 @@ def local_args(workers: int) -> List[str]:
 
 
 def run(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], output: str, top: int, max_pixels: int,
-        beam_args: List[str], temp_dir: Optional[str] = None, progress=None) -> Dict[str, int]:
+        beam_args: List[str], temp_dir: Optional[str] = None, progress=None, started=None) -> Dict[str, int]:
     """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
 
     The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
     this machine's files) and removed afterwards. `progress(total, stream)` makes an object whose
-    update(done[, final]) is called as local workers read files (predict.Progress).
+    update(done[, final]) is called as local workers read files (predict.Progress); `started(result)`
+    is called once the job is submitted (Dataflow: its id, to follow it in the console).
     """
     predict.output_kind(output)
     workdir = tempfile.mkdtemp(prefix="imagepipe-predict-")
@@ -170,9 +172,13 @@ def run(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], output: str
             os.makedirs(progress_dir)
         with stderr_to(os.path.join(workdir, "workers.log") if local else None) as console:
             with watch_progress(progress_dir, progress(count, console) if progress else None):
-                with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
-                    build(p, input_list, model_dir, output, top, max_pixels, progress_dir)
-        counters = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]
+                p = beam.Pipeline(options=PipelineOptions(beam_args))
+                build(p, input_list, model_dir, output, top, max_pixels, progress_dir)
+                result = p.run()
+                if started:
+                    started(result)
+                result.wait_until_finish()  # raises when the job failed
+        counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
                     if c.key.metric.namespace == NAMESPACE}
     except BaseException as e:
         remove_beam_temp(output)

@@ -566,6 +566,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return EXIT_RUN_FAILED if failed else 0
 
 
+def _announce_dataflow_job(result) -> None:
+    """Where to follow a submitted Dataflow job (its workers' progress and logs are there, not here)."""
+    job = result._job  # DataflowPipelineResult keeps the service's Job message; job_id() reads it too
+    print(f"Dataflow job {result.job_id()}: https://console.cloud.google.com/dataflow/jobs/{job.location}/"
+          f"{result.job_id()}?project={job.projectId}", flush=True)
+
+
 def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_dir: str, top: int) -> int:
     """`predict --workers N` / `--dataflow`: the same results through Beam's RunInference, into --output."""
     _quiet_logs(verbose=False)  # before Beam's import, which warns about this Python's support
@@ -589,7 +596,8 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
     try:
         counts = batch_predict.run(model_dir, predict.expand_inputs(args.images), args.output, top,
                                    config.max_pixels, beam_args, temp_dir=temp_dir,
-                                   progress=lambda total, stream: predict.Progress(stream, total))
+                                   progress=lambda total, stream: predict.Progress(stream, total),
+                                   started=_announce_dataflow_job if args.dataflow else None)
     except Exception as e:  # noqa: BLE001 - Beam wraps a worker's exception in its own types
         unusable = batch_predict.worker_error(e)  # the model is loaded by the workers, not here
         if unusable:
