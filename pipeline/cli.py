@@ -280,21 +280,16 @@ def _quiet_logs(verbose: bool) -> None:
 
 
 def _print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
-    from pipeline.run_summary import format_summary
+    from pipeline import run_text
+    from pipeline.config import pipelines_in_root
 
-    for line in format_summary(summary):
-        print(line)
-    details = {c["component"]: c["details"] for c in summary["components"]}
-    if details.get("ImageExampleGen", {}).get("quarantined"):
-        print(f"quarantined files, with reasons: {details['ImageExampleGen']['quarantine_csv']}")
-    if details.get("Trainer", {}).get("model_run"):
-        print(f"training curves: tensorboard --logdir {details['Trainer']['model_run']}")
-    if details.get("Pusher", {}).get("pushed") and config is not None:
+    predict = None
+    if config is not None:
         root = "" if config.root == PipelineConfig().root else f" --root {config.root}"
-        from pipeline.config import pipelines_in_root
-
         name = f" --name {config.pipeline_name}" if len(pipelines_in_root(config.root)) > 1 else ""
-        print(f"classify images with the pushed model: imagepipe predict{root}{name} IMAGE...")
+        predict = f"imagepipe predict{root}{name} IMAGE..."
+    for line in run_text.format_summary(summary) + run_text.hints(summary, predict):
+        print(line)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -339,7 +334,7 @@ def _raise_interrupted(signum, frame):
 def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
     import signal
 
-    from pipeline import local_runner, progress, run_summary
+    from pipeline import local_runner, progress, run_store, run_summary
 
     error = summary = None
     started_ms = int(time.time() * 1000) - 1000
@@ -358,13 +353,13 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
             if summary is None and (_signalled or isinstance(error, KeyboardInterrupt)):
                 error = _Interrupted("interrupted; the report shows what completed, and the next run "
                                      "reuses it from the cache")
-                run_summary.record_interruption(config.metadata_path, started_ms)
+                run_store.record_interruption(config.metadata_path, started_ms)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     if error:
         try:
-            this_run = run_summary.newest_run_since(config.metadata_path, started_ms)
+            this_run = run_store.newest_run_since(config.metadata_path, started_ms)
         except Exception:  # noqa: BLE001 - an unreadable store: the run's own error says more
             this_run = None
         # None when the run failed before any component (the error says why); never an older run.
@@ -421,13 +416,13 @@ def _write_report(config: PipelineConfig, summary, verbose: bool = False) -> Opt
 def cmd_report(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     _quiet_logs(verbose=False)
-    from pipeline import report, run_summary
+    from pipeline import report, run_store, run_summary
 
     try:
         if not config.name:  # the pipeline of the newest run (or of RUN) in --root
-            config = dataclasses.replace(config, name=run_summary.pipeline_of_run(config.root, args.run))
+            config = dataclasses.replace(config, name=run_store.pipeline_of_run(config.root, args.run))
         summary = run_summary.summarize(config.metadata_path, args.run)
-    except run_summary.NoMetadata as e:
+    except run_store.NoMetadata as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     out = args.out or report.report_path(config.root, config.pipeline_name, summary["run_id"])
     try:
@@ -440,7 +435,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     import datetime
 
-    from pipeline import run_summary
+    from pipeline import run_store, run_summary
     from pipeline.config import pipelines_in_root
 
     config = config_from_args(args)
@@ -451,7 +446,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for name in names:
             found = run_summary.list_runs(dataclasses.replace(config, name=name).metadata_path)
             runs += [{"pipeline": name, **r} for r in found]
-    except run_summary.NoMetadata as e:
+    except run_store.NoMetadata as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     runs.sort(key=lambda r: r["started_ms"], reverse=True)
     if args.failed:

@@ -58,7 +58,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
 
 def check_root(config: PipelineConfig) -> None:
     """--root must be a folder this process can write in (and a valid ML Metadata store, if any)."""
-    from pipeline import run_summary
+    from pipeline import run_store
 
     root = config.root
     try:
@@ -69,8 +69,8 @@ def check_root(config: PipelineConfig) -> None:
         reason = "a file, not a folder" if os.path.isfile(root) else (e.strerror or type(e).__name__).lower()
         raise ConfigError(f"--root {root}: cannot write there ({reason}); give a folder you can write to") from None
     try:
-        run_summary.check_store_file(config.metadata_path)
-    except run_summary.NoMetadata as e:
+        run_store.check_store_file(config.metadata_path)
+    except run_store.NoMetadata as e:
         raise ConfigError(str(e)) from None
 
 
@@ -129,7 +129,7 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
     from tfx import v1 as tfx
     from tfx.orchestration import metadata
 
-    from pipeline import run_summary
+    from pipeline import run_store, run_summary
     from pipeline.pipeline import create_pipeline
 
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
@@ -140,7 +140,7 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
     except Exception as e:
         # TFX marks the execution FAILED but keeps no message: keep it for `imagepipe runs` and reports.
         try:
-            run_summary.record_failure(config.metadata_path, f"{type(e).__name__}: {e}", started_ms)
+            run_store.record_failure(config.metadata_path, f"{type(e).__name__}: {e}", started_ms)
         except Exception:  # noqa: BLE001 - never hide the run's own error behind this one
             pass
         raise
@@ -156,7 +156,7 @@ def main() -> int:
     from absl import logging
 
     from components.image_example_gen.sources import DataError
-    from pipeline import run_summary
+    from pipeline import run_text
     from pipeline.config import from_environment
 
     logging.set_verbosity(logging.INFO)
@@ -165,7 +165,7 @@ def main() -> int:
     except (ConfigError, DataError) as e:
         print(f"local_runner: error: {e}", file=sys.stderr)
         return 2
-    for line in run_summary.format_summary(summary):
+    for line in run_text.format_summary(summary):
         print(line)
     return 0
 

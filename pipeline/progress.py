@@ -118,19 +118,19 @@ class MetadataWatcher(threading.Thread):
         self.join()
 
     def poll(self) -> None:
-        from pipeline import run_summary
+        from pipeline import run_store
 
         try:
-            store = run_summary.open_store(self._path)
-            run = run_summary.newest_run(store, self._since)
+            store = run_store.open_store(self._path)
+            run = run_store.newest_run(store, self._since)
             if run is None:
                 return
             executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
-            names = {e.id: run_summary.node_name(store, e) for e in executions if e.id not in self._seen}
+            names = {e.id: run_store.node_name(store, e) for e in executions if e.id not in self._seen}
         except Exception:  # noqa: BLE001 - the store is being written or not created yet: next poll
             return
         for execution in executions:
-            state = run_summary.state_name(execution)
+            state = run_store.state_name(execution)
             previous = self._seen.get(execution.id)
             if previous == state:
                 continue

@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional
 from components import drift as drift_lib
 from components.image_example_gen import feature_keys as keys
 from components.image_example_gen.sources import is_remote, split_sort_key
+from pipeline import run_text
 from pipeline.predict import byte_batches
 from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
                                   thumbnail, tiles)
@@ -42,7 +43,7 @@ def report_path(root: str, pipeline_name: str, run_id: str) -> str:
 def build(summary: Dict[str, Any], out_path: str, pipeline_name: str = "") -> str:
     """Writes the report of a run, as run_summary.summarize() describes it, to out_path; returns the path."""
     components = {c["component"]: c for c in summary["components"]}
-    sections = [_verdict(summary, components), _data(components), _validation(components),
+    sections = [_verdict(summary), _data(components), _validation(components),
                 _training(components), _evaluation(components), _timings(summary)]
     started = datetime.datetime.fromtimestamp(summary["started_ms"] / 1000, datetime.timezone.utc)
     header = (f"<h1>{esc(pipeline_name or 'imagepipe')} — run {esc(summary['run_id'])}</h1>"
@@ -89,33 +90,12 @@ def _unfinished(components: Dict[str, Dict], name: str, key: str, title: str, wh
 # --- summary ------------------------------------------------------------------------------------
 
 
-def _verdict(summary: Dict[str, Any], components: Dict[str, Dict]) -> str:
-    ingest = components.get("ImageExampleGen", {}).get("details") or {}
-    gate = components.get("DataValidationGate", {})
-    evaluation = components.get("Evaluator", {}).get("details") or {}
-    pushed = components.get("Pusher", {}).get("details") or {}
+def _verdict(summary: Dict[str, Any]) -> str:
     cards = []
-    if ingest:
-        anomalies = (gate.get("details") or {}).get("anomalies")
-        drifted = (gate.get("details") or {}).get("drifted")
-        gate_failed = gate.get("state") == "FAILED"
-        kind = "bad" if gate_failed else ("warn" if ingest["quarantined"] or anomalies or drifted else "ok")
-        warned = [f"{len(anomalies)} anomalies"] if anomalies else []
-        warned += [f"drift in {len(drifted)} distributions"] if drifted else []
-        text = (f"{ingest['files_seen']:,} files → {ingest['examples_written']:,} examples, "
-                f"{ingest['quarantined']:,} quarantined; "
-                + ("validation stopped the run" if gate_failed else
-                   f"{' and '.join(warned)} (warned)" if warned else "no anomalies, no drift"))
-        cards.append(f"<div class=\"card {kind}\"><b>Data</b><br>{esc(text)}</div>")
-    if evaluation:
-        kind = "ok" if evaluation["blessed"] else "bad"
-        text = f"eval accuracy {evaluation['accuracy']:.4f}" if evaluation["accuracy"] is not None else ""
-        if evaluation["baseline_accuracy"] is not None:
-            text += f" (last blessed: {evaluation['baseline_accuracy']:.4f})"
-        text += "; blessed" if evaluation["blessed"] else "; not blessed"
-        if pushed.get("pushed"):
-            text += f"; pushed to {pushed['destination']}"
-        cards.append(f"<div class=\"card {kind}\"><b>Model</b><br>{esc(text)}</div>")
+    for title, verdict in (("Data", run_text.data_verdict(summary)), ("Model", run_text.model_verdict(summary))):
+        if verdict:
+            kind, text = verdict
+            cards.append(f"<div class=\"card {kind}\"><b>{title}</b><br>{esc(text)}</div>")
     failed = next((c for c in summary["components"] if c["state"] == "FAILED"), None)
     body = f"<div class=\"verdict\">{''.join(cards)}</div>"
     if failed:

@@ -14,7 +14,7 @@ import pytest
 from ml_metadata.proto import metadata_store_pb2
 
 from conftest import IMAGEPIPE, model_weights
-from pipeline import local_runner, run_summary
+from pipeline import local_runner, run_store, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
@@ -85,7 +85,7 @@ def test_killed_trainer_then_rerun(stopped):
     assert states["Trainer"] == states["Evaluator"] == "ran"
 
     # Only the new Trainer's model was published, and that is what the Evaluator read.
-    store = run_summary.open_store(config.metadata_path)
+    store = run_store.open_store(config.metadata_path)
     models = [a for a in store.get_artifacts_by_type("Model") if a.state == metadata_store_pb2.Artifact.LIVE]
     new_trainer = next(c for c in rerun["components"] if c["component"] == "Trainer")
     assert [m.uri for m in models] == new_trainer["outputs"]["model"]

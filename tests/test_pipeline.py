@@ -18,7 +18,7 @@ from tfx.orchestration import metadata
 from components.image_example_gen.executor import IngestionError
 from components.validation_gate import DataValidationError
 from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, write
-from pipeline import cli, local_runner, predict, run_summary
+from pipeline import cli, local_runner, predict, run_summary, run_text
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
 
@@ -97,7 +97,7 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     assert details(first, "Trainer")["kept_eval_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-4)
     pushed = details(first, "Pusher")
     assert pushed["pushed"] and pushed["destination"].startswith(config.serving_dir)
-    lines = run_summary.format_summary(first)
+    lines = run_text.format_summary(first)
     assert any("1,797 files -> 1,797 examples" in line for line in lines)
     assert any("BLESSED" in line for line in lines)
 
@@ -321,7 +321,7 @@ def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_r
     assert abs(record["models"]["float16"]["accuracy"] - record["savedmodel_accuracy"]) <= 0.01
     assert abs(record["models"]["int8"]["accuracy"] - record["savedmodel_accuracy"]) <= 0.03
     assert record["models"]["int8"]["bytes"] < record["models"]["float16"]["bytes"]
-    line = next(line for line in run_summary.format_summary(first) if "Trainer" in line)
+    line = next(line for line in run_text.format_summary(first) if "Trainer" in line)
     assert f"TFLite float16 {record['models']['float16']['accuracy']:.4f}" in line
     assert f"vs SavedModel {record['savedmodel_accuracy']:.4f} on 387 eval examples" in line
 

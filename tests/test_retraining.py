@@ -130,7 +130,7 @@ def test_each_dataset_is_its_own_pipeline(tmp_path, digits_dir, capsys):
 
 def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_path, digits_dir):
     from components.validation_gate import DataValidationError
-    from pipeline import report, run_summary
+    from pipeline import report, run_summary, run_text
 
     drops = tmp_path / "drops"
     config = PipelineConfig(root=str(tmp_path / "out"), data=str(drops), span_pattern="span-{SPAN}", epochs=8,
@@ -147,7 +147,7 @@ def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_pa
     assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None
     assert evaluation["baseline_skipped"] == "the last blessed model was trained on other classes (added '9')"
     assert _details(second, "Trainer")["warm_start_skipped"] == "the last blessed model was trained on other classes"
-    lines = "\n".join(run_summary.format_summary(second))
+    lines = "\n".join(run_text.format_summary(second))
     assert "classes added since the last blessed model: '9'" in lines and "judged on the threshold alone" in lines
     html = open(report.build(second, str(tmp_path / "second.html"))).read()
     assert "classes added since the last blessed model: &#x27;9&#x27;" in html

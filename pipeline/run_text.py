@@ -1,0 +1,160 @@
+"""A run as text: the summary `imagepipe run` prints, the hints after it, and the verdicts the report
+shows. Everything here reads the dicts run_summary.summarize() returns; nothing reads ML Metadata.
+
+LINES holds, per component kind (run_summary.DETAILS's keys), the text after its state and time.
+"""
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from components import drift as drift_lib
+from components.image_example_gen.sources import split_sort_key
+from pipeline.run_summary import component_kind
+
+
+def format_summary(summary: Dict[str, Any]) -> List[str]:
+    lines = [f"run {summary['run_id']}"]
+    width = max((len(c["component"]) for c in summary["components"]), default=0)
+    for c in summary["components"]:
+        lines.append(f"  {c['component']:<{width}} {c['state']:<7} {c['seconds']:>6.1f} s  {one_line(c)}".rstrip())
+    return lines
+
+
+def one_line(c: Dict[str, Any]) -> str:
+    kind = component_kind(c["component"])
+    if kind == "DataValidationGate" and c["state"] == "FAILED":
+        return "stopped the run: " + (c["error"].splitlines()[0][:200] if c["error"] else "anomalies or drift found")
+    if kind in LINES and c["details"]:
+        return LINES[kind](c)
+    if c["state"] == "FAILED" and c["error"]:
+        return c["error"].splitlines()[0][:200]
+    return ""
+
+
+def _ingestion(c: Dict[str, Any]) -> str:
+    d = c["details"]
+    splits = ", ".join(f"{s} {n:,}" for s, n in sorted(d["examples_per_split"].items(),
+                                                        key=lambda kv: split_sort_key(kv[0])))
+    reasons = ", ".join(f"{r} {n}" for r, n in d["quarantine_reasons"].items())
+    text = (f"{d['files_seen']:,} files -> {d['examples_written']:,} examples ({splits}), "
+            f"{d['quarantined']:,} quarantined" + (f" ({reasons})" if reasons else "")
+            + f", {len(d['label_map'])} classes")
+    if d.get("duplicate_groups"):
+        text += f", {d['duplicate_files']} files in {d['duplicate_groups']} duplicate groups"
+    if d.get("downscaled"):
+        text += f", {d['downscaled']:,} stored downscaled (above {d['store_max_pixels']:,} pixels)"
+    return text
+
+
+def _gate(c: Dict[str, Any]) -> str:
+    d = c["details"]
+    drift = d["drift"]
+    classes = drift_lib.describe_classes(drift) or ""
+    if d["passed"]:
+        compared = ("no drift from the last blessed model's data" if "checks" in drift
+                    else f"drift not checked: {drift['skipped']}")
+        return f"passed: no anomalies, {compared}" + (f"; {classes}" if classes else "")
+    problems = [f"[{a['split']}] {a['feature']}: {a['short']}" for a in d["anomalies"]]
+    problems += [f"[drift] {drift_lib.describe_check(check)}" for check in d["drifted"]]
+    return (f"{len(d['anomalies'])} anomalies, {len(d['drifted'])} drifted (warn only): "
+            + "; ".join(problems) + (f"; {classes}" if classes else ""))
+
+
+def _trainer(c: Dict[str, Any]) -> str:
+    d = c["details"]
+    accuracy = d["kept_eval_accuracy"]
+    return (f"{d['epochs']} epochs on {d['strategy']}"
+            + (f", kept epoch {d['kept_epoch']} (lowest eval loss): eval accuracy {accuracy:.4f}"
+               if accuracy is not None else "")
+            + (", warm-started" if d.get("warm_started_from") else "")
+            + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
+            + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else ""))
+
+
+def _evaluator(c: Dict[str, Any]) -> str:
+    d = c["details"]
+    text = f"accuracy {d['accuracy']:.4f} on {d['example_count']:,} eval examples" if d["accuracy"] is not None else ""
+    if d["baseline_accuracy"] is not None:
+        text += f" (last blessed model: {d['baseline_accuracy']:.4f})"
+    if d.get("baseline_skipped"):
+        text += f" (not compared: {d['baseline_skipped']}; judged on the threshold alone)"
+    return text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
+
+
+def describe_tflite(record: Dict[str, Any]) -> str:
+    """The Trainer's TFLite exports in a phrase: each one's eval accuracy next to the SavedModel's."""
+    if "error" in record:
+        return f"TFLite export failed: {record['error']}"
+    models = ", ".join(f"{kind} {m['accuracy']:.4f} ({m['bytes'] / 1024:,.0f} KB)" for kind, m in record["models"].items())
+    return f"TFLite {models} vs SavedModel {record['savedmodel_accuracy']:.4f} on {record['examples']:,} eval examples"
+
+
+LINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
+    "ImageExampleGen": _ingestion,
+    "DataValidationGate": _gate,
+    "ExampleValidator": lambda c: f"{len(c['details']['anomalies'])} anomalies",
+    "Transform": lambda c: f"{c['details']['transformed_megabytes']:.1f} MB of resized uint8 pixels",
+    "Trainer": _trainer,
+    "Evaluator": _evaluator,
+    "Pusher": lambda c: (f"pushed to {c['details']['destination']}" if c["details"]["pushed"]
+                         else "not pushed (model not blessed)"),
+    "SchemaGen": lambda c: c["details"]["schema"],
+    "ImportSchemaGen": lambda c: c["details"]["schema"],
+}
+
+
+def by_kind(summary: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """The run's components by kind (the first of each), for the hints and verdicts below."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for c in summary["components"]:
+        found.setdefault(component_kind(c["component"]) or c["component"], c)
+    return found
+
+
+def hints(summary: Dict[str, Any], predict_command: Optional[str] = None) -> List[str]:
+    """What to look at next, after the summary lines: the quarantine list, TensorBoard, and (when a model
+    was pushed) the command that classifies images with it."""
+    details = {kind: c["details"] for kind, c in by_kind(summary).items()}
+    out = []
+    if details.get("ImageExampleGen", {}).get("quarantined"):
+        out.append(f"quarantined files, with reasons: {details['ImageExampleGen']['quarantine_csv']}")
+    if details.get("Trainer", {}).get("model_run"):
+        out.append(f"training curves: tensorboard --logdir {details['Trainer']['model_run']}")
+    if details.get("Pusher", {}).get("pushed") and predict_command:
+        out.append(f"classify images with the pushed model: {predict_command}")
+    return out
+
+
+def data_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """(ok | warn | bad, text) about the data: ingestion's counts and the validation gate's verdict."""
+    components = by_kind(summary)
+    ingest = components.get("ImageExampleGen", {}).get("details") or {}
+    if not ingest:
+        return None
+    gate = components.get("DataValidationGate", {})
+    anomalies = (gate.get("details") or {}).get("anomalies")
+    drifted = (gate.get("details") or {}).get("drifted")
+    gate_failed = gate.get("state") == "FAILED"
+    kind = "bad" if gate_failed else ("warn" if ingest["quarantined"] or anomalies or drifted else "ok")
+    warned = [f"{len(anomalies)} anomalies"] if anomalies else []
+    warned += [f"drift in {len(drifted)} distributions"] if drifted else []
+    text = (f"{ingest['files_seen']:,} files → {ingest['examples_written']:,} examples, "
+            f"{ingest['quarantined']:,} quarantined; "
+            + ("validation stopped the run" if gate_failed else
+               f"{' and '.join(warned)} (warned)" if warned else "no anomalies, no drift"))
+    return kind, text
+
+
+def model_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """(ok | bad, text) about the model: its eval accuracy, the last blessed one's, blessing and push."""
+    components = by_kind(summary)
+    evaluation = components.get("Evaluator", {}).get("details") or {}
+    if not evaluation:
+        return None
+    pushed = components.get("Pusher", {}).get("details") or {}
+    text = f"eval accuracy {evaluation['accuracy']:.4f}" if evaluation["accuracy"] is not None else ""
+    if evaluation["baseline_accuracy"] is not None:
+        text += f" (last blessed: {evaluation['baseline_accuracy']:.4f})"
+    text += "; blessed" if evaluation["blessed"] else "; not blessed"
+    if pushed.get("pushed"):
+        text += f"; pushed to {pushed['destination']}"
+    return ("ok" if evaluation["blessed"] else "bad"), text
