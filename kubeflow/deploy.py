@@ -1,6 +1,6 @@
 """Compiles the pipeline for Vertex AI Pipelines or Kubeflow Pipelines v2, and submits or schedules it.
 
-The DAG is pipeline.pipeline.create_pipeline(config, cloud=...): the same one
+The DAG is pipeline.pipeline.create_pipeline(config, cloud_platform.platform(config, cloud)): the same one
 LocalDagRunner runs. KubeflowV2DagRunner compiles it to a PipelineJob (JSON),
 which Vertex AI takes as it is. A self-hosted Kubeflow Pipelines' kfp.Client
 (2.5) takes only a bare PipelineSpec in a .yaml (or .zip/.tar.gz) package, so
@@ -57,9 +57,11 @@ def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
 
 def build_job(config: PipelineConfig, cloud: CloudConfig) -> Dict[str, Any]:
     """The compiled PipelineJob, as a dict (Vertex's format)."""
+    from kubeflow import cloud_platform
     from pipeline.pipeline import create_pipeline
 
-    return run_runner(make_runner(cloud), create_pipeline(config, cloud=cloud), write_out=False)
+    return run_runner(make_runner(cloud), create_pipeline(config, cloud_platform.platform(config, cloud)),
+                      write_out=False)
 
 
 def kubeflow_package(job: Dict[str, Any], pipeline_root: str, always_ingest: bool) -> Dict[str, Any]:

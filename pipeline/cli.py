@@ -582,7 +582,7 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
     if args.dataflow:
         cloud = config_from_args(args, CloudConfig)
         temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images)
-        from pipeline.pipeline import dataflow_args
+        from kubeflow.cloud_platform import dataflow_args
 
         beam_args = dataflow_args(config, cloud)
     else:

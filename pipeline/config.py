@@ -1,8 +1,8 @@
 """Every setting of the pipeline, in one place.
 
 `PipelineConfig` holds the defaults; the CLI (`imagepipe run --...`) and the
-environment (`IMAGEPIPE_<FIELD>`) override them. `create_pipeline(config)` is
-the only consumer, shared by every runner.
+environment (`IMAGEPIPE_<FIELD>`) override them. `create_pipeline(config, platform)` is
+the DAG's only consumer, shared by every runner; each runner makes the platform (pipeline/platform.py).
 """
 
 import dataclasses

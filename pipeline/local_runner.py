@@ -4,8 +4,8 @@
     IMAGEPIPE_DATA=~/PetImages IMAGEPIPE_EPOCHS=20 python -m pipeline.local_runner
 
 `run(config)` checks the input first (a one-line DataError or ConfigError, with
-nothing written), then runs create_pipeline(config) and returns the summary of
-what each component did.
+nothing written), then runs create_pipeline(config, platform.local(config)) and returns the summary
+of what each component did.
 """
 
 import os
@@ -129,12 +129,13 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
     from tfx import v1 as tfx
     from tfx.orchestration import metadata
 
-    from pipeline import run_store, run_summary
+    from pipeline import platform, run_store, run_summary
     from pipeline.pipeline import create_pipeline
 
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
     tfx_pipeline = create_pipeline(
-        config, metadata_connection_config=metadata.sqlite_metadata_connection_config(config.metadata_path))
+        config, platform.local(config),
+        metadata_connection_config=metadata.sqlite_metadata_connection_config(config.metadata_path))
     try:
         tfx.orchestration.LocalDagRunner().run(tfx_pipeline)
     except Exception as e:

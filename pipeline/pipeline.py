@@ -6,10 +6,6 @@
 Transform runs after the gate, so nothing consumes data that failed validation.
 """
 
-import os
-import posixpath
-from typing import List, Optional
-
 import tensorflow_data_validation as tfdv
 import tensorflow_model_analysis as tfma
 from tensorflow_metadata.proto.v0 import schema_pb2
@@ -17,9 +13,9 @@ from tfx import v1 as tfx
 
 from components import beam_tuning, model_evaluator
 from components.image_example_gen.component import ImageExampleGen
-from components.image_example_gen.sources import is_remote
 from components.validation_gate import DataValidationGate
-from pipeline.config import IMAGE_PROJECT_DIR, PROJECT_DIR, CloudConfig, ConfigError, PipelineConfig
+from pipeline.config import PipelineConfig
+from pipeline.platform import Platform
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
 from trainer.features import IMAGE_KEY, LABEL_KEY
 
@@ -70,11 +66,9 @@ def stats_options() -> tfdv.StatsOptions:
     return tfdv.StatsOptions(enable_semantic_domain_stats=True, schema=schema)
 
 
-def create_pipeline(config: PipelineConfig,
-                    metadata_connection_config=None,
-                    beam_pipeline_args: Optional[List[str]] = None,
-                    cloud: Optional[CloudConfig] = None) -> tfx.dsl.Pipeline:
-    """The DAG for `config`; with `cloud`, as it runs on Vertex AI or Kubeflow Pipelines."""
+def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connection_config=None) -> tfx.dsl.Pipeline:
+    """The DAG for `config`, on the runner's `platform` (pipeline/platform.py: local, or
+    kubeflow/cloud_platform.py for Vertex AI and Kubeflow Pipelines)."""
     example_gen = ImageExampleGen(
         input_base=example_gen_base(config),
         input_config=example_gen_input(config),
@@ -93,11 +87,8 @@ def create_pipeline(config: PipelineConfig,
         examples=example_gen.outputs["examples"], stats_options=stats_options()),
         beam_tuning.StatisticsGenExecutor)
 
-    schema_file = config.schema_path()
-    if schema_file and cloud:
-        schema_file = schema_in_image(schema_file)
-    if schema_file:
-        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
+    if platform.schema_file:
+        schema_gen = tfx.components.ImportSchemaGen(schema_file=platform.schema_file)
     else:
         schema_gen = tfx.components.SchemaGen(
             statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True)
@@ -109,7 +100,7 @@ def create_pipeline(config: PipelineConfig,
     # blessing, which keeps the profile of its data) the gate's drift reference. Kubeflow Pipelines'
     # open-source backend has no resolver executor, so there the threshold alone gates, without drift.
     baseline = None
-    if not cloud or cloud.runs_resolvers:
+    if platform.runs_resolvers:
         baseline = tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
             model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
@@ -145,9 +136,9 @@ def create_pipeline(config: PipelineConfig,
         base_model=baseline.outputs["model"] if config.warm_start and baseline else None,
         train_args=tfx.proto.TrainArgs(splits=["train"]),
         eval_args=tfx.proto.EvalArgs(splits=["eval"]))
-    if cloud and cloud.vertex_training:
+    if platform.vertex_training_config:
         trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
-            **trainer_args, custom_config={**hparams, **vertex_training_config(cloud)})
+            **trainer_args, custom_config={**hparams, **platform.vertex_training_config})
     else:
         trainer = tfx.components.Trainer(**trainer_args, custom_config=hparams)
 
@@ -158,84 +149,24 @@ def create_pipeline(config: PipelineConfig,
         eval_config=eval_config(config.accuracy_threshold),
         example_splits=["eval"]), model_evaluator.Executor)
 
-    if cloud and cloud.endpoint:
+    if platform.vertex_serving_config:
         pusher = tfx.extensions.google_cloud_ai_platform.Pusher(
             model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
-            custom_config=vertex_serving_config(cloud))
+            custom_config=platform.vertex_serving_config)
     else:
-        serving_dir = f"{cloud.full_pipeline_root(config.pipeline_name)}/serving" if cloud else config.serving_dir
         pusher = tfx.components.Pusher(
             model=trainer.outputs["model"],
             model_blessing=evaluator.outputs["blessing"],
             push_destination=tfx.proto.PushDestination(
-                filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir)))
+                filesystem=tfx.proto.PushDestination.Filesystem(base_directory=platform.serving_dir)))
 
     components = [example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
                   transform, trainer, evaluator, pusher]
     components = [c for c in components if c is not None]
-    if beam_pipeline_args is None:
-        beam_pipeline_args = dataflow_args(config, cloud) if cloud and cloud.dataflow else config.beam_args
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
-        pipeline_root=cloud.full_pipeline_root(config.pipeline_name) if cloud else config.pipeline_root,
+        pipeline_root=platform.pipeline_root,
         components=components,
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=beam_pipeline_args)
-
-
-def schema_in_image(schema_file: str) -> str:
-    """A schema from this repository, as the pipeline image sees it (kubeflow/Dockerfile copies the tree)."""
-    if is_remote(schema_file):
-        return schema_file
-    relative = os.path.relpath(os.path.abspath(schema_file), PROJECT_DIR)
-    if relative.startswith(".."):
-        raise ConfigError(f"--schema {schema_file}: outside this repository, so not in the pipeline image; "
-                          "copy it into schemas/ (and rebuild the image) or upload it to gs://")
-    return posixpath.join(IMAGE_PROJECT_DIR, *relative.split(os.sep))
-
-
-def dataflow_args(config: PipelineConfig, cloud: CloudConfig) -> List[str]:
-    """Beam arguments that run the data components on Dataflow, with the pipeline image as workers."""
-    temp = cloud.dataflow_temp_location or f"{cloud.full_pipeline_root(config.pipeline_name)}/tmp"
-    args = [
-        "--runner=DataflowRunner",
-        f"--project={cloud.project}",
-        f"--region={cloud.region}",
-        f"--temp_location={temp}",
-        f"--max_num_workers={cloud.dataflow_max_workers}",
-        f"--machine_type={cloud.dataflow_machine_type}",
-        # Workers run this image, so components.* and trainer.* import there as they do here.
-        f"--sdk_container_image={cloud.image}",
-        "--experiments=use_runner_v2",
-    ]
-    if cloud.service_account:
-        args.append(f"--service_account_email={cloud.service_account}")
-    return args + list(config.beam_args)
-
-
-def vertex_training_config(cloud: CloudConfig) -> dict:
-    """custom_config entries that make the Trainer a Vertex AI Training custom job."""
-    ext = tfx.extensions.google_cloud_ai_platform
-    if cloud.training_tpu:
-        machine = {"machine_type": "cloud-tpu", "accelerator_type": cloud.training_tpu, "accelerator_count": 8}
-    else:
-        machine = {"machine_type": cloud.training_machine_type}
-        if cloud.training_accelerator:
-            machine.update(accelerator_type=cloud.training_accelerator,
-                           accelerator_count=cloud.training_accelerator_count)
-    job_spec = {"worker_pool_specs": [{"machine_spec": machine, "replica_count": 1,
-                                       "container_spec": {"image_uri": cloud.image}}]}
-    if cloud.service_account:
-        job_spec["service_account"] = cloud.service_account
-    return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
-            ext.TRAINING_ARGS_KEY: {"project": cloud.project, "job_spec": job_spec}}
-
-
-def vertex_serving_config(cloud: CloudConfig) -> dict:
-    """custom_config for the Vertex Pusher: deploy blessed models to an endpoint."""
-    ext = tfx.extensions.google_cloud_ai_platform
-    return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
-            ext.VERTEX_CONTAINER_IMAGE_URI_KEY: cloud.serving_image,
-            ext.SERVING_ARGS_KEY: {"project_id": cloud.project, "endpoint_name": cloud.endpoint,
-                                   "machine_type": "n1-standard-4"}}
+        beam_pipeline_args=platform.beam_pipeline_args)

@@ -21,7 +21,7 @@ from PIL import Image
 
 from bench.photos import PHONE, photo
 from example_gen_helpers import by_filename, read_examples, run_executor, summary
-from pipeline import local_runner
+from pipeline import local_runner, platform
 from pipeline.config import PipelineConfig
 
 PHOTOS_PER_CLASS = 7
@@ -163,7 +163,8 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
              | beam.io.WriteToText(out, shard_name_template=""))
     assert sorted(open(out).read().split()) == sorted(hashlib.sha256(r).hexdigest() for r in records)
 
-    pipeline = create_pipeline(PipelineConfig(root=str(tmp_path)))
+    config = PipelineConfig(root=str(tmp_path))
+    pipeline = create_pipeline(config, platform.local(config))
     executors = {c.id: c.executor_spec.executor_class for c in pipeline.components if hasattr(c, "executor_spec")}
     assert executors["StatisticsGen"] is beam_tuning.StatisticsGenExecutor
     assert executors["Transform"] is beam_tuning.TransformExecutor

@@ -18,7 +18,7 @@ from tfx.orchestration import metadata
 from components.image_example_gen.executor import IngestionError
 from components.validation_gate import DataValidationError
 from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, write
-from pipeline import cli, local_runner, predict, run_summary, run_text
+from pipeline import cli, local_runner, platform, predict, run_summary, run_text
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
 
@@ -41,7 +41,7 @@ def run_with_probe(config: PipelineConfig):
     the run summary."""
     local_runner.prepare(config)
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
-    p = create_pipeline(config, metadata.sqlite_metadata_connection_config(config.metadata_path))
+    p = create_pipeline(config, platform.local(config), metadata.sqlite_metadata_connection_config(config.metadata_path))
     gate = next(c for c in p.components if c.id == "DataValidationGate")
     needed, todo = set(), [gate]
     while todo:  # the gate and everything it depends on

@@ -132,7 +132,7 @@ def test_dataflow_batch_prediction_is_a_job_on_the_pipeline_image():
     from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
 
     from pipeline import batch_predict
-    from pipeline.pipeline import dataflow_args
+    from kubeflow.cloud_platform import dataflow_args
 
     config, cloud = production(dataflow_max_workers=5)
     model, output = "gs://bucket-1/pipelines/imagepipe/serving/7", "gs://bucket-1/predictions/new.jsonl"

@@ -1,0 +1,87 @@
+"""The Platform (pipeline/platform.py) of a run on Vertex AI Pipelines or Kubeflow Pipelines.
+
+Everything there runs in the pipeline image (kubeflow/Dockerfile) and reads and writes gs://: the
+pipeline root is <pipeline-root>/<name>, blessed models go to its serving/ folder (or a Vertex AI
+endpoint), the data components run on Dataflow with --dataflow, the Trainer on Vertex AI Training
+with --vertex-training, and a curated schema is read at its path inside the image.
+"""
+
+import os
+import posixpath
+from typing import List
+
+from tfx import v1 as tfx
+
+from components.image_example_gen.sources import is_remote
+from pipeline.config import IMAGE_PROJECT_DIR, PROJECT_DIR, CloudConfig, ConfigError, PipelineConfig
+from pipeline.platform import Platform
+
+
+def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
+    root = cloud.full_pipeline_root(config.pipeline_name)
+    schema = config.schema_path()
+    return Platform(
+        pipeline_root=root,
+        beam_pipeline_args=dataflow_args(config, cloud) if cloud.dataflow else list(config.beam_args),
+        serving_dir=f"{root}/serving",
+        schema_file=schema_in_image(schema) if schema else None,
+        runs_resolvers=cloud.runs_resolvers,
+        vertex_training_config=vertex_training_config(cloud) if cloud.vertex_training else None,
+        vertex_serving_config=vertex_serving_config(cloud) if cloud.endpoint else None)
+
+
+def schema_in_image(schema_file: str) -> str:
+    """A schema from this repository, as the pipeline image sees it (kubeflow/Dockerfile copies the tree)."""
+    if is_remote(schema_file):
+        return schema_file
+    relative = os.path.relpath(os.path.abspath(schema_file), PROJECT_DIR)
+    if relative.startswith(".."):
+        raise ConfigError(f"--schema {schema_file}: outside this repository, so not in the pipeline image; "
+                          "copy it into schemas/ (and rebuild the image) or upload it to gs://")
+    return posixpath.join(IMAGE_PROJECT_DIR, *relative.split(os.sep))
+
+
+def dataflow_args(config: PipelineConfig, cloud: CloudConfig) -> List[str]:
+    """Beam arguments that run the data components on Dataflow, with the pipeline image as workers."""
+    temp = cloud.dataflow_temp_location or f"{cloud.full_pipeline_root(config.pipeline_name)}/tmp"
+    args = [
+        "--runner=DataflowRunner",
+        f"--project={cloud.project}",
+        f"--region={cloud.region}",
+        f"--temp_location={temp}",
+        f"--max_num_workers={cloud.dataflow_max_workers}",
+        f"--machine_type={cloud.dataflow_machine_type}",
+        # Workers run this image, so components.* and trainer.* import there as they do here.
+        f"--sdk_container_image={cloud.image}",
+        "--experiments=use_runner_v2",
+    ]
+    if cloud.service_account:
+        args.append(f"--service_account_email={cloud.service_account}")
+    return args + list(config.beam_args)
+
+
+def vertex_training_config(cloud: CloudConfig) -> dict:
+    """custom_config entries that make the Trainer a Vertex AI Training custom job."""
+    ext = tfx.extensions.google_cloud_ai_platform
+    if cloud.training_tpu:
+        machine = {"machine_type": "cloud-tpu", "accelerator_type": cloud.training_tpu, "accelerator_count": 8}
+    else:
+        machine = {"machine_type": cloud.training_machine_type}
+        if cloud.training_accelerator:
+            machine.update(accelerator_type=cloud.training_accelerator,
+                           accelerator_count=cloud.training_accelerator_count)
+    job_spec = {"worker_pool_specs": [{"machine_spec": machine, "replica_count": 1,
+                                       "container_spec": {"image_uri": cloud.image}}]}
+    if cloud.service_account:
+        job_spec["service_account"] = cloud.service_account
+    return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
+            ext.TRAINING_ARGS_KEY: {"project": cloud.project, "job_spec": job_spec}}
+
+
+def vertex_serving_config(cloud: CloudConfig) -> dict:
+    """custom_config for the Vertex Pusher: deploy blessed models to an endpoint."""
+    ext = tfx.extensions.google_cloud_ai_platform
+    return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
+            ext.VERTEX_CONTAINER_IMAGE_URI_KEY: cloud.serving_image,
+            ext.SERVING_ARGS_KEY: {"project_id": cloud.project, "endpoint_name": cloud.endpoint,
+                                   "machine_type": "n1-standard-4"}}

@@ -1,0 +1,32 @@
+"""Where the DAG runs: the choices that differ between runners.
+
+Each runner makes a Platform and passes it to create_pipeline(), as the TFX templates pass
+pipeline_root, beam_pipeline_args and the cloud Trainer's and Pusher's arguments; the DAG itself
+never asks which runner it is on.
+
+    local(config)                            pipeline/local_runner.py: folders under --root, resolvers
+    kubeflow/cloud_platform.platform(...)    Vertex AI / Kubeflow: gs:// root, Dataflow, Vertex AI
+                                             Training and endpoints, the schema's path in the image
+"""
+
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+from pipeline.config import PipelineConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    pipeline_root: str
+    beam_pipeline_args: List[str]
+    serving_dir: str  # the Pusher's folder for blessed models (unless vertex_serving_config deploys them)
+    schema_file: Optional[str] = None  # the curated schema, as this platform's containers see it
+    runs_resolvers: bool = True  # the orchestrator runs TFX resolver nodes (Kubeflow's open-source backend does not)
+    vertex_training_config: Optional[Dict[str, Any]] = None  # set: the Trainer is a Vertex AI Training job
+    vertex_serving_config: Optional[Dict[str, Any]] = None  # set: the Pusher deploys to a Vertex AI endpoint
+
+
+def local(config: PipelineConfig) -> Platform:
+    """This machine: LocalDagRunner, SQLite ML Metadata, Beam's local runner, folders under --root."""
+    return Platform(pipeline_root=config.pipeline_root, beam_pipeline_args=list(config.beam_args),
+                    serving_dir=config.serving_dir, schema_file=config.schema_path())
