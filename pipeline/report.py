@@ -14,18 +14,13 @@ TFDV's Facets statistics view loads its code from the network, so the statistics
 rendered from the same protos as plain tables.
 """
 
-import csv
 import datetime
-import glob
-import json
 import os
 from typing import Any, Dict, Optional
 
 from components import drift as drift_lib
-from components.image_example_gen import feature_keys as keys
-from components.image_example_gen.sources import is_remote, split_sort_key
-from pipeline import run_text
-from pipeline.predict import byte_batches
+from components.image_example_gen.sources import split_sort_key
+from pipeline import report_data, run_text
 from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
                                   thumbnail, tiles)
 
@@ -146,25 +141,18 @@ def _data(components: Dict[str, Dict]) -> str:
 
 
 def _quarantine_rows(details: Dict, input_base: str) -> str:
-    with open(details["quarantine_csv"], newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    shown = rows[:MAX_QUARANTINE_ROWS]
+    shown, total, files = report_data.quarantine(details, input_base, MAX_QUARANTINE_ROWS)
     thumbs = []
-    for row in shown:
-        src = None
-        path = os.path.join(input_base, row["path"])
-        if len(thumbs) < MAX_THUMBNAILS and input_base and not is_remote(input_base) and os.path.isfile(path):
-            try:
-                with open(path, "rb") as image:
-                    src = thumbnail(image.read(8 << 20))
-            except OSError:
-                src = None
+    for row, data in files:
+        src = thumbnail(data)  # None for a file that does not decode
         if src:
             thumbs.append({"src": src, "caption": f"{row['path']} ({row['reason']})"})
+        if len(thumbs) == MAX_THUMBNAILS:
+            break
     out = table(["path", "reason", "detail", "label"],
                 [[r["path"], r["reason"], r["detail"], r["label"]] for r in shown])
-    if len(rows) > len(shown):
-        out += f"<p class=\"muted\">… and {len(rows) - len(shown):,} more in {esc(details['quarantine_csv'])}</p>"
+    if total > len(shown):
+        out += f"<p class=\"muted\">… and {total - len(shown):,} more in {esc(details['quarantine_csv'])}</p>"
     if thumbs:
         out += "<h3>Quarantined files that still decode</h3>" + tiles(thumbs)
     return out
@@ -177,9 +165,7 @@ def _validation(components: Dict[str, Dict]) -> str:
     validator = components.get("ExampleValidator")
     if not validator:
         return _section("validation", "Data validation", _not_reached("ExampleValidator"))
-    import tensorflow_data_validation as tfdv
     from tensorflow_data_validation.utils import display_util  # TFDV's own anomaly and schema tables
-    from tensorflow_metadata.proto.v0 import anomalies_pb2
 
     body = ""
     anomalies_uri = (validator["outputs"].get("anomalies") or [None])[0]
@@ -191,16 +177,13 @@ def _validation(components: Dict[str, Dict]) -> str:
     if not found:
         body += "<p>No anomalies: every split matches the schema.</p>"
     elif anomalies_uri:
-        for pb in sorted(glob.glob(os.path.join(anomalies_uri, "Split-*", "SchemaDiff.pb"))):
-            proto = anomalies_pb2.Anomalies.FromString(open(pb, "rb").read())
-            if proto.anomaly_info or proto.HasField("dataset_anomaly_info"):
-                split = os.path.basename(os.path.dirname(pb))[len("Split-"):]
-                body += f"<h3>Anomalies in {esc(split)}</h3>" + display_util.get_anomalies_dataframe(proto).to_html()
+        for split, proto in report_data.anomalies(anomalies_uri):
+            body += f"<h3>Anomalies in {esc(split)}</h3>" + display_util.get_anomalies_dataframe(proto).to_html()
     body += _drift(components.get("DataValidationGate"))
     schema_component = components.get("ImportSchemaGen") or components.get("SchemaGen")
-    schema_path = (schema_component or {}).get("details", {}).get("schema")
-    if schema_path and os.path.exists(schema_path):
-        features, domains = display_util.get_schema_dataframe(tfdv.load_schema_text(schema_path))
+    schema = report_data.schema((schema_component or {}).get("details", {}).get("schema"))
+    if schema is not None:
+        features, domains = display_util.get_schema_dataframe(schema)
         origin = "curated (ImportSchemaGen)" if "ImportSchemaGen" in components else "inferred (SchemaGen)"
         body += f"<h3>Schema in use: {origin}</h3>" + features.to_html()
         if len(domains):
@@ -242,13 +225,9 @@ def _drift(gate: Optional[Dict]) -> str:
 def _statistics(component: Optional[Dict]) -> str:
     if not component or not component["outputs"].get("statistics"):
         return ""
-    import tensorflow_data_validation as tfdv
-
     out = ("<h3>Statistics</h3><p class=\"muted\">From StatisticsGen's protos (TFDV's Facets view needs the "
            "network, so it is not embedded).</p>")
-    for pb in sorted(glob.glob(os.path.join(component["outputs"]["statistics"][0], "Split-*", "FeatureStats.pb"))):
-        split = os.path.basename(os.path.dirname(pb))[len("Split-"):]
-        dataset = tfdv.load_stats_binary(pb).datasets[0]
+    for split, dataset in report_data.statistics(component["outputs"]["statistics"][0]):
         rows = []
         for feature in sorted(dataset.features, key=lambda f: f.path.step[0] if f.path.step else f.name):
             name = "/".join(feature.path.step) or feature.name
@@ -289,7 +268,7 @@ def _training(components: Dict[str, Dict]) -> str:
     if missing:
         return missing
     d = components["Trainer"]["details"]
-    log = json.load(open(os.path.join(d["model_run"], "training.json")))
+    log = report_data.training_log(d["model_run"])
     epochs = log["epochs"]
     body = (f"<p>Trained on <b>{esc(log['strategy'])}</b>: {len(epochs)} epochs in {log['train_seconds']:.1f} s"
             + (f", warm-started from <code>{esc(log['warm_started_from'])}</code>" if log.get("warm_started_from") else "")
@@ -332,7 +311,7 @@ def _evaluation(components: Dict[str, Dict]) -> str:
     c = components["Evaluator"]
     d = c["details"]
     names = (components.get("Trainer", {}).get("details") or {}).get("class_names") or []
-    threshold = _accuracy_threshold(c["outputs"]["evaluation"][0])
+    threshold = report_data.accuracy_threshold(c["outputs"]["evaluation"][0])
     reasons = []
     if d["accuracy"] is None:
         reasons.append("no accuracy was computed")
@@ -372,54 +351,21 @@ def _evaluation(components: Dict[str, Dict]) -> str:
     return _section("evaluation", "Evaluation", body)
 
 
-def _accuracy_threshold(evaluation_uri: str) -> Optional[float]:
-    path = os.path.join(evaluation_uri, "eval_config.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        saved = json.load(f)
-    config = saved.get("evalConfig", saved)
-    for spec in config.get("metricsSpecs", []):
-        for metric in spec.get("metrics", []):
-            bound = metric.get("threshold", {}).get("valueThreshold", {}).get("lowerBound")
-            if metric.get("className") == "SparseCategoricalAccuracy" and bound is not None:
-                return float(bound)
-    return None
-
-
 def _misclassified(components: Dict[str, Dict]) -> str:
-    """Runs the trained model on eval images and shows the ones it gets wrong."""
-    trainer = components.get("Trainer", {})
-    ingest = components.get("ImageExampleGen", {})
-    model_uri = (trainer.get("outputs", {}).get("model") or [None])[0]
-    examples_uri = (ingest.get("outputs", {}).get("examples") or [None])[0]
-    if not model_uri or not examples_uri:
+    """The eval images the trained model gets wrong."""
+    model_uri = (components.get("Trainer", {}).get("outputs", {}).get("model") or [None])[0]
+    examples_uri = (components.get("ImageExampleGen", {}).get("outputs", {}).get("examples") or [None])[0]
+    found = model_uri and examples_uri and report_data.misclassified(model_uri, examples_uri, MAX_EVAL_EXAMPLES,
+                                                                     MAX_MISCLASSIFIED)
+    if not found:
         return ""
-    import tensorflow as tf
-
-    files = sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz")))
-    if not files:
-        return ""
-    serve = tf.saved_model.load(os.path.join(model_uri, "Format-Serving")).signatures["serving_examples"]
-    wrong, seen = [], 0
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(MAX_EVAL_EXAMPLES).as_numpy_iterator()
-    for batch in byte_batches(records, max_items=128):  # streamed: eval images may be full-size photos
-        batch = tf.constant(batch)
-        out = serve(examples=batch)
-        parsed = tf.io.parse_example(batch, {keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
-                                             keys.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
-                                             keys.FILENAME: tf.io.FixedLenFeature([], tf.string)})
-        for i, predicted in enumerate(out["predicted_class"].numpy()):
-            seen += 1
-            actual = parsed[keys.LABEL_TEXT][i].numpy()
-            if predicted != actual and len(wrong) < MAX_MISCLASSIFIED:
-                wrong.append({"src": thumbnail(parsed[keys.ENCODED][i].numpy()),
-                              "caption": f"{actual.decode()} → {predicted.decode()} "
-                                         f"({out['predicted_probability'][i].numpy():.2f})"})
+    wrong, seen = found
     if not wrong:
         return f"<h3>Misclassified eval images</h3><p>None among the {seen:,} eval images checked.</p>"
+    tiles_ = [{"src": thumbnail(w["image"]), "caption": f"{w['actual']} → {w['predicted']} ({w['probability']:.2f})"}
+              for w in wrong]
     return (f"<h3>Misclassified eval images</h3><p class=\"muted\">true class → predicted (probability); "
-            f"the first {len(wrong)} of the {seen:,} eval images checked.</p>" + tiles(wrong))
+            f"the first {len(wrong)} of the {seen:,} eval images checked.</p>" + tiles(tiles_))
 
 
 # --- timings ------------------------------------------------------------------------------------

@@ -1,0 +1,115 @@
+"""What the HTML report shows beyond run_summary's details, read from a run's artifacts: the
+quarantine list, TFDV's anomaly, schema and statistics protos, the training log, the Evaluator's
+threshold, and the eval images the trained model gets wrong. report.py only presents them.
+"""
+
+import csv
+import glob
+import json
+import os
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from components.image_example_gen import feature_keys as keys
+from components.image_example_gen.sources import is_remote
+from pipeline.predict import byte_batches
+from pipeline.run_summary import TRAINING_LOG
+
+IMAGE_READ_LIMIT = 8 << 20  # bytes of a quarantined file read for its thumbnail
+
+
+def quarantine(details: Dict[str, Any], input_base: str, rows: int) -> Tuple[List[Dict], int, Iterator[Tuple[Dict, bytes]]]:
+    """(the first `rows` rows of the quarantine list, how many there are, and lazily, each of those rows
+    whose file is still on local disk with the file's bytes)."""
+    with open(details["quarantine_csv"], newline="", encoding="utf-8") as f:
+        listed = list(csv.DictReader(f))
+    shown = listed[:rows]
+
+    def files() -> Iterator[Tuple[Dict, bytes]]:
+        for row in shown:
+            path = os.path.join(input_base, row["path"])
+            if not input_base or is_remote(input_base) or not os.path.isfile(path):
+                continue
+            try:
+                with open(path, "rb") as image:
+                    yield row, image.read(IMAGE_READ_LIMIT)
+            except OSError:
+                continue
+
+    return shown, len(listed), files()
+
+
+def anomalies(anomalies_uri: str) -> Iterator[Tuple[str, Any]]:
+    """(split, tensorflow_metadata Anomalies) for every split ExampleValidator found anomalies in."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    for pb in sorted(glob.glob(os.path.join(anomalies_uri, "Split-*", "SchemaDiff.pb"))):
+        with open(pb, "rb") as f:
+            proto = anomalies_pb2.Anomalies.FromString(f.read())
+        if proto.anomaly_info or proto.HasField("dataset_anomaly_info"):
+            yield os.path.basename(os.path.dirname(pb))[len("Split-"):], proto
+
+
+def schema(schema_path: Optional[str]):
+    """The schema proto the run validated against, or None."""
+    if not schema_path or not os.path.exists(schema_path):
+        return None
+    import tensorflow_data_validation as tfdv
+
+    return tfdv.load_schema_text(schema_path)
+
+
+def statistics(statistics_uri: str) -> Iterator[Tuple[str, Any]]:
+    """(split, DatasetFeatureStatistics) from StatisticsGen's output."""
+    import tensorflow_data_validation as tfdv
+
+    for pb in sorted(glob.glob(os.path.join(statistics_uri, "Split-*", "FeatureStats.pb"))):
+        yield os.path.basename(os.path.dirname(pb))[len("Split-"):], tfdv.load_stats_binary(pb).datasets[0]
+
+
+def training_log(model_run: str) -> Dict[str, Any]:
+    with open(os.path.join(model_run, TRAINING_LOG)) as f:
+        return json.load(f)
+
+
+def accuracy_threshold(evaluation_uri: str) -> Optional[float]:
+    """The accuracy the Evaluator blessed at, from the eval config it saved."""
+    path = os.path.join(evaluation_uri, "eval_config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        saved = json.load(f)
+    config = saved.get("evalConfig", saved)
+    for spec in config.get("metricsSpecs", []):
+        for metric in spec.get("metrics", []):
+            bound = metric.get("threshold", {}).get("valueThreshold", {}).get("lowerBound")
+            if metric.get("className") == "SparseCategoricalAccuracy" and bound is not None:
+                return float(bound)
+    return None
+
+
+def misclassified(model_uri: str, examples_uri: str, examples: int, keep: int) -> Optional[Tuple[List[Dict], int]]:
+    """Runs the trained model on up to `examples` eval records; (the first `keep` it gets wrong, each
+    {'image': encoded bytes, 'actual', 'predicted', 'probability'}, how many it checked), or None
+    without eval records."""
+    import tensorflow as tf
+
+    files = sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz")))
+    if not files:
+        return None
+    serve = tf.saved_model.load(os.path.join(model_uri, "Format-Serving")).signatures["serving_examples"]
+    wrong, seen = [], 0
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(examples).as_numpy_iterator()
+    for batch in byte_batches(records, max_items=128):  # streamed: eval images may be full-size photos
+        batch = tf.constant(batch)
+        out = serve(examples=batch)
+        parsed = tf.io.parse_example(batch, {keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
+                                             keys.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
+                                             keys.FILENAME: tf.io.FixedLenFeature([], tf.string)})
+        for i, predicted in enumerate(out["predicted_class"].numpy()):
+            seen += 1
+            actual = parsed[keys.LABEL_TEXT][i].numpy()
+            if predicted != actual and len(wrong) < keep:
+                wrong.append({"image": parsed[keys.ENCODED][i].numpy(), "actual": actual.decode(),
+                              "predicted": predicted.decode(),
+                              "probability": float(out["predicted_probability"][i].numpy())})
+    return wrong, seen
