@@ -71,7 +71,7 @@ def measure_examplegen(corpus, scratch):
     from tfx.types import standard_artifacts
     from tfx.utils import proto_utils
 
-    from components.image_example_gen import executor
+    from components.image_example_gen import executor, ingest_report
     from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
 
     imported = time.monotonic()
@@ -86,7 +86,7 @@ def measure_examplegen(corpus, scratch):
     executor.Executor(executor.Executor.Context(tmp_dir=scratch)).Do(
         {}, {"examples": [examples], "report": [report]}, props)
     work = time.monotonic() - begun
-    summary = executor.read_report(report.uri)
+    summary = ingest_report.read_report(report.uri)
     return {"files": summary["files_seen"], "ok": summary["examples_written"], "work_seconds": work,
             "import_seconds": imported - started}
 

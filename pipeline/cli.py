@@ -384,7 +384,7 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
 
 
 def _error_text(error: Exception, root: str = "") -> str:
-    from components.image_example_gen.executor import IngestionError
+    from components.image_example_gen.ingest_report import IngestionError
     from components.validation_gate import DataValidationError
 
     if isinstance(error, (IngestionError, DataValidationError)):

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from conftest import image_bytes, make_class_tree, write
-from components.image_example_gen import executor, sources
+from components.image_example_gen import ingest_report, sources
 from components.image_example_gen.image_check import BadImage, Reason, check_and_store
 from pipeline import cli
 from pipeline.config import PipelineConfig, default_pipeline_name
@@ -94,7 +94,7 @@ def test_symbolic_links_out_of_the_data_root_are_never_read(tmp_path):
 def test_quarantine_csv_cells_are_not_spreadsheet_formulas():
     rows = [{"path": "=cmd|' /C calc'!A0/x.jpg", "reason": "not_an_image", "detail": "+1", "label": "@SUM(A1)",
              "split": "-2"}]
-    parsed = list(csv.DictReader(io.StringIO(executor.quarantine_csv(rows))))
+    parsed = list(csv.DictReader(io.StringIO(ingest_report.quarantine_csv(rows))))
     assert parsed == [{"path": "'=cmd|' /C calc'!A0/x.jpg", "reason": "not_an_image", "detail": "'+1",
                        "label": "'@SUM(A1)", "split": "'-2"}]
 

@@ -5,7 +5,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from components.image_example_gen.executor import IngestionError
+from components.image_example_gen.ingest_report import IngestionError
 from components.image_example_gen.image_check import Reason
 from conftest import image_bytes, make_class_tree, write
 from example_gen_helpers import by_filename, quarantine, read_examples, run_executor, summary

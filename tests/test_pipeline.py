@@ -15,7 +15,7 @@ from tfx import v1 as tfx
 from tfx.dsl.component.experimental.decorators import component
 from tfx.orchestration import metadata
 
-from components.image_example_gen.executor import IngestionError
+from components.image_example_gen.ingest_report import IngestionError
 from components.validation_gate import DataValidationError
 from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, write
 from pipeline import cli, local_runner, platform, predict, run_summary, run_text

@@ -14,8 +14,6 @@ not grow with the bytes of the corpus, and each file is read once.
 """
 
 import collections
-import csv
-import io
 import json
 import os
 import time
@@ -39,15 +37,8 @@ from tfx.utils import io_utils
 from components import drift
 from components.image_example_gen import (LABEL_MAP_FILE, PROFILE_FILE, QUARANTINE_FILE, SUMMARY_FILE, batch_ingest,
                                           beam_steps, sources, tfrecord_io)
-from components.image_example_gen.image_check import Reason
+from components.image_example_gen.ingest_report import build_summary, check_summary, log_summary, quarantine_csv
 from components.image_example_gen.ingest_settings import REPORT_KEY, IngestSettings
-
-QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
-
-
-class IngestionError(RuntimeError):
-    """The run cannot produce usable examples; one line that says why and what to do."""
-
 
 def _write_json(value: Any, path: str) -> None:
     io_utils.write_string_file(path, json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
@@ -201,110 +192,3 @@ def finalize_shards(shards: List[batch_ingest.Shard], rejected: List[Tuple[batch
                     if index not in drop[shard.path]:
                         writer.write(record)
                 writer.close()
-
-
-def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[Dict[str, str]],
-                  label_map: Dict[str, int], split_names: List[str],
-                  duplicates: List[List[str]]) -> Dict[str, Any]:
-    """Everything a person or a test wants to know about the run, as plain JSON."""
-    per_split: Dict[str, Dict[str, int]] = {s: {} for s in split_names}
-    formats: Dict[str, int] = collections.Counter()
-    written = downscaled = 0
-    for (split, label, fmt, is_copy), n in sorted(counts.items()):
-        if n == 0:
-            continue
-        per_split.setdefault(split, {})[label] = per_split.get(split, {}).get(label, 0) + n
-        formats[fmt] += n
-        written += n
-        downscaled += n if is_copy else 0
-    reasons = collections.Counter(row["reason"] for row in bad)
-    return {
-        "source": listing.source,
-        "layout": listing.layout,
-        "files_seen": len(listing.candidates),
-        "examples_written": written,
-        "downscaled": downscaled,  # examples holding a copy within store_max_pixels
-        "quarantined": len(bad),
-        "skipped_hidden": listing.skipped_hidden,
-        "bad_fraction": round(len(bad) / max(1, len(listing.candidates)), 6),
-        "quarantine_reasons": dict(sorted(reasons.items())),
-        "examples_per_split": {s: sum(c.values()) for s, c in per_split.items()},
-        "examples_per_split_and_class": per_split,
-        "formats": dict(sorted(formats.items())),
-        "label_map": label_map,
-        "classes_without_examples": sorted(
-            set(label_map) - {label for c in per_split.values() for label, n in c.items() if n}),
-        "label_conflicts": reasons.get(Reason.LABEL_CONFLICT, 0),
-        # Groups of files with identical bytes (each group in one split, or quarantined).
-        "duplicate_groups": len(duplicates),
-        "duplicate_files": sum(len(g) for g in duplicates),
-        "duplicate_examples": sorted(duplicates)[:20],
-    }
-
-
-def check_summary(summary: Dict[str, Any], settings: IngestSettings, source: str) -> None:
-    """Enforces the accounting invariant and the user's limits; raises IngestionError."""
-    seen, written, bad = summary["files_seen"], summary["examples_written"], summary["quarantined"]
-    if seen != written + bad:
-        raise IngestionError(f"internal error: {seen} files seen but {written} written + {bad} quarantined")
-    top = ", ".join(f"{r} {n}" for r, n in sorted(summary["quarantine_reasons"].items(), key=lambda kv: -kv[1]))
-    if written == 0:
-        raise IngestionError(
-            f"{source}: no valid image among {seen} files (quarantined: {top}); "
-            "check that the path holds JPEG, PNG, GIF or BMP images")
-    if summary["bad_fraction"] > settings.max_bad_fraction:
-        raise IngestionError(
-            f"{source}: {bad} of {seen} files ({summary['bad_fraction']:.1%}) were quarantined ({top}), "
-            f"over the limit of {settings.max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")
-    with_examples = sorted(set(summary["label_map"]) - set(summary["classes_without_examples"]))
-    if len(with_examples) < 2:
-        raise IngestionError(
-            f"{source}: valid images in only one class ({', '.join(with_examples)}); "
-            "a classifier needs at least two")
-    for split, n in summary["examples_per_split"].items():
-        if n == 0:
-            raise IngestionError(
-                f"{source}: split {split!r} has no valid examples; add images (or a {split}/ folder) "
-                "or change the split ratios")
-    train = summary["examples_per_split_and_class"].get("train", {})
-    untrained = sorted(label for label in with_examples if not train.get(label))
-    if untrained:
-        # The model learns its classes from train: these would have no output, and their eval labels no id.
-        raise IngestionError(
-            f"{source}: classes with no training example: {', '.join(untrained)}; add images of them "
-            "(a class needs at least a few to land some in train), or remove them")
-    if summary["classes_without_examples"]:
-        logging.warning("ImageExampleGen: classes with no valid image: %s",
-                        summary["classes_without_examples"])
-
-
-# A cell starting with one of these is a formula to spreadsheet programs (CSV injection).
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(value) -> str:
-    """The cell as text, with a leading apostrophe where a spreadsheet would run it as a formula."""
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_FORMULA_STARTS) else text
-
-
-def quarantine_csv(rows: List[Dict[str, str]]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=QUARANTINE_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in sorted(rows, key=lambda r: (r["path"], r["reason"])):
-        writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
-    return out.getvalue()
-
-
-def log_summary(summary: Dict[str, Any]) -> None:
-    logging.info(
-        "ImageExampleGen: %d files seen, %d examples written %s, %d quarantined %s, %d hidden skipped",
-        summary["files_seen"], summary["examples_written"], summary["examples_per_split"],
-        summary["quarantined"], summary["quarantine_reasons"], summary["skipped_hidden"])
-
-
-def read_report(report_uri: str) -> Dict[str, Any]:
-    """The summary a run wrote (for the CLI and tests)."""
-    return json.loads(io_utils.read_string_file(os.path.join(report_uri, SUMMARY_FILE)))
-
