@@ -29,10 +29,9 @@ from tfx.utils import io_utils
 from components import drift
 from components.artifacts import DataValidationResult
 from components.image_example_gen import PROFILE_FILE
+from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes per split
-RESULT_FILE = "anomalies.json"  # pipeline/run_summary.py reads these by name
-DRIFT_FILE = "drift.json"
 
 
 class DataValidationError(RuntimeError):
@@ -96,8 +95,8 @@ def DataValidationGate(
     reference = read_profile(baseline_blessing.uri) if baseline_blessing else None
     drift_result = drift.check(reference, read_profile(examples.uri), limits, has_baseline=bool(baseline_blessing))
     drifted = [c for c in drift_result.get("checks", []) if c["drifted"]]
-    io_utils.write_string_file(os.path.join(result.uri, RESULT_FILE), json.dumps(found, indent=1))
-    io_utils.write_string_file(os.path.join(result.uri, DRIFT_FILE), json.dumps(drift_result, indent=1))
+    io_utils.write_string_file(os.path.join(result.uri, GATE_RESULT_FILE), json.dumps(found, indent=1))
+    io_utils.write_string_file(os.path.join(result.uri, GATE_DRIFT_FILE), json.dumps(drift_result, indent=1))
     result.set_int_custom_property("passed", int(not found and not drifted))
     result.set_int_custom_property("anomalies", len(found))
     result.set_int_custom_property("drifted", len(drifted))

@@ -13,13 +13,9 @@ from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
 from components.image_example_gen import QUARANTINE_FILE, SUMMARY_FILE
+from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
 from pipeline import run_lock, run_store
 
-# Written by the gate (components/validation_gate.py) and the Trainer (trainer/task.py); named here
-# so that listing runs needs neither TFX nor TensorFlow.
-GATE_RESULT_FILE = "anomalies.json"
-GATE_DRIFT_FILE = "drift.json"
-TRAINING_LOG = "training.json"
 
 
 def list_runs(metadata_path: str) -> List[Dict[str, Any]]:

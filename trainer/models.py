@@ -17,8 +17,12 @@ from components.image_example_gen.sources import is_remote
 from trainer.hparams import HParams
 
 
+# Keras reads and writes .h5 weights through h5py, which needs local files: remote ones (gs://) are
+# staged in a local temporary folder on the way in and on the way out.
+
+
 def local_copy(path: str) -> str:
-    """Keras reads .h5 weights through h5py, which needs a local file: remote ones (gs://) are copied."""
+    """A local path holding the .h5 file at `path` (itself, or a copy of a remote one)."""
     if not is_remote(path):
         return path
     import tensorflow as tf
@@ -26,6 +30,18 @@ def local_copy(path: str) -> str:
     local = os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), os.path.basename(path))
     tf.io.gfile.copy(path, local, overwrite=True)
     return local
+
+
+def save_weights(model: keras.Model, path: str) -> None:
+    """model.save_weights(path), for a local or a remote .h5 path."""
+    if not is_remote(path):
+        model.save_weights(path)
+        return
+    import tensorflow as tf
+
+    local = os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), os.path.basename(path))
+    model.save_weights(local)
+    tf.io.gfile.copy(local, path, overwrite=True)
 
 
 def build(hp: HParams, num_classes: int) -> keras.Model:

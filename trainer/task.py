@@ -8,7 +8,6 @@ serving SavedModel (trainer/export.py).
 
 import json
 import os
-import tempfile
 import time
 from typing import Optional, Tuple
 
@@ -18,16 +17,12 @@ import tensorflow_transform as tft
 from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
-from components.image_example_gen.sources import is_remote
+from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from components.progress_events import progress_event
 from trainer import export, features, input_pipeline, models, tflite_export
 from trainer.hparams import HParams
 from trainer import strategy as strategies
 
-TRAINING_LOG = "training.json"  # pipeline/run_summary.py reads it by this name
-KERAS_DIR = "keras"  # beside Format-Serving in the Model artifact: weights for warm starts
-WEIGHTS_FILE = "model.weights.h5"
-INFO_FILE = "model_info.json"
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -72,17 +67,6 @@ def warm_start(model, base_model_dir, info) -> Tuple[Optional[str], str]:
         return None, f"the last blessed model differs ({changed})"
     _load_weights(model, keras_dir)
     return keras_dir, ""
-
-
-def _save_weights(model, folder: str) -> None:
-    """Keras writes .h5 through h5py, which needs a local path: stage remote ones (gs://) locally."""
-    target = os.path.join(folder, WEIGHTS_FILE)
-    if not is_remote(folder):
-        model.save_weights(target)
-        return
-    local = os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), WEIGHTS_FILE)
-    model.save_weights(local)
-    tf.io.gfile.copy(local, target, overwrite=True)
 
 
 def _load_weights(model, folder: str) -> None:
@@ -167,7 +151,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     export.export(model, tft_output, hp, fn_args.serving_model_dir)
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
-    _save_weights(model, keras_dir)
+    models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))
     on_device = _export_tflite(hp, num_classes, class_names, keras_dir, fn_args) if hp.tflite_kinds else None
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
         f.write(json.dumps(info))
