@@ -7,6 +7,7 @@ checked with the same rules as ingestion, and the others still get answers.
 """
 
 import csv
+import io
 import json
 import os
 import queue
@@ -89,12 +90,17 @@ def read_image_file(path: str, max_pixels: int) -> bytes:
     huge file is refused before anything is read, as ingestion refuses them.
     """
     if sources.is_remote(path):
-        import tensorflow as tf
+        # Through Beam's file systems, as ingestion reads gs:// (sources.py).
+        from apache_beam.io.filesystem import BeamIOError
+        from apache_beam.io.filesystems import FileSystems
 
         try:
-            check_file_size(tf.io.gfile.stat(path).length, max_pixels)
-        except tf.errors.OpError as e:  # e.g. NotFoundError: a per-file error, like a missing local file
-            raise OSError(e.message.splitlines()[0] if e.message else type(e).__name__) from None
+            found = FileSystems.match([path], limits=[1])[0].metadata_list
+        except BeamIOError as e:  # the store cannot be reached: a per-file error, like an unreadable file
+            raise OSError(str(e).splitlines()[0][:200]) from None
+        if not found or found[0].path != path:
+            raise OSError("No such file or directory")
+        check_file_size(found[0].size_in_bytes, max_pixels)
         return sources.read_bytes(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -141,27 +147,32 @@ class InputError(ValueError):
 def expand_inputs(inputs: List[str]) -> Iterator[Tuple[str, Optional[str]]]:
     """(path, problem or None) for every image the arguments name, in order.
 
-    A file is itself; a folder (local or gs://) is every file below it, sorted, with hidden files and
-    OS clutter skipped as ingestion skips them, and pipes or devices flagged; a .csv manifest is the
-    paths of its `path` column, relative to the manifest's folder.
+    A file is itself; a folder (local, or a gs:// prefix that holds objects) is every file below it,
+    sorted, with hidden files and OS clutter skipped as ingestion skips them, and pipes or devices
+    flagged; a .csv manifest (local or gs://) is the paths of its `path` column, relative to the
+    manifest's folder. A path that names nothing is itself too: reading it gives its error row.
     """
     for item in inputs:
-        if sources.is_remote(item) or os.path.isdir(item):
+        if sources.is_dir(item):
             for rel, _, _, problem in sources.walk(item):
                 if not sources.is_hidden(rel):
                     yield sources.join(item, rel), problem
-        elif item.lower().endswith(".csv") and os.path.isfile(item):
-            with open(item, newline="", encoding="utf-8-sig") as f:
-                reader = csv.DictReader(f)
-                if "path" not in (reader.fieldnames or []):
-                    raise InputError(f"{item}: a manifest needs a header naming a path column (path[,label,split])")
-                for row in reader:
-                    path = (row["path"] or "").strip()
-                    if path:
-                        absolute = sources.is_remote(path) or os.path.isabs(path)
-                        yield (path if absolute else os.path.join(os.path.dirname(item), path)), None
+        elif item.lower().endswith(".csv") and sources.exists(item):
+            yield from _manifest_paths(item)
         else:
             yield item, None
+
+
+def _manifest_paths(manifest: str) -> Iterator[Tuple[str, Optional[str]]]:
+    reader = csv.DictReader(io.StringIO(sources.read_bytes(manifest).decode("utf-8-sig"), newline=""))
+    if "path" not in (reader.fieldnames or []):
+        raise InputError(f"{manifest}: a manifest needs a header naming a path column (path[,label,split])")
+    folder = manifest.rsplit("/", 1)[0] if sources.is_remote(manifest) else os.path.dirname(manifest)
+    for row in reader:
+        path = (row["path"] or "").strip()
+        if path:
+            absolute = sources.is_remote(path) or os.path.isabs(path)
+            yield (path if absolute else sources.join(folder, path)), None
 
 
 def inspect_input(path: str, problem: Optional[str], max_pixels: int) -> Dict:

@@ -1,17 +1,23 @@
 """Local stand-ins for the Vertex AI, Cloud Storage and Kubeflow Pipelines REST APIs, on loopback.
 
+Cloud Storage serves bucket metadata, and with `buckets={name: local folder}` the objects of those
+buckets (listing, metadata, ranged media downloads) to google-cloud-storage and Beam's gs://
+file system, which talk to it when STORAGE_EMULATOR_HOST is this service's url.
+
 The real client libraries (google-cloud-aiplatform, kfp) talk to these; each
 request is recorded so tests can assert what would reach the service. Nothing
 here is a mock of this project's code.
 """
 
 import json
+import os
 import re
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List
-from urllib.parse import parse_qs, urlparse
+from typing import Dict, List, Optional, Tuple
+from urllib.parse import parse_qs, unquote, urlparse
 
 from google.auth.credentials import AnonymousCredentials
 
@@ -20,9 +26,10 @@ PROJECT_NUMBER = "123456789012"
 
 
 class FakeService:
-    def __init__(self, existing_schedules=()):
+    def __init__(self, existing_schedules=(), buckets: Optional[Dict[str, str]] = None):
         self.requests: List[Dict] = []
         self.existing_schedules = list(existing_schedules)  # display names the services already have
+        self.buckets = dict(buckets or {})  # Cloud Storage bucket name -> the local folder it serves
         handler = self._handler()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -54,6 +61,41 @@ class FakeService:
 
     def find(self, method: str, path_pattern: str) -> List[Dict]:
         return [r for r in self.requests if r["method"] == method and re.search(path_pattern, r["path"])]
+
+    def _object(self, bucket: str, name: str) -> Dict:
+        st = os.stat(os.path.join(self.buckets[bucket], name))
+        return {"kind": "storage#object", "bucket": bucket, "name": name, "size": str(st.st_size),
+                "generation": "1", "metageneration": "1", "contentType": "application/octet-stream",
+                "updated": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(st.st_mtime))}
+
+    def storage(self, path: str, query: Dict, headers) -> Optional[Tuple[int, object, Dict[str, str]]]:
+        """Cloud Storage's JSON API for the served buckets: (status, JSON or bytes, headers), or None."""
+        m = re.fullmatch(r"/storage/v1/b/([^/]+)/o", path)
+        if m and m.group(1) in self.buckets:
+            bucket, prefix = m.group(1), (query.get("prefix") or [""])[0]
+            folder = self.buckets[bucket]
+            names = sorted(os.path.relpath(os.path.join(d, f), folder).replace(os.sep, "/")
+                           for d, _, files in os.walk(folder) for f in files)
+            return 200, {"kind": "storage#objects",
+                         "items": [self._object(bucket, n) for n in names if n.startswith(prefix)]}, {}
+        m = re.fullmatch(r"/(download/)?storage/v1/b/([^/]+)/o/(.+)", path)
+        if not m or m.group(2) not in self.buckets:
+            return None
+        bucket, name = m.group(2), unquote(m.group(3))
+        local = os.path.join(self.buckets[bucket], name)
+        if not os.path.isfile(local):
+            return 404, {"error": {"code": 404, "message": f"No such object: {bucket}/{name}"}}, {}
+        if (query.get("alt") or [""])[0] != "media":
+            return 200, self._object(bucket, name), {}
+        with open(local, "rb") as f:
+            data = f.read()
+        ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", headers.get("Range") or "")
+        if not ranged:
+            return 200, data, {}
+        start = int(ranged.group(1))
+        end = int(ranged.group(2)) if ranged.group(2) else len(data) - 1
+        part = data[start:end + 1]
+        return 206, part, {"Content-Range": f"bytes {start}-{start + len(part) - 1}/{len(data)}"}
 
     def respond(self, method: str, path: str, query: Dict, body) -> tuple:
         """(status, JSON response) for a request; the routes of the three APIs."""
@@ -107,11 +149,15 @@ class FakeService:
                     body = {"raw": raw.decode("latin-1")}
                 query = parse_qs(parsed.query)
                 service.requests.append({"method": method, "path": parsed.path, "query": query, "body": body})
-                status, response = service.respond(method, parsed.path, query, body)
-                data = json.dumps(response).encode()
+                stored = service.storage(parsed.path, query, self.headers) if method == "GET" else None
+                status, response, headers = stored or (*service.respond(method, parsed.path, query, body), {})
+                raw = isinstance(response, bytes)
+                data = response if raw else json.dumps(response).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "application/octet-stream" if raw else "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(data)
 

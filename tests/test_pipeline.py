@@ -18,6 +18,7 @@ from tfx.orchestration import metadata
 from components.image_example_gen.ingest_report import IngestionError
 from components.validation_gate import DataValidationError
 from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, write
+from fake_endpoints import FakeService
 from pipeline import cli, local_runner, platform, predict, run_summary, run_text
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -345,6 +346,44 @@ def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_r
     savedmodel, tflite = answers.values()
     assert sum(p["class"] == os.path.basename(os.path.dirname(path)) for p, path in zip(tflite, chosen)) >= 27
     assert sum(a["class"] == b["class"] for a, b in zip(savedmodel, tflite)) >= 29  # float16: the same answers
+
+
+def test_predict_reads_images_in_cloud_storage(sample_runs, tmp_path):
+    """gs:// inputs through the real Cloud Storage client (Beam's gs:// file system, as ingestion reads
+    them), against a local stand-in of the JSON API (tests/fake_endpoints.py)."""
+    config, _, _ = sample_runs
+    digits = config.sample_data_dir
+    bucket, expected = tmp_path / "bucket", []
+    for label in ("4", "6"):
+        for name in sorted(os.listdir(os.path.join(digits, label)))[:3]:
+            with open(os.path.join(digits, label, name), "rb") as f:
+                write(bucket / "incoming" / label / name, f.read())
+            expected.append((f"gs://photos-1/incoming/{label}/{name}", label))
+    write(bucket / "incoming" / "6" / "notes.jpg", b"not an image")
+    write(bucket / "incoming" / ".thumbnails" / "t.jpg", image_bytes())  # hidden: skipped, as ingestion does
+    nine = os.path.join(digits, "9", sorted(os.listdir(os.path.join(digits, "9")))[0])
+    with open(nine, "rb") as f:
+        write(bucket / "lists" / "nine.png", f.read())
+    # A manifest in the bucket: an absolute gs:// path, and one relative to the manifest's folder.
+    write(bucket / "lists" / "today.csv", f"path\n{expected[0][0]}\nnine.png\n".encode())
+    out = tmp_path / "results.jsonl"
+    with FakeService(buckets={"photos-1": str(bucket)}) as gcs:
+        done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(out),
+                               "gs://photos-1/incoming", "gs://photos-1/lists/today.csv",
+                               "gs://photos-1/incoming/4/gone.png"],
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url})
+        downloads = gcs.find("GET", r"^/download/storage/v1/b/photos-1/o/")
+    assert done.returncode == 1, done.stderr[-3000:]  # two inputs failed, the others were classified
+    records = [json.loads(line) for line in open(out)]
+    assert [r["path"] for r in records] == [path for path, _ in expected] + [
+        "gs://photos-1/incoming/6/notes.jpg", expected[0][0], "gs://photos-1/lists/nine.png",
+        "gs://photos-1/incoming/4/gone.png"]
+    assert sum(r["predictions"][0]["class"] == label for r, (_, label) in zip(records, expected)) >= 5
+    assert records[-4]["error"].startswith("not_an_image: ")
+    assert records[-3]["predictions"] == records[0]["predictions"] and "predictions" in records[-2]
+    assert records[-1]["error"] == "cannot read: No such file or directory"
+    assert len(downloads) == 10  # the manifest, and each object it or the folder names, read through the API
 
 
 def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_runs, tmp_path):
