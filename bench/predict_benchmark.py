@@ -26,9 +26,9 @@ import sys
 import time
 
 from bench import corpus as corpus_lib
+from components.image_example_gen.ingest_defaults import MAX_PIXELS
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
-MAX_PIXELS = 50_000_000
 
 
 def before(model_dir: str, corpus: str) -> int:

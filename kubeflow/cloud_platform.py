@@ -43,7 +43,7 @@ def schema_in_image(schema_file: str) -> str:
 
 def dataflow_args(config: PipelineConfig, cloud: CloudConfig) -> List[str]:
     """Beam arguments that run the data components on Dataflow, with the pipeline image as workers."""
-    temp = cloud.dataflow_temp_location or f"{cloud.full_pipeline_root(config.pipeline_name)}/tmp"
+    temp = cloud.dataflow_temp(config.pipeline_name)
     args = [
         "--runner=DataflowRunner",
         f"--project={cloud.project}",

@@ -55,20 +55,21 @@ def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
                                           output_filename=output_filename)
 
 
-def build_job(config: PipelineConfig, cloud: CloudConfig) -> Dict[str, Any]:
-    """The compiled PipelineJob, as a dict (Vertex's format)."""
+def build_job(config: PipelineConfig, cloud: CloudConfig, output_filename: Optional[str] = None) -> Dict[str, Any]:
+    """The compiled PipelineJob, as a dict (Vertex's format); also written to output_filename if given."""
     from kubeflow import cloud_platform
     from pipeline.pipeline import create_pipeline
 
-    return run_runner(make_runner(cloud), create_pipeline(config, cloud_platform.platform(config, cloud)),
-                      write_out=False)
+    return run_runner(make_runner(cloud, output_filename),
+                      create_pipeline(config, cloud_platform.platform(config, cloud)),
+                      write_out=output_filename is not None)
 
 
 def kubeflow_package(job: Dict[str, Any], pipeline_root: str, always_ingest: bool) -> Dict[str, Any]:
     """The bare PipelineSpec that kfp.Client accepts, with its default pipeline root.
 
     Kubeflow Pipelines' open-source backend does not run Vertex's pre-cache driver hook, so
-    ImageExampleGen resolves {SPAN} itself there (executor.py) and, with spans, is never taken
+    ImageExampleGen resolves {SPAN} itself there (ingest_settings.py) and, with spans, is never taken
     from the cache: a cached ingestion could never see a new span.
     """
     spec = json.loads(json.dumps(job["pipelineSpec"]))

@@ -14,9 +14,8 @@ reads. The DAG is create_pipeline(), as for the local runner.
 
 import os
 
-from kubeflow import cloud_platform, deploy
+from kubeflow import deploy
 from pipeline.config import CloudConfig, PipelineConfig, from_environment
-from pipeline.pipeline import create_pipeline
 
 
 def run() -> None:
@@ -24,7 +23,7 @@ def run() -> None:
     cloud = from_environment(CloudConfig(target="vertex")).validate(config)
     # IMAGEPIPE_OUTPUT: where to write the job (not a pipeline setting; `imagepipe compile --output`).
     output = os.environ.get("IMAGEPIPE_OUTPUT") or deploy.default_output(config, cloud)
-    deploy.run_runner(deploy.make_runner(cloud, output), create_pipeline(config, cloud_platform.platform(config, cloud)))
+    deploy.build_job(config, cloud, output)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Batch prediction on Beam: what `imagepipe predict --workers N` and `--dataflow` run.
 
-    input list (a text file of [path, problem] lines) -> Reshuffle -> ReadImage (per-file errors
+    input list (a text file of [path, problem, size] lines) -> Reshuffle -> ReadImage (per-file errors
     on the side) -> RunInference(ImageModelHandler), batched by encoded bytes -> JSONL or CSV lines
     -> one results file
 
@@ -91,15 +91,14 @@ class ReadImage(beam.DoFn):
         self._note_progress(force=True)
 
     def process(self, line: str):
-        path, problem = json.loads(line)
-        result = predict.inspect_input(path, problem, self._max_pixels)
+        result = predict.inspect_input(predict.Input(*json.loads(line)), self._max_pixels)
         self._read += 1
         self._note_progress()
         if "error" in result:
             beam.metrics.Metrics.counter(NAMESPACE, "failed").inc()
             yield beam.pvalue.TaggedOutput("errors", result)
         else:
-            yield path, result["data"]
+            yield result["path"], result["data"]
 
 
 def count_result(result: Dict) -> Dict:
@@ -150,7 +149,7 @@ def local_args(workers: int) -> List[str]:
             "--direct_running_mode=multi_processing" if workers > 1 else "--direct_running_mode=in_memory"]
 
 
-def run(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], output: str, top: int, max_pixels: int,
+def run(model_dir: str, inputs: Iterable[predict.Input], output: str, top: int, max_pixels: int,
         beam_args: List[str], temp_dir: Optional[str] = None, progress=None, started=None) -> Dict[str, int]:
     """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
 
@@ -159,7 +158,6 @@ def run(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], output: str
     update(done[, final]) is called as local workers read files (predict.Progress); `started(result)`
     is called once the job is submitted (Dataflow: its id, to follow it in the console).
     """
-    predict.output_kind(output)
     workdir = tempfile.mkdtemp(prefix="imagepipe-predict-")
     input_list = sources.join(temp_dir or workdir, f"predict-inputs-{uuid.uuid4().hex}.jsonl")
     local = not temp_dir
@@ -271,18 +269,17 @@ def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str]
         if not path.startswith("gs://"):
             raise predict.InputError(f"{option} {path}: Dataflow workers cannot read this machine's files; "
                                      "give a gs:// path")
-    temp = cloud.dataflow_temp_location or (cloud.pipeline_root and cloud.full_pipeline_root(config.pipeline_name)
-                                            + "/tmp")
+    temp = cloud.dataflow_temp(config.pipeline_name)
     if not temp or not temp.startswith("gs://"):
         raise predict.InputError("--dataflow needs a gs:// --dataflow-temp-location (or --pipeline-root)")
     return temp
 
 
-def write_input_list(path: str, inputs: Iterable[Tuple[str, Optional[str]]]) -> int:
+def write_input_list(path: str, inputs: Iterable[predict.Input]) -> int:
     count = 0
     with sources.open_for_write(path) as f:  # no TensorFlow here: the workers load it, this process need not
-        for path_and_problem in inputs:
-            f.write((json.dumps(list(path_and_problem), ensure_ascii=False) + "\n").encode("utf-8"))
+        for item in inputs:
+            f.write((json.dumps(list(item), ensure_ascii=False) + "\n").encode("utf-8"))
             count += 1
     return count
 

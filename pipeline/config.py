@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from components.image_example_gen import ingest_defaults
 from components.image_example_gen.sources import LAYOUTS, is_remote
-from trainer.hparams import HParams
+from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams, decode_memory_bytes
 
 # The repository root: schemas/ and the default run's outputs are found from here.
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,18 +52,18 @@ class PipelineConfig:
     # A folder of class subfolders (optionally train/ and eval/ inside), or a CSV manifest
     # with a path,label[,split] header. None: the bundled digits sample, made on first use.
     data: Optional[str] = None
-    layout: str = "auto"  # auto | folders | presplit | manifest
+    layout: str = ingest_defaults.LAYOUT  # auto | folders | presplit | manifest
     # Span pattern below `data` for new data drops, e.g. "span-{SPAN}": the latest span is read,
     # with the span_window - 1 spans before it.
     span_pattern: Optional[str] = None
-    span_window: int = 1
+    span_window: int = ingest_defaults.SPAN_WINDOW
     # Ingestion (components/image_example_gen/ingest_defaults.py has the meaning of each).
     eval_percent: int = ingest_defaults.EVAL_PERCENT
     max_pixels: int = ingest_defaults.MAX_PIXELS
     store_max_pixels: int = ingest_defaults.STORE_MAX_PIXELS
     max_bad_fraction: float = ingest_defaults.MAX_BAD_FRACTION
-    drop_duplicates: bool = False  # keep one copy of identical files (same label)
-    compression_level: int = 0  # gzip level of the TFRecords; 0 suits JPEG/PNG
+    drop_duplicates: bool = ingest_defaults.DROP_DUPLICATES
+    compression_level: int = ingest_defaults.COMPRESSION_LEVEL
     # A curated schema (schemas/<dataset>/schema.pbtxt) for ImportSchemaGen; None: SchemaGen infers.
     schema: Optional[str] = None
     gate: str = "fail"  # fail: anomalies or drift stop the run; warn: they are reported only
@@ -130,10 +130,8 @@ class PipelineConfig:
 
     def hparams(self) -> HParams:
         """The Transform/Trainer hyperparameters for this configuration."""
-        from trainer.hparams import DEFAULT_IMAGE_SIZE
-
         size = self.image_size if self.image_size is not None else (
-            32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, 64))
+            32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, HParams.image_size))
         return HParams(model=self.model, image_size=size, epochs=self.epochs,
                        fine_tune_epochs=self.fine_tune_epochs, batch_size=self.batch_size,
                        learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
@@ -195,8 +193,6 @@ class PipelineConfig:
 
     def check_memory(self, total_bytes: int) -> None:
         """One-line error when decoding images of up to max_pixels cannot fit in total_bytes of memory."""
-        from trainer.hparams import decode_memory_bytes
-
         needed = decode_memory_bytes(self.max_pixels) + BASE_MEMORY_BYTES
         if needed > total_bytes:
             raise ConfigError(
@@ -277,7 +273,7 @@ class CloudConfig:
     dataflow: bool = False
     dataflow_max_workers: int = 8
     dataflow_machine_type: str = "n1-standard-4"
-    dataflow_temp_location: Optional[str] = None  # default <pipeline_root>/tmp
+    dataflow_temp_location: Optional[str] = None  # default <pipeline_root>/<name>/tmp (dataflow_temp)
     # The Trainer as a Vertex AI Training job on accelerators.
     vertex_training: bool = False
     training_machine_type: str = "n1-standard-8"
@@ -299,6 +295,12 @@ class CloudConfig:
 
     def full_pipeline_root(self, pipeline_name: str) -> str:
         return f"{self.pipeline_root.rstrip('/')}/{pipeline_name}"
+
+    def dataflow_temp(self, pipeline_name: str) -> Optional[str]:
+        """Where Dataflow jobs stage files: --dataflow-temp-location, else the pipeline root's tmp/."""
+        if self.dataflow_temp_location or not self.pipeline_root:
+            return self.dataflow_temp_location
+        return f"{self.full_pipeline_root(pipeline_name)}/tmp"
 
     def validate(self, config: PipelineConfig, need_host: bool = False) -> "CloudConfig":
         """One-line errors for everything that would make a compiled pipeline fail remotely."""

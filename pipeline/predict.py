@@ -10,12 +10,13 @@ import csv
 import io
 import json
 import os
+import posixpath
 import queue
 import stat
 import threading
 import time
 import unicodedata
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional
 
 from components.image_example_gen import sources
 from components.image_example_gen.batch_ingest import check_file_size, max_file_bytes
@@ -61,6 +62,7 @@ class TFLiteServing:
     def __init__(self, path: str):
         import tensorflow as tf
 
+        from trainer.preprocessing import decode_and_resize
         from trainer.tflite_export import LABELS_FILE, TFLiteClassifier
 
         labels = sources.join(os.path.dirname(path), LABELS_FILE)
@@ -68,39 +70,33 @@ class TFLiteServing:
             raise FileNotFoundError(f"no {LABELS_FILE} beside it")
         with tf.io.gfile.GFile(labels) as f:
             self._names = [line.rstrip("\n") for line in f if line.strip()]
-        self._model = TFLiteClassifier(path)
+        with tf.io.gfile.GFile(path, "rb") as f:
+            self._model = TFLiteClassifier(f.read())
+        self._decode = decode_and_resize
 
     def __call__(self, image_bytes):
         import numpy as np
         import tensorflow as tf
 
-        from trainer.preprocessing import decode_and_resize
-
         size, channels = self._model.image_size, self._model.channels
-        pixels = np.stack([decode_and_resize(encoded, size, channels).numpy() for encoded in image_bytes])
+        pixels = np.stack([self._decode(encoded, size, channels).numpy() for encoded in image_bytes])
         probabilities = self._model.probabilities(pixels)
         return {"probabilities": tf.constant(probabilities),
                 "class_names": tf.constant([[n.encode() for n in self._names]] * len(pixels))}
 
 
-def read_image_file(path: str, max_pixels: int) -> bytes:
+def read_image_file(path: str, max_pixels: int, size: int = -1) -> bytes:
     """The bytes of a regular file no bigger than an image within max_pixels can be; else BadImage.
 
     Opened without blocking and checked on the open file: a named pipe, a device (/dev/zero) or a
-    huge file is refused before anything is read, as ingestion refuses them.
+    huge file is refused before anything is read, as ingestion refuses them. A remote object is
+    read through Beam's file systems, as ingestion reads gs:// (sources.py), once its size is known:
+    `size` when its folder's listing gave it, else looked up.
     """
     if sources.is_remote(path):
-        # Through Beam's file systems, as ingestion reads gs:// (sources.py).
-        from apache_beam.io.filesystem import BeamIOError
-        from apache_beam.io.filesystems import FileSystems
-
-        try:
-            found = FileSystems.match([path], limits=[1])[0].metadata_list
-        except BeamIOError as e:  # the store cannot be reached: a per-file error, like an unreadable file
-            raise OSError(str(e).splitlines()[0][:200]) from None
-        if not found or found[0].path != path:
-            raise OSError("No such file or directory")
-        check_file_size(found[0].size_in_bytes, max_pixels)
+        if size < 0:
+            size = _remote_size(path)
+        check_file_size(size, max_pixels)
         return sources.read_bytes(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -112,6 +108,19 @@ def read_image_file(path: str, max_pixels: int) -> bytes:
             return f.read(max_file_bytes(max_pixels) + 1)
     finally:
         os.close(fd)
+
+
+def _remote_size(path: str) -> int:
+    from apache_beam.io.filesystem import BeamIOError
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        found = FileSystems.match([path], limits=[1])[0].metadata_list
+    except BeamIOError as e:  # the store cannot be reached: a per-file error, like an unreadable file
+        raise OSError(str(e).splitlines()[0][:200]) from None
+    if not found or found[0].path != path:
+        raise OSError("No such file or directory")
+    return found[0].size_in_bytes
 
 
 def printable(text: str) -> str:
@@ -144,8 +153,16 @@ class InputError(ValueError):
     """An argument that names no usable input (a manifest without a path column); one line."""
 
 
-def expand_inputs(inputs: List[str]) -> Iterator[Tuple[str, Optional[str]]]:
-    """(path, problem or None) for every image the arguments name, in order.
+class Input(NamedTuple):
+    """An image to classify, as the arguments name it."""
+
+    path: str
+    problem: Optional[str] = None  # known before reading: a pipe or device in a folder
+    size: int = -1  # bytes, from a folder's listing (-1: unknown)
+
+
+def expand_inputs(inputs: List[str]) -> Iterator[Input]:
+    """An Input for every image the arguments name, in order.
 
     A file is itself; a folder (local, or a gs:// prefix that holds objects) is every file below it,
     sorted, with hidden files and OS clutter skipped as ingestion skips them, and pipes or devices
@@ -154,34 +171,34 @@ def expand_inputs(inputs: List[str]) -> Iterator[Tuple[str, Optional[str]]]:
     """
     for item in inputs:
         if sources.is_dir(item):
-            for rel, _, _, problem in sources.walk(item):
+            for rel, size, _, problem in sources.walk(item):
                 if not sources.is_hidden(rel):
-                    yield sources.join(item, rel), problem
+                    yield Input(sources.join(item, rel), problem, size)
         elif item.lower().endswith(".csv") and sources.exists(item):
             yield from _manifest_paths(item)
         else:
-            yield item, None
+            yield Input(item)
 
 
-def _manifest_paths(manifest: str) -> Iterator[Tuple[str, Optional[str]]]:
+def _manifest_paths(manifest: str) -> Iterator[Input]:
     reader = csv.DictReader(io.StringIO(sources.read_bytes(manifest).decode("utf-8-sig"), newline=""))
     if "path" not in (reader.fieldnames or []):
         raise InputError(f"{manifest}: a manifest needs a header naming a path column (path[,label,split])")
-    folder = manifest.rsplit("/", 1)[0] if sources.is_remote(manifest) else os.path.dirname(manifest)
+    folder = posixpath.dirname(manifest) if sources.is_remote(manifest) else os.path.dirname(manifest)
     for row in reader:
         path = (row["path"] or "").strip()
         if path:
             absolute = sources.is_remote(path) or os.path.isabs(path)
-            yield (path if absolute else sources.join(folder, path)), None
+            yield Input(path if absolute else sources.join(folder, path))
 
 
-def inspect_input(path: str, problem: Optional[str], max_pixels: int) -> Dict:
+def inspect_input(item: Input, max_pixels: int) -> Dict:
     """{'path', 'data': the file's bytes} for a readable image, else {'path', 'error'}; ingestion's checks."""
-    result = {"path": path}
+    result = {"path": item.path}
     try:
-        if problem:
-            raise BadImage(Reason.UNREADABLE, problem)
-        data = read_image_file(path, max_pixels)
+        if item.problem:
+            raise BadImage(Reason.UNREADABLE, item.problem)
+        data = read_image_file(item.path, max_pixels, item.size)
         check_image(data, max_pixels)
         result["data"] = data
     except OSError as e:
@@ -209,7 +226,7 @@ def label_batch(serve, images: List[bytes], top: int) -> List[Dict]:
             for row in probabilities]
 
 
-def classify(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], top: int = 1,
+def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,
              max_pixels: int = MAX_PIXELS) -> Iterator[Dict]:
     """One result per input, in order, as they are ready: {'path', 'predictions': [(class, probability)...]}
     or {'path', 'error'}.
@@ -218,7 +235,7 @@ def classify(model_dir: str, inputs: Iterable[Tuple[str, Optional[str]]], top: i
     so memory does not grow with the number of inputs. The model is loaded at the first readable image.
     """
     serve = None
-    inspected = (inspect_input(path, problem, max_pixels) for path, problem in inputs)
+    inspected = (inspect_input(item, max_pixels) for item in inputs)
     batches = byte_batches(inspected, size=lambda result: len(result.get("data", b"")))
     for window in read_ahead(batches):
         images = [result for result in window if "data" in result]

@@ -2,7 +2,6 @@
 
 import collections
 import csv
-import json
 import os
 from typing import Dict, List
 
@@ -10,7 +9,7 @@ import tensorflow as tf
 from tfx.types import standard_artifacts
 from tfx.utils import proto_utils
 
-from components.image_example_gen import executor
+from components.image_example_gen import QUARANTINE_FILE, executor, ingest_report
 from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
 
 
@@ -53,10 +52,9 @@ def by_filename(examples: Dict[str, List[Dict]]) -> Dict[str, Dict]:
 
 
 def quarantine(report_uri: str) -> Dict[str, Dict[str, str]]:
-    with open(os.path.join(report_uri, executor.QUARANTINE_FILE), newline="") as f:
+    with open(os.path.join(report_uri, QUARANTINE_FILE), newline="") as f:
         return {row["path"]: row for row in csv.DictReader(f)}
 
 
 def summary(report_uri: str) -> Dict:
-    with open(os.path.join(report_uri, executor.SUMMARY_FILE)) as f:
-        return json.load(f)
+    return ingest_report.read_report(report_uri)

@@ -12,6 +12,7 @@ import tensorflow_transform.beam as tft_beam
 from PIL import Image
 from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
+from components import output_files
 from conftest import image_bytes
 from trainer import features, input_pipeline, models, strategy
 from trainer.hparams import HParams
@@ -233,16 +234,16 @@ def test_warm_start_loads_only_a_matching_base_model(tmp_path):
     assert task.warm_start(models.build(hp, 2), "", info) == (None, "no blessed model yet")
     assert task.warm_start(models.build(hp, 2), str(serving), info) == (
         None, "the last blessed model has no Keras weights")
-    keras_dir = tmp_path / "model" / task.KERAS_DIR
+    keras_dir = tmp_path / "model" / output_files.KERAS_DIR
     keras_dir.mkdir()
-    base.save_weights(str(keras_dir / task.WEIGHTS_FILE))
-    (keras_dir / task.INFO_FILE).write_text(json.dumps({**info, "class_names": ["cat", "dog", "bird"]}))
+    base.save_weights(str(keras_dir / output_files.WEIGHTS_FILE))
+    (keras_dir / output_files.INFO_FILE).write_text(json.dumps({**info, "class_names": ["cat", "dog", "bird"]}))
     assert task.warm_start(models.build(hp, 2), str(serving), info) == (
         None, "the last blessed model was trained on other classes")
-    (keras_dir / task.INFO_FILE).write_text(json.dumps({**info, "image_size": 2 * SIZE}))
+    (keras_dir / output_files.INFO_FILE).write_text(json.dumps({**info, "image_size": 2 * SIZE}))
     assert task.warm_start(models.build(hp, 2), str(serving), info)[1] == \
         f"the last blessed model differs (image_size {2 * SIZE} -> {SIZE})"
-    (keras_dir / task.INFO_FILE).write_text(json.dumps(info))
+    (keras_dir / output_files.INFO_FILE).write_text(json.dumps(info))
     fresh = models.build(hp, 2)
     assert task.warm_start(fresh, str(serving), info) == (str(keras_dir), "")
     assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), base.get_weights()))

@@ -17,8 +17,10 @@ from components.image_example_gen.sources import is_remote
 from trainer.hparams import HParams
 
 
-# Keras reads and writes .h5 weights through h5py, which needs local files: remote ones (gs://) are
-# staged in a local temporary folder on the way in and on the way out.
+def _staged(path: str) -> str:
+    """A local path for the remote file `path`: Keras reads and writes .h5 weights through h5py, which
+    needs local files, so remote ones (gs://) pass through a temporary folder."""
+    return os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), os.path.basename(path))
 
 
 def local_copy(path: str) -> str:
@@ -27,21 +29,23 @@ def local_copy(path: str) -> str:
         return path
     import tensorflow as tf
 
-    local = os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), os.path.basename(path))
+    local = _staged(path)
     tf.io.gfile.copy(path, local, overwrite=True)
     return local
 
 
-def save_weights(model: keras.Model, path: str) -> None:
-    """model.save_weights(path), for a local or a remote .h5 path."""
+def save_weights(model: keras.Model, path: str) -> str:
+    """model.save_weights(path), for a local or a remote .h5 path; returns a local path holding the
+    weights (path itself, or the staged file it was copied from), for whoever loads them next here."""
     if not is_remote(path):
         model.save_weights(path)
-        return
+        return path
     import tensorflow as tf
 
-    local = os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), os.path.basename(path))
+    local = _staged(path)
     model.save_weights(local)
     tf.io.gfile.copy(local, path, overwrite=True)
+    return local
 
 
 def build(hp: HParams, num_classes: int) -> keras.Model:

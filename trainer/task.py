@@ -3,7 +3,8 @@
 Chooses the device strategy, trains on Transform's records (two phases for the
 transfer models), writes TensorBoard logs and training.json (per-epoch metrics,
 times, strategy, hyperparameters) to the model run folder, and exports the
-serving SavedModel (trainer/export.py).
+serving SavedModel (trainer/export.py), with --tflite the TFLite models beside it
+(trainer/tflite_export.py, in a child process; their scores go into training.json).
 """
 
 import json
@@ -73,11 +74,11 @@ def _load_weights(model, folder: str) -> None:
     model.load_weights(models.local_copy(os.path.join(folder, WEIGHTS_FILE)))
 
 
-def _export_tflite(hp: HParams, num_classes: int, class_names, keras_dir: str, fn_args) -> dict:
+def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str, fn_args) -> dict:
     """The TFLite models and their accuracy, or {'error'}: the SavedModel is what the pipeline serves,
     so a conversion that fails (an op TFLite lacks) is reported, not a reason to discard the training."""
     try:
-        record = tflite_export.export_in_child(hp, num_classes, class_names, os.path.join(keras_dir, WEIGHTS_FILE),
+        record = tflite_export.export_in_child(hp, num_classes, class_names, weights_file,
                                                fn_args.train_files, fn_args.eval_files, fn_args.serving_model_dir)
     except tflite_export.TFLiteExportError as e:
         logging.warning("Trainer: TFLite export failed: %s", e)
@@ -151,8 +152,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     export.export(model, tft_output, hp, fn_args.serving_model_dir)
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
-    models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))
-    on_device = _export_tflite(hp, num_classes, class_names, keras_dir, fn_args) if hp.tflite_kinds else None
+    weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
+    on_device = _export_tflite(hp, num_classes, class_names, weights, fn_args) if hp.tflite_kinds else None
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
         f.write(json.dumps(info))
     record = {

@@ -46,9 +46,8 @@ class TFLiteClassifier:
     CPU delegate (XNNPACK) take the whole graph.
     """
 
-    def __init__(self, path: str):
-        with tf.io.gfile.GFile(path, "rb") as f:
-            self._interpreter = tf.lite.Interpreter(model_content=f.read(), num_threads=os.cpu_count())
+    def __init__(self, content: bytes):
+        self._interpreter = tf.lite.Interpreter(model_content=content, num_threads=os.cpu_count())
         self._interpreter.allocate_tensors()
         self._input = self._interpreter.get_input_details()[0]
         self._output = self._interpreter.get_output_details()[0]
@@ -84,14 +83,13 @@ def export(model, hp: HParams, class_names: List[str], train_files: List[str], e
     written = {}
     for kind in hp.tflite_kinds:
         content = convert(model, hp, kind, train_files)
-        path = os.path.join(folder, file_name(kind))
-        with tf.io.gfile.GFile(path, "wb") as f:
+        with tf.io.gfile.GFile(os.path.join(folder, file_name(kind)), "wb") as f:
             f.write(content)
-        written[kind] = path
-    scores = score(model, {kind: TFLiteClassifier(path) for kind, path in written.items()}, eval_files, hp)
+        written[kind] = content
+    scores = score(model, {kind: TFLiteClassifier(content) for kind, content in written.items()}, eval_files, hp)
     return {"examples": scores.pop("examples"), "savedmodel_accuracy": scores.pop("keras"),
             "models": {kind: {"file": f"{TFLITE_DIR}/{file_name(kind)}", "accuracy": scores[kind],
-                              "bytes": tf.io.gfile.stat(written[kind]).length} for kind in written}}
+                              "bytes": len(content)} for kind, content in written.items()}}
 
 
 def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:

@@ -85,13 +85,13 @@ class ImageExampleGen(FileBasedExampleGen):
                  input_config: Optional[example_gen_pb2.Input] = None,
                  output_config: Optional[example_gen_pb2.Output] = None,
                  range_config: Optional[range_config_pb2.RangeConfig] = None,
-                 layout: str = "auto",
+                 layout: str = defaults.LAYOUT,
                  max_pixels: int = defaults.MAX_PIXELS,
                  max_bad_fraction: float = defaults.MAX_BAD_FRACTION,
-                 drop_duplicates: bool = False,
-                 compression_level: int = 0,
+                 drop_duplicates: bool = defaults.DROP_DUPLICATES,
+                 compression_level: int = defaults.COMPRESSION_LEVEL,
                  shard_megabytes: int = defaults.SHARD_MEGABYTES,
-                 span_window: int = 1,
+                 span_window: int = defaults.SPAN_WINDOW,
                  store_max_pixels: int = defaults.STORE_MAX_PIXELS):
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])

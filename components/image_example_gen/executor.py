@@ -118,7 +118,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         summary["store_max_pixels"] = settings.store_max_pixels
         summary["seconds"] = round(elapsed, 2)
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
-        check_summary(summary, settings, listing.source)
+        check_summary(summary, settings.max_bad_fraction, listing.source)
 
         examples.split_names = artifact_utils.encode_split_names(split_names)
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)

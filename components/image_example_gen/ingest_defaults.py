@@ -5,6 +5,7 @@ leaves out), pipeline/config.py's settings (and so the CLI's help) and `imagepip
 these. Plain Python: the CLI imports it without TFX.
 """
 
+LAYOUT = "auto"  # folders, presplit or manifest, told apart by what the data holds (sources.py)
 MAX_PIXELS = 50_000_000  # width * height * frames; larger files are quarantined (decompression bombs)
 # Larger images are stored as a downscaled copy, aspect kept, with the original's size and hash in
 # the example; 0 stores every original. A 12 MP phone photo is stored at 1008x756.
@@ -12,6 +13,9 @@ STORE_MAX_PIXELS = 2_000_000
 MAX_BAD_FRACTION = 0.1  # the run fails when more of the files than this are bad
 EVAL_PERCENT = 20  # unsplit data: the eval share, by content hash
 SHARD_MEGABYTES = 64  # TFRecord shards rotate at about this size
+COMPRESSION_LEVEL = 0  # gzip level of the TFRecords; 0 suits JPEG/PNG, which do not compress
+DROP_DUPLICATES = False  # keep one copy of identical files (same label)
+SPAN_WINDOW = 1  # spans read: the latest and the SPAN_WINDOW - 1 before it
 
 
 def hash_split_output(eval_percent: int = EVAL_PERCENT):

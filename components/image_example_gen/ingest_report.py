@@ -18,7 +18,6 @@ from tfx.utils import io_utils
 
 from components.image_example_gen import SUMMARY_FILE, sources
 from components.image_example_gen.image_check import Reason
-from components.image_example_gen.ingest_settings import IngestSettings
 
 QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
 
@@ -66,7 +65,7 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
     }
 
 
-def check_summary(summary: Dict[str, Any], settings: IngestSettings, source: str) -> None:
+def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str) -> None:
     """Enforces the accounting invariant and the user's limits; raises IngestionError."""
     seen, written, bad = summary["files_seen"], summary["examples_written"], summary["quarantined"]
     if seen != written + bad:
@@ -76,10 +75,10 @@ def check_summary(summary: Dict[str, Any], settings: IngestSettings, source: str
         raise IngestionError(
             f"{source}: no valid image among {seen} files (quarantined: {top}); "
             "check that the path holds JPEG, PNG, GIF or BMP images")
-    if summary["bad_fraction"] > settings.max_bad_fraction:
+    if summary["bad_fraction"] > max_bad_fraction:
         raise IngestionError(
             f"{source}: {bad} of {seen} files ({summary['bad_fraction']:.1%}) were quarantined ({top}), "
-            f"over the limit of {settings.max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")
+            f"over the limit of {max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")
     with_examples = sorted(set(summary["label_map"]) - set(summary["classes_without_examples"]))
     if len(with_examples) < 2:
         raise IngestionError(

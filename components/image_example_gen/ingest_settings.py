@@ -44,7 +44,7 @@ class IngestSettings(NamedTuple):
     drop_duplicates: bool
     compression_level: int
     shard_megabytes: int
-    span: int  # resolved by the driver (0 without {SPAN})
+    span: int  # resolved by the driver, else by from_exec_properties (0 without {SPAN})
     span_window: int
     span_pattern: str
     store_max_pixels: int  # 0: store every original
@@ -69,16 +69,17 @@ class IngestSettings(NamedTuple):
         return cls(
             input_base=props[standard_component_specs.INPUT_BASE_KEY],
             input_config=input_config, output_config=output_config,
-            layout=props.get(LAYOUT_KEY) or "auto",
+            layout=props.get(LAYOUT_KEY) or defaults.LAYOUT,
             max_pixels=int(props.get(MAX_PIXELS_KEY) or defaults.MAX_PIXELS),
-            max_bad_fraction=float(props.get(MAX_BAD_FRACTION_KEY, defaults.MAX_BAD_FRACTION)),
-            drop_duplicates=bool(props.get(DROP_DUPLICATES_KEY, 0)),
-            compression_level=int(props.get(COMPRESSION_LEVEL_KEY) or 0),
+            max_bad_fraction=float(_given(props.get(MAX_BAD_FRACTION_KEY), defaults.MAX_BAD_FRACTION)),
+            drop_duplicates=bool(props.get(DROP_DUPLICATES_KEY) or defaults.DROP_DUPLICATES),
+            compression_level=int(props.get(COMPRESSION_LEVEL_KEY) or defaults.COMPRESSION_LEVEL),
             shard_megabytes=int(props.get(SHARD_MEGABYTES_KEY) or defaults.SHARD_MEGABYTES),
             span=int(span or 0),
-            span_window=int(props.get(SPAN_WINDOW_KEY) or 1),
+            span_window=int(props.get(SPAN_WINDOW_KEY) or defaults.SPAN_WINDOW),
             span_pattern=props.get(SPAN_PATTERN_KEY) or "",
-            store_max_pixels=int(props.get(STORE_MAX_PIXELS_KEY, defaults.STORE_MAX_PIXELS)))
+            # 0 is a setting (store every original): only a missing or unset parameter falls back.
+            store_max_pixels=int(_given(props.get(STORE_MAX_PIXELS_KEY), defaults.STORE_MAX_PIXELS)))
 
     def list_inputs(self) -> sources.Listing:
         """Lists every input split's (span-resolved) pattern into one listing.
@@ -86,9 +87,10 @@ class IngestSettings(NamedTuple):
         With span_window > 1, the latest span comes with the span_window - 1 spans before it.
         """
         splits = self.input_config.splits
+        spans = self.window_spans()  # one listing of the span folders, for every split
         merged = None
         for split in splits:
-            for pattern in self._window(split.pattern):
+            for pattern in self._window(split.pattern, spans):
                 pattern = pattern.rstrip("*").rstrip("/")  # 'train/*' names the folder 'train'
                 source = sources.join(self.input_base, pattern) if pattern not in ("", ".") else self.input_base
                 named = None if len(splits) == 1 else sources.SPLIT_ALIASES.get(split.name.lower(), split.name)
@@ -99,7 +101,7 @@ class IngestSettings(NamedTuple):
                     merged.candidates += listing.candidates
                     merged.skipped_hidden += listing.skipped_hidden
         if len(merged.candidates) and self.span_window > 1:
-            merged.source = f"{self.input_base} spans {', '.join(map(str, self.window_spans()))}"
+            merged.source = f"{self.input_base} spans {', '.join(map(str, spans))}"
         return merged
 
     def window_spans(self) -> List[int]:
@@ -121,8 +123,7 @@ class IngestSettings(NamedTuple):
                             self.span_window, window, self.span)
         return window
 
-    def _window(self, resolved: str) -> List[str]:
-        spans = self.window_spans()
+    def _window(self, resolved: str, spans: List[int]) -> List[str]:
         if spans == [self.span]:
             return [resolved]
         # Replace the resolved span's number in the pattern by each span of the window.
@@ -148,3 +149,8 @@ class IngestSettings(NamedTuple):
 def _zero_pad(span: int, width_spec) -> str:
     """{SPAN:2} means a zero-padded width of 2, as in TFX's own span specs."""
     return str(span).zfill(int(width_spec[1:])) if width_spec else str(span)
+
+
+def _given(value, default):
+    """An exec property's value, or the default when the compiled pipeline left it out or unset."""
+    return default if value is None else value
