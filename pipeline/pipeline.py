@@ -79,7 +79,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         drop_duplicates=config.drop_duplicates,
         compression_level=config.compression_level,
         span_window=config.span_window,
-        store_max_pixels=config.store_max_pixels)
+        store_max_pixels=config.store_max_pixels,
+        seed=config.seed)
 
     # StatisticsGen, Transform and the Evaluator batch by bytes and check TFRecord checksums fast
     # (components/beam_tuning.py): a batch of full-size photos weighs what a batch of thumbnails does.

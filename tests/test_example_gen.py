@@ -1,5 +1,6 @@
 """ImageExampleGen's executor on real files with real Beam; output read back with TensorFlow."""
 
+import itertools
 import os
 
 import pytest
@@ -139,6 +140,27 @@ def test_runs_are_deterministic(messy, messy_run, tmp_path):
     second = by_filename(read_examples(examples.uri))
     assert first == second
     assert quarantine(report.uri) == quarantine(messy_run[1].uri)
+
+
+def test_examples_leave_ingestion_in_a_seeded_order_that_mixes_the_classes(tmp_path):
+    """Class folders are listed one after another; the examples must not come out that way (the Trainer
+    would then see one class at a time), and the same seed must give the same order."""
+    data = tmp_path / "data"
+    classes = [f"class{k}" for k in range(4)]
+    make_class_tree(data, classes=classes, per_class=40)
+
+    def order(seed, out):
+        examples, _ = run_executor(data, tmp_path / out, seed=seed)
+        return [e["image/filename"].decode() for e in read_examples(examples.uri)["train"]]
+
+    first = order(1, "a")
+    labels = [path.split("/")[0] for path in first]
+    assert set(labels[:len(labels) // 4]) == set(classes)  # every class in the first quarter of the split
+    longest = max(len(list(run)) for _, run in itertools.groupby(labels))
+    assert longest < 10, labels  # no long stretch of one class (folder order: runs of 30)
+    assert order(1, "b") == first  # same seed, same order
+    other = order(2, "c")
+    assert other != first and sorted(other) == sorted(first)
 
 
 def test_presplit_folders_keep_their_split_and_a_leak_is_quarantined(tmp_path):

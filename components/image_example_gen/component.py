@@ -16,6 +16,8 @@ resolution works the same locally and on Vertex, and adds:
   shard_megabytes     start a new output shard past this size
   store_max_pixels    store images above this many pixels as a downscaled copy (aspect kept;
                       the original's size and hash stay in the example); 0 stores originals
+  seed                files are ingested in an order shuffled with it (never class-folder order, which
+                      would reach the Trainer's shuffle buffer one class at a time)
   span_window         with {SPAN} patterns: ingest the latest span and the span_window - 1
                       spans before it together (a rolling window for retraining)
 """
@@ -49,6 +51,7 @@ class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
         ingest_settings.SPAN_WINDOW_KEY: ExecutionParameter(type=int),
         ingest_settings.SPAN_PATTERN_KEY: ExecutionParameter(type=str, optional=True),
         ingest_settings.STORE_MAX_PIXELS_KEY: ExecutionParameter(type=int, optional=True),
+        ingest_settings.SEED_KEY: ExecutionParameter(type=int, optional=True),
     }
     OUTPUTS = {
         **standard_component_specs.FileBasedExampleGenSpec.OUTPUTS,
@@ -92,7 +95,8 @@ class ImageExampleGen(FileBasedExampleGen):
                  compression_level: int = defaults.COMPRESSION_LEVEL,
                  shard_megabytes: int = defaults.SHARD_MEGABYTES,
                  span_window: int = defaults.SPAN_WINDOW,
-                 store_max_pixels: int = defaults.STORE_MAX_PIXELS):
+                 store_max_pixels: int = defaults.STORE_MAX_PIXELS,
+                 seed: int = defaults.SEED):
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])
         if output_config is None:
@@ -114,6 +118,7 @@ class ImageExampleGen(FileBasedExampleGen):
             shard_megabytes=shard_megabytes,
             span_window=span_window,
             store_max_pixels=store_max_pixels,
+            seed=seed,
             # The driver fills {SPAN} into input_config; the window needs the pattern as written.
             span_pattern=input_config.splits[0].pattern if span_window > 1 else None,
             examples=types.Channel(type=standard_artifacts.Examples),

@@ -14,6 +14,7 @@ not grow with the bytes of the corpus, and each file is read once.
 """
 
 import collections
+import hashlib
 import json
 import os
 import time
@@ -74,7 +75,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         staging = sources.join(examples.uri, ".staging")
         processes = local_processes(self._beam_pipeline_args)
         batch_files = []
-        for n, batch in enumerate(batches(listing.candidates, processes)):
+        for n, batch in enumerate(batches(ingest_order(listing.candidates, settings.seed), processes)):
             batch_files.append(sources.join(staging, "candidates", f"batch-{n:06d}.json"))
             batch_ingest.write_candidates(batch, batch_files[-1])
         ingest_settings = batch_ingest.Settings(
@@ -156,6 +157,17 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover (macOS)
         return os.cpu_count() or 1
+
+
+def ingest_order(candidates: List[sources.Candidate], seed: int) -> List[sources.Candidate]:
+    """The candidates in an order shuffled with `seed`: each batch, and so each shard and the whole
+    split, mixes the classes. In the listing's order (one class folder after another) the examples
+    would reach the Trainer a class at a time, which no shuffle buffer smaller than the data undoes.
+    Keyed by path, so the same seed gives the same order, and a file added keeps the others' order."""
+    def key(c: sources.Candidate) -> bytes:
+        return hashlib.sha256(f"{seed}\0{c.rel_path}".encode("utf-8", "surrogateescape")).digest()
+
+    return sorted(candidates, key=key)
 
 
 def batches(candidates: List[sources.Candidate], processes: int) -> List[List[sources.Candidate]]:

@@ -16,6 +16,9 @@ SHARD_MEGABYTES = 64  # TFRecord shards rotate at about this size
 COMPRESSION_LEVEL = 0  # gzip level of the TFRecords; 0 suits JPEG/PNG, which do not compress
 DROP_DUPLICATES = False  # keep one copy of identical files (same label)
 SPAN_WINDOW = 1  # spans read: the latest and the SPAN_WINDOW - 1 before it
+# Files are ingested (and so written, and read by Transform and the Trainer) in an order shuffled
+# with this seed, never in the listing's class-folder order; the pipeline passes its --seed.
+SEED = 0
 
 
 def hash_split_output(eval_percent: int = EVAL_PERCENT):

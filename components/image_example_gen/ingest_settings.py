@@ -30,6 +30,7 @@ SHARD_MEGABYTES_KEY = "shard_megabytes"
 SPAN_WINDOW_KEY = "span_window"
 SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills in {SPAN}
 STORE_MAX_PIXELS_KEY = "store_max_pixels"
+SEED_KEY = "seed"
 
 
 class IngestSettings(NamedTuple):
@@ -48,6 +49,7 @@ class IngestSettings(NamedTuple):
     span_window: int
     span_pattern: str
     store_max_pixels: int  # 0: store every original
+    seed: int  # the order files are ingested in (ingest_order)
 
     @classmethod
     def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
@@ -79,7 +81,8 @@ class IngestSettings(NamedTuple):
             span_window=int(props.get(SPAN_WINDOW_KEY) or defaults.SPAN_WINDOW),
             span_pattern=props.get(SPAN_PATTERN_KEY) or "",
             # 0 is a setting (store every original): only a missing or unset parameter falls back.
-            store_max_pixels=int(_given(props.get(STORE_MAX_PIXELS_KEY), defaults.STORE_MAX_PIXELS)))
+            store_max_pixels=int(_given(props.get(STORE_MAX_PIXELS_KEY), defaults.STORE_MAX_PIXELS)),
+            seed=int(_given(props.get(SEED_KEY), defaults.SEED)))
 
     def list_inputs(self) -> sources.Listing:
         """Lists every input split's (span-resolved) pattern into one listing.
