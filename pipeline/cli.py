@@ -79,8 +79,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="cnn (fast default) or a keras.applications backbone for transfer learning")
     t.add_argument("--image-size", type=int, help="side of the square model input (default: 32 for the "
                    "sample, 64 for cnn, 224 for the backbones)")
-    t.add_argument("--epochs", type=int, help=f"training epochs (default {d.epochs})")
-    t.add_argument("--fine-tune-epochs", type=int, help="backbones: epochs with the top layers unfrozen")
+    t.add_argument("--epochs", type=int, help="the most training epochs: training stops earlier once the eval loss "
+                   f"has not improved for --patience epochs, keeping the best epoch (default {d.epochs})")
+    t.add_argument("--patience", type=int, help=f"epochs without a lower eval loss before training stops "
+                   f"(default {d.patience})")
+    t.add_argument("--fine-tune-epochs", type=int, help="backbones: then at most this many epochs with the top "
+                   "layers unfrozen")
     t.add_argument("--batch-size", type=int, help=f"per replica (default {d.batch_size})")
     t.add_argument("--learning-rate", type=float, help=f"(default {d.learning_rate})")
     t.add_argument("--weights", help="backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' (random)")

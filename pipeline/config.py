@@ -80,6 +80,7 @@ class PipelineConfig:
     image_size: Optional[int] = None  # None: 32 for the digits sample, else the model's usual size
     epochs: int = HParams.epochs
     fine_tune_epochs: int = HParams.fine_tune_epochs
+    patience: int = HParams.patience
     batch_size: int = HParams.batch_size
     learning_rate: float = HParams.learning_rate
     weights: str = HParams.weights
@@ -133,7 +134,7 @@ class PipelineConfig:
         size = self.image_size if self.image_size is not None else (
             32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, HParams.image_size))
         return HParams(model=self.model, image_size=size, epochs=self.epochs,
-                       fine_tune_epochs=self.fine_tune_epochs, batch_size=self.batch_size,
+                       fine_tune_epochs=self.fine_tune_epochs, patience=self.patience, batch_size=self.batch_size,
                        learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
                        tflite=self.tflite, seed=self.seed, deterministic=self.deterministic,
                        warm_start=self.warm_start)

@@ -67,7 +67,7 @@ class Printer:
 
     def _progress(self, event: Dict[str, Any]) -> None:
         done, total = event["done"], max(1, event["total"])
-        label = {"ingest": "files", "train": "epochs"}.get(event["kind"], event["kind"])
+        label = {"ingest": "files", "train": "epochs at most"}.get(event["kind"], event["kind"])
         extra = ""
         if event["kind"] == "train" and "val_accuracy" in event:
             extra = f"  loss {event.get('loss', 0):.3f}  eval accuracy {event['val_accuracy']:.3f}"

@@ -274,6 +274,10 @@ def _training(components: Dict[str, Dict]) -> str:
             + (f", warm-started from <code>{esc(log['warm_started_from'])}</code>" if log.get("warm_started_from") else "")
             + (f", not warm-started ({esc(log['warm_start_skipped'])})" if log.get("warm_start_skipped") else "")
             + f". TensorBoard: <code>tensorboard --logdir {esc(d['model_run'])}</code></p>")
+    if d.get("still_improving"):
+        body += (f"<p class=\"warn\"><b>{esc(run_text.still_improving(d['still_improving']))}</b>: the eval loss was "
+                 "still falling when the epoch cap ended training, so more epochs would likely give a better "
+                 "model.</p>")
     loss = {"train loss": [e.get("loss") for e in epochs], "eval loss": [e.get("val_loss") for e in epochs]}
     accuracy = {"train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
                 "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs]}

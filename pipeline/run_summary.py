@@ -15,6 +15,7 @@ from components import drift as drift_lib
 from components.image_example_gen import QUARANTINE_FILE, SUMMARY_FILE
 from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
 from pipeline import run_lock, run_store
+from trainer.epochs import best_epoch
 
 
 
@@ -148,7 +149,8 @@ def _trainer(c: Dict[str, Any]) -> Dict[str, Any]:
             "kept_epoch": kept.get("epoch"), "kept_eval_accuracy": kept.get("val_sparse_categorical_accuracy"),
             "warm_started_from": log.get("warm_started_from"),
             "warm_start_skipped": log.get("warm_start_skipped") or "",
-            "model_run": model_run, "class_names": log["class_names"], "tflite": log.get("tflite")}
+            "model_run": model_run, "class_names": log["class_names"], "tflite": log.get("tflite"),
+            "still_improving": log.get("still_improving") or []}
 
 
 def _evaluator(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -216,12 +218,10 @@ def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def kept_epoch(epochs: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """The epoch whose weights the model has: early stopping restores the lowest eval loss of the last
-    training phase (trainer/task.py), so the Evaluator scores that epoch, not the most accurate one."""
+    """The epoch whose weights the model has: the Trainer keeps the best epoch of its last training phase."""
     if not epochs:
         return {}
-    last_phase = [e for e in epochs if e.get("phase") == epochs[-1].get("phase")]
-    return min(last_phase, key=lambda e: e.get("val_loss", float("inf")))
+    return best_epoch([e for e in epochs if e.get("phase") == epochs[-1].get("phase")])
 
 
 def _megabytes(uri: str) -> float:

@@ -63,11 +63,17 @@ def _trainer(c: Dict[str, Any]) -> str:
     d = c["details"]
     accuracy = d["kept_eval_accuracy"]
     return (f"{d['epochs']} epochs on {d['strategy']}"
-            + (f", kept epoch {d['kept_epoch']} (lowest eval loss): eval accuracy {accuracy:.4f}"
+            + (f", kept epoch {d['kept_epoch']} (best eval accuracy): eval accuracy {accuracy:.4f}"
                if accuracy is not None else "")
             + (", warm-started" if d.get("warm_started_from") else "")
             + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
+            + (f"; {still_improving(d['still_improving'])}" if d.get("still_improving") else "")
             + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else ""))
+
+
+def still_improving(options: List[str]) -> str:
+    """The hint when the epoch cap, not early stopping, ended training that was still improving."""
+    return f"still improving at the last epoch: raise {' and '.join(options)}"
 
 
 def _evaluator(c: Dict[str, Any]) -> str:

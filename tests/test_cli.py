@@ -55,6 +55,8 @@ def test_run_prints_what_each_component_did(cli_runs):
     assert re.search(r"ImageExampleGen +ran .*300 files -> 300 examples", out)
     assert re.search(r"DataValidationGate +ran .*passed: no anomalies", out)
     assert re.search(rf"Trainer +ran .*3 epochs on {expected_strategy_kind()} ", out)
+    # 3 epochs is the cap here, and 300 digits are still being learnt then: the line says so.
+    assert re.search(r"Trainer +ran .*; still improving at the last epoch: raise --epochs", out)
     assert re.search(r"Pusher +ran ", out) and "tensorboard --logdir" in out
     assert out.strip().splitlines()[-1].startswith("report: ")
 

@@ -60,7 +60,8 @@ def test_report_renders_in_a_real_browser(runs):
     text = check["text"]
     for expected in ("300 files → 300 examples, 0 quarantined; no anomalies", "BLESSED:", "Per class",
                      "Confusion matrix", "Misclassified eval images", "loss per epoch", "Hyperparameters",
-                     "Schema in use: curated (ImportSchemaGen)", "pipeline_run"):
+                     "Schema in use: curated (ImportSchemaGen)", "pipeline_run",
+                     "still improving at the last epoch: raise --epochs"):
         assert expected in text, expected
     assert os.path.getsize(seen["screenshot"]) > 50_000
 

@@ -38,13 +38,15 @@ class HParams:
     # keras.applications weights for the transfer models: "imagenet" (downloaded), a .h5 or
     # .weights.h5 file (local or gs://), or "" for random initialisation (tests; nothing downloads).
     weights: str = "imagenet"
-    epochs: int = 12  # for transfer models: epochs with the backbone frozen
-    fine_tune_epochs: int = 0  # transfer models: then this many epochs with the top unfrozen
+    # The most epochs: training stops earlier, once the eval loss has not improved for `patience` epochs,
+    # and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the backbone frozen.
+    epochs: int = 100
+    fine_tune_epochs: int = 0  # transfer models: then at most this many epochs with the top unfrozen
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
     batch_size: int = 64
     learning_rate: float = 1e-3
     fine_tune_learning_rate: float = 1e-5
-    early_stopping_patience: int = 3
+    patience: int = 5  # epochs without a lower eval loss before training stops
     augment: str = ""  # comma-separated: flip, crop, brightness
     tflite: str = ""  # comma-separated TFLite exports beside the SavedModel: float16, int8
     seed: int = 42
@@ -55,7 +57,6 @@ class HParams:
     mixed_precision: str = "auto"  # auto (on for GPU/TPU), on, off
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.
     cache_megabytes: int = 0
-    shuffle_buffer: int = 2048
 
     @classmethod
     def from_custom_config(cls, custom_config: Optional[Dict[str, Any]]) -> "HParams":
@@ -110,6 +111,8 @@ class HParams:
         for option, value, most in (("--epochs", self.epochs, MAX_EPOCHS), ("--batch-size", self.batch_size, 65536)):
             if not 1 <= value <= most:
                 raise ValueError(f"{option} {value}: use a whole number from 1 to {most:,}")
+        if not 1 <= self.patience <= MAX_EPOCHS:
+            raise ValueError(f"--patience {self.patience}: use a whole number of epochs from 1 to {MAX_EPOCHS:,}")
         if not 0 <= self.fine_tune_epochs <= MAX_EPOCHS:
             raise ValueError(f"--fine-tune-epochs {self.fine_tune_epochs}: use 0 to {MAX_EPOCHS:,}")
         for option, value in (("--learning-rate", self.learning_rate),

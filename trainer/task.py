@@ -21,19 +21,25 @@ from tensorflow.python.framework import config as tf_config  # disable_op_determ
 from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from components.progress_events import progress_event
 from trainer import export, features, input_pipeline, models, tflite_export
+from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
 from trainer import strategy as strategies
 
 
-
 class EpochLog(keras.callbacks.Callback):
-    """Keeps each epoch's metrics and duration, and logs them as they come."""
+    """A training phase: keeps each epoch's metrics and duration, logs them as they come, and when the
+    phase ends restores the weights of its best epoch (trainer/epochs.py)."""
 
-    def __init__(self, phase: str, total_epochs: int):
+    def __init__(self, phase: str, total_epochs: int, cap: int = 0, option: str = "--epochs"):
         super().__init__()
         self.phase = phase
         self.total_epochs = total_epochs
+        self.cap, self.option = cap, option  # this phase's most epochs, and the option that sets it
         self.epochs = []
+        self._best_weights = None
+
+    def still_improving(self) -> bool:
+        return still_improving(self.epochs, self.cap)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._started = time.monotonic()
@@ -42,10 +48,16 @@ class EpochLog(keras.callbacks.Callback):
         entry = {"epoch": epoch + 1, "phase": self.phase, "seconds": round(time.monotonic() - self._started, 2),
                  **{k: float(v) for k, v in (logs or {}).items()}}
         self.epochs.append(entry)
+        if best_epoch(self.epochs) is entry:
+            self._best_weights = self.model.get_weights()
         logging.info("Trainer: epoch %d (%s) %s", epoch + 1, self.phase,
                      ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if isinstance(v, float)))
         progress_event("train", epoch + 1, self.total_epochs, loss=entry.get("loss", 0.0),  # for `imagepipe run`
                        val_accuracy=entry.get("val_sparse_categorical_accuracy", 0.0))
+
+    def on_train_end(self, logs=None):
+        if self._best_weights is not None:
+            self.model.set_weights(self._best_weights)
 
 
 def warm_start(model, base_model_dir, info) -> Tuple[Optional[str], str]:
@@ -114,8 +126,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     num_classes = tft_output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
     batch = hp.batch_size * replicas
     static = plan.kind == "tpu"  # XLA on TPU compiles one batch shape
-    train = input_pipeline.make_dataset(fn_args.train_files, hp, training=True, batch_size=batch,
-                                        drop_remainder=static)
+    train, steps = input_pipeline.repeated(input_pipeline.make_dataset(
+        fn_args.train_files, hp, training=True, batch_size=batch, drop_remainder=static))
     evaluation = input_pipeline.make_dataset(fn_args.eval_files, hp, training=False, batch_size=batch,
                                              drop_remainder=static)
 
@@ -130,23 +142,25 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
             logging.warning("Trainer: not warm-starting (%s); training from scratch", cold_reason)
         models.compile_model(model, hp.learning_rate)
     planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
-    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned)]
+    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs)]
     callbacks = [
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir),
-        keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.early_stopping_patience,
-                                      restore_best_weights=True),
+        # Within the cap (--epochs), training stops once the eval loss has not improved for --patience
+        # epochs, and each phase keeps the weights of its best epoch (EpochLog).
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience),
     ]
     started = time.monotonic()
-    model.fit(train, validation_data=evaluation, epochs=hp.epochs, callbacks=callbacks + [phases[0]], verbose=0)
+    model.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs,
+              callbacks=callbacks + [phases[0]], verbose=0)
     if hp.model != "cnn" and hp.fine_tune_epochs > 0:
         with strategy.scope():
             unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
             models.compile_model(model, hp.fine_tune_learning_rate)
         logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
-        phases.append(EpochLog("fine-tune", planned))
+        phases.append(EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs"))
         done = len(phases[0].epochs)
-        model.fit(train, validation_data=evaluation, initial_epoch=done, epochs=done + hp.fine_tune_epochs,
-                  callbacks=callbacks + [phases[1]], verbose=0)
+        model.fit(train, steps_per_epoch=steps, validation_data=evaluation, initial_epoch=done,
+                  epochs=done + hp.fine_tune_epochs, callbacks=callbacks + [phases[1]], verbose=0)
     seconds = time.monotonic() - started
 
     export.export(model, tft_output, hp, fn_args.serving_model_dir)
@@ -162,6 +176,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         "warm_started_from": warm_started, "warm_start_skipped": cold_reason,
         "deterministic": hp.deterministic,
         "train_seconds": round(seconds, 2), "epochs": [e for p in phases for e in p.epochs],
+        # The options whose epoch cap ended a phase that was still improving (raise them).
+        "still_improving": [p.option for p in phases if p.still_improving()],
         "tflite": on_device,
     }
     tf.io.gfile.makedirs(fn_args.model_run_dir)

@@ -1,0 +1,31 @@
+"""Which epoch of a training phase the model keeps, and whether the phase stopped too soon.
+
+Plain Python over the per-epoch records of training.json: the Trainer (trainer/task.py) and the run
+summary (pipeline/run_summary.py) read training the same way.
+"""
+
+from typing import Any, Dict, List
+
+Epoch = Dict[str, Any]
+
+
+def _accuracy_then_loss(e: Epoch):
+    return e.get("val_sparse_categorical_accuracy", 0.0), -e.get("val_loss", float("inf"))
+
+
+def best_epoch(epochs: List[Epoch]) -> Epoch:
+    """The epoch whose weights training keeps: the highest eval accuracy, ties to the lower eval loss.
+
+    Early stopping watches the eval loss (it stops after --patience epochs without a lower one), but the
+    model is judged on accuracy, which often keeps rising while an overconfident model's loss does not
+    (measured on bench/shapes.py: eval loss lowest at epoch 10, accuracy 0.24; at epoch 14, 0.29)."""
+    return max(epochs, key=_accuracy_then_loss)
+
+
+def still_improving(epochs: List[Epoch], cap: int) -> bool:
+    """The phase ran to its cap with its best eval loss or accuracy at the last epoch: the cap, not
+    early stopping, ended it, and more epochs would likely have helped."""
+    if not epochs or len(epochs) < cap:
+        return False
+    last = epochs[-1]
+    return last is min(epochs, key=lambda e: e.get("val_loss", float("inf"))) or last is best_epoch(epochs)
