@@ -20,6 +20,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
 from components import beam_tuning
+from components.baseline import locate
 from components.image_example_gen import PROFILE_FILE
 
 BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no baseline was compared
@@ -37,10 +38,10 @@ def model_classes(model_uri: str) -> Optional[List[str]]:
 
 
 def class_change(baseline: Optional[List[str]], candidate: Optional[List[str]]) -> str:
-    """Why these two models cannot be compared, or "" when they predict the same classes."""
-    if baseline is None:
-        return "the last blessed model does not record its classes"
-    if candidate is None or baseline == candidate:
+    """Why these two models cannot be compared, or "" when they predict the same classes (or a model does
+    not record its classes, as versions before model_info.json did: then TFMA compares them, and fails
+    loudly if it cannot; never is such a candidate blessed uncompared)."""
+    if baseline is None or candidate is None or baseline == candidate:
         return ""
     added = [c for c in candidate if c not in baseline]
     removed = [c for c in baseline if c not in candidate]
@@ -60,7 +61,11 @@ class Executor(beam_tuning.EvaluatorExecutor):
         skipped = ""
         if input_dict.get(key):
             candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
-            skipped = class_change(model_classes(input_dict[key][0].uri), model_classes(candidate.uri))
+            baseline = input_dict[key][0]
+            # Never judged on the threshold alone because the baseline's folder moved or went: read it
+            # where the root now is, or stop (components/baseline.py).
+            baseline.uri = locate(baseline.uri, candidate.uri, "model")
+            skipped = class_change(model_classes(baseline.uri), model_classes(candidate.uri))
             if skipped:
                 logging.warning("Evaluator: not comparing with the last blessed model: %s; blessing on the "
                                 "threshold alone", skipped)

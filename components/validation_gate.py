@@ -27,6 +27,7 @@ from tfx.types import standard_artifacts
 from tfx.utils import io_utils
 
 from components import drift
+from components.baseline import locate
 from components.artifacts import DataValidationResult
 from components.image_example_gen import PROFILE_FILE
 from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE
@@ -92,7 +93,9 @@ def DataValidationGate(
     found = read_anomalies(anomalies.uri)
     limits = drift.Thresholds(max_class_drift=max_class_drift, max_size_drift=max_size_drift,
                               max_format_drift=max_format_drift, max_count_drop=max_count_drop)
-    reference = read_profile(baseline_blessing.uri) if baseline_blessing else None
+    # The blessing's folder where the root now is; gone, the run stops here (components/baseline.py),
+    # before training a model that could not be compared either.
+    reference = read_profile(locate(baseline_blessing.uri, examples.uri, "blessing")) if baseline_blessing else None
     drift_result = drift.check(reference, read_profile(examples.uri), limits, has_baseline=bool(baseline_blessing))
     drifted = [c for c in drift_result.get("checks", []) if c["drifted"]]
     io_utils.write_string_file(os.path.join(result.uri, GATE_RESULT_FILE), json.dumps(found, indent=1))

@@ -388,10 +388,11 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
 
 
 def _error_text(error: Exception, root: str = "") -> str:
+    from components.baseline import BaselineError
     from components.image_example_gen.ingest_report import IngestionError
     from components.validation_gate import DataValidationError
 
-    if isinstance(error, (IngestionError, DataValidationError)):
+    if isinstance(error, (IngestionError, DataValidationError, BaselineError)):
         return str(error)  # written for the user already
     text = str(error)
     if "[Errno 28]" in text or "No space left on device" in text:  # also inside a worker's or Beam's error

@@ -79,6 +79,9 @@ def _unfinished(components: Dict[str, Dict], name: str, key: str, title: str, wh
     c = components.get(name)
     if c and c["details"]:
         return None
+    if c and c.get("missing"):
+        return _section(key, title, f"<p>{esc(what)} ran, but its outputs are no longer on disk: "
+                                    f"<code>{esc(c['missing'][0])}</code>.</p>")
     return _section(key, title, _not_reached(name) if not c else f"<p>{what} did not complete (see Summary).</p>")
 
 

@@ -12,11 +12,26 @@ from typing import Any, Callable, Dict, List, Optional
 from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
+from components.baseline import relocate
+from components.image_example_gen.sources import is_remote
 from components.image_example_gen import QUARANTINE_FILE, SUMMARY_FILE
 from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
 from pipeline import run_lock, run_store
 from trainer.epochs import best_epoch
 
+
+
+def artifact_path(uri: str, metadata_path: str) -> str:
+    """An artifact's folder as recorded, or where it is now when the root was moved or copied (ML Metadata
+    keeps the paths of the root the run wrote to: <root>/metadata/<name>/metadata.db and
+    <root>/pipelines/<name>/... move together)."""
+    name_dir = os.path.dirname(metadata_path)
+    root, name = os.path.dirname(os.path.dirname(name_dir)), os.path.basename(name_dir)
+    for folder in ("pipelines", "serving"):  # artifacts, and the Pusher's destinations
+        found = relocate(uri, os.path.join(root, folder, name))
+        if found != uri:
+            return found
+    return uri
 
 
 def list_runs(metadata_path: str) -> List[Dict[str, Any]]:
@@ -31,7 +46,7 @@ def list_runs(metadata_path: str) -> List[Dict[str, Any]]:
         evaluation = next((e for e, c in zip(executions, components) if c["component"] == "Evaluator"), None)
         accuracy = blessed = None
         if evaluation is not None:
-            details = _evaluator_details(store, evaluation)
+            details = _evaluator_details(store, evaluation, metadata_path)
             accuracy, blessed = details.get("accuracy"), details.get("blessed")
         failed = next((c for c in components if c["state"] == "FAILED"), None)
         ends = [e.last_update_time_since_epoch for e in executions] or [run.create_time_since_epoch]
@@ -47,7 +62,7 @@ def list_runs(metadata_path: str) -> List[Dict[str, Any]]:
     return out
 
 
-def _evaluator_details(store, execution) -> Dict[str, Any]:
+def _evaluator_details(store, execution, metadata_path: str) -> Dict[str, Any]:
     events = [e for e in store.get_events_by_execution_ids([execution.id]) if e.type == metadata_store_pb2.Event.OUTPUT]
     found: Dict[str, Any] = {}
     for event, artifact in zip(events, store.get_artifacts_by_id([e.artifact_id for e in events])):
@@ -56,7 +71,7 @@ def _evaluator_details(store, execution) -> Dict[str, Any]:
             found["blessed"] = bool(run_store.scalars(artifact.custom_properties).get("blessed"))
         elif key == "evaluation":
             try:
-                found["accuracy"] = evaluation_metrics(artifact.uri)["accuracy"]
+                found["accuracy"] = evaluation_metrics(artifact_path(artifact.uri, metadata_path))["accuracy"]
             except Exception:  # noqa: BLE001 - a deleted or unreadable evaluation: no figure
                 found["accuracy"] = None
     return found
@@ -78,10 +93,11 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
         for event in events:
             key = event.path.steps[0].key if event.path.steps else "output"
             artifact = artifacts[event.artifact_id]
+            uri = artifact_path(artifact.uri, metadata_path)
             if event.type == metadata_store_pb2.Event.INPUT:
-                inputs.setdefault(key, []).append(artifact.uri)
+                inputs.setdefault(key, []).append(uri)
             elif event.type == metadata_store_pb2.Event.OUTPUT:
-                outputs.setdefault(key, []).append(artifact.uri)
+                outputs.setdefault(key, []).append(uri)
                 properties.setdefault(key, []).append(run_store.scalars(artifact.custom_properties))
         components.append({
             "component": node,
@@ -96,7 +112,12 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
             "error": run_store.execution_error(execution),
         })
     for c in components:
-        c["details"] = _details(c)
+        # Outputs deleted since (a pipelines/ folder removed by hand): said so, never read.
+        c["missing"] = sorted(u for uris in c["outputs"].values() for u in uris
+                              if c["state"] in ("ran", "cached") and not is_remote(u) and not os.path.exists(u))
+        c["details"] = {} if c["missing"] else _details(c)
+        if c["details"].get("destination"):  # the Pusher's folder, recorded like an artifact's
+            c["details"]["destination"] = artifact_path(c["details"]["destination"], metadata_path)
     trainer = next((c["details"] for c in components if c["component"] == "Trainer"), {})
     for c in components:
         if c["component"] == "Evaluator" and c["details"] and trainer.get("class_names"):

@@ -21,6 +21,8 @@ def format_summary(summary: Dict[str, Any]) -> List[str]:
 
 def one_line(c: Dict[str, Any]) -> str:
     kind = component_kind(c["component"])
+    if c.get("missing"):
+        return f"its outputs are no longer on disk ({c['missing'][0]})"
     if kind == "DataValidationGate" and c["state"] == "FAILED":
         return "stopped the run: " + (c["error"].splitlines()[0][:200] if c["error"] else "anomalies or drift found")
     if kind in LINES and c["details"]:

@@ -66,8 +66,23 @@ def test_a_broken_metadata_store_is_one_line_for_every_command(capsys, tmp_path,
 def test_a_bad_environment_variable_says_what_it_should_be(capsys, monkeypatch):
     monkeypatch.setenv("IMAGEPIPE_EPOCHS", "ten")
     code, err = run_cli(capsys, "run")
-    assert code == 2 and err == ["imagepipe: error: IMAGEPIPE_EPOCHS='ten': not a whole number; fix or unset "
-                                 "the environment variable"]
+    assert code == 2 and err == ["imagepipe: error: IMAGEPIPE_EPOCHS='ten': not a whole number; give a whole "
+                                 "number, or unset the environment variable"]
+
+
+@pytest.mark.parametrize("variable, value, expected", [
+    # Empty: it wrote into the current folder.
+    ("IMAGEPIPE_ROOT", "", "IMAGEPIPE_ROOT='': empty; give a value, or unset the environment variable"),
+    # Not a yes/no value: it was silently false.
+    ("IMAGEPIPE_DROP_DUPLICATES", "maybe", "IMAGEPIPE_DROP_DUPLICATES='maybe': not 1 or 0 (true/false, yes/no, on/off)"),
+    ("IMAGEPIPE_EVAL_PERCENT", " ", "IMAGEPIPE_EVAL_PERCENT=' ': empty; give a whole number"),
+])
+def test_an_empty_or_unknown_environment_value_is_an_error(capsys, monkeypatch, tmp_path, variable, value, expected):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, value)
+    code, err = run_cli(capsys, "run")
+    assert code == 2 and len(err) == 1 and expected in err[0], err
+    assert os.listdir(tmp_path) == []  # nothing written into the current folder
 
 
 def test_a_class_name_with_a_newline_is_refused_at_listing(tmp_path):

@@ -169,3 +169,48 @@ def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_pa
     gate = _details(warned, "DataValidationGate")
     assert not gate["passed"] and {c["feature"] for c in gate["drifted"]} == {"image width", "image height"}
     assert _details(warned, "Evaluator")["baseline_accuracy"] is not None  # same classes: compared
+
+
+def test_the_last_blessed_model_is_found_from_any_folder_and_a_lost_one_stops_the_run(tmp_path, small_digits):
+    """A relative --root, a later run from another folder, a moved root, a deleted pipelines/ folder: a
+    worse model is never blessed uncompared, and `runs` and `report` read a moved root."""
+    import subprocess
+
+    from conftest import IMAGEPIPE
+
+    work = tmp_path / "work"
+    work.mkdir()
+    common = ["--data", small_digits, "--schema", SAMPLE_SCHEMA, "--image-size", "32", "--accuracy-threshold", "0"]
+
+    def run(cwd, root, *extra):
+        return subprocess.run([IMAGEPIPE, "run", "--root", str(root), *common, *extra], cwd=cwd,
+                              capture_output=True, text=True, timeout=900)
+
+    first = run(work, "roots/rel", "--epochs", "10")
+    assert first.returncode == 0 and "BLESSED" in first.stdout, first.stderr[-2000:]
+    # From another folder, the same root given absolute; a model that learnt nothing.
+    worse = run(tmp_path, work / "roots" / "rel", "--epochs", "1", "--learning-rate", "1e-7")
+    assert worse.returncode == 0, worse.stderr[-2000:]
+    evaluator = next(line for line in worse.stdout.splitlines() if line.strip().startswith("Evaluator"))
+    assert "(last blessed model: " in evaluator and "not blessed" in evaluator, worse.stdout
+    assert "not pushed" in worse.stdout and "no blessed model yet" not in worse.stdout
+
+    moved = tmp_path / "moved"
+    shutil.move(str(work / "roots" / "rel"), str(moved))
+    listed = json.loads(subprocess.run([IMAGEPIPE, "runs", "--root", str(moved), "--json"], cwd=tmp_path,
+                                       capture_output=True, text=True).stdout)
+    assert [(r["blessed"], r["accuracy"] is not None) for r in listed] == [(False, True), (True, True)]
+    report = subprocess.run([IMAGEPIPE, "report", "--root", str(moved)], cwd=tmp_path, capture_output=True, text=True)
+    assert report.returncode == 0 and "below the last blessed model" in open(report.stdout.strip()).read()
+
+    shutil.rmtree(moved / "pipelines")  # the blessed model's files are gone; its record is not
+    lost = run(tmp_path, moved, "--epochs", "1", "--no-cache")
+    assert lost.returncode == 1
+    assert lost.stderr.strip().splitlines()[-1].startswith(
+        "imagepipe: error: the last blessed model's blessing is missing ("), lost.stderr[-2000:]
+    assert "Pusher" not in lost.stdout
+    blessed_run = listed[-1]["run_id"]
+    report = subprocess.run([IMAGEPIPE, "report", "--root", str(moved), blessed_run], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "outputs are no longer on disk" in open(report.stdout.strip()).read()

@@ -18,6 +18,7 @@ import tensorflow_transform as tft
 from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
+from components.baseline import pipeline_root_of, relocate
 from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from components.progress_events import progress_event
 from trainer import export, features, input_pipeline, models, tflite_export
@@ -60,14 +61,18 @@ class EpochLog(keras.callbacks.Callback):
             self.model.set_weights(self._best_weights)
 
 
-def warm_start(model, base_model_dir, info) -> Tuple[Optional[str], str]:
+def warm_start(model, base_model_dir, info, serving_model_dir: str = "") -> Tuple[Optional[str], str]:
     """Loads the base model's weights when it was trained for the same classes and input.
 
-    Returns (the weights' folder, "") or (None, why training starts from scratch).
+    Returns (the weights' folder, "") or (None, why training starts from scratch). The base model is
+    looked for where the root now is (components/baseline.py), from this run's serving_model_dir.
     """
     if not base_model_dir:
         return None, "no blessed model yet"
-    keras_dir = os.path.join(os.path.dirname(base_model_dir.rstrip("/")), KERAS_DIR)
+    model_dir = os.path.dirname(base_model_dir.rstrip("/"))
+    if serving_model_dir:
+        model_dir = relocate(model_dir, pipeline_root_of(os.path.dirname(serving_model_dir.rstrip("/"))))
+    keras_dir = os.path.join(model_dir, KERAS_DIR)
     info_path = os.path.join(keras_dir, INFO_FILE)
     if not tf.io.gfile.exists(info_path):
         return None, "the last blessed model has no Keras weights"
@@ -135,7 +140,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels}
     with strategy.scope():
         model = models.build(hp, num_classes)
-        warm_started, cold_reason = warm_start(model, fn_args.base_model, info) if hp.warm_start else (None, "")
+        warm_started, cold_reason = warm_start(model, fn_args.base_model, info, fn_args.serving_model_dir) if hp.warm_start else (None, "")
         if warm_started:
             logging.info("Trainer: warm-started from %s", warm_started)
         elif hp.warm_start:
