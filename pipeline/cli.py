@@ -488,17 +488,23 @@ def _fail(code: int, message: str) -> int:
 def cmd_sample_data(args: argparse.Namespace) -> int:
     from pipeline.sample_data import make_digits
 
-    out = args.out or from_environment(PipelineConfig()).sample_data_dir
-    info = make_digits(os.path.abspath(out))
+    out = os.path.abspath(args.out or from_environment(PipelineConfig()).sample_data_dir)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"--out {out}: not a folder; give a folder to write the images into")
+    try:
+        info = make_digits(out)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot write the images there ({e.strerror or e}); give a folder you "
+                          "can write to, on a disk with room") from None
     print(f"{info['files']:,} images in {info['classes']} classes at {info['path']}")
     return 0
 
 
 def cmd_export_schema(args: argparse.Namespace) -> int:
-    import shutil
+    from pipeline import run_summary, user_files
 
-    from pipeline import run_summary
-
+    user_files.check_target(args.out, "--out")
+    _quiet_logs(verbose=False)
     config = existing_pipeline(args)
     try:
         summary = run_summary.summarize(config.metadata_path)
@@ -510,19 +516,22 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
     if not schemas:
         return _fail(EXIT_BAD_INPUT, "the last run used a curated schema (ImportSchemaGen), not SchemaGen; "
                                      "run without --schema to infer one")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    shutil.copyfile(schemas[0], args.out)
+    with open(schemas[0], "rb") as f:
+        user_files.write_whole(args.out, f.read(), "--out")
     print(f"wrote {args.out}: review it (domains, presence), commit it, then run with --schema {args.out}")
     return 0
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from pipeline import predict
+    from pipeline import predict, user_files
 
     config = existing_pipeline(args)
     model = args.model_dir or config.serving_dir
     top = max(1, args.top)
     try:
+        if args.output:  # before the model loads: a bad --output is one line at once
+            predict.output_kind(args.output)
+            user_files.check_target(args.output, "--output")
         model_dir = predict.resolve_model_dir(model)
         if args.workers < 0:
             raise predict.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")

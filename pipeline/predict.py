@@ -22,6 +22,7 @@ from components.image_example_gen import sources
 from components.image_example_gen.batch_ingest import check_file_size, max_file_bytes
 from components.image_example_gen.image_check import BadImage, Reason, check_image
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
+from components.spreadsheet import spreadsheet_safe
 
 
 # Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
@@ -181,7 +182,11 @@ def expand_inputs(inputs: List[str]) -> Iterator[Input]:
 
 
 def _manifest_paths(manifest: str) -> Iterator[Input]:
-    reader = csv.DictReader(io.StringIO(sources.read_bytes(manifest).decode("utf-8-sig"), newline=""))
+    try:
+        text = sources.read_manifest(manifest)
+    except sources.DataError as e:
+        raise InputError(str(e)) from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     if "path" not in (reader.fieldnames or []):
         raise InputError(f"{manifest}: a manifest needs a header naming a path column (path[,label,split])")
     folder = posixpath.dirname(manifest) if sources.is_remote(manifest) else os.path.dirname(manifest)
@@ -318,7 +323,8 @@ def csv_header(top: int) -> List[str]:
 def csv_cells(result: Dict, top: int) -> List[str]:
     """A result as a CSV row under csv_header(top): empty class/probability cells where there are fewer."""
     cells = [value for name, p in result.get("predictions", []) for value in (name, f"{p:.6f}")]
-    return [result["path"], *cells, *[""] * (2 * top - len(cells)), result.get("error", "")]
+    row = [result["path"], *cells, *[""] * (2 * top - len(cells)), result.get("error", "")]
+    return [spreadsheet_safe(cell) for cell in row]  # names are the user's (or an attacker's): never formulas
 
 
 def output_kind(path: str) -> str:

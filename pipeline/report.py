@@ -20,7 +20,8 @@ from typing import Any, Dict, Optional
 
 from components import drift as drift_lib
 from components.image_example_gen.sources import split_sort_key
-from pipeline import report_data, run_text
+from pipeline import report_data, run_text, user_files
+from pipeline.config import ConfigError
 from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
                                   thumbnail, tiles)
 
@@ -45,21 +46,10 @@ def build(summary: Dict[str, Any], out_path: str, pipeline_name: str = "") -> st
               f"<div class=\"meta\">status: <b>{esc(summary['status'])}</b> · started "
               f"{started:%Y-%m-%d %H:%M:%S} UTC · ML Metadata {esc(summary['metadata_path'])}</div>")
     text = document(f"imagepipe run {summary['run_id']}", header, "".join(s for s in sections if s))
-    if os.path.isdir(out_path):
-        raise ReportError(f"--out {out_path}: a folder; give the report's file name, e.g. "
-                          f"{os.path.join(out_path, 'report.html')}")
-    partial = out_path + ".partial"
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-        with open(partial, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(partial, out_path)
-    except OSError as e:
-        if os.path.isfile(partial):
-            os.remove(partial)  # never leave half a report behind
-        raise ReportError(f"--out {out_path}: cannot write the report ({e.strerror or e}); give a path you "
-                          "can write to") from None
-    return out_path
+        return user_files.write_whole(out_path, text.encode("utf-8"), "--out")
+    except ConfigError as e:
+        raise ReportError(str(e)) from None
 
 
 class ReportError(OSError):

@@ -114,6 +114,31 @@ def test_quarantine_csv_cells_are_not_spreadsheet_formulas():
                        "label": "'@SUM(A1)", "split": "'-2"}]
 
 
+def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
+    from pipeline import predict
+
+    writer = predict.ResultWriter(str(tmp_path / "results.csv"), top=1)
+    writer.write({"path": "=1+2.png", "predictions": [("=HYPERLINK(1)", 0.9)]})
+    writer.write({"path": "@x.png", "error": "-not_an_image"})
+    writer.close(complete=True)
+    rows = list(csv.reader(open(tmp_path / "results.csv", newline="")))
+    assert rows[1:] == [["'=1+2.png", "'=HYPERLINK(1)", "0.900000", ""], ["'@x.png", "", "", "'-not_an_image"]]
+
+
+def test_a_named_pipe_manifest_is_one_line_not_a_hang(tmp_path):
+    """Opening a FIFO blocks until a writer comes: `run --data pipe.csv` hung forever (predict: test_pipeline)."""
+    import subprocess
+
+    from conftest import IMAGEPIPE
+
+    os.mkfifo(tmp_path / "pipe.csv")
+    done = subprocess.run([IMAGEPIPE, "run", "--data", "pipe.csv", "--root", str(tmp_path / "root")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert "pipe.csv: not a regular file" in lines[0] and not (tmp_path / "root").exists(), lines
+
+
 def _jpeg_declaring(width: int, height: int) -> bytes:
     """A 16x16 JPEG whose frame header (SOF0) claims width x height."""
     data = bytearray(image_bytes("JPEG", size=(16, 16), quality=90))
@@ -139,11 +164,43 @@ def test_report_out_to_a_folder_is_one_line_and_leaves_nothing(capsys, tmp_path)
     from pipeline import report
 
     summary = {"run_id": "r1", "started_ms": 0, "status": "complete", "metadata_path": "m", "components": []}
-    with pytest.raises(report.ReportError, match="a folder; give the report's file name"):
+    with pytest.raises(report.ReportError, match="a folder; give a file name"):
         report.build(summary, str(tmp_path))
-    with pytest.raises(report.ReportError, match="cannot write the report"):
+    with pytest.raises(report.ReportError, match="--out /proc/imagepipe/report.html: cannot write it"):
         report.build(summary, "/proc/imagepipe/report.html")
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
+
+
+def _device_node(path) -> str:
+    """A character device like /dev/null at `path` (as root: mknod), else a named pipe, which the same rule refuses."""
+    try:
+        os.mknod(str(path), 0o666 | 0o020000, os.makedev(1, 3))
+    except PermissionError:
+        os.mkfifo(str(path))
+    return str(path)
+
+
+def test_outputs_are_never_written_over_a_device_or_pipe(capsys, tmp_path, small_digits):
+    """`report --out`, `predict --output`, `export-schema --out` and `sample-data --out` onto a device node:
+    one line, and the node is still a device (as root it became a regular file)."""
+    import stat
+
+    from pipeline import report
+
+    node = _device_node(tmp_path / "mynull")
+    kind = stat.S_IFMT(os.stat(node).st_mode)
+    summary = {"run_id": "r1", "started_ms": 0, "status": "complete", "metadata_path": "m", "components": []}
+    with pytest.raises(report.ReportError, match="not a regular file"):
+        report.build(summary, node)
+    code, err = run_cli(capsys, "export-schema", "--root", str(tmp_path / "none"), "--out", node)
+    assert code == 2 and len(err) == 1 and "not a regular file" in err[0], err
+    os.symlink(node, tmp_path / "link.jsonl")  # a link to a device is a device
+    code, err = run_cli(capsys, "predict", "--model", str(tmp_path), "--output", str(tmp_path / "link.jsonl"),
+                        small_digits)
+    assert code == 2 and len(err) == 1 and "--output" in err[0] and "not a regular file" in err[0], err
+    code, err = run_cli(capsys, "sample-data", "--out", node)
+    assert code == 2 and len(err) == 1 and "not a folder" in err[0], err
+    assert stat.S_IFMT(os.stat(node).st_mode) == kind
 
 
 def test_config_defaults_keep_the_sample_size(small_digits):

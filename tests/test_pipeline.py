@@ -254,6 +254,12 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     assert done.returncode == 1 and done.stdout.startswith(f"{good}: 3 (")  # the good file still answered
     refused = "error: unreadable: not a regular file (a folder, pipe or device); not read"
     assert done.stderr.strip().splitlines() == [f"{path}: {refused}" for path in (fifo, "/dev/zero")]
+    os.mkfifo(tmp_path / "feed.csv")  # a manifest that is a pipe: it hung for ever
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, str(tmp_path / "feed.csv")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"imagepipe: error: {tmp_path / 'feed.csv'}: not a regular file (a named pipe, device or folder), so it is "
+        "not read; give a CSV manifest file"]
 
     damaged = tmp_path / "model"
     shutil.copytree(details(first, "Pusher")["destination"], damaged)

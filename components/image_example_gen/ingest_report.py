@@ -17,6 +17,7 @@ from absl import logging
 from tfx.utils import io_utils
 
 from components.image_example_gen import SUMMARY_FILE, sources
+from components.spreadsheet import spreadsheet_safe
 from components.image_example_gen.image_check import Reason
 
 QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
@@ -99,16 +100,6 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
     if summary["classes_without_examples"]:
         logging.warning("ImageExampleGen: classes with no valid image: %s",
                         summary["classes_without_examples"])
-
-
-# A cell starting with one of these is a formula to spreadsheet programs (CSV injection).
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(value) -> str:
-    """The cell as text, with a leading apostrophe where a spreadsheet would run it as a formula."""
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
 def quarantine_csv(rows: List[Dict[str, str]]) -> str:

@@ -122,6 +122,23 @@ def read_bytes(uri: str) -> bytes:
         return f.read()
 
 
+def read_manifest(path: str) -> str:
+    """A CSV manifest's text; DataError unless it is a regular file (a named pipe would block forever,
+    a device never end) of UTF-8 text."""
+    if not is_remote(path):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as e:
+            raise DataError(f"{path}: cannot read the manifest ({e.strerror}); check the path") from None
+        if not stat.S_ISREG(mode):
+            raise DataError(f"{path}: not a regular file (a named pipe, device or folder), so it is not read; "
+                            "give a CSV manifest file")
+    try:
+        return read_bytes(path).decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text; save the manifest as UTF-8 CSV") from None
+
+
 def open_for_write(path: str) -> BinaryIO:
     """A binary file to write, creating parent folders (local) as needed."""
     if is_remote(path):
@@ -303,10 +320,7 @@ def _list_tree(data_root: str, source: str, presplit: bool) -> Listing:
 
 def _list_manifest(data_root: str, manifest: str) -> Listing:
     listing = Listing(layout="manifest", source=manifest)
-    try:
-        text = read_bytes(manifest).decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise DataError(f"{manifest}: not UTF-8 text; save the manifest as UTF-8 CSV") from None
+    text = read_manifest(manifest)
     try:
         rows = list(csv.reader(io.StringIO(text)))
     except csv.Error as e:
