@@ -463,7 +463,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print("no failed runs" if args.failed else "no runs")
         return 0
     width = max(len("pipeline"), *(len(r["pipeline"]) for r in runs))
-    print(f"{'pipeline':<{width}} {'run':<28} {'started (UTC)':<20} {'seconds':>8}  {'status':<9} "
+    print(f"{'pipeline':<{width}} {'run':<28} {'started (UTC)':<20} {'seconds':>8}  {'status':<11} "
           f"{'components':<24} {'accuracy':>8}  blessed")
     for r in runs:
         started = datetime.datetime.fromtimestamp(r["started_ms"] / 1000, datetime.timezone.utc)
@@ -474,7 +474,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         accuracy = f"{r['accuracy']:.4f}" if r["accuracy"] is not None else "-"
         blessed = {True: "yes", False: "no", None: "-"}[r["blessed"]]
         print(f"{r['pipeline']:<{width}} {r['run_id']:<28} {started:%Y-%m-%d %H:%M:%S}  {r['seconds']:>8.1f}  "
-              f"{r['status']:<9} {states:<24} {accuracy:>8}  {blessed}")
+              f"{r['status']:<11} {states:<24} {accuracy:>8}  {blessed}")
         if r["status"] == "failed":
             print(f"    failed at {r['failed_component']}: {(r['error'] or 'no message').splitlines()[0][:160]}")
     return 0

@@ -140,12 +140,27 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
         tfx.orchestration.LocalDagRunner().run(tfx_pipeline)
     except Exception as e:
         # TFX marks the execution FAILED but keeps no message: keep it for `imagepipe runs` and reports.
-        try:
-            run_store.record_failure(config.metadata_path, f"{type(e).__name__}: {e}", started_ms)
-        except Exception:  # noqa: BLE001 - never hide the run's own error behind this one
-            pass
+        # Not for an interruption that Beam wrapped in its own error (the caller records the run as
+        # interrupted, the FAILED execution included).
+        if not interrupted(e):
+            try:
+                run_store.record_failure(config.metadata_path, f"{type(e).__name__}: {e}", started_ms)
+            except Exception:  # noqa: BLE001 - never hide the run's own error behind this one
+                pass
         raise
     return run_summary.summarize(config.metadata_path)
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether `error` is, or wraps, a KeyboardInterrupt (Ctrl-C or SIGTERM raise one; Beam re-raises it
+    from a step as "RuntimeError: KeyboardInterrupt [while running ...]")."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt) or str(error).startswith("KeyboardInterrupt"):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def main() -> int:

@@ -133,13 +133,15 @@ def run_status(components: List[Dict[str, Any]], in_progress: bool = True) -> st
 
 
 def record_interruption(metadata_path: str, since_ms: int) -> None:
-    """Marks the unfinished executions of the run started after since_ms as canceled (an interrupted run)."""
+    """Marks the unfinished executions of the run started after since_ms as canceled (an interrupted run),
+    and the one the interruption made fail (TFX marks it FAILED; no error was recorded for it)."""
     run = newest_run_since(metadata_path, since_ms)
     if run is None:
         return
     store = open_store(metadata_path, writable=True)
-    unfinished = [e for e in store.get_executions_by_context(run.id)
-                  if e.last_known_state in (metadata_store_pb2.Execution.RUNNING, metadata_store_pb2.Execution.NEW)]
+    stopped = (metadata_store_pb2.Execution.RUNNING, metadata_store_pb2.Execution.NEW)
+    unfinished = [e for e in store.get_executions_by_context(run.id) if e.last_known_state in stopped or (
+        e.last_known_state == metadata_store_pb2.Execution.FAILED and ERROR_PROPERTY not in e.custom_properties)]
     for execution in unfinished:
         execution.last_known_state = metadata_store_pb2.Execution.CANCELED
     if unfinished:

@@ -5,6 +5,7 @@ time, artifacts and `details`, the facts its reader in DETAILS takes from its ou
 counts, gate verdict, training log, TFMA metrics, ...). run_text.py and report.py present them.
 """
 
+import glob
 import json
 import os
 from typing import Any, Callable, Dict, List, Optional
@@ -49,17 +50,38 @@ def list_runs(metadata_path: str) -> List[Dict[str, Any]]:
             details = _evaluator_details(store, evaluation, metadata_path)
             accuracy, blessed = details.get("accuracy"), details.get("blessed")
         failed = next((c for c in components if c["state"] == "FAILED"), None)
+        # Only the newest run can still be going: an older unfinished one was interrupted.
+        status = run_store.run_status(components, in_progress and not out)
         ends = [e.last_update_time_since_epoch for e in executions] or [run.create_time_since_epoch]
+        if status == "interrupted":
+            # A killed process records no end: its unfinished components stopped, at the latest, when they
+            # last wrote an output file (the Trainer writes its logs every epoch).
+            for c, e in zip(components, executions):
+                if c["state"] in ("running", "new"):
+                    c["state"] = "interrupted"
+                    ends.append(_last_write_ms(c["component"], e, metadata_path))
         out.append({
             "run_id": run.name, "started_ms": run.create_time_since_epoch,
             "seconds": round((max(ends) - run.create_time_since_epoch) / 1000, 1),
-            # Only the newest run can still be going: an older unfinished one was interrupted.
-            "status": run_store.run_status(components, in_progress and not out), "components": components,
+            "status": status, "components": components,
             "failed_component": failed["component"] if failed else None,
             "error": failed["error"] if failed else "",
             "accuracy": accuracy, "blessed": blessed,
         })
     return out
+
+
+def _last_write_ms(node: str, execution, metadata_path: str) -> int:
+    """When an unfinished execution last wrote into its outputs (milliseconds since the epoch; 0 if never).
+    It has no output recorded yet: LocalDagRunner writes them to <pipeline root>/<node>/<output>/<id>."""
+    name_dir = os.path.dirname(metadata_path)
+    pattern = os.path.join(os.path.dirname(os.path.dirname(name_dir)), "pipelines", os.path.basename(name_dir),
+                           glob.escape(node), "*", str(execution.id))
+    latest = 0.0
+    for folder in glob.glob(pattern):
+        for path, _, names in os.walk(folder):
+            latest = max([latest, os.path.getmtime(path)] + [os.path.getmtime(os.path.join(path, n)) for n in names])
+    return int(latest * 1000)
 
 
 def _evaluator_details(store, execution, metadata_path: str) -> Dict[str, Any]:

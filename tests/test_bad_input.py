@@ -29,6 +29,10 @@ def run_cli(capsys, *args):
     ("--batch-size", "0", "--batch-size 0: use a whole number from 1 to 65,536"),
     ("--max-class-drift", "2", "--max-class-drift 2.0: use a fraction from 0 to 1"),
     ("--name", "../elsewhere", "--name '../elsewhere': use letters, digits"),
+    # These failed in the Trainer after ~30 s, not naming the option.
+    ("--seed", "-1", "--seed -1: use a whole number from 0 to 4,294,967,295"),
+    ("--seed", "99999999999999", "--seed 99999999999999: use a whole number from 0 to 4,294,967,295"),
+    ("--patience", "0", "--patience 0: use a whole number of epochs from 1 to 10,000"),
 ])
 def test_bad_training_settings_are_one_line_before_anything_runs(capsys, tmp_path, option, value, expected):
     code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"), option, value)
@@ -147,10 +151,34 @@ def _jpeg_declaring(width: int, height: int) -> bytes:
     return bytes(data)
 
 
-def test_a_jpeg_whose_data_ends_early_is_quarantined_not_stored_grey():
+def _comment(size: int) -> bytes:
+    return b"\xff\xfe" + struct.pack(">H", size + 2) + b"x" * size
+
+
+@pytest.mark.parametrize("padding", ["none", "comments", "trailer"])
+def test_a_jpeg_whose_data_ends_early_is_quarantined_not_stored_grey(padding):
+    """The header declares 6000x6000 over the data of a 16x16 image; padded with two 65 KB comment segments
+    or 80 KB after the end marker, the file is big enough for the size check, which let it through."""
+    data = _jpeg_declaring(6000, 6000)
+    if padding == "comments":
+        data = data[:2] + _comment(65_000) + _comment(65_000) + data[2:]
+    elif padding == "trailer":
+        data += b"\0" * 80_000
     with pytest.raises(BadImage) as bad:
-        check_and_store(_jpeg_declaring(6000, 6000), 50_000_000, 2_000_000)
+        check_and_store(data, 50_000_000, 2_000_000)
     assert bad.value.reason == Reason.TRUNCATED and "cannot hold a 6000x6000 JPEG" in bad.value.detail
+
+
+def test_real_jpegs_pass_the_scan_data_check():
+    """Progressive, restart markers, grayscale, a flat image (the least data per block)."""
+    from PIL import Image
+
+    for kw in ({"progressive": True}, {"restart_marker_blocks": 1}, {}):
+        check_and_store(image_bytes("JPEG", size=(640, 480), **kw), 50_000_000, 0)
+    flat = io.BytesIO()
+    Image.new("RGB", (4000, 3000), (250, 250, 250)).save(flat, "JPEG", quality=50)
+    check_and_store(flat.getvalue(), 50_000_000, 0)
+    check_and_store(image_bytes("JPEG", size=(64, 64), mode="L"), 50_000_000, 0)
     check_and_store(image_bytes("JPEG", size=(16, 16), quality=90), 50_000_000, 2_000_000)  # the real one is fine
 
 

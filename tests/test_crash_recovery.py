@@ -74,7 +74,13 @@ def test_killed_trainer_then_rerun(stopped):
     assert states["Trainer"] == "running" and "Evaluator" not in states
     assert states["Transform"] == "cached"  # as the stopped run's message promised
     assert killed["status"] == "interrupted"  # nobody holds the pipeline's lock any more
-    assert run_summary.list_runs(config.metadata_path)[0]["status"] == "interrupted"
+    listed = run_summary.list_runs(config.metadata_path)[0]
+    assert listed["status"] == "interrupted"
+    # `runs` showed "1 running" for the dead Trainer, and a duration that ended when it started.
+    trainer = next(c for c in listed["components"] if c["component"] == "Trainer")
+    assert trainer["state"] == "interrupted" and "running" not in {c["state"] for c in listed["components"]}
+    trainer_started = next(c for c in killed["components"] if c["component"] == "Trainer")["started_ms"]
+    assert listed["started_ms"] + 1000 * listed["seconds"] > trainer_started + 500  # it trained an epoch
 
     # 2 epochs this time: a training setting, so everything before the Trainer comes from the cache.
     rerun = local_runner.run(config)
@@ -120,3 +126,31 @@ def test_two_runs_at_once_on_one_root_take_turns(cli_runs):
                                      for run_id in (finished["run_id"], other))
     assert len(first_weights) == len(second_weights) > 0
     assert all((a == b).all() for a, b in zip(first_weights, second_weights))
+
+
+def test_sigterm_during_ingestion_is_recorded_as_interrupted(tmp_path, small_digits):
+    """Beam re-raises the KeyboardInterrupt that SIGTERM raises as its own RuntimeError: the run was listed
+    as failed with "RuntimeError: KeyboardInterrupt"."""
+    import shutil
+
+    from PIL import Image
+
+    data = tmp_path / "data"
+    shutil.copytree(small_digits, data)
+    for n in range(30):  # large flat PNGs: small files, slow to decode, spread over the batches
+        Image.new("L", (5000, 5000), n * 8).save(data / str(n % 10) / f"big-{n}.png")
+    proc = subprocess.Popen([IMAGEPIPE, "run", "--root", str(tmp_path / "root"), "--data", str(data),
+                             "--progress", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("{") and json.loads(line).get("kind") == "ingest":  # a first batch is done
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    (listed,) = json.loads(subprocess.run([IMAGEPIPE, "runs", "--root", str(tmp_path / "root"), "--json"],
+                                          capture_output=True, text=True).stdout)
+    assert listed["status"] == "interrupted" and listed["error"] == "", listed
+    assert [c["state"] for c in listed["components"]] == ["canceled"]
+    text = subprocess.run([IMAGEPIPE, "runs", "--root", str(tmp_path / "root")], capture_output=True, text=True).stdout
+    header, row = text.splitlines()[:2]
+    assert row[header.index("components"):].startswith("1 canceled")  # the status fits its column

@@ -157,6 +157,20 @@ def test_undecodable_folder_names_still_give_a_label(tmp_path):
     assert got["caf\ufffd/a.jpg"].label.encode("utf-8")  # encodable: the Example can hold it
 
 
+@pytest.mark.parametrize("names", [(b"cls\xff", b"cls\xfe"), (b"cat", b"cat ")])
+def test_class_folders_that_would_merge_into_one_class_are_refused(tmp_path, names):
+    """Undecodable bytes or a trailing space: two folders, one class name; they were merged without a word
+    (NFC and NFD spellings of one name stay one class: test_labels_are_nfc_normalised)."""
+    root = os.fsencode(str(tmp_path))
+    for n, name in enumerate(names):
+        os.makedirs(root + b"/" + name)
+        with open(root + b"/" + name + b"/a.jpg", "wb") as f:
+            f.write(image_bytes(seed=n))
+    write(tmp_path / "dog" / "b.jpg", image_bytes(seed=9))
+    with pytest.raises(sources.DataError, match="would become one class .*; rename or merge them"):
+        sources.list_source(str(tmp_path), str(tmp_path))
+
+
 def test_presplit_data_needs_an_eval_folder(tmp_path):
     make_class_tree(tmp_path / "train", per_class=2)
     make_class_tree(tmp_path / "test", per_class=1, seed=1)

@@ -111,6 +111,8 @@ class HParams:
         for option, value, most in (("--epochs", self.epochs, MAX_EPOCHS), ("--batch-size", self.batch_size, 65536)):
             if not 1 <= value <= most:
                 raise ValueError(f"{option} {value}: use a whole number from 1 to {most:,}")
+        if not 0 <= self.seed <= 2**32 - 1:  # what NumPy and TensorFlow accept as a seed
+            raise ValueError(f"--seed {self.seed}: use a whole number from 0 to {2**32 - 1:,}")
         if not 1 <= self.patience <= MAX_EPOCHS:
             raise ValueError(f"--patience {self.patience}: use a whole number of epochs from 1 to {MAX_EPOCHS:,}")
         if not 0 <= self.fine_tune_epochs <= MAX_EPOCHS:

@@ -184,11 +184,13 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageI
             if fmt == "jpeg":
                 # Every 8x8 block takes at least one bit of entropy-coded data (its DC code), so fewer
                 # bytes than that cannot be the whole image: a header that declares a large image
-                # over the data of a small one, which libjpeg fills with grey, warning only.
+                # over the data of a small one, which libjpeg fills with grey, warning only. Only scan
+                # data counts: comment segments or bytes after the end marker hold no pixels.
                 blocks = -(-width // 8) * -(-height // 8)
-                if len(data) * 8 < blocks:
-                    raise BadImage(Reason.TRUNCATED, f"{len(data):,} bytes cannot hold a {width}x{height} JPEG "
-                                   f"(at least {-(-blocks // 8):,} for its 8x8 blocks): the image data ends early")
+                coded = jpeg_scan_bytes(data)
+                if coded * 8 < blocks:
+                    raise BadImage(Reason.TRUNCATED, f"{coded:,} bytes of image data cannot hold a {width}x{height} "
+                                   f"JPEG (at least {-(-blocks // 8):,} for its 8x8 blocks): the image data ends early")
                 # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
                 # to 1/8 of the side for the check alone, or to the scale of the stored copy.
                 target = _dct_size(info, store_max_pixels) if copy_due else (max(1, width // 8), max(1, height // 8))
@@ -203,6 +205,35 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageI
             raise BadImage(Reason.TRUNCATED, f"{fmt.upper()} data ends early ({message})") from None
         raise BadImage(Reason.CORRUPT, f"{fmt.upper()} does not decode ({message})") from None
     return info, image if copy_due else None
+
+
+# A marker inside entropy-coded data: 0xFF then a byte that is not a stuffed zero, a restart marker
+# (D0-D7, part of the scan) or another 0xFF (fill).
+_SCAN_END = re.compile(rb"\xff[\x01-\xcf\xd8-\xfe]")
+
+
+def jpeg_scan_bytes(data: bytes) -> int:
+    """The bytes of entropy-coded (pixel) data in a JPEG, summed over its scans: its segments walked from
+    SOI to EOI, each scan measured up to the next marker with a C-speed search."""
+    pos, total, end = 2, 0, len(data)
+    while pos + 4 <= end and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+            continue
+        if marker == 0xD9:  # EOI
+            break
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            pos += 2
+            continue
+        segment_end = pos + 2 + struct.unpack_from(">H", data, pos + 2)[0]
+        if marker != 0xDA:  # not SOS: a header, table or comment segment
+            pos = segment_end
+            continue
+        found = _SCAN_END.search(data, segment_end)
+        pos = found.start() if found else end
+        total += max(0, pos - segment_end)
+    return total
 
 
 def _encode_copy(image: Image.Image, info: ImageInfo, size: Tuple[int, int]) -> Tuple[bytes, ImageInfo]:

@@ -295,6 +295,7 @@ def _list_tree(data_root: str, source: str, presplit: bool) -> Listing:
     listing = Listing(layout="presplit" if presplit else "folders", source=source)
     prefix = _relative_to_root(data_root, source)
     prefix = "" if prefix in (".", "") else prefix + "/"
+    folders = {}  # class name -> the folder names that give it
     for rel, size, mtime, unreadable in walk(source, boundary=data_root):
         if is_hidden(rel):
             listing.skipped_hidden += 1
@@ -310,12 +311,26 @@ def _list_tree(data_root: str, source: str, presplit: bool) -> Listing:
                            f"top folder {parts[0]!r} is not a split name ({', '.join(sorted(set(SPLIT_ALIASES)))})")
             parts = parts[1:]
         label = normalize_label(_display(parts[0])) if len(parts) >= 2 else None
+        if label:  # one folder name per class; NFC and NFD spellings of a name are one (see normalize_label)
+            name = parts[0]
+            folders.setdefault(label, set()).add(name if _display(name) != name else unicodedata.normalize("NFC", name))
         if problem is None and not label:
             problem = (Reason.MISSING_LABEL, "file is not inside a class folder")
         listing.candidates.append(Candidate(
             uri=join(source, *rel.split("/")), rel_path=_display(prefix + rel), label=label,
             split=split, size=size, mtime_ns=mtime, problem=problem))
+    _check_distinct_classes(folders, source)
     return listing
+
+
+def _check_distinct_classes(folders, source: str) -> None:
+    """DataError when two class folders would become one class: names that differ only by spaces at
+    either end, or by bytes that are not UTF-8 (both shown as U+FFFD)."""
+    for label, names in sorted(folders.items()):
+        if len(names) > 1:
+            shown = " and ".join(repr(_display(n)) for n in sorted(names)[:3])
+            raise DataError(f"{source}: class folders {shown} would become one class {label!r} (their names "
+                            "differ only by spaces or undecodable bytes); rename or merge them")
 
 
 def _list_manifest(data_root: str, manifest: str) -> Listing:
