@@ -269,6 +269,7 @@ def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str]
         if not path.startswith("gs://"):
             raise predict.InputError(f"{option} {path}: Dataflow workers cannot read this machine's files; "
                                      "give a gs:// path")
+    cloud.check_names()  # ConfigError: one line naming the option
     temp = cloud.dataflow_temp(config.pipeline_name)
     if not temp or not temp.startswith("gs://"):
         raise predict.InputError("--dataflow needs a gs:// --dataflow-temp-location (or --pipeline-root)")

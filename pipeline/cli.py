@@ -525,9 +525,16 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from pipeline import predict, user_files
 
-    config = existing_pipeline(args)
+    # An explicit --model needs no pipeline (existing_pipeline asks for --name when the root has several).
+    config = config_from_args(args) if args.model_dir else existing_pipeline(args)
     model = args.model_dir or config.serving_dir
-    top = max(1, args.top)
+    top = args.top
+    if top < 1:
+        raise ConfigError(f"--top {top}: give the number of classes to show per image (1 or more)")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.workers > cores:
+        raise ConfigError(f"--workers {args.workers}: this machine has {cores} cores, and each worker loads TensorFlow "
+                          f"and the model (~0.7 GB); use at most {cores}, or --dataflow for more machines")
     try:
         if args.output:  # before the model loads: a bad --output is one line at once
             predict.output_kind(args.output)
@@ -544,7 +551,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     show = predict.printable  # file and class names may hold terminal escape sequences
     progress = predict.Progress(sys.stderr) if writer else None  # else every result is printed anyway
     seen = failed = 0
-    complete = False
     try:
         for result in predict.classify(model_dir, predict.expand_inputs(args.images), top=top,
                                        max_pixels=config.max_pixels):
@@ -560,14 +566,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
             else:
                 print(f"{show(result['path'])}: " + ", ".join(f"{show(name)} ({p:.3f})"
                                                              for name, p in result["predictions"]))
-        complete = seen > 0
         if progress:
             progress.update(seen, final=True)
+        if writer:  # a results file appears under its name only when every input is in it
+            writer.close(complete=seen > 0)
     except (predict.ModelUnusable, predict.InputError) as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     finally:
-        if writer:  # a results file appears under its name only when every input is in it
-            writer.close(complete)
+        if writer:
+            writer.close(complete=False)  # interrupted or failed: removed (no-op once closed)
     if not seen:
         return _fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
     if writer:

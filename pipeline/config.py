@@ -329,8 +329,22 @@ class CloudConfig:
             return self.dataflow_temp_location
         return f"{self.full_pipeline_root(pipeline_name)}/tmp"
 
+    def check_names(self) -> None:
+        """The GCP names given, in the forms GCP accepts (one line each): they go into job specs, requests
+        and Dataflow's command lines, so a project `p"; rm -rf /` or a region `../../x` stops here."""
+        for option, value, pattern, form in _NAME_RULES:
+            value = getattr(self, value)
+            if value is not None and not re.fullmatch(pattern, value):
+                raise ConfigError(f"--{option} {value!r}: not a valid {form}")
+        for option, path in (("pipeline-root", self.pipeline_root), ("dataflow-temp-location",
+                                                                      self.dataflow_temp_location)):
+            if path and path.startswith("gs://") and not re.fullmatch(_GCS_PATH, path):
+                raise ConfigError(f"--{option} {path!r}: not a Cloud Storage path; give gs://BUCKET/PATH (a bucket "
+                                  "name is 3-63 lower-case letters, digits, dots, dashes or underscores)")
+
     def validate(self, config: PipelineConfig, need_host: bool = False) -> "CloudConfig":
         """One-line errors for everything that would make a compiled pipeline fail remotely."""
+        self.check_names()
         if self.target not in TARGETS:
             raise ConfigError(f"--target {self.target!r}: use {' or '.join(TARGETS)}")
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", config.pipeline_name):
@@ -376,6 +390,23 @@ class CloudConfig:
             check_cron(self.cron)
         return self
 
+
+# (option, CloudConfig field, the form GCP accepts, what it is), checked by CloudConfig.check_names.
+_NAME_RULES = (
+    ("project", "project", r"([a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]",
+     "GCP project ID (6-30 lower-case letters, digits and dashes, starting with a letter)"),
+    ("region", "region", r"[a-z]+-[a-z]+[0-9]+", "GCP region (e.g. us-central1, europe-west4)"),
+    ("image", "image", r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+                       r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?",
+     "container image reference (e.g. us-central1-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG)"),
+    ("service-account", "service_account", r"[a-z0-9][a-z0-9-]{0,61}[a-z0-9]?@[a-z0-9][a-z0-9.-]*\.[a-z]+",
+     "service account email (NAME@PROJECT.iam.gserviceaccount.com)"),
+    ("k8s-service-account", "k8s_service_account", r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?",
+     "Kubernetes service account name (lower-case letters, digits, '-' and '.')"),
+    ("kfp-host", "kfp_host", r"https?://[^\s\"'`;|&<>]+", "Kubeflow Pipelines URL (http:// or https://)"),
+    ("endpoint", "endpoint", r"[^\x00-\x1f\"'`;|&<>]{1,128}", "Vertex AI endpoint display name (1-128 characters)"),
+)
+_GCS_PATH = r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[^\x00-\x1f]*)?"
 
 # Day of week 0-6 (Sunday = 0): Kubeflow's cron library has no 7.
 _CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),

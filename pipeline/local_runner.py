@@ -28,6 +28,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
 
     config.validate()
     config.check_memory(machine_memory_bytes())
+    check_local_beam_args(config.beam_args)
     schema = config.schema_path()
     if schema and not sources.is_remote(schema):
         check_schema(schema)
@@ -54,6 +55,36 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     sources.check_usable(listing)
     return {"source": source, "layout": listing.layout, "files": len(listing.candidates),
             "classes": listing.classes}
+
+
+# Beam runners that run on this machine (LocalDagRunner's components run Beam in-process).
+LOCAL_RUNNERS = ("DirectRunner", "direct", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner",
+                 "PrismRunner")
+
+
+def check_local_beam_args(beam_args) -> None:
+    """A --beam-arg runner that cannot run here is one line (DataflowRunner failed with "Pipeline has
+    validations errors:" and nothing after it)."""
+    for n, arg in enumerate(beam_args):
+        runner = arg.split("=", 1)[1] if arg.startswith("--runner=") else (
+            beam_args[n + 1] if arg == "--runner" and n + 1 < len(beam_args) else None)
+        if runner is not None and runner not in LOCAL_RUNNERS:
+            raise ConfigError(f"--beam-arg --runner={runner}: `imagepipe run` runs Beam on this machine "
+                              f"({', '.join(LOCAL_RUNNERS[:3])}); for Dataflow, run the pipeline on Vertex AI "
+                              "with `imagepipe submit --dataflow`")
+
+
+def check_root_outside_data(config: PipelineConfig) -> None:
+    """--root inside --data (or equal to it) would have the pipeline ingest its own metadata and artifacts."""
+    data = config.data_path()
+    if config.uses_sample_data or "://" in data:
+        return
+    root, data = os.path.realpath(config.root), os.path.realpath(data)
+    if os.path.isfile(data):
+        return  # a manifest names its files: nothing else in its folder is read
+    if root == data or root.startswith(data.rstrip(os.sep) + os.sep):
+        raise ConfigError(f"--root {config.root} is inside --data {config.data}: the pipeline would ingest its own "
+                          "metadata and artifacts; give a --root outside the data folder")
 
 
 def check_root(config: PipelineConfig) -> None:
@@ -101,6 +132,7 @@ def prepare(config: PipelineConfig) -> Dict[str, Any]:
     """
     if not config.uses_sample_data:
         found = preflight(config)
+        check_root_outside_data(config)
         check_root(config)
         return found
     config.validate()  # before --root is made from its settings

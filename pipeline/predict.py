@@ -16,13 +16,14 @@ import stat
 import threading
 import time
 import unicodedata
-from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional
+from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from components.image_example_gen import sources
 from components.image_example_gen.batch_ingest import check_file_size, max_file_bytes
 from components.image_example_gen.image_check import BadImage, Reason, check_image
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
 from components.spreadsheet import spreadsheet_safe
+from pipeline import user_files
 
 
 # Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
@@ -136,6 +137,10 @@ def resolve_model_dir(path: str) -> str:
     if sources.is_remote(path):
         import tensorflow as tf
 
+        try:
+            sources.check_reachable(path)
+        except sources.DataError as e:
+            raise ModelNotFound(f"--model {e}") from None
         exists, isdir, listdir = tf.io.gfile.exists, tf.io.gfile.isdir, tf.io.gfile.listdir
     else:
         exists, isdir, listdir = os.path.exists, os.path.isdir, os.listdir
@@ -158,7 +163,7 @@ class Input(NamedTuple):
     """An image to classify, as the arguments name it."""
 
     path: str
-    problem: Optional[str] = None  # known before reading: a pipe or device in a folder
+    problem: Optional[Tuple[str, str]] = None  # (reason, detail) known before reading: a pipe, a row outside
     size: int = -1  # bytes, from a folder's listing (-1: unknown)
 
 
@@ -168,13 +173,22 @@ def expand_inputs(inputs: List[str]) -> Iterator[Input]:
     A file is itself; a folder (local, or a gs:// prefix that holds objects) is every file below it,
     sorted, with hidden files and OS clutter skipped as ingestion skips them, and pipes or devices
     flagged; a .csv manifest (local or gs://) is the paths of its `path` column, relative to the
-    manifest's folder. A path that names nothing is itself too: reading it gives its error row.
+    manifest's folder. A path that names nothing is itself too: reading it gives its error row. Cloud
+    Storage that cannot be reached at all is an InputError (one line) at the first gs:// argument.
     """
+    try:
+        yield from _expand(inputs)
+    except sources.DataError as e:
+        raise InputError(str(e)) from None
+
+
+def _expand(inputs: List[str]) -> Iterator[Input]:
     for item in inputs:
         if sources.is_dir(item):
             for rel, size, _, problem in sources.walk(item):
                 if not sources.is_hidden(rel):
-                    yield Input(sources.join(item, rel), problem, size)
+                    reason = Reason.OUTSIDE_ROOT if problem == sources.OUTSIDE_ROOT_PROBLEM else Reason.UNREADABLE
+                    yield Input(sources.join(item, rel), (reason, problem) if problem else None, size)
         elif item.lower().endswith(".csv") and sources.exists(item):
             yield from _manifest_paths(item)
         else:
@@ -182,6 +196,8 @@ def expand_inputs(inputs: List[str]) -> Iterator[Input]:
 
 
 def _manifest_paths(manifest: str) -> Iterator[Input]:
+    """The rows' files, relative to the manifest's folder and, as in ingestion, only below it: a row naming
+    /etc/passwd or ../../secret.txt is an error row, never read (it printed the file's first bytes)."""
     try:
         text = sources.read_manifest(manifest)
     except sources.DataError as e:
@@ -189,12 +205,13 @@ def _manifest_paths(manifest: str) -> Iterator[Input]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if "path" not in (reader.fieldnames or []):
         raise InputError(f"{manifest}: a manifest needs a header naming a path column (path[,label,split])")
-    folder = posixpath.dirname(manifest) if sources.is_remote(manifest) else os.path.dirname(manifest)
-    for row in reader:
+    folder = posixpath.dirname(manifest) if sources.is_remote(manifest) else os.path.dirname(os.path.abspath(manifest))
+    for line_no, row in enumerate(reader, start=2):
         path = (row["path"] or "").strip()
         if path:
-            absolute = sources.is_remote(path) or os.path.isabs(path)
-            yield Input(path if absolute else sources.join(folder, path))
+            where = f"{posixpath.basename(manifest)} line {line_no}"
+            uri, problem = sources.manifest_row(folder, folder, path, where)
+            yield Input(uri, problem)
 
 
 def inspect_input(item: Input, max_pixels: int) -> Dict:
@@ -202,7 +219,7 @@ def inspect_input(item: Input, max_pixels: int) -> Dict:
     result = {"path": item.path}
     try:
         if item.problem:
-            raise BadImage(Reason.UNREADABLE, item.problem)
+            raise BadImage(*item.problem)
         data = read_image_file(item.path, max_pixels, item.size)
         check_image(data, max_pixels)
         result["data"] = data
@@ -360,29 +377,51 @@ class Progress:
 
 
 class ResultWriter:
-    """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete."""
+    """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete.
+    A write that fails (a full disk) is one InputError naming --output, and leaves no partial file."""
 
     def __init__(self, path: str, top: int):
         kind = output_kind(path)
-        self.path, self._partial = path, path + ".partial"
+        self.path, self._partial = path, user_files.partial_path(path)
         try:
             self._file = open(self._partial, "w", newline="", encoding="utf-8")
         except OSError as e:
             raise InputError(f"--output {path}: cannot write there ({e.strerror or e})") from None
         self._csv = csv.writer(self._file) if kind == ".csv" else None
+        self._top, self._closed = top, False
         if self._csv:
-            self._csv.writerow(csv_header(top))
-        self._top = top
+            self._guarded(self._csv.writerow, csv_header(top))
 
     def write(self, result: Dict) -> None:
         if self._csv:
-            self._csv.writerow(csv_cells(result, self._top))
+            self._guarded(self._csv.writerow, csv_cells(result, self._top))
         else:
-            self._file.write(json_record(result) + "\n")
+            self._guarded(self._file.write, json_record(result) + "\n")
 
     def close(self, complete: bool) -> None:
-        self._file.close()
-        if complete:
-            os.replace(self._partial, self.path)
-        else:
-            os.remove(self._partial)  # never a partial result file under the final name
+        """Moves the file into place (complete), or removes it; once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._file.close()  # flushes: a full disk shows here
+            if complete:
+                os.replace(self._partial, self.path)
+                return
+        except OSError as e:
+            user_files.discard(self._partial)
+            if complete:
+                raise self._error(e) from None
+            return
+        user_files.discard(self._partial)  # never a partial result file under the final name
+
+    def _guarded(self, write, *args) -> None:
+        try:
+            write(*args)
+        except OSError as e:
+            self.close(complete=False)
+            raise self._error(e) from None
+
+    def _error(self, e: OSError) -> "InputError":
+        return InputError(f"--output {self.path}: cannot write the results ({e.strerror or e}); free space there "
+                          "or give a path on a disk with room")

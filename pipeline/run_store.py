@@ -38,6 +38,26 @@ def check_store_file(metadata_path: str) -> None:
     if problem:
         raise NoMetadata(f"{metadata_path}: not an ML Metadata store ({problem}); move it away (the next run "
                          "starts a new one) or use another --root")
+    damage = _sqlite_damage(metadata_path)
+    if damage:
+        raise NoMetadata(f"{metadata_path}: a damaged ML Metadata store ({damage}); restore it from a backup, or move "
+                         "it away (the next run starts a new one) or use another --root")
+
+
+def _sqlite_damage(path: str) -> str:
+    """What SQLite finds wrong with the database at `path` ("" when nothing): a truncated or overwritten
+    store has the right header, and ML Metadata's own error comes late, as a query and a traceback."""
+    import sqlite3
+
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            found = [row[0] for row in connection.execute("PRAGMA quick_check(1)")]
+        finally:
+            connection.close()
+    except sqlite3.Error as e:
+        return str(e)
+    return "" if found == ["ok"] else found[0]
 
 
 def open_store(metadata_path: str, writable: bool = False) -> metadata_store.MetadataStore:

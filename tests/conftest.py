@@ -5,8 +5,13 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Every command a test runs without --root writes here (each test process its own), never into the
+# checkout's .imagepipe: after `imagepipe run --data ~/PetImages` there, tests that expected one pipeline
+# in the default root failed.
+os.environ["IMAGEPIPE_ROOT"] = tempfile.mkdtemp(prefix="imagepipe-tests-")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

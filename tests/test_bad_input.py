@@ -67,6 +67,35 @@ def test_a_broken_metadata_store_is_one_line_for_every_command(capsys, tmp_path,
         assert f"{store}: not an ML Metadata store" in err[0] and "move it away" in err[0], (args, err)
 
 
+def _truncated_store(path) -> str:
+    """A real ML Metadata SQLite store (schema and a few records), cut to half its size."""
+    from ml_metadata.metadata_store import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = str(path)
+    store = metadata_store.MetadataStore(config)
+    kind = store.put_context_type(metadata_store_pb2.ContextType(name="pipeline_run"))
+    store.put_contexts([metadata_store_pb2.Context(type_id=kind, name=f"run-{n}") for n in range(200)])
+    del store
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size // 2)
+    return str(path)
+
+
+def test_a_truncated_metadata_store_is_one_line_for_every_command(capsys, tmp_path, small_digits):
+    """The header is right, the rest is gone: tracebacks in runs and report, a raw error from run after 20 s."""
+    store = _truncated_store(tmp_path / "metadata" / default_pipeline_name(small_digits) / "metadata.db")
+    for args in (["runs", "--root", str(tmp_path)], ["report", "--root", str(tmp_path)],
+                 ["run", "--root", str(tmp_path), "--data", small_digits]):
+        code, err = run_cli(capsys, *args)
+        assert code == 2 and len(err) == 1, (args, err)
+        assert err[0].startswith(f"imagepipe: error: {store}: a damaged ML Metadata store (database disk image is "
+                                 "malformed); restore it from a backup"), (args, err)
+
+
 def test_a_bad_environment_variable_says_what_it_should_be(capsys, monkeypatch):
     monkeypatch.setenv("IMAGEPIPE_EPOCHS", "ten")
     code, err = run_cli(capsys, "run")
@@ -127,6 +156,28 @@ def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
     writer.close(complete=True)
     rows = list(csv.reader(open(tmp_path / "results.csv", newline="")))
     assert rows[1:] == [["'=1+2.png", "'=HYPERLINK(1)", "0.900000", ""], ["'@x.png", "", "", "'-not_an_image"]]
+
+
+def test_predict_results_on_a_full_disk_are_one_line_and_leave_nothing(tmp_path):
+    import subprocess
+
+    from pipeline import predict
+
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        writer = predict.ResultWriter(str(full / "results.jsonl"), top=1)
+        with pytest.raises(predict.InputError, match=r"--output .*results.jsonl: cannot write the results "
+                                                     r"\(No space left on device\); free space there"):
+            for _ in range(1000):  # an OSError traceback, and results.jsonl.partial left behind
+                writer.write({"path": "x" * 200, "predictions": [("cat", 0.5)]})
+            writer.close(complete=True)
+        writer.close(complete=False)  # what the command's cleanup does next: nothing left to do
+        assert os.listdir(full) == []
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
 
 
 def test_a_named_pipe_manifest_is_one_line_not_a_hang(tmp_path):

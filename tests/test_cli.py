@@ -11,13 +11,15 @@ from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, make_class_
 from pipeline.config import PROJECT_DIR, default_pipeline_name
 
 def imagepipe(*args, root):
-    return subprocess.run([IMAGEPIPE, *args, "--root", str(root)] if args and args[0] == "run" else
-                          [IMAGEPIPE, *args], capture_output=True, text=True, timeout=600)
+    own_root = args and args[0] == "run" and "--root" not in args
+    return subprocess.run([IMAGEPIPE, *args, "--root", str(root)] if own_root else [IMAGEPIPE, *args],
+                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture
 def folders(tmp_path):
     make_class_tree(tmp_path / "one", classes=("cat",), per_class=2)
+    make_class_tree(tmp_path / "two", per_class=2)
     os.mkdir(tmp_path / "empty")
     write(tmp_path / "nohdr.csv", b"a.jpg,cat\n")
     write(tmp_path / "photo.jpg", image_bytes())
@@ -35,6 +37,12 @@ def folders(tmp_path):
     (["--schema", "{d}/none.pbtxt"], "no such file; give a schema.pbtxt, or leave it out to infer one"),
     (["--data", "{d}/one", "--span-pattern", "v-{{SPAN}}"], "nothing matches --span-pattern 'v-{{SPAN}}'"),
     (["--tflite", "float16,int4"], "--tflite int4: use float16, int8"),
+    # A root inside the data: the pipeline ingested its own metadata and artifacts.
+    (["--data", "{d}/two", "--root", "{d}/two/.out"], "--root {d}/two/.out is inside --data {d}/two: the pipeline"),
+    (["--data", "{d}/two", "--root", "{d}/two"], "--root {d}/two is inside --data {d}/two"),
+    # DataflowRunner for a local run failed with "Pipeline has validations errors:" and nothing else.
+    (["--data", "{d}/two", "--beam-arg=--runner=DataflowRunner"], "--beam-arg --runner=DataflowRunner: `imagepipe run` "
+     "runs Beam on this machine"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(folders, args, expected):
     root = folders / "root"
@@ -178,6 +186,9 @@ def test_progress_of_a_long_prediction_run_is_one_line_per_interval():
     (["--workers", "2", "--output", "/no/such/folder/out.jsonl"],
      "--output /no/such/folder/out.jsonl: cannot write there (no such folder, or not writable)"),
     (["--workers", "2", "--output", "out.txt"], "--output out.txt: name a .jsonl or .csv file"),
+    (["--top", "0"], "--top 0: give the number of classes to show per image (1 or more)"),  # it was 1
+    (["--top", "-5"], "--top -5: give the number of classes to show per image (1 or more)"),
+    (["--workers", "100000", "--output", "out.jsonl"], "--workers 100000: this machine has {cores} cores"),
 ])
 def test_batch_prediction_settings_are_checked_before_any_image_is_read(tmp_path, options, expected):
     model = tmp_path / "model"
@@ -186,4 +197,16 @@ def test_batch_prediction_settings_are_checked_before_any_image_is_read(tmp_path
                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env={k: v for k, v in os.environ.items() if not k.startswith("IMAGEPIPE_")})
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["imagepipe: error: " + expected.format(model=model)]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("imagepipe: error: " + expected.format(model=model, cores=len(os.sched_getaffinity(0))))
+
+
+def test_an_explicit_model_needs_no_pipeline_name(tmp_path):
+    """--model names the model: a root holding two pipelines made predict ask for --name all the same."""
+    for name in ("cats", "dogs"):
+        write(tmp_path / "root" / "metadata" / name / "metadata.db", b"")
+    env = dict(os.environ, IMAGEPIPE_ROOT=str(tmp_path / "root"))
+    done = subprocess.run([IMAGEPIPE, "predict", "--model", str(tmp_path / "nomodel"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2 and "--name" not in done.stderr
+    assert done.stderr.startswith(f"imagepipe: error: --model {tmp_path / 'nomodel'}: no SavedModel there")

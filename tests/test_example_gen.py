@@ -202,9 +202,12 @@ def test_drop_duplicates(tmp_path):
     data = tmp_path / "data"
     make_class_tree(data, per_class=5)
     write(data / "cat" / "copy.jpg", open(data / "cat" / "img-0.jpeg", "rb").read())
-    examples, report = run_executor(data, tmp_path / "out", drop_duplicates=True)
+    for n in range(4):  # 5 of 15 files are dropped copies: over a 10% bad-file limit, if they counted
+        write(data / "dog" / f"copy-{n}.jpg", open(data / "dog" / "img-1.jpeg", "rb").read())
+    examples, report = run_executor(data, tmp_path / "out", drop_duplicates=True, max_bad_fraction=0.1)
     assert quarantine(report.uri)["cat/img-0.jpeg"]["reason"] == Reason.DUPLICATE  # copy.jpg sorts first
     assert len(by_filename(read_examples(examples.uri))) == 10
+    assert summary(report.uri)["bad_fraction"] == 0  # dropped on request, not bad files
 
 
 def test_too_many_bad_files_fail_the_run_with_counts(tmp_path):

@@ -254,6 +254,22 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     assert done.returncode == 1 and done.stdout.startswith(f"{good}: 3 (")  # the good file still answered
     refused = "error: unreadable: not a regular file (a folder, pipe or device); not read"
     assert done.stderr.strip().splitlines() == [f"{path}: {refused}" for path in (fifo, "/dev/zero")]
+    # A manifest naming files outside its folder: never read (their first bytes were printed in the error).
+    write(tmp_path / "secret.txt", b"TOP-SECRET")
+    write(tmp_path / "lists" / "m.csv", f"path\n/etc/passwd\n../secret.txt\n{good}\n".encode())
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, str(tmp_path / "lists" / "m.csv")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "TOP-SECRET" not in done.stderr and "root:" not in done.stderr
+    errors = done.stderr.strip().splitlines()
+    assert [e.split(": error: ", 1)[1].split(":")[0] for e in errors] == ["outside_data_root"] * 2, errors
+    assert "m.csv line 3: '../secret.txt' resolves outside the data root" in errors[1]
+    # Cloud Storage that cannot be reached: one line at once (it was 104 s of retries, then tracebacks).
+    offline = dict(os.environ, STORAGE_EMULATOR_HOST="http://127.0.0.1:9")  # nothing listens on port 9
+    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "gs://no-such-bucket/x.png"], env=offline,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "imagepipe: error: gs://no-such-bucket/x.png: cannot reach Cloud Storage at 127.0.0.1:9 (Connection refused); "
+        "check the network (or proxy) and try again"]
     os.mkfifo(tmp_path / "feed.csv")  # a manifest that is a pipe: it hung for ever
     done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, str(tmp_path / "feed.csv")],
                           capture_output=True, text=True, timeout=60)

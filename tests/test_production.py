@@ -192,13 +192,13 @@ def test_real_tfx_cli_compiles_the_vertex_runner_file(tmp_path):
 def test_settings_that_only_fail_remotely_fail_before_compiling(config_changes, message):
     config = PipelineConfig(data=DATA, **config_changes)
     with pytest.raises(ConfigError, match=message):
-        CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(config)
+        CloudConfig(project="proj-1", pipeline_root=ROOT, image=IMAGE).validate(config)
 
 
 def test_weights_in_cloud_storage_reach_the_trainer_of_a_cloud_run():
     weights = "gs://bucket/w/mobilenet_v2_notop.weights.h5"
     config = PipelineConfig(name="imagepipe", data=DATA, model="mobilenet_v2", weights=weights).validate()
-    cloud = CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(config)
+    cloud = CloudConfig(project="proj-1", pipeline_root=ROOT, image=IMAGE).validate(config)
     parameters = deploy.build_job(config, cloud)["pipelineSpec"]["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]
     hparams = json.loads(parameters["custom_config"]["runtimeValue"]["constantValue"]["stringValue"])
     assert hparams["weights"] == weights and hparams["model"] == "mobilenet_v2"
@@ -218,6 +218,12 @@ def test_kubeflow_cannot_warm_start():
     ({"cron": "0 25 * * *"}, "'25' is not valid for the hour field (0-23)"),
     ({"cron": "every monday"}, "use 5 fields"),
     ({"training_tpu": "TPU_V3"}, "apply to --vertex-training"),
+    # Accepted as they were, into job specs, requests and Dataflow command lines:
+    ({"pipeline_root": "gs://"}, "--pipeline-root 'gs://': not a Cloud Storage path"),
+    ({"project": 'p"; rm -rf /'}, """--project 'p"; rm -rf /': not a valid GCP project ID"""),
+    ({"region": "../../x"}, "--region '../../x': not a valid GCP region"),
+    ({"image": "i ; echo"}, "--image 'i ; echo': not a valid container image reference"),
+    ({"service_account": "pipelines"}, "--service-account 'pipelines': not a valid service account email"),
 ])
 def test_bad_production_settings_fail_before_compiling(changes, message):
     config = PipelineConfig(data=DATA).validate()
@@ -230,7 +236,7 @@ def test_bad_production_settings_fail_before_compiling(changes, message):
 
 def test_local_data_cannot_be_compiled_for_vertex():
     with pytest.raises(ConfigError, match="give --data gs://BUCKET/PATH"):
-        CloudConfig(project="p", pipeline_root=ROOT, image=IMAGE).validate(PipelineConfig())
+        CloudConfig(project="proj-1", pipeline_root=ROOT, image=IMAGE).validate(PipelineConfig())
 
 
 def test_no_cache_reaches_the_service(monkeypatch):
@@ -306,7 +312,7 @@ def test_schedule_dry_run_prints_the_request_and_sends_nothing(capsys):
 
 
 def test_schedule_with_a_bad_cron_is_one_line(capsys):
-    code = cli.main(["schedule", "--cron", "61 * * * *", "--project", "p", "--pipeline-root", ROOT,
+    code = cli.main(["schedule", "--cron", "61 * * * *", "--project", "proj-1", "--pipeline-root", ROOT,
                      "--image", IMAGE, "--data", DATA])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "'61' is not valid for the minute field" in err[0]

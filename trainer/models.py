@@ -18,9 +18,16 @@ from trainer.hparams import HParams
 
 
 def _staged(path: str) -> str:
-    """A local path for the remote file `path`: Keras reads and writes .h5 weights through h5py, which
-    needs local files, so remote ones (gs://) pass through a temporary folder."""
+    """A path in a new temporary folder for a copy of the file `path`: Keras reads and writes .h5 weights
+    through h5py, which needs local files (gs:// ones pass through here) and fails badly on a full disk.
+    discard_staged() removes it."""
     return os.path.join(tempfile.mkdtemp(prefix="imagepipe-"), os.path.basename(path))
+
+
+def discard_staged(local: str) -> None:
+    import shutil
+
+    shutil.rmtree(os.path.dirname(local), ignore_errors=True)
 
 
 def local_copy(path: str) -> str:
@@ -36,10 +43,9 @@ def local_copy(path: str) -> str:
 
 def save_weights(model: keras.Model, path: str) -> str:
     """model.save_weights(path), for a local or a remote .h5 path; returns a local path holding the
-    weights (path itself, or the staged file it was copied from), for whoever loads them next here."""
-    if not is_remote(path):
-        model.save_weights(path)
-        return path
+    weights (the staged file they were copied from), for whoever loads them next here. Keras writes
+    through h5py into a temporary folder first, and the file is then copied: h5py failing on a full disk
+    leaves objects that print tracebacks and crash the process at exit, a copy fails with one OSError."""
     import tensorflow as tf
 
     local = _staged(path)

@@ -172,7 +172,10 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
     weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
-    on_device = _export_tflite(hp, num_classes, class_names, weights, fn_args) if hp.tflite_kinds else None
+    try:
+        on_device = _export_tflite(hp, num_classes, class_names, weights, fn_args) if hp.tflite_kinds else None
+    finally:
+        models.discard_staged(weights)
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
         f.write(json.dumps(info))
     record = {

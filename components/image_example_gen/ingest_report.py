@@ -50,7 +50,8 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
         "downscaled": downscaled,  # examples holding a copy within store_max_pixels
         "quarantined": len(bad),
         "skipped_hidden": listing.skipped_hidden,
-        "bad_fraction": round(len(bad) / max(1, len(listing.candidates)), 6),
+        # Copies dropped on request (--drop-duplicates) are quarantined, but they are not bad files.
+        "bad_fraction": round((len(bad) - reasons.get(Reason.DUPLICATE, 0)) / max(1, len(listing.candidates)), 6),
         "quarantine_reasons": dict(sorted(reasons.items())),
         "examples_per_split": {s: sum(c.values()) for s, c in per_split.items()},
         "examples_per_split_and_class": per_split,
@@ -77,6 +78,7 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
             f"{source}: no valid image among {seen} files (quarantined: {top}); "
             "check that the path holds JPEG, PNG, GIF or BMP images")
     if summary["bad_fraction"] > max_bad_fraction:
+        bad -= summary["quarantine_reasons"].get(Reason.DUPLICATE, 0)
         raise IngestionError(
             f"{source}: {bad} of {seen} files ({summary['bad_fraction']:.1%}) were quarantined ({top}), "
             f"over the limit of {max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")

@@ -95,10 +95,36 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts)
 
 
+_REACHED = set()  # (host, port) of object stores this process has reached
+
+
+def check_reachable(uri: str, timeout: float = 10.0) -> None:
+    """DataError naming the service when Cloud Storage cannot be reached (offline, DNS, a firewall): its
+    client would retry each call for two minutes, then raise a chain of tracebacks. Checked once per process."""
+    if not uri.startswith("gs://"):
+        return
+    import socket
+    import urllib.parse
+
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    endpoint = os.environ.get("STORAGE_EMULATOR_HOST") or proxy or "https://storage.googleapis.com"
+    parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else "http://" + endpoint)
+    address = (parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80))
+    if address in _REACHED:
+        return
+    try:
+        socket.create_connection(address, timeout=timeout).close()
+    except OSError as e:
+        raise DataError(f"{uri}: cannot reach Cloud Storage at {address[0]}:{address[1]} "
+                        f"({e.strerror or type(e).__name__}); check the network (or proxy) and try again") from None
+    _REACHED.add(address)
+
+
 def exists(path: str) -> bool:
     if is_remote(path):
         from apache_beam.io.filesystems import FileSystems
 
+        check_reachable(path)
         # An object store "folder" is only a name prefix: it exists when an object has it.
         return FileSystems.exists(path) or bool(_remote_files(path, limit=1))
     return os.path.exists(path)
@@ -108,6 +134,7 @@ def is_dir(path: str) -> bool:
     if is_remote(path):
         from apache_beam.io.filesystems import FileSystems
 
+        check_reachable(path)
         return not FileSystems.exists(path) and bool(_remote_files(path, limit=1))
     return os.path.isdir(path)
 
@@ -361,14 +388,8 @@ def _list_manifest(data_root: str, manifest: str) -> Listing:
             uri, rel = "", f"<{where}>"
             problem = (Reason.MISSING_FILE, f"{where} has no path")
         else:
-            uri = _resolve_manifest_path(base, raw_path)
-            inside = uri == root or uri.startswith(root + ("/" if is_remote(root) else os.sep))
-            rel = _relative_to_root(root, uri) if inside else raw_path
-            if not inside:
-                problem = (Reason.OUTSIDE_ROOT,
-                           f"{where}: {raw_path!r} resolves outside the data root {data_root}")
-            elif not is_remote(uri) and os.path.islink(uri) and not _real_inside(uri, root):
-                problem = (Reason.OUTSIDE_ROOT, f"{where}: {raw_path!r} is a {OUTSIDE_ROOT_PROBLEM}")
+            uri, problem = manifest_row(root, base, raw_path, where)
+            rel = raw_path if problem else _relative_to_root(root, uri)
         split = None
         if split_value:
             split = SPLIT_ALIASES.get(split_value.lower())
@@ -387,6 +408,19 @@ def _list_manifest(data_root: str, manifest: str) -> Listing:
     if not listing.candidates:
         raise DataError(f"{manifest}: the manifest has a header but no rows; add one row per image")
     return listing
+
+
+def manifest_row(root: str, base: str, raw_path: str, where: str) -> Tuple[str, Optional[Tuple[str, str]]]:
+    """(the file a manifest row names, (Reason.OUTSIDE_ROOT, detail) or None): a row may name only files
+    below `root` (../../secret.txt, /etc/passwd or a link leading out are never read). `base` is the
+    manifest's folder, which relative rows start from."""
+    uri = _resolve_manifest_path(base, raw_path)
+    inside = uri == root or uri.startswith(root + ("/" if is_remote(root) else os.sep))
+    if not inside:
+        return uri, (Reason.OUTSIDE_ROOT, f"{where}: {raw_path!r} resolves outside the data root {root}")
+    if not is_remote(uri) and os.path.islink(uri) and not _real_inside(uri, root):
+        return uri, (Reason.OUTSIDE_ROOT, f"{where}: {raw_path!r} is a {OUTSIDE_ROOT_PROBLEM}")
+    return uri, None
 
 
 def _resolve_manifest_path(base: str, raw_path: str) -> str:
