@@ -250,6 +250,19 @@ def test_report_out_to_a_folder_is_one_line_and_leaves_nothing(capsys, tmp_path)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
 
 
+@pytest.mark.parametrize("args, expected", [
+    (["export-schema", "--out", "{tmp}"], "--out {tmp}: a folder; give a file name"),
+    (["sample-data", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt: not a folder; give a folder"),
+    (["sample-data", "--out", "/proc/imagepipe-sample"], "--out /proc/imagepipe-sample: cannot write the images"),
+])
+def test_export_schema_and_sample_data_outputs_are_one_line(capsys, tmp_path, args, expected):
+    """These were tracebacks (a folder, an existing file, a read-only file system)."""
+    write(tmp_path / "file.txt", b"notes")
+    code, err = run_cli(capsys, *[a.format(tmp=tmp_path) for a in args])
+    assert code == 2 and len(err) == 1 and expected.format(tmp=tmp_path) in err[0], err
+    assert open(tmp_path / "file.txt", "rb").read() == b"notes"
+
+
 def _device_node(path) -> str:
     """A character device like /dev/null at `path` (as root: mknod), else a named pipe, which the same rule refuses."""
     try:
