@@ -144,7 +144,8 @@ def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pipeline.local_runner"], cwd=PROJECT_DIR, env=env,
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
-        "local_runner: error: IMAGEPIPE_EPOCHS='many': not a whole number; fix or unset the environment variable")
+        "local_runner: error: IMAGEPIPE_EPOCHS='many': not a whole number; give a whole number, or unset the "
+        "environment variable")
 
 
 def test_names_are_printed_with_control_characters_escaped():

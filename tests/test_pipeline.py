@@ -256,10 +256,12 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     assert done.stderr.strip().splitlines() == [f"{path}: {refused}" for path in (fifo, "/dev/zero")]
     # A manifest naming files outside its folder: never read (their first bytes were printed in the error).
     write(tmp_path / "secret.txt", b"TOP-SECRET")
-    write(tmp_path / "lists" / "m.csv", f"path\n/etc/passwd\n../secret.txt\n{good}\n".encode())
+    write(tmp_path / "lists" / "good.jpg", open(good, "rb").read())
+    write(tmp_path / "lists" / "m.csv", b"path\n/etc/passwd\n../secret.txt\ngood.jpg\n")
     done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, str(tmp_path / "lists" / "m.csv")],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and "TOP-SECRET" not in done.stderr and "root:" not in done.stderr
+    assert done.returncode == 1 and done.stdout.startswith(f"{tmp_path / 'lists' / 'good.jpg'}: 3 (")
+    assert "TOP-SECRET" not in done.stderr and "root:x:0" not in done.stderr
     errors = done.stderr.strip().splitlines()
     assert [e.split(": error: ", 1)[1].split(":")[0] for e in errors] == ["outside_data_root"] * 2, errors
     assert "m.csv line 3: '../secret.txt' resolves outside the data root" in errors[1]
@@ -386,12 +388,13 @@ def test_predict_reads_images_in_cloud_storage(sample_runs, tmp_path):
     nine = os.path.join(digits, "9", sorted(os.listdir(os.path.join(digits, "9")))[0])
     with open(nine, "rb") as f:
         write(bucket / "lists" / "nine.png", f.read())
-    # A manifest in the bucket: an absolute gs:// path, and one relative to the manifest's folder.
-    write(bucket / "lists" / "today.csv", f"path\n{expected[0][0]}\nnine.png\n".encode())
+    # A manifest in the bucket: an absolute gs:// path, and one relative to the manifest's folder (rows
+    # may name files below the manifest's folder only, as in ingestion: the bucket's top here).
+    write(bucket / "today.csv", f"path\n{expected[0][0]}\nlists/nine.png\n".encode())
     out = tmp_path / "results.jsonl"
     with FakeService(buckets={"photos-1": str(bucket)}) as gcs:
         done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(out),
-                               "gs://photos-1/incoming", "gs://photos-1/lists/today.csv",
+                               "gs://photos-1/incoming", "gs://photos-1/today.csv",
                                "gs://photos-1/incoming/4/gone.png"],
                               capture_output=True, text=True, timeout=600,
                               env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url})
