@@ -78,11 +78,13 @@ def baseline_tree(commit: str) -> str:
     return path
 
 
-def run_pipeline(code_dir: str, corpus: str, root: str, epochs: int, rss_limit: int) -> dict:
+def run_pipeline(code_dir: str, corpus: str, root: str, epochs: int, rss_limit: int, extra=(),
+                 keep_root: bool = False) -> dict:
     """One `imagepipe run` of the code in code_dir, in a fresh process; its events and peak RSS."""
-    shutil.rmtree(root, ignore_errors=True)
+    if not keep_root:
+        shutil.rmtree(root, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=code_dir, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    argv = ["run", "--data", corpus, "--root", root, "--epochs", str(epochs), "--progress", "json"]
+    argv = ["run", "--data", corpus, "--root", root, "--epochs", str(epochs), "--progress", "json", *extra]
     code = f"import sys; from pipeline.cli import main; sys.exit(main({argv!r}))"
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=code_dir, env=env, text=True,
@@ -107,7 +109,8 @@ def run_pipeline(code_dir: str, corpus: str, root: str, epochs: int, rss_limit: 
             "status": finished.get("status", "killed" if sampler.killed else "failed"),
             "error": None if proc.returncode == 0 else error[:300],
             "components": seconds, "splits": _split_counts(root),
-            "accuracy": evaluation.get("accuracy"), "blessed": evaluation.get("blessed")}
+            "accuracy": evaluation.get("accuracy"), "blessed": evaluation.get("blessed"),
+            "details": {c.get("component"): c.get("details") or {} for c in finished.get("components", [])}}
 
 
 def _split_counts(root: str) -> Dict[str, int]:

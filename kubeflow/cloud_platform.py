@@ -24,6 +24,7 @@ def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
         pipeline_root=root,
         beam_pipeline_args=dataflow_args(config, cloud) if cloud.dataflow else list(config.beam_args),
         serving_dir=f"{root}/serving",
+        feature_cache=cloud.feature_cache,
         schema_file=schema_in_image(schema) if schema else None,
         runs_resolvers=cloud.runs_resolvers,
         vertex_training_config=vertex_training_config(cloud) if cloud.vertex_training else None,

@@ -194,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gcp_options(c)
     _add_dataflow_options(c, "classify on Dataflow workers that run the pipeline image (gs:// --model, "
                              "--output and inputs)")
+    cache = commands.add_parser("cache", help="the backbone features cache under --root: list, bound or clear it")
+    cache.add_argument("--root", help="the runs' --root")
+    cache.add_argument("--max-gb", type=float, help="remove the least recently used backbones' features until the "
+                       "cache holds at most this many GB")
+    cache.add_argument("--clear", action="store_true", help="remove every cached feature")
     export = commands.add_parser("export-schema", help="copy the schema SchemaGen inferred in the last run")
     export.add_argument("--root", help="the run's --root")
     export.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
@@ -500,6 +505,32 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    import datetime
+
+    from components.backbone_features import feature_cache
+
+    config = config_from_args(args)
+    if args.max_gb is not None and args.max_gb < 0:
+        raise ConfigError(f"--max-gb {args.max_gb}: give a size in GB (0 or more)")
+    limit = 0 if args.clear else None if args.max_gb is None else int(args.max_gb * 2**30)
+    if limit is not None:
+        removed = feature_cache.prune(config.feature_cache, limit)
+        freed = sum(d["bytes"] for d in removed)
+        print(f"removed {len(removed)} backbone cache{'s' if len(removed) != 1 else ''}, {freed / 2**30:.2f} GB")
+    found = feature_cache.describe(config.feature_cache)
+    if not found:
+        print(f"no cached features in {config.feature_cache}")
+        return 0
+    print(f"{'backbone':<16} {'size':>5} {'features':>10} {'GB':>7}  {'last used (UTC)':<20} fingerprint")
+    for d in sorted(found, key=lambda d: d["last_used"], reverse=True):
+        used = datetime.datetime.fromtimestamp(d["last_used"], datetime.timezone.utc)
+        print(f"{d['model'] or '?':<16} {d['image_size'] or '?':>5} {d['entries']:>10,} {d['bytes'] / 2**30:>7.2f}  "
+              f"{used:%Y-%m-%d %H:%M:%S}  {d['fingerprint']}")
+    print(f"in {config.feature_cache}")
+    return 0
+
+
 def cmd_export_schema(args: argparse.Namespace) -> int:
     from pipeline import run_summary, user_files
 
@@ -634,7 +665,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         commands = {"run": cmd_run, "predict": cmd_predict, "sample-data": cmd_sample_data,
                     "export-schema": cmd_export_schema, "compile": cmd_compile, "submit": cmd_submit,
-                    "schedule": cmd_schedule, "report": cmd_report, "runs": cmd_runs}
+                    "schedule": cmd_schedule, "report": cmd_report, "runs": cmd_runs, "cache": cmd_cache}
         return commands[args.command](args)
     except ConfigError as e:
         return _fail(EXIT_BAD_INPUT, str(e))

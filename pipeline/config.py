@@ -118,6 +118,11 @@ class PipelineConfig:
         return os.path.join(self.root, "serving", self.pipeline_name)
 
     @property
+    def feature_cache(self) -> str:
+        """The backbone features cache (components/backbone_features): one per root, shared by its pipelines."""
+        return os.path.join(self.root, "cache", "features")
+
+    @property
     def sample_data_dir(self) -> str:
         return os.path.join(self.root, "data", "digits")
 
@@ -322,6 +327,11 @@ class CloudConfig:
 
     def full_pipeline_root(self, pipeline_name: str) -> str:
         return f"{self.pipeline_root.rstrip('/')}/{pipeline_name}"
+
+    @property
+    def feature_cache(self) -> str:
+        """The backbone features cache under --pipeline-root, shared by the pipelines there."""
+        return f"{self.pipeline_root.rstrip('/')}/cache/features"
 
     def dataflow_temp(self, pipeline_name: str) -> Optional[str]:
         """Where Dataflow jobs stage files: --dataflow-temp-location, else the pipeline root's tmp/."""

@@ -29,6 +29,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     config.validate()
     config.check_memory(machine_memory_bytes())
     check_local_beam_args(config.beam_args)
+    check_imagenet_weights(config)
     schema = config.schema_path()
     if schema and not sources.is_remote(schema):
         check_schema(schema)
@@ -72,6 +73,29 @@ def check_local_beam_args(beam_args) -> None:
             raise ConfigError(f"--beam-arg --runner={runner}: `imagepipe run` runs Beam on this machine "
                               f"({', '.join(LOCAL_RUNNERS[:3])}); for Dataflow, run the pipeline on Vertex AI "
                               "with `imagepipe submit --dataflow`")
+
+
+def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None:
+    """--weights imagenet (the transfer models' default) where Keras cannot download them is one early line,
+    not a traceback from the features step after ingestion and validation."""
+    hp = config.hparams()
+    if hp.model == "cnn" or hp.weights != "imagenet":
+        return
+    import socket
+    import urllib.parse
+
+    from trainer.hparams import imagenet_weights
+
+    name, url = imagenet_weights(hp.model, hp.image_size)
+    cached = os.path.join(os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "models", name)
+    if os.path.exists(cached):
+        return
+    try:
+        socket.create_connection((urllib.parse.urlsplit(url).hostname, 443), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError(f"--weights imagenet: the {hp.model} ImageNet weights are not on this machine ({cached}) "
+                          f"and cannot be downloaded ({e.strerror or type(e).__name__}); download {url} elsewhere "
+                          "and give --weights PATH") from None
 
 
 def check_root_outside_data(config: PipelineConfig) -> None:

@@ -1,7 +1,8 @@
 """create_pipeline(): the one TFX DAG, shared by every runner (local, Kubeflow, Vertex).
 
   ImageExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleValidator -> DataValidationGate
-    -> Transform -> Trainer -> Evaluator (vs the latest blessed model) -> Pusher (when blessed)
+    -> Transform -> [BackboneFeatures: transfer models] -> Trainer -> Evaluator (vs the latest blessed model)
+    -> Pusher (when blessed)
 
 Transform runs after the gate, so nothing consumes data that failed validation.
 """
@@ -12,6 +13,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
 from components import beam_tuning, model_evaluator
+from components.backbone_features.component import BackboneFeatures
 from components.image_example_gen.component import ImageExampleGen
 from components.validation_gate import DataValidationGate
 from pipeline.config import PipelineConfig
@@ -129,9 +131,15 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         disable_statistics=True), beam_tuning.TransformExecutor)
     transform.add_upstream_node(gate)  # the gate must pass before any data is consumed
 
+    # Transfer models: the frozen backbone runs once per image (cached across runs), and the Trainer's
+    # frozen phase trains the head on its output (components/backbone_features).
+    features = None
+    if hp.model != "cnn":
+        features = BackboneFeatures(transformed_examples=transform.outputs["transformed_examples"],
+                                    hparams=hp.features_config(), cache_dir=platform.feature_cache)
     trainer_args = dict(
         run_fn="trainer.task.run_fn",
-        examples=transform.outputs["transformed_examples"],
+        examples=(features.outputs["features"] if features else transform.outputs["transformed_examples"]),
         transform_graph=transform.outputs["transform_graph"],
         schema=schema_gen.outputs["schema"],
         base_model=baseline.outputs["model"] if config.warm_start and baseline else None,
@@ -162,7 +170,7 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
                 filesystem=tfx.proto.PushDestination.Filesystem(base_directory=platform.serving_dir)))
 
     components = [example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
-                  transform, trainer, evaluator, pusher]
+                  transform, features, trainer, evaluator, pusher]
     components = [c for c in components if c is not None]
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,

@@ -20,6 +20,7 @@ class Platform:
     pipeline_root: str
     beam_pipeline_args: List[str]
     serving_dir: str  # the Pusher's folder for blessed models (unless vertex_serving_config deploys them)
+    feature_cache: str  # the backbone features cache, shared by the pipelines of one root
     schema_file: Optional[str] = None  # the curated schema, as this platform's containers see it
     runs_resolvers: bool = True  # the orchestrator runs TFX resolver nodes (Kubeflow's open-source backend does not)
     vertex_training_config: Optional[Dict[str, Any]] = None  # set: the Trainer is a Vertex AI Training job
@@ -29,4 +30,5 @@ class Platform:
 def local(config: PipelineConfig) -> Platform:
     """This machine: LocalDagRunner, SQLite ML Metadata, Beam's local runner, folders under --root."""
     return Platform(pipeline_root=config.pipeline_root, beam_pipeline_args=list(config.beam_args),
-                    serving_dir=config.serving_dir, schema_file=config.schema_path())
+                    serving_dir=config.serving_dir, feature_cache=config.feature_cache,
+                    schema_file=config.schema_path())

@@ -66,6 +66,9 @@ class Printer:
             self._progress(event)
 
     def _progress(self, event: Dict[str, Any]) -> None:
+        if not event["total"]:  # a count with no known end (the features step's images)
+            self._count(event)
+            return
         done, total = event["done"], max(1, event["total"])
         label = {"ingest": "files", "train": "epochs at most"}.get(event["kind"], event["kind"])
         extra = ""
@@ -84,6 +87,18 @@ class Printer:
         if self._last_step.get(event["kind"]) != step:
             self._last_step[event["kind"]] = step
             self._line(f"    {event['kind']}: {done:,}/{total:,} {label}{extra}")
+
+
+    def _count(self, event: Dict[str, Any]) -> None:
+        label = {"features": "images through the backbone or the cache"}.get(event["kind"], "done")
+        if self.stream.isatty():
+            self._write(f"\r    {event['kind']:<7}{event['done']:,} {label}")
+            self._bar_open = True
+            return
+        step = event["done"].bit_length()  # a line each time the count doubles
+        if self._last_step.get(event["kind"]) != step:
+            self._last_step[event["kind"]] = step
+            self._line(f"    {event['kind']}: {event['done']:,} {label}")
 
 
 class _LogHandler(logging.Handler):

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
+from components.backbone_features import SUMMARY_FILE as FEATURES_SUMMARY
 from components.baseline import relocate
 from components.image_example_gen.sources import is_remote
 from components.image_example_gen import QUARANTINE_FILE, SUMMARY_FILE
@@ -181,6 +182,12 @@ def _transform(c: Dict[str, Any]) -> Dict[str, Any]:
     return {"transformed_megabytes": round(_megabytes(examples), 2)} if examples else {}
 
 
+def _features(c: Dict[str, Any]) -> Dict[str, Any]:
+    features = _first(c["outputs"], "features")
+    path = features and os.path.join(features, FEATURES_SUMMARY)
+    return json.load(open(path)) if path and os.path.exists(path) else {}
+
+
 def _trainer(c: Dict[str, Any]) -> Dict[str, Any]:
     model_run = _first(c["outputs"], "model_run")
     path = model_run and os.path.join(model_run, TRAINING_LOG)
@@ -231,6 +238,7 @@ DETAILS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
     "ImageExampleGen": _ingestion,
     "DataValidationGate": _gate,
     "Transform": _transform,
+    "BackboneFeatures": _features,
     "Trainer": _trainer,
     "Evaluator": _evaluator,
     "Pusher": _pusher,

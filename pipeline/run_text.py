@@ -47,6 +47,13 @@ def _ingestion(c: Dict[str, Any]) -> str:
     return text
 
 
+def _features(c: Dict[str, Any]) -> str:
+    d = c["details"]
+    views = d["views"].get("train", 0)
+    return (f"{d['images']:,} images: {d['reused']:,} features reused from the cache, {d['computed']:,} computed"
+            f" ({d['dim']:,} values each" + (f"; {views} augmented views a training image" if views else "") + ")")
+
+
 def _gate(c: Dict[str, Any]) -> str:
     d = c["details"]
     drift = d["drift"]
@@ -101,6 +108,7 @@ LINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "DataValidationGate": _gate,
     "ExampleValidator": lambda c: f"{len(c['details']['anomalies'])} anomalies",
     "Transform": lambda c: f"{c['details']['transformed_megabytes']:.1f} MB of resized uint8 pixels",
+    "BackboneFeatures": _features,
     "Trainer": _trainer,
     "Evaluator": _evaluator,
     "Pusher": lambda c: (f"pushed to {c['details']['destination']}" if c["details"]["pushed"]

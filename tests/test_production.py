@@ -446,8 +446,10 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     validation gate stops after comparing it with the first run's blessed model."""
     from vertex_offline import OfflineVertex, TaskFailed
 
-    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=8, image_size=32,
-                            accuracy_threshold=0.3).validate()
+    # A transfer model, so the features step runs too (random weights: nothing downloads; the threshold is 0
+    # because uncalibrated random features tell digits apart poorly).
+    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, model="mobilenet_v2", weights="",
+                            epochs=3, image_size=32, accuracy_threshold=0.0).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
     job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))
     vertex = OfflineVertex(str(tmp_path / "vertex"))
@@ -462,6 +464,11 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     assert blessing["metadata"]["blessed"] == 1
     (model,) = outputs["Trainer"]["model"]
     assert blessing["metadata"]["current_model_id"] == model["name"]  # what the next run's resolver follows
+    (features,) = outputs["BackboneFeatures"]["features"]  # cached under the pipeline root, shared by pipelines
+    (fingerprint,) = os.listdir(os.path.join(root, "cache", "features"))
+    assert json.load(open(os.path.join(features["uri"], "summary.json")))["computed"] == 300
+    assert json.load(open(os.path.join(features["uri"], "source.json")))["backbone_weights"] == os.path.join(
+        root, "cache", "features", fingerprint, "backbone.weights.h5")
     (pushed,) = outputs["Pusher"]["pushed_model"]
     assert pushed["metadata"]["pushed"] == 1
     destination = pushed["metadata"]["pushed_destination"]

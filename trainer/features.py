@@ -7,11 +7,16 @@ from components.image_example_gen import feature_keys
 # Raw features, as ImageExampleGen writes them.
 IMAGE_KEY = feature_keys.ENCODED
 LABEL_TEXT_KEY = feature_keys.LABEL_TEXT
+SHA256_KEY = feature_keys.SHA256
 
 # Transformed features, as Transform materialises them.
 PIXELS_KEY = "pixels"  # the resized image's uint8 pixels, 1 byte each (see preprocessing.py)
 LABEL_KEY = "label"  # class id from the TFT vocabulary
 LABEL_VOCABULARY = "label"  # the vocabulary file: class names in id order
+KEY = "key"  # the image's content hash (image/key/sha256), passed through: features and data health join on it
+
+# Backbone features, as the features step (components/backbone_features) writes them beside LABEL_KEY and KEY.
+FEATURES_KEY = "features"  # float32 [views * dim]: the pooled backbone output of the image, then of its augmented views
 
 
 def to_dense_strings(feature) -> tf.Tensor:

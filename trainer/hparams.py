@@ -7,7 +7,7 @@ parsed (with defaults), so that run_fn and preprocessing_fn agree on it.
 import dataclasses
 import math
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 MODELS = ("cnn", "mobilenet_v2", "efficientnet_b0")
 AUGMENTATIONS = ("flip", "crop", "brightness")
@@ -23,6 +23,17 @@ MAX_EPOCHS = 10_000
 # at a DCT scale and need far less).
 DECODES_IN_FLIGHT = 4
 DECODE_BYTES_PER_PIXEL = 16
+
+
+def imagenet_weights(model: str, image_size: int) -> Tuple[str, str]:
+    """(file name, URL) of the ImageNet weights keras.applications downloads for a backbone without its top,
+    into $KERAS_HOME/models (~/.keras/models). MobileNetV2 has weights for 96-224 px inputs, else 224's."""
+    if model == "mobilenet_v2":
+        rows = image_size if image_size in (96, 128, 160, 192, 224) else 224
+        name = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}_no_top.h5"
+        return name, "https://storage.googleapis.com/tensorflow/keras-applications/mobilenet_v2/" + name
+    name = f"{model.replace('_', '')}_notop.h5"  # efficientnet_b0 -> efficientnetb0_notop.h5
+    return name, "https://storage.googleapis.com/keras-applications/" + name
 
 
 def decode_memory_bytes(max_pixels: int) -> int:
@@ -48,6 +59,9 @@ class HParams:
     fine_tune_learning_rate: float = 1e-5
     patience: int = 5  # epochs without a lower eval loss before training stops
     augment: str = ""  # comma-separated: flip, crop, brightness
+    # Transfer models with --augment: augmented views of each training image whose backbone features the
+    # features step caches beside the plain one; each epoch of the frozen phase draws one per image.
+    augment_views: int = 4
     tflite: str = ""  # comma-separated TFLite exports beside the SavedModel: float16, int8
     seed: int = 42
     # TensorFlow's op determinism: the same data, settings and seed give the same weights (README:
@@ -71,6 +85,13 @@ class HParams:
         """What preprocessing_fn reads, and only that: Transform's cached output stays valid when a
         training setting (epochs, learning rate, ...) changes."""
         return {"image_size": self.image_size, "channels": self.channels}
+
+    def features_config(self) -> Dict[str, Any]:
+        """What the features step (components/backbone_features) reads: the backbone, its input and weights
+        (the seed makes random weights), and the augmented views to cache."""
+        return {"model": self.model, "image_size": self.image_size, "channels": self.channels,
+                "weights": self.weights, "seed": self.seed, "augment": self.augment,
+                "augment_views": self.augment_views}
 
     def cache_limit_megabytes(self) -> float:
         if self.cache_megabytes:
@@ -113,6 +134,8 @@ class HParams:
                 raise ValueError(f"{option} {value}: use a whole number from 1 to {most:,}")
         if not 0 <= self.seed <= 2**32 - 1:  # what NumPy and TensorFlow accept as a seed
             raise ValueError(f"--seed {self.seed}: use a whole number from 0 to {2**32 - 1:,}")
+        if not 1 <= self.augment_views <= 64:
+            raise ValueError(f"augment_views {self.augment_views}: use 1 to 64 views")
         if not 1 <= self.patience <= MAX_EPOCHS:
             raise ValueError(f"--patience {self.patience}: use a whole number of epochs from 1 to {MAX_EPOCHS:,}")
         if not 0 <= self.fine_tune_epochs <= MAX_EPOCHS:

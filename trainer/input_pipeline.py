@@ -83,6 +83,38 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     return dataset.prefetch(AUTOTUNE)
 
 
+def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views: int, training: bool,
+                         batch_size: int = 0, drop_remainder: bool = False) -> tf.data.Dataset:
+    """(features float32 [batch, dim], labels int64 [batch]) from the features step's records
+    (components/backbone_features): what the frozen phase of a transfer model trains its head on.
+
+    Small (a few kB an image), so always cached and shuffled over the whole set. A record holds `views`
+    vectors (the plain image, then augmented views); training draws one per image each epoch, evaluation
+    takes the plain one.
+    """
+    files = list_files(file_patterns)
+    batch_size = batch_size or hp.batch_size
+    records, _ = measure(files)
+    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP", num_parallel_reads=AUTOTUNE).cache()
+    if training:
+        dataset = dataset.shuffle(max(1, records), seed=hp.seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    batches = records // batch_size if drop_remainder else -(-records // batch_size)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    spec = {features.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),
+            features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        vectors = tf.reshape(parsed[features.FEATURES_KEY], [-1, views, dim])
+        if training and views > 1:
+            chosen = tf.random.uniform([tf.shape(vectors)[0]], 0, views, tf.int32, seed=hp.seed)
+            return tf.gather(vectors, chosen, batch_dims=1), parsed[features.LABEL_KEY]
+        return vectors[:, 0], parsed[features.LABEL_KEY]
+
+    return dataset.map(parse, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+
 def repeated(dataset: tf.data.Dataset) -> Tuple[tf.data.Dataset, int]:
     """(the training dataset repeated, its batches per epoch), for fit(steps_per_epoch=...): one iterator
     for the whole training. Keras otherwise makes a new one each epoch, and tearing one down stalls the
@@ -115,3 +147,24 @@ def augment(images: tf.Tensor, hp: HParams) -> tf.Tensor:
         delta = tf.random.uniform([tf.shape(images)[0], 1, 1, 1], -25.0, 25.0, seed=hp.seed)
         images = tf.clip_by_value(images + delta, 0.0, 255.0)
     return images
+
+
+def augment_views(images: tf.Tensor, hp: HParams, seeds: tf.Tensor) -> tf.Tensor:
+    """The same augmentations as augment(), but each image's drawn from its own seed ([batch, 2] int):
+    reproducible per image and view, so the features step can cache the backbone's output of each view."""
+    augmentations = hp.augmentations
+    pad = max(1, hp.image_size // 8)
+    shape = [hp.image_size, hp.image_size, hp.channels]
+
+    def one(args):
+        image, seed = args
+        if "flip" in augmentations:
+            image = tf.image.stateless_random_flip_left_right(image, seed)
+        if "crop" in augmentations:
+            padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]], mode="REFLECT")
+            image = tf.image.stateless_random_crop(padded, shape, seed=seed + 1)
+        if "brightness" in augmentations:
+            image = tf.clip_by_value(image + tf.random.stateless_uniform([], seed + 2, -25.0, 25.0), 0.0, 255.0)
+        return image
+
+    return tf.map_fn(one, (images, seeds), fn_output_signature=tf.TensorSpec(shape, tf.float32))

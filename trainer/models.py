@@ -10,6 +10,7 @@ evaluation and serving share one scaling. Outputs are class probabilities.
 
 import os
 import tempfile
+from typing import Optional
 
 import keras
 
@@ -17,7 +18,7 @@ from components.image_example_gen.sources import is_remote
 from trainer.hparams import HParams
 
 
-def _staged(path: str) -> str:
+def staged_path(path: str) -> str:
     """A path in a new temporary folder for a copy of the file `path`: Keras reads and writes .h5 weights
     through h5py, which needs local files (gs:// ones pass through here) and fails badly on a full disk.
     discard_staged() removes it."""
@@ -36,7 +37,7 @@ def local_copy(path: str) -> str:
         return path
     import tensorflow as tf
 
-    local = _staged(path)
+    local = staged_path(path)
     tf.io.gfile.copy(path, local, overwrite=True)
     return local
 
@@ -48,23 +49,48 @@ def save_weights(model: keras.Model, path: str) -> str:
     leaves objects that print tracebacks and crash the process at exit, a copy fails with one OSError."""
     import tensorflow as tf
 
-    local = _staged(path)
+    local = staged_path(path)
     model.save_weights(local)
     tf.io.gfile.copy(local, path, overwrite=True)
     return local
 
 
-def build(hp: HParams, num_classes: int) -> keras.Model:
+def build(hp: HParams, num_classes: int, backbone: Optional[keras.Model] = None) -> keras.Model:
+    """The whole model, pixels to probabilities. For the transfer models: scaling, the backbone (made here,
+    or `backbone`, e.g. with the weights the features step used), global average pooling, then the head."""
     inputs = keras.Input((hp.image_size, hp.image_size, hp.channels), name="pixels")
     if hp.model == "cnn":
         outputs = _cnn(inputs, num_classes)
     else:
-        backbone, scaled = _backbone(hp, inputs)
-        x = backbone(scaled, training=False)  # BatchNorm stays in inference mode, even when fine-tuning
-        x = keras.layers.GlobalAveragePooling2D()(x)
-        x = keras.layers.Dropout(0.2)(x)
-        outputs = _classifier(x, num_classes)
+        backbone = backbone or make_backbone(hp)
+        x = backbone(_scaled(hp, inputs), training=False)  # BatchNorm stays in inference mode, even when fine-tuning
+        x = keras.layers.GlobalAveragePooling2D(name="pooled")(x)
+        outputs = _head_layers(x, num_classes)
     return keras.Model(inputs, outputs, name=hp.model)
+
+
+def feature_extractor(hp: HParams, backbone: keras.Model) -> keras.Model:
+    """Pixels to the pooled backbone output: the vector the head's first layer takes, which the features step
+    (components/backbone_features) computes once per image. The same scaling and layers as build()."""
+    inputs = keras.Input((hp.image_size, hp.image_size, hp.channels), name="pixels")
+    pooled = keras.layers.GlobalAveragePooling2D(name="pooled")(backbone(_scaled(hp, inputs), training=False))
+    return keras.Model(inputs, pooled, name=f"{hp.model}_features")
+
+
+def head(num_classes: int, dim: int) -> keras.Model:
+    """The transfer models' head on its own, for training on cached features (the same layers as build())."""
+    inputs = keras.Input((dim,), name="features")
+    return keras.Model(inputs, _head_layers(inputs, num_classes), name="head")
+
+
+def copy_head(source: keras.Model, target: keras.Model) -> None:
+    """The head's weights (its only weighted layer) from one model to the other: a head trained on features
+    into the whole model, or a warm-started whole model's into the features head."""
+    target.get_layer("probabilities").set_weights(source.get_layer("probabilities").get_weights())
+
+
+def _head_layers(x, num_classes):
+    return _classifier(keras.layers.Dropout(0.2)(x), num_classes)
 
 
 def _classifier(x, num_classes):
@@ -84,20 +110,26 @@ def _cnn(inputs, num_classes):
     return _classifier(x, num_classes)
 
 
-def _backbone(hp: HParams, inputs):
-    """(backbone model, inputs scaled as that backbone expects)."""
-    weights = hp.weights or None  # "imagenet", a weights file (local or gs://), or None
+def make_backbone(hp: HParams, weights_file: Optional[str] = None) -> keras.Model:
+    """The frozen keras.applications backbone, with hp.weights ("imagenet", a file, or "" for random
+    initialisation), or with `weights_file` (local or gs://), the weights the features step saved."""
+    weights = weights_file or hp.weights or None
     if weights and weights != "imagenet":
         weights = local_copy(weights)
     shape = (hp.image_size, hp.image_size, hp.channels)
     if hp.model == "mobilenet_v2":
         backbone = keras.applications.MobileNetV2(input_shape=shape, include_top=False, weights=weights)
-        scaled = keras.layers.Rescaling(1 / 127.5, offset=-1.0)(inputs)  # MobileNetV2 wants -1..1
     else:
         backbone = keras.applications.EfficientNetB0(input_shape=shape, include_top=False, weights=weights)
-        scaled = inputs  # EfficientNet rescales and normalises inside
     backbone.trainable = False
-    return backbone, scaled
+    return backbone
+
+
+def _scaled(hp: HParams, inputs):
+    """Pixels in 0..255 as the backbone expects them: part of the model, so serving scales the same way."""
+    if hp.model == "mobilenet_v2":
+        return keras.layers.Rescaling(1 / 127.5, offset=-1.0)(inputs)  # MobileNetV2 wants -1..1
+    return inputs  # EfficientNet rescales and normalises inside
 
 
 def backbone_of(model: keras.Model):

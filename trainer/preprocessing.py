@@ -62,7 +62,10 @@ def preprocessing_fn(inputs: Dict[str, Any], custom_config: Optional[Dict[str, A
         encoded, fn_output_signature=tf.TensorSpec([], tf.string),
         parallel_iterations=DECODES_IN_FLIGHT)  # bounds decoding memory (hparams.decode_memory_bytes)
     label_text = features.to_dense_strings(inputs[features.LABEL_TEXT_KEY])
+    outputs = {} if features.SHA256_KEY not in inputs else {  # a curated schema may leave it out
+        features.KEY: features.to_dense_strings(inputs[features.SHA256_KEY])}
     return {
+        **outputs,
         features.PIXELS_KEY: pixels,
         # Ids come from the training data; the vocabulary file maps them back to class names.
         # Ordered by a fingerprint of each name, not by frequency: the same classes get the same

@@ -19,6 +19,7 @@ from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
 from components.baseline import pipeline_root_of, relocate
+from components.backbone_features import SOURCE_FILE
 from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from components.progress_events import progress_event
 from trainer import export, features, input_pipeline, models, tflite_export
@@ -61,6 +62,25 @@ class EpochLog(keras.callbacks.Callback):
             self.model.set_weights(self._best_weights)
 
 
+def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy, num_classes: int, batch: int,
+                            static: bool, callbacks) -> None:
+    """The frozen phase of a transfer model: the head alone on the features step's cached backbone output
+    (an epoch is a pass over small vectors, not the backbone over every image), then into the model."""
+    views = source["views"].get("train", 0) + 1
+    train, steps = input_pipeline.repeated(input_pipeline.make_feature_dataset(
+        fn_args.train_files, hp, source["dim"], views, training=True, batch_size=batch, drop_remainder=static))
+    evaluation = input_pipeline.make_feature_dataset(fn_args.eval_files, hp, source["dim"], 1, training=False,
+                                                     batch_size=batch, drop_remainder=static)
+    with strategy.scope():
+        head = models.head(num_classes, source["dim"])
+        models.copy_head(model, head)  # the model's initial (or warm-started) head
+        models.compile_model(head, hp.learning_rate)
+    logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
+    head.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs, callbacks=callbacks,
+             verbose=0)
+    models.copy_head(head, model)
+
+
 def warm_start(model, base_model_dir, info, serving_model_dir: str = "") -> Tuple[Optional[str], str]:
     """Loads the base model's weights when it was trained for the same classes and input.
 
@@ -91,12 +111,12 @@ def _load_weights(model, folder: str) -> None:
     model.load_weights(models.local_copy(os.path.join(folder, WEIGHTS_FILE)))
 
 
-def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str, fn_args) -> dict:
+def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str, pixel_files, serving_model_dir) -> dict:
     """The TFLite models and their accuracy, or {'error'}: the SavedModel is what the pipeline serves,
     so a conversion that fails (an op TFLite lacks) is reported, not a reason to discard the training."""
     try:
         record = tflite_export.export_in_child(hp, num_classes, class_names, weights_file,
-                                               fn_args.train_files, fn_args.eval_files, fn_args.serving_model_dir)
+                                               pixel_files["train"], pixel_files["eval"], serving_model_dir)
     except tflite_export.TFLiteExportError as e:
         logging.warning("Trainer: TFLite export failed: %s", e)
         return {"error": str(e)}
@@ -124,6 +144,16 @@ def run_fn(fn_args) -> None:
             tf_config.disable_op_determinism()
 
 
+def features_source(example_patterns) -> Optional[dict]:
+    """The features step's source.json when the Trainer's examples are its output (transfer models), else None."""
+    uri = os.path.dirname(os.path.dirname(example_patterns[0].rstrip("/")))  # <uri>/Split-train/*
+    path = os.path.join(uri, SOURCE_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
 def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy) -> None:
     replicas = strategy.num_replicas_in_sync
 
@@ -131,15 +161,21 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     num_classes = tft_output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
     batch = hp.batch_size * replicas
     static = plan.kind == "tpu"  # XLA on TPU compiles one batch shape
-    train, steps = input_pipeline.repeated(input_pipeline.make_dataset(
-        fn_args.train_files, hp, training=True, batch_size=batch, drop_remainder=static))
-    evaluation = input_pipeline.make_dataset(fn_args.eval_files, hp, training=False, batch_size=batch,
-                                             drop_remainder=static)
+    # Transfer models train on the features step's output: their frozen phase on the cached features; the
+    # pixels (fine-tuning, TFLite) are in the Transform output that step read.
+    source = features_source(fn_args.train_files) if hp.model != "cnn" else None
+    pixel_files = {"train": fn_args.train_files, "eval": fn_args.eval_files} if not source else {
+        split: [os.path.join(source["transformed_examples"], f"Split-{split}", "*")] for split in ("train", "eval")}
+
+    def pixels(training: bool):
+        return input_pipeline.make_dataset(pixel_files["train" if training else "eval"], hp, training=training,
+                                           batch_size=batch, drop_remainder=static)
 
     class_names = [n.decode() for n in tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
     info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels}
     with strategy.scope():
-        model = models.build(hp, num_classes)
+        backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
+        model = models.build(hp, num_classes, backbone)
         warm_started, cold_reason = warm_start(model, fn_args.base_model, info, fn_args.serving_model_dir) if hp.warm_start else (None, "")
         if warm_started:
             logging.info("Trainer: warm-started from %s", warm_started)
@@ -155,8 +191,13 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience),
     ]
     started = time.monotonic()
-    model.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs,
-              callbacks=callbacks + [phases[0]], verbose=0)
+    if source:
+        _train_head_on_features(model, fn_args, hp, source, strategy, num_classes, batch, static,
+                                callbacks + [phases[0]])
+    else:
+        train, steps = input_pipeline.repeated(pixels(training=True))
+        model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), epochs=hp.epochs,
+                  callbacks=callbacks + [phases[0]], verbose=0)
     if hp.model != "cnn" and hp.fine_tune_epochs > 0:
         with strategy.scope():
             unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
@@ -164,7 +205,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
         phases.append(EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs"))
         done = len(phases[0].epochs)
-        model.fit(train, steps_per_epoch=steps, validation_data=evaluation, initial_epoch=done,
+        train, steps = input_pipeline.repeated(pixels(training=True))
+        model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), initial_epoch=done,
                   epochs=done + hp.fine_tune_epochs, callbacks=callbacks + [phases[1]], verbose=0)
     seconds = time.monotonic() - started
 
@@ -173,7 +215,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     tf.io.gfile.makedirs(keras_dir)
     weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
     try:
-        on_device = _export_tflite(hp, num_classes, class_names, weights, fn_args) if hp.tflite_kinds else None
+        on_device = _export_tflite(hp, num_classes, class_names, weights, pixel_files,
+                                   fn_args.serving_model_dir) if hp.tflite_kinds else None
     finally:
         models.discard_staged(weights)
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
@@ -187,6 +230,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         # The options whose epoch cap ended a phase that was still improving (raise them).
         "still_improving": [p.option for p in phases if p.still_improving()],
         "tflite": on_device,
+        # Transfer models: the frozen phase trained the head on the features step's cached features.
+        "features": {k: source[k] for k in ("fingerprint", "dim", "views")} if source else None,
     }
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:

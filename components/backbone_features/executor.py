@@ -1,0 +1,160 @@
+"""Beam executor of BackboneFeatures: Transform's pixel records -> pooled backbone features, once per image.
+
+Per split:
+
+  transformed records --BatchElements (by bytes)--> ComputeFeatures --> Split-<split>/features-*.gz
+
+ComputeFeatures loads the run's backbone (backbone.prepare() stored its weights in the cache) once
+per worker, keys each image by the SHA-256 of its pixels, takes the features the cache has, runs the
+backbone on the rest (in calls of at most MODEL_BATCH images) and caches them. With --augment, the
+train split also gets hp.augment_views augmented views of each image (trainer/input_pipeline.py
+augment_views, seeded by the image's key and the view), cached the same way. Each output example
+holds `features` (views x dim floats: the plain image first), `label` and `key`.
+
+The artifact also holds `source.json`: the Transform output the pixels came from (the Trainer's
+fine-tune phase and TFLite export read pixels there), the backbone's weights file in the cache, the
+dimension and the views; and `summary.json`: images, features reused and computed, seconds.
+"""
+
+import hashlib
+import json
+import os
+import time
+from typing import Any, Dict, List
+
+import apache_beam as beam
+from absl import logging
+from tfx import types
+from tfx.dsl.components.base import base_beam_executor
+from tfx.types import artifact_utils
+from tfx.utils import io_utils
+
+from components import beam_tuning
+from components.backbone_features import SOURCE_FILE, SUMMARY_FILE, backbone, feature_cache
+from components.progress_events import progress_event
+from trainer.hparams import HParams
+
+BATCH_BYTES = 16 << 20  # of pixel records per Beam batch
+MODEL_BATCH = 64  # images per backbone call
+INPUT_KEY, OUTPUT_KEY = "transformed_examples", "features"
+HPARAMS_KEY, CACHE_KEY = "hparams", "cache_dir"
+COUNTERS = ("images", "reused", "computed")
+
+
+class ComputeFeatures(beam.DoFn):
+    def __init__(self, hp: HParams, prepared: backbone.Prepared, cache_root: str, views: int):
+        self._hp, self._prepared, self._root, self._views = hp, prepared, cache_root, views
+        self._counters = {name: beam.metrics.Metrics.counter("BackboneFeatures", name) for name in COUNTERS}
+
+    def setup(self):
+        import tensorflow as tf
+
+        from trainer import models
+
+        extractor = models.feature_extractor(self._hp, models.make_backbone(self._hp, self._prepared.weights_file))
+        shape = [None, self._hp.image_size, self._hp.image_size, self._hp.channels]
+        self._extractor = tf.function(lambda images: extractor(images, training=False),
+                                      input_signature=[tf.TensorSpec(shape, tf.float32)])
+        self._cache = feature_cache.FeatureCache(self._root, self._prepared.fingerprint, self._prepared.dim)
+        self._augment_id = hashlib.sha256(self._hp.augment.encode()).hexdigest()[:8]
+        self._done = 0
+
+    def process(self, records: List[bytes]):
+        import numpy as np
+        import tensorflow as tf
+
+        from trainer import features, input_pipeline
+
+        if not records:
+            return
+        hp, dim = self._hp, self._prepared.dim
+        parsed = tf.io.parse_example(tf.constant(records, tf.string), {
+            features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
+            features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+            features.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
+        })
+        images = features.decode_pixels(parsed[features.PIXELS_KEY], hp.image_size, hp.channels)
+        pixels = images.numpy().astype(np.uint8)
+        keys = [hashlib.sha256(p.tobytes()).hexdigest() for p in pixels]
+        out = np.zeros((len(records), self._views + 1, dim), np.float32)
+        for view in range(self._views + 1):
+            names = [k if view == 0 else f"{k}.aug-{self._augment_id}-{view}" for k in keys]
+            missing = []
+            for i, name in enumerate(names):
+                cached = self._cache.get(name)
+                if cached is None:
+                    missing.append(i)
+                else:
+                    out[i, view] = cached
+            for start in range(0, len(missing), MODEL_BATCH):
+                chosen = missing[start:start + MODEL_BATCH]
+                batch = tf.gather(images, chosen)
+                if view:
+                    seeds = tf.constant([[int(keys[i][:8], 16), int(keys[i][8:16], 16) + view] for i in chosen],
+                                        tf.int64)
+                    batch = input_pipeline.augment_views(batch, hp, seeds)
+                vectors = self._extractor(batch).numpy()
+                for i, vector in zip(chosen, vectors):
+                    out[i, view] = vector
+                    self._cache.put(names[i], vector)
+            self._counters["computed"].inc(len(missing))
+            self._counters["reused"].inc(len(names) - len(missing))
+        self._counters["images"].inc(len(records))
+        self._done += len(records)
+        progress_event("features", self._done, 0)  # for `imagepipe run`; the total is not known here
+        labels, hashes = parsed[features.LABEL_KEY].numpy(), parsed[features.KEY].numpy()
+        for vector, label, key in zip(out, labels, hashes):
+            yield tf.train.Example(features=tf.train.Features(feature={
+                features.FEATURES_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=vector.ravel())),
+                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                features.KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[key])),
+            })).SerializeToString()
+
+
+class Executor(base_beam_executor.BaseBeamExecutor):
+    def Do(self, input_dict: Dict[str, List[types.Artifact]], output_dict: Dict[str, List[types.Artifact]],
+           exec_properties: Dict[str, Any]) -> None:
+        self._log_startup(input_dict, output_dict, exec_properties)
+        beam_tuning.tune()  # fast TFRecord checksums
+        source = artifact_utils.get_single_instance(input_dict[INPUT_KEY])
+        output = artifact_utils.get_single_instance(output_dict[OUTPUT_KEY])
+        hp = HParams.from_custom_config(json.loads(exec_properties[HPARAMS_KEY]))
+        cache_root = exec_properties[CACHE_KEY]
+        splits = artifact_utils.decode_split_names(source.split_names)
+        output.split_names = artifact_utils.encode_split_names(splits)
+        started = time.monotonic()
+        prepared = backbone.prepare(hp, cache_root)
+        views = {split: hp.augment_views if split == "train" and hp.augmentations else 0 for split in splits}
+        logging.info("BackboneFeatures: %s at %d px, %d features an image, cache %s (fingerprint %s), views %s",
+                     hp.model, hp.image_size, prepared.dim, cache_root, prepared.fingerprint, views)
+        pipeline = self._make_beam_pipeline()
+        for split in splits:
+            _ = (pipeline
+                 | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
+                     io_utils.all_files_pattern(artifact_utils.get_split_uri([source], split)),
+                     coder=beam.coders.BytesCoder())
+                 # Fixed-size batches by bytes (Beam's adaptive sizes start at one image, and each backbone
+                 # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
+                 | f"Batch[{split}]" >> beam.BatchElements(min_batch_size=BATCH_BYTES, max_batch_size=BATCH_BYTES,
+                                                           element_size_fn=len)
+                 | f"Features[{split}]" >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views[split]))
+                 | f"Write[{split}]" >> beam.io.WriteToTFRecord(
+                     os.path.join(artifact_utils.get_split_uri([output], split), "features"),
+                     file_name_suffix=".gz", coder=beam.coders.BytesCoder()))
+        result = pipeline.run()
+        result.wait_until_finish()
+        counts = {name: _counter(result, name) for name in COUNTERS}
+        io_utils.write_string_file(os.path.join(output.uri, SOURCE_FILE), json.dumps({
+            "transformed_examples": source.uri, "backbone_weights": prepared.weights_file,
+            "fingerprint": prepared.fingerprint, "dim": prepared.dim, "views": views}, indent=1))
+        summary = {**counts, "fingerprint": prepared.fingerprint, "dim": prepared.dim, "views": views,
+                   "cache": cache_root, "seconds": round(time.monotonic() - started, 2)}
+        io_utils.write_string_file(os.path.join(output.uri, SUMMARY_FILE), json.dumps(summary, indent=1))
+        for name in COUNTERS:
+            output.set_int_custom_property(name, counts[name])
+        logging.info("BackboneFeatures: %s", summary)
+
+
+def _counter(result, name: str) -> int:
+    query = result.metrics().query(beam.metrics.MetricsFilter().with_namespace("BackboneFeatures").with_name(name))
+    return int(sum(c.committed or c.attempted or 0 for c in query["counters"]))

@@ -1,0 +1,130 @@
+"""The content-addressed cache of backbone features, under the pipeline root (a local folder or gs://).
+
+    <cache root>/<fingerprint>/backbone.weights.h5      the backbone's weights (what the Trainer loads)
+    <cache root>/<fingerprint>/info.json                 model, image size, dimension, versions
+    <cache root>/<fingerprint>/last_used                 touched by every run that uses it (pruning order)
+    <cache root>/<fingerprint>/<k[:2]>/<k>.f32           one image's pooled features, float32 little-endian
+
+The fingerprint covers everything the features depend on besides the pixels: the backbone, the
+hash of its weights as loaded (another --weights file, or other random weights, is another
+fingerprint), the scaling in front of it, the input size, and the TensorFlow and Keras versions.
+The entry key is the SHA-256 of the image's resized pixels (what the backbone sees, so it also
+covers the image bytes, the resize and the decoding), suffixed for an augmented view.
+
+Safe to share: entries are written under a temporary name and renamed (an object store writes an
+object whole), so no half-written entry is ever read; two pipelines writing the same key write the
+same bytes; an entry of the wrong length is computed again. `prune()` bounds the cache by dropping
+the least recently used fingerprints; `imagepipe cache` shows and clears it.
+"""
+
+import json
+import os
+import time
+import uuid
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from components.image_example_gen import sources
+
+WEIGHTS_FILE = "backbone.weights.h5"
+INFO_FILE = "info.json"
+LAST_USED = "last_used"
+ENTRY_SUFFIX = ".f32"
+FORMAT_VERSION = 1  # bump when what an entry holds changes
+
+
+class FeatureCache:
+    """The entries of one fingerprint: get and put float32 vectors of `dim` values by key."""
+
+    def __init__(self, root: str, fingerprint: str, dim: int):
+        self.folder = sources.join(root, fingerprint)
+        self.dim = dim
+
+    def _path(self, key: str) -> str:
+        return sources.join(self.folder, key[:2], key + ENTRY_SUFFIX)
+
+    def get(self, key: str) -> Optional[np.ndarray]:
+        """The cached vector, or None (missing, or not whole: computed again)."""
+        try:
+            data = sources.read_bytes(self._path(key))
+        except Exception:  # noqa: BLE001 - missing locally (FileNotFoundError) or remotely (the store's own types)
+            return None
+        if len(data) != 4 * self.dim:
+            return None
+        return np.frombuffer(data, dtype="<f4")
+
+    def put(self, key: str, vector: np.ndarray) -> None:
+        write_whole(self._path(key), np.asarray(vector, dtype="<f4").tobytes())
+
+
+def write_whole(path: str, data: bytes) -> None:
+    """Writes a file that readers see whole or not at all: a local file through a temporary name and a
+    rename; an object store object, which appears only once its upload completes."""
+    if sources.is_remote(path):
+        sources.write_bytes(path, data)
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with open(temporary, "wb") as f:
+        f.write(data)
+    os.replace(temporary, path)
+
+
+def touch(root: str, fingerprint: str) -> None:
+    """Marks the fingerprint as used now (prune() drops the least recently used first)."""
+    write_whole(sources.join(root, fingerprint, LAST_USED), str(time.time()).encode())
+
+
+def read_info(root: str, fingerprint: str) -> Dict:
+    return json.loads(sources.read_bytes(sources.join(root, fingerprint, INFO_FILE)))
+
+
+def describe(root: str) -> List[Dict]:
+    """Each fingerprint under a local cache root: its info, entries, bytes and when it was last used."""
+    found = []
+    if not os.path.isdir(root):
+        return found
+    for fingerprint in sorted(os.listdir(root)):
+        folder = os.path.join(root, fingerprint)
+        if not os.path.isdir(folder):
+            continue
+        entries = size = 0
+        for path, _, names in os.walk(folder):
+            for name in names:
+                size += os.path.getsize(os.path.join(path, name))
+                entries += name.endswith(ENTRY_SUFFIX)
+        try:
+            info = read_info(root, fingerprint)
+        except (OSError, ValueError):
+            info = {}
+        try:
+            last_used = float(open(os.path.join(folder, LAST_USED)).read())
+        except (OSError, ValueError):
+            last_used = os.path.getmtime(folder)
+        found.append({"fingerprint": fingerprint, "entries": entries, "bytes": size, "last_used": last_used,
+                      **{k: info.get(k) for k in ("model", "image_size", "dim", "weights")}})
+    return found
+
+
+STALE_SECONDS = 3600  # a temporary file this old is left by an interrupted write, not one in progress
+
+
+def prune(root: str, max_bytes: int) -> List[Dict]:
+    """Removes the least recently used fingerprints of a local cache root until it holds at most max_bytes
+    (0: everything); returns what was removed. Temporary files of interrupted writes go too."""
+    import shutil
+
+    kept = sorted(describe(root), key=lambda d: d["last_used"], reverse=True)
+    removed, total = [], sum(d["bytes"] for d in kept)
+    while kept and total > max_bytes:
+        oldest = kept.pop()
+        shutil.rmtree(os.path.join(root, oldest["fingerprint"]), ignore_errors=True)
+        total -= oldest["bytes"]
+        removed.append(oldest)
+    for d in kept:
+        for path, _, names in os.walk(os.path.join(root, d["fingerprint"])):
+            for name in names:
+                if ".tmp-" in name and time.time() - os.path.getmtime(os.path.join(path, name)) > STALE_SECONDS:
+                    os.remove(os.path.join(path, name))
+    return removed

@@ -1,0 +1,170 @@
+"""BackboneFeatures' executor with real Beam, a real backbone and real TFRecords: features computed once,
+reused from the content-addressed cache, never read half-written, shared safely by two pipelines."""
+
+import json
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tfx.types import artifact_utils, standard_artifacts
+
+from components.backbone_features import SOURCE_FILE, SUMMARY_FILE, executor, feature_cache
+from trainer import features, models
+from trainer.hparams import HParams
+
+SIZE = 32
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    """Two different random MobileNetV2 weights files, BatchNorm calibrated (bench/backbones.py)."""
+    from bench.backbones import calibrated_weights
+
+    folder = tmp_path_factory.mktemp("weights")
+    images = np.random.default_rng(0).integers(0, 256, size=(32, SIZE, SIZE, 3))
+    return [calibrated_weights("mobilenet_v2", SIZE, images, str(folder / f"w{n}.weights.h5"), seed=n)
+            for n in range(2)]
+
+
+def transformed(folder, counts=(("train", 20), ("eval", 6)), seed=0):
+    """Records as Transform writes them (pixels, label, key), in Split-<name>/ folders; returns the artifact."""
+    rng = np.random.default_rng(seed)
+    for split, count in counts:
+        os.makedirs(os.path.join(folder, f"Split-{split}"), exist_ok=True)
+        with tf.io.TFRecordWriter(os.path.join(folder, f"Split-{split}", "part-0.gz"), options="GZIP") as writer:
+            for n in range(count):
+                pixels = rng.integers(0, 256, size=(SIZE, SIZE, 3), dtype=np.uint8)
+                writer.write(tf.train.Example(features=tf.train.Features(feature={
+                    features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(
+                        value=[tf.io.serialize_tensor(pixels).numpy()])),
+                    features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[n % 3])),
+                    features.KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[f"{split}-{n}".encode()])),
+                })).SerializeToString())
+    artifact = standard_artifacts.Examples()
+    artifact.uri = str(folder)
+    artifact.split_names = artifact_utils.encode_split_names([split for split, _ in counts])
+    return artifact
+
+
+def run(source, out_dir, cache, weights_file, **hparams):
+    """Executor.Do as the TFX launcher runs it; returns (summary, {split: [(key, features, label)]})."""
+    output = standard_artifacts.Examples()
+    output.uri = str(out_dir)
+    hp = HParams(model="mobilenet_v2", image_size=SIZE, weights=weights_file, **hparams)
+    context = executor.Executor.Context(beam_pipeline_args=[], tmp_dir=str(out_dir))
+    executor.Executor(context).Do({executor.INPUT_KEY: [source]}, {executor.OUTPUT_KEY: [output]},
+                                  {executor.HPARAMS_KEY: json.dumps(hp.features_config()), executor.CACHE_KEY: str(cache)})
+    summary = json.load(open(os.path.join(out_dir, SUMMARY_FILE)))
+    found = {}
+    for split in artifact_utils.decode_split_names(output.split_names):
+        files = tf.io.gfile.glob(os.path.join(out_dir, f"Split-{split}", "*"))
+        spec = {features.FEATURES_KEY: tf.io.VarLenFeature(tf.float32), features.KEY: tf.io.FixedLenFeature([], tf.string),
+                features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+        rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+        found[split] = sorted((r[features.KEY].numpy().decode(), tf.sparse.to_dense(r[features.FEATURES_KEY]).numpy(),
+                               int(r[features.LABEL_KEY])) for r in rows)
+    return summary, found
+
+
+def _pixels(source, split):
+    files = tf.io.gfile.glob(os.path.join(source.uri, f"Split-{split}", "*"))
+    spec = {features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string), features.KEY: tf.io.FixedLenFeature([], tf.string)}
+    rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    return {r[features.KEY].numpy().decode(): features.decode_pixels(r[features.PIXELS_KEY][None], SIZE, 3)[0]
+            for r in rows}
+
+
+def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, weights):
+    source = transformed(tmp_path / "transformed")
+    cache = tmp_path / "cache"
+    first, found = run(source, tmp_path / "a", cache, weights[0])
+    assert (first["images"], first["computed"], first["reused"], first["dim"]) == (26, 26, 0, 1280)
+    assert [len(found["train"]), len(found["eval"])] == [20, 6]
+    # What the model's own feature extractor gives for the pixels (the weights as stored in the cache).
+    hp = HParams(model="mobilenet_v2", image_size=SIZE)
+    source_info = json.load(open(tmp_path / "a" / SOURCE_FILE))
+    assert source_info["transformed_examples"] == source.uri and source_info["dim"] == 1280
+    extractor = models.feature_extractor(hp, models.make_backbone(hp, source_info["backbone_weights"]))
+    pixels = _pixels(source, "eval")
+    for key, vector, label in found["eval"]:
+        expected = extractor(pixels[key][None], training=False).numpy()[0]
+        np.testing.assert_allclose(vector, expected, rtol=1e-4, atol=1e-4)  # batched vs one image: oneDNN rounding
+        assert label == int(key.split("-")[1]) % 3
+    assert np.std([v for _, v, _ in found["eval"]], axis=0).mean() > 1e-3  # features vary with the image
+
+    second, again = run(source, tmp_path / "b", cache, weights[0])  # a rerun: nothing computed again
+    assert (second["computed"], second["reused"]) == (0, 26)
+    assert all(np.array_equal(x[1], y[1]) for split in found for x, y in zip(found[split], again[split]))
+
+    # Damaged and half-written entries are never read: computed again.
+    entries = sorted(p for p in (cache / first["fingerprint"]).rglob("*" + feature_cache.ENTRY_SUFFIX))
+    with open(entries[0], "r+b") as f:  # a write cut short (a copy of the cache, a full disk)
+        f.truncate(100)
+    os.rename(entries[1], str(entries[1]) + ".tmp-deadbeef")  # an interrupted write: only its temporary file
+
+    grown = transformed(tmp_path / "grown", counts=(("train", 23), ("eval", 6)))  # and 3 images added
+    third, refound = run(grown, tmp_path / "c", cache, weights[0])
+    assert (third["computed"], third["reused"]) == (2 + 3, 26 - 2)
+    assert os.path.getsize(entries[0]) == 4 * 1280 and os.path.exists(entries[1])
+    # The two computed again, in a batch of their own, agree within oneDNN's rounding of other batch sizes.
+    old = {key: vector for key, vector, _ in found["train"] + found["eval"]}
+    worst = max(np.abs(old[key] - vector).max() for key, vector, _ in refound["train"] if key in old)
+    assert worst < 1e-4, worst  # (train-0..19 hold the same pixels in both; the eval images moved on)
+
+    other, _ = run(source, tmp_path / "d", cache, weights[1])  # other weights: never the first's features
+    assert (other["computed"], other["reused"]) == (26, 0) and other["fingerprint"] != first["fingerprint"]
+    assert len(feature_cache.describe(str(cache))) == 2
+
+
+def _run_in_process(args):
+    source_dir, out_dir, cache, weights_file = args
+    source = transformed(source_dir)  # the same records, written by each process into its own folder
+    summary, found = run(source, out_dir, cache, weights_file)
+    return summary["images"], [v.tolist() for _, v, _ in found["train"]]
+
+
+def test_two_pipelines_writing_one_cache_at_once(tmp_path, weights):
+    cache = str(tmp_path / "cache")
+    jobs = [(str(tmp_path / f"src-{n}"), str(tmp_path / f"out-{n}"), cache, weights[0]) for n in range(2)]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        (images_a, train_a), (images_b, train_b) = pool.map(_run_in_process, jobs)
+    assert images_a == images_b == 26 and np.array_equal(train_a, train_b)
+    (described,) = feature_cache.describe(cache)
+    assert described["entries"] == 26  # one entry per image, whoever wrote it
+    assert not [p for p in (tmp_path / "cache").rglob("*.tmp-*")]
+
+
+def test_augmented_views_are_cached_for_the_training_split_only(tmp_path, weights):
+    source = transformed(tmp_path / "transformed")
+    cache = tmp_path / "cache"
+    summary, found = run(source, tmp_path / "a", cache, weights[0], augment="flip,crop", augment_views=2)
+    assert summary["views"] == {"train": 2, "eval": 0}
+    assert (summary["computed"], summary["reused"]) == (20 * 3 + 6, 0)
+    train = np.stack([v for _, v, _ in found["train"]]).reshape(20, 3, 1280)
+    assert all(not np.allclose(views[0], views[v]) for views in train for v in (1, 2))  # each view its own
+    assert all(v.shape == (1280,) for _, v, _ in found["eval"])
+    plain, _ = run(source, tmp_path / "b", cache, weights[0])  # the plain features were cached with the views
+    assert (plain["computed"], plain["reused"]) == (0, 26)
+    again, refound = run(source, tmp_path / "c", cache, weights[0], augment="flip,crop", augment_views=2)
+    assert (again["computed"], again["reused"]) == (0, 66)
+    assert all(np.array_equal(x[1], y[1]) for x, y in zip(found["train"], refound["train"]))
+
+
+def test_the_cache_is_bounded_by_dropping_the_least_recently_used_backbone(tmp_path):
+    cache = str(tmp_path / "cache")
+    for fingerprint, used in (("old", "0"), ("new", None)):
+        entries = feature_cache.FeatureCache(cache, fingerprint, dim=4)
+        for n in range(10):
+            entries.put(f"{n:064x}", np.arange(4, dtype=np.float32))
+        feature_cache.write_whole(os.path.join(cache, fingerprint, feature_cache.INFO_FILE), b'{"model": "m"}')
+        feature_cache.touch(cache, fingerprint)
+        if used:
+            open(os.path.join(cache, fingerprint, feature_cache.LAST_USED), "w").write(used)  # long ago
+    sizes = {d["fingerprint"]: d["bytes"] for d in feature_cache.describe(cache)}
+    assert [d["entries"] for d in feature_cache.describe(cache)] == [10, 10]
+    removed = feature_cache.prune(cache, sizes["new"])
+    assert [d["fingerprint"] for d in removed] == ["old"]
+    assert [d["fingerprint"] for d in feature_cache.describe(cache)] == ["new"]
+    assert feature_cache.prune(cache, 0) and feature_cache.describe(cache) == []
