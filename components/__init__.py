@@ -2,11 +2,13 @@
 
 image_example_gen/   ImageExampleGen: image files -> tf.Examples, and a profile of the data
 validation_gate.py   DataValidationGate: stops the run on anomalies or drift (drift.py)
+backbone_features/   BackboneFeatures: the transfer models' backbone run once per image, cached
+data_health/         DataHealth: likely label errors, outliers, feature drift; gates on them
 model_evaluator.py   the Evaluator's executor: no comparison across class changes
 beam_tuning.py       StatisticsGen, Transform and Evaluator executors tuned for large examples
 """
 
-_ARTIFACTS = ("ImageIngestionReport", "DataValidationResult")
+_ARTIFACTS = ("ImageIngestionReport", "DataValidationResult", "DataHealthReport")
 
 
 def __getattr__(name):

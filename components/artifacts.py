@@ -18,3 +18,9 @@ class DataValidationResult(types.Artifact):
     """The validation gate's verdict: anomalies.json (one entry per anomaly) and a `passed` property."""
 
     TYPE_NAME = "components.DataValidationResult"
+
+
+class DataHealthReport(types.Artifact):
+    """Data health (components/data_health): health.json, label_issues.csv, outliers.csv."""
+
+    TYPE_NAME = "components.DataHealthReport"

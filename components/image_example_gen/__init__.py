@@ -3,6 +3,7 @@
 # Files of the component's `report` output (read by pipeline/run_summary.py without importing TFX).
 LABEL_MAP_FILE = "label_map.json"
 QUARANTINE_FILE = "quarantine.csv"
+NEAR_DUPLICATES_FILE = "near_duplicates.csv"  # group, path, label, split: every near-duplicate group
 SUMMARY_FILE = "summary.json"
 # Beside the examples (Split-*/): what was ingested, per class, format and size bin (components/drift.py).
 PROFILE_FILE = "profile.json"

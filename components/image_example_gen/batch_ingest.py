@@ -15,7 +15,7 @@ import json
 import uuid
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from components.image_example_gen import example_codec, sources, tfrecord_io
+from components.image_example_gen import example_codec, similarity, sources, tfrecord_io
 from components.image_example_gen import feature_keys as keys
 from components.image_example_gen.image_check import (
     BadImage,
@@ -50,6 +50,7 @@ class Meta(NamedTuple):
     shard: str  # staging shard that holds the record
     index: int  # position of the record in that shard
     downscaled: bool = False  # stored as a copy within store_max_pixels
+    signature: str = ""  # hex of the perceptual signature (similarity.py); "" when none could be made
 
 
 class Shard(NamedTuple):
@@ -190,6 +191,7 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
             keys.LABEL_TEXT: c.label,
             keys.FILENAME: c.rel_path,
             keys.SHA256: sha,
+            keys.SIGNATURE: similarity.hashes_only(info.signature).hex() if info.signature else "",
         })
         if split not in writers:
             writers[split] = ShardWriter(settings.staging_dir, split, settings.compression_level,
@@ -197,7 +199,7 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
         shard, index = writers[split].write(record)
         downscaled = stored is not data
         result.metas.append(Meta(sha, c.rel_path, c.label, split, c.split is not None, info.format, shard, index,
-                                 downscaled))
+                                 downscaled, info.signature.hex()))
         result.written[(split, c.label, info.format, downscaled)] += 1
         result.sizes[(split, "width", size_bucket(info.width))] += 1
         result.sizes[(split, "height", size_bucket(info.height))] += 1

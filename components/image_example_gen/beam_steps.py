@@ -149,7 +149,7 @@ class Resolve(beam.DoFn):
 class CollectResults(beam.CombineFn):
     """Gathers the small results of the run into one dict (lists, and counts of written examples)."""
 
-    KINDS = ("bad", "shard", "rejected", "duplicates")
+    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs")
     COUNTS = ("written", "sizes")  # [*key, n] rows, summed by key
 
     def create_accumulator(self):

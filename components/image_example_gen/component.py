@@ -18,6 +18,7 @@ resolution works the same locally and on Vertex, and adds:
                       the original's size and hash stay in the example); 0 stores originals
   seed                files are ingested in an order shuffled with it (never class-folder order, which
                       would reach the Trainer's shuffle buffer one class at a time)
+  near_duplicates     report (default) or drop: keep one copy of each near-duplicate group with one label
   span_window         with {SPAN} patterns: ingest the latest span and the span_window - 1
                       spans before it together (a rolling window for retraining)
 """
@@ -52,6 +53,7 @@ class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
         ingest_settings.SPAN_PATTERN_KEY: ExecutionParameter(type=str, optional=True),
         ingest_settings.STORE_MAX_PIXELS_KEY: ExecutionParameter(type=int, optional=True),
         ingest_settings.SEED_KEY: ExecutionParameter(type=int, optional=True),
+        ingest_settings.NEAR_DUPLICATES_KEY: ExecutionParameter(type=str, optional=True),
     }
     OUTPUTS = {
         **standard_component_specs.FileBasedExampleGenSpec.OUTPUTS,
@@ -96,7 +98,8 @@ class ImageExampleGen(FileBasedExampleGen):
                  shard_megabytes: int = defaults.SHARD_MEGABYTES,
                  span_window: int = defaults.SPAN_WINDOW,
                  store_max_pixels: int = defaults.STORE_MAX_PIXELS,
-                 seed: int = defaults.SEED):
+                 seed: int = defaults.SEED,
+                 near_duplicates: str = defaults.NEAR_DUPLICATES):
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])
         if output_config is None:
@@ -119,6 +122,7 @@ class ImageExampleGen(FileBasedExampleGen):
             span_window=span_window,
             store_max_pixels=store_max_pixels,
             seed=seed,
+            near_duplicates=near_duplicates,
             # The driver fills {SPAN} into input_config; the window needs the pattern as written.
             span_pattern=input_config.splits[0].pattern if span_window > 1 else None,
             examples=types.Channel(type=standard_artifacts.Examples),

@@ -36,9 +36,11 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
 from components import drift
-from components.image_example_gen import (LABEL_MAP_FILE, PROFILE_FILE, QUARANTINE_FILE, SUMMARY_FILE, batch_ingest,
-                                          beam_steps, sources, tfrecord_io)
-from components.image_example_gen.ingest_report import build_summary, check_summary, log_summary, quarantine_csv
+from components.image_example_gen import (LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
+                                          SUMMARY_FILE, batch_ingest, beam_steps, near_duplicates, similarity, sources,
+                                          tfrecord_io)
+from components.image_example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary, csv_text,
+                                                        log_summary, quarantine_csv)
 from components.image_example_gen.ingest_settings import REPORT_KEY, IngestSettings
 
 def _write_json(value: Any, path: str) -> None:
@@ -98,8 +100,18 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                         | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
                         | "GroupByHash" >> beam.GroupByKey()
                         | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates)))
+            # Near-duplicates: images that share a band of their perceptual hash are compared (near_duplicates.py).
+            limits = (inspected.metas
+                      | "SampleSignatures" >> beam.combiners.Sample.FixedSizeGlobally(near_duplicates.SAMPLE)
+                      | "Limits" >> beam.Map(near_duplicates.limits_from))
+            near_pairs = (inspected.metas
+                          | "BandKeys" >> beam.FlatMap(near_duplicates.band_items,
+                                                       similarity.band_width(len(listing.candidates)))
+                          | "GroupByBand" >> beam.GroupByKey()
+                          | "NearPairs" >> beam.FlatMap(near_duplicates.bucket_pairs, beam.pvalue.AsSingleton(limits))
+                          | "AsResult" >> beam.Map(lambda pair: ("near_pairs", [list(pair[0]), list(pair[1])])))
             # The small results go through one file, checked after the run.
-            _ = ((inspected.results, resolved)
+            _ = ((inspected.results, resolved, near_pairs)
                  | "AllResults" >> beam.Flatten()
                  | "Collect" >> beam.CombineGlobally(beam_steps.CollectResults())
                  | "Save" >> beam.Map(beam_steps.save_json, results_path))
@@ -107,6 +119,11 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
         found = _read_json(results_path)
         rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
+        pairs = {(a[1], b[1]): (batch_ingest.Meta(*a), batch_ingest.Meta(*b)) for a, b in found["near_pairs"]}
+        groups = near_duplicates.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
+        eval_written = sum(n for *key, n in found["written"] if key[0] == "eval")  # [split, label, format, copy, n]
+        near, near_rejected = near_duplicates.decide(groups, settings.near_duplicates, eval_written)
+        rejected += near_rejected
         finalize_shards([batch_ingest.Shard(*s) for s in found["shard"]], rejected, examples.uri,
                         split_names, settings.compression_level)
         io_utils.delete_dir(staging)
@@ -116,6 +133,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for meta, _ in rejected:
             counts[(meta.split, meta.label, meta.format, meta.downscaled)] -= 1
         summary = build_summary(listing, counts, bad, label_map, split_names, found["duplicates"])
+        summary.update(near)
         summary["store_max_pixels"] = settings.store_max_pixels
         summary["seconds"] = round(elapsed, 2)
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
@@ -132,6 +150,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
         _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))
         io_utils.write_string_file(os.path.join(report.uri, QUARANTINE_FILE), quarantine_csv(bad))
+        io_utils.write_string_file(os.path.join(report.uri, NEAR_DUPLICATES_FILE),
+                                   csv_text(NEAR_DUPLICATE_COLUMNS, near_duplicates.csv_rows(groups)))
         for key in ("files_seen", "examples_written", "quarantined", "skipped_hidden", "downscaled"):
             report.set_int_custom_property(key, summary[key])
         report.set_string_custom_property("label_map", json.dumps(label_map, ensure_ascii=False))

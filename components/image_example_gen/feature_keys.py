@@ -15,3 +15,4 @@ LABEL = "image/class/label"  # the class id in ImageExampleGen's label map
 LABEL_TEXT = "image/class/text"  # the class name
 FILENAME = "image/filename"  # relative to the data root
 SHA256 = "image/key/sha256"  # of the original file: splits and duplicates follow it
+SIGNATURE = "image/hash/perceptual"  # hex: pHash and dHash of the image's centre at 3 scales (similarity.py)

@@ -12,6 +12,7 @@ No TensorFlow import here on purpose: Beam workers import this module and TF's
 import costs seconds per worker process.
 """
 
+import dataclasses
 import io
 import re
 import struct
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from PIL import Image
+
+from components.image_example_gen import similarity
 
 # Our own budget replaces Pillow's decompression-bomb check.
 Image.MAX_IMAGE_PIXELS = None
@@ -46,6 +49,7 @@ class Reason:
     LABEL_CONFLICT = "label_conflict"
     DUPLICATE_ACROSS_SPLITS = "duplicate_across_splits"
     DUPLICATE = "duplicate"
+    NEAR_DUPLICATE = "near_duplicate"  # with --near-duplicates drop
 
 
 class BadImage(Exception):
@@ -63,6 +67,7 @@ class ImageInfo:
     height: int
     width: int
     channels: int  # what tf.io.decode_image(channels=0) returns
+    signature: bytes = b""  # perceptual hashes for near-duplicates (similarity.py); ingestion's check only
 
 
 # Formats we recognise but TensorFlow cannot decode: a clearer reason than
@@ -129,7 +134,7 @@ def check_and_store(data: bytes, max_pixels: int, store_max_pixels: int) -> Tupl
     an animation keeps its first frame, the one TensorFlow decodes). No EXIF
     orientation is applied, as TensorFlow applies none.
     """
-    info, image = _decode(data, max_pixels, store_max_pixels)
+    info, image = _decode(data, max_pixels, store_max_pixels, sign=True)
     if image is None:
         return info, data, info
     size = image.size if image.size[0] * image.size[1] <= store_max_pixels else _fit(info, store_max_pixels)
@@ -157,8 +162,10 @@ def _dct_size(info: ImageInfo, max_pixels: int) -> Tuple[int, int]:
     return size
 
 
-def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageInfo, Optional[Image.Image]]:
-    """Decodes `data` (checks first); returns its info and, when a stored copy is due, the image."""
+def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
+            sign: bool = False) -> Tuple[ImageInfo, Optional[Image.Image]]:
+    """Decodes `data` (checks first); returns its info (with its perceptual signature when `sign`) and,
+    when a stored copy is due, the image."""
     if not data:
         raise BadImage(Reason.EMPTY, "file is empty (0 bytes)")
     fmt = sniff_format(data)
@@ -192,10 +199,15 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageI
                     raise BadImage(Reason.TRUNCATED, f"{coded:,} bytes of image data cannot hold a {width}x{height} "
                                    f"JPEG (at least {-(-blocks // 8):,} for its 8x8 blocks): the image data ends early")
                 # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
-                # to 1/8 of the side for the check alone, or to the scale of the stored copy.
-                target = _dct_size(info, store_max_pixels) if copy_due else (max(1, width // 8), max(1, height // 8))
+                # to 1/8 of the side for the check alone (but not below the signature's thumbnail), or to
+                # the scale of the stored copy.
+                floor = similarity.THUMB if sign else 1
+                target = _dct_size(info, store_max_pixels) if copy_due else (
+                    min(width, max(floor, width // 8)), min(height, max(floor, height // 8)))
                 image.draft(image.mode, target)
             image.load()
+            if sign:
+                info = dataclasses.replace(info, signature=_signature(image))
     except BadImage:
         raise
     except Exception as e:  # Pillow raises many types (OSError, SyntaxError, ValueError, ...)
@@ -234,6 +246,15 @@ def jpeg_scan_bytes(data: bytes) -> int:
         pos = found.start() if found else end
         total += max(0, pos - segment_end)
     return total
+
+
+def _signature(image: Image.Image) -> bytes:
+    """The image's perceptual signature, or b"" (no near-duplicate check) for a mode hashing cannot take:
+    a valid image is never quarantined for its signature."""
+    try:
+        return similarity.signature(image)
+    except Exception:  # noqa: BLE001 - Pillow's conversions raise many types
+        return b""
 
 
 def _encode_copy(image: Image.Image, info: ImageInfo, size: Tuple[int, int]) -> Tuple[bytes, ImageInfo]:

@@ -21,6 +21,7 @@ from components.spreadsheet import spreadsheet_safe
 from components.image_example_gen.image_check import Reason
 
 QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
+NEAR_DUPLICATE_COLUMNS = ("group", "path", "label", "split")
 
 
 class IngestionError(RuntimeError):
@@ -50,8 +51,9 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
         "downscaled": downscaled,  # examples holding a copy within store_max_pixels
         "quarantined": len(bad),
         "skipped_hidden": listing.skipped_hidden,
-        # Copies dropped on request (--drop-duplicates) are quarantined, but they are not bad files.
-        "bad_fraction": round((len(bad) - reasons.get(Reason.DUPLICATE, 0)) / max(1, len(listing.candidates)), 6),
+        # Copies dropped on request (--drop-duplicates, --near-duplicates drop) are quarantined, but they
+        # are not bad files.
+        "bad_fraction": round((len(bad) - dropped_copies(reasons)) / max(1, len(listing.candidates)), 6),
         "quarantine_reasons": dict(sorted(reasons.items())),
         "examples_per_split": {s: sum(c.values()) for s, c in per_split.items()},
         "examples_per_split_and_class": per_split,
@@ -67,6 +69,10 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
     }
 
 
+def dropped_copies(reasons: Dict[str, int]) -> int:
+    return reasons.get(Reason.DUPLICATE, 0) + reasons.get(Reason.NEAR_DUPLICATE, 0)
+
+
 def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str) -> None:
     """Enforces the accounting invariant and the user's limits; raises IngestionError."""
     seen, written, bad = summary["files_seen"], summary["examples_written"], summary["quarantined"]
@@ -78,7 +84,7 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
             f"{source}: no valid image among {seen} files (quarantined: {top}); "
             "check that the path holds JPEG, PNG, GIF or BMP images")
     if summary["bad_fraction"] > max_bad_fraction:
-        bad -= summary["quarantine_reasons"].get(Reason.DUPLICATE, 0)
+        bad -= dropped_copies(summary["quarantine_reasons"])
         raise IngestionError(
             f"{source}: {bad} of {seen} files ({summary['bad_fraction']:.1%}) were quarantined ({top}), "
             f"over the limit of {max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")
@@ -105,10 +111,15 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
 
 
 def quarantine_csv(rows: List[Dict[str, str]]) -> str:
+    return csv_text(QUARANTINE_COLUMNS, sorted(rows, key=lambda r: (r["path"], r["reason"])))
+
+
+def csv_text(columns, rows: List[Dict[str, str]]) -> str:
+    """A CSV file's text, names escaped for spreadsheets."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=QUARANTINE_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for row in sorted(rows, key=lambda r: (r["path"], r["reason"])):
+    for row in rows:
         writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
     return out.getvalue()
 

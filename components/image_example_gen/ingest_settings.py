@@ -31,6 +31,7 @@ SPAN_WINDOW_KEY = "span_window"
 SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills in {SPAN}
 STORE_MAX_PIXELS_KEY = "store_max_pixels"
 SEED_KEY = "seed"
+NEAR_DUPLICATES_KEY = "near_duplicates"
 
 
 class IngestSettings(NamedTuple):
@@ -50,6 +51,7 @@ class IngestSettings(NamedTuple):
     span_pattern: str
     store_max_pixels: int  # 0: store every original
     seed: int  # the order files are ingested in (ingest_order)
+    near_duplicates: str  # report | drop (near_duplicates.py)
 
     @classmethod
     def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
@@ -82,7 +84,8 @@ class IngestSettings(NamedTuple):
             span_pattern=props.get(SPAN_PATTERN_KEY) or "",
             # 0 is a setting (store every original): only a missing or unset parameter falls back.
             store_max_pixels=int(_given(props.get(STORE_MAX_PIXELS_KEY), defaults.STORE_MAX_PIXELS)),
-            seed=int(_given(props.get(SEED_KEY), defaults.SEED)))
+            seed=int(_given(props.get(SEED_KEY), defaults.SEED)),
+            near_duplicates=props.get(NEAR_DUPLICATES_KEY) or defaults.NEAR_DUPLICATES)
 
     def list_inputs(self) -> sources.Listing:
         """Lists every input split's (span-resolved) pattern into one listing.
