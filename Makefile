@@ -7,7 +7,8 @@ UV_VERSION := 0.13.9
 BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy lock clean
+.PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
+	bench-health lock clean
 
 install: $(VENV)/.installed
 
@@ -60,6 +61,16 @@ bench-predict: install
 # digits and a generated shapes set written in class-folder order, same held-out split, 3 seeds (~25 minutes).
 bench-accuracy: install
 	$(BIN)/python -m bench.accuracy_benchmark --sets digits,shapes --seeds 1,2,3 --per-class 500
+
+# Transfer learning with the features step against the code before it (bcac092): MobileNetV2 at 160 px,
+# 2,000 and 8,000 photo-like JPEGs, 10 frozen epochs, then a span with 10% new images (~1 hour).
+bench-features: install
+	$(BIN)/python -m bench.features_benchmark --sizes 2000,8000
+
+# Data health on planted problems (5% flipped labels, 5% near-duplicate copies): what it finds and what
+# it costs against the code before it (a60a88b), digits and shapes, cnn and transfer (~15 minutes).
+bench-health: install
+	$(BIN)/python -m bench.health_benchmark
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install

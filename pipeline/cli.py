@@ -26,7 +26,8 @@ import warnings
 from typing import List, Optional
 
 from components.image_example_gen.sources import LAYOUTS
-from pipeline.config import GATE_MODES, TARGETS, CloudConfig, ConfigError, PipelineConfig, from_environment
+from pipeline.config import (GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TARGETS, CloudConfig, ConfigError,
+                             PipelineConfig, from_environment)
 from pipeline.progress import MODES as PROGRESS_MODES
 from trainer.hparams import AUGMENTATIONS, MODELS, TFLITE_KINDS
 
@@ -62,6 +63,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help=f"fail when more files than this are bad (default {d.max_bad_fraction})")
     p.add_argument("--drop-duplicates", action="store_true", default=None,
                    help="keep one copy of identical files (default: keep all, in one split)")
+    p.add_argument("--near-duplicates", choices=NEAR_DUPLICATE_MODES, help="near-duplicate images (resized, "
+                   "recompressed, slightly cropped copies): report them (default), or drop all but one copy of each "
+                   "group with one label")
     p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
     p.add_argument("--schema", help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
                    "the sample uses schemas/digits/schema.pbtxt)")
@@ -74,6 +78,15 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     drift.add_argument("--max-format-drift", type=float, help=f"JPEG/PNG/GIF/BMP mix (default {d.max_format_drift})")
     drift.add_argument("--max-count-drop", type=float, help="largest accepted drop of the example count, as a "
                        f"fraction (default {d.max_count_drop})")
+    health = p.add_argument_group("data health (each over its limit stops the run, or warns with --gate warn)")
+    health.add_argument("--label-check", choices=LABEL_CHECKS, help="look for likely label errors: auto (default: "
+                        "with the transfer models' features), on (also a k-fold cnn on pixels, ~one more training), off")
+    health.add_argument("--max-eval-near-duplicates", type=float, help="largest share of eval examples with a "
+                        f"near-duplicate in train (default {d.max_eval_near_duplicates}: no check)")
+    health.add_argument("--max-label-issues", type=float, help="largest share of suspected label errors "
+                        f"(default {d.max_label_issues}: no check)")
+    health.add_argument("--max-feature-drift", type=float, help="largest shift of the backbone features from the "
+                        f"last blessed model's data (default {d.max_feature_drift})")
     t = p.add_argument_group("training")
     t.add_argument("--model", choices=MODELS,
                    help="cnn (fast default) or a keras.applications backbone for transfer learning")

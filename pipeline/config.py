@@ -11,6 +11,7 @@ import os
 import re
 from typing import List, Optional
 
+from components.data_health import LABEL_CHECKS
 from components.image_example_gen import ingest_defaults
 from components.image_example_gen.sources import LAYOUTS, is_remote
 from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams, decode_memory_bytes
@@ -20,6 +21,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_SCHEMA = os.path.join(PROJECT_DIR, "schemas", "digits", "schema.pbtxt")
 
 GATE_MODES = ("fail", "warn")
+NEAR_DUPLICATE_MODES = ingest_defaults.NEAR_DUPLICATE_MODES
 
 
 class ConfigError(ValueError):
@@ -63,6 +65,7 @@ class PipelineConfig:
     store_max_pixels: int = ingest_defaults.STORE_MAX_PIXELS
     max_bad_fraction: float = ingest_defaults.MAX_BAD_FRACTION
     drop_duplicates: bool = ingest_defaults.DROP_DUPLICATES
+    near_duplicates: str = ingest_defaults.NEAR_DUPLICATES  # report | drop
     compression_level: int = ingest_defaults.COMPRESSION_LEVEL
     # A curated schema (schemas/<dataset>/schema.pbtxt) for ImportSchemaGen; None: SchemaGen infers.
     schema: Optional[str] = None
@@ -74,6 +77,14 @@ class PipelineConfig:
     max_size_drift: float = 0.3
     max_format_drift: float = 0.3
     max_count_drop: float = 0.5
+    # Data health (components/data_health): the label check (auto: on for the transfer models, whose
+    # backbone features make it cheap; on: also a k-fold cnn on pixels; off), and what stops the run like
+    # the gate: the share of eval examples with a near-duplicate in train, the share of suspected label
+    # errors (1: no check), the shift of the backbone features from the last blessed model's data.
+    label_check: str = "auto"
+    max_eval_near_duplicates: float = 1.0
+    max_label_issues: float = 1.0
+    max_feature_drift: float = 0.5
 
     # Training (trainer/hparams.py has the defaults and the meaning of each).
     model: str = HParams.model
@@ -150,6 +161,12 @@ class PipelineConfig:
                        tflite=self.tflite, seed=self.seed, deterministic=self.deterministic,
                        warm_start=self.warm_start)
 
+    def health_limits(self):
+        """The data health check's thresholds (components.data_health.checks.Limits) from these settings."""
+        from components.data_health.checks import Limits
+
+        return Limits(**{field: getattr(self, field) for field in Limits._fields})
+
     def drift_thresholds(self):
         """The gate's drift thresholds (components.drift.Thresholds) from these settings."""
         from components.drift import Thresholds
@@ -171,6 +188,8 @@ class PipelineConfig:
         if self.store_max_pixels < 0:
             raise ConfigError(f"--store-max-pixels {self.store_max_pixels}: use a number of pixels, or 0 to "
                               "store every original")
+        if self.near_duplicates not in NEAR_DUPLICATE_MODES:
+            raise ConfigError(f"--near-duplicates {self.near_duplicates!r}: use {' or '.join(NEAR_DUPLICATE_MODES)}")
         if not 0 <= self.compression_level <= 9:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
         if self.gate not in GATE_MODES:
@@ -178,6 +197,14 @@ class PipelineConfig:
         for option, value in self.drift_thresholds()._asdict().items():
             if not 0 <= value <= 1:
                 raise ConfigError(f"--{option.replace('_', '-')} {value}: use a fraction from 0 to 1 (1: no check)")
+        if self.label_check not in LABEL_CHECKS:
+            raise ConfigError(f"--label-check {self.label_check!r}: use {', '.join(LABEL_CHECKS)}")
+        for option in ("max_eval_near_duplicates", "max_label_issues"):
+            if not 0 <= getattr(self, option) <= 1:
+                raise ConfigError(f"--{option.replace('_', '-')} {getattr(self, option)}: use a fraction from 0 to 1 "
+                                  "(1: no check)")
+        if not 0 <= self.max_feature_drift:
+            raise ConfigError(f"--max-feature-drift {self.max_feature_drift}: use 0 or more (a standardised shift)")
         if self.span_window < 1:
             raise ConfigError(f"--span-window {self.span_window}: use 1 or more spans")
         if self.span_window > 1 and not self.span_pattern:

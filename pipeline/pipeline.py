@@ -1,8 +1,8 @@
 """create_pipeline(): the one TFX DAG, shared by every runner (local, Kubeflow, Vertex).
 
   ImageExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleValidator -> DataValidationGate
-    -> Transform -> [BackboneFeatures: transfer models] -> Trainer -> Evaluator (vs the latest blessed model)
-    -> Pusher (when blessed)
+    -> Transform -> [BackboneFeatures: transfer models] -> DataHealth -> DataHealthGate -> Trainer
+    -> Evaluator (vs the latest blessed model) -> Pusher (when blessed)
 
 Transform runs after the gate, so nothing consumes data that failed validation.
 """
@@ -14,6 +14,8 @@ from tfx import v1 as tfx
 
 from components import beam_tuning, model_evaluator
 from components.backbone_features.component import BackboneFeatures
+from components.data_health.component import DataHealth
+from components.data_health.gate import DataHealthGate
 from components.image_example_gen.component import ImageExampleGen
 from components.validation_gate import DataValidationGate
 from pipeline.config import PipelineConfig
@@ -82,7 +84,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         compression_level=config.compression_level,
         span_window=config.span_window,
         store_max_pixels=config.store_max_pixels,
-        seed=config.seed)
+        seed=config.seed,
+        near_duplicates=config.near_duplicates)
 
     # StatisticsGen, Transform and the Evaluator batch by bytes and check TFRecord checksums fast
     # (components/beam_tuning.py): a batch of full-size photos weighs what a batch of thumbnails does.
@@ -137,6 +140,15 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
     if hp.model != "cnn":
         features = BackboneFeatures(transformed_examples=transform.outputs["transformed_examples"],
                                     hparams=hp.features_config(), cache_dir=platform.feature_cache)
+    # Likely label errors, outliers, near-duplicates and drift in feature space, before any training
+    # (components/data_health): over a limit it stops the run, as the gate does (or warns).
+    health = DataHealth(
+        ingestion_report=example_gen.outputs["report"], transformed_examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        features=features.outputs["features"] if features else None,
+        baseline_model=baseline.outputs["model"] if baseline and features else None,  # feature drift only
+        hparams=hp.health_config(), label_check=config.label_check, **config.health_limits()._asdict())
+    health_gate = DataHealthGate(health=health.outputs["health"], fail_on_problems=(config.gate == "fail"))
     trainer_args = dict(
         run_fn="trainer.task.run_fn",
         examples=(features.outputs["features"] if features else transform.outputs["transformed_examples"]),
@@ -150,6 +162,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
             **trainer_args, custom_config={**hparams, **platform.vertex_training_config})
     else:
         trainer = tfx.components.Trainer(**trainer_args, custom_config=hparams)
+
+    trainer.add_upstream_node(health_gate)  # no training on data that failed its health check
 
     evaluator = beam_tuning.tuned(tfx.components.Evaluator(
         examples=example_gen.outputs["examples"],
@@ -170,7 +184,7 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
                 filesystem=tfx.proto.PushDestination.Filesystem(base_directory=platform.serving_dir)))
 
     components = [example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
-                  transform, features, trainer, evaluator, pusher]
+                  transform, features, health, health_gate, trainer, evaluator, pusher]
     components = [c for c in components if c is not None]
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,

@@ -4,6 +4,8 @@ Read in a minute: was the data clean, is the model good? Then the details:
   data         files seen, examples per split and class, quarantined files with reasons
                (and thumbnails where they decode), duplicates, the label map
   validation   the anomalies and the schema (TFDV's own tables), statistics per split
+  data health  near-duplicates (across splits, conflicting labels), likely label errors, outliers and
+               poor images, each with thumbnails; drift in feature space
   training     loss and accuracy per epoch, device, hyperparameters, time per epoch
   evaluation   overall and per-class metrics, the confusion matrix, misclassified eval images,
                the blessing decision and why, where the model was pushed
@@ -39,7 +41,7 @@ def report_path(root: str, pipeline_name: str, run_id: str) -> str:
 def build(summary: Dict[str, Any], out_path: str, pipeline_name: str = "") -> str:
     """Writes the report of a run, as run_summary.summarize() describes it, to out_path; returns the path."""
     components = {c["component"]: c for c in summary["components"]}
-    sections = [_verdict(summary), _data(components), _validation(components),
+    sections = [_verdict(summary), _data(components), _validation(components), _health(components),
                 _training(components), _evaluation(components), _timings(summary)]
     started = datetime.datetime.fromtimestamp(summary["started_ms"] / 1000, datetime.timezone.utc)
     header = (f"<h1>{esc(pipeline_name or 'imagepipe')} — run {esc(summary['run_id'])}</h1>"
@@ -149,6 +151,95 @@ def _quarantine_rows(details: Dict, input_base: str) -> str:
     if thumbs:
         out += "<h3>Quarantined files that still decode</h3>" + tiles(thumbs)
     return out
+
+
+# --- data health --------------------------------------------------------------------------------
+
+MAX_HEALTH_ROWS = 50  # of the suspects and outliers (health.json keeps 50; the CSV files keep all)
+MAX_NEAR_DUPLICATE_GROUPS = 12
+
+
+def _health(components: Dict[str, Dict]) -> str:
+    ingest = (components.get("ImageExampleGen") or {}).get("details") or {}
+    health = components.get("DataHealth")
+    if not ingest and not health:
+        return ""
+    input_base = (components.get("ImageExampleGen") or {}).get("properties", {}).get("input_base", "")
+
+    def tile(path: str, caption: str) -> Optional[Dict[str, str]]:
+        data = report_data.input_file(input_base, path)
+        src = data and thumbnail(data)
+        return {"src": src, "caption": caption} if src else None
+
+    body = ""
+    if components.get("DataHealthGate", {}).get("state") == "FAILED":
+        body += ("<p><b>The data health check stopped the run</b> (the Summary has its message; "
+                 "<code>--gate warn</code> makes it a warning).</p>")
+    body += "<h3>Near-duplicates</h3>"
+    if not ingest.get("near_duplicate_groups"):
+        body += ("<p>No near-duplicates: no two images are resized, recompressed or slightly cropped copies of "
+                 "each other.</p>" if ingest else _not_reached("ImageExampleGen"))
+    else:
+        body += (f"<p>{esc(run_text.describe_near_duplicates(ingest))}; "
+                 f"{ingest['near_duplicate_within_class']:,} groups stay within a class. Every group is in "
+                 f"<code>{esc(ingest['near_duplicates_csv'])}</code>"
+                 + ("; with <code>--near-duplicates drop</code> one copy of each group with one label is kept."
+                    if not ingest.get("near_duplicates_dropped") else ".") + "</p>")
+        for n, group in enumerate(ingest["near_duplicate_examples"][:MAX_NEAR_DUPLICATE_GROUPS], start=1):
+            labels = {label for _, label, _ in group}
+            kind = ("conflicting labels" if len(labels) > 1 else
+                    "train and eval" if len({split for _, _, split in group}) > 1 else "one split")
+            shown = [t for t in (tile(path, f"{path} ({label}, {split})") for path, label, split in group) if t]
+            body += (f"<h4>Group {n}: {esc(kind)}</h4>" + (tiles(shown) if shown else table(
+                ["path", "label", "split"], group)))
+    if not health:
+        return _section("health", "Data health", body + _not_reached("DataHealth"))
+    d = health["details"]
+    if not d:
+        return _section("health", "Data health", body + "<p>DataHealth did not complete (see Summary).</p>")
+    body += "<h3>Likely label errors</h3>"
+    if d.get("label_issue_fraction") is None:
+        body += ("<p class=\"muted\">Labels were not checked"
+                 + (f": {esc(d['label_check_skipped'])}" if d.get("label_check_skipped") else
+                    " (the check runs with the transfer models' features, or with <code>--label-check on</code>).")
+                 + "</p>")
+    elif not d["label_issues"]:
+        body += f"<p>None found among {d['examples']:,} examples ({esc(d.get('label_check_method', ''))}).</p>"
+    else:
+        body += (f"<p>{d['label_issues']:,} of {d['examples']:,} examples ({d['label_issue_fraction']:.1%}) look "
+                 f"mislabelled: their given label gets a low probability from a model that never saw them "
+                 f"({esc(d['label_check_method'])}, ranked by confident learning, most likely first). Nothing "
+                 f"was relabelled or dropped; review <code>{esc(d['label_issues_csv'])}</code>.</p>")
+        rows = d["label_issue_examples"][:MAX_HEALTH_ROWS]
+        shown = [t for t in (tile(r["path"], f"{r['given']} → {r['suggested']} ({float(r['given_probability']):.2f})")
+                             for r in rows) if t]
+        if shown:
+            body += "<p class=\"muted\">given label → suggested label (probability of the given one)</p>" + tiles(shown)
+        body += table(["rank", "path", "split", "given", "suggested", "probability of the given label"],
+                      [[r["rank"], r["path"], r["split"], r["given"], r["suggested"], r["given_probability"]]
+                       for r in rows])
+    body += "<h3>Outliers and poor images</h3>"
+    if not d["outliers"]:
+        body += "<p>None: no nearly blank, very dark or bright, extremely elongated or far-off image.</p>"
+    else:
+        rows = d["outlier_examples"][:MAX_HEALTH_ROWS]
+        shown = [t for t in (tile(r["path"], f"{r['label']}: {r['reasons']}") for r in rows) if t]
+        body += (f"<p>{d['outliers']:,} images; all are in <code>{esc(d['outliers_csv'])}</code>.</p>"
+                 + (tiles(shown) if shown else "")
+                 + table(["path", "split", "label", "reasons"], [[r["path"], r["split"], r["label"], r["reasons"]]
+                                                                  for r in rows]))
+    body += "<h3>Drift in feature space</h3>"
+    if d.get("feature_drift") is not None:
+        body += (f"<p>The backbone features of this data moved {d['feature_drift']:.3f} from the last blessed "
+                 f"model's (standardised mean shift; limit {d['limits']['max_feature_drift']:.3f}, "
+                 "<code>--max-feature-drift</code>).</p>")
+    else:
+        body += ("<p class=\"muted\">Not measured: " + esc(d.get("feature_drift_skipped") or
+                 "it needs a transfer model's features and a blessed model to compare with") + ".</p>")
+    if d.get("problems"):
+        body += "<h3>Over the limits</h3>" + table(["check", "finding", "option"],
+                                                    [[p["check"], p["text"], p["option"]] for p in d["problems"]])
+    return _section("health", "Data health", body)
 
 
 # --- validation ---------------------------------------------------------------------------------

@@ -24,18 +24,20 @@ def quarantine(details: Dict[str, Any], input_base: str, rows: int) -> Tuple[Lis
         listed = list(csv.DictReader(f))
     shown = listed[:rows]
 
-    def files() -> Iterator[Tuple[Dict, bytes]]:
-        for row in shown:
-            path = os.path.join(input_base, row["path"])
-            if not input_base or is_remote(input_base) or not os.path.isfile(path):
-                continue
-            try:
-                with open(path, "rb") as image:
-                    yield row, image.read(IMAGE_READ_LIMIT)
-            except OSError:
-                continue
+    return shown, len(listed), ((row, data) for row in shown for data in [input_file(input_base, row["path"])]
+                                if data is not None)
 
-    return shown, len(listed), files()
+
+def input_file(input_base: str, rel_path: str) -> Optional[bytes]:
+    """The first bytes of an input file still on local disk (for a thumbnail), or None."""
+    path = os.path.join(input_base, rel_path)
+    if not input_base or is_remote(input_base) or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as image:
+            return image.read(IMAGE_READ_LIMIT)
+    except OSError:
+        return None
 
 
 def anomalies(anomalies_uri: str) -> Iterator[Tuple[str, Any]]:

@@ -14,9 +14,10 @@ from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
 from components.backbone_features import SUMMARY_FILE as FEATURES_SUMMARY
+from components.data_health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
 from components.baseline import relocate
 from components.image_example_gen.sources import is_remote
-from components.image_example_gen import QUARANTINE_FILE, SUMMARY_FILE
+from components.image_example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
 from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
 from pipeline import run_lock, run_store
 from trainer.epochs import best_epoch
@@ -160,7 +161,8 @@ def _ingestion(c: Dict[str, Any]) -> Dict[str, Any]:
     path = report and os.path.join(report, SUMMARY_FILE)
     if not path or not os.path.exists(path):
         return {}
-    return {**json.load(open(path)), "quarantine_csv": os.path.join(report, QUARANTINE_FILE)}
+    return {**json.load(open(path)), "quarantine_csv": os.path.join(report, QUARANTINE_FILE),
+            "near_duplicates_csv": os.path.join(report, NEAR_DUPLICATES_FILE)}
 
 
 def _gate(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -186,6 +188,15 @@ def _features(c: Dict[str, Any]) -> Dict[str, Any]:
     features = _first(c["outputs"], "features")
     path = features and os.path.join(features, FEATURES_SUMMARY)
     return json.load(open(path)) if path and os.path.exists(path) else {}
+
+
+def _health(c: Dict[str, Any]) -> Dict[str, Any]:
+    health = _first(c["outputs"], "health")
+    path = health and os.path.join(health, HEALTH_FILE)
+    if not path or not os.path.exists(path):
+        return {}
+    return {**json.load(open(path)), "label_issues_csv": os.path.join(health, LABEL_ISSUES_FILE),
+            "outliers_csv": os.path.join(health, OUTLIERS_FILE)}
 
 
 def _trainer(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -239,6 +250,9 @@ DETAILS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
     "DataValidationGate": _gate,
     "Transform": _transform,
     "BackboneFeatures": _features,
+    "DataHealthGate": lambda c: ({"passed": bool(c["output_properties"]["result"][0].get("passed"))}
+                                 if c["output_properties"].get("result") else {}),
+    "DataHealth": _health,  # after DataHealthGate: a component's kind is the first key its id starts with
     "Trainer": _trainer,
     "Evaluator": _evaluator,
     "Pusher": _pusher,

@@ -23,7 +23,7 @@ def one_line(c: Dict[str, Any]) -> str:
     kind = component_kind(c["component"])
     if c.get("missing"):
         return f"its outputs are no longer on disk ({c['missing'][0]})"
-    if kind == "DataValidationGate" and c["state"] == "FAILED":
+    if kind in ("DataValidationGate", "DataHealthGate") and c["state"] == "FAILED":
         return "stopped the run: " + (c["error"].splitlines()[0][:200] if c["error"] else "anomalies or drift found")
     if kind in LINES and c["details"]:
         return LINES[kind](c)
@@ -44,6 +44,36 @@ def _ingestion(c: Dict[str, Any]) -> str:
         text += f", {d['duplicate_files']} files in {d['duplicate_groups']} duplicate groups"
     if d.get("downscaled"):
         text += f", {d['downscaled']:,} stored downscaled (above {d['store_max_pixels']:,} pixels)"
+    if d.get("near_duplicate_groups"):
+        text += f", {describe_near_duplicates(d)}"
+    return text
+
+
+def describe_near_duplicates(d: Dict[str, Any]) -> str:
+    """Ingestion's near-duplicates in a phrase: groups, eval examples with a copy in train, conflicts."""
+    text = f"{d['near_duplicate_files']:,} files in {d['near_duplicate_groups']:,} near-duplicate groups"
+    if d["near_duplicate_eval_leaks"]:
+        text += (f" ({d['near_duplicate_eval_leaks']:,} eval examples, {d['near_duplicate_eval_leak_fraction']:.1%},"
+                 " have one in train)")
+    if d["near_duplicate_conflicts"]:
+        text += f", {d['near_duplicate_conflicts']:,} with conflicting labels"
+    if d.get("near_duplicates_dropped"):
+        text += f", {d['near_duplicates_dropped']:,} copies dropped"
+    return text
+
+
+def _health(c: Dict[str, Any]) -> str:
+    d = c["details"]
+    if d.get("label_issue_fraction") is not None:
+        text = f"{d['label_issues']:,} likely label errors of {d['examples']:,} examples"
+    else:
+        text = "labels not checked" + (f" ({d['label_check_skipped']})" if d.get("label_check_skipped") else
+                                       " (--label-check on, or a transfer model)")
+    text += f", {d['outliers']:,} outliers or poor images"
+    if d.get("feature_drift") is not None:
+        text += f", feature drift {d['feature_drift']:.3f}"
+    if d.get("problems"):
+        text += ": " + "; ".join(p["text"] for p in d["problems"])
     return text
 
 
@@ -109,6 +139,8 @@ LINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "ExampleValidator": lambda c: f"{len(c['details']['anomalies'])} anomalies",
     "Transform": lambda c: f"{c['details']['transformed_megabytes']:.1f} MB of resized uint8 pixels",
     "BackboneFeatures": _features,
+    "DataHealthGate": lambda c: "passed" if c["details"]["passed"] else "over the limits (warn only)",
+    "DataHealth": _health,
     "Trainer": _trainer,
     "Evaluator": _evaluator,
     "Pusher": lambda c: (f"pushed to {c['details']['destination']}" if c["details"]["pushed"]
@@ -133,6 +165,11 @@ def hints(summary: Dict[str, Any], predict_command: Optional[str] = None) -> Lis
     out = []
     if details.get("ImageExampleGen", {}).get("quarantined"):
         out.append(f"quarantined files, with reasons: {details['ImageExampleGen']['quarantine_csv']}")
+    if details.get("ImageExampleGen", {}).get("near_duplicate_groups"):
+        out.append(f"near-duplicate groups: {details['ImageExampleGen']['near_duplicates_csv']}")
+    for key, what in (("label_issues", "likely label errors, most likely first"), ("outliers", "outliers")):
+        if details.get("DataHealth", {}).get(key):
+            out.append(f"{what}: {details['DataHealth'][key + '_csv']}")
     if details.get("Trainer", {}).get("model_run"):
         out.append(f"training curves: tensorboard --logdir {details['Trainer']['model_run']}")
     if details.get("Pusher", {}).get("pushed") and predict_command:
@@ -150,12 +187,17 @@ def data_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
     anomalies = (gate.get("details") or {}).get("anomalies")
     drifted = (gate.get("details") or {}).get("drifted")
     gate_failed = gate.get("state") == "FAILED"
-    kind = "bad" if gate_failed else ("warn" if ingest["quarantined"] or anomalies or drifted else "ok")
+    health_failed = components.get("DataHealthGate", {}).get("state") == "FAILED"
+    health_problems = (components.get("DataHealth", {}).get("details") or {}).get("problems")
     warned = [f"{len(anomalies)} anomalies"] if anomalies else []
     warned += [f"drift in {len(drifted)} distributions"] if drifted else []
+    warned += [f"data health: {', '.join(p['check'] for p in health_problems)}"] if health_problems else []
+    kind = ("bad" if gate_failed or health_failed else
+            "warn" if ingest["quarantined"] or warned else "ok")
     text = (f"{ingest['files_seen']:,} files → {ingest['examples_written']:,} examples, "
             f"{ingest['quarantined']:,} quarantined; "
             + ("validation stopped the run" if gate_failed else
+               "the data health check stopped the run" if health_failed else
                f"{' and '.join(warned)} (warned)" if warned else "no anomalies, no drift"))
     return kind, text
 

@@ -25,6 +25,11 @@ def test_remote_data_paths_are_kept_as_they_are():
     ({"augment": "flip,spin"}, "augment spin"),
     ({"accuracy_threshold": 1.5}, "--accuracy-threshold 1.5"),
     ({"weights": "/no/such/weights.h5", "model": "mobilenet_v2"}, "--weights /no/such/weights.h5: no such file"),
+    ({"near_duplicates": "delete"}, "--near-duplicates 'delete': use report or drop"),
+    ({"label_check": "yes"}, "--label-check 'yes': use auto, on, off"),
+    ({"max_label_issues": 5.0}, "--max-label-issues 5.0: use a fraction from 0 to 1 (1: no check)"),
+    ({"max_eval_near_duplicates": -0.1}, "--max-eval-near-duplicates -0.1: use a fraction"),
+    ({"max_feature_drift": -1.0}, "--max-feature-drift -1.0: use 0 or more"),
 ])
 def test_bad_settings_are_one_line_config_errors(changes, message):
     with pytest.raises(ConfigError) as caught:

@@ -68,7 +68,7 @@ def details(summary, name):
 
 
 ALL_COMPONENTS = ("ImageExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator", "DataValidationGate",
-                  "Transform", "Trainer", "latest_blessed_model_resolver", "Evaluator", "Pusher")
+                  "Transform", "DataHealth", "DataHealthGate", "Trainer", "latest_blessed_model_resolver", "Evaluator", "Pusher")
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, CloudConfig, ConfigError
 IMAGE = "us-central1-docker.pkg.dev/proj-1/imagepipe/pipeline:v7"
 DATA = "gs://bucket-1/images"
 ROOT = "gs://bucket-1/pipelines"
-ORDER = ["ImageExampleGen", "StatisticsGen", "ExampleValidator", "DataValidationGate", "Transform",
+ORDER = ["ImageExampleGen", "StatisticsGen", "ExampleValidator", "DataValidationGate", "Transform", "DataHealth",
+         "DataHealthGate",
          "Trainer", "Evaluator", "Pusher"]
 
 
@@ -63,7 +64,7 @@ def test_vertex_spec_has_every_component_in_order(vertex_job):
     upstream = {name: set(task.get("dependentTasks", [])) for name, task in tasks.items()}
     assert "ImageExampleGen" in upstream["StatisticsGen"]
     assert "DataValidationGate" in upstream["Transform"]  # nothing consumes data before the gate passes
-    assert "Transform" in upstream["Trainer"]
+    assert {"Transform", "DataHealthGate"} <= upstream["Trainer"]  # no training on data that failed its health check
     assert {"Trainer", "latest_blessed_model_resolver-model-resolver"} <= upstream["Evaluator"]
     assert "Evaluator" in upstream["Pusher"]
     assert job.runtime_config.gcs_output_directory == f"{ROOT}/imagepipe"

@@ -69,6 +69,13 @@ def test_the_head_trains_on_features_computed_once(transfer_runs):
     assert details(tuned, "Evaluator")["accuracy"] is not None
     assert component(tuned, "Transform")["state"] == "cached"
 
+    # Data health on the features: the label check is on by default (cheap here), and the second run
+    # measures drift in feature space against the first model's data (the same images: none).
+    health = details(plain, "DataHealth")
+    assert health["examples"] == 300 and health["label_check_method"] == "5-fold logistic regression on backbone features"
+    assert health["label_issue_fraction"] is not None and health.get("feature_drift") is None
+    assert details(tuned, "DataHealth")["feature_drift"] == pytest.approx(0.0, abs=1e-3)
+
 
 def test_the_exported_model_serves_what_the_head_gave_on_features(transfer_runs):
     config, plain, _ = transfer_runs

@@ -8,21 +8,25 @@ from components.image_example_gen import feature_keys
 IMAGE_KEY = feature_keys.ENCODED
 LABEL_TEXT_KEY = feature_keys.LABEL_TEXT
 SHA256_KEY = feature_keys.SHA256
+# Passed through Transform for data health (components/data_health): the file, its size as found.
+PASSTHROUGH = {"key": feature_keys.SHA256, "filename": feature_keys.FILENAME,
+               "original_height": feature_keys.ORIGINAL_HEIGHT, "original_width": feature_keys.ORIGINAL_WIDTH}
 
 # Transformed features, as Transform materialises them.
 PIXELS_KEY = "pixels"  # the resized image's uint8 pixels, 1 byte each (see preprocessing.py)
 LABEL_KEY = "label"  # class id from the TFT vocabulary
 LABEL_VOCABULARY = "label"  # the vocabulary file: class names in id order
 KEY = "key"  # the image's content hash (image/key/sha256), passed through: features and data health join on it
+FILENAME_KEY = "filename"
 
 # Backbone features, as the features step (components/backbone_features) writes them beside LABEL_KEY and KEY.
 FEATURES_KEY = "features"  # float32 [views * dim]: the pooled backbone output of the image, then of its augmented views
 
 
-def to_dense_strings(feature) -> tf.Tensor:
-    """A raw string feature as a [batch] tensor, whether the schema gave it a fixed shape or not."""
+def to_dense(feature) -> tf.Tensor:
+    """A raw one-value feature as a [batch] tensor, whether the schema gave it a fixed shape or not."""
     if isinstance(feature, tf.SparseTensor):
-        feature = tf.sparse.to_dense(feature, default_value="")
+        feature = tf.sparse.to_dense(feature)  # "" or 0 where missing
     return tf.reshape(feature, [-1]) if feature.shape.rank == 1 else feature[:, 0]
 
 

@@ -93,6 +93,12 @@ class HParams:
                 "weights": self.weights, "seed": self.seed, "augment": self.augment,
                 "augment_views": self.augment_views}
 
+    def health_config(self) -> Dict[str, Any]:
+        """What the data health check reads (components/data_health): the input, and for the cnn's opt-in
+        k-fold label check the model's training settings."""
+        return {"model": self.model, "image_size": self.image_size, "channels": self.channels, "seed": self.seed,
+                "batch_size": self.batch_size, "learning_rate": self.learning_rate}
+
     def cache_limit_megabytes(self) -> float:
         if self.cache_megabytes:
             return self.cache_megabytes

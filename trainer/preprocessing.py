@@ -56,14 +56,15 @@ def decode_and_resize(encoded: tf.Tensor, image_size: int, channels: int) -> tf.
 
 def preprocessing_fn(inputs: Dict[str, Any], custom_config: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     hp = HParams.from_custom_config(custom_config)
-    encoded = features.to_dense_strings(inputs[features.IMAGE_KEY])
+    encoded = features.to_dense(inputs[features.IMAGE_KEY])
     pixels = tf.map_fn(
         lambda e: tf.io.serialize_tensor(decode_and_resize(e, hp.image_size, hp.channels)),
         encoded, fn_output_signature=tf.TensorSpec([], tf.string),
         parallel_iterations=DECODES_IN_FLIGHT)  # bounds decoding memory (hparams.decode_memory_bytes)
-    label_text = features.to_dense_strings(inputs[features.LABEL_TEXT_KEY])
-    outputs = {} if features.SHA256_KEY not in inputs else {  # a curated schema may leave it out
-        features.KEY: features.to_dense_strings(inputs[features.SHA256_KEY])}
+    label_text = features.to_dense(inputs[features.LABEL_TEXT_KEY])
+    # The file's hash, name and size, unchanged, for the features step and data health (a curated schema
+    # may leave any of them out).
+    outputs = {name: features.to_dense(inputs[raw]) for name, raw in features.PASSTHROUGH.items() if raw in inputs}
     return {
         **outputs,
         features.PIXELS_KEY: pixels,

@@ -19,7 +19,7 @@ from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
 from components.baseline import pipeline_root_of, relocate
-from components.backbone_features import SOURCE_FILE
+from components.backbone_features import PROFILE_FILE, SOURCE_FILE
 from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from components.progress_events import progress_event
 from trainer import export, features, input_pipeline, models, tflite_export
@@ -151,7 +151,7 @@ def features_source(example_patterns) -> Optional[dict]:
     if not tf.io.gfile.exists(path):
         return None
     with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+        return {**json.load(f), "uri": uri}
 
 
 def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy) -> None:
@@ -221,6 +221,10 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         models.discard_staged(weights)
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
         f.write(json.dumps(info))
+    if source:  # the features the model learnt from, in profile: what the next run's drift is measured against
+        profile = os.path.join(source["uri"], PROFILE_FILE)
+        if tf.io.gfile.exists(profile):
+            tf.io.gfile.copy(profile, os.path.join(keras_dir, PROFILE_FILE), overwrite=True)
     record = {
         "strategy": plan.describe(replicas), "device_kind": plan.kind,
         "hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,

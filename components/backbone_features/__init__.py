@@ -10,3 +10,6 @@ Files in the output artifact, read by the Trainer and the run summary without TF
 
 SOURCE_FILE = "source.json"  # the Transform output the pixels came from, the backbone weights, dim, views
 SUMMARY_FILE = "summary.json"  # images, features reused and computed, seconds
+# The mean and standard deviation of each feature over the training split: the Trainer keeps it with the
+# model, and the next run's data health check measures drift in feature space against it.
+PROFILE_FILE = "feature_profile.json"

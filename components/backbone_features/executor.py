@@ -30,7 +30,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import beam_tuning
-from components.backbone_features import SOURCE_FILE, SUMMARY_FILE, backbone, feature_cache
+from components.backbone_features import PROFILE_FILE, SOURCE_FILE, SUMMARY_FILE, backbone, feature_cache
 from components.progress_events import progress_event
 from trainer.hparams import HParams
 
@@ -39,6 +39,7 @@ MODEL_BATCH = 64  # images per backbone call
 INPUT_KEY, OUTPUT_KEY = "transformed_examples", "features"
 HPARAMS_KEY, CACHE_KEY = "hparams", "cache_dir"
 COUNTERS = ("images", "reused", "computed")
+MOMENTS = "moments"  # the DoFn's side output: (count, sum, sum of squares) of the plain vectors of a batch
 
 
 class ComputeFeatures(beam.DoFn):
@@ -102,6 +103,8 @@ class ComputeFeatures(beam.DoFn):
         self._counters["images"].inc(len(records))
         self._done += len(records)
         progress_event("features", self._done, 0)  # for `imagepipe run`; the total is not known here
+        plain = out[:, 0].astype(np.float64)  # for the profile of the data (feature drift, components/data_health)
+        yield beam.pvalue.TaggedOutput(MOMENTS, (len(records), plain.sum(axis=0), (plain ** 2).sum(axis=0)))
         labels, hashes = parsed[features.LABEL_KEY].numpy(), parsed[features.KEY].numpy()
         for vector, label, key in zip(out, labels, hashes):
             yield tf.train.Example(features=tf.train.Features(feature={
@@ -128,19 +131,26 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         logging.info("BackboneFeatures: %s at %d px, %d features an image, cache %s (fingerprint %s), views %s",
                      hp.model, hp.image_size, prepared.dim, cache_root, prepared.fingerprint, views)
         pipeline = self._make_beam_pipeline()
+        profile_path = os.path.join(output.uri, PROFILE_FILE)
         for split in splits:
-            _ = (pipeline
-                 | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
-                     io_utils.all_files_pattern(artifact_utils.get_split_uri([source], split)),
-                     coder=beam.coders.BytesCoder())
-                 # Fixed-size batches by bytes (Beam's adaptive sizes start at one image, and each backbone
-                 # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
-                 | f"Batch[{split}]" >> beam.BatchElements(min_batch_size=BATCH_BYTES, max_batch_size=BATCH_BYTES,
-                                                           element_size_fn=len)
-                 | f"Features[{split}]" >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views[split]))
+            computed = (pipeline
+                        | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
+                            io_utils.all_files_pattern(artifact_utils.get_split_uri([source], split)),
+                            coder=beam.coders.BytesCoder())
+                        # Fixed-size batches by bytes (Beam's adaptive sizes start at one image, and each backbone
+                        # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
+                        | f"Batch[{split}]" >> beam.BatchElements(min_batch_size=BATCH_BYTES,
+                                                                  max_batch_size=BATCH_BYTES, element_size_fn=len)
+                        | f"Features[{split}]" >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views[split]))
+                        .with_outputs(MOMENTS, main="examples"))
+            _ = (computed.examples
                  | f"Write[{split}]" >> beam.io.WriteToTFRecord(
                      os.path.join(artifact_utils.get_split_uri([output], split), "features"),
                      file_name_suffix=".gz", coder=beam.coders.BytesCoder()))
+            if split == "train":
+                _ = (computed[MOMENTS]
+                     | "Moments" >> beam.CombineGlobally(_add_moments)
+                     | "Profile" >> beam.Map(_write_profile, profile_path))
         result = pipeline.run()
         result.wait_until_finish()
         counts = {name: _counter(result, name) for name in COUNTERS}
@@ -153,6 +163,26 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for name in COUNTERS:
             output.set_int_custom_property(name, counts[name])
         logging.info("BackboneFeatures: %s", summary)
+
+
+def _add_moments(parts):
+    parts = list(parts)
+    if not parts:
+        return None
+    return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
+
+
+def _write_profile(moments, path: str) -> None:
+    """feature_profile.json: the mean and standard deviation of each feature over the training split."""
+    import numpy as np
+
+    if moments is None:
+        return
+    count, total, squares = moments
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0))
+    io_utils.write_string_file(path, json.dumps({"count": int(count), "mean": mean.round(6).tolist(),
+                                                 "std": std.round(6).tolist()}))
 
 
 def _counter(result, name: str) -> int:

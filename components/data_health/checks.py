@@ -1,0 +1,84 @@
+"""The data health checks that are plain arithmetic: poor images, outliers in feature space, drift in
+feature space, and the thresholds that turn findings into problems (fail or warn, like the gate).
+"""
+
+from typing import Dict, List, NamedTuple, Optional
+
+import numpy as np
+
+# Poor images, on the resized pixels (0..255): nearly one colour, nearly black, nearly white; and a
+# file much wider than tall (or the reverse), which the square model input squashes.
+BLANK_STD = 4.0
+DARK_MEAN = 25.0
+BRIGHT_MEAN = 230.0
+MAX_ASPECT = 4.0
+# Far from every class: the distance to the nearest class centre (standardised features) above the
+# median by this many median absolute deviations.
+OUTLIER_MADS = 6.0
+
+
+def poor_image_reasons(mean: float, std: float, height: int, width: int) -> List[str]:
+    reasons = []
+    if std < BLANK_STD:
+        reasons.append(f"nearly blank (pixel standard deviation {std:.1f})")
+    if mean < DARK_MEAN:
+        reasons.append(f"very dark (mean {mean:.0f} of 255)")
+    elif mean > BRIGHT_MEAN:
+        reasons.append(f"very bright (mean {mean:.0f} of 255)")
+    if height > 0 and width > 0 and max(height, width) / min(height, width) > MAX_ASPECT:
+        reasons.append(f"extreme aspect ratio ({width}x{height})")
+    return reasons
+
+
+def far_from_every_class(z: np.ndarray, labels: np.ndarray, train: np.ndarray) -> np.ndarray:
+    """Per image, whether it is far from every class centre of the training split (z: standardised,
+    reduced features [n, d]); and the distances."""
+    classes = np.unique(labels[train])
+    centres = np.stack([z[train & (labels == c)].mean(axis=0) for c in classes])
+    nearest = np.sqrt(((z[:, None, :] - centres[None]) ** 2).sum(axis=-1)).min(axis=1)
+    median = np.median(nearest)
+    mad = np.median(np.abs(nearest - median)) or 1e-9
+    return nearest > median + OUTLIER_MADS * mad, nearest
+
+
+def feature_drift(reference: Optional[Dict], current: Optional[Dict]) -> Optional[float]:
+    """How far the new training features moved from the blessed model's: the root mean square, over the
+    features, of the shift of each feature's mean in units of its spread then (a standardised mean
+    difference). About 0.05 between two samples of one set; a new camera or lighting moves it far more."""
+    if not reference or not current or len(reference["mean"]) != len(current["mean"]):
+        return None
+    shift = (np.asarray(current["mean"]) - np.asarray(reference["mean"])) / (np.asarray(reference["std"]) + 1e-6)
+    return float(np.sqrt(np.mean(shift ** 2)))
+
+
+class Limits(NamedTuple):
+    """The largest accepted shares and distance; named as the settings (--max-eval-near-duplicates, ...)."""
+
+    max_eval_near_duplicates: float
+    max_label_issues: float
+    max_feature_drift: float
+
+
+def problems(near_duplicate_eval: float, label_issues: Optional[float], drift: Optional[float],
+             limits: Limits) -> List[Dict]:
+    """Each check over its threshold: {check, value, threshold, option, text}."""
+    found = []
+    for name, value, setting, what, share in (
+            ("near-duplicates", near_duplicate_eval, "max_eval_near_duplicates",
+             "of the eval examples have a near-duplicate in train", True),
+            ("label issues", label_issues, "max_label_issues", "of the examples look mislabelled", True),
+            ("feature drift", drift, "max_feature_drift", "shift of the features from the last blessed model's data",
+             False)):
+        limit = getattr(limits, setting)
+        if value is None or value <= limit + 1e-9:
+            continue
+        option = "--" + setting.replace("_", "-")
+        shown, bound = (f"{value:.1%}", f"{limit:.1%}") if share else (f"{value:.3f}", f"{limit:.3f}")
+        found.append({"check": name, "value": round(value, 6), "threshold": limit, "option": option,
+                      "text": f"{shown} {what} (more than {bound}; {option})"})
+    return found
+
+
+def describe(found: List[Dict]) -> str:
+    return ("data health found " + "; ".join(p["text"] for p in found)
+            + "; review them (the report lists each), or raise the limits, or run with --gate warn")

@@ -1,0 +1,96 @@
+"""Likely label errors: out-of-sample class probabilities for every example, ranked by confident learning.
+
+Each example's probabilities come from a model that never saw it (k-fold: trained on the other folds):
+
+- on the backbone features of the transfer models (the features step's output): a logistic
+  regression on PCA-reduced, standardised features, a few seconds for thousands of images;
+- for the `cnn`, which has no features, on pixels: the same small CNN trained a few epochs per
+  fold (opt-in, --label-check on: it costs about one more training).
+
+cleanlab (confident learning: per-class thresholds on the out-of-sample probabilities, the
+confident joint of given and likely labels) then picks the examples whose given label is
+probably wrong, ranked most likely first by self-confidence (the probability of the given label).
+Nothing is relabelled or dropped: the suspects go into the report and label_issues.csv.
+"""
+
+from typing import List, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+FOLDS = 5
+PCA_DIMS = 128
+CNN_EPOCHS = 6
+# The pixel check works on images of at most this side (12 kB an image at 64 px: 20,000 images in
+# ~250 MB, whatever --image-size is).
+CNN_MAX_SIZE = 64
+
+
+class Suspect(NamedTuple):
+    index: int  # into the examples checked
+    given: int  # class id
+    suggested: int  # the most likely class
+    given_probability: float  # out-of-sample probability of the given label (self-confidence)
+
+
+def folds_for(labels: np.ndarray, folds: int = FOLDS) -> Tuple[int, str]:
+    """(folds to use, "") or (0, why none): every class needs an example in each fold."""
+    counts = np.bincount(labels)
+    smallest = int(counts[counts > 0].min()) if counts.any() else 0
+    if len(counts[counts > 0]) < 2:
+        return 0, "fewer than two classes"
+    if smallest < 2:
+        return 0, "a class has a single example"
+    return min(folds, smallest), ""
+
+
+def probabilities_from_features(vectors: np.ndarray, labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    from sklearn.decomposition import PCA
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    dims = min(PCA_DIMS, vectors.shape[1], len(vectors) - 1)
+    model = make_pipeline(StandardScaler(), PCA(dims, random_state=seed), StandardScaler(),
+                          LogisticRegression(C=0.5, max_iter=500))
+    return cross_val_predict(model, vectors, labels, method="predict_proba",
+                             cv=StratifiedKFold(folds, shuffle=True, random_state=seed))
+
+
+def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int, hp) -> np.ndarray:
+    """The `cnn` of trainer/models.py, CNN_EPOCHS epochs per fold ([n, size, size, channels] uint8 pixels)."""
+    import dataclasses
+
+    import keras
+    from sklearn.model_selection import StratifiedKFold
+
+    from trainer import models
+
+    classes = int(labels.max()) + 1
+    hp = dataclasses.replace(hp, model="cnn", image_size=pixels.shape[1])
+    out = np.zeros((len(labels), classes), np.float32)
+    for fold, (train, held_out) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=hp.seed)
+                                             .split(pixels, labels)):
+        keras.utils.set_random_seed(hp.seed + fold)
+        model = models.build(hp, classes)
+        models.compile_model(model, hp.learning_rate)
+        model.fit(pixels[train].astype(np.float32), labels[train], batch_size=hp.batch_size, epochs=CNN_EPOCHS,
+                  verbose=0, shuffle=True)
+        out[held_out] = model.predict(pixels[held_out].astype(np.float32), batch_size=256, verbose=0)
+    return out
+
+
+def rank(labels: np.ndarray, probabilities: np.ndarray) -> List[Suspect]:
+    """The examples cleanlab finds mislabelled, most likely first."""
+    from cleanlab.filter import find_label_issues
+
+    order = find_label_issues(labels, probabilities, return_indices_ranked_by="self_confidence")
+    return [Suspect(int(i), int(labels[i]), int(probabilities[i].argmax()), float(probabilities[i, labels[i]]))
+            for i in order]
+
+
+def out_of_sample(labels: np.ndarray, vectors: Optional[np.ndarray], pixels: Optional[np.ndarray], hp,
+                  folds: int) -> np.ndarray:
+    if vectors is not None:
+        return probabilities_from_features(vectors, labels, folds, hp.seed)
+    return probabilities_from_pixels(pixels, labels, folds, hp)

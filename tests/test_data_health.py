@@ -1,0 +1,241 @@
+"""Data health on generated data: near-duplicates found at ingestion (real Beam, real images), likely label
+errors ranked by confident learning (real cleanlab on real images), the checks' thresholds."""
+
+import csv
+import io
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from bench.corpus import _photo
+from components.data_health import checks, label_issues
+from components.image_example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE
+from conftest import write
+from example_gen_helpers import read_examples, run_executor
+
+ORIGINALS = 40  # distinct photos: crops of two sample photos, so many share a scene
+
+
+def _photos(count: int):
+    from sklearn.datasets import load_sample_images
+
+    sources = load_sample_images().images
+    return [_photo(np.random.default_rng([7, n]), [sources[n % 2]]) for n in range(count)]
+
+
+def _encode(image: Image.Image, fmt: str = "JPEG", **kw) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt, **kw)
+    return out.getvalue()
+
+
+def _copies(data: bytes):
+    """The edits a near-duplicate survives: {kind: bytes}."""
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    w, h = image.size
+    return {
+        "resized": _encode(image.resize((w // 2, h // 2), Image.BILINEAR), quality=90),
+        "recompressed": _encode(image, quality=40),
+        "cropped": _encode(image.crop((w * 4 // 100, h * 4 // 100, w - w * 4 // 100, h - h * 4 // 100)), quality=90),
+        "png": _encode(image, "PNG"),
+    }
+
+
+@pytest.fixture(scope="module")
+def near_tree(tmp_path_factory):
+    """train/<class>/ and eval/<class>/: 40 distinct photos in train, 4 in eval; copies of 8 of the training
+    ones in eval (resized, recompressed, cropped), a PNG copy of one in train, and a copy of one under the other class (a conflict)."""
+    root = tmp_path_factory.mktemp("near") / "data"
+    photos = _photos(ORIGINALS + 4)
+    classes = ("china", "flower")
+    expected = []  # (original, copy) relative paths
+    for n, data in enumerate(photos):
+        write(root / ("train" if n < ORIGINALS else "eval") / classes[n % 2] / f"photo-{n:03d}.jpg", data)
+    for n in range(8):
+        kind = ("resized", "recompressed", "cropped")[n % 3]
+        label = classes[n % 2]
+        rel = f"eval/{label}/copy-{n:03d}-{kind}.jpg"
+        write(root / rel, _copies(photos[n])[kind])
+        expected.append((f"train/{label}/photo-{n:03d}.jpg", rel))
+    write(root / "train" / "flower" / "photo-011.png", _copies(photos[11])["png"])
+    expected.append(("train/flower/photo-011.jpg", "train/flower/photo-011.png"))
+    write(root / "train" / "flower" / "relabelled-010.jpg", _copies(photos[10])["recompressed"])  # 010 is china
+    expected.append(("train/china/photo-010.jpg", "train/flower/relabelled-010.jpg"))
+    return str(root), expected
+
+
+def _groups(report_uri):
+    with open(os.path.join(report_uri, NEAR_DUPLICATES_FILE), newline="") as f:
+        rows = list(csv.DictReader(f))
+    groups = {}
+    for row in rows:
+        groups.setdefault(row["group"], set()).add(row["path"])
+    return list(groups.values()), rows
+
+
+def test_resized_recompressed_and_cropped_copies_are_found_and_distinct_photos_are_not(near_tree, tmp_path):
+    data, expected = near_tree
+    examples, report = run_executor(data, tmp_path, layout="presplit")
+    groups, rows = _groups(report.uri)
+    # Every copy is grouped with its original, and no group holds two distinct photos.
+    assert sorted(sorted(g) for g in groups) == sorted(sorted(pair) for pair in expected)
+    summary = _summary(report)
+    assert summary["near_duplicate_groups"] == 10 and summary["near_duplicate_files"] == 20
+    assert summary["near_duplicate_eval_leaks"] == 8  # 8 of the 12 eval images copy a training one
+    assert summary["near_duplicate_eval_leak_fraction"] == pytest.approx(8 / 12)
+    assert summary["near_duplicate_conflicts"] == 1 and summary["near_duplicate_within_class"] == 9
+    conflict = summary["near_duplicate_examples"][0]  # conflicts are shown first
+    assert {label for _, label, _ in conflict} == {"china", "flower"}
+    # Report mode keeps every example; each carries its perceptual hashes.
+    written = read_examples(examples.uri)
+    assert sum(len(v) for v in written.values()) == ORIGINALS + 4 + 10
+    assert all(len(e["image/hash/perceptual"]) == 2 * 48 for v in written.values() for e in v)
+
+
+def test_drop_keeps_one_copy_of_each_group_in_train_and_reports_conflicts(near_tree, tmp_path):
+    data, expected = near_tree
+    examples, report = run_executor(data, tmp_path, layout="presplit", near_duplicates="drop")
+    written = read_examples(examples.uri)
+    paths = {e["image/filename"].decode() for v in written.values() for e in v}
+    # The eval copies and the PNG copy are dropped (quarantined with a reason); the conflict stays for a person.
+    assert sorted(e["image/filename"].decode() for e in written["eval"]) == sorted(
+        f"eval/{('china', 'flower')[n % 2]}/photo-{n:03d}.jpg" for n in range(ORIGINALS, ORIGINALS + 4))
+    assert "train/flower/photo-011.png" not in paths and "train/flower/photo-011.jpg" in paths
+    assert {"train/china/photo-010.jpg", "train/flower/relabelled-010.jpg"} <= paths
+    with open(os.path.join(report.uri, QUARANTINE_FILE), newline="") as f:
+        dropped = [row for row in csv.DictReader(f) if row["reason"] == "near_duplicate"]
+    assert len(dropped) == 9 and all("near-duplicate of train/" in row["detail"] for row in dropped)
+    summary = _summary(report)
+    assert summary["near_duplicates_dropped"] == 9
+    assert summary["files_seen"] == summary["examples_written"] + summary["quarantined"]  # every file accounted for
+
+
+def _summary(report):
+    import json
+
+    from components.image_example_gen import SUMMARY_FILE
+
+    return json.load(open(os.path.join(report.uri, SUMMARY_FILE)))
+
+
+def test_flipped_labels_rank_near_the_top(digits_dir):
+    """5% of the digits' labels flipped: the out-of-sample check (k-fold logistic regression on the images'
+    pixels as features) with cleanlab's ranking puts most flips among the first 2x(flips) suspects."""
+    labels, vectors = [], []
+    for label in range(10):
+        folder = os.path.join(digits_dir, str(label))
+        for name in sorted(os.listdir(folder)):
+            vectors.append(np.asarray(Image.open(os.path.join(folder, name)).convert("L").resize((16, 16)),
+                                      np.float32).ravel())
+            labels.append(label)
+    labels, vectors = np.asarray(labels), np.stack(vectors)
+    rng = np.random.default_rng(0)
+    flipped = rng.choice(len(labels), size=len(labels) // 20, replace=False)
+    noisy = labels.copy()
+    noisy[flipped] = (labels[flipped] + rng.integers(1, 10, size=len(flipped))) % 10
+    folds, why = label_issues.folds_for(noisy)
+    assert (folds, why) == (label_issues.FOLDS, "")
+    suspects = label_issues.rank(noisy, label_issues.probabilities_from_features(vectors, noisy, folds, seed=0))
+    top = {s.index for s in suspects[:2 * len(flipped)]}
+    assert len(top & set(flipped)) >= 0.7 * len(flipped)
+    # The suggested label of a flip found is mostly its true one.
+    found = [s for s in suspects if s.index in set(flipped)]
+    assert np.mean([s.suggested == labels[s.index] for s in found]) > 0.8
+
+
+def test_poor_images_drift_and_thresholds():
+    assert checks.poor_image_reasons(128.0, 60.0, 480, 640) == []
+    assert "nearly blank" in checks.poor_image_reasons(128.0, 1.0, 480, 640)[0]
+    assert "very dark" in checks.poor_image_reasons(10.0, 9.0, 480, 640)[0]
+    assert "extreme aspect ratio (4000x300)" in checks.poor_image_reasons(128.0, 60.0, 300, 4000)[0]
+    rng = np.random.default_rng(0)
+    reference = rng.normal(1.0, 0.5, size=(2000, 64))
+
+    def profile(x):
+        return {"mean": x.mean(axis=0).tolist(), "std": x.std(axis=0).tolist()}
+
+    same = checks.feature_drift(profile(reference[:1000]), profile(reference[1000:]))
+    darker = checks.feature_drift(profile(reference), profile(reference * 0.6))
+    assert same < 0.1 < 0.5 < darker
+    assert checks.feature_drift(profile(reference), None) is None
+    found = checks.problems(0.05, 0.2, None, checks.Limits(0.01, 0.1, 0.5))
+    assert [p["option"] for p in found] == ["--max-eval-near-duplicates", "--max-label-issues"]
+    assert "\n" not in checks.describe(found) and "5.0% of the eval examples" in checks.describe(found)
+    assert checks.problems(0.05, None, 0.2, checks.Limits(1.0, 1.0, 0.5)) == []
+
+
+@pytest.fixture(scope="module")
+def flipped_runs(tmp_path_factory, small_digits):
+    """`imagepipe run --label-check on` on the 300 small digits with 15 labels (5%) flipped: first with a
+    limit the flips exceed (the run stops before training), then the same with --gate warn."""
+    import shutil
+    import subprocess
+
+    from conftest import IMAGEPIPE
+
+    data = tmp_path_factory.mktemp("flipped") / "data"
+    files = sorted((label, name) for label in os.listdir(small_digits) if not label.startswith(".")
+                   for name in os.listdir(os.path.join(small_digits, label)))
+    rng = np.random.default_rng(3)
+    flipped = set(rng.choice(len(files), size=15, replace=False).tolist())
+    moved = []
+    for n, (label, name) in enumerate(files):
+        given = str((int(label) + 1 + int(rng.integers(9))) % 10) if n in flipped else label
+        os.makedirs(data / given, exist_ok=True)
+        shutil.copy(os.path.join(small_digits, label, name), data / given / name)
+        if n in flipped:
+            moved.append((f"{given}/{name}", label))
+    root = str(tmp_path_factory.mktemp("flipped-root"))
+    args = [IMAGEPIPE, "run", "--root", root, "--data", str(data), "--label-check", "on", "--max-label-issues",
+            "0.02", "--epochs", "2", "--accuracy-threshold", "0"]
+    stopped = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    warned = subprocess.run(args + ["--gate", "warn"], capture_output=True, text=True, timeout=900)
+    return root, moved, stopped, warned
+
+
+@pytest.mark.slow
+def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped_runs):
+    from browser import open_page
+    from test_report import ARTIFACTS, CHECK_JS
+
+    root, moved, stopped, warned = flipped_runs
+    assert stopped.returncode == 1, stopped.stderr[-3000:]
+    error = stopped.stderr.strip().splitlines()[-1]
+    assert error.startswith("imagepipe: error: DataHealthError: data health found ") and "--max-label-issues" in error
+    assert "DataHealthGate" in stopped.stdout and "stopped the run" in stopped.stdout
+    listed = stopped.stdout.split("likely label errors, most likely first: ")[1].splitlines()[0]
+    with open(listed, newline="") as f:
+        suspects = list(csv.DictReader(f))
+    truth = dict(moved)
+    top = [row for row in suspects[:2 * len(moved)] if row["path"] in truth]
+    assert len(top) >= len(moved) // 2  # a 3-epoch cnn per fold, 240 training images: most flips near the top
+    assert sum(row["suggested"] == truth[row["path"]] for row in top) >= 0.8 * len(top)  # and their true label
+    report = stopped.stdout.strip().splitlines()[-1].removeprefix("report: ")
+    seen = open_page("file://" + report, CHECK_JS, os.path.join(ARTIFACTS, "report-data-health.png"))
+    assert seen["errors"] == [] and "health" in seen["check"]["sections"]
+    assert seen["check"]["images"] and all(seen["check"]["images"])  # the suspects' thumbnails load
+    text = seen["check"]["text"]
+    for expected in ("The data health check stopped the run", "Likely label errors",
+                     f"{len(suspects)} of 300 examples", "5-fold cnn on pixels", "Outliers and poor images",
+                     "Drift in feature space", "--max-label-issues", "the data health check stopped the run"):
+        assert expected in text, expected
+    # --gate warn: the same findings (DataHealth cached), and the run goes on to a model.
+    assert warned.returncode == 0, warned.stderr[-3000:]
+    assert "DataHealthGate                cached" not in warned.stdout
+    assert "over the limits (warn only)" in warned.stdout and "Pusher" in warned.stdout
+
+
+def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
+    """200 blank frames hash alike: one group of 200 from at most 199 pairs, not 19,900."""
+    from components.image_example_gen import near_duplicates, similarity
+    from components.image_example_gen.batch_ingest import Meta
+
+    blank = similarity.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
+    metas = [Meta(f"{n:064x}", f"blank/{n:03d}.png", "blank", "train", False, "png", "s", n, False, blank)
+             for n in range(200)]
+    pairs = list(near_duplicates.bucket_pairs(((0, 0), metas), similarity.Limits()))
+    assert len(pairs) == 199 and all(not a.signature and not b.signature for a, b in pairs)
+    groups = near_duplicates.group(pairs)
+    assert [len(g) for g in groups] == [200]
