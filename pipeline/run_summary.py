@@ -156,13 +156,19 @@ def _first(outputs: Dict[str, List[str]], key: str) -> Optional[str]:
     return uris[0] if uris else None
 
 
-def _ingestion(c: Dict[str, Any]) -> Dict[str, Any]:
-    report = _first(c["outputs"], "report")
-    path = report and os.path.join(report, SUMMARY_FILE)
+def _json_output(c: Dict[str, Any], output: str, name: str, **files: str) -> Dict[str, Any]:
+    """The JSON file `name` of a component's output, with the paths of `files` (key: file name) beside
+    it; {} when the output or the file is missing."""
+    folder = _first(c["outputs"], output)
+    path = folder and os.path.join(folder, name)
     if not path or not os.path.exists(path):
         return {}
-    return {**json.load(open(path)), "quarantine_csv": os.path.join(report, QUARANTINE_FILE),
-            "near_duplicates_csv": os.path.join(report, NEAR_DUPLICATES_FILE)}
+    return {**json.load(open(path)), **{key: os.path.join(folder, file) for key, file in files.items()}}
+
+
+def _ingestion(c: Dict[str, Any]) -> Dict[str, Any]:
+    return _json_output(c, "report", SUMMARY_FILE, quarantine_csv=QUARANTINE_FILE,
+                        near_duplicates_csv=NEAR_DUPLICATES_FILE)
 
 
 def _gate(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -185,18 +191,11 @@ def _transform(c: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _features(c: Dict[str, Any]) -> Dict[str, Any]:
-    features = _first(c["outputs"], "features")
-    path = features and os.path.join(features, FEATURES_SUMMARY)
-    return json.load(open(path)) if path and os.path.exists(path) else {}
+    return _json_output(c, "features", FEATURES_SUMMARY)
 
 
 def _health(c: Dict[str, Any]) -> Dict[str, Any]:
-    health = _first(c["outputs"], "health")
-    path = health and os.path.join(health, HEALTH_FILE)
-    if not path or not os.path.exists(path):
-        return {}
-    return {**json.load(open(path)), "label_issues_csv": os.path.join(health, LABEL_ISSUES_FILE),
-            "outliers_csv": os.path.join(health, OUTLIERS_FILE)}
+    return _json_output(c, "health", HEALTH_FILE, label_issues_csv=LABEL_ISSUES_FILE, outliers_csv=OUTLIERS_FILE)
 
 
 def _trainer(c: Dict[str, Any]) -> Dict[str, Any]:

@@ -7,6 +7,7 @@ LINES holds, per component kind (run_summary.DETAILS's keys), the text after its
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from components import drift as drift_lib
+from components.data_health import TRUSTED_ACCURACY
 from components.image_example_gen.sources import split_sort_key
 from pipeline.run_summary import component_kind
 
@@ -62,10 +63,20 @@ def describe_near_duplicates(d: Dict[str, Any]) -> str:
     return text
 
 
+def describe_label_model(accuracy: float) -> str:
+    """The label check's model in a phrase, with a warning when it is too weak to rank labels well."""
+    text = f"its model's out-of-sample accuracy {accuracy:.2f}"
+    if accuracy < TRUSTED_ACCURACY:
+        text += " is too low for a reliable ranking: use a transfer model, whose features do better"
+    return text
+
+
 def _health(c: Dict[str, Any]) -> str:
     d = c["details"]
     if d.get("label_issue_fraction") is not None:
         text = f"{d['label_issues']:,} likely label errors of {d['examples']:,} examples"
+        if d.get("label_check_accuracy") is not None:
+            text += f" ({describe_label_model(d['label_check_accuracy'])})"
     else:
         text = "labels not checked" + (f" ({d['label_check_skipped']})" if d.get("label_check_skipped") else
                                        " (--label-check on, or a transfer model)")

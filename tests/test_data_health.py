@@ -164,6 +164,15 @@ def test_poor_images_drift_and_thresholds():
     assert [p["option"] for p in found] == ["--max-eval-near-duplicates", "--max-label-issues"]
     assert "\n" not in checks.describe(found) and "5.0% of the eval examples" in checks.describe(found)
     assert checks.problems(0.05, None, 0.2, checks.Limits(1.0, 1.0, 0.5)) == []
+    # Far from every class: three tight classes, two images far off (one in eval: judged by train's centres).
+    centres = rng.normal(0, 10, size=(3, 16))
+    z = np.concatenate([centres[n % 3] + rng.normal(0, 1, size=16) for n in range(300)]).reshape(300, 16)
+    z[7] += 40
+    z[250] -= 40
+    labels = np.arange(300) % 3
+    train = np.arange(300) < 240
+    far, _ = checks.far_from_every_class(z.astype(np.float32), labels, train)
+    assert sorted(np.nonzero(far)[0].tolist()) == [7, 250]
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +226,7 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
     assert seen["errors"] == [] and "health" in seen["check"]["sections"]
     assert seen["check"]["images"] and all(seen["check"]["images"])  # the suspects' thumbnails load
     text = seen["check"]["text"]
+    assert "its model's out-of-sample accuracy 0." in stopped.stdout and "too low" not in stopped.stdout
     for expected in ("The data health check stopped the run", "Likely label errors",
                      f"{len(suspects)} of 300 examples", "5-fold cnn on pixels", "Outliers and poor images",
                      "Drift in feature space", "--max-label-issues", "the data health check stopped the run"):
@@ -235,7 +245,11 @@ def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
     blank = similarity.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
     metas = [Meta(f"{n:064x}", f"blank/{n:03d}.png", "blank", "train", False, "png", "s", n, False, blank)
              for n in range(200)]
-    pairs = list(near_duplicates.bucket_pairs(((0, 0), metas), similarity.Limits()))
-    assert len(pairs) == 199 and all(not a.signature and not b.signature for a, b in pairs)
-    groups = near_duplicates.group(pairs)
+    buckets = dict(near_duplicates.band_items(metas[:120], similarity.band_width(200)))
+    key = next(iter(buckets))
+    assert len(buckets[key]) == 120  # every blank frame in every bucket
+    more = dict(near_duplicates.band_items(metas[120:], similarity.band_width(200)))
+    pairs = list(near_duplicates.bucket_pairs((key, [buckets[key], more[key]]), similarity.Limits()))
+    assert len(pairs) == 199
+    groups = near_duplicates.group([(Meta(*a), Meta(*b)) for a, b in pairs])
     assert [len(g) for g in groups] == [200]

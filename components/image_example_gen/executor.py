@@ -39,9 +39,10 @@ from components import drift
 from components.image_example_gen import (LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
                                           SUMMARY_FILE, batch_ingest, beam_steps, near_duplicates, similarity, sources,
                                           tfrecord_io)
-from components.image_example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary, csv_text,
+from components.image_example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary,
                                                         log_summary, quarantine_csv)
 from components.image_example_gen.ingest_settings import REPORT_KEY, IngestSettings
+from components.spreadsheet import csv_text
 
 def _write_json(value: Any, path: str) -> None:
     io_utils.write_string_file(path, json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
@@ -105,6 +106,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                       | "SampleSignatures" >> beam.combiners.Sample.FixedSizeGlobally(near_duplicates.SAMPLE)
                       | "Limits" >> beam.Map(near_duplicates.limits_from))
             near_pairs = (inspected.metas
+                          | "BatchMetas" >> beam.BatchElements(min_batch_size=near_duplicates.BATCH,
+                                                               max_batch_size=near_duplicates.BATCH)
                           | "BandKeys" >> beam.FlatMap(near_duplicates.band_items,
                                                        similarity.band_width(len(listing.candidates)))
                           | "GroupByBand" >> beam.GroupByKey()

@@ -7,8 +7,6 @@ component's `report` output; pipeline/run_summary.py reads them back.
 """
 
 import collections
-import csv
-import io
 import json
 import os
 from typing import Any, Dict, List
@@ -17,7 +15,7 @@ from absl import logging
 from tfx.utils import io_utils
 
 from components.image_example_gen import SUMMARY_FILE, sources
-from components.spreadsheet import spreadsheet_safe
+from components.spreadsheet import csv_text
 from components.image_example_gen.image_check import Reason
 
 QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
@@ -114,14 +112,6 @@ def quarantine_csv(rows: List[Dict[str, str]]) -> str:
     return csv_text(QUARANTINE_COLUMNS, sorted(rows, key=lambda r: (r["path"], r["reason"])))
 
 
-def csv_text(columns, rows: List[Dict[str, str]]) -> str:
-    """A CSV file's text, names escaped for spreadsheets."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
-    return out.getvalue()
 
 
 def log_summary(summary: Dict[str, Any]) -> None:
