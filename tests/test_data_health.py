@@ -228,7 +228,7 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
     text = seen["check"]["text"]
     assert "its model's out-of-sample accuracy 0." in stopped.stdout and "too low" not in stopped.stdout
     for expected in ("The data health check stopped the run", "Likely label errors",
-                     f"{len(suspects)} of 300 examples", "5-fold cnn on pixels", "Outliers and poor images",
+                     f"{len(suspects)} of 300 examples", "3-fold cnn on pixels", "Outliers and poor images",
                      "Drift in feature space", "--max-label-issues", "the data health check stopped the run"):
         assert expected in text, expected
     # --gate warn: the same findings (DataHealth cached), and the run goes on to a model.

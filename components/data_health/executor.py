@@ -127,7 +127,8 @@ class Executor(base_executor.BaseExecutor):
         suspects: List[label_issues.Suspect] = []
         if check_labels:
             ids, contiguous = np.unique(labels, return_inverse=True)
-            folds, why = label_issues.folds_for(contiguous)
+            folds, why = label_issues.folds_for(
+                contiguous, label_issues.FOLDS if vectors is not None else label_issues.CNN_FOLDS)
             if folds:
                 probabilities = label_issues.out_of_sample(
                     contiguous, vectors, np.stack(examples.pixels) if vectors is None else None, hp, folds)
