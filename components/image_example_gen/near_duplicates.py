@@ -22,16 +22,14 @@ from components.image_example_gen.image_check import Reason
 from components.image_example_gen.sources import split_sort_key
 
 EXAMPLES_SHOWN = 20  # groups kept in summary.json (all of them are in near_duplicates.csv)
-
-
 BATCH = 1000  # images whose bucket entries travel together
 Item = Tuple[tuple, bytes]  # (the Meta's fields but its signature, the signature): what a bucket holds
 
 
 def band_items(metas: List[Meta], width: int) -> Iterable[Tuple[Tuple[int, int], List[Item]]]:
     """(bucket, the items of `metas` in it) for each bucket a batch of images goes into: each image goes
-    into ~24 buckets, and one element per image and bucket through Beam's shuffle cost more than the rest
-    of the search (measured: 2.9 s of 4.4 s for 2,000 images); per batch, the buckets are shared."""
+    into ~24 buckets (8 bands at 3 crops); a batch sends each bucket once instead of an element per image
+    and bucket through Beam's shuffle (measured on 1,886 digits: 0.3 s of the search's 2.9 s)."""
     buckets = collections.defaultdict(list)
     for meta in metas:
         if meta.signature:
