@@ -16,7 +16,6 @@ Reported: the Trainer's seconds and the features step's, per frozen epoch the me
 training.json, the Evaluator's accuracy, the features computed and reused, and the run's peak RSS.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import sys
 from typing import Dict, List
 
 from bench import corpus
-from bench.photo_benchmark import OUT, PROJECT, baseline_tree, run_pipeline
+from bench.photo_benchmark import OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline
 
 ARGS = ["--model", "mobilenet_v2", "--image-size", "160", "--patience", "10", "--accuracy-threshold", "0"]
 
@@ -103,19 +102,12 @@ def table(rows: List[dict]) -> List[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = comparison_parser(__doc__, "bcac092", "commit to compare with (the code before the features step)",
+                               10, os.path.join(OUT, "features_benchmark.json"))
     parser.add_argument("--sizes", default="2000,8000")
-    parser.add_argument("--baseline", default="bcac092", help="commit to compare with (the code before the "
-                        "features step)")
-    parser.add_argument("--no-baseline", action="store_true")
-    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--rss-limit-gb", type=float, default=18.0)
-    parser.add_argument("--out", default=os.path.join(OUT, "features_benchmark.json"))
-    parser.add_argument("--table", action="store_true", help="print the table of the results in --out; run nothing")
     args = parser.parse_args(argv)
-    if args.table:
-        with open(args.out) as f:
-            print("\n".join(table(json.load(f))))
+    if printed_saved_table(args, table):
         return 0
     rows = []
     limit = int(args.rss_limit_gb * 2**30)

@@ -19,7 +19,6 @@ MobileNetV2 at 96 px (random weights, BatchNorm calibrated: nothing downloads), 
 on the features step's output.
 """
 
-import argparse
 import csv
 import glob
 import io
@@ -32,7 +31,7 @@ from typing import Dict, List
 import numpy as np
 from PIL import Image
 
-from bench.photo_benchmark import OUT, PROJECT, baseline_tree, run_pipeline
+from bench.photo_benchmark import OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline
 
 HERE = os.path.join(OUT, "health")
 SHARE = 0.05  # of the images flipped, and of the images copied
@@ -149,17 +148,11 @@ def table(results: List[Dict]) -> List[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = comparison_parser(__doc__, "a60a88b", "commit before data health", 12,
+                               os.path.join(HERE, "results.json"))
     parser.add_argument("--sets", default="digits,shapes,shapes-transfer")
-    parser.add_argument("--baseline", default="a60a88b", help="commit before data health")
-    parser.add_argument("--no-baseline", action="store_true")
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
-    parser.add_argument("--table", action="store_true", help="print the table of the results in --out; run nothing")
     args = parser.parse_args(argv)
-    if args.table:
-        with open(args.out) as f:
-            print("\n".join(table(json.load(f))))
+    if printed_saved_table(args, table):
         return 0
     results = []
     for name in args.sets.split(","):

@@ -166,21 +166,34 @@ def _save(results: List[dict], path: str) -> None:
         json.dump(results, f, indent=1)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="500,2000", help="corpus sizes (photos), comma-separated")
-    parser.add_argument("--baseline", default="56723b0", help="commit to compare with (the code before "
-                        "full-resolution support)")
+def comparison_parser(doc: str, baseline: str, baseline_help: str, epochs: int, out: str) -> argparse.ArgumentParser:
+    """The options every this-code-against-a-commit benchmark takes: --baseline, --no-baseline, --epochs,
+    --out (the results' JSON) and --table (print the table of --out; run nothing)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--baseline", default=baseline, help=baseline_help)
     parser.add_argument("--no-baseline", action="store_true")
-    parser.add_argument("--baseline-sizes", help="sizes to run the baseline on (default: all)")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--rss-limit-gb", type=float, default=18.0)
-    parser.add_argument("--out", default=os.path.join(OUT, "photo_benchmark.json"))
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--out", default=out)
     parser.add_argument("--table", action="store_true", help="print the table of the results in --out; run nothing")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def printed_saved_table(args, table) -> bool:
+    """With --table: prints table(the results in --out) and says so."""
     if args.table:
         with open(args.out) as f:
             print("\n".join(table(json.load(f))))
+    return args.table
+
+
+def main(argv=None) -> int:
+    parser = comparison_parser(__doc__, "56723b0", "commit to compare with (the code before full-resolution "
+                               "support)", 2, os.path.join(OUT, "photo_benchmark.json"))
+    parser.add_argument("--sizes", default="500,2000", help="corpus sizes (photos), comma-separated")
+    parser.add_argument("--baseline-sizes", help="sizes to run the baseline on (default: all)")
+    parser.add_argument("--rss-limit-gb", type=float, default=18.0)
+    args = parser.parse_args(argv)
+    if printed_saved_table(args, table):
         return 0
 
     sizes = [int(s) for s in args.sizes.split(",")]
