@@ -19,7 +19,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components.backbone_features import PROFILE_FILE
+from components.backbone_features import PROFILE_FILE, SOURCE_FILE
 from components.baseline import pipeline_root_of, relocate
 from components.data_health import (HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, checks,
                                      label_issues)
@@ -75,7 +75,7 @@ def read(transformed: types.Artifact, features: Optional[types.Artifact], hp, ke
                     pixels = tf.image.resize(pixels, [label_issues.CNN_MAX_SIZE] * 2, antialias=True)
                 found.pixels.extend(np.clip(pixels.numpy(), 0, 255).astype(np.uint8))
     if features is not None:
-        source = json.loads(io_utils.read_string_file(os.path.join(features.uri, "source.json")))
+        source = json.loads(io_utils.read_string_file(os.path.join(features.uri, SOURCE_FILE)))
         dim = source["dim"]
         for split in ("train", "eval"):
             views = source["views"].get(split, 0) + 1
