@@ -84,10 +84,10 @@ def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None
     import socket
     import urllib.parse
 
-    from trainer.hparams import imagenet_weights
+    from trainer.hparams import imagenet_weights, imagenet_weights_path
 
-    name, url = imagenet_weights(hp.model, hp.image_size)
-    cached = os.path.join(os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "models", name)
+    _, url = imagenet_weights(hp.model, hp.image_size)
+    cached = imagenet_weights_path(hp.model, hp.image_size)
     if os.path.exists(cached):
         return
     try:

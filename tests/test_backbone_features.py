@@ -96,6 +96,7 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
 
     second, again = run(source, tmp_path / "b", cache, weights[0])  # a rerun: nothing computed again
     assert (second["computed"], second["reused"]) == (0, 26)
+    assert first["backbone_seconds"] > 0 and second["backbone_seconds"] == 0  # where the time went, in the summary
     assert all(np.array_equal(x[1], y[1]) for split in found for x, y in zip(found[split], again[split]))
 
     # Damaged and half-written entries are never read: computed again.
@@ -168,3 +169,28 @@ def test_the_cache_is_bounded_by_dropping_the_least_recently_used_backbone(tmp_p
     assert [d["fingerprint"] for d in removed] == ["old"]
     assert [d["fingerprint"] for d in feature_cache.describe(cache)] == ["new"]
     assert feature_cache.prune(cache, 0) and feature_cache.describe(cache) == []
+
+
+def test_a_known_weights_file_needs_no_backbone_to_find_its_fingerprint(tmp_path, weights, monkeypatch):
+    """The first run notes which fingerprint a weights file gave; later runs with the same bytes read the note
+    instead of making and hashing a backbone. Other bytes under the same name are another source."""
+    from components.backbone_features import backbone
+
+    cache = str(tmp_path / "cache")
+    path = str(tmp_path / "backbone.weights.h5")
+    with open(path, "wb") as f:
+        f.write(open(weights[0], "rb").read())
+    hp = HParams(model="mobilenet_v2", image_size=SIZE, weights=path)
+    first = backbone.prepare(hp, cache)
+    assert os.listdir(os.path.join(cache, feature_cache.SOURCES_DIR)) == [backbone.source_key(hp) + ".json"]
+
+    def no_backbone(*args, **kwargs):
+        raise AssertionError("a backbone was made")
+
+    monkeypatch.setattr(models, "make_backbone", no_backbone)
+    assert backbone.prepare(hp, cache) == first
+    with open(path, "wb") as f:  # the same name, other weights: made (and refused here), never the old fingerprint
+        f.write(open(weights[1], "rb").read())
+    with pytest.raises(AssertionError, match="a backbone was made"):
+        backbone.prepare(hp, cache)
+    assert [d["fingerprint"] for d in feature_cache.describe(cache)] == [first.fingerprint]  # sources/ is no backbone

@@ -11,7 +11,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from PIL import Image
-from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
+from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
 from components import output_files
 from conftest import image_bytes
@@ -48,6 +48,7 @@ def transformed(tmp_path_factory):
             ([_raw(d, label) for d, label in images], metadata)
             | tft_beam.AnalyzeAndTransformDataset(lambda inputs: preprocessing_fn(inputs, config)))
         _ = transform_fn | tft_beam.WriteTransformFn(out)
+    metadata_io.write_metadata(metadata, os.path.join(out, tft.TFTransformOutput.RAW_METADATA_DIR))  # as TFX does
     return images, rows, tft.TFTransformOutput(out)
 
 
@@ -298,3 +299,21 @@ def test_warm_start_loads_only_a_matching_base_model(tmp_path):
     fresh = models.build(hp, 2)
     assert task.warm_start(fresh, str(serving), info) == (str(keras_dir), "")
     assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), base.get_weights()))
+
+
+def test_the_serving_signature_runs_the_model_in_bounded_chunks(transformed, tmp_path):
+    """A batch of any size is served MODEL_CHUNK images a model call (a caller's batch of small JPEGs must not
+    become gigabytes of activations): the same probabilities as one image at a time, and an empty batch works."""
+    from trainer import export
+
+    images, _, tft_output = transformed
+    hp = HParams(image_size=SIZE)
+    model = models.build(hp, num_classes=tft_output.vocabulary_size_by_name(features.LABEL_VOCABULARY))
+    export.export(model, tft_output, hp, str(tmp_path / "serving"))
+    serve = tf.saved_model.load(str(tmp_path / "serving")).signatures["serving_default"]
+    batch = [data for data, _ in images] * 25  # 150 images: chunks of 64, 64 and 22
+    assert len(batch) > 2 * export.MODEL_CHUNK
+    together = serve(image_bytes=tf.constant(batch))["probabilities"].numpy()
+    alone = np.concatenate([serve(image_bytes=tf.constant([data]))["probabilities"].numpy() for data, _ in images])
+    np.testing.assert_allclose(together, np.tile(alone, (25, 1)), atol=1e-6)
+    assert serve(image_bytes=tf.constant([], tf.string))["probabilities"].shape == (0, alone.shape[1])

@@ -8,20 +8,32 @@
 
 Why a tf.Module: TFT's transform_features_layer() is a tf_keras layer, which a
 Keras 3 functional model cannot hold; a tf.function can call both.
+
+The model runs on at most MODEL_CHUNK images at a time, whatever batch a caller sends: its
+activations, not the encoded bytes, are what a batch costs in memory (MobileNetV2 at 160 px: about
+8 MB an image), and callers batch by count or by encoded bytes (TFMA sent ~700 small JPEGs at once,
+5 GB of activations). Transform's decoding is bounded the same way (trainer/preprocessing.py).
 """
 
 import tensorflow as tf
 import tensorflow_transform as tft
+from tensorflow_transform.saved import saved_transform_io_v2  # what TFT's transform_features_layer() loads with
 
 from trainer import features
 from trainer.hparams import HParams
+
+MODEL_CHUNK = 64  # images per model call inside the signatures
 
 
 class ServingModule(tf.Module):
     def __init__(self, model, tft_output: tft.TFTransformOutput, hp: HParams):
         super().__init__(name="image_classifier")
         self.model = model
-        self.tft_layer = tft_output.transform_features_layer()
+        # Transform's graph, loaded as TFT's transform_features_layer() loads it, without that layer: it is a
+        # tf_keras Model, and saving one traces its call again for tf_keras' own signatures (7 of an export's
+        # 15 s with MobileNetV2). Its loaded objects are tracked, so its tables and vocabulary are saved.
+        self._transform = saved_transform_io_v2.SavedModelLoader(tft_output.transform_savedmodel_dir)
+        self.transform_objects = self._transform.__dict__
         self._raw_spec = tft_output.raw_feature_spec()
         self._image_size, self._channels = hp.image_size, hp.channels
         names = tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)
@@ -35,9 +47,23 @@ class ServingModule(tf.Module):
             return column
         return tf.sparse.from_dense(column)
 
+    def _probabilities(self, images: tf.Tensor) -> tf.Tensor:
+        """The model on [batch, size, size, channels], MODEL_CHUNK images a call, one call at a time."""
+        count = tf.shape(images)[0]
+        chunks = (count + MODEL_CHUNK - 1) // MODEL_CHUNK
+        classes = int(self.class_names.shape[0])
+
+        def call(i, done):
+            part = images[i * MODEL_CHUNK:(i + 1) * MODEL_CHUNK]
+            return i + 1, done.write(i, tf.cast(self.model(part, training=False), tf.float32))
+
+        done = tf.TensorArray(tf.float32, size=chunks, infer_shape=False, element_shape=[None, classes])
+        _, done = tf.while_loop(lambda i, _: i < chunks, call, [0, done], parallel_iterations=1)
+        return tf.cond(chunks > 0, done.concat, lambda: tf.zeros([0, classes], tf.float32))
+
     def _classify(self, transformed) -> dict:
         images = features.decode_pixels(transformed[features.PIXELS_KEY], self._image_size, self._channels)
-        probabilities = tf.cast(self.model(images, training=False), tf.float32)
+        probabilities = self._probabilities(images)
         best = tf.argmax(probabilities, axis=1)
         batch = tf.shape(probabilities)[0]
         return {
@@ -47,22 +73,23 @@ class ServingModule(tf.Module):
             "predicted_probability": tf.reduce_max(probabilities, axis=1),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")], autograph=False)
     def serve_image_bytes(self, image_bytes):
         # Only the image is known at serving time: Transform's outputs that need the label are pruned.
-        transformed = self.tft_layer({features.IMAGE_KEY: self._raw_image_feature(image_bytes)})
+        transformed = self._transform.apply_transform_model({features.IMAGE_KEY: self._raw_image_feature(image_bytes)})
         return self._classify(transformed)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
     def serve_examples(self, examples):
+        # The images' bytes into serve_image_bytes: its graph, traced once for both signatures (saving a
+        # model traces each signature; Transform's layer and the model are most of an export's time).
         spec = {features.IMAGE_KEY: self._raw_spec[features.IMAGE_KEY]}
-        transformed = self.tft_layer(tf.io.parse_example(examples, spec))
-        return self._classify(transformed)
+        return self.serve_image_bytes(features.to_dense(tf.io.parse_example(examples, spec)[features.IMAGE_KEY]))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
     def transform_features(self, examples):
         spec = {k: self._raw_spec[k] for k in (features.IMAGE_KEY, features.LABEL_TEXT_KEY)}
-        return self.tft_layer(tf.io.parse_example(examples, spec))
+        return self._transform.apply_transform_model(tf.io.parse_example(examples, spec))
 
 
 def export(model, tft_output: tft.TFTransformOutput, hp: HParams, export_dir: str) -> None:

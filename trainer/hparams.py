@@ -36,6 +36,12 @@ def imagenet_weights(model: str, image_size: int) -> Tuple[str, str]:
     return name, "https://storage.googleapis.com/keras-applications/" + name
 
 
+def imagenet_weights_path(model: str, image_size: int) -> str:
+    """Where Keras keeps those weights once downloaded (they may not be there yet)."""
+    name, _ = imagenet_weights(model, image_size)
+    return os.path.join(os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "models", name)
+
+
 def decode_memory_bytes(max_pixels: int) -> int:
     """The most memory decoding can take at once with images of up to max_pixels."""
     return DECODES_IN_FLIGHT * DECODE_BYTES_PER_PIXEL * max_pixels

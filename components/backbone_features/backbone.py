@@ -1,19 +1,26 @@
-"""The frozen backbone the features step runs: made once per run, fingerprinted, and kept in the cache.
+"""The frozen backbone the features step runs: made once, fingerprinted, and kept in the cache.
 
 prepare() runs in the executor's process: it makes the backbone as the Trainer would (hp.weights:
 "imagenet", a file, or random weights drawn from the seed), hashes its weights, and stores them in the
 cache folder of that fingerprint. Every Beam worker (Dataflow's too) and the Trainer then load that one
 weights file, so the features and the exported model are computed by the same backbone, bit for bit,
 and nobody downloads ImageNet weights but the first run.
+
+Making a backbone to hash its weights costs a second or two, every run. So the first run also notes,
+under `sources/`, which fingerprint a source of weights gave: the SHA-256 of the weights file's bytes
+(the one given, or Keras' downloaded ImageNet file), or the seed of random weights, with the model,
+input, scaling and versions. A later run with the same source finds the fingerprint there and makes
+no backbone at all unless an image is missing from the cache (the workers make theirs lazily). Another
+--weights file has other bytes, so another source, and is made and hashed anew.
 """
 
 import hashlib
 import json
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from components.backbone_features import feature_cache
 from components.image_example_gen import sources
-from trainer.hparams import HParams
+from trainer.hparams import HParams, imagenet_weights_path
 
 # What turns pixels into the backbone's input (trainer/models.py _scaled), by model: part of the fingerprint.
 SCALING = {"mobilenet_v2": "rescale 1/127.5 offset -1", "efficientnet_b0": "inside the backbone"}
@@ -25,10 +32,60 @@ class Prepared(NamedTuple):
     dim: int  # length of the pooled vector
 
 
+def _versions() -> dict:
+    import keras
+    import tensorflow as tf
+
+    return {"tensorflow": tf.__version__, "keras": keras.__version__, "format": feature_cache.FORMAT_VERSION}
+
+
+def _described(hp: HParams) -> dict:
+    return {"model": hp.model, "image_size": hp.image_size, "channels": hp.channels, "scaling": SCALING[hp.model],
+            **_versions()}
+
+
+def source_key(hp: HParams) -> Optional[str]:
+    """A cheap key of what the backbone is made from, or None when only making it tells (ImageNet weights
+    not downloaded yet)."""
+    if not hp.weights:
+        weights = f"random, seed {hp.seed}"
+    else:
+        path = imagenet_weights_path(hp.model, hp.image_size) if hp.weights == "imagenet" else hp.weights
+        if not sources.exists(path):
+            return None
+        weights = "sha256:" + hashlib.sha256(sources.read_bytes(path)).hexdigest()
+    return hashlib.sha256(json.dumps({**_described(hp), "weights": weights}, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _known(cache_root: str, key: Optional[str]) -> Optional[Prepared]:
+    if not key:
+        return None
+    try:
+        known = json.loads(sources.read_bytes(sources.join(cache_root, feature_cache.SOURCES_DIR, key + ".json")))
+        weights_file = sources.join(cache_root, known["fingerprint"], feature_cache.WEIGHTS_FILE)
+        if sources.exists(weights_file):
+            return Prepared(known["fingerprint"], weights_file, int(known["dim"]))
+    except Exception:  # noqa: BLE001 - missing or unreadable: made again
+        pass
+    return None
+
+
 def prepare(hp: HParams, cache_root: str) -> Prepared:
+    key = source_key(hp)
+    prepared = _known(cache_root, key)
+    if prepared is None:
+        prepared = _make(hp, cache_root)
+        if key:
+            feature_cache.write_whole(sources.join(cache_root, feature_cache.SOURCES_DIR, key + ".json"),
+                                      json.dumps({"fingerprint": prepared.fingerprint, "dim": prepared.dim}).encode())
+    feature_cache.touch(cache_root, prepared.fingerprint)
+    return prepared
+
+
+def _make(hp: HParams, cache_root: str) -> Prepared:
+    """Makes the backbone, fingerprints its weights as loaded, and keeps them in the cache."""
     import keras
     import numpy as np
-    import tensorflow as tf
 
     from trainer import models
 
@@ -39,9 +96,7 @@ def prepare(hp: HParams, cache_root: str) -> Prepared:
         digest.update(weight.path.encode())
         digest.update(np.asarray(weight.numpy()).tobytes())
     dim = int(backbone.output_shape[-1])
-    described = {"model": hp.model, "image_size": hp.image_size, "channels": hp.channels,
-                 "scaling": SCALING[hp.model], "weights_sha256": digest.hexdigest(), "dim": dim,
-                 "tensorflow": tf.__version__, "keras": keras.__version__, "format": feature_cache.FORMAT_VERSION}
+    described = {**_described(hp), "weights_sha256": digest.hexdigest(), "dim": dim}
     fingerprint = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
     folder = sources.join(cache_root, fingerprint)
     weights_file = sources.join(folder, feature_cache.WEIGHTS_FILE)
@@ -54,5 +109,4 @@ def prepare(hp: HParams, cache_root: str) -> Prepared:
             models.discard_staged(local)
         info = {**described, "weights": hp.weights or f"random (seed {hp.seed})"}
         feature_cache.write_whole(sources.join(folder, feature_cache.INFO_FILE), json.dumps(info, indent=1).encode())
-    feature_cache.touch(cache_root, fingerprint)
     return Prepared(fingerprint, weights_file, dim)

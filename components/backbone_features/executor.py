@@ -4,22 +4,25 @@ Per split:
 
   transformed records --BatchElements (by bytes)--> ComputeFeatures --> Split-<split>/features-*.gz
 
-ComputeFeatures loads the run's backbone (backbone.prepare() stored its weights in the cache) once
-per worker, keys each image by the SHA-256 of its pixels, takes the features the cache has, runs the
-backbone on the rest (in calls of at most MODEL_BATCH images) and caches them. With --augment, the
+ComputeFeatures keys each image by the SHA-256 of its pixels, takes the features the cache has, runs
+the backbone on the rest (in calls of MODEL_BATCH images) and caches them. A worker loads the run's
+backbone (backbone.prepare() stored its weights in the cache) at its first image the cache lacks, so a
+rerun on cached images makes none. With --augment, the
 train split also gets hp.augment_views augmented views of each image (trainer/input_pipeline.py
 augment_views, seeded by the image's key and the view), cached the same way. Each output example
 holds `features` (views x dim floats: the plain image first), `label` and `key`.
 
 The artifact also holds `source.json`: the Transform output the pixels came from (the Trainer's
 fine-tune phase and TFLite export read pixels there), the backbone's weights file in the cache, the
-dimension and the views; and `summary.json`: images, features reused and computed, seconds.
+dimension and the views; and `summary.json`: images, features reused and computed, seconds (and the
+seconds spent in the backbone and in cache reads and writes).
 """
 
 import hashlib
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List
 
 import apache_beam as beam
@@ -34,31 +37,62 @@ from components.backbone_features import PROFILE_FILE, SOURCE_FILE, SUMMARY_FILE
 from components.progress_events import progress_event
 from trainer.hparams import HParams
 
-BATCH_BYTES = 16 << 20  # of pixel records per Beam batch
-MODEL_BATCH = 64  # images per backbone call
+# Pixel records per Beam batch (870 images at 160 px; 21 at 1,024). When most images are cached, the ones
+# that are not are scattered: a larger batch gathers more of them into each backbone call (a second span at
+# 8,000 images: 16 MB batches called the backbone on ~20 images at a time, at 100 images/s).
+BATCH_BYTES = 64 << 20
+# Images per backbone call: measured on 2 CPU cores, MobileNetV2 at 160 px, 32 a call ran at 244 images/s,
+# 64 at 230; the call's fixed cost is small by then. Every call but the last of a batch has this size.
+MODEL_BATCH = 32
 INPUT_KEY, OUTPUT_KEY = "transformed_examples", "features"
 HPARAMS_KEY, CACHE_KEY = "hparams", "cache_dir"
 COUNTERS = ("images", "reused", "computed")
+# Where the step's time goes, in milliseconds (summed over workers): summary.json has them in seconds.
+TIMERS = ("backbone_ms", "cache_read_ms", "cache_write_ms")
 MOMENTS = "moments"  # the DoFn's side output: (count, sum, sum of squares) of the plain vectors of a batch
 
 
 class ComputeFeatures(beam.DoFn):
     def __init__(self, hp: HParams, prepared: backbone.Prepared, cache_root: str, views: int):
         self._hp, self._prepared, self._root, self._views = hp, prepared, cache_root, views
-        self._counters = {name: beam.metrics.Metrics.counter("BackboneFeatures", name) for name in COUNTERS}
+        self._counters = {name: beam.metrics.Metrics.counter("BackboneFeatures", name) for name in COUNTERS + TIMERS}
 
     def setup(self):
-        import tensorflow as tf
-
-        from trainer import models
-
-        extractor = models.feature_extractor(self._hp, models.make_backbone(self._hp, self._prepared.weights_file))
-        shape = [None, self._hp.image_size, self._hp.image_size, self._hp.channels]
-        self._extractor = tf.function(lambda images: extractor(images, training=False),
-                                      input_signature=[tf.TensorSpec(shape, tf.float32)])
         self._cache = feature_cache.FeatureCache(self._root, self._prepared.fingerprint, self._prepared.dim)
         self._augment_id = hashlib.sha256(self._hp.augment.encode()).hexdigest()[:8]
+        self._extract = None  # made at the first image the cache lacks: a rerun may need no backbone at all
+        self._writer = ThreadPoolExecutor(1)
         self._done = 0
+
+    def teardown(self):
+        self._writer.shutdown()
+
+    def _extractor(self):
+        """(uint8 pixels -> features, float32 pixels -> features): the backbone in the weights the cache holds."""
+        if self._extract is None:
+            import tensorflow as tf
+
+            from trainer import models
+
+            hp = self._hp
+            model = models.feature_extractor(hp, models.make_backbone(hp, self._prepared.weights_file))
+            shape = [None, hp.image_size, hp.image_size, hp.channels]
+            # uint8 in: a quarter of the bytes to hand over, cast to the float32 the model takes in the graph.
+            self._extract = (
+                tf.function(lambda images: model(tf.cast(images, tf.float32), training=False),
+                            input_signature=[tf.TensorSpec(shape, tf.uint8)]),
+                tf.function(lambda images: model(images, training=False), input_signature=[tf.TensorSpec(shape, tf.float32)]))
+        return self._extract
+
+    def _put(self, keys: List[str], vectors) -> int:
+        """Writes entries (in the writer thread); returns its milliseconds, counted by the DoFn's thread
+        (Beam's counters count only there)."""
+        started = time.perf_counter()
+        self._cache.put_many(keys, vectors)
+        return int((time.perf_counter() - started) * 1000)
+
+    def _timed(self, timer: str, started: float) -> None:
+        self._counters[timer].inc(int((time.perf_counter() - started) * 1000))
 
     def process(self, records: List[bytes]):
         import numpy as np
@@ -74,32 +108,41 @@ class ComputeFeatures(beam.DoFn):
             features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
             features.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
         })
-        images = features.decode_pixels(parsed[features.PIXELS_KEY], hp.image_size, hp.channels)
-        pixels = images.numpy().astype(np.uint8)
-        keys = [hashlib.sha256(p.tobytes()).hexdigest() for p in pixels]
+        # A serialized uint8 tensor ends with its pixel bytes (trainer/features.py decode_pixels).
+        count = hp.image_size * hp.image_size * hp.channels
+        raw = [memoryview(b)[-count:] for b in parsed[features.PIXELS_KEY].numpy()]
+        keys = [hashlib.sha256(p).hexdigest() for p in raw]
+        pixels = np.frombuffer(b"".join(raw), np.uint8).reshape(len(raw), hp.image_size, hp.image_size, hp.channels)
         out = np.zeros((len(records), self._views + 1, dim), np.float32)
+        writes = []
         for view in range(self._views + 1):
             names = [k if view == 0 else f"{k}.aug-{self._augment_id}-{view}" for k in keys]
+            started = time.perf_counter()
             missing = []
-            for i, name in enumerate(names):
-                cached = self._cache.get(name)
+            for i, cached in enumerate(self._cache.get_many(names)):
                 if cached is None:
                     missing.append(i)
                 else:
                     out[i, view] = cached
+            self._timed("cache_read_ms", started)
             for start in range(0, len(missing), MODEL_BATCH):
                 chosen = missing[start:start + MODEL_BATCH]
-                batch = tf.gather(images, chosen)
+                started = time.perf_counter()
+                plain, views = self._extractor()
                 if view:
                     seeds = tf.constant([[int(keys[i][:8], 16), int(keys[i][8:16], 16) + view] for i in chosen],
                                         tf.int64)
-                    batch = input_pipeline.augment_views(batch, hp, seeds)
-                vectors = self._extractor(batch).numpy()
-                for i, vector in zip(chosen, vectors):
-                    out[i, view] = vector
-                    self._cache.put(names[i], vector)
+                    vectors = views(input_pipeline.augment_views(tf.cast(pixels[chosen], tf.float32), hp, seeds))
+                else:
+                    vectors = plain(pixels[chosen])
+                out[chosen, view] = vectors.numpy()
+                self._timed("backbone_ms", started)
+                # Written by another thread while the backbone runs on the next images (waited for below).
+                writes.append(self._writer.submit(self._put, [names[i] for i in chosen], out[chosen, view]))
             self._counters["computed"].inc(len(missing))
             self._counters["reused"].inc(len(names) - len(missing))
+        for write in writes:  # a failed write fails the step, as a failed read of the input would
+            self._counters["cache_write_ms"].inc(write.result())
         self._counters["images"].inc(len(records))
         self._done += len(records)
         progress_event("features", self._done, 0)  # for `imagepipe run`; the total is not known here
@@ -154,11 +197,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         result = pipeline.run()
         result.wait_until_finish()
         counts = {name: _counter(result, name) for name in COUNTERS}
+        spent = {name[:-3] + "_seconds": round(_counter(result, name) / 1000, 2) for name in TIMERS}
         io_utils.write_string_file(os.path.join(output.uri, SOURCE_FILE), json.dumps({
             "transformed_examples": source.uri, "backbone_weights": prepared.weights_file,
             "fingerprint": prepared.fingerprint, "dim": prepared.dim, "views": views}, indent=1))
         summary = {**counts, "fingerprint": prepared.fingerprint, "dim": prepared.dim, "views": views,
-                   "cache": cache_root, "seconds": round(time.monotonic() - started, 2)}
+                   "cache": cache_root, "seconds": round(time.monotonic() - started, 2), **spent}
         io_utils.write_string_file(os.path.join(output.uri, SUMMARY_FILE), json.dumps(summary, indent=1))
         for name in COUNTERS:
             output.set_int_custom_property(name, counts[name])

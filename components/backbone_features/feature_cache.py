@@ -4,12 +4,18 @@
     <cache root>/<fingerprint>/info.json                 model, image size, dimension, versions
     <cache root>/<fingerprint>/last_used                 touched by every run that uses it (pruning order)
     <cache root>/<fingerprint>/<k[:2]>/<k>.f32           one image's pooled features, float32 little-endian
+    <cache root>/sources/<source key>.json               which fingerprint a weights file or seed gave
+                                                         (backbone.py: later runs need not make the backbone)
 
 The fingerprint covers everything the features depend on besides the pixels: the backbone, the
 hash of its weights as loaded (another --weights file, or other random weights, is another
 fingerprint), the scaling in front of it, the input size, and the TensorFlow and Keras versions.
 The entry key is the SHA-256 of the image's resized pixels (what the backbone sees, so it also
 covers the image bytes, the resize and the decoding), suffixed for an augmented view.
+
+An entry is a file of its own: a local read or write costs tens of microseconds. On an object store
+each is a request of tens of milliseconds, so get_many() and put_many() keep IO_THREADS of them in
+flight at once.
 
 Safe to share: entries are written under a temporary name and renamed (an object store writes an
 object whole), so no half-written entry is ever read; two pipelines writing the same key write the
@@ -21,7 +27,8 @@ import json
 import os
 import time
 import uuid
-from typing import Dict, List, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -31,7 +38,9 @@ WEIGHTS_FILE = "backbone.weights.h5"
 INFO_FILE = "info.json"
 LAST_USED = "last_used"
 ENTRY_SUFFIX = ".f32"
+SOURCES_DIR = "sources"
 FORMAT_VERSION = 1  # bump when what an entry holds changes
+IO_THREADS = 32  # entries read or written at once on an object store
 
 
 class FeatureCache:
@@ -40,6 +49,7 @@ class FeatureCache:
     def __init__(self, root: str, fingerprint: str, dim: int):
         self.folder = sources.join(root, fingerprint)
         self.dim = dim
+        self._pool = ThreadPoolExecutor(IO_THREADS) if sources.is_remote(root) else None
 
     def _path(self, key: str) -> str:
         return sources.join(self.folder, key[:2], key + ENTRY_SUFFIX)
@@ -56,6 +66,16 @@ class FeatureCache:
 
     def put(self, key: str, vector: np.ndarray) -> None:
         write_whole(self._path(key), np.asarray(vector, dtype="<f4").tobytes())
+
+    def get_many(self, keys: Sequence[str]) -> List[Optional[np.ndarray]]:
+        return list(self._pool.map(self.get, keys)) if self._pool else [self.get(k) for k in keys]
+
+    def put_many(self, keys: Sequence[str], vectors: np.ndarray) -> None:
+        if self._pool:
+            list(self._pool.map(self.put, keys, vectors))
+        else:
+            for key, vector in zip(keys, vectors):
+                self.put(key, vector)
 
 
 def write_whole(path: str, data: bytes) -> None:
@@ -87,7 +107,7 @@ def describe(root: str) -> List[Dict]:
         return found
     for fingerprint in sorted(os.listdir(root)):
         folder = os.path.join(root, fingerprint)
-        if not os.path.isdir(folder):
+        if not os.path.isdir(folder) or fingerprint == SOURCES_DIR:
             continue
         entries = size = 0
         for path, _, names in os.walk(folder):
@@ -112,7 +132,8 @@ STALE_SECONDS = 3600  # a temporary file this old is left by an interrupted writ
 
 def prune(root: str, max_bytes: int) -> List[Dict]:
     """Removes the least recently used fingerprints of a local cache root until it holds at most max_bytes
-    (0: everything); returns what was removed. Temporary files of interrupted writes go too."""
+    (0: everything); returns what was removed. Temporary files of interrupted writes go too. (A note in
+    sources/ of a removed fingerprint is ignored by the next run, which makes the backbone again.)"""
     import shutil
 
     kept = sorted(describe(root), key=lambda d: d["last_used"], reverse=True)
@@ -122,6 +143,8 @@ def prune(root: str, max_bytes: int) -> List[Dict]:
         shutil.rmtree(os.path.join(root, oldest["fingerprint"]), ignore_errors=True)
         total -= oldest["bytes"]
         removed.append(oldest)
+    if not kept:
+        shutil.rmtree(os.path.join(root, SOURCES_DIR), ignore_errors=True)
     for d in kept:
         for path, _, names in os.walk(os.path.join(root, d["fingerprint"])):
             for name in names:
