@@ -15,6 +15,8 @@ activations, not the encoded bytes, are what a batch costs in memory (MobileNetV
 5 GB of activations). Transform's decoding is bounded the same way (trainer/preprocessing.py).
 """
 
+import types
+
 import tensorflow as tf
 import tensorflow_transform as tft
 from tensorflow_transform.saved import saved_transform_io_v2  # what TFT's transform_features_layer() loads with
@@ -28,7 +30,10 @@ MODEL_CHUNK = 64  # images per model call inside the signatures
 class ServingModule(tf.Module):
     def __init__(self, model, tft_output: tft.TFTransformOutput, hp: HParams):
         super().__init__(name="image_classifier")
-        self.model = model
+        # The Keras model is held untracked and its variables tracked: a tracked Keras model (and its backbone,
+        # a model too) would each be saved with a serving function of its own, traced for nothing.
+        self._keras = types.SimpleNamespace(model=model)
+        self.model_variables = list(model.variables)
         # Transform's graph, loaded as TFT's transform_features_layer() loads it, without that layer: it is a
         # tf_keras Model, and saving one traces its call again for tf_keras' own signatures (7 of an export's
         # 15 s with MobileNetV2). Its loaded objects are tracked, so its tables and vocabulary are saved.
@@ -55,7 +60,7 @@ class ServingModule(tf.Module):
 
         def call(i, done):
             part = images[i * MODEL_CHUNK:(i + 1) * MODEL_CHUNK]
-            return i + 1, done.write(i, tf.cast(self.model(part, training=False), tf.float32))
+            return i + 1, done.write(i, tf.cast(self._keras.model(part, training=False), tf.float32))
 
         done = tf.TensorArray(tf.float32, size=chunks, infer_shape=False, element_shape=[None, classes])
         _, done = tf.while_loop(lambda i, _: i < chunks, call, [0, done], parallel_iterations=1)
