@@ -62,7 +62,7 @@ def run(source, out_dir, cache, weights_file, **hparams):
         files = tf.io.gfile.glob(os.path.join(out_dir, f"Split-{split}", "*"))
         spec = {features.FEATURES_KEY: tf.io.VarLenFeature(tf.float32), features.KEY: tf.io.FixedLenFeature([], tf.string),
                 features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
-        rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+        rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files)]  # uncompressed
         found[split] = sorted((r[features.KEY].numpy().decode(), tf.sparse.to_dense(r[features.FEATURES_KEY]).numpy(),
                                int(r[features.LABEL_KEY])) for r in rows)
     return summary, found
@@ -194,3 +194,20 @@ def test_a_known_weights_file_needs_no_backbone_to_find_its_fingerprint(tmp_path
     with pytest.raises(AssertionError, match="a backbone was made"):
         backbone.prepare(hp, cache)
     assert [d["fingerprint"] for d in feature_cache.describe(cache)] == [first.fingerprint]  # sources/ is no backbone
+
+
+@pytest.mark.parametrize("label,key", [(0, b"3f" * 32), (7, b""), (-1, b"x"), (300, "ünï".encode())])
+def test_feature_examples_are_the_tf_examples_tensorflow_writes(label, key):
+    """The features step writes its examples' bytes itself (fast); they parse as tf.train.Example does them."""
+    vector = np.random.default_rng(label + 2).normal(size=(3 * 1280,)).astype(np.float32)
+    written = executor.feature_example(vector, label, key)
+    expected = tf.train.Example(features=tf.train.Features(feature={
+        features.FEATURES_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
+        features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+        features.KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[key]))}))
+    assert tf.train.Example.FromString(written) == expected
+    parsed = tf.io.parse_single_example(written, {features.FEATURES_KEY: tf.io.FixedLenFeature([3 * 1280], tf.float32),
+                                                  features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+                                                  features.KEY: tf.io.FixedLenFeature([], tf.string)})
+    assert np.array_equal(parsed[features.FEATURES_KEY].numpy(), vector)
+    assert (int(parsed[features.LABEL_KEY]), parsed[features.KEY].numpy()) == (label, key)

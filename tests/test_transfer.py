@@ -86,7 +86,7 @@ def test_the_exported_model_serves_what_the_head_gave_on_features(transfer_runs)
     vectors = {}
     feature_files = glob.glob(os.path.join(component(plain, "BackboneFeatures")["outputs"]["features"][0],
                                            "Split-eval", "*"))
-    for record in tf.data.TFRecordDataset(feature_files, compression_type="GZIP"):
+    for record in tf.data.TFRecordDataset(feature_files):  # the features step writes them uncompressed
         parsed = tf.io.parse_single_example(record, spec)
         vectors[parsed[features.KEY].numpy().decode()] = parsed[features.FEATURES_KEY].numpy()
     raw = {}

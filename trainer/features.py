@@ -23,6 +23,12 @@ FILENAME_KEY = "filename"
 FEATURES_KEY = "features"  # float32 [views * dim]: the pooled backbone output of the image, then of its augmented views
 
 
+def compression(files) -> str:
+    """The TFRecord compression of these files: Transform writes gzip (.gz); the features step writes its small,
+    barely compressible vectors uncompressed (gzip cost it more than reading them saves)."""
+    return "GZIP" if all(str(f).endswith(".gz") for f in files) else ""
+
+
 def to_dense(feature) -> tf.Tensor:
     """A raw one-value feature as a [batch] tensor, whether the schema gave it a fixed shape or not."""
     if isinstance(feature, tf.SparseTensor):

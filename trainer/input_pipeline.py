@@ -37,7 +37,7 @@ SHUFFLE_SHARE = 0.25
 
 def measure(files: List[str]) -> Tuple[int, float]:
     """(records, megabytes of records as they are held in memory): one pass over the framing, no parsing."""
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP", num_parallel_reads=AUTOTUNE)
+    records = tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
     count, size = records.reduce((tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
                                  lambda acc, r: (acc[0] + 1, acc[1] + tf.cast(tf.strings.length(r), tf.int64)))
     return int(count), int(size) / 2**20
@@ -65,7 +65,7 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     if training:
         dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
     dataset = dataset.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
+        lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
         cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)  # seeds reproduce
     # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
     # (README: Benchmarks, Training input). So cache whenever they fit.
@@ -95,7 +95,8 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
     files = list_files(file_patterns)
     batch_size = batch_size or hp.batch_size
     records, _ = measure(files)
-    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP", num_parallel_reads=AUTOTUNE).cache()
+    dataset = tf.data.TFRecordDataset(files, compression_type=features.compression(files),
+                                      num_parallel_reads=AUTOTUNE).cache()
     if training:
         dataset = dataset.shuffle(max(1, records), seed=hp.seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)

@@ -82,7 +82,7 @@ def read(transformed: types.Artifact, features: Optional[types.Artifact], hp, ke
             files = fileio.glob(os.path.join(artifact_utils.get_split_uri([features], split), "*"))
             fspec = {names.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),
                      names.KEY: tf.io.FixedLenFeature([], tf.string)}
-            for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(1024):
+            for batch in tf.data.TFRecordDataset(files, compression_type=names.compression(files)).batch(1024):
                 parsed = tf.io.parse_example(batch, fspec)
                 for key, vector in zip(parsed[names.KEY].numpy(), parsed[names.FEATURES_KEY].numpy()):
                     found.vectors[key.decode()] = vector[:dim].astype(np.float32)  # the plain view
