@@ -121,6 +121,7 @@ def weights_for(data: str) -> str:
 
     path = os.path.join(HERE, "mobilenet_v2-96.weights.h5")
     if not os.path.exists(path):
+        os.makedirs(HERE, exist_ok=True)
         files = sorted(glob.glob(os.path.join(data, "*", "*.jpg")))[::20][:64]
         images = np.stack([np.asarray(Image.open(f).convert("RGB").resize((96, 96))) for f in files])
         calibrated_weights("mobilenet_v2", 96, images, path)

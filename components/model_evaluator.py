@@ -5,6 +5,9 @@
   later span): TFMA cannot score both on one label set (it fails inside a metric update), and the
   comparison would mean nothing. The candidate is then judged on the threshold alone, as on a first
   run, and the blessing's `baseline_skipped` property says why.
+- The accuracy threshold can be a parameter of its own (`accuracy_threshold`, components/runtime_settings.py:
+  a compiled job's runtime parameter); it replaces the lower bound of SparseCategoricalAccuracy's threshold
+  in eval_config before TFMA reads it.
 - The blessing keeps the data profile of the examples the model was judged on (ImageExampleGen's
   profile.json, train and eval). The next run's validation gate resolves the latest blessed model's
   blessing and compares its new data with this profile (components/drift.py): a reference that
@@ -24,6 +27,8 @@ from components.baseline import locate
 from components.image_example_gen import PROFILE_FILE
 
 BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no baseline was compared
+THRESHOLD = "accuracy_threshold"  # the Evaluator's own parameter (components/runtime_settings.py)
+ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (pipeline/pipeline.py)
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
 MODEL_INFO = os.path.join("keras", "model_info.json")
 
@@ -55,8 +60,26 @@ def _names(names: List[str], most: int = 5) -> str:
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
+def with_threshold(exec_properties):
+    """exec_properties with eval_config's accuracy lower bound set to the `accuracy_threshold` parameter, if given."""
+    threshold = exec_properties.get(THRESHOLD)
+    if threshold is None:
+        return exec_properties
+    import tensorflow_model_analysis as tfma
+    from tfx.utils import proto_utils
+
+    key = standard_component_specs.EVAL_CONFIG_KEY
+    config = proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig())
+    for spec in config.metrics_specs:
+        for metric in spec.metrics:
+            if metric.class_name == ACCURACY_METRIC:
+                metric.threshold.value_threshold.lower_bound.value = float(threshold)
+    return {**exec_properties, key: proto_utils.proto_to_json(config)}
+
+
 class Executor(beam_tuning.EvaluatorExecutor):
     def Do(self, input_dict, output_dict, exec_properties):
+        exec_properties = with_threshold(exec_properties)
         key = standard_component_specs.BASELINE_MODEL_KEY
         skipped = ""
         if input_dict.get(key):

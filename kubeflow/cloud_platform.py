@@ -28,7 +28,10 @@ def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
         schema_file=schema_in_image(schema) if schema else None,
         runs_resolvers=cloud.runs_resolvers,
         vertex_training_config=vertex_training_config(cloud) if cloud.vertex_training else None,
-        vertex_serving_config=vertex_serving_config(cloud) if cloud.endpoint else None)
+        vertex_serving_config=vertex_serving_config(cloud) if cloud.endpoint else None,
+        # With --vertex-training, the Tuner's trials run there too, --parallel-trials machines at once.
+        vertex_tuning_config=vertex_tuning_config(config, cloud) if cloud.vertex_training else None,
+        parallel_trials=cloud.parallel_trials, compiled=True)
 
 
 def schema_in_image(schema_file: str) -> str:
@@ -77,6 +80,17 @@ def vertex_training_config(cloud: CloudConfig) -> dict:
         job_spec["service_account"] = cloud.service_account
     return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
             ext.TRAINING_ARGS_KEY: {"project": cloud.project, "job_spec": job_spec}}
+
+
+def vertex_tuning_config(config: PipelineConfig, cloud: CloudConfig) -> dict:
+    """custom_config entries that make the Tuner's search a Vertex AI Training job (TFX's Vertex Tuner
+    extension): the primary replica's machine as the Trainer's; the extension adds parallel_trials - 1
+    workers like it, which run trials against a chief oracle on the primary."""
+    ext = tfx.extensions.google_cloud_ai_platform
+    training = vertex_training_config(cloud)[ext.TRAINING_ARGS_KEY]
+    return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
+            ext.experimental.TUNING_ARGS_KEY: training,
+            ext.experimental.REMOTE_TRIALS_WORKING_DIR_KEY: f"{cloud.full_pipeline_root(config.pipeline_name)}/tuner"}
 
 
 def vertex_serving_config(cloud: CloudConfig) -> dict:

@@ -47,6 +47,15 @@ def run_runner(runner, tfx_pipeline, **kwargs):
         return runner.run(tfx_pipeline, **kwargs)
 
 
+def parameter_defaults(config: PipelineConfig) -> Dict[str, Any]:
+    """The job's runtime parameters (pipeline.config RUNTIME_PARAMETERS) with this configuration's values: the
+    compiled spec declares only their types, the job's runtimeConfig carries these values."""
+    from pipeline.config import RUNTIME_PARAMETERS, job_has_parameter
+
+    return {name: kind(getattr(config, field)) for name, (field, kind) in RUNTIME_PARAMETERS.items()
+            if job_has_parameter(config, name)}
+
+
 def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
     """The KubeflowV2DagRunner for `cloud`: `imagepipe compile` and the TFX CLI's runner file both use it."""
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as runner_lib
@@ -62,7 +71,7 @@ def build_job(config: PipelineConfig, cloud: CloudConfig, output_filename: Optio
 
     return run_runner(make_runner(cloud, output_filename),
                       create_pipeline(config, cloud_platform.platform(config, cloud)),
-                      write_out=output_filename is not None)
+                      parameter_values=parameter_defaults(config), write_out=output_filename is not None)
 
 
 def kubeflow_package(job: Dict[str, Any], pipeline_root: str, always_ingest: bool) -> Dict[str, Any]:
@@ -74,6 +83,11 @@ def kubeflow_package(job: Dict[str, Any], pipeline_root: str, always_ingest: boo
     """
     spec = json.loads(json.dumps(job["pipelineSpec"]))
     spec["defaultPipelineRoot"] = pipeline_root
+    # kfp.Client takes the runtime parameters' values from the spec's defaults (Vertex, from runtimeConfig).
+    for name, value in job["runtimeConfig"].get("parameters", {}).items():
+        kind, raw = next(iter(value.items()))  # {"intValue": "100"}, {"doubleValue": 0.9}, {"stringValue": ...}
+        spec["root"]["inputDefinitions"]["parameters"][name]["defaultValue"] = (
+            int(raw) if kind == "intValue" else float(raw) if kind == "doubleValue" else raw)
     for executor in spec["deploymentSpec"]["executors"].values():
         executor.get("container", {}).pop("lifecycle", None)
     if always_ingest:
@@ -119,9 +133,10 @@ def _vertex_init(cloud: CloudConfig, credentials=None):
     return aiplatform
 
 
-def _vertex_job(aiplatform, config: PipelineConfig, cloud: CloudConfig, template: str):
+def _vertex_job(aiplatform, config: PipelineConfig, cloud: CloudConfig, template: str, parameters: Dict[str, Any]):
     return aiplatform.PipelineJob(
         display_name=config.pipeline_name, template_path=template,
+        parameter_values=parameters or None,  # the compiled job's runtime parameters (pipeline.config RUNTIME_PARAMETERS)
         pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
         # With caching (the default), a scheduled run without a new span reuses every component
         # instead of silently retraining on the data it already learned from.
@@ -131,29 +146,33 @@ def _vertex_job(aiplatform, config: PipelineConfig, cloud: CloudConfig, template
 
 
 def submit(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
-           credentials=None) -> Dict[str, Any]:
-    """Starts one run now; returns the request (and, when sent, the created run's name)."""
-    request = _describe(config, cloud)
+           credentials=None, parameters: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Starts one run now (with `parameters`: values of the job's runtime parameters, checked by
+    pipeline.config.runtime_values); returns the request (and, when sent, the created run's name)."""
+    parameters = parameters or {}
+    request = _describe(config, cloud, parameters)
     if dry_run:
         return request
     template = _compiled(config, cloud)
     if cloud.target == "vertex":
         aiplatform = _vertex_init(cloud, credentials)
-        job = _vertex_job(aiplatform, config, cloud, template)
+        job = _vertex_job(aiplatform, config, cloud, template, parameters)
         job.submit(service_account=cloud.service_account)
         return {**request, "run": job.resource_name}
     client = _kfp_client(cloud)
     run = client.create_run_from_pipeline_package(
-        template, arguments={}, run_name=f"{config.pipeline_name}-run", experiment_name=config.pipeline_name,
+        template, arguments=parameters, run_name=f"{config.pipeline_name}-run", experiment_name=config.pipeline_name,
         pipeline_root=cloud.full_pipeline_root(config.pipeline_name), enable_caching=config.enable_cache,
         service_account=cloud.k8s_service_account)
     return {**request, "run": run.run_id}
 
 
 def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
-             credentials=None) -> Dict[str, Any]:
-    """Creates the recurring run for cloud.cron; returns the request (and the schedule's name)."""
-    request = {**_describe(config, cloud), "cron": cloud.cron, "max_concurrent_runs": 1,
+             credentials=None, parameters: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Creates the recurring run for cloud.cron (each run with `parameters`, as submit()); returns the request
+    (and the schedule's name)."""
+    parameters = parameters or {}
+    request = {**_describe(config, cloud, parameters), "cron": cloud.cron, "max_concurrent_runs": 1,
                "schedule": cloud.schedule_name or f"{config.pipeline_name}-retraining"}
     if cloud.target == "kubeflow":
         request["kubeflow_cron"] = kubeflow_cron(cloud.cron)
@@ -165,7 +184,7 @@ def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
         existing = aiplatform.PipelineJobSchedule.list(filter=f'display_name="{request["schedule"]}"')
         if existing:
             raise ScheduleExists(request["schedule"], existing[0].resource_name)
-        job = _vertex_job(aiplatform, config, cloud, template)
+        job = _vertex_job(aiplatform, config, cloud, template, parameters)
         created = job.create_schedule(display_name=request["schedule"], cron=cloud.cron,
                                       max_concurrent_run_count=1, service_account=cloud.service_account)
         return {**request, "schedule_resource": created.resource_name}
@@ -185,7 +204,7 @@ def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
         experiment_id=experiment.experiment_id, job_name=request["schedule"],
         cron_expression=request["kubeflow_cron"], max_concurrency=1, no_catchup=True,
         pipeline_package_path=template, pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
-        enable_caching=config.enable_cache, service_account=cloud.k8s_service_account)
+        params=parameters, enable_caching=config.enable_cache, service_account=cloud.k8s_service_account)
     return {**request, "schedule_resource": recurring.recurring_run_id}
 
 
@@ -208,7 +227,7 @@ def _kfp_client(cloud: CloudConfig):
     return kfp.Client(host=cloud.kfp_host)
 
 
-def _describe(config: PipelineConfig, cloud: CloudConfig) -> Dict[str, Any]:
+def _describe(config: PipelineConfig, cloud: CloudConfig, parameters: Dict[str, Any]) -> Dict[str, Any]:
     where = (f"projects/{cloud.project}/locations/{cloud.region}" if cloud.target == "vertex"
              else cloud.kfp_host)
     account = cloud.service_account if cloud.target == "vertex" else cloud.k8s_service_account
@@ -216,7 +235,8 @@ def _describe(config: PipelineConfig, cloud: CloudConfig) -> Dict[str, Any]:
             "pipeline_root": cloud.full_pipeline_root(config.pipeline_name), "image": cloud.image,
             "data": config.data, "span_pattern": config.span_pattern, "service_account": account,
             "enable_caching": config.enable_cache, "dataflow": cloud.dataflow,
-            "vertex_training": cloud.vertex_training}
+            "vertex_training": cloud.vertex_training, "tune": config.tune or None,
+            "parameters": ", ".join(f"{k}={v}" for k, v in parameters.items()) or None}
 
 
 def describe_lines(request: Dict[str, Any]) -> list:

@@ -27,7 +27,7 @@ from typing import List, Optional
 
 from components.image_example_gen.sources import LAYOUTS
 from pipeline.config import (GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TARGETS, CloudConfig, ConfigError,
-                             PipelineConfig, from_environment)
+                             PipelineConfig, from_environment, runtime_values)
 from pipeline.progress import MODES as PROGRESS_MODES
 from trainer.hparams import AUGMENTATIONS, MODELS, TFLITE_KINDS
 
@@ -110,6 +110,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "settings and seed give the same model)")
     t.add_argument("--warm-start", action="store_true", default=None,
                    help="start training from the latest blessed model (same classes and model)")
+    t.add_argument("--tune", type=int, metavar="N", help="search hyperparameters first (learning rate, dropout, head "
+                   "width, batch size; KerasTuner, Bayesian) in N trials scored on the eval split; later runs of "
+                   "the pipeline reuse the best values until the classes, the data or the settings change")
+    t.add_argument("--retune", action="store_true", help="search again now, even if nothing changed (with the "
+                   "last search's N unless --tune gives one)")
     t.add_argument("--accuracy-threshold", type=float,
                    help=f"bless the model at this eval accuracy (default {d.accuracy_threshold})")
     p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None,
@@ -138,6 +143,8 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     c.add_argument("--training-accelerator-count", type=int, help="(default 1)")
     c.add_argument("--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores)")
     c.add_argument("--endpoint", help="deploy blessed models to this Vertex AI endpoint (display name)")
+    c.add_argument("--parallel-trials", type=int, help="with --tune and --vertex-training: trials at once, a "
+                   "training machine each (TFX's Vertex Tuner; default 1)")
 
 
 def _add_gcp_options(c) -> None:
@@ -157,6 +164,14 @@ def _add_dataflow_options(c, what: str) -> None:
     c.add_argument("--dataflow-temp-location", help="gs:// (default <pipeline-root>/<name>/tmp)")
 
 
+def _add_param_option(p) -> None:
+    from pipeline.config import RUNTIME_PARAMETERS
+
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a value for the compiled job's runtime parameter NAME, without recompiling (repeatable): "
+                        + ", ".join(RUNTIME_PARAMETERS) + " (tune_trials with --tune, span_window with --span-pattern)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="imagepipe", description="A TFX pipeline for image classification.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -173,12 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(submit)
     _add_cloud_options(submit)
     submit.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    _add_param_option(submit)
     schedule = commands.add_parser("schedule", help="compile and schedule recurring retraining")
     _add_run_options(schedule)
     _add_cloud_options(schedule)
     schedule.add_argument("--cron", help="standard 5-field cron, UTC, e.g. '0 3 * * 1' (Mondays 03:00)")
     schedule.add_argument("--schedule-name", help="(default <name>-retraining)")
     schedule.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    _add_param_option(schedule)
     report = commands.add_parser("report", help="write a run's HTML report (default: the newest run)")
     report.add_argument("run", nargs="?", help="run id, as 'imagepipe runs' lists them")
     report.add_argument("--root", help="the run's --root")
@@ -242,7 +259,7 @@ def existing_pipeline(args: argparse.Namespace) -> PipelineConfig:
 
 
 def _cloud_settings(args: argparse.Namespace, need_host: bool = False):
-    config = config_from_args(args).validate()
+    config = _tuning(config_from_args(args), args, local=False).validate()
     cloud = config_from_args(args, CloudConfig).validate(config, need_host=need_host)
     return config, cloud
 
@@ -263,7 +280,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     _quiet_logs(args.verbose)
     from kubeflow import deploy
 
-    request = deploy.submit(config, cloud, dry_run=args.dry_run)
+    request = deploy.submit(config, cloud, dry_run=args.dry_run, parameters=runtime_values(config, args.param))
     print(("would submit (dry run, nothing sent):" if args.dry_run else "submitted:"))
     print("\n".join(deploy.describe_lines(request)))
     return 0
@@ -277,7 +294,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from kubeflow import deploy
 
     try:
-        request = deploy.schedule(config, cloud, dry_run=args.dry_run)
+        request = deploy.schedule(config, cloud, dry_run=args.dry_run, parameters=runtime_values(config, args.param))
     except deploy.ScheduleExists as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     print(("would schedule (dry run, nothing sent):" if args.dry_run else "scheduled:"))
@@ -314,8 +331,14 @@ def _print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
         print(line)
 
 
+def _tuning(config: PipelineConfig, args: argparse.Namespace, local: bool) -> PipelineConfig:
+    """A local run given --tune searches; a compiled job's runs search only when needed; --retune always."""
+    search = args.retune or (local and bool(args.tune))
+    return dataclasses.replace(config, tune_mode="search" if search else config.tune_mode)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    config = config_from_args(args).validate()
+    config = _tuning(config_from_args(args), args, local=True).validate()
     mode = args.progress
     _quiet_logs(args.verbose)
     from components.image_example_gen.sources import DataError
@@ -325,6 +348,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         found = local_runner.prepare(config)
     except DataError as e:
         return _fail(EXIT_BAD_INPUT, str(e))
+    config = local_runner.with_earlier_search(config)  # tuned before: the Tuner step again (reusing, or searching)
     if mode == "human":
         sample = " (the digits sample)" if config.uses_sample_data else ""
         print(f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "

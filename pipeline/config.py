@@ -9,11 +9,12 @@ import dataclasses
 import hashlib
 import os
 import re
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from components.data_health import LABEL_CHECKS
 from components.image_example_gen import ingest_defaults
 from components.image_example_gen.sources import LAYOUTS, is_remote
+from components.tuning import MODES as TUNE_MODES
 from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams, decode_memory_bytes
 
 # The repository root: schemas/ and the default run's outputs are found from here.
@@ -21,6 +22,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_SCHEMA = os.path.join(PROJECT_DIR, "schemas", "digits", "schema.pbtxt")
 
 GATE_MODES = ("fail", "warn")
+MAX_TRIALS = 1000
 NEAR_DUPLICATE_MODES = ingest_defaults.NEAR_DUPLICATE_MODES
 
 
@@ -100,6 +102,12 @@ class PipelineConfig:
     seed: int = HParams.seed
     deterministic: bool = HParams.deterministic
     warm_start: bool = HParams.warm_start
+    # Hyperparameter search (components/tuning, trainer/tuning.py): trials per search, 0 for no search step.
+    # tune_mode "search": this run searches (`imagepipe run --tune N`, --retune); "auto": only when the data
+    # or settings moved since the last search, else its best values are reused (compiled jobs; local runs
+    # of a pipeline that searched before).
+    tune: int = 0
+    tune_mode: str = "auto"
     # Evaluator: bless a model when eval accuracy reaches this, and (after the first) when it is
     # no worse than the last blessed model. Pusher copies blessed models under <root>/serving/<name>.
     accuracy_threshold: float = 0.9
@@ -211,6 +219,10 @@ class PipelineConfig:
             raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
         if self.span_pattern is not None and "{SPAN}" not in self.span_pattern:
             raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
+        if not 0 <= self.tune <= MAX_TRIALS:
+            raise ConfigError(f"--tune {self.tune}: use a number of trials from 1 to {MAX_TRIALS:,} (0: no search)")
+        if self.tune_mode not in TUNE_MODES:
+            raise ConfigError(f"tune_mode {self.tune_mode!r}: use {' or '.join(TUNE_MODES)}")
         if not 0 <= self.accuracy_threshold <= 1:
             raise ConfigError(f"--accuracy-threshold {self.accuracy_threshold}: use a fraction from 0 to 1")
         if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \
@@ -238,6 +250,47 @@ class PipelineConfig:
                 f"--max-pixels {self.max_pixels:,}: decoding images that large takes up to {needed / 2**30:.1f} GiB "
                 f"(with TensorFlow and Beam), more than this machine's {total_bytes / 2**30:.1f} GiB; lower "
                 "--max-pixels (larger images are then quarantined) or run on a bigger machine")
+
+
+# The settings a compiled job's runs can change (pipeline/pipeline.py makes them RuntimeParameters):
+# pipeline parameter name -> (PipelineConfig field, type). tune_trials exists only in a job compiled with
+# --tune, span_window only with --span-pattern.
+RUNTIME_PARAMETERS = {"epochs": ("epochs", int), "learning_rate": ("learning_rate", float),
+                      "accuracy_threshold": ("accuracy_threshold", float), "span_window": ("span_window", int),
+                      "tune_trials": ("tune", int)}
+
+
+def runtime_values(config: "PipelineConfig", given: List[str]) -> Dict[str, Any]:
+    """`--param NAME=VALUE` values for the compiled job's runtime parameters, each checked as its setting is:
+    an unknown name, a parameter the job does not have, or a bad value is one line, before anything is sent."""
+    values: Dict[str, Any] = {}
+    known = [n for n in RUNTIME_PARAMETERS if job_has_parameter(config, n)]
+    for item in given:
+        name, sep, raw = item.partition("=")
+        name, raw = name.strip(), raw.strip()
+        if not sep or name not in RUNTIME_PARAMETERS:
+            raise ConfigError(f"--param {item!r}: use NAME=VALUE, NAME one of {', '.join(known)}")
+        if name not in known:
+            raise ConfigError(f"--param {name}: this job has no such parameter ("
+                              + ("compile it with --tune N" if name == "tune_trials" else
+                                 "compile it with --span-pattern") + ")")
+        field, kind = RUNTIME_PARAMETERS[name]
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ConfigError(f"--param {name}={raw!r}: not {'a whole number' if kind is int else 'a number'}") from None
+        if name == "tune_trials" and value < 1:
+            raise ConfigError(f"--param tune_trials={raw}: use 1 or more trials")
+        try:
+            dataclasses.replace(config, **{field: value}).validate()
+        except ConfigError as e:
+            raise ConfigError(f"--param {name}={raw}: {str(e).split(': ', 1)[-1]}") from None
+        values[name] = value
+    return values
+
+
+def job_has_parameter(config: "PipelineConfig", name: str) -> bool:
+    return {"tune_trials": bool(config.tune), "span_window": bool(config.span_pattern)}.get(name, True)
 
 
 def pipelines_in_root(root: str) -> List[str]:
@@ -339,6 +392,7 @@ class CloudConfig:
     training_accelerator: Optional[str] = None  # e.g. NVIDIA_TESLA_T4, NVIDIA_L4
     training_accelerator_count: int = 1
     training_tpu: Optional[str] = None  # e.g. TPU_V3 (a v3-8)
+    parallel_trials: int = 1  # --tune with --vertex-training: trials at once, a training machine each
     # Push blessed models to a Vertex AI endpoint (by display name) instead of a folder.
     endpoint: Optional[str] = None
     serving_image: str = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-16:latest"
@@ -419,6 +473,11 @@ class CloudConfig:
             raise ConfigError("--training-accelerator and --training-tpu: choose one")
         if (self.training_accelerator or self.training_tpu) and not self.vertex_training:
             raise ConfigError("--training-accelerator/--training-tpu apply to --vertex-training; add it")
+        if not 1 <= self.parallel_trials <= 64:
+            raise ConfigError(f"--parallel-trials {self.parallel_trials}: use 1 to 64 machines")
+        if self.parallel_trials > 1 and not (self.vertex_training and config.tune):
+            raise ConfigError("--parallel-trials runs the --tune search on Vertex AI Training; add --tune N and "
+                              "--vertex-training")
         if self.endpoint and self.target != "vertex":
             raise ConfigError("--endpoint pushes to Vertex AI; use --target vertex")
         if need_host and self.target == "kubeflow" and not self.kfp_host:

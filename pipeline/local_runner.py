@@ -8,6 +8,7 @@ nothing written), then runs create_pipeline(config, platform.local(config)) and 
 of what each component did.
 """
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -148,6 +149,34 @@ def check_schema(path: str) -> None:
         raise ConfigError(f"--schema {path}: a schema with no features; {fix}")
 
 
+def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
+    """A run without --tune of a pipeline that searched before keeps its tuned training: the Tuner step runs
+    with the last search's trial count and reuses its best values unless the data or settings moved
+    (components/tuning/decision.py). --retune (tune_mode "search") searches again with that count."""
+    if config.tune:
+        return config
+    import json
+
+    from components.baseline import relocate
+    from components.tuning import SEARCH_FILE
+    from pipeline import run_store
+
+    trials = 0
+    if os.path.exists(config.metadata_path):
+        store = run_store.open_store(config.metadata_path)
+        searches = sorted(store.get_artifacts_by_type("TunerResults"), key=lambda a: a.id)
+        if searches:
+            path = os.path.join(relocate(searches[-1].uri, config.pipeline_root), SEARCH_FILE)
+            if os.path.exists(path):
+                with open(path) as f:
+                    trials = int(json.load(f).get("trials") or 0)
+    if trials:
+        return dataclasses.replace(config, tune=trials)
+    if config.tune_mode == "search":
+        raise ConfigError(f"--retune: pipeline {config.pipeline_name!r} has not searched yet; give --tune N (trials)")
+    return config
+
+
 def prepare(config: PipelineConfig) -> Dict[str, Any]:
     """Makes the sample data if it is the input, then checks the input (see preflight) and --root.
 
@@ -175,6 +204,7 @@ def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int
     """
     if not prepared:
         prepare(config)  # before importing TFX: bad input fails in a second
+    config = with_earlier_search(config)
     if locked:
         return _run(config, started_ms or int(time.time() * 1000))
     with run_lock.hold(config.metadata_path, on_wait=lambda message: print(f"imagepipe: {message}", flush=True)):

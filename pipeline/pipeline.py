@@ -1,10 +1,11 @@
 """create_pipeline(): the one TFX DAG, shared by every runner (local, Kubeflow, Vertex).
 
   ImageExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleValidator -> DataValidationGate
-    -> Transform -> [BackboneFeatures: transfer models] -> DataHealth -> DataHealthGate -> Trainer
-    -> Evaluator (vs the latest blessed model) -> Pusher (when blessed)
+    -> Transform -> [BackboneFeatures: transfer models] -> DataHealth -> DataHealthGate -> [Tuner: --tune N]
+    -> Trainer -> Evaluator (vs the latest blessed model) -> Pusher (when blessed)
 
-Transform runs after the gate, so nothing consumes data that failed validation.
+Transform runs after the gate, so nothing consumes data that failed validation. On Vertex AI and Kubeflow
+the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compiled job can change them.
 """
 
 import tensorflow_data_validation as tfdv
@@ -13,12 +14,14 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
 from components import beam_tuning, model_evaluator
+from components import runtime_settings
 from components.backbone_features.component import BackboneFeatures
 from components.data_health.component import DataHealth
 from components.data_health.gate import DataHealthGate
 from components.image_example_gen.component import ImageExampleGen
+from components.tuning.component import ImageTuner, LatestSearch
 from components.validation_gate import DataValidationGate
-from pipeline.config import PipelineConfig
+from pipeline.config import RUNTIME_PARAMETERS, PipelineConfig, job_has_parameter
 from pipeline.platform import Platform
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
 from trainer.features import IMAGE_KEY, LABEL_KEY
@@ -31,7 +34,7 @@ def eval_config(accuracy_threshold: float) -> tfma.EvalConfig:
     (each model has its own vocabulary), so candidate and baseline are each scored consistently.
     """
     accuracy = tfma.MetricConfig(
-        class_name="SparseCategoricalAccuracy",
+        class_name=model_evaluator.ACCURACY_METRIC,  # its lower bound: the accuracy_threshold runtime parameter
         threshold=tfma.MetricThreshold(
             value_threshold=tfma.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
             # Ignored on the first run, when there is no blessed baseline yet.
@@ -73,6 +76,15 @@ def stats_options() -> tfdv.StatsOptions:
 def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connection_config=None) -> tfx.dsl.Pipeline:
     """The DAG for `config`, on the runner's `platform` (pipeline/platform.py: local, or
     kubeflow/cloud_platform.py for Vertex AI and Kubeflow Pipelines)."""
+
+    def setting(name: str):
+        """A setting's value, or on a platform that takes them, the runtime parameter that defaults to it."""
+        field, ptype = RUNTIME_PARAMETERS[name]
+        value = getattr(config, field)
+        if not platform.compiled or not job_has_parameter(config, name):
+            return value
+        return tfx.dsl.experimental.RuntimeParameter(name=name, ptype=ptype, default=ptype(value))
+
     example_gen = ImageExampleGen(
         input_base=example_gen_base(config),
         input_config=example_gen_input(config),
@@ -82,7 +94,7 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         max_bad_fraction=config.max_bad_fraction,
         drop_duplicates=config.drop_duplicates,
         compression_level=config.compression_level,
-        span_window=config.span_window,
+        span_window=setting("span_window"),
         store_max_pixels=config.store_max_pixels,
         seed=config.seed,
         near_duplicates=config.near_duplicates)
@@ -149,28 +161,46 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         baseline_model=baseline.outputs["model"] if baseline and features else None,  # feature drift only
         hparams=hp.health_config(), label_check=config.label_check, **config.health_limits()._asdict())
     health_gate = DataHealthGate(health=health.outputs["health"], fail_on_problems=(config.gate == "fail"))
-    trainer_args = dict(
-        run_fn="trainer.task.run_fn",
-        examples=(features.outputs["features"] if features else transform.outputs["transformed_examples"]),
-        transform_graph=transform.outputs["transform_graph"],
-        schema=schema_gen.outputs["schema"],
-        base_model=baseline.outputs["model"] if config.warm_start and baseline else None,
-        train_args=tfx.proto.TrainArgs(splits=["train"]),
-        eval_args=tfx.proto.EvalArgs(splits=["eval"]))
-    if platform.vertex_training_config:
-        trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
-            **trainer_args, custom_config={**hparams, **platform.vertex_training_config})
-    else:
-        trainer = tfx.components.Trainer(**trainer_args, custom_config=hparams)
+    training_examples = features.outputs["features"] if features else transform.outputs["transformed_examples"]
 
+    # --tune N: KerasTuner trials (trainer/tuning.py) on what the Trainer trains on (a transfer model's head on
+    # the cached features); a run searches again only when the data or settings moved since the last search
+    # (components/tuning/decision.py), found by the resolver, unless asked to (tune_mode "search").
+    tuner, previous_search = None, None
+    if config.tune > 0:
+        if platform.runs_resolvers:
+            previous_search = tfx.dsl.Resolver(
+                # Vertex's compiler knows TFX's strategies only (components/tuning/component.py)
+                strategy_class=tfx.dsl.experimental.LatestArtifactStrategy if platform.compiled else LatestSearch,
+                tuner_results=tfx.dsl.Channel(type=tfx.types.standard_artifacts.TunerResults),
+            ).with_id("latest_search_resolver")
+        tuner = ImageTuner(
+            examples=training_examples, transform_graph=transform.outputs["transform_graph"],
+            ingestion_report=example_gen.outputs["report"],
+            previous=previous_search.outputs["tuner_results"] if previous_search else None,
+            trials=setting("tune_trials"), mode=config.tune_mode, pipeline=config.pipeline_name, hparams=hparams,
+            max_class_drift=config.max_class_drift, max_feature_drift=config.max_feature_drift,
+            vertex=platform.vertex_tuning_config, parallel_trials=platform.parallel_trials).with_id("Tuner")
+        tuner.add_upstream_node(health_gate)  # no search on data that failed its health check
+
+    trainer = runtime_settings.ImageTrainer(
+        run_fn="trainer.task.run_fn", examples=training_examples,
+        transform_graph=transform.outputs["transform_graph"], schema=schema_gen.outputs["schema"],
+        base_model=baseline.outputs["model"] if config.warm_start and baseline else None,
+        hyperparameters=tuner.outputs["best_hyperparameters"] if tuner else None,
+        custom_config={**hparams, **(platform.vertex_training_config or {})},
+        settings={name: setting(name) for name in runtime_settings.TRAINER_SETTINGS} if platform.compiled else {},
+        vertex=bool(platform.vertex_training_config)).with_id("Trainer")
     trainer.add_upstream_node(health_gate)  # no training on data that failed its health check
 
-    evaluator = beam_tuning.tuned(tfx.components.Evaluator(
+    evaluator = runtime_settings.ImageEvaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
         baseline_model=baseline.outputs["model"] if baseline else None,
         eval_config=eval_config(config.accuracy_threshold),
-        example_splits=["eval"]), model_evaluator.Executor)
+        example_splits=["eval"],
+        settings={"accuracy_threshold": setting("accuracy_threshold")} if platform.compiled else {},
+    ).with_id("Evaluator")
 
     if platform.vertex_serving_config:
         pusher = tfx.extensions.google_cloud_ai_platform.Pusher(
@@ -184,7 +214,7 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
                 filesystem=tfx.proto.PushDestination.Filesystem(base_directory=platform.serving_dir)))
 
     components = [example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
-                  transform, features, health, health_gate, trainer, evaluator, pusher]
+                  transform, features, health, health_gate, previous_search, tuner, trainer, evaluator, pusher]
     components = [c for c in components if c is not None]
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,

@@ -25,6 +25,12 @@ class Platform:
     runs_resolvers: bool = True  # the orchestrator runs TFX resolver nodes (Kubeflow's open-source backend does not)
     vertex_training_config: Optional[Dict[str, Any]] = None  # set: the Trainer is a Vertex AI Training job
     vertex_serving_config: Optional[Dict[str, Any]] = None  # set: the Pusher deploys to a Vertex AI endpoint
+    vertex_tuning_config: Optional[Dict[str, Any]] = None  # set: the Tuner's trials run as a Vertex AI Training job
+    parallel_trials: int = 1  # trials at once in that job (a machine each)
+    # Compiled for an orchestrator (Vertex AI, Kubeflow) rather than run here: the settings a run can change
+    # (epochs, learning rate, ...) are pipeline parameters (RuntimeParameters), and resolvers use the strategies
+    # its compiler knows. A local run takes the settings from the configuration.
+    compiled: bool = False
 
 
 def local(config: PipelineConfig) -> Platform:

@@ -70,10 +70,12 @@ class Printer:
             self._count(event)
             return
         done, total = event["done"], max(1, event["total"])
-        label = {"ingest": "files", "train": "epochs at most"}.get(event["kind"], event["kind"])
+        label = {"ingest": "files", "train": "epochs at most", "tune": "trials"}.get(event["kind"], event["kind"])
         extra = ""
         if event["kind"] == "train" and "val_accuracy" in event:
             extra = f"  loss {event.get('loss', 0):.3f}  eval accuracy {event['val_accuracy']:.3f}"
+        if event["kind"] == "tune" and "best" in event:
+            extra = f"  best eval accuracy {event['best']:.3f}"
         if self.stream.isatty():
             filled = int(30 * done / total)
             self._write(f"\r    {event['kind']:<7}[{'#' * filled}{'.' * (30 - filled)}] "
@@ -82,8 +84,8 @@ class Printer:
             if done >= total:
                 self._write("\n")
             return
-        # Not a terminal: a line per 10% (every epoch for training).
-        step = done if event["kind"] == "train" else int(10 * done / total)
+        # Not a terminal: a line per 10% (every epoch for training, every trial for a search).
+        step = done if event["kind"] in ("train", "tune") else int(10 * done / total)
         if self._last_step.get(event["kind"]) != step:
             self._last_step[event["kind"]] = step
             self._line(f"    {event['kind']}: {done:,}/{total:,} {label}{extra}")

@@ -6,6 +6,8 @@ Read in a minute: was the data clean, is the model good? Then the details:
   validation   the anomalies and the schema (TFDV's own tables), statistics per split
   data health  near-duplicates (across splits, conflicting labels), likely label errors, outliers and
                poor images, each with thumbnails; drift in feature space
+  tuning       (--tune) the search's trials: score against trial, each trial's values, the winner, and
+               whether this run searched or reused the last search, and why
   training     loss and accuracy per epoch, device, hyperparameters, time per epoch
   evaluation   overall and per-class metrics, the confusion matrix, misclassified eval images,
                the blessing decision and why, where the model was pushed
@@ -42,7 +44,7 @@ def build(summary: Dict[str, Any], out_path: str, pipeline_name: str = "") -> st
     """Writes the report of a run, as run_summary.summarize() describes it, to out_path; returns the path."""
     components = {c["component"]: c for c in summary["components"]}
     sections = [_verdict(summary), _data(components), _validation(components), _health(components),
-                _training(components), _evaluation(components), _timings(summary)]
+                _tuning(components), _training(components), _evaluation(components), _timings(summary)]
     started = datetime.datetime.fromtimestamp(summary["started_ms"] / 1000, datetime.timezone.utc)
     header = (f"<h1>{esc(pipeline_name or 'imagepipe')} — run {esc(summary['run_id'])}</h1>"
               f"<div class=\"meta\">status: <b>{esc(summary['status'])}</b> · started "
@@ -349,6 +351,40 @@ def _statistics(component: Optional[Dict]) -> str:
 # --- training -----------------------------------------------------------------------------------
 
 
+def _tuning(components: Dict[str, Dict]) -> str:
+    """The search (a run with a Tuner step only): score against trial, the trials' values, the winner."""
+    if "Tuner" not in components:
+        return ""
+    missing = _unfinished(components, "Tuner", "tuning", "Tuning", "The search")
+    if missing:
+        return missing
+    d = components["Tuner"]["details"]
+    results = d.get("results") or []
+    if d["searched"]:
+        body = (f"<p>This run searched: {len(results)} trials of {esc(d.get('algorithm') or '')} search "
+                f"({esc(d['reason'])}), in {d['seconds']:.1f} s, each scored by its best epoch's eval accuracy.</p>")
+    else:
+        body = (f"<p>This run reused the best values of the search of {esc(d.get('searched_at') or '')} "
+                f"(<code>{esc(d.get('reused_from') or '')}</code>): {esc(d['reason'])}. "
+                "<code>--retune</code> searches again.</p>")
+    best = d.get("best") or {}
+    body += (f"<p>Best: <b>{esc(run_text.describe_values(best))}</b>"
+             + (f", eval accuracy {d['best_score']:.4f}" if d.get("best_score") is not None else "")
+             + "; the Trainer trained with these values.</p>")
+    scores = [r.get("score") for r in results]
+    so_far, running = [], None
+    for score in scores:
+        running = score if running is None or (score is not None and score > running) else running
+        so_far.append(running)
+    body += line_chart({"trial score": scores, "best so far": so_far}, "eval accuracy against trial")
+    names = sorted({k for r in results for k in r.get("values", {})})
+    top = max((s for s in scores if s is not None), default=None)
+    rows = [[r["trial"], r.get("score"), *[r.get("values", {}).get(n) for n in names],
+             "best" if top is not None and r.get("score") == top else ""] for r in results]
+    body += table(["trial", "eval accuracy", *names, ""], rows, numeric=[0, 1])
+    return _section("tuning", "Tuning", body)
+
+
 def _training(components: Dict[str, Dict]) -> str:
     missing = _unfinished(components, "Trainer", "training", "Training", "Training")
     if missing:
@@ -373,7 +409,10 @@ def _training(components: Dict[str, Dict]) -> str:
                     e.get("val_loss"), e.get("val_sparse_categorical_accuracy")] for e in epochs],
                   numeric=[0, 2, 3, 4, 5, 6])
     body += _on_device(log.get("tflite"))
-    body += "<h3>Hyperparameters</h3>" + table(["name", "value"], sorted(log["hparams"].items()))
+    body += "<h3>Hyperparameters</h3>"
+    if log.get("tuned"):
+        body += f"<p>From the search (see Tuning): {esc(run_text.describe_values(log['tuned']))}.</p>"
+    body += table(["name", "value"], sorted(log["hparams"].items()))
     return _section("training", "Training", body)
 
 

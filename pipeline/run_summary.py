@@ -19,6 +19,7 @@ from components.baseline import relocate
 from components.image_example_gen.sources import is_remote
 from components.image_example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
 from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
+from components.tuning import DECISION_FILE as TUNING_FILE
 from pipeline import run_lock, run_store
 from trainer.epochs import best_epoch
 
@@ -210,7 +211,11 @@ def _trainer(c: Dict[str, Any]) -> Dict[str, Any]:
             "warm_started_from": log.get("warm_started_from"),
             "warm_start_skipped": log.get("warm_start_skipped") or "",
             "model_run": model_run, "class_names": log["class_names"], "tflite": log.get("tflite"),
-            "still_improving": log.get("still_improving") or []}
+            "still_improving": log.get("still_improving") or [], "tuned": log.get("tuned")}
+
+
+def _tuner(c: Dict[str, Any]) -> Dict[str, Any]:
+    return _json_output(c, "tuner_results", TUNING_FILE)
 
 
 def _evaluator(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -252,6 +257,7 @@ DETAILS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
     "DataHealthGate": lambda c: ({"passed": bool(c["output_properties"]["result"][0].get("passed"))}
                                  if c["output_properties"].get("result") else {}),
     "DataHealth": _health,  # after DataHealthGate: a component's kind is the first key its id starts with
+    "Tuner": _tuner,
     "Trainer": _trainer,
     "Evaluator": _evaluator,
     "Pusher": _pusher,

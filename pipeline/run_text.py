@@ -115,10 +115,25 @@ def _trainer(c: Dict[str, Any]) -> str:
     return (f"{d['epochs']} epochs on {d['strategy']}"
             + (f", kept epoch {d['kept_epoch']} (best eval accuracy): eval accuracy {accuracy:.4f}"
                if accuracy is not None else "")
+            + (", with the search's values" if d.get("tuned") else "")
             + (", warm-started" if d.get("warm_started_from") else "")
             + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
             + (f"; {still_improving(d['still_improving'])}" if d.get("still_improving") else "")
             + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else ""))
+
+
+def describe_values(values: Dict[str, Any]) -> str:
+    """A search's values in a phrase: learning_rate 0.0021, dropout 0.3, ..."""
+    return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in (values or {}).items())
+
+
+def _tuner(c: Dict[str, Any]) -> str:
+    d = c["details"]
+    score = f" (eval accuracy {d['best_score']:.4f})" if d.get("best_score") is not None else ""
+    if d["searched"]:
+        return (f"searched {len(d['results'])} trials ({d['reason']}): best {describe_values(d['best'])}{score}")
+    return (f"reused the search of {d['searched_at']} ({d['reason']}): {describe_values(d['best'])}{score}; "
+            "--retune to search again")
 
 
 def still_improving(options: List[str]) -> str:
@@ -152,6 +167,7 @@ LINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "BackboneFeatures": _features,
     "DataHealthGate": lambda c: "passed" if c["details"]["passed"] else "over the limits (warn only)",
     "DataHealth": _health,
+    "Tuner": _tuner,
     "Trainer": _trainer,
     "Evaluator": _evaluator,
     "Pusher": lambda c: (f"pushed to {c['details']['destination']}" if c["details"]["pushed"]

@@ -2,6 +2,7 @@
 protos, the real TFX CLI, the real client libraries against local fake endpoints, and
 ImageExampleGen's pre-cache driver run as the Vertex container runs it."""
 
+import dataclasses
 import json
 import os
 import re
@@ -30,8 +31,8 @@ ORDER = ["ImageExampleGen", "StatisticsGen", "ExampleValidator", "DataValidation
          "Trainer", "Evaluator", "Pusher"]
 
 
-def production(**changes):
-    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA).validate()
+def production(tune: int = 0, **changes):
+    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, tune=tune).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE,
                         service_account="runner@proj-1.iam.gserviceaccount.com", **changes).validate(config)
     return config, cloud
@@ -40,7 +41,7 @@ def production(**changes):
 @pytest.fixture(scope="module")
 def vertex_job(tmp_path_factory):
     config, cloud = production(dataflow=True, vertex_training=True, training_accelerator="NVIDIA_TESLA_T4",
-                               training_accelerator_count=2)
+                               training_accelerator_count=2, parallel_trials=3, tune=4)
     path = deploy.compile_pipeline(config, cloud, str(tmp_path_factory.mktemp("vertex") / "job.json"))
     text = open(path).read()
     job = json_format.Parse(text, pipeline_spec_pb2.PipelineJob())
@@ -110,7 +111,8 @@ def test_vertex_spec_sends_data_components_to_dataflow(vertex_job):
 def test_vertex_spec_trains_on_vertex_ai_with_accelerators(vertex_job):
     _, _, spec = vertex_job
     trainer = _executor(spec, "Trainer")["container"]
-    assert "tfx.extensions.google_cloud_ai_platform.trainer.executor.GenericExecutor" in trainer["args"]
+    # TFX's Vertex Trainer executor, which first writes the runtime parameters into custom_config
+    assert "components.runtime_settings.VertexTrainerExecutor" in trainer["args"]
     parameter = json.loads(_task_text(spec, "Trainer"))["inputs"]["parameters"]["custom_config"]["runtimeValue"]
     config_json = json.loads(parameter["constantValue"]["stringValue"])
     pool = config_json["ai_platform_training_args"]["job_spec"]["worker_pool_specs"][0]
@@ -119,6 +121,47 @@ def test_vertex_spec_trains_on_vertex_ai_with_accelerators(vertex_job):
     assert pool["container_spec"]["image_uri"] == IMAGE
     assert config_json["ai_platform_vertex_region"] == "europe-west4"
     assert config_json["epochs"] == PipelineConfig().epochs  # the hyperparameters travel with it
+
+
+def test_vertex_spec_tunes_as_a_vertex_ai_training_job_of_parallel_trials(vertex_job):
+    """--tune with --vertex-training: the Tuner step is TFX's Vertex Tuner extension (not CloudTuner), its trials
+    on the Trainer's machines, three at once; the Trainer takes its best values, and it finds the last search."""
+    _, _, spec = vertex_job
+    assert "components.tuning.executor.Executor" in _executor(spec, "Tuner")["container"]["args"]
+    task = json.loads(_task_text(spec, "Tuner"))
+    parameters = task["inputs"]["parameters"]
+    constant = lambda name: parameters[name]["runtimeValue"]["constantValue"]["stringValue"]  # noqa: E731
+    custom_config = json.loads(constant("custom_config"))
+    pool = custom_config["ai_platform_tuning_args"]["job_spec"]["worker_pool_specs"][0]
+    assert pool["machine_spec"] == {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
+                                    "accelerator_count": 2}
+    assert pool["container_spec"]["image_uri"] == IMAGE and custom_config["ai_platform_enable_vertex"] is True
+    assert custom_config["remote_trials_working_dir"] == f"{ROOT}/imagepipe/tuner"
+    assert json.loads(constant("tune_args")) == {"num_parallel_trials": 3}
+    assert constant("tuner_fn") == "trainer.tuning.tuner_fn" and constant("mode") == "auto"  # searches when needed
+    assert parameters["trials"] == {"componentInputParameter": "tune_trials"}
+    assert task["inputs"]["artifacts"]["previous"]["taskOutputArtifact"]["producerTask"] == "latest_search_resolver"
+    trainer = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["artifacts"]["hyperparameters"]
+    assert trainer["taskOutputArtifact"] == {"producerTask": "Tuner", "outputArtifactKey": "best_hyperparameters"}
+
+
+def test_the_settings_a_scheduled_run_changes_are_pipeline_parameters(vertex_job):
+    _, job, spec = vertex_job
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    assert set(declared) == {"epochs", "learning_rate", "accuracy_threshold", "tune_trials"}  # no --span-pattern
+    values = json_format.MessageToDict(job.runtime_config)["parameters"]
+    assert values == {"epochs": {"intValue": str(PipelineConfig().epochs)},
+                      "learning_rate": {"doubleValue": PipelineConfig().learning_rate},
+                      "accuracy_threshold": {"doubleValue": PipelineConfig().accuracy_threshold},
+                      "tune_trials": {"intValue": "4"}}
+    tasks = spec["root"]["dag"]["tasks"]
+    for task, name in (("Trainer", "epochs"), ("Trainer", "learning_rate"), ("Evaluator", "accuracy_threshold")):
+        assert tasks[task]["inputs"]["parameters"][name] == {"componentInputParameter": name}, (task, name)
+    config, cloud = production()
+    spans = deploy.build_job(dataclasses.replace(config, span_pattern="span-{SPAN}", span_window=2), cloud)
+    spans = spans["pipelineSpec"]
+    assert spans["root"]["dag"]["tasks"]["ImageExampleGen"]["inputs"]["parameters"]["span_window"] == {
+        "componentInputParameter": "span_window"}
 
 
 def test_no_local_path_leaks_into_the_vertex_spec(vertex_job):
@@ -288,16 +331,52 @@ def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch, caplog)
     assert scheduled["schedule_resource"] == "projects/proj-1/locations/europe-west4/schedules/123"
 
 
+def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(monkeypatch, capsys):
+    """`imagepipe submit --param epochs=20`: the values go in the request (no recompiling); an unknown name, a
+    value out of range or a parameter the job lacks is one line, and nothing is sent."""
+    from pipeline.config import runtime_values
+
+    with FakeService() as fake:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)
+        fake.serve_resource_manager(monkeypatch)
+        config, cloud = production(api_endpoint=fake.url, tune=5)
+        values = runtime_values(config, ["epochs=20", "learning_rate=0.003", "tune_trials=8"])
+        request = deploy.submit(config, cloud, credentials=AnonymousCredentials(), parameters=values)
+        (job,) = fake.find("POST", r"/pipelineJobs$")
+        assert request["parameters"] == "epochs=20, learning_rate=0.003, tune_trials=8"
+        sent = job["body"]["runtimeConfig"]
+        given = {k: v for k, v in (sent.get("parameterValues") or sent.get("parameters")).items()}
+        assert given["epochs"] in (20, {"intValue": "20"}) and given["tune_trials"] in (8, {"intValue": "8"})
+        assert given["learning_rate"] in (0.003, {"doubleValue": 0.003})
+        base = ["submit", "--project", "proj-1", "--pipeline-root", ROOT, "--image", IMAGE, "--data", DATA,
+                "--api-endpoint", fake.url]
+        for params, message in ((["epochs=0"], "--param epochs=0: use a whole number from 1 to 10,000"),
+                                (["epochs=ten"], "--param epochs='ten': not a whole number"),
+                                (["batch=2"], "--param 'batch=2': use NAME=VALUE, NAME one of epochs, learning_rate, "
+                                              "accuracy_threshold"),
+                                (["tune_trials=3"], "--param tune_trials: this job has no such parameter (compile "
+                                                    "it with --tune N)"),
+                                (["accuracy_threshold=2"], "--param accuracy_threshold=2: use a fraction from 0 to 1")):
+            code = cli.main(base + [arg for p in params for arg in ("--param", p)])
+            err = capsys.readouterr().err
+            assert code == 2 and message in err and err.count("\n") == 1, err
+        assert len(fake.find("POST", r"/pipelineJobs$")) == 1  # only the good request was sent
+
+
 def test_kubeflow_submit_and_schedule_through_the_real_client():
     with FakeService() as fake:
         config, cloud = production(target="kubeflow", kfp_host=fake.url, cron="0 3 * * 1",
                                    k8s_service_account="pipeline-runner")
-        deploy.submit(config, cloud)
+        deploy.submit(config, cloud, parameters={"epochs": 7})
         deploy.schedule(config, cloud)
         (run,) = fake.find("POST", r"^/apis/v2beta1/runs$")
         (recurring,) = fake.find("POST", r"^/apis/v2beta1/recurringruns$")
     assert set(ORDER) <= set(run["body"]["pipeline_spec"]["root"]["dag"]["tasks"])
     assert run["body"]["runtime_config"]["pipeline_root"] == f"{ROOT}/imagepipe"
+    assert run["body"]["runtime_config"]["parameters"] == {"epochs": 7}
+    # kfp.Client reads the parameters' values from the spec's defaults when a run gives none
+    defaults = recurring["body"]["pipeline_spec"]["root"]["inputDefinitions"]["parameters"]
+    assert defaults["epochs"]["defaultValue"] == PipelineConfig().epochs
     trigger = recurring["body"]["trigger"]["cron_schedule"]
     assert trigger["cron"] == "0 0 3 * * 1"  # Kubeflow's cron has a leading seconds field
     assert int(recurring["body"]["max_concurrency"]) == 1 and recurring["body"]["no_catchup"] is True
@@ -399,7 +478,7 @@ def _project_modules(spec):
             names.update(args[i + 1] for i, a in enumerate(args[:-1]) if a == "-m")
             names.update(args[i + 1].rsplit(".", 1)[0] for i, a in enumerate(args[:-1]) if a == "--executor_class_path")
     for task in spec["root"]["dag"]["tasks"].values():
-        for key in ("run_fn", "preprocessing_fn"):
+        for key in ("run_fn", "preprocessing_fn", "tuner_fn"):
             value = task.get("inputs", {}).get("parameters", {}).get(key)
             if value:
                 names.add(value["runtimeValue"]["constantValue"]["stringValue"].rsplit(".", 1)[0])
@@ -443,21 +522,29 @@ def test_the_image_holds_and_imports_what_the_compiled_job_runs(vertex_job):
 @pytest.mark.slow  # every task of the job as a process of its own (about 2 minutes)
 def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     """The compiled PipelineJob, executed here as Vertex's launcher would (tests/vertex_offline.py):
-    a run that pushes a blessed model, then a run on data with a class the schema lacks, which the
-    validation gate stops after comparing it with the first run's blessed model."""
+    a run (with a search of 2 trials, and runtime parameters given as `--param` gives them) that pushes a
+    blessed model, then a run on data with a class the schema lacks, which the validation gate stops after
+    comparing it with the first run's blessed model."""
     from vertex_offline import OfflineVertex, TaskFailed
 
-    # A transfer model, so the features step runs too (random weights: nothing downloads; the threshold is 0
-    # because uncalibrated random features tell digits apart poorly).
+    # A transfer model, so the features step runs too (random weights: nothing downloads; the threshold given
+    # at run time is 0 because uncalibrated random features tell digits apart poorly: the compiled 0.9 would
+    # not bless).
     config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, model="mobilenet_v2", weights="",
-                            epochs=3, image_size=32, accuracy_threshold=0.0).validate()
+                            epochs=30, image_size=32, tune=2).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
     job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))
     vertex = OfflineVertex(str(tmp_path / "vertex"))
     root = str(tmp_path / "bucket" / "pipelines")
 
-    outputs = vertex.run(job, {DATA: small_digits, ROOT: root})
+    outputs = vertex.run(job, {DATA: small_digits, ROOT: root}, parameters={"accuracy_threshold": 0.0, "epochs": 3})
     assert set(outputs) == set(json.loads(open(job).read())["pipelineSpec"]["root"]["dag"]["tasks"])
+    (results,) = outputs["Tuner"]["tuner_results"]  # the search ran in the task (no --vertex-training)
+    search = json.load(open(os.path.join(results["uri"], "tuning.json")))
+    assert search["searched"] and len(search["results"]) == 2 and search["reason"] == "no earlier search in this pipeline"
+    (model_run,) = outputs["Trainer"]["model_run"]
+    log = json.load(open(os.path.join(model_run["uri"], "training.json")))
+    assert log["hparams"]["epochs"] == 3 and log["tuned"] == search["best"]  # the run's parameter, the search's values
     (examples,) = outputs["ImageExampleGen"]["examples"]
     assert json.loads(examples["metadata"]["split_names"]) == ["train", "eval"]
     assert outputs["latest_blessed_model_resolver-model-resolver"]["model"] == []  # nothing blessed before
@@ -466,7 +553,7 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     (model,) = outputs["Trainer"]["model"]
     assert blessing["metadata"]["current_model_id"] == model["name"]  # what the next run's resolver follows
     (features,) = outputs["BackboneFeatures"]["features"]  # cached under the pipeline root, shared by pipelines
-    (fingerprint,) = os.listdir(os.path.join(root, "cache", "features"))
+    (fingerprint,) = set(os.listdir(os.path.join(root, "cache", "features"))) - {"sources"}  # sources/: notes
     assert json.load(open(os.path.join(features["uri"], "summary.json")))["computed"] == 300
     assert json.load(open(os.path.join(features["uri"], "source.json")))["backbone_weights"] == os.path.join(
         root, "cache", "features", fingerprint, "backbone.weights.h5")

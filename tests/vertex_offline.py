@@ -46,8 +46,10 @@ class OfflineVertex:
         self._ids = itertools.count(1)
         self._runs = itertools.count(1)
 
-    def run(self, job_path: str, paths: Dict[str, str]) -> Dict[str, Dict[str, List[Dict]]]:
-        """Runs every task of the job; `paths` maps the job's gs:// locations to local folders.
+    def run(self, job_path: str, paths: Dict[str, str],
+            parameters: Optional[Dict[str, Any]] = None) -> Dict[str, Dict[str, List[Dict]]]:
+        """Runs every task of the job; `paths` maps the job's gs:// locations to local folders, `parameters`
+        are values for its runtime parameters (as `--param` or Vertex's parameter_values give them).
 
         Returns {task: {output key: [artifact]}} for the tasks that ran; raises TaskFailed (with
         .outputs, what ran before it) when one fails.
@@ -57,6 +59,14 @@ class OfflineVertex:
             text = text.replace(remote, local)
         job = json.loads(text)
         spec, run_dir = job["pipelineSpec"], os.path.join(self.workdir, f"job-{next(self._runs)}")
+        # The job's runtime parameters: the values compiled into runtimeConfig, then those given.
+        self._parameters = dict(job.get("runtimeConfig", {}).get("parameters", {}))
+        declared = spec["root"].get("inputDefinitions", {}).get("parameters", {})
+        for name, value in (parameters or {}).items():
+            assert name in declared, f"the job has no runtime parameter {name!r}"
+            kind = declared[name].get("type") or declared[name].get("parameterType")
+            self._parameters[name] = ({"intValue": str(value)} if "INT" in kind else {"doubleValue": value}
+                                      if "DOUBLE" in kind else {"stringValue": str(value)})
         outputs: Dict[str, Dict[str, List[Dict]]] = {}
         for name, task in _in_dependency_order(spec["root"]["dag"]["tasks"]):
             component = spec["components"][task["componentRef"]["name"]]
@@ -83,7 +93,8 @@ class OfflineVertex:
                    for key, definition in declared.items()}
         executor_input = json.dumps({
             "inputs": {"artifacts": {key: {"artifacts": arts} for key, arts in inputs.items()},
-                       "parameters": {key: value["runtimeValue"]["constantValue"]
+                       "parameters": {key: value["runtimeValue"]["constantValue"] if "runtimeValue" in value
+                                      else self._parameters[value["componentInputParameter"]]
                                       for key, value in task.get("inputs", {}).get("parameters", {}).items()}},
             "outputs": {"artifacts": {key: {"artifacts": arts} for key, arts in planned.items()},
                         "outputFile": output_file}})

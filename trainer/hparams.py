@@ -16,6 +16,9 @@ TFLITE_KINDS = ("float16", "int8")  # on-device exports (trainer/tflite_export.p
 DEFAULT_IMAGE_SIZE = {"cnn": 64, "mobilenet_v2": 224, "efficientnet_b0": 224}
 MAX_IMAGE_SIZE = 1024  # 3 MB of uint8 pixels per image in Transform's output
 MAX_EPOCHS = 10_000
+MAX_HEAD_UNITS = 4096
+DEFAULT_DROPOUT = {"cnn": 0.3}  # the backbones' head: TRANSFER_DROPOUT
+TRANSFER_DROPOUT = 0.2
 
 # Decoding memory. Transform, the Evaluator and serving decode at most this many images at
 # once (preprocessing.py's map_fn), each at most max_pixels. A PNG, GIF or BMP decodes at
@@ -62,6 +65,10 @@ class HParams:
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
     batch_size: int = 64
     learning_rate: float = 1e-3
+    # The head: dropout before the classifier (None: 0.3 for the cnn, 0.2 for the backbones' head), and the
+    # width of a hidden ReLU layer before it (0: none, the classifier sits on the features).
+    dropout: Optional[float] = None
+    head_units: int = 0
     fine_tune_learning_rate: float = 1e-5
     patience: int = 5  # epochs without a lower eval loss before training stops
     augment: str = ""  # comma-separated: flip, crop, brightness
@@ -114,6 +121,10 @@ class HParams:
             return 1024
 
     @property
+    def head_dropout(self) -> float:
+        return self.dropout if self.dropout is not None else DEFAULT_DROPOUT.get(self.model, TRANSFER_DROPOUT)
+
+    @property
     def augmentations(self):
         return [a.strip() for a in self.augment.split(",") if a.strip()]
 
@@ -146,6 +157,10 @@ class HParams:
                 raise ValueError(f"{option} {value}: use a whole number from 1 to {most:,}")
         if not 0 <= self.seed <= 2**32 - 1:  # what NumPy and TensorFlow accept as a seed
             raise ValueError(f"--seed {self.seed}: use a whole number from 0 to {2**32 - 1:,}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ValueError(f"--dropout {self.dropout}: use a fraction from 0 to below 1")
+        if not 0 <= self.head_units <= MAX_HEAD_UNITS:
+            raise ValueError(f"--head-units {self.head_units}: use 0 (none) to {MAX_HEAD_UNITS:,}")
         if not 1 <= self.augment_views <= 64:
             raise ValueError(f"augment_views {self.augment_views}: use 1 to 64 views")
         if not 1 <= self.patience <= MAX_EPOCHS:

@@ -60,12 +60,12 @@ def build(hp: HParams, num_classes: int, backbone: Optional[keras.Model] = None)
     or `backbone`, e.g. with the weights the features step used), global average pooling, then the head."""
     inputs = keras.Input((hp.image_size, hp.image_size, hp.channels), name="pixels")
     if hp.model == "cnn":
-        outputs = _cnn(inputs, num_classes)
+        outputs = _cnn(inputs, num_classes, hp)
     else:
         backbone = backbone or make_backbone(hp)
         x = backbone(_scaled(hp, inputs), training=False)  # BatchNorm stays in inference mode, even when fine-tuning
         x = keras.layers.GlobalAveragePooling2D(name="pooled")(x)
-        outputs = _head_layers(x, num_classes)
+        outputs = _head_layers(x, num_classes, hp)
     return keras.Model(inputs, outputs, name=hp.model)
 
 
@@ -77,20 +77,29 @@ def feature_extractor(hp: HParams, backbone: keras.Model) -> keras.Model:
     return keras.Model(inputs, pooled, name=f"{hp.model}_features")
 
 
-def head(num_classes: int, dim: int) -> keras.Model:
+def head(num_classes: int, dim: int, hp: HParams) -> keras.Model:
     """The transfer models' head on its own, for training on cached features (the same layers as build())."""
     inputs = keras.Input((dim,), name="features")
-    return keras.Model(inputs, _head_layers(inputs, num_classes), name="head")
+    return keras.Model(inputs, _head_layers(inputs, num_classes, hp), name="head")
+
+
+HEAD_LAYERS = ("head_hidden", "probabilities")  # the head's weighted layers, by name
 
 
 def copy_head(source: keras.Model, target: keras.Model) -> None:
-    """The head's weights (its only weighted layer) from one model to the other: a head trained on features
-    into the whole model, or a warm-started whole model's into the features head."""
-    target.get_layer("probabilities").set_weights(source.get_layer("probabilities").get_weights())
+    """The head's weights from one model to the other: a head trained on features into the whole model, or
+    a warm-started whole model's into the features head."""
+    names = {layer.name for layer in target.layers}
+    for name in HEAD_LAYERS:
+        if name in names:
+            target.get_layer(name).set_weights(source.get_layer(name).get_weights())
 
 
-def _head_layers(x, num_classes):
-    return _classifier(keras.layers.Dropout(0.2)(x), num_classes)
+def _head_layers(x, num_classes, hp: HParams):
+    if hp.head_units:
+        x = keras.layers.Dense(hp.head_units, activation="relu", name="head_hidden")(keras.layers.Dropout(
+            hp.head_dropout)(x))
+    return _classifier(keras.layers.Dropout(hp.head_dropout)(x), num_classes)
 
 
 def _classifier(x, num_classes):
@@ -98,7 +107,7 @@ def _classifier(x, num_classes):
     return keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(x)
 
 
-def _cnn(inputs, num_classes):
+def _cnn(inputs, num_classes, hp: HParams):
     # Three conv/pool blocks and a flattened head (README: Training, evaluation and serving has
     # what it reaches): a global-average-pooled head is position-blind, and did worse on digits.
     x = keras.layers.Rescaling(1 / 255.0)(inputs)
@@ -106,7 +115,10 @@ def _cnn(inputs, num_classes):
         x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         x = keras.layers.MaxPooling2D()(x)
     x = keras.layers.Flatten()(x)
-    x = keras.layers.Dropout(0.3)(x)
+    if hp.head_units:
+        x = keras.layers.Dense(hp.head_units, activation="relu", name="head_hidden")(keras.layers.Dropout(
+            hp.head_dropout)(x))
+    x = keras.layers.Dropout(hp.head_dropout)(x)
     return _classifier(x, num_classes)
 
 

@@ -22,7 +22,7 @@ from components.baseline import pipeline_root_of, relocate
 from components.backbone_features import PROFILE_FILE, SOURCE_FILE
 from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from components.progress_events import progress_event
-from trainer import export, features, input_pipeline, models, tflite_export
+from trainer import export, features, input_pipeline, models, tflite_export, tuning
 from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
 from trainer import strategy as strategies
@@ -72,7 +72,7 @@ def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy,
     evaluation = input_pipeline.make_feature_dataset(fn_args.eval_files, hp, source["dim"], 1, training=False,
                                                      batch_size=batch, drop_remainder=static)
     with strategy.scope():
-        head = models.head(num_classes, source["dim"])
+        head = models.head(num_classes, source["dim"], hp)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
         models.compile_model(head, hp.learning_rate)
     logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
@@ -125,7 +125,11 @@ def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str
 
 
 def run_fn(fn_args) -> None:
-    hp = HParams.from_custom_config(fn_args.custom_config)
+    # The Tuner's best values (--tune: trainer/tuning.py) replace the settings they searched.
+    tuned = tuning.values_of(getattr(fn_args, "hyperparameters", None))
+    hp = tuning.apply(HParams.from_custom_config(fn_args.custom_config), tuned)
+    if tuned:
+        logging.info("Trainer: the Tuner's values: %s", tuned)
     keras.utils.set_random_seed(hp.seed)  # Python, NumPy and TensorFlow
     was_deterministic = tf_config.is_op_determinism_enabled()
     if hp.deterministic:
@@ -136,7 +140,7 @@ def run_fn(fn_args) -> None:
     logging.info("Trainer: training on %s", plan.describe(replicas))
     keras.mixed_precision.set_global_policy(plan.mixed_precision_policy or "float32")
     try:
-        _train_and_export(fn_args, hp, plan, strategy)
+        _train_and_export(fn_args, hp, plan, strategy, tuned)
     finally:
         # The process may run other components next.
         keras.mixed_precision.set_global_policy("float32")
@@ -154,7 +158,8 @@ def features_source(example_patterns) -> Optional[dict]:
         return {**json.load(f), "uri": uri}
 
 
-def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy) -> None:
+def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy,
+                      tuned: dict) -> None:
     replicas = strategy.num_replicas_in_sync
 
     tft_output = tft.TFTransformOutput(fn_args.transform_output)
@@ -172,7 +177,9 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
                                            batch_size=batch, drop_remainder=static)
 
     class_names = [n.decode() for n in tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
-    info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels}
+    info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels,
+            # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
+            **({"head_units": hp.head_units} if hp.head_units else {})}
     with strategy.scope():
         backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
         model = models.build(hp, num_classes, backbone)
@@ -228,6 +235,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     record = {
         "strategy": plan.describe(replicas), "device_kind": plan.kind,
         "hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
+        "tuned": tuned or None,  # the settings the Tuner's best trial chose (in hparams too)
         "warm_started_from": warm_started, "warm_start_skipped": cold_reason,
         "deterministic": hp.deterministic,
         "train_seconds": round(seconds, 2), "epochs": [e for p in phases for e in p.epochs],

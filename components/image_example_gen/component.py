@@ -123,8 +123,9 @@ class ImageExampleGen(FileBasedExampleGen):
             store_max_pixels=store_max_pixels,
             seed=seed,
             near_duplicates=near_duplicates,
-            # The driver fills {SPAN} into input_config; the window needs the pattern as written.
-            span_pattern=input_config.splits[0].pattern if span_window > 1 else None,
+            # The driver fills {SPAN} into input_config; the window needs the pattern as written (kept whatever
+            # the window: span_window may be a runtime parameter of a compiled job).
+            span_pattern=input_config.splits[0].pattern if "{SPAN" in input_config.splits[0].pattern else None,
             examples=types.Channel(type=standard_artifacts.Examples),
             report=types.Channel(type=ImageIngestionReport))
         # FileBasedExampleGen.__init__ would build its own spec; skip to the base.
