@@ -37,9 +37,10 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     data = config.data_path()
     if not sources.exists(data):
         raise sources.DataError(f"--data {data}: no such file or folder; check the path")
-    if os.path.isfile(data) and not data.lower().endswith(".csv"):
-        raise sources.DataError(f"--data {data}: a file, but not a .csv manifest; give a folder of class "
-                                "subfolders or a CSV with a path,label[,split] header")
+    if os.path.isfile(data) and not data.lower().endswith((".csv", ".jsonl")):
+        raise sources.DataError(f"--data {data}: a file, but not a .csv manifest or an AutoML import file (.csv, "
+                                ".jsonl); give a folder of class subfolders, a CSV with a path,label[,split] header, "
+                                "or a Vertex AI AutoML import file")
     base = example_gen_base(config)
     pattern = example_gen_input(config).splits[0].pattern
     if config.span_pattern:

@@ -26,7 +26,8 @@ def example_gen_input(config: PipelineConfig) -> example_gen_pb2.Input:
 
 
 def is_manifest(data: str) -> bool:
-    return data.lower().endswith(".csv") if is_remote(data) else os.path.isfile(data)
+    """A manifest or an AutoML import file: one file naming the images (its folder is ImageExampleGen's base)."""
+    return data.lower().endswith((".csv", ".jsonl")) if is_remote(data) else os.path.isfile(data)
 
 
 def example_gen_base(config: PipelineConfig) -> str:

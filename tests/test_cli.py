@@ -21,7 +21,7 @@ def folders(tmp_path):
     make_class_tree(tmp_path / "one", classes=("cat",), per_class=2)
     make_class_tree(tmp_path / "two", per_class=2)
     os.mkdir(tmp_path / "empty")
-    write(tmp_path / "nohdr.csv", b"a.jpg,cat\n")
+    write(tmp_path / "nohdr.csv", b"photo-1,cat\n")
     write(tmp_path / "photo.jpg", image_bytes())
     return tmp_path
 

@@ -90,7 +90,7 @@ def test_manifest_rows_and_their_problems(tmp_path):
 
 
 @pytest.mark.parametrize("content, expected", [
-    (b"a.jpg,cat\n", "header naming the columns path,label"),
+    (b"photo-1,cat\n", "header naming the columns path,label"),  # (a.jpg,cat: an AutoML import row)
     (b"", "header naming the columns path,label"),
     (b"path,label\n", "no rows"),
     (b"\xff\xfe\x00bad", "not UTF-8"),

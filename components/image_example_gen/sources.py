@@ -1,9 +1,11 @@
 """Turns a data source into the list of files to ingest, each with its label and split.
 
-Three layouts, detected from the source itself (or forced with `layout=`):
+Four layouts, detected from the source itself (or forced with `layout=`):
   folders   <root>/<class>/.../<image>              (split by content hash)
   presplit  <root>/<split>/<class>/.../<image>      (split from the folder name)
   manifest  a CSV file with a `path,label[,split]` header; paths relative to the CSV
+  automl    Vertex AI AutoML import files (CSV [ML_USE,]PATH,LABEL without a header, or JSON Lines),
+            one or a folder of them (automl_import.py)
 
 Only listing happens here: no file is opened except the CSV. Problems that are
 known from the listing alone (a manifest row whose file escapes the data root, a
@@ -24,7 +26,7 @@ from typing import BinaryIO, Iterator, List, NamedTuple, Optional, Tuple
 
 from components.image_example_gen.image_check import Reason
 
-LAYOUTS = ("auto", "folders", "presplit", "manifest")
+LAYOUTS = ("auto", "folders", "presplit", "manifest", "automl")
 SPLIT_ORDER = ("train", "eval", "test")
 
 # Folder names and manifest values accepted for each split.
@@ -264,13 +266,21 @@ def normalize_label(label: str) -> str:
 
 
 def detect_layout(source: str) -> str:
-    """'manifest' for a .csv file, 'presplit' when the top folders are split names, else 'folders'."""
+    """'automl' for AutoML import files (a .jsonl, a .csv of [ML_USE,]PATH,LABEL rows, or a folder of them),
+    'manifest' for another .csv, 'presplit' when the top folders are split names, else 'folders'."""
+    from components.image_example_gen import automl_import
+
     if not is_dir(source):
+        if source.lower().endswith(".jsonl"):
+            return "automl"
         if source.lower().endswith(".csv"):
-            return "manifest"
+            return "automl" if automl_import.looks_like_import_csv(read_manifest(source)) else "manifest"
         raise DataError(
-            f"{source}: not a folder or a .csv manifest; point it at a folder of class "
-            "subfolders (<data>/<class>/<image>) or a CSV with a path,label[,split] header")
+            f"{source}: not a folder, a .csv manifest or an AutoML import file (.csv, .jsonl); point it at a "
+            "folder of class subfolders (<data>/<class>/<image>), a CSV with a path,label[,split] header, or a "
+            "Vertex AI AutoML import file")
+    if automl_import.import_files(source):
+        return "automl"
     top = {rel.split("/", 1)[0] for rel, _, _, _ in walk(source)
            if "/" in rel and not is_hidden(rel)}
     if top and all(t.lower() in SPLIT_ALIASES for t in top) and any(
@@ -298,6 +308,10 @@ def list_source(data_root: str, source: str, layout: str = "auto",
         layout = detect_layout(source)
     if layout == "manifest":
         listing = _list_manifest(data_root, source)
+    elif layout == "automl":
+        from components.image_example_gen import automl_import
+
+        listing = automl_import.list_import(data_root, source)
     else:
         listing = _list_tree(data_root, source, presplit=(layout == "presplit"))
     if split is not None:
@@ -372,7 +386,8 @@ def _list_manifest(data_root: str, manifest: str) -> Listing:
         got = ",".join(rows[0])[:60] if rows else "an empty file"
         raise DataError(
             f"{manifest}: the first line must be a header naming the columns path,label[,split] "
-            f"(got {got!r}); add that header line")
+            f"(got {got!r}); add that header line (an AutoML import file, [ML_USE,]PATH,LABEL, is read with "
+            "--layout automl)")
     col_path, col_label = header.index("path"), header.index("label")
     col_split = header.index("split") if "split" in header else None
     base = posixpath.dirname(manifest) if is_remote(manifest) else os.path.dirname(os.path.abspath(manifest))
@@ -468,6 +483,12 @@ def check_usable(listing: Listing) -> None:
         raise DataError(
             f"{listing.source}: found only one class ({classes[0]!r}); a classifier needs at least "
             "two, so add a folder (or manifest label) per class")
+    if listing.layout == "automl":
+        usable = [c for c in listing.candidates if not c.problem]
+        for needed, ml_use in (("train", "TRAINING"), ("eval", "VALIDATION")):
+            if not any(c.split in (needed, None) for c in usable):
+                raise DataError(f"{listing.source}: no {ml_use} or UNASSIGNED rows, so no {needed} split; mark some "
+                                f"rows {ml_use}, or leave ML_USE out to split by hash")
     if listing.layout == "presplit":
         splits = {c.split for c in listing.candidates if c.split}
         for needed in ("train", "eval"):
