@@ -4,11 +4,16 @@ image_example_gen/   ImageExampleGen: image files -> tf.Examples, and a profile 
 validation_gate.py   DataValidationGate: stops the run on anomalies or drift (drift.py)
 backbone_features/   BackboneFeatures: the transfer models' backbone run once per image, cached
 data_health/         DataHealth: likely label errors, outliers, feature drift; gates on them
-model_evaluator.py   the Evaluator's executor: no comparison across class changes
+tuning/              ImageTuner: the hyperparameter search, only when the data or settings moved
+runtime_settings.py  the Trainer and Evaluator with the settings a compiled job's runs can change
+model_evaluator.py   the Evaluator's executor: no comparison across class changes, threshold views, test split
+evaluation_views.py  precision, recall and coverage at confidence thresholds (plain Python)
+evaluation_results.py  what the Evaluator found, read back from its artifact
+model_card/          ModelCard: a card with every model, from ML Metadata and the artifacts; ImagePusher
 beam_tuning.py       StatisticsGen, Transform and Evaluator executors tuned for large examples
 """
 
-_ARTIFACTS = ("ImageIngestionReport", "DataValidationResult", "DataHealthReport")
+_ARTIFACTS = ("ImageIngestionReport", "DataValidationResult", "DataHealthReport", "ModelCard")
 
 
 def __getattr__(name):

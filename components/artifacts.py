@@ -24,3 +24,9 @@ class DataHealthReport(types.Artifact):
     """Data health (components/data_health): health.json, label_issues.csv, outliers.csv."""
 
     TYPE_NAME = "components.DataHealthReport"
+
+
+class ModelCard(types.Artifact):
+    """A model's card (components/model_card): model_card.json, .md, .html and threshold.json."""
+
+    TYPE_NAME = "components.ModelCard"

@@ -1,4 +1,5 @@
-"""The Evaluator's executor: TFX's (tuned, components/beam_tuning.py), with two additions for retraining.
+"""The Evaluator's executor: TFX's (tuned, components/beam_tuning.py), with additions for retraining and for
+the views teams coming from Vertex AutoML expect.
 
 - A baseline trained on other classes is not compared with. The latest blessed model of a
   pipeline may predict other classes than the candidate (a class added, removed or renamed in a
@@ -8,6 +9,12 @@
 - The accuracy threshold can be a parameter of its own (`accuracy_threshold`, components/runtime_settings.py:
   a compiled job's runtime parameter); it replaces the lower bound of SparseCategoricalAccuracy's threshold
   in eval_config before TFMA reads it.
+- views.json (components/evaluation_views.py): precision, recall and coverage as the confidence threshold
+  moves, overall and per class, and the threshold chosen for the model (`confidence_threshold`, or the
+  lowest reaching `target_precision`), from TFMA's confusion matrices at thresholds.
+- A `test` split (an AutoML import's TEST rows, a test/ folder) is scored too, apart: TFX's executor runs
+  again on it, into the evaluation's test/ folder, with views at the eval split's chosen threshold. It
+  blesses nothing: the blessing is the eval split's.
 - The blessing keeps the data profile of the examples the model was judged on (ImageExampleGen's
   profile.json, train and eval). The next run's validation gate resolves the latest blessed model's
   blessing and compares its new data with this profile (components/drift.py): a reference that
@@ -28,6 +35,8 @@ from components.image_example_gen import PROFILE_FILE
 
 BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no baseline was compared
 THRESHOLD = "accuracy_threshold"  # the Evaluator's own parameter (components/runtime_settings.py)
+CONFIDENCE, TARGET_PRECISION = "confidence_threshold", "target_precision"  # its parameters for views.json
+TEST_SPLIT = "test"
 ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (pipeline/pipeline.py)
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
 MODEL_INFO = os.path.join("keras", "model_info.json")
@@ -101,3 +110,43 @@ class Executor(beam_tuning.EvaluatorExecutor):
         profile = os.path.join(examples.uri, PROFILE_FILE)
         if fileio.exists(profile):
             fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
+        evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
+        candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+        names = model_classes(candidate.uri)
+        if not names:
+            return  # a model that does not record its classes (older versions): no views
+        found = self._write_views(evaluation.uri, names, exec_properties.get(CONFIDENCE),
+                                  exec_properties.get(TARGET_PRECISION))
+        if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
+            self._score_test(input_dict, evaluation.uri, exec_properties)
+            self._write_views(os.path.join(evaluation.uri, TEST_SPLIT), names, found["chosen"]["threshold"], None,
+                              how=f"the eval split's: {found['chosen']['how']}")
+
+    @staticmethod
+    def _write_views(uri: str, names: List[str], confidence: Optional[float], target: Optional[float],
+                     how: Optional[str] = None) -> dict:
+        from tfx.utils import io_utils
+
+        from components import evaluation_results, evaluation_views
+
+        found = evaluation_views.views(evaluation_results.matrices(uri), names, confidence, target)
+        if how:
+            found["chosen"]["how"] = how
+        io_utils.write_string_file(os.path.join(uri, evaluation_views.VIEWS_FILE), json.dumps(found, indent=1))
+        return found
+
+    def _score_test(self, input_dict, evaluation_uri: str, exec_properties) -> None:
+        """TFX's Evaluator once more, on the test split alone, into <evaluation>/test (blessing nothing)."""
+        import tempfile
+
+        from tfx.types import standard_artifacts
+
+        scored = standard_artifacts.ModelEvaluation()
+        scored.uri = os.path.join(evaluation_uri, TEST_SPLIT)
+        unused = standard_artifacts.ModelBlessing()
+        unused.uri = tempfile.mkdtemp(prefix="imagepipe-test-blessing-")
+        inputs = {k: v for k, v in input_dict.items() if k != standard_component_specs.BASELINE_MODEL_KEY}
+        properties = {**exec_properties, standard_component_specs.EXAMPLE_SPLITS_KEY: json.dumps([TEST_SPLIT])}
+        logging.info("Evaluator: scoring the test split apart, into %s", scored.uri)
+        super().Do(inputs, {standard_component_specs.EVALUATION_KEY: [scored],
+                            standard_component_specs.BLESSING_KEY: [unused]}, properties)

@@ -39,9 +39,9 @@ class ImageModelHandler(ModelHandler):
     """Loads the model's serving call (a SavedModel's serving_default, or a .tflite file) once per worker;
     a batch is (path, encoded bytes) pairs."""
 
-    def __init__(self, model_dir: str, top: int):
+    def __init__(self, model_dir: str, top: int, threshold: float = 0.0):
         super().__init__()
-        self._model_dir, self._top = model_dir, top
+        self._model_dir, self._top, self._threshold = model_dir, top, threshold
 
     def load_model(self):
         return predict.load_serving(self._model_dir)
@@ -51,7 +51,7 @@ class ImageModelHandler(ModelHandler):
         # BatchElements bounds a batch's encoded bytes; model calls also take at most 64 images, as in
         # the in-process predict, so small files do not make calls of hundreds of decoded images.
         for chunk in predict.byte_batches(batch, size=lambda item: len(item[1])):
-            labels = predict.label_batch(model, [data for _, data in chunk], self._top)
+            labels = predict.label_batch(model, [data for _, data in chunk], self._top, self._threshold)
             results += [{"path": path, **label} for (path, _), label in zip(chunk, labels)]
         return results
 
@@ -116,24 +116,31 @@ def csv_text(cells: List[str]) -> str:
 
 
 def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: int, max_pixels: int,
-          progress_dir: Optional[str] = None) -> None:
+          progress_dir: Optional[str] = None, threshold: float = 0.0, automl_output: Optional[str] = None) -> None:
+    """The job: every input read, classified and written to `output` (and, with automl_output, in Vertex
+    AutoML's batch prediction shape there too: every class at or above the confidence threshold)."""
     read = (p
             | "ListInputs" >> beam.io.ReadFromText(input_list, validate=False)  # written just before the job
             | "Spread" >> beam.Reshuffle()  # the list is one file: without this one worker reads every image
             | "ReadImage" >> beam.ParDo(ReadImage(max_pixels, progress_dir)).with_outputs("errors", main="images"))
     labelled = (read.images
-                | "Classify" >> RunInference(ImageModelHandler(model_dir, top))
+                | "Classify" >> RunInference(ImageModelHandler(
+                    model_dir, predict.EVERY_CLASS if automl_output else top, threshold))
                 | "Count" >> beam.Map(count_result))
     if predict.output_kind(output) == ".csv":
         header = csv_text(predict.csv_header(top))
         format_result = "Format" >> beam.Map(lambda result: csv_text(predict.csv_cells(result, top)))
     else:
         header = None
-        format_result = "Format" >> beam.Map(predict.json_record)
-    ((labelled, read.errors)
-     | "Merge" >> beam.Flatten()
-     | format_result
-     | "Write" >> beam.io.WriteToText(output, shard_name_template="", num_shards=1, header=header))
+        format_result = "Format" >> beam.Map(lambda result: predict.json_record(result, top))
+    merged = (labelled, read.errors) | "Merge" >> beam.Flatten()
+    _ = (merged
+         | format_result
+         | "Write" >> beam.io.WriteToText(output, shard_name_template="", num_shards=1, header=header))
+    if automl_output:
+        _ = (merged
+             | "FormatAutoML" >> beam.Map(lambda result: predict.automl_record(result, threshold))
+             | "WriteAutoML" >> beam.io.WriteToText(automl_output, shard_name_template="", num_shards=1))
 
 
 def local_args(workers: int) -> List[str]:
@@ -150,7 +157,8 @@ def local_args(workers: int) -> List[str]:
 
 
 def run(model_dir: str, inputs: Iterable[predict.Input], output: str, top: int, max_pixels: int,
-        beam_args: List[str], temp_dir: Optional[str] = None, progress=None, started=None) -> Dict[str, int]:
+        beam_args: List[str], temp_dir: Optional[str] = None, progress=None, started=None, threshold: float = 0.0,
+        automl_output: Optional[str] = None) -> Dict[str, int]:
     """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
 
     The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
@@ -171,7 +179,7 @@ def run(model_dir: str, inputs: Iterable[predict.Input], output: str, top: int, 
         with stderr_to(os.path.join(workdir, "workers.log") if local else None) as console:
             with watch_progress(progress_dir, progress(count, console) if progress else None):
                 p = beam.Pipeline(options=PipelineOptions(beam_args))
-                build(p, input_list, model_dir, output, top, max_pixels, progress_dir)
+                build(p, input_list, model_dir, output, top, max_pixels, progress_dir, threshold, automl_output)
                 result = p.run()
                 if started:
                     started(result)
@@ -180,6 +188,8 @@ def run(model_dir: str, inputs: Iterable[predict.Input], output: str, top: int, 
                     if c.key.metric.namespace == NAMESPACE}
     except BaseException as e:
         remove_beam_temp(output)
+        if automl_output:
+            remove_beam_temp(automl_output)
         log = os.path.join(workdir, "workers.log")
         if local and not worker_error(e) and os.path.exists(log):  # unforeseen: what the workers said helps
             with open(log, errors="replace") as f:

@@ -110,6 +110,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "settings and seed give the same model)")
     t.add_argument("--warm-start", action="store_true", default=None,
                    help="start training from the latest blessed model (same classes and model)")
+    t.add_argument("--confidence-threshold", type=float, help="the model answers 'unsure' below this top "
+                   "probability (imagepipe predict; in the model card): the report shows precision, recall and "
+                   "coverage at every threshold")
+    t.add_argument("--target-precision", type=float, help="instead: the lowest confidence threshold at which the "
+                   "eval split's precision reaches this")
     t.add_argument("--tune", type=int, metavar="N", help="search hyperparameters first (learning rate, dropout, head "
                    "width, batch size; KerasTuner, Bayesian) in N trials scored on the eval split; later runs of "
                    "the pipeline reuse the best values until the classes, the data or the settings change")
@@ -217,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--root", help="the run's --root (to find the pushed model)")
     predict.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     predict.add_argument("--top", type=int, default=1, help="classes to show per image (default 1)")
+    predict.add_argument("--confidence-threshold", type=float, help="answer 'unsure' when the best probability is "
+                         "below this (default: the threshold that came with the model, its threshold.json; else none)")
+    predict.add_argument("--automl-output", help="also write the results in Vertex AutoML's batch prediction shape "
+                         "(JSON Lines: instance, prediction {ids, displayNames, confidences}) to this .jsonl file")
     predict.add_argument("--workers", type=int, default=0,
                          help="classify with Beam in this many local processes (RunInference; needs --output); "
                               "default: in this process")
@@ -603,50 +612,63 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.workers > cores:
         raise ConfigError(f"--workers {args.workers}: this machine has {cores} cores, and each worker loads TensorFlow "
                           f"and the model (~0.7 GB); use at most {cores}, or --dataflow for more machines")
+    if args.confidence_threshold is not None and not 0 <= args.confidence_threshold < 1:
+        raise ConfigError(f"--confidence-threshold {args.confidence_threshold}: use a fraction from 0 to below 1")
     try:
-        if args.output:  # before the model loads: a bad --output is one line at once
-            predict.output_kind(args.output)
-            user_files.check_target(args.output, "--output")
+        for option, path in (("--output", args.output), ("--automl-output", args.automl_output)):
+            if path:  # before the model loads: a bad output file is one line at once
+                predict.output_kind(path, option)
+                user_files.check_target(path, option)
         model_dir = predict.resolve_model_dir(model)
+        threshold, how = ((args.confidence_threshold, "--confidence-threshold")
+                          if args.confidence_threshold is not None else predict.model_threshold(model_dir))
         if args.workers < 0:
             raise predict.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
         if args.workers or args.dataflow:
-            return _predict_with_beam(args, config, model_dir, top)
+            return _predict_with_beam(args, config, model_dir, top, threshold)
         writer = predict.ResultWriter(args.output, top) if args.output else None
+        automl = predict.ResultWriter(args.automl_output, top, automl_threshold=threshold) if args.automl_output \
+            else None
     except (predict.ModelNotFound, predict.ModelUnusable, predict.InputError) as e:
         return _fail(EXIT_BAD_INPUT, str(e))
+    writers = [w for w in (writer, automl) if w]
+    if threshold:
+        print(f"confidence threshold {threshold:g} ({how}): below it an image is 'unsure'", file=sys.stderr)
     _quiet_logs(verbose=False)
     show = predict.printable  # file and class names may hold terminal escape sequences
-    progress = predict.Progress(sys.stderr) if writer else None  # else every result is printed anyway
+    progress = predict.Progress(sys.stderr) if writers else None  # else every result is printed anyway
     seen = failed = 0
     try:
-        for result in predict.classify(model_dir, predict.expand_inputs(args.images), top=top,
-                                       max_pixels=config.max_pixels):
+        for result in predict.classify(model_dir, predict.expand_inputs(args.images),
+                                       top=predict.EVERY_CLASS if automl else top, max_pixels=config.max_pixels,
+                                       threshold=threshold):
             seen += 1
             failed += "error" in result
-            if writer:
-                writer.write(result)
+            for w in writers:
+                w.write(result)
+            if progress:
                 progress.update(seen)
-            if writer and seen > PREDICT_SHOWN:
+            if writers and seen > PREDICT_SHOWN:
                 continue
             if "error" in result:
                 print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
             else:
-                print(f"{show(result['path'])}: " + ", ".join(f"{show(name)} ({p:.3f})"
-                                                             for name, p in result["predictions"]))
+                shown = ", ".join(f"{show(name)} ({p:.3f})" for name, p in result["predictions"][:top])
+                print(f"{show(result['path'])}: " + (f"unsure (best: {shown})" if result.get("unsure") else shown))
         if progress:
             progress.update(seen, final=True)
-        if writer:  # a results file appears under its name only when every input is in it
-            writer.close(complete=seen > 0)
+        for w in writers:  # a results file appears under its name only when every input is in it
+            w.close(complete=seen > 0)
     except (predict.ModelUnusable, predict.InputError) as e:
         return _fail(EXIT_BAD_INPUT, str(e))
     finally:
-        if writer:
-            writer.close(complete=False)  # interrupted or failed: removed (no-op once closed)
+        for w in writers:
+            w.close(complete=False)  # interrupted or failed: removed (no-op once closed)
     if not seen:
         return _fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
-    if writer:
-        print(f"{seen:,} inputs: {seen - failed:,} classified, {failed:,} failed; results in {writer.path}")
+    if writers:
+        print(f"{seen:,} inputs: {seen - failed:,} classified, {failed:,} failed; results in "
+              + " and ".join(w.path for w in writers))
     return EXIT_RUN_FAILED if failed else 0
 
 
@@ -657,7 +679,8 @@ def _announce_dataflow_job(result) -> None:
           f"{result.job_id()}?project={job.projectId}", flush=True)
 
 
-def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_dir: str, top: int) -> int:
+def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_dir: str, top: int,
+                       threshold: float) -> int:
     """`predict --workers N` / `--dataflow`: the same results through Beam's RunInference, into --output."""
     _quiet_logs(verbose=False)  # before Beam's import, which warns about this Python's support
     os.environ["PYTHONWARNINGS"] = "ignore"  # and so would each of its worker processes
@@ -675,13 +698,16 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
 
         beam_args = dataflow_args(config, cloud)
     else:
-        batch_predict.check_local_output(args.output)
+        for path in (args.output, args.automl_output):
+            if path:
+                batch_predict.check_local_output(path)
         beam_args = batch_predict.local_args(args.workers)
     try:
         counts = batch_predict.run(model_dir, predict.expand_inputs(args.images), args.output, top,
                                    config.max_pixels, beam_args, temp_dir=temp_dir,
                                    progress=lambda total, stream: predict.Progress(stream, total),
-                                   started=_announce_dataflow_job if args.dataflow else None)
+                                   started=_announce_dataflow_job if args.dataflow else None,
+                                   threshold=threshold, automl_output=args.automl_output)
     except Exception as e:  # noqa: BLE001 - Beam wraps a worker's exception in its own types
         unusable = batch_predict.worker_error(e)  # the model is loaded by the workers, not here
         if unusable:
@@ -690,7 +716,7 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
     if not counts["inputs"]:
         return _fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
     print(f"{counts['inputs']:,} inputs: {counts['classified']:,} classified, {counts['failed']:,} failed; "
-          f"results in {args.output}")
+          f"results in {args.output}" + (f" and {args.automl_output}" if args.automl_output else ""))
     return EXIT_RUN_FAILED if counts["failed"] else 0
 
 

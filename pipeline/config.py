@@ -111,6 +111,10 @@ class PipelineConfig:
     # Evaluator: bless a model when eval accuracy reaches this, and (after the first) when it is
     # no worse than the last blessed model. Pusher copies blessed models under <root>/serving/<name>.
     accuracy_threshold: float = 0.9
+    # The confidence threshold that goes with the model (imagepipe predict answers "unsure" below it): this
+    # one, or the lowest at which the eval split's precision reaches target_precision; none by default.
+    confidence_threshold: Optional[float] = None
+    target_precision: Optional[float] = None
     enable_cache: bool = True
     beam_args: List[str] = dataclasses.field(default_factory=list)  # e.g. Dataflow settings
 
@@ -223,6 +227,13 @@ class PipelineConfig:
             raise ConfigError(f"--tune {self.tune}: use a number of trials from 1 to {MAX_TRIALS:,} (0: no search)")
         if self.tune_mode not in TUNE_MODES:
             raise ConfigError(f"tune_mode {self.tune_mode!r}: use {' or '.join(TUNE_MODES)}")
+        for option, value in (("confidence-threshold", self.confidence_threshold),
+                              ("target-precision", self.target_precision)):
+            if value is not None and not 0 <= value < 1:
+                raise ConfigError(f"--{option} {value}: use a fraction from 0 to below 1")
+        if self.confidence_threshold is not None and self.target_precision is not None:
+            raise ConfigError("--confidence-threshold and --target-precision: give one (a threshold, or the precision "
+                              "it must reach)")
         if not 0 <= self.accuracy_threshold <= 1:
             raise ConfigError(f"--accuracy-threshold {self.accuracy_threshold}: use a fraction from 0 to 1")
         if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \

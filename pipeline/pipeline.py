@@ -2,11 +2,14 @@
 
   ImageExampleGen -> StatisticsGen -> SchemaGen | ImportSchemaGen -> ExampleValidator -> DataValidationGate
     -> Transform -> [BackboneFeatures: transfer models] -> DataHealth -> DataHealthGate -> [Tuner: --tune N]
-    -> Trainer -> Evaluator (vs the latest blessed model) -> Pusher (when blessed)
+    -> Trainer -> Evaluator (vs the latest blessed model) -> ModelCard -> Pusher (when blessed, with the card)
 
 Transform runs after the gate, so nothing consumes data that failed validation. On Vertex AI and Kubeflow
 the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compiled job can change them.
 """
+
+import json
+from typing import Optional
 
 import tensorflow_data_validation as tfdv
 import tensorflow_model_analysis as tfma
@@ -14,11 +17,12 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
 from components import beam_tuning, model_evaluator
-from components import runtime_settings
+from components import evaluation_views, runtime_settings
 from components.backbone_features.component import BackboneFeatures
 from components.data_health.component import DataHealth
 from components.data_health.gate import DataHealthGate
 from components.image_example_gen.component import ImageExampleGen
+from components.model_card.component import ImagePusher, ModelCard
 from components.tuning.component import ImageTuner, LatestSearch
 from components.validation_gate import DataValidationGate
 from pipeline.config import RUNTIME_PARAMETERS, PipelineConfig, job_has_parameter
@@ -27,7 +31,7 @@ from pipeline.pipeline_inputs import example_gen_base, example_gen_input, exampl
 from trainer.features import IMAGE_KEY, LABEL_KEY
 
 
-def eval_config(accuracy_threshold: float) -> tfma.EvalConfig:
+def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float] = None) -> tfma.EvalConfig:
     """Accuracy gates the blessing: above the threshold, and no worse than the baseline.
 
     The model's own `transform_features` signature turns raw eval examples into its label ids
@@ -47,7 +51,10 @@ def eval_config(accuracy_threshold: float) -> tfma.EvalConfig:
         tfma.MetricConfig(class_name="ExampleCount"),
         accuracy,
         tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
-        tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
+        # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
+        # (components/evaluation_views.py; threshold 0 is the plain argmax confusion matrix).
+        tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot", config=json.dumps(
+            {"thresholds": evaluation_views.thresholds_with(confidence_threshold)})),
     ])]
     return tfma.EvalConfig(
         model_specs=[tfma.ModelSpec(signature_name="serving_examples", label_key=LABEL_KEY,
@@ -197,24 +204,34 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
         baseline_model=baseline.outputs["model"] if baseline else None,
-        eval_config=eval_config(config.accuracy_threshold),
+        eval_config=eval_config(config.accuracy_threshold, config.confidence_threshold),
         example_splits=["eval"],
-        settings={"accuracy_threshold": setting("accuracy_threshold")} if platform.compiled else {},
+        settings={**({"accuracy_threshold": setting("accuracy_threshold")} if platform.compiled else {}),
+                  "confidence_threshold": config.confidence_threshold, "target_precision": config.target_precision},
     ).with_id("Evaluator")
+
+    # The model's card, from ML Metadata and the artifacts (components/model_card), with the confidence
+    # threshold the Evaluator chose; pushed beside the model.
+    card = ModelCard(model=trainer.outputs["model"], model_run=trainer.outputs["model_run"],
+                     evaluation=evaluator.outputs["evaluation"], blessing=evaluator.outputs["blessing"],
+                     examples=example_gen.outputs["examples"], ingestion_report=example_gen.outputs["report"],
+                     health=health.outputs["health"], baseline_model=baseline.outputs["model"] if baseline else None,
+                     pipeline=config.pipeline_name)
 
     if platform.vertex_serving_config:
         pusher = tfx.extensions.google_cloud_ai_platform.Pusher(
             model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
             custom_config=platform.vertex_serving_config)
     else:
-        pusher = tfx.components.Pusher(
+        pusher = ImagePusher(
             model=trainer.outputs["model"],
             model_blessing=evaluator.outputs["blessing"],
+            model_card=card.outputs["model_card"],
             push_destination=tfx.proto.PushDestination(
-                filesystem=tfx.proto.PushDestination.Filesystem(base_directory=platform.serving_dir)))
+                filesystem=tfx.proto.PushDestination.Filesystem(base_directory=platform.serving_dir))).with_id("Pusher")
 
     components = [example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
-                  transform, features, health, health_gate, previous_search, tuner, trainer, evaluator, pusher]
+                  transform, features, health, health_gate, previous_search, tuner, trainer, evaluator, card, pusher]
     components = [c for c in components if c is not None]
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,

@@ -230,10 +230,14 @@ def inspect_input(item: Input, max_pixels: int) -> Dict:
     return result
 
 
-def label_batch(serve, images: List[bytes], top: int) -> List[Dict]:
-    """{'predictions': [(class, probability), ...]} per image, best first, or {'error'} for an image
-    TensorFlow cannot decode (it passed Pillow's checks); such an image makes the batch fail, so the
-    batch is then served one image at a time and only that image gets the error."""
+EVERY_CLASS = 0  # label_batch(top=EVERY_CLASS): every class, best first (the AutoML output lists them all)
+
+
+def label_batch(serve, images: List[bytes], top: int, threshold: float = 0.0) -> List[Dict]:
+    """{'predictions': [(class, probability), ...], 'ids': [class id, ...], 'unsure'} per image, best first,
+    or {'error'} for an image TensorFlow cannot decode (it passed Pillow's checks); such an image makes the
+    batch fail, so the batch is then served one image at a time and only that image gets the error.
+    'unsure': the best probability is below the model's confidence threshold (model_threshold())."""
     import tensorflow as tf
 
     try:
@@ -241,17 +245,34 @@ def label_batch(serve, images: List[bytes], top: int) -> List[Dict]:
     except tf.errors.InvalidArgumentError as e:
         if len(images) == 1:
             return [{"error": f"undecodable: {(e.message or type(e).__name__).splitlines()[0][:200]}"}]
-        return [row for image in images for row in label_batch(serve, [image], top)]
+        return [row for image in images for row in label_batch(serve, [image], top, threshold)]
     probabilities = out["probabilities"].numpy()
     names = [n.decode() for n in out["class_names"].numpy()[0]]
-    return [{"predictions": [(names[j], float(row[j])) for j in row.argsort()[::-1][:top]]}
-            for row in probabilities]
+    found = []
+    for row in probabilities:
+        best = row.argsort()[::-1][:top or len(names)]
+        found.append({"predictions": [(names[j], float(row[j])) for j in best], "ids": [int(j) for j in best],
+                      "unsure": bool(row[best[0]] < threshold)})
+    return found
+
+
+def model_threshold(model_dir: str) -> Tuple[float, str]:
+    """(the confidence threshold that goes with a pushed model, how it was chosen): threshold.json beside the
+    SavedModel (components/model_card); (0, "none") for a model without one (every image gets a class)."""
+    from components.model_card import THRESHOLD_FILE
+
+    path = sources.join(os.path.dirname(model_dir) if model_dir.endswith(".tflite") else model_dir, THRESHOLD_FILE)
+    try:
+        found = json.loads(sources.read_bytes(path))
+        return float(found.get("threshold") or 0.0), str(found.get("how") or "")
+    except Exception:  # noqa: BLE001 - missing, unreadable (a remote store's own errors) or not JSON: none
+        return 0.0, "none"
 
 
 def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,
-             max_pixels: int = MAX_PIXELS) -> Iterator[Dict]:
-    """One result per input, in order, as they are ready: {'path', 'predictions': [(class, probability)...]}
-    or {'path', 'error'}.
+             max_pixels: int = MAX_PIXELS, threshold: float = 0.0) -> Iterator[Dict]:
+    """One result per input, in order, as they are ready: {'path', 'predictions': [(class, probability)...],
+    'ids', 'unsure'} or {'path', 'error'}.
 
     Streams: files are read as their batch fills (at most BATCH_BYTES of encoded images, 64 files),
     so memory does not grow with the number of inputs. The model is loaded at the first readable image.
@@ -263,7 +284,7 @@ def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,
         images = [result for result in window if "data" in result]
         if images:
             serve = serve or load_serving(resolve_model_dir(model_dir))
-            for result, labels in zip(images, label_batch(serve, [r.pop("data") for r in images], top)):
+            for result, labels in zip(images, label_batch(serve, [r.pop("data") for r in images], top, threshold)):
                 result.update(labels)
         yield from window
 
@@ -323,32 +344,58 @@ def byte_batches(items: Iterable, size: Callable = len, max_bytes: int = BATCH_B
         yield batch
 
 
-def json_record(result: Dict) -> str:
-    """A result as one JSONL line (no newline): path, then predictions [{class, probability}] or error."""
+def json_record(result: Dict, top: int = 0) -> str:
+    """A result as one JSONL line (no newline): path, then predictions [{class, probability}] (the first `top`;
+    0: all) and unsure (the best is below the model's confidence threshold), or error."""
     record = {"path": result["path"]}
     if "error" in result:
         record["error"] = result["error"]
     else:
-        record["predictions"] = [{"class": name, "probability": round(p, 6)} for name, p in result["predictions"]]
+        record["predictions"] = [{"class": name, "probability": round(p, 6)}
+                                 for name, p in result["predictions"][:top or None]]
+        record["unsure"] = bool(result.get("unsure"))
+    return json.dumps(record, ensure_ascii=False)
+
+
+MIME_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif": "image/gif",
+              ".bmp": "image/bmp", ".webp": "image/webp"}
+
+
+def automl_record(result: Dict, threshold: float) -> str:
+    """A result in Vertex AutoML's batch prediction shape (one JSONL line): instance {content, mimeType} and
+    prediction {ids, displayNames, confidences}, the classes at or above the confidence threshold, best first
+    (none when the model is unsure); an input that failed has error {message} instead."""
+    record: Dict = {"instance": {"content": result["path"], "mimeType": MIME_TYPES.get(
+        os.path.splitext(result["path"])[1].lower(), "application/octet-stream")}}
+    if "error" in result:
+        record["error"] = {"message": result["error"]}
+    else:
+        kept = [(j, name, p) for j, (name, p) in zip(result["ids"], result["predictions"]) if p >= threshold]
+        record["prediction"] = {"ids": [str(j) for j, _, _ in kept], "displayNames": [n for _, n, _ in kept],
+                                "confidences": [round(p, 6) for _, _, p in kept]}
     return json.dumps(record, ensure_ascii=False)
 
 
 def csv_header(top: int) -> List[str]:
-    return ["path", *[f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")], "error"]
+    return ["path", *[f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")],
+            "unsure", "error"]
 
 
 def csv_cells(result: Dict, top: int) -> List[str]:
     """A result as a CSV row under csv_header(top): empty class/probability cells where there are fewer."""
-    cells = [value for name, p in result.get("predictions", []) for value in (name, f"{p:.6f}")]
-    row = [result["path"], *cells, *[""] * (2 * top - len(cells)), result.get("error", "")]
+    cells = [value for name, p in result.get("predictions", [])[:top] for value in (name, f"{p:.6f}")]
+    unsure = "" if "error" in result else ("yes" if result.get("unsure") else "no")
+    row = [result["path"], *cells, *[""] * (2 * top - len(cells)), unsure, result.get("error", "")]
     return [spreadsheet_safe(cell) for cell in row]  # names are the user's (or an attacker's): never formulas
 
 
-def output_kind(path: str) -> str:
-    """'.jsonl' or '.csv' from a results file's name; else InputError."""
+def output_kind(path: str, option: str = "--output") -> str:
+    """'.jsonl' or '.csv' from a results file's name; else InputError (--automl-output: .jsonl only)."""
     kind = os.path.splitext(path)[1].lower()
+    if option == "--automl-output" and kind != ".jsonl":
+        raise InputError(f"--automl-output {path}: name a .jsonl file (AutoML's batch prediction output is JSON Lines)")
     if kind not in (".jsonl", ".csv"):
-        raise InputError(f"--output {path}: name a .jsonl or .csv file")
+        raise InputError(f"{option} {path}: name a .jsonl or .csv file")
     return kind
 
 
@@ -380,8 +427,10 @@ class ResultWriter:
     """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete.
     A write that fails (a full disk) is one InputError naming --output, and leaves no partial file."""
 
-    def __init__(self, path: str, top: int):
-        kind = output_kind(path)
+    def __init__(self, path: str, top: int, automl_threshold: Optional[float] = None):
+        """automl_threshold set: AutoML's batch prediction shape (automl_record) at that threshold."""
+        kind = output_kind(path, "--output" if automl_threshold is None else "--automl-output")
+        self._automl = automl_threshold
         self.path, self._partial = path, user_files.partial_path(path)
         try:
             self._file = open(self._partial, "w", newline="", encoding="utf-8")
@@ -393,10 +442,12 @@ class ResultWriter:
             self._guarded(self._csv.writerow, csv_header(top))
 
     def write(self, result: Dict) -> None:
-        if self._csv:
+        if self._automl is not None:
+            self._guarded(self._file.write, automl_record(result, self._automl) + "\n")
+        elif self._csv:
             self._guarded(self._csv.writerow, csv_cells(result, self._top))
         else:
-            self._guarded(self._file.write, json_record(result) + "\n")
+            self._guarded(self._file.write, json_record(result, self._top) + "\n")
 
     def close(self, complete: bool) -> None:
         """Moves the file into place (complete), or removes it; once."""

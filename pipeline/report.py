@@ -23,11 +23,12 @@ import os
 from typing import Any, Dict, Optional
 
 from components import drift as drift_lib
+from components import evaluation_results
 from components.image_example_gen.sources import split_sort_key
 from pipeline import report_data, run_text, user_files
 from pipeline.config import ConfigError
 from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
-                                  thumbnail, tiles)
+                                  thumbnail, tiles, xy_chart)
 
 MAX_QUARANTINE_ROWS = 200
 MAX_THUMBNAILS = 48
@@ -440,7 +441,7 @@ def _evaluation(components: Dict[str, Dict]) -> str:
     c = components["Evaluator"]
     d = c["details"]
     names = (components.get("Trainer", {}).get("details") or {}).get("class_names") or []
-    threshold = report_data.accuracy_threshold(c["outputs"]["evaluation"][0])
+    threshold = evaluation_results.accuracy_threshold(c["outputs"]["evaluation"][0])
     reasons = []
     if d["accuracy"] is None:
         reasons.append("no accuracy was computed")
@@ -463,21 +464,78 @@ def _evaluation(components: Dict[str, Dict]) -> str:
                  else "<p>Not pushed: the model was not blessed.</p>")
     body += table(["metric", "value"], [["accuracy", d["accuracy"]], ["eval examples", d["example_count"]],
                                          ["last blessed model's accuracy", d["baseline_accuracy"]]], numeric=[1])
-    if d.get("per_class"):
+    card = (components.get("ModelCard", {}).get("details") or {})
+    if card.get("card_html"):
+        body += f"<p>Model card: <a href=\"file://{esc(card['card_html'])}\">{esc(card['card_html'])}</a>.</p>"
+    views = d.get("views")
+    if views:
+        body += _threshold_views(views, "eval")
+    elif d.get("per_class"):
         body += "<h3>Per class</h3>" + table(
             ["class", "precision", "recall", "eval examples"],
             [[name, m["precision"], m["recall"], m["support"]] for name, m in sorted(d["per_class"].items())],
             numeric=[1, 2, 3])
-    if names and d.get("confusion"):
-        matrix = [[0] * len(names) for _ in names]
-        for actual, predicted, count in d["confusion"]:
-            if actual < len(names) and predicted < len(names):
-                matrix[actual][predicted] += count
-        order = sorted(range(len(names)), key=lambda i: names[i])
-        matrix = [[matrix[i][j] for j in order] for i in order]
-        body += "<h3>Confusion matrix</h3>" + confusion_svg(matrix, [names[i] for i in order])
+    body += _confusion(names, d.get("confusion"))
     body += _misclassified(components)
+    test = d.get("test")
+    if test:
+        body += (f"<h3 id=\"test\">Test split</h3><p>Scored apart (it blesses nothing): accuracy "
+                 f"{esc(_fmt_or_dash(test['accuracy']))} on {test['example_count'] or 0:,} test examples.</p>")
+        if test.get("views"):
+            body += _threshold_views(test["views"], "test", curves=False)
+        body += _confusion(names, test.get("confusion"))
     return _section("evaluation", "Evaluation", body)
+
+
+def _fmt_or_dash(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _confusion(names, confusion) -> str:
+    if not names or not confusion:
+        return ""
+    matrix = [[0] * len(names) for _ in names]
+    for actual, predicted, count in confusion:
+        if 0 <= actual < len(names) and 0 <= predicted < len(names):
+            matrix[actual][predicted] += count
+    order = sorted(range(len(names)), key=lambda i: names[i])
+    matrix = [[matrix[i][j] for j in order] for i in order]
+    return "<h3>Confusion matrix</h3>" + confusion_svg(matrix, [names[i] for i in order])
+
+
+MAX_CURVES = 10  # per-class precision-recall curves drawn (the classes with the most examples)
+
+
+def _threshold_views(views: Dict[str, Any], split: str, curves: bool = True) -> str:
+    """AutoML's evaluation views (components/evaluation_views.py, computed by the Evaluator): per class at the
+    chosen confidence threshold, how precision, recall and coverage move with it, precision-recall curves."""
+    chosen, at = views["chosen"], views.get("at_threshold") or {}
+    body = (f"<h3>Per class at confidence threshold {chosen['threshold']:g}</h3><p>Threshold: {esc(chosen['how'])}."
+            f" Below it the model answers \"unsure\" (<code>imagepipe predict</code>); at it, on the {split} split: "
+            f"precision {_fmt_or_dash(at.get('precision'))}, recall {_fmt_or_dash(at.get('recall'))}, coverage "
+            f"{_fmt_or_dash(at.get('coverage'))} (the share of images given a class).</p>")
+    body += table(["class", "precision", "recall", "F1", f"{split} examples", "predicted"],
+                  [[name, m["precision"], m["recall"], m["f1"], m["support"], m["predicted"]]
+                   for name, m in sorted(at.get("per_class", {}).items())], numeric=[1, 2, 3, 4, 5])
+    if not curves:
+        return body
+    curve = views["curve"]
+    moving = {name: [(p["threshold"], p[name]) for p in curve] for name in ("precision", "recall", "coverage")}
+    overall = {"all classes": [(p["recall"], p["precision"]) for p in curve]}
+    biggest = sorted(at.get("per_class", {}), key=lambda n: -at["per_class"][n]["support"])[:MAX_CURVES]
+    per_class = {name: [(p["per_class"][name]["recall"], p["per_class"][name]["precision"]) for p in curve]
+                 for name in biggest}
+    body += ("<h3>Confidence threshold</h3><div class=\"grid\">"
+             + xy_chart(moving, "as the threshold moves", "confidence threshold", "share",
+                        marker_x=chosen["threshold"])
+             + xy_chart(overall, "precision-recall, overall", "recall", "precision")
+             + xy_chart(per_class, "precision-recall per class"
+                        + (f" ({MAX_CURVES} largest)" if len(at.get("per_class", {})) > MAX_CURVES else ""),
+                        "recall", "precision") + "</div>")
+    body += table(["threshold", "precision", "recall", "coverage"],
+                  [[p["threshold"], p["precision"], p["recall"], p["coverage"]] for p in curve[::4]],
+                  numeric=[0, 1, 2, 3])
+    return body
 
 
 def _misclassified(components: Dict[str, Dict]) -> str:

@@ -73,22 +73,6 @@ def training_log(model_run: str) -> Dict[str, Any]:
         return json.load(f)
 
 
-def accuracy_threshold(evaluation_uri: str) -> Optional[float]:
-    """The accuracy the Evaluator blessed at, from the eval config it saved."""
-    path = os.path.join(evaluation_uri, "eval_config.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        saved = json.load(f)
-    config = saved.get("evalConfig", saved)
-    for spec in config.get("metricsSpecs", []):
-        for metric in spec.get("metrics", []):
-            bound = metric.get("threshold", {}).get("valueThreshold", {}).get("lowerBound")
-            if metric.get("className") == "SparseCategoricalAccuracy" and bound is not None:
-                return float(bound)
-    return None
-
-
 def misclassified(model_uri: str, examples_uri: str, examples: int, keep: int) -> Optional[Tuple[List[Dict], int]]:
     """Runs the trained model on up to `examples` eval records; (the first `keep` it gets wrong, each
     {'image': encoded bytes, 'actual', 'predicted', 'probability'}, how many it checked), or None

@@ -26,7 +26,8 @@ th{background:#f0f2f5}td.n{text-align:right;font-variant-numeric:tabular-nums}
 svg text{font:11px system-ui,sans-serif;fill:#3b4456}
 """
 
-PALETTE = ("#2f6fdf", "#e0752d", "#2e9e5b", "#b0399a", "#7a6a2e")
+PALETTE = ("#2f6fdf", "#e0752d", "#2e9e5b", "#b0399a", "#7a6a2e", "#d4413f", "#1aa3a3", "#8c8c8c", "#6b4fbb",
+           "#c2a000")
 
 
 def esc(value) -> str:
@@ -108,6 +109,36 @@ def line_chart(series: Dict[str, List[float]], title: str, width: int = 420, hei
         parts.append(f"<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{coords}\"/>")
         parts.append(f"<rect x=\"{width - right + 10}\" y=\"{top + 16 * k}\" width=\"10\" height=\"10\" fill=\"{color}\"/>")
         parts.append(f"<text x=\"{width - right + 24}\" y=\"{top + 9 + 16 * k}\">{esc(name)}</text>")
+    return f"<svg role=\"img\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\">{''.join(parts)}</svg>"
+
+
+def xy_chart(series: Dict[str, List[tuple]], title: str, x_label: str, y_label: str, marker_x: float = None,
+             width: int = 420, height: int = 240) -> str:
+    """Curves of (x, y) points in the unit square (precision against recall, rates against a threshold) as
+    inline SVG; a vertical dashed line at marker_x (the chosen threshold)."""
+    if not any(series.values()):
+        return ""
+    left, right, top, bottom = 44, 130, 38, 34  # the title on the first line, the y label under it
+    x = lambda v: left + (width - left - right) * v  # noqa: E731
+    y = lambda v: top + (height - top - bottom) * (1 - v)  # noqa: E731
+    parts = [f"<text x=\"{left}\" y=\"14\">{esc(title)}</text>",
+             f"<line x1=\"{left}\" y1=\"{y(0)}\" x2=\"{x(1)}\" y2=\"{y(0)}\" stroke=\"#999\"/>",
+             f"<line x1=\"{left}\" y1=\"{y(1)}\" x2=\"{left}\" y2=\"{y(0)}\" stroke=\"#999\"/>",
+             f"<text x=\"{x(0.5) - 20:.1f}\" y=\"{height - 4}\">{esc(x_label)}</text>",
+             f"<text x=\"4\" y=\"{top - 6}\">{esc(y_label)}</text>"]
+    for v in (0.0, 0.5, 1.0):
+        parts.append(f"<text x=\"18\" y=\"{y(v) + 4:.1f}\">{v:g}</text>")
+        parts.append(f"<text x=\"{x(v) - 6:.1f}\" y=\"{height - 18}\">{v:g}</text>")
+    if marker_x is not None:
+        parts.append(f"<line x1=\"{x(marker_x):.1f}\" y1=\"{y(1)}\" x2=\"{x(marker_x):.1f}\" y2=\"{y(0)}\" "
+                     "stroke=\"#d33\" stroke-dasharray=\"4 3\"/>")
+    for k, (name, points) in enumerate(series.items()):
+        color = PALETTE[k % len(PALETTE)]
+        coords = " ".join(f"{x(px):.1f},{y(py):.1f}" for px, py in points if px is not None and py is not None)
+        parts.append(f"<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{coords}\"/>")
+        parts.append(f"<rect x=\"{width - right + 10}\" y=\"{top + 15 * k}\" width=\"10\" height=\"10\" "
+                     f"fill=\"{color}\"/>")
+        parts.append(f"<text x=\"{width - right + 24}\" y=\"{top + 9 + 15 * k}\">{esc(name[:18])}</text>")
     return f"<svg role=\"img\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\">{''.join(parts)}</svg>"
 
 

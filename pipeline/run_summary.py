@@ -13,12 +13,14 @@ from typing import Any, Callable, Dict, List, Optional
 from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
+from components import evaluation_results
 from components.backbone_features import SUMMARY_FILE as FEATURES_SUMMARY
 from components.data_health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
 from components.baseline import relocate
 from components.image_example_gen.sources import is_remote
 from components.image_example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
 from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
+from components.model_card import CARD_HTML, CARD_JSON, CARD_MD
 from components.tuning import DECISION_FILE as TUNING_FILE
 from pipeline import run_lock, run_store
 from trainer.epochs import best_epoch
@@ -96,7 +98,7 @@ def _evaluator_details(store, execution, metadata_path: str) -> Dict[str, Any]:
             found["blessed"] = bool(run_store.scalars(artifact.custom_properties).get("blessed"))
         elif key == "evaluation":
             try:
-                found["accuracy"] = evaluation_metrics(artifact_path(artifact.uri, metadata_path))["accuracy"]
+                found["accuracy"] = evaluation_results.metrics(artifact_path(artifact.uri, metadata_path))["accuracy"]
             except Exception:  # noqa: BLE001 - a deleted or unreadable evaluation: no figure
                 found["accuracy"] = None
     return found
@@ -223,10 +225,17 @@ def _evaluator(c: Dict[str, Any]) -> Dict[str, Any]:
     if not evaluation:
         return {}
     blessing = (c["output_properties"].get("blessing") or [{}])[0]
-    return {**evaluation_metrics(evaluation), "confusion": confusion_matrix(evaluation),
+    return {**evaluation_results.metrics(evaluation), "confusion": evaluation_results.confusion_matrix(evaluation),
+            "views": evaluation_results.views(evaluation), "test": evaluation_results.test_split(evaluation),
             "blessed": bool(blessing.get("blessed")),
             # Set by components/model_evaluator.py when the last blessed model predicts other classes.
             "baseline_skipped": blessing.get("baseline_skipped", "")}
+
+
+def _model_card(c: Dict[str, Any]) -> Dict[str, Any]:
+    card = _json_output(c, "model_card", CARD_JSON, card_json=CARD_JSON, card_md=CARD_MD, card_html=CARD_HTML)
+    return {"card": {k: card[k] for k in ("model", "evaluation", "training")}, **{
+        k: card[k] for k in ("card_json", "card_md", "card_html")}} if card else {}
 
 
 def _pusher(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -260,6 +269,7 @@ DETAILS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
     "Tuner": _tuner,
     "Trainer": _trainer,
     "Evaluator": _evaluator,
+    "ModelCard": _model_card,
     "Pusher": _pusher,
     "ExampleValidator": _example_validator,
     "SchemaGen": _schema,
@@ -296,58 +306,6 @@ def kept_epoch(epochs: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def _megabytes(uri: str) -> float:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(uri) for f in fs) / 2**20
-
-
-def evaluation_metrics(evaluation_uri: str) -> Dict[str, Any]:
-    """Overall accuracy and example count of the candidate (and baseline), and the validation verdict."""
-    import tensorflow_model_analysis as tfma
-
-    found: Dict[str, Any] = {"accuracy": None, "baseline_accuracy": None, "example_count": None,
-                             "failures": []}
-    for metrics in tfma.load_metrics(evaluation_uri):
-        if metrics.slice_key.single_slice_keys:
-            continue  # overall slice only
-        for kv in metrics.metric_keys_and_values:
-            key = kv.key
-            if key.HasField("sub_key") or key.is_diff or not kv.value.HasField("double_value"):
-                continue
-            value = kv.value.double_value.value
-            if key.name == "sparse_categorical_accuracy":
-                found["baseline_accuracy" if key.model_name == "baseline" else "accuracy"] = value
-            elif key.name == "example_count" and key.model_name != "baseline":
-                found["example_count"] = int(value)
-    validation = tfma.load_validation_result(evaluation_uri)
-    for per_slice in validation.metric_validations_per_slice:
-        for failure in per_slice.failures:
-            found["failures"].append(_failure_text(failure, found))
-    return found
-
-
-def _failure_text(failure, found: Dict[str, Any]) -> str:
-    """What failed, with the value and the bound (TFMA's own message is often empty)."""
-    name, threshold = failure.metric_key.name, failure.metric_threshold
-    value = failure.metric_value.double_value.value if failure.metric_value.HasField("double_value") else None
-    has_bound = threshold.HasField("value_threshold") and threshold.value_threshold.HasField("lower_bound")
-    if failure.metric_key.is_diff and found.get("baseline_accuracy") is not None and found.get("accuracy") is not None:
-        return f"{name} {found['accuracy']:.4f} is below the last blessed model's {found['baseline_accuracy']:.4f}"
-    if has_bound and value is not None:
-        return f"{name} {value:.4f} is below the threshold {threshold.value_threshold.lower_bound.value:.4f}"
-    return f"{name}: {failure.message or 'failed its threshold'}"
-
-
-def confusion_matrix(evaluation_uri: str) -> List[List[int]]:
-    """The candidate's [actual class id, predicted class id, count] entries (argmax predictions)."""
-    import tensorflow_model_analysis as tfma
-
-    for plots in tfma.load_plots(evaluation_uri):
-        if plots.slice_key.single_slice_keys:
-            continue
-        for kv in plots.plot_keys_and_values:
-            if kv.key.model_name == "baseline" or not kv.value.HasField("multi_class_confusion_matrix_at_thresholds"):
-                continue
-            matrix = kv.value.multi_class_confusion_matrix_at_thresholds.matrices[0]
-            return [[e.actual_class_id, e.predicted_class_id, int(e.num_weighted_examples)] for e in matrix.entries]
-    return []
 
 
 def per_class_metrics(confusion: List[List[int]], class_names: List[str]) -> Dict[str, Dict[str, float]]:

@@ -151,6 +151,19 @@ def _evaluator(c: Dict[str, Any]) -> str:
     return text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
 
 
+def describe_card(d: Dict[str, Any]) -> str:
+    """The model card in a phrase: where it is, the threshold that goes with the model, the test split."""
+    evaluation = d["card"]["evaluation"]
+    chosen = evaluation.get("confidence_threshold") or {}
+    text = f"{d['card_md']}; confidence threshold {chosen.get('threshold', 0):g}"
+    at = evaluation.get("at_threshold") or {}
+    if chosen.get("threshold") and at:
+        text += f" (precision {at['precision']:.3f}, coverage {at['coverage']:.3f})"
+    if evaluation.get("test"):
+        text += f"; test split accuracy {evaluation['test']['accuracy']:.4f} on {evaluation['test']['examples']:,} examples"
+    return text
+
+
 def describe_tflite(record: Dict[str, Any]) -> str:
     """The Trainer's TFLite exports in a phrase: each one's eval accuracy next to the SavedModel's."""
     if "error" in record:
@@ -170,6 +183,7 @@ LINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "Tuner": _tuner,
     "Trainer": _trainer,
     "Evaluator": _evaluator,
+    "ModelCard": lambda c: describe_card(c["details"]),
     "Pusher": lambda c: (f"pushed to {c['details']['destination']}" if c["details"]["pushed"]
                          else "not pushed (model not blessed)"),
     "SchemaGen": lambda c: c["details"]["schema"],
@@ -199,6 +213,8 @@ def hints(summary: Dict[str, Any], predict_command: Optional[str] = None) -> Lis
             out.append(f"{what}: {details['DataHealth'][key + '_csv']}")
     if details.get("Trainer", {}).get("model_run"):
         out.append(f"training curves: tensorboard --logdir {details['Trainer']['model_run']}")
+    if details.get("ModelCard", {}).get("card_html"):
+        out.append(f"model card: {details['ModelCard']['card_html']}")
     if details.get("Pusher", {}).get("pushed") and predict_command:
         out.append(f"classify images with the pushed model: {predict_command}")
     return out

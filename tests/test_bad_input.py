@@ -155,7 +155,7 @@ def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
     writer.write({"path": "@x.png", "error": "-not_an_image"})
     writer.close(complete=True)
     rows = list(csv.reader(open(tmp_path / "results.csv", newline="")))
-    assert rows[1:] == [["'=1+2.png", "'=HYPERLINK(1)", "0.900000", ""], ["'@x.png", "", "", "'-not_an_image"]]
+    assert rows[1:] == [["'=1+2.png", "'=HYPERLINK(1)", "0.900000", "no", ""], ["'@x.png", "", "", "", "'-not_an_image"]]
 
 
 def test_predict_results_on_a_full_disk_are_one_line_and_leave_nothing(tmp_path):

@@ -34,7 +34,7 @@ def runs(cli_runs):
 def test_json_progress_reports_components_ingestion_and_training(runs):
     _, events, _ = runs
     finished = [e["component"] for e in events if e["event"] == "component_finished"]
-    assert finished[0] == "ImageExampleGen" and finished[-1] == "Pusher" and len(finished) == 12
+    assert finished[0] == "ImageExampleGen" and finished[-1] == "Pusher" and len(finished) == 13
     assert {e["component"] for e in events if e["event"] == "component_started"} >= {"ImageExampleGen", "Trainer"}
     ingest = [e for e in events if e["event"] == "progress" and e["kind"] == "ingest"]
     assert ingest and ingest[-1]["done"] == ingest[-1]["total"] == 300

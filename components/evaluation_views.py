@@ -1,0 +1,84 @@
+"""Evaluation as Vertex AutoML shows it, from TFMA's confusion matrices at confidence thresholds.
+
+The Evaluator asks TFMA for MultiClassConfusionMatrixPlot at THRESHOLDS: at a threshold t, an example
+whose top probability is below t has no prediction (TFMA's predicted class -1). From those counts:
+
+  coverage(t)             share of examples with a prediction
+  precision(t), recall(t) overall: correct predictions / predictions, correct predictions / examples
+  per class               precision, recall and F1 of each class at t
+  curves                  precision against recall as t moves, overall and per class
+
+and the confidence threshold that goes with the model (imagepipe predict answers "unsure" below it):
+--confidence-threshold, or the lowest t whose precision reaches --target-precision, or none (0).
+Plain Python over the counts (evaluation_results.py reads them from TFMA's plots): the Evaluator writes
+views.json with the evaluation; the report, the model card and predict read it.
+"""
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+THRESHOLDS = [round(i / 40, 3) for i in range(40)] + [0.99]  # 0, 0.025, ..., 0.975, 0.99
+VIEWS_FILE = "views.json"  # in the evaluation artifact (and test/ for a test split)
+
+Matrix = List[Tuple[int, int, float]]  # (actual class id, predicted class id or -1, count)
+
+
+def thresholds_with(chosen: Optional[float]) -> List[float]:
+    """THRESHOLDS, and an explicit --confidence-threshold between them."""
+    return sorted(set(THRESHOLDS) | ({round(chosen, 6)} if chosen is not None else set()))
+
+
+def _rates(matrix: Matrix, classes: int) -> Dict:
+    total = sum(n for _, _, n in matrix)
+    predicted = sum(n for _, p, n in matrix if p >= 0)
+    correct = sum(n for a, p, n in matrix if a == p)
+    per_class = {}
+    for c in range(classes):
+        tp = sum(n for a, p, n in matrix if a == p == c)
+        made = sum(n for _, p, n in matrix if p == c)
+        actual = sum(n for a, _, n in matrix if a == c)
+        precision = tp / made if made else None
+        recall = tp / actual if actual else None
+        f1 = (2 * precision * recall / (precision + recall)
+              if precision is not None and recall is not None and precision + recall > 0 else
+              0.0 if precision is not None and recall is not None else None)
+        per_class[c] = {"precision": precision, "recall": recall, "f1": f1, "support": int(actual),
+                        "predicted": int(made)}
+    return {"coverage": predicted / total if total else None, "precision": correct / predicted if predicted else None,
+            "recall": correct / total if total else None, "examples": int(total), "per_class": per_class}
+
+
+def choose(curve: List[Dict], confidence_threshold: Optional[float], target_precision: Optional[float]) -> Dict:
+    """The threshold that goes with the model, and how it was chosen."""
+    if confidence_threshold is not None:
+        return {"threshold": confidence_threshold, "how": f"--confidence-threshold {confidence_threshold:g}"}
+    if target_precision is not None:
+        reaching = [p for p in curve if p["precision"] is not None and p["precision"] >= target_precision - 1e-12]
+        if reaching:
+            return {"threshold": reaching[0]["threshold"], "how": f"the lowest reaching precision "
+                                                                   f"{target_precision:g} (--target-precision)"}
+        return {"threshold": 0.0, "how": f"none: no threshold reaches precision {target_precision:g} "
+                                         "(--target-precision)", "target_missed": True}
+    return {"threshold": 0.0, "how": "none (every image gets a class; --confidence-threshold or --target-precision "
+                                     "sets one)"}
+
+
+def views(matrices: Dict[float, Matrix], class_names: Sequence[str], confidence_threshold: Optional[float] = None,
+          target_precision: Optional[float] = None) -> Dict:
+    """views.json: the curves over the thresholds, the chosen threshold, and every metric at it."""
+    classes = len(class_names)
+    curve = []
+    for t in sorted(matrices):
+        rates = _rates(matrices[t], classes)
+        curve.append({"threshold": t, **{k: rates[k] for k in ("coverage", "precision", "recall")},
+                      "per_class": {class_names[c]: {k: m[k] for k in ("precision", "recall")}
+                                    for c, m in rates["per_class"].items()}})
+    chosen = choose(curve, confidence_threshold, target_precision)
+    at = _rates(matrices[_nearest(matrices, chosen["threshold"])], classes) if matrices else None
+    return {"thresholds": sorted(matrices), "curve": curve, "chosen": chosen,
+            "at_threshold": None if at is None else {
+                "threshold": chosen["threshold"], **{k: at[k] for k in ("coverage", "precision", "recall", "examples")},
+                "per_class": {class_names[c]: m for c, m in at["per_class"].items()}}}
+
+
+def _nearest(matrices: Dict[float, Matrix], threshold: float) -> float:
+    return min(matrices, key=lambda t: abs(t - threshold))

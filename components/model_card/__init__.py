@@ -1,0 +1,37 @@
+"""ModelCard: a model card with every model, written from ML Metadata and the artifacts, pushed with the model.
+
+component.py   the TFX component (after the Evaluator; the Pusher copies its files next to the model)
+executor.py    reads the run's artifacts into the card (nothing is copied by hand)
+render.py      the card as Markdown and as HTML
+
+Files of the `model_card` output (and of every pushed model folder):
+"""
+
+CARD_JSON = "model_card.json"
+CARD_MD = "model_card.md"
+CARD_HTML = "model_card.html"
+# The confidence threshold that goes with the model: `imagepipe predict` answers "unsure" below it.
+THRESHOLD_FILE = "threshold.json"
+FILES = (CARD_JSON, CARD_MD, CARD_HTML, THRESHOLD_FILE)
+SCHEMA_VERSION = 1
+# What a person must write: marked as such in every format, never filled in by the pipeline.
+TO_FILL_IN = "TO FILL IN"
+
+# model_card.json, version 1 (every key is always present; a value the run does not have is null):
+#
+#   schema_version      1
+#   model               name (the pipeline), architecture (cnn | mobilenet_v2 | efficientnet_b0), image_size,
+#                       classes [names, in id order], created (UTC), framework {tensorflow, tfx, keras},
+#                       artifact (the Trainer's model URI), signature (serving_default input and outputs)
+#   data                sources [the ingested folder or file], layout, span, files_seen, examples,
+#                       per_split {split: n}, per_class_and_split {split: {class: n}}, quarantined,
+#                       quarantine_reasons {reason: n}, duplicate_files, near_duplicate_groups,
+#                       eval_with_near_duplicate_in_train (share), likely_label_errors (n or null)
+#   training            settings {the Trainer's hyperparameters}, tuned {values the search chose, or null},
+#                       epochs (trained), kept_epoch, device, seconds, warm_started_from,
+#                       lineage {pipeline, run, span, base_model {artifact, id} or null}
+#   evaluation          split (eval), examples, accuracy, per_class {class: {precision, recall, f1,
+#                       support}} at the threshold, confidence_threshold {threshold, how}, at_threshold
+#                       {precision, recall, coverage}, blessed, blessing_reason, last_blessed {accuracy,
+#                       artifact} or null, test {examples, accuracy, per_class, at_threshold} or null
+#   to_fill_in          intended_use, limitations, ethical_considerations, contact: "TO FILL IN: ..."

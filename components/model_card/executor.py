@@ -1,0 +1,160 @@
+"""ModelCard's executor: the card of the run's model, read from its input artifacts (ML Metadata tracks each
+one: the model, its training log, the evaluation and blessing, the examples and ingestion report, the data
+health report, the last blessed model) and the execution's own context (pipeline, run). No figure is
+typed in: every number comes from a file one of those artifacts holds. See components/model_card/__init__.py
+for the schema of model_card.json.
+"""
+
+import datetime
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from absl import logging
+from tfx import types
+from tfx.dsl.components.base import base_executor
+from tfx.dsl.io import fileio
+from tfx.types import artifact_utils
+from tfx.utils import io_utils
+
+from components import evaluation_results
+from components.data_health import HEALTH_FILE
+from components.image_example_gen import SUMMARY_FILE as INGESTION_SUMMARY
+from components.model_card import (CARD_HTML, CARD_JSON, CARD_MD, SCHEMA_VERSION, THRESHOLD_FILE, TO_FILL_IN,
+                                   render)
+from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
+from trainer.epochs import best_epoch
+
+INPUTS = ("model", "model_run", "evaluation", "blessing", "examples", "ingestion_report")
+OPTIONAL = ("health", "baseline_model")
+OUTPUT = "model_card"
+
+
+def _json(path: str) -> Optional[Dict[str, Any]]:
+    return json.loads(io_utils.read_string_file(path)) if fileio.exists(path) else None
+
+
+def _one(input_dict, key: str) -> Optional[types.Artifact]:
+    artifacts = input_dict.get(key) or []
+    return artifacts[0] if artifacts else None
+
+
+def blessing_reason(blessed: bool, found: Dict[str, Any], threshold: Optional[float], skipped: str) -> str:
+    """Why the model was blessed or not, in a sentence, from the evaluation's figures and validation."""
+    accuracy, baseline = found.get("accuracy"), found.get("baseline_accuracy")
+    if not blessed:
+        return "not blessed: " + ("; ".join(found.get("failures") or []) or "its validation failed")
+    parts = []
+    if accuracy is not None and threshold is not None:
+        parts.append(f"eval accuracy {accuracy:.4f} reached the threshold {threshold:.4f}")
+    if baseline is not None and accuracy is not None:
+        parts.append(f"not below the last blessed model's {baseline:.4f}")
+    elif skipped:
+        parts.append(f"not compared with the last blessed model ({skipped})")
+    else:
+        parts.append("no blessed model to compare with yet")
+    return "blessed: " + "; ".join(parts)
+
+
+def _split_scores(found: Dict[str, Any], views: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    at = (views or {}).get("at_threshold") or {}
+    return {"examples": found.get("example_count"), "accuracy": found.get("accuracy"),
+            "per_class": {name: {k: m.get(k) for k in ("precision", "recall", "f1", "support")}
+                          for name, m in (at.get("per_class") or {}).items()},
+            "at_threshold": {k: at.get(k) for k in ("precision", "recall", "coverage")} if at else None}
+
+
+def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed: bool, baseline_skipped: str,
+               examples: types.Artifact, report_uri: str, health_uri: Optional[str],
+               baseline: Optional[types.Artifact], pipeline: str, run: Optional[str]) -> Dict[str, Any]:
+    import keras
+    import tensorflow as tf
+    import tfx
+
+    info = _json(os.path.join(model_uri, KERAS_DIR, INFO_FILE)) or {}
+    log = _json(os.path.join(model_run_uri, TRAINING_LOG)) or {}
+    ingest = _json(os.path.join(report_uri, INGESTION_SUMMARY)) or {}
+    health = _json(os.path.join(health_uri, HEALTH_FILE)) if health_uri else None
+    found = evaluation_results.metrics(evaluation_uri)
+    views = evaluation_results.views(evaluation_uri)
+    test = evaluation_results.test_split(evaluation_uri)
+    hparams = log.get("hparams") or {}
+    epochs = log.get("epochs") or []
+    span = examples.get_int_custom_property("span") if examples.has_custom_property("span") else None
+    if span is None and examples.has_property("span"):
+        span = examples.span
+    last = epochs[-1]["phase"] if epochs else None
+    kept = best_epoch([e for e in epochs if e.get("phase") == last]) if epochs else None  # the weights it has
+    chosen = (views or {}).get("chosen")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": {
+            "name": pipeline, "architecture": info.get("model") or hparams.get("model"),
+            "image_size": info.get("image_size") or hparams.get("image_size"),
+            "classes": info.get("class_names") or log.get("class_names") or [],
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "framework": {"tensorflow": tf.__version__, "tfx": tfx.__version__, "keras": keras.__version__},
+            "artifact": model_uri,
+            "signature": "serving_default: image_bytes [batch] encoded JPEG/PNG/GIF/BMP -> probabilities, "
+                         "class_names, predicted_class, predicted_probability",
+        },
+        "data": {
+            "sources": [ingest.get("source")] if ingest.get("source") else [], "layout": ingest.get("layout"),
+            "span": span, "files_seen": ingest.get("files_seen"), "examples": ingest.get("examples_written"),
+            "per_split": ingest.get("examples_per_split"),
+            "per_class_and_split": ingest.get("examples_per_split_and_class"),
+            "quarantined": ingest.get("quarantined"), "quarantine_reasons": ingest.get("quarantine_reasons"),
+            "duplicate_files": ingest.get("duplicate_files"),
+            "near_duplicate_groups": ingest.get("near_duplicate_groups"),
+            "eval_with_near_duplicate_in_train": ingest.get("near_duplicate_eval_leak_fraction"),
+            "likely_label_errors": (health or {}).get("label_issues") if (health or {}).get(
+                "label_issue_fraction") is not None else None,
+        },
+        "training": {
+            "settings": hparams, "tuned": log.get("tuned"), "epochs": len(epochs),
+            "kept_epoch": kept.get("epoch") if kept else None, "device": log.get("strategy"),
+            "seconds": log.get("train_seconds"), "warm_started_from": log.get("warm_started_from"),
+            "lineage": {"pipeline": pipeline, "run": run, "span": span,
+                        "base_model": {"artifact": baseline.uri, "id": baseline.id} if baseline else None},
+        },
+        "evaluation": {
+            "split": "eval", **_split_scores(found, views),
+            "confidence_threshold": chosen,
+            "blessed": blessed,
+            "blessing_reason": blessing_reason(blessed, found, evaluation_results.accuracy_threshold(evaluation_uri),
+                                               baseline_skipped),
+            "last_blessed": {"accuracy": found.get("baseline_accuracy"), "artifact": baseline.uri}
+            if baseline and found.get("baseline_accuracy") is not None else None,
+            "test": _split_scores(test, test.get("views")) if test else None,
+        },
+        "to_fill_in": {
+            "intended_use": f"{TO_FILL_IN}: who uses the model, for what, and what it must not be used for",
+            "limitations": f"{TO_FILL_IN}: where it fails (kinds of images, classes, conditions) and what the "
+                           "eval split does not cover",
+            "ethical_considerations": f"{TO_FILL_IN}: people in the images, consent, harms of a wrong answer",
+            "contact": f"{TO_FILL_IN}: who owns the model and answers questions about it",
+        },
+    }
+
+
+class Executor(base_executor.BaseExecutor):
+    def Do(self, input_dict: Dict[str, List[types.Artifact]], output_dict: Dict[str, List[types.Artifact]],
+           exec_properties: Dict[str, Any]) -> None:
+        blessing = artifact_utils.get_single_instance(input_dict["blessing"])
+        blessed = blessing.has_custom_property("blessed") and bool(blessing.get_int_custom_property("blessed"))
+        skipped = (blessing.get_string_custom_property("baseline_skipped")
+                   if blessing.has_custom_property("baseline_skipped") else "")
+        health = _one(input_dict, "health")
+        card = build_card(
+            artifact_utils.get_single_uri(input_dict["model"]), artifact_utils.get_single_uri(input_dict["model_run"]),
+            artifact_utils.get_single_uri(input_dict["evaluation"]), blessed, skipped,
+            artifact_utils.get_single_instance(input_dict["examples"]),
+            artifact_utils.get_single_uri(input_dict["ingestion_report"]), health.uri if health else None,
+            _one(input_dict, "baseline_model"), exec_properties["pipeline"], self._context.pipeline_run_id)
+        out = artifact_utils.get_single_uri(output_dict[OUTPUT])
+        io_utils.write_string_file(os.path.join(out, CARD_JSON), json.dumps(card, indent=1))
+        io_utils.write_string_file(os.path.join(out, CARD_MD), render.markdown(card))
+        io_utils.write_string_file(os.path.join(out, CARD_HTML), render.html(card))
+        threshold = card["evaluation"]["confidence_threshold"] or {"threshold": 0.0, "how": "none"}
+        io_utils.write_string_file(os.path.join(out, THRESHOLD_FILE), json.dumps(threshold))
+        logging.info("ModelCard: %s (%s)", out, card["evaluation"]["blessing_reason"])

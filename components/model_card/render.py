@@ -1,0 +1,126 @@
+"""A model card (model_card.json's dict) as Markdown and as self-contained HTML: the same sections, in order.
+What a person must write is shown as such ("TO FILL IN"), never left out."""
+
+import html as _html
+from typing import Any, Dict, List, Sequence
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def _sections(card: Dict[str, Any]) -> List[tuple]:
+    """[(title, [lines of (label, value)], [tables of (headers, rows)])] for every format."""
+    model, data, training, evaluation = card["model"], card["data"], card["training"], card["evaluation"]
+    lineage = training["lineage"]
+    base = lineage.get("base_model") or {}
+    threshold = evaluation.get("confidence_threshold") or {}
+    at = evaluation.get("at_threshold") or {}
+    splits = sorted(data.get("per_split") or {})
+    per_class_rows = [[name] + [(data.get("per_class_and_split") or {}).get(s, {}).get(name, 0) for s in splits]
+                      for name in model["classes"]]
+    sections = [
+        ("Model", [("name", model["name"]), ("architecture", model["architecture"]),
+                   ("input", f"{model['image_size']} x {model['image_size']} pixels"),
+                   ("classes", ", ".join(model["classes"])), ("created", model["created"]),
+                   ("framework", ", ".join(f"{k} {v}" for k, v in model["framework"].items())),
+                   ("serving", model["signature"]), ("artifact", model["artifact"])], []),
+        ("Data", [("sources", ", ".join(data["sources"]) or None), ("layout", data["layout"]), ("span", data["span"]),
+                  ("files seen", data["files_seen"]), ("examples", data["examples"]),
+                  ("quarantined", data["quarantined"]),
+                  ("quarantine reasons", ", ".join(f"{k} {v}" for k, v in (data["quarantine_reasons"] or {}).items())
+                   or None),
+                  ("duplicate files", data["duplicate_files"]), ("near-duplicate groups", data["near_duplicate_groups"]),
+                  ("eval examples with a near-duplicate in train", data["eval_with_near_duplicate_in_train"]),
+                  ("likely label errors", data["likely_label_errors"])],
+         [(["class"] + splits, per_class_rows)]),
+        ("Training", [("settings", ", ".join(f"{k} {'-' if v in (None, '') else v}"
+                                             for k, v in sorted(training["settings"].items())
+                                             if k in ("model", "image_size", "epochs", "batch_size", "learning_rate",
+                                                      "dropout", "head_units", "fine_tune_epochs", "augment",
+                                                      "weights", "seed"))),
+                      ("tuned by the search", ", ".join(f"{k} {v}" for k, v in (training["tuned"] or {}).items())
+                       or None),
+                      ("epochs trained", training["epochs"]), ("kept epoch", training["kept_epoch"]),
+                      ("device", training["device"]),
+                      ("seconds", None if training["seconds"] is None else f"{training['seconds']:.1f}"),
+                      ("warm-started from", training["warm_started_from"]),
+                      ("pipeline", lineage["pipeline"]), ("run", lineage["run"]), ("span", lineage["span"]),
+                      ("base model (last blessed)", f"{base.get('artifact')} (ML Metadata id {base.get('id')})"
+                       if base else None)], []),
+        ("Evaluation", [("split", f"{evaluation['split']} ({_fmt(evaluation['examples'])} examples)"),
+                        ("accuracy", evaluation["accuracy"]),
+                        ("confidence threshold", f"{threshold.get('threshold', 0):g}: {threshold.get('how', '')}"
+                         if threshold else None),
+                        ("at the threshold", ", ".join(f"{k} {_fmt(at.get(k))}" for k in
+                                                       ("precision", "recall", "coverage")) if at else None),
+                        ("blessed", evaluation["blessed"]), ("why", evaluation["blessing_reason"]),
+                        ("last blessed model", f"accuracy {_fmt(evaluation['last_blessed']['accuracy'])} "
+                                               f"({evaluation['last_blessed']['artifact']})"
+                         if evaluation.get("last_blessed") else None)],
+         [(["class", "precision", "recall", "F1", "support"],
+           [[name, m["precision"], m["recall"], m["f1"], m["support"]]
+            for name, m in (evaluation["per_class"] or {}).items()])]),
+    ]
+    test = evaluation.get("test")
+    if test:
+        test_at = test.get("at_threshold") or {}
+        sections.append(("Test split", [("examples", test["examples"]), ("accuracy", test["accuracy"]),
+                                         ("at the threshold", ", ".join(f"{k} {_fmt(test_at.get(k))}" for k in
+                                                                        ("precision", "recall", "coverage"))
+                                          if test_at else None)],
+                         [(["class", "precision", "recall", "F1", "support"],
+                           [[name, m["precision"], m["recall"], m["f1"], m["support"]]
+                            for name, m in (test["per_class"] or {}).items()])]))
+    sections.append(("For a person to write", [(key.replace("_", " "), value)
+                                               for key, value in card["to_fill_in"].items()], []))
+    return sections
+
+
+def markdown(card: Dict[str, Any]) -> str:
+    out = [f"# Model card: {card['model']['name']}", "",
+           "Written by the pipeline from ML Metadata and the run's artifacts; the last section is for a person."]
+    for title, lines, tables in _sections(card):
+        out += ["", f"## {title}", ""]
+        out += [f"- **{label}**: {_fmt(value)}" for label, value in lines if value is not None]
+        for headers, rows in tables:
+            if rows:
+                out += ["", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+                out += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    head = "".join(f"<th>{_html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_html.escape(_fmt(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def html_text(value) -> str:
+    text = _html.escape(_fmt(value))
+    return f"<mark>{text}</mark>" if text.startswith("TO FILL IN") else text
+
+
+def html(card: Dict[str, Any]) -> str:
+    parts = [f"<h1>Model card: {_html.escape(card['model']['name'])}</h1>",
+             "<p>Written by the pipeline from ML Metadata and the run's artifacts; the last section is for a "
+             "person.</p>"]
+    for title, lines, tables in _sections(card):
+        parts.append(f"<section><h2>{_html.escape(title)}</h2><dl>")
+        parts += [f"<dt>{_html.escape(label)}</dt><dd>{html_text(value)}</dd>" for label, value in lines
+                  if value is not None]
+        parts.append("</dl>")
+        parts += [_table(headers, rows) for headers, rows in tables if rows]
+        parts.append("</section>")
+    style = ("body{font:14px system-ui,sans-serif;max-width:960px;margin:24px auto;color:#1b2430}"
+             "dt{font-weight:600;margin-top:6px}dd{margin:0 0 4px 16px}table{border-collapse:collapse;margin:8px 0}"
+             "td,th{border:1px solid #ccd;padding:3px 8px}mark{background:#fff3b0}")
+    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>Model card: "
+            f"{_html.escape(card['model']['name'])}</title><style>{style}</style></head><body>"
+            + "".join(parts) + "</body></html>\n")
