@@ -68,7 +68,7 @@ def details(summary, name):
 
 
 ALL_COMPONENTS = ("ImageExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator", "DataValidationGate",
-                  "Transform", "DataHealth", "DataHealthGate", "Trainer", "latest_blessed_model_resolver", "Evaluator", "Pusher")
+                  "Transform", "DataHealth", "DataHealthGate", "Trainer", "latest_blessed_model_resolver", "Evaluator", "ModelCard", "Pusher")
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +126,12 @@ def test_second_run_is_cached_and_compared_with_the_blessed_model(sample_runs):
     ran = {name for name, state in states(second).items() if state == "ran"}
     # Only what the new baseline changes runs again: the resolver finds the first model, so the gate
     # compares the data with that model's (no drift: the same data), the Evaluator compares the
-    # models, and the Pusher pushes the (still blessed) candidate.
-    assert ran == {"latest_blessed_model_resolver", "DataValidationGate", "Evaluator", "Pusher"}
+    # models, the model card records that comparison, and the Pusher pushes the (still blessed) candidate.
+    assert ran == {"latest_blessed_model_resolver", "DataValidationGate", "Evaluator", "ModelCard", "Pusher"}
+    card = details(second, "ModelCard")["card"]
+    first_model = next(c for c in first["components"] if c["component"] == "Trainer")["outputs"]["model"][0]
+    assert card["training"]["lineage"]["base_model"]["artifact"] == first_model
+    assert card["evaluation"]["last_blessed"]["accuracy"] == pytest.approx(details(first, "Evaluator")["accuracy"])
     gate = details(second, "DataValidationGate")
     assert gate["passed"] and {c["distance"] for c in gate["drift"]["checks"]} == {0.0}
     assert {states(second)[n] for n in ALL_COMPONENTS if n not in ran} == {"cached"}
@@ -325,8 +329,9 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
     done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(table), "--top", "2",
                            str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
     rows = list(csv.reader(open(table)))
-    assert rows[0] == ["path", "class_1", "probability_1", "class_2", "probability_2", "error"] and len(rows) == 7
-    assert rows[-1][1:] == ["", "", "", "", "cannot read: No such file or directory"]
+    assert rows[0] == ["path", "class_1", "probability_1", "class_2", "probability_2", "unsure", "error"]
+    assert len(rows) == 7 and {r[5] for r in rows[1:-1]} == {"no"}  # the sample's model has no threshold
+    assert rows[-1][1:] == ["", "", "", "", "", "cannot read: No such file or directory"]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
 
     done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(tmp_path / "r.txt"),
