@@ -36,7 +36,7 @@ def before(model_dir: str, corpus: str) -> int:
     import tensorflow as tf
 
     from components.image_example_gen.image_check import BadImage, check_image
-    from pipeline.predict import byte_batches
+    from prediction.predict import byte_batches
 
     paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs)
     results, images = [None] * len(paths), []
@@ -63,7 +63,7 @@ def before(model_dir: str, corpus: str) -> int:
 def command(method: str, model_dir: str, corpus: str, output: str):
     if method == "before":
         return [sys.executable, "-m", "bench.predict_benchmark", "--measure-before", model_dir, corpus]
-    cli = [sys.executable, "-m", "pipeline.cli", "predict", "--model", model_dir, "--output", output, corpus]
+    cli = [sys.executable, "-m", "cli", "predict", "--model", model_dir, "--output", output, corpus]
     if method.startswith("beam-"):
         cli += ["--workers", method.split("-")[1]]
     return cli
@@ -97,7 +97,7 @@ def measure(method: str, model_dir: str, corpus: str) -> dict:
 
 def train_model(files: int = 300) -> str:
     """A model of the pipeline's default architecture, trained briefly on corpus images."""
-    from pipeline import predict
+    from prediction import predict
 
     root = os.path.join(OUT, "predict-root")
     serving = os.path.join(root, "serving", "bench-predict")
@@ -106,7 +106,7 @@ def train_model(files: int = 300) -> str:
     except predict.ModelNotFound:
         pass
     data = ensure_corpus(files)
-    subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--data", data, "--root", root,
+    subprocess.run([sys.executable, "-m", "cli", "run", "--data", data, "--root", root,
                     "--name", "bench-predict", "--epochs", "2", "--accuracy-threshold", "0",
                     "--progress", "quiet"], check=True)
     return predict.resolve_model_dir(serving)

@@ -12,7 +12,7 @@ uncompared, and the gate would skip drift. BaselineError stops it, saying why.
 import os
 import posixpath
 
-from components.image_example_gen.sources import is_remote
+from storage.files import is_remote
 
 
 class BaselineError(RuntimeError):

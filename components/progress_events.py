@@ -1,6 +1,6 @@
 """How components report fine-grained progress (files ingested, epochs trained) to whoever runs them.
 
-Each event is a record on the `imagepipe.progress` logger; pipeline/progress.py listens there and
+Each event is a record on the `imagepipe.progress` logger; runs/progress.py listens there and
 turns events into bars or JSON lines for `imagepipe run`. Elsewhere (Vertex, Kubeflow) they are plain
 log lines. Plain Python, so that components/ and trainer/ report without importing pipeline/.
 """

@@ -12,7 +12,7 @@ from typing import List
 
 from tfx import v1 as tfx
 
-from components.image_example_gen.sources import is_remote
+from storage.files import is_remote
 from pipeline.config import IMAGE_PROJECT_DIR, PROJECT_DIR, CloudConfig, ConfigError, PipelineConfig
 from pipeline.platform import Platform
 

@@ -13,8 +13,10 @@ from typing import Any, Dict, List, Optional
 
 from components.data_health import LABEL_CHECKS
 from components.image_example_gen import ingest_defaults
-from components.image_example_gen.sources import LAYOUTS, is_remote
+from components.image_example_gen.sources import LAYOUTS
 from components.tuning import MODES as TUNE_MODES
+from storage.errors import ConfigError  # noqa: F401 - raised here, caught as pipeline.config.ConfigError too
+from storage.files import is_remote
 from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams, decode_memory_bytes
 
 # The repository root: schemas/ and the default run's outputs are found from here.
@@ -24,10 +26,6 @@ SAMPLE_SCHEMA = os.path.join(PROJECT_DIR, "schemas", "digits", "schema.pbtxt")
 GATE_MODES = ("fail", "warn")
 MAX_TRIALS = 1000
 NEAR_DUPLICATE_MODES = ingest_defaults.NEAR_DUPLICATE_MODES
-
-
-class ConfigError(ValueError):
-    """A bad setting; the message names the option and the fix in one line."""
 
 
 SAMPLE_PIPELINE_NAME = "digits"

@@ -14,7 +14,8 @@ import tempfile
 import time
 from typing import Any, Dict
 
-from pipeline import run_lock, sample_data
+from runs import run_lock
+from pipeline import sample_data
 from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input
 
@@ -26,16 +27,17 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     reported in a second, before anything is written.
     """
     from components.image_example_gen import sources
+    from storage import files as fs
 
     config.validate()
     config.check_memory(machine_memory_bytes())
     check_local_beam_args(config.beam_args)
     check_imagenet_weights(config)
     schema = config.schema_path()
-    if schema and not sources.is_remote(schema):
+    if schema and not fs.is_remote(schema):
         check_schema(schema)
     data = config.data_path()
-    if not sources.exists(data):
+    if not fs.exists(data):
         raise sources.DataError(f"--data {data}: no such file or folder; check the path")
     if os.path.isfile(data) and not data.lower().endswith((".csv", ".jsonl")):
         raise sources.DataError(f"--data {data}: a file, but not a .csv manifest or an AutoML import file (.csv, "
@@ -53,7 +55,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
             raise sources.DataError(f"--data {base}: nothing matches --span-pattern {config.span_pattern!r}; "
                                     "check the pattern against the span folder names") from None
         pattern = splits[0].pattern  # now with the latest span filled in
-    source = base if pattern in (".", "") else sources.join(base, pattern)
+    source = base if pattern in (".", "") else fs.join(base, pattern)
     listing = sources.list_source(base, source, config.layout)
     sources.check_usable(listing)
     return {"source": source, "layout": listing.layout, "files": len(listing.candidates),
@@ -115,7 +117,7 @@ def check_root_outside_data(config: PipelineConfig) -> None:
 
 def check_root(config: PipelineConfig) -> None:
     """--root must be a folder this process can write in (and a valid ML Metadata store, if any)."""
-    from pipeline import run_store
+    from runs import run_store
 
     root = config.root
     try:
@@ -160,7 +162,7 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
 
     from components.baseline import relocate
     from components.tuning import SEARCH_FILE
-    from pipeline import run_store
+    from runs import run_store
 
     trials = 0
     if os.path.exists(config.metadata_path):
@@ -201,7 +203,7 @@ def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int
 
     `prepared` is what prepare(config) returned, when the caller already ran it; `started_ms`
     (milliseconds since the epoch, default now) tells this run from earlier ones in ML Metadata.
-    Runs of one pipeline take turns (pipeline/run_lock.py); `locked`: the caller holds the lock.
+    Runs of one pipeline take turns (runs/run_lock.py); `locked`: the caller holds the lock.
     """
     if not prepared:
         prepare(config)  # before importing TFX: bad input fails in a second
@@ -216,7 +218,8 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
     from tfx import v1 as tfx
     from tfx.orchestration import metadata
 
-    from pipeline import platform, run_store, run_summary
+    from pipeline import platform
+    from runs import run_store, run_summary
     from pipeline.pipeline import create_pipeline
 
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
@@ -259,7 +262,7 @@ def main() -> int:
     from absl import logging
 
     from components.image_example_gen.sources import DataError
-    from pipeline import run_text
+    from runs import run_text
     from pipeline.config import from_environment
 
     logging.set_verbosity(logging.INFO)

@@ -148,7 +148,7 @@ def cli_runs(tmp_path_factory, small_digits):
     import subprocess
     import time
 
-    from pipeline import run_lock
+    from runs import run_lock
     from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 
     root = str(tmp_path_factory.mktemp("cli-runs"))

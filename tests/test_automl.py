@@ -18,7 +18,7 @@ from components.image_example_gen import sources
 from components.image_example_gen.image_check import Reason
 from conftest import IMAGEPIPE, image_bytes, write
 from fake_endpoints import FakeService
-from pipeline import predict
+from prediction import predict
 
 ML_USES = ["TRAINING"] * 16 + ["VALIDATION"] * 6 + ["TEST"] * 5 + ["UNASSIGNED"] * 3  # per class
 SPLIT_OF = {"TRAINING": "train", "VALIDATION": "eval", "TEST": "test", "UNASSIGNED": None}

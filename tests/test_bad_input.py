@@ -11,12 +11,12 @@ import pytest
 from conftest import image_bytes, make_class_tree, write
 from components.image_example_gen import ingest_report, sources
 from components.image_example_gen.image_check import BadImage, Reason, check_and_store
-from pipeline import cli
+from cli.main import main as cli_main
 from pipeline.config import PipelineConfig, default_pipeline_name
 
 
 def run_cli(capsys, *args):
-    code = cli.main(list(args))
+    code = cli_main(list(args))
     captured = capsys.readouterr()
     return code, captured.err.strip().splitlines()
 
@@ -148,7 +148,7 @@ def test_quarantine_csv_cells_are_not_spreadsheet_formulas():
 
 
 def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
-    from pipeline import predict
+    from prediction import predict
 
     writer = predict.ResultWriter(str(tmp_path / "results.csv"), top=1)
     writer.write({"path": "=1+2.png", "predictions": [("=HYPERLINK(1)", 0.9)]})
@@ -161,7 +161,7 @@ def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
 def test_predict_results_on_a_full_disk_are_one_line_and_leave_nothing(tmp_path):
     import subprocess
 
-    from pipeline import predict
+    from prediction import predict
 
     full = tmp_path / "full"
     full.mkdir()
@@ -240,7 +240,7 @@ def test_a_corrupt_gif_detail_names_no_python_object():
 
 
 def test_report_out_to_a_folder_is_one_line_and_leaves_nothing(capsys, tmp_path):
-    from pipeline import report
+    from report import report
 
     summary = {"run_id": "r1", "started_ms": 0, "status": "complete", "metadata_path": "m", "components": []}
     with pytest.raises(report.ReportError, match="a folder; give a file name"):
@@ -277,7 +277,7 @@ def test_outputs_are_never_written_over_a_device_or_pipe(capsys, tmp_path, small
     one line, and the node is still a device (as root it became a regular file)."""
     import stat
 
-    from pipeline import report
+    from report import report
 
     node = _device_node(tmp_path / "mynull")
     kind = stat.S_IFMT(os.stat(node).st_mode)

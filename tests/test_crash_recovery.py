@@ -14,7 +14,8 @@ import pytest
 from ml_metadata.proto import metadata_store_pb2
 
 from conftest import IMAGEPIPE, model_weights
-from pipeline import local_runner, run_store, run_summary
+from pipeline import local_runner
+from runs import run_store, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)

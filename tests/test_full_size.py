@@ -179,7 +179,7 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
 ])
 def test_a_setting_that_cannot_fit_is_one_line_before_the_run(tmp_path, photo_dir, args, names):
     root = tmp_path / "root"
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--data", photo_dir, "--root", str(root),
+    proc = subprocess.run([sys.executable, "-m", "cli", "run", "--data", photo_dir, "--root", str(root),
                            *args], capture_output=True, text=True)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -241,7 +241,7 @@ def test_serving_full_size_bytes_agrees_with_the_evaluation_path(photo_run, phot
     assert confident.sum() >= len(names) // 2  # the check below is not vacuous
     assert (served["predicted_class"].numpy()[confident] == evaluated["predicted_class"].numpy()[confident]).all()
 
-    from pipeline.predict import classify, expand_inputs
+    from prediction.predict import classify, expand_inputs
 
     answers = list(classify(model_dir, expand_inputs([os.path.join(photo_dir, n) for n in names])))
     assert [a["predictions"][0][0].encode() for a in answers] == list(served["predicted_class"].numpy())

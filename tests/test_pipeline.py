@@ -19,7 +19,10 @@ from components.image_example_gen.ingest_report import IngestionError
 from components.validation_gate import DataValidationError
 from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, write
 from fake_endpoints import FakeService
-from pipeline import cli, local_runner, platform, predict, run_summary, run_text
+from cli.main import main as cli_main
+from pipeline import local_runner, platform
+from prediction import predict
+from runs import run_summary, run_text
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
 
@@ -193,7 +196,7 @@ def test_inferred_schema_then_exported_for_curation(tmp_path, small_digits, caps
     summary = run_with_probe(config)
     assert states(summary)["SchemaGen"] == "ran"
     out = tmp_path / "schemas" / "mine" / "schema.pbtxt"
-    assert cli.main(["export-schema", "--root", config.root, "--out", str(out)]) == 0
+    assert cli_main(["export-schema", "--root", config.root, "--out", str(out)]) == 0
     schema = tfdv.load_schema_text(str(out))
     assert {f.name for f in schema.feature} >= {"image/encoded", "image/class/text", "image/class/label"}
     assert "--schema" in capsys.readouterr().out

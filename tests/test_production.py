@@ -20,7 +20,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from conftest import image_bytes, make_class_tree, write
 from fake_endpoints import FakeService
 from kubeflow import deploy
-from pipeline import cli
+from cli.main import main as cli_main
 from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, CloudConfig, ConfigError, PipelineConfig
 
 IMAGE = "us-central1-docker.pkg.dev/proj-1/imagepipe/pipeline:v7"
@@ -175,7 +175,7 @@ def test_dataflow_batch_prediction_is_a_job_on_the_pipeline_image():
     import apache_beam as beam
     from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
 
-    from pipeline import batch_predict
+    from prediction import batch_predict
     from kubeflow.cloud_platform import dataflow_args
 
     config, cloud = production(dataflow_max_workers=5)
@@ -357,7 +357,7 @@ def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(
                                 (["tune_trials=3"], "--param tune_trials: this job has no such parameter (compile "
                                                     "it with --tune N)"),
                                 (["accuracy_threshold=2"], "--param accuracy_threshold=2: use a fraction from 0 to 1")):
-            code = cli.main(base + [arg for p in params for arg in ("--param", p)])
+            code = cli_main(base + [arg for p in params for arg in ("--param", p)])
             err = capsys.readouterr().err
             assert code == 2 and message in err and err.count("\n") == 1, err
         assert len(fake.find("POST", r"/pipelineJobs$")) == 1  # only the good request was sent
@@ -384,7 +384,7 @@ def test_kubeflow_submit_and_schedule_through_the_real_client():
 
 
 def test_schedule_dry_run_prints_the_request_and_sends_nothing(capsys):
-    code = cli.main(["schedule", "--dry-run", "--cron", "0 3 * * 1", "--project", "proj-1", "--pipeline-root", ROOT,
+    code = cli_main(["schedule", "--dry-run", "--cron", "0 3 * * 1", "--project", "proj-1", "--pipeline-root", ROOT,
                      "--image", IMAGE, "--data", DATA])
     out = capsys.readouterr().out
     assert code == 0 and "would schedule (dry run, nothing sent)" in out
@@ -392,7 +392,7 @@ def test_schedule_dry_run_prints_the_request_and_sends_nothing(capsys):
 
 
 def test_schedule_with_a_bad_cron_is_one_line(capsys):
-    code = cli.main(["schedule", "--cron", "61 * * * *", "--project", "proj-1", "--pipeline-root", ROOT,
+    code = cli_main(["schedule", "--cron", "61 * * * *", "--project", "proj-1", "--pipeline-root", ROOT,
                      "--image", IMAGE, "--data", DATA])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "'61' is not valid for the minute field" in err[0]

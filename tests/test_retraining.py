@@ -102,7 +102,7 @@ def _training_log(summary):
 
 
 def test_each_dataset_is_its_own_pipeline(tmp_path, digits_dir, capsys):
-    from pipeline import cli
+    from cli.main import main as cli_main
 
     pets, digits = tmp_path / "PetImages", tmp_path / "digits-subset"
     _copy_classes(digits_dir, pets, ["0", "1"], count=60)  # two classes, as cats and dogs would be
@@ -119,10 +119,10 @@ def test_each_dataset_is_its_own_pipeline(tmp_path, digits_dir, capsys):
     names = sorted(os.listdir(tmp_path / "root" / "serving"))
     assert len(names) == 2 and names[0].startswith("digits-subset-") and names[1].startswith("petimages-")
 
-    assert cli.main(["runs", "--root", str(tmp_path / "root"), "--json"]) == 0
+    assert cli_main(["runs", "--root", str(tmp_path / "root"), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert sorted(r["pipeline"] for r in listed) == names and all(r["blessed"] for r in listed)
-    assert cli.main(["predict", "--root", str(tmp_path / "root"), str(pets / "0" / os.listdir(pets / "0")[0])]) == 2
+    assert cli_main(["predict", "--root", str(tmp_path / "root"), str(pets / "0" / os.listdir(pets / "0")[0])]) == 2
     assert "2 pipelines in" in capsys.readouterr().err  # which model to use is the user's choice
 
     # One seed gives one model: test_crash_recovery.py::test_two_runs_at_once_on_one_root_take_turns.
@@ -130,7 +130,8 @@ def test_each_dataset_is_its_own_pipeline(tmp_path, digits_dir, capsys):
 
 def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_path, digits_dir):
     from components.validation_gate import DataValidationError
-    from pipeline import report, run_summary, run_text
+    from report import report
+    from runs import run_summary, run_text
 
     drops = tmp_path / "drops"
     config = PipelineConfig(root=str(tmp_path / "out"), data=str(drops), span_pattern="span-{SPAN}", epochs=8,

@@ -1,7 +1,7 @@
 """Which epoch of a training phase the model keeps, and whether the phase stopped too soon.
 
 Plain Python over the per-epoch records of training.json: the Trainer (trainer/task.py) and the run
-summary (pipeline/run_summary.py) read training the same way.
+summary (runs/run_summary.py) read training the same way.
 """
 
 from typing import Any, Dict, List

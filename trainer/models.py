@@ -14,7 +14,7 @@ from typing import Optional
 
 import keras
 
-from components.image_example_gen.sources import is_remote
+from storage.files import is_remote
 from trainer.hparams import HParams
 
 

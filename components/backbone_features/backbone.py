@@ -19,7 +19,7 @@ import json
 from typing import NamedTuple, Optional
 
 from components.backbone_features import feature_cache
-from components.image_example_gen import sources
+from storage import files as fs
 from trainer.hparams import HParams, imagenet_weights_path
 
 # What turns pixels into the backbone's input (trainer/models.py _scaled), by model: part of the fingerprint.
@@ -51,9 +51,9 @@ def source_key(hp: HParams) -> Optional[str]:
         weights = f"random, seed {hp.seed}"
     else:
         path = imagenet_weights_path(hp.model, hp.image_size) if hp.weights == "imagenet" else hp.weights
-        if not sources.exists(path):
+        if not fs.exists(path):
             return None
-        weights = "sha256:" + hashlib.sha256(sources.read_bytes(path)).hexdigest()
+        weights = "sha256:" + hashlib.sha256(fs.read_bytes(path)).hexdigest()
     return hashlib.sha256(json.dumps({**_described(hp), "weights": weights}, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -61,9 +61,9 @@ def _known(cache_root: str, key: Optional[str]) -> Optional[Prepared]:
     if not key:
         return None
     try:
-        known = json.loads(sources.read_bytes(sources.join(cache_root, feature_cache.SOURCES_DIR, key + ".json")))
-        weights_file = sources.join(cache_root, known["fingerprint"], feature_cache.WEIGHTS_FILE)
-        if sources.exists(weights_file):
+        known = json.loads(fs.read_bytes(fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json")))
+        weights_file = fs.join(cache_root, known["fingerprint"], feature_cache.WEIGHTS_FILE)
+        if fs.exists(weights_file):
             return Prepared(known["fingerprint"], weights_file, int(known["dim"]))
     except Exception:  # noqa: BLE001 - missing or unreadable: made again
         pass
@@ -76,7 +76,7 @@ def prepare(hp: HParams, cache_root: str) -> Prepared:
     if prepared is None:
         prepared = _make(hp, cache_root)
         if key:
-            feature_cache.write_whole(sources.join(cache_root, feature_cache.SOURCES_DIR, key + ".json"),
+            feature_cache.write_whole(fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json"),
                                       json.dumps({"fingerprint": prepared.fingerprint, "dim": prepared.dim}).encode())
     feature_cache.touch(cache_root, prepared.fingerprint)
     return prepared
@@ -98,9 +98,9 @@ def _make(hp: HParams, cache_root: str) -> Prepared:
     dim = int(backbone.output_shape[-1])
     described = {**_described(hp), "weights_sha256": digest.hexdigest(), "dim": dim}
     fingerprint = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
-    folder = sources.join(cache_root, fingerprint)
-    weights_file = sources.join(folder, feature_cache.WEIGHTS_FILE)
-    if not sources.exists(weights_file):
+    folder = fs.join(cache_root, fingerprint)
+    weights_file = fs.join(folder, feature_cache.WEIGHTS_FILE)
+    if not fs.exists(weights_file):
         local = models.staged_path(feature_cache.WEIGHTS_FILE)
         try:
             backbone.save_weights(local)
@@ -108,5 +108,5 @@ def _make(hp: HParams, cache_root: str) -> Prepared:
         finally:
             models.discard_staged(local)
         info = {**described, "weights": hp.weights or f"random (seed {hp.seed})"}
-        feature_cache.write_whole(sources.join(folder, feature_cache.INFO_FILE), json.dumps(info, indent=1).encode())
+        feature_cache.write_whole(fs.join(folder, feature_cache.INFO_FILE), json.dumps(info, indent=1).encode())
     return Prepared(fingerprint, weights_file, dim)

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from components.image_example_gen import sources
+from storage import files as fs
 
 WEIGHTS_FILE = "backbone.weights.h5"
 INFO_FILE = "info.json"
@@ -47,17 +47,17 @@ class FeatureCache:
     """The entries of one fingerprint: get and put float32 vectors of `dim` values by key."""
 
     def __init__(self, root: str, fingerprint: str, dim: int):
-        self.folder = sources.join(root, fingerprint)
+        self.folder = fs.join(root, fingerprint)
         self.dim = dim
-        self._pool = ThreadPoolExecutor(IO_THREADS) if sources.is_remote(root) else None
+        self._pool = ThreadPoolExecutor(IO_THREADS) if fs.is_remote(root) else None
 
     def _path(self, key: str) -> str:
-        return sources.join(self.folder, key[:2], key + ENTRY_SUFFIX)
+        return fs.join(self.folder, key[:2], key + ENTRY_SUFFIX)
 
     def get(self, key: str) -> Optional[np.ndarray]:
         """The cached vector, or None (missing, or not whole: computed again)."""
         try:
-            data = sources.read_bytes(self._path(key))
+            data = fs.read_bytes(self._path(key))
         except Exception:  # noqa: BLE001 - missing locally (FileNotFoundError) or remotely (the store's own types)
             return None
         if len(data) != 4 * self.dim:
@@ -81,8 +81,8 @@ class FeatureCache:
 def write_whole(path: str, data: bytes) -> None:
     """Writes a file that readers see whole or not at all: a local file through a temporary name and a
     rename; an object store object, which appears only once its upload completes."""
-    if sources.is_remote(path):
-        sources.write_bytes(path, data)
+    if fs.is_remote(path):
+        fs.write_bytes(path, data)
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
@@ -93,11 +93,11 @@ def write_whole(path: str, data: bytes) -> None:
 
 def touch(root: str, fingerprint: str) -> None:
     """Marks the fingerprint as used now (prune() drops the least recently used first)."""
-    write_whole(sources.join(root, fingerprint, LAST_USED), str(time.time()).encode())
+    write_whole(fs.join(root, fingerprint, LAST_USED), str(time.time()).encode())
 
 
 def read_info(root: str, fingerprint: str) -> Dict:
-    return json.loads(sources.read_bytes(sources.join(root, fingerprint, INFO_FILE)))
+    return json.loads(fs.read_bytes(fs.join(root, fingerprint, INFO_FILE)))
 
 
 def describe(root: str) -> List[Dict]:

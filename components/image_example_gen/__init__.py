@@ -1,6 +1,6 @@
 """ImageExampleGen: image files to validated, split, sharded tf.Examples (component.py is the entry point)."""
 
-# Files of the component's `report` output (read by pipeline/run_summary.py without importing TFX).
+# Files of the component's `report` output (read by runs/run_summary.py without importing TFX).
 LABEL_MAP_FILE = "label_map.json"
 QUARANTINE_FILE = "quarantine.csv"
 NEAR_DUPLICATES_FILE = "near_duplicates.csv"  # group, path, label, split: every near-duplicate group

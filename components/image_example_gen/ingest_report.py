@@ -3,7 +3,7 @@ duplicates), the checks that make a run fail with one line (every file accounted
 limit, two classes, every split and class trained), and the quarantine CSV.
 
 The executor (executor.py) builds these from what its Beam graph returns and writes them to the
-component's `report` output; pipeline/run_summary.py reads them back.
+component's `report` output; runs/run_summary.py reads them back.
 """
 
 import collections

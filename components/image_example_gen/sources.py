@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator, List, NamedTuple, Optional, Tuple
 
 from components.image_example_gen.image_check import Reason
+from storage.errors import DataError
+from storage.files import (check_reachable, exists, is_dir, is_remote, join, open_for_write, read_bytes,  # noqa: F401
+                           remote_files, write_bytes)
 
 LAYOUTS = ("auto", "folders", "presplit", "manifest", "automl")
 SPLIT_ORDER = ("train", "eval", "test")
@@ -43,10 +46,6 @@ _SYSTEM_FILES = {"thumbs.db", "desktop.ini", "icon\r"}
 def split_sort_key(name: str) -> Tuple[int, str]:
     """train, eval, test first, then any other split name alphabetically."""
     return (SPLIT_ORDER.index(name) if name in SPLIT_ORDER else len(SPLIT_ORDER), name)
-
-
-class DataError(ValueError):
-    """Input the user must fix. The message is one line: the path, the problem, the fix."""
 
 
 class Candidate(NamedTuple):
@@ -81,74 +80,7 @@ class Listing:
         return f"layout:{self.layout},files:{len(self.candidates)},sha256:{digest.hexdigest()}"
 
 
-# ---------------------------------------------------------------------------
-# File system access: local paths with os (fast, any file name), remote URIs
-# (gs://, ...) with Beam's FileSystems, imported only then: worker processes that
-# ingest local files never pay for Beam's import.
-
-
-def is_remote(path: str) -> bool:
-    return "://" in path
-
-
-def join(base: str, *parts: str) -> str:
-    if is_remote(base):
-        return posixpath.join(base, *parts)
-    return os.path.join(base, *parts)
-
-
-_REACHED = set()  # (host, port) of object stores this process has reached
-
-
-def check_reachable(uri: str, timeout: float = 10.0) -> None:
-    """DataError naming the service when Cloud Storage cannot be reached (offline, DNS, a firewall): its
-    client would retry each call for two minutes, then raise a chain of tracebacks. Checked once per process."""
-    if not uri.startswith("gs://"):
-        return
-    import socket
-    import urllib.parse
-
-    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
-    endpoint = os.environ.get("STORAGE_EMULATOR_HOST") or proxy or "https://storage.googleapis.com"
-    parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else "http://" + endpoint)
-    address = (parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80))
-    if address in _REACHED:
-        return
-    try:
-        socket.create_connection(address, timeout=timeout).close()
-    except OSError as e:
-        raise DataError(f"{uri}: cannot reach Cloud Storage at {address[0]}:{address[1]} "
-                        f"({e.strerror or type(e).__name__}); check the network (or proxy) and try again") from None
-    _REACHED.add(address)
-
-
-def exists(path: str) -> bool:
-    if is_remote(path):
-        from apache_beam.io.filesystems import FileSystems
-
-        check_reachable(path)
-        # An object store "folder" is only a name prefix: it exists when an object has it.
-        return FileSystems.exists(path) or bool(_remote_files(path, limit=1))
-    return os.path.exists(path)
-
-
-def is_dir(path: str) -> bool:
-    if is_remote(path):
-        from apache_beam.io.filesystems import FileSystems
-
-        check_reachable(path)
-        return not FileSystems.exists(path) and bool(_remote_files(path, limit=1))
-    return os.path.isdir(path)
-
-
-def read_bytes(uri: str) -> bytes:
-    if is_remote(uri):
-        from apache_beam.io.filesystems import CompressionTypes, FileSystems
-
-        with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            return f.read()
-    with open(uri, "rb") as f:
-        return f.read()
+# File system access (local paths with os, gs:// with Beam's FileSystems) is storage/files.py's.
 
 
 def read_manifest(path: str) -> str:
@@ -168,30 +100,6 @@ def read_manifest(path: str) -> str:
         raise DataError(f"{path}: not UTF-8 text; save the manifest as UTF-8 CSV") from None
 
 
-def open_for_write(path: str) -> BinaryIO:
-    """A binary file to write, creating parent folders (local) as needed."""
-    if is_remote(path):
-        from apache_beam.io.filesystems import CompressionTypes, FileSystems
-
-        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    return open(path, "wb")
-
-
-def write_bytes(path: str, data: bytes) -> None:
-    with open_for_write(path) as f:
-        f.write(data)
-
-
-def _remote_files(root: str, limit: Optional[int] = None) -> List[Tuple[str, int, int]]:
-    from apache_beam.io.filesystems import FileSystems
-
-    prefix = root.rstrip("/") + "/"
-    (match,) = FileSystems.match([prefix + "**"], limits=[limit] if limit else None)
-    return [(m.path[len(prefix):], m.size_in_bytes, int(m.last_updated_in_seconds * 1e9))
-            for m in match.metadata_list]
-
-
 OUTSIDE_ROOT_PROBLEM = "symbolic link leading outside the data root (not read)"
 
 
@@ -206,7 +114,7 @@ def walk(root: str, boundary: Optional[str] = None) -> Iterator[Tuple[str, int, 
     of its own ancestors (a loop, which would list the same files forever).
     """
     if is_remote(root):
-        yield from ((rel, size, mtime, None) for rel, size, mtime in sorted(_remote_files(root)))
+        yield from ((rel, size, mtime, None) for rel, size, mtime in sorted(remote_files(root)))
         return
     unlistable: List[Tuple[str, str]] = []
     ancestors = {}  # folder path -> (device, inode) of it and every folder above it

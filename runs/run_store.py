@@ -90,13 +90,11 @@ def find_run(recorded: List[metadata_store_pb2.Context], metadata_path: str,
     return run
 
 
-def pipeline_of_run(root: str, run_id: Optional[str] = None) -> str:
-    """The pipeline under `root` whose metadata holds run `run_id`, or the newest run when None."""
-    from pipeline.config import PipelineConfig, pipelines_in_root
-
+def pipeline_of_run(root: str, pipelines: Dict[str, str], run_id: Optional[str] = None) -> str:
+    """The pipeline under `root` ({name: metadata path}) whose metadata holds run `run_id`, or the newest run's
+    when None."""
     newest = None
-    for name in pipelines_in_root(root):
-        path = PipelineConfig(root=root, name=name).metadata_path
+    for name, path in pipelines.items():
         for run in runs(open_store(path)):
             if run_id is None or run.name == run_id:
                 if newest is None or run.create_time_since_epoch > newest[0]:
@@ -139,7 +137,7 @@ def execution_error(execution) -> str:
 def run_status(components: List[Dict[str, Any]], in_progress: bool = True) -> str:
     """complete, failed (stopped at a component), running, or interrupted (stopped or killed mid-run).
 
-    in_progress: whether a run of the pipeline holds its lock now (pipeline/run_lock.py); a run
+    in_progress: whether a run of the pipeline holds its lock now (runs/run_lock.py); a run
     that looks unfinished while none does was killed.
     """
     states = [c["state"] for c in components]

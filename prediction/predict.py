@@ -19,11 +19,12 @@ import unicodedata
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from components.image_example_gen import sources
+from storage import files as fs
 from components.image_example_gen.batch_ingest import check_file_size, max_file_bytes
 from components.image_example_gen.image_check import BadImage, Reason, check_image
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
 from components.spreadsheet import spreadsheet_safe
-from pipeline import user_files
+from storage import user_files
 
 
 # Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
@@ -67,7 +68,7 @@ class TFLiteServing:
         from trainer.preprocessing import decode_and_resize
         from trainer.tflite_export import LABELS_FILE, TFLiteClassifier
 
-        labels = sources.join(os.path.dirname(path), LABELS_FILE)
+        labels = fs.join(os.path.dirname(path), LABELS_FILE)
         if not tf.io.gfile.exists(labels):
             raise FileNotFoundError(f"no {LABELS_FILE} beside it")
         with tf.io.gfile.GFile(labels) as f:
@@ -95,11 +96,11 @@ def read_image_file(path: str, max_pixels: int, size: int = -1) -> bytes:
     read through Beam's file systems, as ingestion reads gs:// (sources.py), once its size is known:
     `size` when its folder's listing gave it, else looked up.
     """
-    if sources.is_remote(path):
+    if fs.is_remote(path):
         if size < 0:
             size = _remote_size(path)
         check_file_size(size, max_pixels)
-        return sources.read_bytes(path)
+        return fs.read_bytes(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
@@ -134,23 +135,23 @@ def printable(text: str) -> str:
 def resolve_model_dir(path: str) -> str:
     """A SavedModel folder, a .tflite file, or a Pusher destination holding numbered SavedModel versions
     (the newest wins); local or gs://."""
-    if sources.is_remote(path):
+    if fs.is_remote(path):
         import tensorflow as tf
 
         try:
-            sources.check_reachable(path)
+            fs.check_reachable(path)
         except sources.DataError as e:
             raise ModelNotFound(f"--model {e}") from None
         exists, isdir, listdir = tf.io.gfile.exists, tf.io.gfile.isdir, tf.io.gfile.listdir
     else:
         exists, isdir, listdir = os.path.exists, os.path.isdir, os.listdir
-    if exists(sources.join(path, "saved_model.pb")) or (path.endswith(".tflite") and exists(path)):
+    if exists(fs.join(path, "saved_model.pb")) or (path.endswith(".tflite") and exists(path)):
         return path
     if isdir(path):
         versions = [v.rstrip("/") for v in listdir(path)]
-        versions = [v for v in versions if v.isdigit() and exists(sources.join(path, v, "saved_model.pb"))]
+        versions = [v for v in versions if v.isdigit() and exists(fs.join(path, v, "saved_model.pb"))]
         if versions:
-            return sources.join(path, max(versions, key=int))
+            return fs.join(path, max(versions, key=int))
     raise ModelNotFound(f"--model {path}: no SavedModel there (nor numbered versions of one, nor a .tflite file); "
                         "give a pushed model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
 
@@ -184,12 +185,12 @@ def expand_inputs(inputs: List[str]) -> Iterator[Input]:
 
 def _expand(inputs: List[str]) -> Iterator[Input]:
     for item in inputs:
-        if sources.is_dir(item):
+        if fs.is_dir(item):
             for rel, size, _, problem in sources.walk(item):
                 if not sources.is_hidden(rel):
                     reason = Reason.OUTSIDE_ROOT if problem == sources.OUTSIDE_ROOT_PROBLEM else Reason.UNREADABLE
-                    yield Input(sources.join(item, rel), (reason, problem) if problem else None, size)
-        elif item.lower().endswith(".csv") and sources.exists(item):
+                    yield Input(fs.join(item, rel), (reason, problem) if problem else None, size)
+        elif item.lower().endswith(".csv") and fs.exists(item):
             yield from _manifest_paths(item)
         else:
             yield Input(item)
@@ -205,7 +206,7 @@ def _manifest_paths(manifest: str) -> Iterator[Input]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if "path" not in (reader.fieldnames or []):
         raise InputError(f"{manifest}: a manifest needs a header naming a path column (path[,label,split])")
-    folder = posixpath.dirname(manifest) if sources.is_remote(manifest) else os.path.dirname(os.path.abspath(manifest))
+    folder = posixpath.dirname(manifest) if fs.is_remote(manifest) else os.path.dirname(os.path.abspath(manifest))
     for line_no, row in enumerate(reader, start=2):
         path = (row["path"] or "").strip()
         if path:
@@ -261,9 +262,9 @@ def model_threshold(model_dir: str) -> Tuple[float, str]:
     SavedModel (components/model_card); (0, "none") for a model without one (every image gets a class)."""
     from components.model_card import THRESHOLD_FILE
 
-    path = sources.join(os.path.dirname(model_dir) if model_dir.endswith(".tflite") else model_dir, THRESHOLD_FILE)
+    path = fs.join(os.path.dirname(model_dir) if model_dir.endswith(".tflite") else model_dir, THRESHOLD_FILE)
     try:
-        found = json.loads(sources.read_bytes(path))
+        found = json.loads(fs.read_bytes(path))
         return float(found.get("threshold") or 0.0), str(found.get("how") or "")
     except Exception:  # noqa: BLE001 - missing, unreadable (a remote store's own errors) or not JSON: none
         return 0.0, "none"

@@ -25,9 +25,11 @@ from typing import Any, Dict, Optional
 from components import drift as drift_lib
 from components import evaluation_results
 from components.image_example_gen.sources import split_sort_key
-from pipeline import report_data, run_text, user_files
+from report import report_data
+from runs import run_text
+from storage import user_files
 from pipeline.config import ConfigError
-from pipeline.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
+from report.report_html import (confusion_svg, document, esc, histogram_svg, line_chart, share_bar, table,
                                   thumbnail, tiles, xy_chart)
 
 MAX_QUARANTINE_ROWS = 200

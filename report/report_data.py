@@ -10,8 +10,8 @@ import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from components.image_example_gen import feature_keys as keys
-from components.image_example_gen.sources import is_remote
-from pipeline.predict import byte_batches
+from storage.files import is_remote
+from prediction.predict import byte_batches
 from components.output_files import TRAINING_LOG
 
 IMAGE_READ_LIMIT = 8 << 20  # bytes of a quarantined file read for its thumbnail

@@ -5,7 +5,7 @@
     -> one results file
 
 The same per-file checks, batch labelling and record formats as the in-process `predict`
-(pipeline/predict.py); only the execution differs: Beam's RunInference batches and keeps one
+(prediction/predict.py); only the execution differs: Beam's RunInference batches and keeps one
 model per worker, and the runner spreads files over worker processes (or Dataflow workers).
 Results come in the order workers finish them, each with its path. Beam writes the results file
 under a temporary name and moves it into place when the whole job succeeded.
@@ -29,8 +29,8 @@ import apache_beam as beam
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.image_example_gen import sources
-from pipeline import predict
+from storage import files as fs
+from prediction import predict
 
 NAMESPACE = "imagepipe.predict"
 
@@ -167,7 +167,7 @@ def run(model_dir: str, inputs: Iterable[predict.Input], output: str, top: int, 
     is called once the job is submitted (Dataflow: its id, to follow it in the console).
     """
     workdir = tempfile.mkdtemp(prefix="imagepipe-predict-")
-    input_list = sources.join(temp_dir or workdir, f"predict-inputs-{uuid.uuid4().hex}.jsonl")
+    input_list = fs.join(temp_dir or workdir, f"predict-inputs-{uuid.uuid4().hex}.jsonl")
     local = not temp_dir
     try:
         count = write_input_list(input_list, inputs)
@@ -288,7 +288,7 @@ def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str]
 
 def write_input_list(path: str, inputs: Iterable[predict.Input]) -> int:
     count = 0
-    with sources.open_for_write(path) as f:  # no TensorFlow here: the workers load it, this process need not
+    with fs.open_for_write(path) as f:  # no TensorFlow here: the workers load it, this process need not
         for item in inputs:
             f.write((json.dumps(list(item), ensure_ascii=False) + "\n").encode("utf-8"))
             count += 1
@@ -303,7 +303,7 @@ def worker_error(error: BaseException) -> Optional[str]:
 
 def remove_beam_temp(output: str) -> None:
     """Beam's staging folder for a results file that was never finished (WriteToText's beam-temp-*)."""
-    if sources.is_remote(output):
+    if fs.is_remote(output):
         return  # Dataflow's own cleanup; a gs:// prefix has no folder to scan cheaply
     folder, name = os.path.split(os.path.abspath(output))
     for entry in os.listdir(folder):

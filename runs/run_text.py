@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from components import drift as drift_lib
 from components.data_health import TRUSTED_ACCURACY
 from components.image_example_gen.sources import split_sort_key
-from pipeline.run_summary import component_kind
+from runs.run_summary import component_kind
 
 
 def format_summary(summary: Dict[str, Any]) -> List[str]:

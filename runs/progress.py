@@ -135,7 +135,7 @@ class MetadataWatcher(threading.Thread):
         self.join()
 
     def poll(self) -> None:
-        from pipeline import run_store
+        from runs import run_store
 
         try:
             store = run_store.open_store(self._path)

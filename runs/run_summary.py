@@ -17,12 +17,12 @@ from components import evaluation_results
 from components.backbone_features import SUMMARY_FILE as FEATURES_SUMMARY
 from components.data_health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
 from components.baseline import relocate
-from components.image_example_gen.sources import is_remote
+from storage.files import is_remote
 from components.image_example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
 from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
 from components.model_card import CARD_HTML, CARD_JSON, CARD_MD
 from components.tuning import DECISION_FILE as TUNING_FILE
-from pipeline import run_lock, run_store
+from runs import run_lock, run_store
 from trainer.epochs import best_epoch
 
 

@@ -9,7 +9,7 @@ problem is one line naming the option (a ConfigError: exit status 2).
 import os
 import stat
 
-from pipeline.config import ConfigError
+from storage.errors import ConfigError
 
 
 def check_target(path: str, option: str) -> None:

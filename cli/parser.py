@@ -1,0 +1,217 @@
+"""The `imagepipe` argument parser: every command and option, with its help."""
+
+import argparse
+
+from cli.common import EXIT_BAD_INPUT
+from cli.predict import PREDICT_SHOWN
+from components.image_example_gen.sources import LAYOUTS
+from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TARGETS, CloudConfig, PipelineConfig
+from runs.progress import MODES as PROGRESS_MODES
+from trainer.hparams import AUGMENTATIONS, MODELS, TFLITE_KINDS
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line that says where to look."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    d = PipelineConfig()
+    p.add_argument("--data", help="folder of class subfolders (optionally train/ eval/ inside) or a CSV "
+                   "manifest with a path,label[,split] header; default: the digits sample")
+    p.add_argument("--root", help=f"where artifacts and ML Metadata go (default {d.root})")
+    p.add_argument("--name", help="pipeline name: its runs, models and metadata are kept apart (default: from "
+                   "--data, e.g. petimages-3f2a9c; 'digits' for the sample)")
+    p.add_argument("--layout", choices=LAYOUTS, help="input layout (default auto)")
+    p.add_argument("--span-pattern", help="read the latest span below --data, e.g. 'span-{SPAN}'")
+    p.add_argument("--span-window", type=int, help="with --span-pattern: read the latest span and the N-1 "
+                   "spans before it (default 1)")
+    p.add_argument("--eval-percent", type=int, help=f"eval share of unsplit data (default {d.eval_percent})")
+    p.add_argument("--max-pixels", type=int, help=f"quarantine larger images (default {d.max_pixels:,})")
+    p.add_argument("--store-max-pixels", type=int, help="store images above this many pixels as a downscaled "
+                   f"copy (aspect kept; 0: store originals; default {d.store_max_pixels:,})")
+    p.add_argument("--max-bad-fraction", type=float,
+                   help=f"fail when more files than this are bad (default {d.max_bad_fraction})")
+    p.add_argument("--drop-duplicates", action="store_true", default=None,
+                   help="keep one copy of identical files (default: keep all, in one split)")
+    p.add_argument("--near-duplicates", choices=NEAR_DUPLICATE_MODES, help="near-duplicate images (resized, "
+                   "recompressed, slightly cropped copies): report them (default), or drop all but one copy of each "
+                   "group with one label")
+    p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
+    p.add_argument("--schema", help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
+                   "the sample uses schemas/digits/schema.pbtxt)")
+    p.add_argument("--gate", choices=GATE_MODES, help="on anomalies or drift: stop the run (default) or warn")
+    drift = p.add_argument_group("drift from the latest blessed model's data (L-infinity distance of shares; "
+                                 "1 turns a check off)")
+    drift.add_argument("--max-class-drift", type=float, help=f"class mix (default {d.max_class_drift})")
+    drift.add_argument("--max-size-drift", type=float, help="image width and height, in power-of-two bins "
+                       f"(default {d.max_size_drift})")
+    drift.add_argument("--max-format-drift", type=float, help=f"JPEG/PNG/GIF/BMP mix (default {d.max_format_drift})")
+    drift.add_argument("--max-count-drop", type=float, help="largest accepted drop of the example count, as a "
+                       f"fraction (default {d.max_count_drop})")
+    health = p.add_argument_group("data health (each over its limit stops the run, or warns with --gate warn)")
+    health.add_argument("--label-check", choices=LABEL_CHECKS, help="look for likely label errors: auto (default: "
+                        "with the transfer models' features), on (also a k-fold cnn on pixels, ~one more training), off")
+    health.add_argument("--max-eval-near-duplicates", type=float, help="largest share of eval examples with a "
+                        f"near-duplicate in train (default {d.max_eval_near_duplicates}: no check)")
+    health.add_argument("--max-label-issues", type=float, help="largest share of suspected label errors "
+                        f"(default {d.max_label_issues}: no check)")
+    health.add_argument("--max-feature-drift", type=float, help="largest shift of the backbone features from the "
+                        f"last blessed model's data (default {d.max_feature_drift})")
+    t = p.add_argument_group("training")
+    t.add_argument("--model", choices=MODELS,
+                   help="cnn (fast default) or a keras.applications backbone for transfer learning")
+    t.add_argument("--image-size", type=int, help="side of the square model input (default: 32 for the "
+                   "sample, 64 for cnn, 224 for the backbones)")
+    t.add_argument("--epochs", type=int, help="the most training epochs: training stops earlier once the eval loss "
+                   f"has not improved for --patience epochs, keeping the best epoch (default {d.epochs})")
+    t.add_argument("--patience", type=int, help=f"epochs without a lower eval loss before training stops "
+                   f"(default {d.patience})")
+    t.add_argument("--fine-tune-epochs", type=int, help="backbones: then at most this many epochs with the top "
+                   "layers unfrozen")
+    t.add_argument("--batch-size", type=int, help=f"per replica (default {d.batch_size})")
+    t.add_argument("--learning-rate", type=float, help=f"(default {d.learning_rate})")
+    t.add_argument("--weights", help="backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' (random)")
+    t.add_argument("--augment", help=f"training augmentation: any of {','.join(AUGMENTATIONS)}")
+    t.add_argument("--tflite", help=f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
+                   "(scored on the eval split next to the SavedModel)")
+    t.add_argument("--seed", type=int, help=f"(default {d.seed})")
+    t.add_argument("--nondeterministic", dest="deterministic", action="store_false", default=None,
+                   help="allow nondeterministic TensorFlow ops (faster on some GPUs; by default the same data, "
+                   "settings and seed give the same model)")
+    t.add_argument("--warm-start", action="store_true", default=None,
+                   help="start training from the latest blessed model (same classes and model)")
+    t.add_argument("--confidence-threshold", type=float, help="the model answers 'unsure' below this top "
+                   "probability (imagepipe predict; in the model card): the report shows precision, recall and "
+                   "coverage at every threshold")
+    t.add_argument("--target-precision", type=float, help="instead: the lowest confidence threshold at which the "
+                   "eval split's precision reaches this")
+    t.add_argument("--tune", type=int, metavar="N", help="search hyperparameters first (learning rate, dropout, head "
+                   "width, batch size; KerasTuner, Bayesian) in N trials scored on the eval split; later runs of "
+                   "the pipeline reuse the best values until the classes, the data or the settings change")
+    t.add_argument("--retune", action="store_true", help="search again now, even if nothing changed (with the "
+                   "last search's N unless --tune gives one)")
+    t.add_argument("--accuracy-threshold", type=float,
+                   help=f"bless the model at this eval accuracy (default {d.accuracy_threshold})")
+    p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None,
+                   help="re-run every component")
+    p.add_argument("--beam-arg", dest="beam_args", action="append",
+                   help="extra Beam pipeline argument (repeatable)")
+    p.add_argument("--progress", choices=PROGRESS_MODES, default=PROGRESS_MODES[0],
+                   help="live progress: human (default), json (one JSON object per line), quiet")
+    p.add_argument("--verbose", action="store_true", help="show TFX and Beam logs")
+
+
+def _add_cloud_options(p: argparse.ArgumentParser) -> None:
+    d = CloudConfig()
+    c = p.add_argument_group("production (each also reads IMAGEPIPE_<OPTION>, e.g. IMAGEPIPE_PROJECT)")
+    c.add_argument("--target", choices=TARGETS, help="Vertex AI Pipelines (default) or Kubeflow "
+                   "Pipelines v2")
+    _add_gcp_options(c)
+    c.add_argument("--k8s-service-account", help="Kubeflow: the Kubernetes service account of the run pods")
+    c.add_argument("--api-endpoint", help="Vertex AI API endpoint (private endpoints)")
+    c.add_argument("--kfp-host", help="Kubeflow Pipelines API URL (for --target kubeflow)")
+    _add_dataflow_options(c, "run ExampleGen, StatisticsGen, Transform and the Evaluator on Dataflow")
+    c.add_argument("--vertex-training", action="store_true", default=None,
+                   help="run the Trainer as a Vertex AI Training job")
+    c.add_argument("--training-machine-type", help=f"(default {d.training_machine_type})")
+    c.add_argument("--training-accelerator", help="e.g. NVIDIA_TESLA_T4, NVIDIA_L4")
+    c.add_argument("--training-accelerator-count", type=int, help="(default 1)")
+    c.add_argument("--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores)")
+    c.add_argument("--endpoint", help="deploy blessed models to this Vertex AI endpoint (display name)")
+    c.add_argument("--parallel-trials", type=int, help="with --tune and --vertex-training: trials at once, a "
+                   "training machine each (TFX's Vertex Tuner; default 1)")
+
+
+def _add_gcp_options(c) -> None:
+    d = CloudConfig()
+    c.add_argument("--project", help="GCP project")
+    c.add_argument("--region", help=f"GCP region (default {d.region})")
+    c.add_argument("--pipeline-root", help="gs://BUCKET/PATH for the runs' artifacts")
+    c.add_argument("--image", help="the pipeline image (built from kubeflow/Dockerfile)")
+    c.add_argument("--service-account", help="the GCP service account (email) Vertex runs and Dataflow workers execute as")
+
+
+def _add_dataflow_options(c, what: str) -> None:
+    d = CloudConfig()
+    c.add_argument("--dataflow", action="store_true", default=None, help=what)
+    c.add_argument("--dataflow-max-workers", type=int, help=f"(default {d.dataflow_max_workers})")
+    c.add_argument("--dataflow-machine-type", help=f"(default {d.dataflow_machine_type})")
+    c.add_argument("--dataflow-temp-location", help="gs:// (default <pipeline-root>/<name>/tmp)")
+
+
+def _add_param_option(p) -> None:
+    from pipeline.config import RUNTIME_PARAMETERS
+
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a value for the compiled job's runtime parameter NAME, without recompiling (repeatable): "
+                        + ", ".join(RUNTIME_PARAMETERS) + " (tune_trials with --tune, span_window with --span-pattern)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="imagepipe", description="A TFX pipeline for image classification.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.commands = commands.choices  # so an unknown option is reported by its command
+    _add_run_options(commands.add_parser("run", help="run the pipeline locally (LocalDagRunner)"))
+    sample = commands.add_parser("sample-data", help="write the digits sample as image files")
+    sample.add_argument("--out", help="folder to write (default <root>/data/digits)")
+    compile_cmd = commands.add_parser("compile", help="compile for Vertex AI or Kubeflow Pipelines")
+    _add_run_options(compile_cmd)
+    _add_cloud_options(compile_cmd)
+    compile_cmd.add_argument("--output", help="file to write (default <name>_pipeline.json, or .yaml for "
+                             "kubeflow)")
+    submit = commands.add_parser("submit", help="compile and start one run on Vertex AI or Kubeflow")
+    _add_run_options(submit)
+    _add_cloud_options(submit)
+    submit.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    _add_param_option(submit)
+    schedule = commands.add_parser("schedule", help="compile and schedule recurring retraining")
+    _add_run_options(schedule)
+    _add_cloud_options(schedule)
+    schedule.add_argument("--cron", help="standard 5-field cron, UTC, e.g. '0 3 * * 1' (Mondays 03:00)")
+    schedule.add_argument("--schedule-name", help="(default <name>-retraining)")
+    schedule.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    _add_param_option(schedule)
+    report = commands.add_parser("report", help="write a run's HTML report (default: the newest run)")
+    report.add_argument("run", nargs="?", help="run id, as 'imagepipe runs' lists them")
+    report.add_argument("--root", help="the run's --root")
+    report.add_argument("--name", help="the run's --name (default: the pipeline of the newest run in --root)")
+    report.add_argument("--out", help="HTML file to write (default <root>/reports/<name>/<run>.html)")
+    runs = commands.add_parser("runs", help="list the runs recorded in ML Metadata, newest first")
+    runs.add_argument("--root", help="the runs' --root")
+    runs.add_argument("--name", help="the runs' --name (default: every pipeline in --root)")
+    runs.add_argument("--failed", action="store_true", help="only failed runs")
+    runs.add_argument("--json", action="store_true", help="as JSON")
+    predict = commands.add_parser("predict", help="classify image files with a trained model")
+    predict.add_argument("images", nargs="+", metavar="INPUT",
+                         help="image files, folders (every image below, hidden files skipped), CSV manifests "
+                              "(their path column), local or gs://")
+    predict.add_argument("--output", help="also write every result to this .jsonl or .csv file (the terminal "
+                         f"then shows the first {PREDICT_SHOWN} and a summary)")
+    predict.add_argument("--model", dest="model_dir", help="a pushed model folder or SavedModel (default: the newest pushed model "
+                         "of --root/--name)")
+    predict.add_argument("--root", help="the run's --root (to find the pushed model)")
+    predict.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
+    predict.add_argument("--top", type=int, default=1, help="classes to show per image (default 1)")
+    predict.add_argument("--confidence-threshold", type=float, help="answer 'unsure' when the best probability is "
+                         "below this (default: the threshold that came with the model, its threshold.json; else none)")
+    predict.add_argument("--automl-output", help="also write the results in Vertex AutoML's batch prediction shape "
+                         "(JSON Lines: instance, prediction {ids, displayNames, confidences}) to this .jsonl file")
+    predict.add_argument("--workers", type=int, default=0,
+                         help="classify with Beam in this many local processes (RunInference; needs --output); "
+                              "default: in this process")
+    c = predict.add_argument_group("batch prediction on Dataflow (each also reads IMAGEPIPE_<OPTION>)")
+    _add_gcp_options(c)
+    _add_dataflow_options(c, "classify on Dataflow workers that run the pipeline image (gs:// --model, "
+                             "--output and inputs)")
+    cache = commands.add_parser("cache", help="the backbone features cache under --root: list, bound or clear it")
+    cache.add_argument("--root", help="the runs' --root")
+    cache.add_argument("--max-gb", type=float, help="remove the least recently used backbones' features until the "
+                       "cache holds at most this many GB")
+    cache.add_argument("--clear", action="store_true", help="remove every cached feature")
+    export = commands.add_parser("export-schema", help="copy the schema SchemaGen inferred in the last run")
+    export.add_argument("--root", help="the run's --root")
+    export.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
+    export.add_argument("--out", required=True, help="where to write schema.pbtxt, e.g. schemas/<dataset>/schema.pbtxt")
+    return parser

@@ -1,0 +1,132 @@
+"""`imagepipe predict`: classify images with a pushed model, in this process or with Beam (prediction/)."""
+
+import argparse
+import os
+import sys
+
+from cli.common import EXIT_BAD_INPUT, EXIT_RUN_FAILED, config_from_args, existing_pipeline, fail, quiet_logs
+from pipeline.config import CloudConfig, ConfigError, PipelineConfig
+
+PREDICT_SHOWN = 10  # `imagepipe predict --output`: results shown on the terminal before the summary line
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from prediction import predict
+    from storage import user_files
+
+    # An explicit --model needs no pipeline (existing_pipeline asks for --name when the root has several).
+    config = config_from_args(args) if args.model_dir else existing_pipeline(args)
+    model = args.model_dir or config.serving_dir
+    top = args.top
+    if top < 1:
+        raise ConfigError(f"--top {top}: give the number of classes to show per image (1 or more)")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.workers > cores:
+        raise ConfigError(f"--workers {args.workers}: this machine has {cores} cores, and each worker loads TensorFlow "
+                          f"and the model (~0.7 GB); use at most {cores}, or --dataflow for more machines")
+    if args.confidence_threshold is not None and not 0 <= args.confidence_threshold < 1:
+        raise ConfigError(f"--confidence-threshold {args.confidence_threshold}: use a fraction from 0 to below 1")
+    try:
+        for option, path in (("--output", args.output), ("--automl-output", args.automl_output)):
+            if path:  # before the model loads: a bad output file is one line at once
+                predict.output_kind(path, option)
+                user_files.check_target(path, option)
+        model_dir = predict.resolve_model_dir(model)
+        threshold, how = ((args.confidence_threshold, "--confidence-threshold")
+                          if args.confidence_threshold is not None else predict.model_threshold(model_dir))
+        if args.workers < 0:
+            raise predict.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
+        if args.workers or args.dataflow:
+            return _predict_with_beam(args, config, model_dir, top, threshold)
+        writer = predict.ResultWriter(args.output, top) if args.output else None
+        automl = predict.ResultWriter(args.automl_output, top, automl_threshold=threshold) if args.automl_output \
+            else None
+    except (predict.ModelNotFound, predict.ModelUnusable, predict.InputError) as e:
+        return fail(EXIT_BAD_INPUT, str(e))
+    writers = [w for w in (writer, automl) if w]
+    if threshold:
+        print(f"confidence threshold {threshold:g} ({how}): below it an image is 'unsure'", file=sys.stderr)
+    quiet_logs(verbose=False)
+    show = predict.printable  # file and class names may hold terminal escape sequences
+    progress = predict.Progress(sys.stderr) if writers else None  # else every result is printed anyway
+    seen = failed = 0
+    try:
+        for result in predict.classify(model_dir, predict.expand_inputs(args.images),
+                                       top=predict.EVERY_CLASS if automl else top, max_pixels=config.max_pixels,
+                                       threshold=threshold):
+            seen += 1
+            failed += "error" in result
+            for w in writers:
+                w.write(result)
+            if progress:
+                progress.update(seen)
+            if writers and seen > PREDICT_SHOWN:
+                continue
+            if "error" in result:
+                print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
+            else:
+                shown = ", ".join(f"{show(name)} ({p:.3f})" for name, p in result["predictions"][:top])
+                print(f"{show(result['path'])}: " + (f"unsure (best: {shown})" if result.get("unsure") else shown))
+        if progress:
+            progress.update(seen, final=True)
+        for w in writers:  # a results file appears under its name only when every input is in it
+            w.close(complete=seen > 0)
+    except (predict.ModelUnusable, predict.InputError) as e:
+        return fail(EXIT_BAD_INPUT, str(e))
+    finally:
+        for w in writers:
+            w.close(complete=False)  # interrupted or failed: removed (no-op once closed)
+    if not seen:
+        return fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
+    if writers:
+        print(f"{seen:,} inputs: {seen - failed:,} classified, {failed:,} failed; results in "
+              + " and ".join(w.path for w in writers))
+    return EXIT_RUN_FAILED if failed else 0
+
+
+def _announce_dataflow_job(result) -> None:
+    """Where to follow a submitted Dataflow job (its workers' progress and logs are there, not here)."""
+    job = result._job  # DataflowPipelineResult keeps the service's Job message; job_id() reads it too
+    print(f"Dataflow job {result.job_id()}: https://console.cloud.google.com/dataflow/jobs/{job.location}/"
+          f"{result.job_id()}?project={job.projectId}", flush=True)
+
+
+def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_dir: str, top: int,
+                       threshold: float) -> int:
+    """`predict --workers N` / `--dataflow`: the same results through Beam's RunInference, into --output."""
+    quiet_logs(verbose=False)  # before Beam's import, which warns about this Python's support
+    os.environ["PYTHONWARNINGS"] = "ignore"  # and so would each of its worker processes
+    from prediction import batch_predict, predict
+
+    if not args.output:
+        raise predict.InputError(f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
+                                 "give --output results.jsonl (or .csv)")
+    predict.output_kind(args.output)
+    temp_dir = None
+    if args.dataflow:
+        cloud = config_from_args(args, CloudConfig)
+        temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images)
+        from kubeflow.cloud_platform import dataflow_args
+
+        beam_args = dataflow_args(config, cloud)
+    else:
+        for path in (args.output, args.automl_output):
+            if path:
+                batch_predict.check_local_output(path)
+        beam_args = batch_predict.local_args(args.workers)
+    try:
+        counts = batch_predict.run(model_dir, predict.expand_inputs(args.images), args.output, top,
+                                   config.max_pixels, beam_args, temp_dir=temp_dir,
+                                   progress=lambda total, stream: predict.Progress(stream, total),
+                                   started=_announce_dataflow_job if args.dataflow else None,
+                                   threshold=threshold, automl_output=args.automl_output)
+    except Exception as e:  # noqa: BLE001 - Beam wraps a worker's exception in its own types
+        unusable = batch_predict.worker_error(e)  # the model is loaded by the workers, not here
+        if unusable:
+            raise predict.ModelUnusable(unusable) from None
+        raise
+    if not counts["inputs"]:
+        return fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
+    print(f"{counts['inputs']:,} inputs: {counts['classified']:,} classified, {counts['failed']:,} failed; "
+          f"results in {args.output}" + (f" and {args.automl_output}" if args.automl_output else ""))
+    return EXIT_RUN_FAILED if counts["failed"] else 0

@@ -1,0 +1,98 @@
+"""Files where the user keeps them: a local path or an object store URI (gs://, through Beam's FileSystems,
+imported only then, so processes that read local files never pay for Beam's import). The lowest layer:
+it imports nothing of this project but its errors.
+"""
+
+import os
+import posixpath
+from typing import BinaryIO, List, Optional, Tuple
+
+from storage.errors import DataError
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def join(base: str, *parts: str) -> str:
+    if is_remote(base):
+        return posixpath.join(base, *parts)
+    return os.path.join(base, *parts)
+
+
+_REACHED = set()  # (host, port) of object stores this process has reached
+
+
+def check_reachable(uri: str, timeout: float = 10.0) -> None:
+    """DataError naming the service when Cloud Storage cannot be reached (offline, DNS, a firewall): its
+    client would retry each call for two minutes, then raise a chain of tracebacks. Checked once per process."""
+    if not uri.startswith("gs://"):
+        return
+    import socket
+    import urllib.parse
+
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    endpoint = os.environ.get("STORAGE_EMULATOR_HOST") or proxy or "https://storage.googleapis.com"
+    parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else "http://" + endpoint)
+    address = (parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80))
+    if address in _REACHED:
+        return
+    try:
+        socket.create_connection(address, timeout=timeout).close()
+    except OSError as e:
+        raise DataError(f"{uri}: cannot reach Cloud Storage at {address[0]}:{address[1]} "
+                        f"({e.strerror or type(e).__name__}); check the network (or proxy) and try again") from None
+    _REACHED.add(address)
+
+
+def exists(path: str) -> bool:
+    if is_remote(path):
+        from apache_beam.io.filesystems import FileSystems
+
+        check_reachable(path)
+        # An object store "folder" is only a name prefix: it exists when an object has it.
+        return FileSystems.exists(path) or bool(remote_files(path, limit=1))
+    return os.path.exists(path)
+
+
+def is_dir(path: str) -> bool:
+    if is_remote(path):
+        from apache_beam.io.filesystems import FileSystems
+
+        check_reachable(path)
+        return not FileSystems.exists(path) and bool(remote_files(path, limit=1))
+    return os.path.isdir(path)
+
+
+def read_bytes(uri: str) -> bytes:
+    if is_remote(uri):
+        from apache_beam.io.filesystems import CompressionTypes, FileSystems
+
+        with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            return f.read()
+    with open(uri, "rb") as f:
+        return f.read()
+
+
+def open_for_write(path: str) -> BinaryIO:
+    """A binary file to write, creating parent folders (local) as needed."""
+    if is_remote(path):
+        from apache_beam.io.filesystems import CompressionTypes, FileSystems
+
+        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return open(path, "wb")
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    with open_for_write(path) as f:
+        f.write(data)
+
+
+def remote_files(root: str, limit: Optional[int] = None) -> List[Tuple[str, int, int]]:
+    from apache_beam.io.filesystems import FileSystems
+
+    prefix = root.rstrip("/") + "/"
+    (match,) = FileSystems.match([prefix + "**"], limits=[limit] if limit else None)
+    return [(m.path[len(prefix):], m.size_in_bytes, int(m.last_updated_in_seconds * 1e9))
+            for m in match.metadata_list]
