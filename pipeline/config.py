@@ -311,7 +311,7 @@ def pipelines_in_root(root: str) -> List[str]:
 
 
 # Headroom for what TensorFlow, TFX and Beam hold in a component's process besides the images
-# being decoded (the README's full-size benchmark has the measured peaks).
+# being decoded (docs/benchmarks.md's full-size benchmark has the measured peaks).
 BASE_MEMORY_BYTES = 3 << 30
 
 

@@ -70,7 +70,7 @@ def stats_options() -> tfdv.StatsOptions:
     Semantic domain stats recognise image/encoded as images (format histogram; SchemaGen then
     writes image_domain). Without a schema, though, TFDV takes every string feature for a
     categorical one and counts its top values by shuffling each distinct value through a
-    GroupByKey: every image's bytes, the whole corpus through memory (README: Full-size photos).
+    GroupByKey: every image's bytes, the whole corpus through memory (docs/data.md: Full-size photos).
     Naming image/encoded an image_domain feature makes it a bytes feature (byte-length stats, no
     top-k), whatever schema the run then uses.
     """

@@ -25,14 +25,15 @@ SPLIT_OF = {"TRAINING": "train", "VALIDATION": "eval", "TEST": "test", "UNASSIGN
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
 
 
-def make_import_folder(digits_dir: str, out, uri_prefix: str) -> dict:
-    """30 digits a class as an AutoML import folder: the images under images/, classes 0-4 in a CSV (paths
-    relative to it, ML_USE first), 5-9 in JSON Lines (`uri_prefix` + path: the folder's own absolute path
-    or gs:// URI, as Vertex writes them). Returns {images/<label>/<name>: (label, split or None)}."""
+def make_import_folder(digits_dir: str, out, uri_prefix: str, uses=ML_USES) -> dict:
+    """A digit a class per ML_USE of `uses` (30 by default) as an AutoML import folder: the images under
+    images/, classes 0-4 in a CSV (paths relative to it, ML_USE first), 5-9 in JSON Lines (`uri_prefix` +
+    path: the folder's own absolute path or gs:// URI, as Vertex writes them).
+    Returns {images/<label>/<name>: (label, split or None)}."""
     rows, csv_lines, json_lines = {}, [], []
     for label in range(10):
         names = sorted(n for n in os.listdir(os.path.join(digits_dir, str(label))) if not n.startswith("."))
-        for use, name in zip(ML_USES, names):
+        for use, name in zip(uses, names):
             rel = f"images/{label}/{name}"
             shutil.copy(os.path.join(digits_dir, str(label), name), write(os.path.join(out, rel), b""))
             rows[rel] = (str(label), SPLIT_OF[use])
@@ -212,7 +213,8 @@ def test_import_files_in_cloud_storage_are_ingested_into_their_splits(digits_dir
     """A folder of import files in a bucket (gs:// URIs, and paths relative to the CSV), read by ImageExampleGen
     through the real Cloud Storage client against its local stand-in (tests/fake_endpoints.py)."""
     bucket = tmp_path / "bucket"
-    rows = make_import_folder(digits_dir, bucket / "automl", "gs://photos-1/automl")
+    uses = ["TRAINING"] * 4 + ["VALIDATION", "TEST", "UNASSIGNED"]  # 7 a class: every object is a request
+    rows = make_import_folder(digits_dir, bucket / "automl", "gs://photos-1/automl", uses)
     with open(bucket / "automl" / "digits-5-9.jsonl", "a") as f:  # another bucket: never read
         f.write(json.dumps({"imageGcsUri": "gs://someone-else/secret.jpg",
                             "classificationAnnotation": {"displayName": "5"}}) + "\n")
@@ -223,17 +225,17 @@ def test_import_files_in_cloud_storage_are_ingested_into_their_splits(digits_dir
         read = {r["path"] for r in gcs.find("GET", r"^/download/storage/v1/b/")}
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["summary"]["layout"] == "automl" and found["summary"]["files_seen"] == 301
+    assert found["summary"]["layout"] == "automl" and found["summary"]["files_seen"] == 71
     assert list(found["quarantine"]) == ["gs://someone-else/secret.jpg"]
     assert found["quarantine"]["gs://someone-else/secret.jpg"]["reason"] == Reason.OUTSIDE_ROOT
     assert not any("someone-else" in path for path in read)
     by_name = {name: (split, label) for split, es in found["examples"].items() for name, label in es}
-    assert len(by_name) == 300
+    assert len(by_name) == 70
     for rel, (label, split) in rows.items():
         got_split, got_label = by_name[rel]
         assert split in (got_split, None) and got_split in ("train", "eval", "test")
         assert got_split != "test" or split == "test"  # UNASSIGNED rows are hashed into train and eval only
-    assert {s: len(es) for s, es in found["examples"].items()}["test"] == 50
+    assert {s: len(es) for s, es in found["examples"].items()}["test"] == 10
 
 
 # --- a whole run on an AutoML import folder --------------------------------------------------------------------

@@ -77,7 +77,7 @@ class HParams:
     augment_views: int = 4
     tflite: str = ""  # comma-separated TFLite exports beside the SavedModel: float16, int8
     seed: int = 42
-    # TensorFlow's op determinism: the same data, settings and seed give the same weights (README:
+    # TensorFlow's op determinism: the same data, settings and seed give the same weights (docs/retraining.md:
     # Reproducible training has its cost); False trades that for speed.
     deterministic: bool = True
     warm_start: bool = False  # start from the base model's weights when it has the same classes and shape

@@ -68,7 +68,7 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
         lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
         cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)  # seeds reproduce
     # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
-    # (README: Benchmarks, Training input). So cache whenever they fit.
+    # (docs/benchmarks.md: Training input). So cache whenever they fit.
     if cached:
         dataset = dataset.cache()
     if training:

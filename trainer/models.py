@@ -108,7 +108,7 @@ def _classifier(x, num_classes):
 
 
 def _cnn(inputs, num_classes, hp: HParams):
-    # Three conv/pool blocks and a flattened head (README: Training, evaluation and serving has
+    # Three conv/pool blocks and a flattened head (docs/training.md: Training, evaluation and serving has
     # what it reaches): a global-average-pooled head is position-blind, and did worse on digits.
     x = keras.layers.Rescaling(1 / 255.0)(inputs)
     for filters in (16, 32, 64):

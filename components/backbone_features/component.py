@@ -1,4 +1,4 @@
-"""The BackboneFeatures component (README: Transfer learning that pays for the backbone once).
+"""The BackboneFeatures component (docs/benchmarks.md: Transfer learning that pays for the backbone once).
 
     BackboneFeatures(transformed_examples=transform.outputs["transformed_examples"],
                      hparams=HParams(...).features_config(), cache_dir="<root>/cache/features")

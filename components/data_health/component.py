@@ -1,4 +1,4 @@
-"""The DataHealth component (README: Data health).
+"""The DataHealth component (docs/validation-and-health.md: Data health).
 
     DataHealth(ingestion_report=example_gen.outputs["report"], transformed_examples=..., transform_graph=...,
                features=<BackboneFeatures' output, transfer models>, baseline_model=<latest blessed model>,

@@ -7,7 +7,7 @@ everything would run on one core: there the DoFn keeps a pool of spawned worker
 processes (worker_pool.py). Threads do not help (the GIL serialises Pillow's
 Python side), and Beam's multi_processing workers start slowly (each imports
 Beam and TensorFlow); these workers import only Pillow and batch_ingest
-(README: Benchmarks, Ingestion).
+(docs/benchmarks.md: Benchmarks, Ingestion).
 """
 
 import collections

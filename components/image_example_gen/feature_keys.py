@@ -1,4 +1,4 @@
-"""The features of each tf.train.Example that ImageExampleGen writes (README: What ingestion writes).
+"""The features of each tf.train.Example that ImageExampleGen writes (docs/data.md: What ingestion writes).
 
 One list for the writer (batch_ingest.py), the Trainer (trainer/features.py) and the report. Plain
 Python, no TensorFlow.
