@@ -36,7 +36,7 @@ def before(model_dir: str, corpus: str) -> int:
     import tensorflow as tf
 
     from components.image_example_gen.image_check import BadImage, check_image
-    from prediction.predict import byte_batches
+    from prediction.image_inputs import byte_batches
 
     paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs)
     results, images = [None] * len(paths), []

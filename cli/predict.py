@@ -11,7 +11,7 @@ PREDICT_SHOWN = 10  # `imagepipe predict --output`: results shown on the termina
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from prediction import predict
+    from prediction import image_inputs, predict, result_files
     from storage import user_files
 
     # An explicit --model needs no pipeline (existing_pipeline asks for --name when the root has several).
@@ -29,29 +29,29 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         for option, path in (("--output", args.output), ("--automl-output", args.automl_output)):
             if path:  # before the model loads: a bad output file is one line at once
-                predict.output_kind(path, option)
+                result_files.output_kind(path, option)
                 user_files.check_target(path, option)
         model_dir = predict.resolve_model_dir(model)
         threshold, how = ((args.confidence_threshold, "--confidence-threshold")
                           if args.confidence_threshold is not None else predict.model_threshold(model_dir))
         if args.workers < 0:
-            raise predict.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
+            raise image_inputs.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
         if args.workers or args.dataflow:
             return _predict_with_beam(args, config, model_dir, top, threshold)
-        writer = predict.ResultWriter(args.output, top) if args.output else None
-        automl = predict.ResultWriter(args.automl_output, top, automl_threshold=threshold) if args.automl_output \
+        writer = result_files.ResultWriter(args.output, top) if args.output else None
+        automl = result_files.ResultWriter(args.automl_output, top, automl_threshold=threshold) if args.automl_output \
             else None
-    except (predict.ModelNotFound, predict.ModelUnusable, predict.InputError) as e:
+    except (predict.ModelNotFound, predict.ModelUnusable, image_inputs.InputError) as e:
         return fail(EXIT_BAD_INPUT, str(e))
     writers = [w for w in (writer, automl) if w]
     if threshold:
         print(f"confidence threshold {threshold:g} ({how}): below it an image is 'unsure'", file=sys.stderr)
     quiet_logs(verbose=False)
-    show = predict.printable  # file and class names may hold terminal escape sequences
-    progress = predict.Progress(sys.stderr) if writers else None  # else every result is printed anyway
+    show = result_files.printable  # file and class names may hold terminal escape sequences
+    progress = result_files.Progress(sys.stderr) if writers else None  # else every result is printed anyway
     seen = failed = 0
     try:
-        for result in predict.classify(model_dir, predict.expand_inputs(args.images),
+        for result in predict.classify(model_dir, image_inputs.expand_inputs(args.images),
                                        top=predict.EVERY_CLASS if automl else top, max_pixels=config.max_pixels,
                                        threshold=threshold):
             seen += 1
@@ -71,7 +71,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             progress.update(seen, final=True)
         for w in writers:  # a results file appears under its name only when every input is in it
             w.close(complete=seen > 0)
-    except (predict.ModelUnusable, predict.InputError) as e:
+    except (predict.ModelUnusable, image_inputs.InputError) as e:
         return fail(EXIT_BAD_INPUT, str(e))
     finally:
         for w in writers:
@@ -96,12 +96,12 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
     """`predict --workers N` / `--dataflow`: the same results through Beam's RunInference, into --output."""
     quiet_logs(verbose=False)  # before Beam's import, which warns about this Python's support
     os.environ["PYTHONWARNINGS"] = "ignore"  # and so would each of its worker processes
-    from prediction import batch_predict, predict
+    from prediction import batch_predict, image_inputs, predict, result_files
 
     if not args.output:
-        raise predict.InputError(f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
+        raise image_inputs.InputError(f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
                                  "give --output results.jsonl (or .csv)")
-    predict.output_kind(args.output)
+    result_files.output_kind(args.output)
     temp_dir = None
     if args.dataflow:
         cloud = config_from_args(args, CloudConfig)
@@ -115,9 +115,9 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
                 batch_predict.check_local_output(path)
         beam_args = batch_predict.local_args(args.workers)
     try:
-        counts = batch_predict.run(model_dir, predict.expand_inputs(args.images), args.output, top,
+        counts = batch_predict.run(model_dir, image_inputs.expand_inputs(args.images), args.output, top,
                                    config.max_pixels, beam_args, temp_dir=temp_dir,
-                                   progress=lambda total, stream: predict.Progress(stream, total),
+                                   progress=lambda total, stream: result_files.Progress(stream, total),
                                    started=_announce_dataflow_job if args.dataflow else None,
                                    threshold=threshold, automl_output=args.automl_output)
     except Exception as e:  # noqa: BLE001 - Beam wraps a worker's exception in its own types

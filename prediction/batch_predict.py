@@ -30,7 +30,7 @@ from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from storage import files as fs
-from prediction import predict
+from prediction import image_inputs, predict, result_files
 
 NAMESPACE = "imagepipe.predict"
 
@@ -50,7 +50,7 @@ class ImageModelHandler(ModelHandler):
         results = []
         # BatchElements bounds a batch's encoded bytes; model calls also take at most 64 images, as in
         # the in-process predict, so small files do not make calls of hundreds of decoded images.
-        for chunk in predict.byte_batches(batch, size=lambda item: len(item[1])):
+        for chunk in image_inputs.byte_batches(batch, size=lambda item: len(item[1])):
             labels = predict.label_batch(model, [data for _, data in chunk], self._top, self._threshold)
             results += [{"path": path, **label} for (path, _), label in zip(chunk, labels)]
         return results
@@ -61,7 +61,7 @@ class ImageModelHandler(ModelHandler):
     def batch_elements_kwargs(self):
         # Batches are measured in encoded bytes, as the in-process predict bounds them: a batch of
         # full-size photos stays a handful of images, one of thumbnails a few hundred.
-        return {"min_batch_size": 1, "max_batch_size": predict.BATCH_BYTES,
+        return {"min_batch_size": 1, "max_batch_size": image_inputs.BATCH_BYTES,
                 "element_size_fn": lambda element: max(1, len(element[1]))}
 
 
@@ -91,7 +91,7 @@ class ReadImage(beam.DoFn):
         self._note_progress(force=True)
 
     def process(self, line: str):
-        result = predict.inspect_input(predict.Input(*json.loads(line)), self._max_pixels)
+        result = image_inputs.inspect_input(image_inputs.Input(*json.loads(line)), self._max_pixels)
         self._read += 1
         self._note_progress()
         if "error" in result:
@@ -127,19 +127,19 @@ def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: i
                 | "Classify" >> RunInference(ImageModelHandler(
                     model_dir, predict.EVERY_CLASS if automl_output else top, threshold))
                 | "Count" >> beam.Map(count_result))
-    if predict.output_kind(output) == ".csv":
-        header = csv_text(predict.csv_header(top))
-        format_result = "Format" >> beam.Map(lambda result: csv_text(predict.csv_cells(result, top)))
+    if result_files.output_kind(output) == ".csv":
+        header = csv_text(result_files.csv_header(top))
+        format_result = "Format" >> beam.Map(lambda result: csv_text(result_files.csv_cells(result, top)))
     else:
         header = None
-        format_result = "Format" >> beam.Map(lambda result: predict.json_record(result, top))
+        format_result = "Format" >> beam.Map(lambda result: result_files.json_record(result, top))
     merged = (labelled, read.errors) | "Merge" >> beam.Flatten()
     _ = (merged
          | format_result
          | "Write" >> beam.io.WriteToText(output, shard_name_template="", num_shards=1, header=header))
     if automl_output:
         _ = (merged
-             | "FormatAutoML" >> beam.Map(lambda result: predict.automl_record(result, threshold))
+             | "FormatAutoML" >> beam.Map(lambda result: result_files.automl_record(result, threshold))
              | "WriteAutoML" >> beam.io.WriteToText(automl_output, shard_name_template="", num_shards=1))
 
 
@@ -156,14 +156,14 @@ def local_args(workers: int) -> List[str]:
             "--direct_running_mode=multi_processing" if workers > 1 else "--direct_running_mode=in_memory"]
 
 
-def run(model_dir: str, inputs: Iterable[predict.Input], output: str, top: int, max_pixels: int,
+def run(model_dir: str, inputs: Iterable[image_inputs.Input], output: str, top: int, max_pixels: int,
         beam_args: List[str], temp_dir: Optional[str] = None, progress=None, started=None, threshold: float = 0.0,
         automl_output: Optional[str] = None) -> Dict[str, int]:
     """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
 
     The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
     this machine's files) and removed afterwards. `progress(total, stream)` makes an object whose
-    update(done[, final]) is called as local workers read files (predict.Progress); `started(result)`
+    update(done[, final]) is called as local workers read files (result_files.Progress); `started(result)`
     is called once the job is submitted (Dataflow: its id, to follow it in the console).
     """
     workdir = tempfile.mkdtemp(prefix="imagepipe-predict-")
@@ -265,28 +265,28 @@ def check_local_output(output: str) -> None:
     """InputError unless the results file's folder exists and is writable (before any image is read)."""
     folder = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise predict.InputError(f"--output {output}: cannot write there (no such folder, or not writable)")
+        raise image_inputs.InputError(f"--output {output}: cannot write there (no such folder, or not writable)")
 
 
 def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str]) -> str:
     """The gs:// folder for the job's input list; InputError for a setting Dataflow workers cannot use."""
     if not cloud.project:
-        raise predict.InputError("--dataflow needs --project (or IMAGEPIPE_PROJECT)")
+        raise image_inputs.InputError("--dataflow needs --project (or IMAGEPIPE_PROJECT)")
     if not cloud.image:
-        raise predict.InputError("--dataflow needs --image: the pipeline image (kubeflow/Dockerfile), which "
+        raise image_inputs.InputError("--dataflow needs --image: the pipeline image (kubeflow/Dockerfile), which "
                                  "Dataflow workers run")
     for option, path in [("--model", model_dir), ("--output", output), *[("INPUT", item) for item in inputs]]:
         if not path.startswith("gs://"):
-            raise predict.InputError(f"{option} {path}: Dataflow workers cannot read this machine's files; "
+            raise image_inputs.InputError(f"{option} {path}: Dataflow workers cannot read this machine's files; "
                                      "give a gs:// path")
     cloud.check_names()  # ConfigError: one line naming the option
     temp = cloud.dataflow_temp(config.pipeline_name)
     if not temp or not temp.startswith("gs://"):
-        raise predict.InputError("--dataflow needs a gs:// --dataflow-temp-location (or --pipeline-root)")
+        raise image_inputs.InputError("--dataflow needs a gs:// --dataflow-temp-location (or --pipeline-root)")
     return temp
 
 
-def write_input_list(path: str, inputs: Iterable[predict.Input]) -> int:
+def write_input_list(path: str, inputs: Iterable[image_inputs.Input]) -> int:
     count = 0
     with fs.open_for_write(path) as f:  # no TensorFlow here: the workers load it, this process need not
         for item in inputs:

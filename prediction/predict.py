@@ -1,4 +1,5 @@
-"""Classifies image files with an exported model: what `imagepipe predict` runs.
+"""Classifies image files with an exported model: what `imagepipe predict` runs (its inputs:
+image_inputs.py; its result files: result_files.py).
 
 The model is the SavedModel the Trainer exported (Pusher copies blessed ones to
 <root>/serving/<name>/<version>/); its serving_default signature takes raw
@@ -6,30 +7,16 @@ encoded image bytes. Files that are not decodable images get a per-file error,
 checked with the same rules as ingestion, and the others still get answers.
 """
 
-import csv
-import io
 import json
 import os
-import posixpath
 import queue
-import stat
 import threading
-import time
-import unicodedata
-from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Tuple
 
 from components.image_example_gen import sources
-from storage import files as fs
-from components.image_example_gen.batch_ingest import check_file_size, max_file_bytes
-from components.image_example_gen.image_check import BadImage, Reason, check_image
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
-from components.spreadsheet import spreadsheet_safe
-from storage import user_files
-
-
-# Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
-# full-size photos stays a handful (the pipeline's Beam batches are bounded the same way).
-BATCH_BYTES = 20 << 20
+from prediction.image_inputs import Input, byte_batches, inspect_input
+from storage import files as fs
 
 
 class ModelNotFound(FileNotFoundError):
@@ -88,50 +75,6 @@ class TFLiteServing:
                 "class_names": tf.constant([[n.encode() for n in self._names]] * len(pixels))}
 
 
-def read_image_file(path: str, max_pixels: int, size: int = -1) -> bytes:
-    """The bytes of a regular file no bigger than an image within max_pixels can be; else BadImage.
-
-    Opened without blocking and checked on the open file: a named pipe, a device (/dev/zero) or a
-    huge file is refused before anything is read, as ingestion refuses them. A remote object is
-    read through Beam's file systems, as ingestion reads gs:// (sources.py), once its size is known:
-    `size` when its folder's listing gave it, else looked up.
-    """
-    if fs.is_remote(path):
-        if size < 0:
-            size = _remote_size(path)
-        check_file_size(size, max_pixels)
-        return fs.read_bytes(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise BadImage(Reason.UNREADABLE, "not a regular file (a folder, pipe or device); not read")
-        check_file_size(st.st_size, max_pixels)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(max_file_bytes(max_pixels) + 1)
-    finally:
-        os.close(fd)
-
-
-def _remote_size(path: str) -> int:
-    from apache_beam.io.filesystem import BeamIOError
-    from apache_beam.io.filesystems import FileSystems
-
-    try:
-        found = FileSystems.match([path], limits=[1])[0].metadata_list
-    except BeamIOError as e:  # the store cannot be reached: a per-file error, like an unreadable file
-        raise OSError(str(e).splitlines()[0][:200]) from None
-    if not found or found[0].path != path:
-        raise OSError("No such file or directory")
-    return found[0].size_in_bytes
-
-
-def printable(text: str) -> str:
-    """Text for a terminal: control and format characters (escape sequences, bidi overrides) escaped."""
-    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch)[0] == "C" else ch
-                   for ch in text)
-
-
 def resolve_model_dir(path: str) -> str:
     """A SavedModel folder, a .tflite file, or a Pusher destination holding numbered SavedModel versions
     (the newest wins); local or gs://."""
@@ -154,81 +97,6 @@ def resolve_model_dir(path: str) -> str:
             return fs.join(path, max(versions, key=int))
     raise ModelNotFound(f"--model {path}: no SavedModel there (nor numbered versions of one, nor a .tflite file); "
                         "give a pushed model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
-
-
-class InputError(ValueError):
-    """An argument that names no usable input (a manifest without a path column); one line."""
-
-
-class Input(NamedTuple):
-    """An image to classify, as the arguments name it."""
-
-    path: str
-    problem: Optional[Tuple[str, str]] = None  # (reason, detail) known before reading: a pipe, a row outside
-    size: int = -1  # bytes, from a folder's listing (-1: unknown)
-
-
-def expand_inputs(inputs: List[str]) -> Iterator[Input]:
-    """An Input for every image the arguments name, in order.
-
-    A file is itself; a folder (local, or a gs:// prefix that holds objects) is every file below it,
-    sorted, with hidden files and OS clutter skipped as ingestion skips them, and pipes or devices
-    flagged; a .csv manifest (local or gs://) is the paths of its `path` column, relative to the
-    manifest's folder. A path that names nothing is itself too: reading it gives its error row. Cloud
-    Storage that cannot be reached at all is an InputError (one line) at the first gs:// argument.
-    """
-    try:
-        yield from _expand(inputs)
-    except sources.DataError as e:
-        raise InputError(str(e)) from None
-
-
-def _expand(inputs: List[str]) -> Iterator[Input]:
-    for item in inputs:
-        if fs.is_dir(item):
-            for rel, size, _, problem in sources.walk(item):
-                if not sources.is_hidden(rel):
-                    reason = Reason.OUTSIDE_ROOT if problem == sources.OUTSIDE_ROOT_PROBLEM else Reason.UNREADABLE
-                    yield Input(fs.join(item, rel), (reason, problem) if problem else None, size)
-        elif item.lower().endswith(".csv") and fs.exists(item):
-            yield from _manifest_paths(item)
-        else:
-            yield Input(item)
-
-
-def _manifest_paths(manifest: str) -> Iterator[Input]:
-    """The rows' files, relative to the manifest's folder and, as in ingestion, only below it: a row naming
-    /etc/passwd or ../../secret.txt is an error row, never read (it printed the file's first bytes)."""
-    try:
-        text = sources.read_manifest(manifest)
-    except sources.DataError as e:
-        raise InputError(str(e)) from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    if "path" not in (reader.fieldnames or []):
-        raise InputError(f"{manifest}: a manifest needs a header naming a path column (path[,label,split])")
-    folder = posixpath.dirname(manifest) if fs.is_remote(manifest) else os.path.dirname(os.path.abspath(manifest))
-    for line_no, row in enumerate(reader, start=2):
-        path = (row["path"] or "").strip()
-        if path:
-            where = f"{posixpath.basename(manifest)} line {line_no}"
-            uri, problem = sources.manifest_row(folder, folder, path, where)
-            yield Input(uri, problem)
-
-
-def inspect_input(item: Input, max_pixels: int) -> Dict:
-    """{'path', 'data': the file's bytes} for a readable image, else {'path', 'error'}; ingestion's checks."""
-    result = {"path": item.path}
-    try:
-        if item.problem:
-            raise BadImage(*item.problem)
-        data = read_image_file(item.path, max_pixels, item.size)
-        check_image(data, max_pixels)
-        result["data"] = data
-    except OSError as e:
-        result["error"] = f"cannot read: {e.strerror or e}"
-    except BadImage as e:
-        result["error"] = f"{e.reason}: {e.detail}"
-    return result
 
 
 EVERY_CLASS = 0  # label_batch(top=EVERY_CLASS): every class, best first (the AutoML output lists them all)
@@ -329,151 +197,3 @@ def read_ahead(batches: Iterable[List]) -> Iterator[List]:
             yield item
     finally:
         stop.set()  # the consumer stopped early (an error, Ctrl-C): the reader ends at its next batch
-
-
-def byte_batches(items: Iterable, size: Callable = len, max_bytes: int = BATCH_BYTES, max_items: int = 64):
-    """Consecutive lists of items, each at most max_items and (unless one item alone) max_bytes."""
-    batch, total = [], 0
-    for item in items:
-        size_of_item = size(item)
-        if batch and (total + size_of_item > max_bytes or len(batch) == max_items):
-            yield batch
-            batch, total = [], 0
-        batch.append(item)
-        total += size_of_item
-    if batch:
-        yield batch
-
-
-def json_record(result: Dict, top: int = 0) -> str:
-    """A result as one JSONL line (no newline): path, then predictions [{class, probability}] (the first `top`;
-    0: all) and unsure (the best is below the model's confidence threshold), or error."""
-    record = {"path": result["path"]}
-    if "error" in result:
-        record["error"] = result["error"]
-    else:
-        record["predictions"] = [{"class": name, "probability": round(p, 6)}
-                                 for name, p in result["predictions"][:top or None]]
-        record["unsure"] = bool(result.get("unsure"))
-    return json.dumps(record, ensure_ascii=False)
-
-
-MIME_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif": "image/gif",
-              ".bmp": "image/bmp", ".webp": "image/webp"}
-
-
-def automl_record(result: Dict, threshold: float) -> str:
-    """A result in Vertex AutoML's batch prediction shape (one JSONL line): instance {content, mimeType} and
-    prediction {ids, displayNames, confidences}, the classes at or above the confidence threshold, best first
-    (none when the model is unsure); an input that failed has error {message} instead."""
-    record: Dict = {"instance": {"content": result["path"], "mimeType": MIME_TYPES.get(
-        os.path.splitext(result["path"])[1].lower(), "application/octet-stream")}}
-    if "error" in result:
-        record["error"] = {"message": result["error"]}
-    else:
-        kept = [(j, name, p) for j, (name, p) in zip(result["ids"], result["predictions"]) if p >= threshold]
-        record["prediction"] = {"ids": [str(j) for j, _, _ in kept], "displayNames": [n for _, n, _ in kept],
-                                "confidences": [round(p, 6) for _, _, p in kept]}
-    return json.dumps(record, ensure_ascii=False)
-
-
-def csv_header(top: int) -> List[str]:
-    return ["path", *[f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")],
-            "unsure", "error"]
-
-
-def csv_cells(result: Dict, top: int) -> List[str]:
-    """A result as a CSV row under csv_header(top): empty class/probability cells where there are fewer."""
-    cells = [value for name, p in result.get("predictions", [])[:top] for value in (name, f"{p:.6f}")]
-    unsure = "" if "error" in result else ("yes" if result.get("unsure") else "no")
-    row = [result["path"], *cells, *[""] * (2 * top - len(cells)), unsure, result.get("error", "")]
-    return [spreadsheet_safe(cell) for cell in row]  # names are the user's (or an attacker's): never formulas
-
-
-def output_kind(path: str, option: str = "--output") -> str:
-    """'.jsonl' or '.csv' from a results file's name; else InputError (--automl-output: .jsonl only)."""
-    kind = os.path.splitext(path)[1].lower()
-    if option == "--automl-output" and kind != ".jsonl":
-        raise InputError(f"--automl-output {path}: name a .jsonl file (AutoML's batch prediction output is JSON Lines)")
-    if kind not in (".jsonl", ".csv"):
-        raise InputError(f"{option} {path}: name a .jsonl or .csv file")
-    return kind
-
-
-class Progress:
-    """How far a long prediction run is, on one stderr line: rewritten in place on a terminal, else a
-    new line every `every` seconds (logs). Nothing for runs shorter than `every`."""
-
-    def __init__(self, stream, total: Optional[int] = None, every: float = 30.0):
-        self._stream, self._total, self._every = stream, total, every
-        self._tty = stream.isatty()
-        self._start = self._last = time.monotonic()
-        self._shown = False
-
-    def update(self, done: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and now - self._last < (0.5 if self._tty else self._every):
-            return
-        if final and not self._shown:
-            return
-        self._last, self._shown = now, True
-        rate = done / max(now - self._start, 1e-9)
-        of = f"/{self._total:,} ({100 * done // max(self._total, 1)}%)" if self._total else ""
-        line = f"{done:,}{of} inputs done, {rate:,.0f}/s"
-        self._stream.write(("\r" + line + ("\n" if final else "")) if self._tty else line + "\n")
-        self._stream.flush()
-
-
-class ResultWriter:
-    """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete.
-    A write that fails (a full disk) is one InputError naming --output, and leaves no partial file."""
-
-    def __init__(self, path: str, top: int, automl_threshold: Optional[float] = None):
-        """automl_threshold set: AutoML's batch prediction shape (automl_record) at that threshold."""
-        kind = output_kind(path, "--output" if automl_threshold is None else "--automl-output")
-        self._automl = automl_threshold
-        self.path, self._partial = path, user_files.partial_path(path)
-        try:
-            self._file = open(self._partial, "w", newline="", encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"--output {path}: cannot write there ({e.strerror or e})") from None
-        self._csv = csv.writer(self._file) if kind == ".csv" else None
-        self._top, self._closed = top, False
-        if self._csv:
-            self._guarded(self._csv.writerow, csv_header(top))
-
-    def write(self, result: Dict) -> None:
-        if self._automl is not None:
-            self._guarded(self._file.write, automl_record(result, self._automl) + "\n")
-        elif self._csv:
-            self._guarded(self._csv.writerow, csv_cells(result, self._top))
-        else:
-            self._guarded(self._file.write, json_record(result, self._top) + "\n")
-
-    def close(self, complete: bool) -> None:
-        """Moves the file into place (complete), or removes it; once."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._file.close()  # flushes: a full disk shows here
-            if complete:
-                os.replace(self._partial, self.path)
-                return
-        except OSError as e:
-            user_files.discard(self._partial)
-            if complete:
-                raise self._error(e) from None
-            return
-        user_files.discard(self._partial)  # never a partial result file under the final name
-
-    def _guarded(self, write, *args) -> None:
-        try:
-            write(*args)
-        except OSError as e:
-            self.close(complete=False)
-            raise self._error(e) from None
-
-    def _error(self, e: OSError) -> "InputError":
-        return InputError(f"--output {self.path}: cannot write the results ({e.strerror or e}); free space there "
-                          "or give a path on a disk with room")

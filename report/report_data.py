@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from components.image_example_gen import feature_keys as keys
 from storage.files import is_remote
-from prediction.predict import byte_batches
+from prediction.image_inputs import byte_batches
 from components.output_files import TRAINING_LOG
 
 IMAGE_READ_LIMIT = 8 << 20  # bytes of a quarantined file read for its thumbnail

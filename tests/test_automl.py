@@ -18,7 +18,7 @@ from components.image_example_gen import sources
 from components.image_example_gen.image_check import Reason
 from conftest import IMAGEPIPE, image_bytes, write
 from fake_endpoints import FakeService
-from prediction import predict
+from prediction import image_inputs, result_files
 
 ML_USES = ["TRAINING"] * 16 + ["VALIDATION"] * 6 + ["TEST"] * 5 + ["UNASSIGNED"] * 3  # per class
 SPLIT_OF = {"TRAINING": "train", "VALIDATION": "eval", "TEST": "test", "UNASSIGNED": None}
@@ -174,24 +174,24 @@ def test_results_say_unsure_and_automl_records_keep_classes_at_the_threshold(tmp
     unsure = {"path": "b.png", "predictions": [("dog", 0.4), ("cat", 0.35), ("fox", 0.25)], "ids": [0, 2, 1],
               "unsure": True}
     failed = {"path": "c.jpg", "error": "not_an_image: cannot identify image file"}
-    assert json.loads(predict.json_record(sure, top=1)) == {
+    assert json.loads(result_files.json_record(sure, top=1)) == {
         "path": "a/cat.jpg", "predictions": [{"class": "cat", "probability": 0.7}], "unsure": False}
-    assert json.loads(predict.automl_record(sure, 0.2)) == {
+    assert json.loads(result_files.automl_record(sure, 0.2)) == {
         "instance": {"content": "a/cat.jpg", "mimeType": "image/jpeg"},
         "prediction": {"ids": ["2", "0"], "displayNames": ["cat", "dog"], "confidences": [0.7, 0.2]}}
-    assert json.loads(predict.automl_record(unsure, 0.5))["prediction"] == {
+    assert json.loads(result_files.automl_record(unsure, 0.5))["prediction"] == {
         "ids": [], "displayNames": [], "confidences": []}
-    assert json.loads(predict.automl_record(failed, 0.5)) == {
+    assert json.loads(result_files.automl_record(failed, 0.5)) == {
         "instance": {"content": "c.jpg", "mimeType": "image/jpeg"},
         "error": {"message": "not_an_image: cannot identify image file"}}
-    writer = predict.ResultWriter(str(tmp_path / "r.csv"), top=2)
+    writer = result_files.ResultWriter(str(tmp_path / "r.csv"), top=2)
     for result in (sure, unsure, failed):
         writer.write(result)
     writer.close(complete=True)
     rows = list(csv.DictReader(open(tmp_path / "r.csv", newline="")))
     assert [r["unsure"] for r in rows] == ["no", "yes", ""] and rows[0]["class_2"] == "dog"
-    with pytest.raises(predict.InputError, match=r"--automl-output r\.csv: name a \.jsonl file"):
-        predict.output_kind("r.csv", "--automl-output")
+    with pytest.raises(image_inputs.InputError, match=r"--automl-output r\.csv: name a \.jsonl file"):
+        result_files.output_kind("r.csv", "--automl-output")
 
 
 # --- Cloud Storage ---------------------------------------------------------------------------------------------

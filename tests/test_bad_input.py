@@ -148,9 +148,9 @@ def test_quarantine_csv_cells_are_not_spreadsheet_formulas():
 
 
 def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
-    from prediction import predict
+    from prediction import result_files
 
-    writer = predict.ResultWriter(str(tmp_path / "results.csv"), top=1)
+    writer = result_files.ResultWriter(str(tmp_path / "results.csv"), top=1)
     writer.write({"path": "=1+2.png", "predictions": [("=HYPERLINK(1)", 0.9)]})
     writer.write({"path": "@x.png", "error": "-not_an_image"})
     writer.close(complete=True)
@@ -161,15 +161,15 @@ def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
 def test_predict_results_on_a_full_disk_are_one_line_and_leave_nothing(tmp_path):
     import subprocess
 
-    from prediction import predict
+    from prediction import image_inputs, result_files
 
     full = tmp_path / "full"
     full.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
-        writer = predict.ResultWriter(str(full / "results.jsonl"), top=1)
-        with pytest.raises(predict.InputError, match=r"--output .*results.jsonl: cannot write the results "
+        writer = result_files.ResultWriter(str(full / "results.jsonl"), top=1)
+        with pytest.raises(image_inputs.InputError, match=r"--output .*results.jsonl: cannot write the results "
                                                      r"\(No space left on device\); free space there"):
             for _ in range(1000):  # an OSError traceback, and results.jsonl.partial left behind
                 writer.write({"path": "x" * 200, "predictions": [("cat", 0.5)]})

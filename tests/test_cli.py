@@ -149,7 +149,7 @@ def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
 
 
 def test_names_are_printed_with_control_characters_escaped():
-    from prediction.predict import printable
+    from prediction.result_files import printable
 
     # A class folder or file named with an escape sequence (clear screen) or a bidi override.
     assert printable("cat\x1b[2J\u202egpj.exe") == "cat\\x1b[2J\\u202egpj.exe"
@@ -159,7 +159,7 @@ def test_names_are_printed_with_control_characters_escaped():
 def test_progress_of_a_long_prediction_run_is_one_line_per_interval():
     import io
 
-    from prediction.predict import Progress
+    from prediction.result_files import Progress
 
     log = io.StringIO()  # not a terminal: plain lines, for logs
     progress = Progress(log, total=400, every=0)

@@ -241,7 +241,8 @@ def test_serving_full_size_bytes_agrees_with_the_evaluation_path(photo_run, phot
     assert confident.sum() >= len(names) // 2  # the check below is not vacuous
     assert (served["predicted_class"].numpy()[confident] == evaluated["predicted_class"].numpy()[confident]).all()
 
-    from prediction.predict import classify, expand_inputs
+    from prediction.predict import classify
+    from prediction.image_inputs import expand_inputs
 
     answers = list(classify(model_dir, expand_inputs([os.path.join(photo_dir, n) for n in names])))
     assert [a["predictions"][0][0].encode() for a in answers] == list(served["predicted_class"].numpy())

@@ -1,0 +1,153 @@
+"""What `imagepipe predict` writes: result records (JSON Lines, CSV, Vertex AutoML's batch prediction
+shape), the results file (whole or not at all), the progress line, and names made safe for a terminal."""
+
+import csv
+import json
+import os
+import time
+import unicodedata
+from typing import Dict, List, Optional
+
+from components.spreadsheet import spreadsheet_safe
+from prediction.image_inputs import InputError
+from storage import user_files
+
+
+def printable(text: str) -> str:
+    """Text for a terminal: control and format characters (escape sequences, bidi overrides) escaped."""
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch)[0] == "C" else ch
+                   for ch in text)
+
+
+def json_record(result: Dict, top: int = 0) -> str:
+    """A result as one JSONL line (no newline): path, then predictions [{class, probability}] (the first `top`;
+    0: all) and unsure (the best is below the model's confidence threshold), or error."""
+    record = {"path": result["path"]}
+    if "error" in result:
+        record["error"] = result["error"]
+    else:
+        record["predictions"] = [{"class": name, "probability": round(p, 6)}
+                                 for name, p in result["predictions"][:top or None]]
+        record["unsure"] = bool(result.get("unsure"))
+    return json.dumps(record, ensure_ascii=False)
+
+
+MIME_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif": "image/gif",
+              ".bmp": "image/bmp", ".webp": "image/webp"}
+
+
+def automl_record(result: Dict, threshold: float) -> str:
+    """A result in Vertex AutoML's batch prediction shape (one JSONL line): instance {content, mimeType} and
+    prediction {ids, displayNames, confidences}, the classes at or above the confidence threshold, best first
+    (none when the model is unsure); an input that failed has error {message} instead."""
+    record: Dict = {"instance": {"content": result["path"], "mimeType": MIME_TYPES.get(
+        os.path.splitext(result["path"])[1].lower(), "application/octet-stream")}}
+    if "error" in result:
+        record["error"] = {"message": result["error"]}
+    else:
+        kept = [(j, name, p) for j, (name, p) in zip(result["ids"], result["predictions"]) if p >= threshold]
+        record["prediction"] = {"ids": [str(j) for j, _, _ in kept], "displayNames": [n for _, n, _ in kept],
+                                "confidences": [round(p, 6) for _, _, p in kept]}
+    return json.dumps(record, ensure_ascii=False)
+
+
+def csv_header(top: int) -> List[str]:
+    return ["path", *[f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")],
+            "unsure", "error"]
+
+
+def csv_cells(result: Dict, top: int) -> List[str]:
+    """A result as a CSV row under csv_header(top): empty class/probability cells where there are fewer."""
+    cells = [value for name, p in result.get("predictions", [])[:top] for value in (name, f"{p:.6f}")]
+    unsure = "" if "error" in result else ("yes" if result.get("unsure") else "no")
+    row = [result["path"], *cells, *[""] * (2 * top - len(cells)), unsure, result.get("error", "")]
+    return [spreadsheet_safe(cell) for cell in row]  # names are the user's (or an attacker's): never formulas
+
+
+def output_kind(path: str, option: str = "--output") -> str:
+    """'.jsonl' or '.csv' from a results file's name; else InputError (--automl-output: .jsonl only)."""
+    kind = os.path.splitext(path)[1].lower()
+    if option == "--automl-output" and kind != ".jsonl":
+        raise InputError(f"--automl-output {path}: name a .jsonl file (AutoML's batch prediction output is JSON Lines)")
+    if kind not in (".jsonl", ".csv"):
+        raise InputError(f"{option} {path}: name a .jsonl or .csv file")
+    return kind
+
+
+class Progress:
+    """How far a long prediction run is, on one stderr line: rewritten in place on a terminal, else a
+    new line every `every` seconds (logs). Nothing for runs shorter than `every`."""
+
+    def __init__(self, stream, total: Optional[int] = None, every: float = 30.0):
+        self._stream, self._total, self._every = stream, total, every
+        self._tty = stream.isatty()
+        self._start = self._last = time.monotonic()
+        self._shown = False
+
+    def update(self, done: int, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self._last < (0.5 if self._tty else self._every):
+            return
+        if final and not self._shown:
+            return
+        self._last, self._shown = now, True
+        rate = done / max(now - self._start, 1e-9)
+        of = f"/{self._total:,} ({100 * done // max(self._total, 1)}%)" if self._total else ""
+        line = f"{done:,}{of} inputs done, {rate:,.0f}/s"
+        self._stream.write(("\r" + line + ("\n" if final else "")) if self._tty else line + "\n")
+        self._stream.flush()
+
+
+class ResultWriter:
+    """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete.
+    A write that fails (a full disk) is one InputError naming --output, and leaves no partial file."""
+
+    def __init__(self, path: str, top: int, automl_threshold: Optional[float] = None):
+        """automl_threshold set: AutoML's batch prediction shape (automl_record) at that threshold."""
+        kind = output_kind(path, "--output" if automl_threshold is None else "--automl-output")
+        self._automl = automl_threshold
+        self.path, self._partial = path, user_files.partial_path(path)
+        try:
+            self._file = open(self._partial, "w", newline="", encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"--output {path}: cannot write there ({e.strerror or e})") from None
+        self._csv = csv.writer(self._file) if kind == ".csv" else None
+        self._top, self._closed = top, False
+        if self._csv:
+            self._guarded(self._csv.writerow, csv_header(top))
+
+    def write(self, result: Dict) -> None:
+        if self._automl is not None:
+            self._guarded(self._file.write, automl_record(result, self._automl) + "\n")
+        elif self._csv:
+            self._guarded(self._csv.writerow, csv_cells(result, self._top))
+        else:
+            self._guarded(self._file.write, json_record(result, self._top) + "\n")
+
+    def close(self, complete: bool) -> None:
+        """Moves the file into place (complete), or removes it; once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._file.close()  # flushes: a full disk shows here
+            if complete:
+                os.replace(self._partial, self.path)
+                return
+        except OSError as e:
+            user_files.discard(self._partial)
+            if complete:
+                raise self._error(e) from None
+            return
+        user_files.discard(self._partial)  # never a partial result file under the final name
+
+    def _guarded(self, write, *args) -> None:
+        try:
+            write(*args)
+        except OSError as e:
+            self.close(complete=False)
+            raise self._error(e) from None
+
+    def _error(self, e: OSError) -> "InputError":
+        return InputError(f"--output {self.path}: cannot write the results ({e.strerror or e}); free space there "
+                          "or give a path on a disk with room")
