@@ -5,7 +5,8 @@ import argparse
 from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
 from components.image_example_gen.sources import LAYOUTS
-from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TARGETS, CloudConfig, PipelineConfig
+from pipeline.cloud_config import TARGETS, CloudConfig
+from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
 from trainer.hparams import AUGMENTATIONS, MODELS, TFLITE_KINDS
 

@@ -5,7 +5,8 @@ import os
 import sys
 
 from cli.common import EXIT_BAD_INPUT, EXIT_RUN_FAILED, config_from_args, existing_pipeline, fail, quiet_logs
-from pipeline.config import CloudConfig, ConfigError, PipelineConfig
+from pipeline.cloud_config import CloudConfig
+from pipeline.config import ConfigError, PipelineConfig
 
 PREDICT_SHOWN = 10  # `imagepipe predict --output`: results shown on the terminal before the summary line
 

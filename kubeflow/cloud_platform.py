@@ -13,7 +13,8 @@ from typing import List
 from tfx import v1 as tfx
 
 from storage.files import is_remote
-from pipeline.config import IMAGE_PROJECT_DIR, PROJECT_DIR, CloudConfig, ConfigError, PipelineConfig
+from pipeline.cloud_config import IMAGE_PROJECT_DIR, CloudConfig
+from pipeline.config import PROJECT_DIR, ConfigError, PipelineConfig
 from pipeline.platform import Platform
 
 

@@ -19,7 +19,8 @@ from typing import Any, Dict, Optional
 
 import yaml
 
-from pipeline.config import CloudConfig, PipelineConfig
+from pipeline.cloud_config import CloudConfig
+from pipeline.config import PipelineConfig
 
 
 @contextlib.contextmanager

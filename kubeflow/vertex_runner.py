@@ -15,7 +15,8 @@ reads. The DAG is create_pipeline(), as for the local runner.
 import os
 
 from kubeflow import deploy
-from pipeline.config import CloudConfig, PipelineConfig, from_environment
+from pipeline.cloud_config import CloudConfig
+from pipeline.config import PipelineConfig, from_environment
 
 
 def run() -> None:

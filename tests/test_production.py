@@ -21,7 +21,8 @@ from conftest import image_bytes, make_class_tree, write
 from fake_endpoints import FakeService
 from kubeflow import deploy
 from cli.main import main as cli_main
-from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, CloudConfig, ConfigError, PipelineConfig
+from pipeline.cloud_config import CloudConfig
+from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, ConfigError, PipelineConfig
 
 IMAGE = "us-central1-docker.pkg.dev/proj-1/imagepipe/pipeline:v7"
 DATA = "gs://bucket-1/images"
@@ -490,7 +491,7 @@ def test_the_image_holds_and_imports_what_the_compiled_job_runs(vertex_job):
     import fnmatch
     from importlib.metadata import version
 
-    from pipeline.config import IMAGE_PROJECT_DIR
+    from pipeline.cloud_config import IMAGE_PROJECT_DIR
 
     steps = _dockerfile(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile"))
     kinds = [kind for kind, _ in steps]

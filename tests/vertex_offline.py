@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from pipeline.config import IMAGE_PROJECT_DIR, PROJECT_DIR
+from pipeline.cloud_config import IMAGE_PROJECT_DIR
+from pipeline.config import PROJECT_DIR
 
 STORE = "projects/proj-1/locations/europe-west4/metadataStores/default/artifacts"
 

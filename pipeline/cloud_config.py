@@ -1,0 +1,176 @@
+"""The production settings: where and how the same DAG runs on Vertex AI Pipelines or a self-hosted Kubeflow
+Pipelines v2 (`imagepipe compile | submit | schedule`, kubeflow/). Like PipelineConfig (config.py), the CLI
+and the environment (`IMAGEPIPE_<FIELD>`) override the defaults.
+"""
+
+import dataclasses
+import re
+from typing import Optional
+
+from pipeline.config import ConfigError, PipelineConfig
+from storage.files import is_remote
+
+TARGETS = ("vertex", "kubeflow")
+# Inside the pipeline image (kubeflow/Dockerfile), the project is copied here.
+IMAGE_PROJECT_DIR = "/pipeline"
+
+
+@dataclasses.dataclass
+class CloudConfig:
+    """Where and how the same DAG runs in production. IMAGEPIPE_<FIELD> variables set these too."""
+
+    target: str = "vertex"  # vertex | kubeflow
+    project: Optional[str] = None  # GCP project (Vertex, Dataflow, Vertex AI Training)
+    region: str = "us-central1"
+    pipeline_root: Optional[str] = None  # gs://bucket/path: artifacts of every run
+    image: Optional[str] = None  # the pipeline image built from kubeflow/Dockerfile
+    service_account: Optional[str] = None  # Vertex: the GCP service account (email) runs execute as
+    k8s_service_account: Optional[str] = None  # Kubeflow: the Kubernetes service account of the run pods
+    api_endpoint: Optional[str] = None  # Vertex API endpoint override (private endpoints)
+    kfp_host: Optional[str] = None  # Kubeflow Pipelines API, e.g. http://ml-pipeline-ui.kubeflow:80
+    # Data components (ExampleGen, StatisticsGen, Transform, Evaluator) on Dataflow.
+    dataflow: bool = False
+    dataflow_max_workers: int = 8
+    dataflow_machine_type: str = "n1-standard-4"
+    dataflow_temp_location: Optional[str] = None  # default <pipeline_root>/<name>/tmp (dataflow_temp)
+    # The Trainer as a Vertex AI Training job on accelerators.
+    vertex_training: bool = False
+    training_machine_type: str = "n1-standard-8"
+    training_accelerator: Optional[str] = None  # e.g. NVIDIA_TESLA_T4, NVIDIA_L4
+    training_accelerator_count: int = 1
+    training_tpu: Optional[str] = None  # e.g. TPU_V3 (a v3-8)
+    parallel_trials: int = 1  # --tune with --vertex-training: trials at once, a training machine each
+    # Push blessed models to a Vertex AI endpoint (by display name) instead of a folder.
+    endpoint: Optional[str] = None
+    serving_image: str = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-16:latest"
+    # Scheduled retraining.
+    cron: Optional[str] = None  # "minute hour day-of-month month day-of-week", e.g. "0 3 * * 1"
+    schedule_name: Optional[str] = None
+
+    @property
+    def runs_resolvers(self) -> bool:
+        """Whether the target runs TFX resolver nodes (the latest blessed model, for the Evaluator's
+        baseline, warm start and drift): Vertex does; Kubeflow Pipelines' open-source backend does not."""
+        return self.target == "vertex"
+
+    def full_pipeline_root(self, pipeline_name: str) -> str:
+        return f"{self.pipeline_root.rstrip('/')}/{pipeline_name}"
+
+    @property
+    def feature_cache(self) -> str:
+        """The backbone features cache under --pipeline-root, shared by the pipelines there."""
+        return f"{self.pipeline_root.rstrip('/')}/cache/features"
+
+    def dataflow_temp(self, pipeline_name: str) -> Optional[str]:
+        """Where Dataflow jobs stage files: --dataflow-temp-location, else the pipeline root's tmp/."""
+        if self.dataflow_temp_location or not self.pipeline_root:
+            return self.dataflow_temp_location
+        return f"{self.full_pipeline_root(pipeline_name)}/tmp"
+
+    def check_names(self) -> None:
+        """The GCP names given, in the forms GCP accepts (one line each): they go into job specs, requests
+        and Dataflow's command lines, so a project `p"; rm -rf /` or a region `../../x` stops here."""
+        for option, value, pattern, form in _NAME_RULES:
+            value = getattr(self, value)
+            if value is not None and not re.fullmatch(pattern, value):
+                raise ConfigError(f"--{option} {value!r}: not a valid {form}")
+        for option, path in (("pipeline-root", self.pipeline_root), ("dataflow-temp-location",
+                                                                      self.dataflow_temp_location)):
+            if path and path.startswith("gs://") and not re.fullmatch(_GCS_PATH, path):
+                raise ConfigError(f"--{option} {path!r}: not a Cloud Storage path; give gs://BUCKET/PATH (a bucket "
+                                  "name is 3-63 lower-case letters, digits, dots, dashes or underscores)")
+
+    def validate(self, config: PipelineConfig, need_host: bool = False) -> "CloudConfig":
+        """One-line errors for everything that would make a compiled pipeline fail remotely."""
+        self.check_names()
+        if self.target not in TARGETS:
+            raise ConfigError(f"--target {self.target!r}: use {' or '.join(TARGETS)}")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", config.pipeline_name):
+            raise ConfigError(f"--name {config.pipeline_name!r}: Vertex AI and Kubeflow need lower-case letters, "
+                              "digits and dashes (at most 63), e.g. pets-classifier")
+        weights = config.weights
+        if config.model != "cnn" and weights not in ("", "imagenet") and not weights.startswith("gs://"):
+            raise ConfigError(f"--weights {weights}: a local file is not in the pipeline's containers; upload it "
+                              "and give a gs:// path, or use imagenet")
+        if config.warm_start and not self.runs_resolvers:
+            raise ConfigError("--warm-start needs the latest blessed model, which TFX resolves with a resolver "
+                              "node that Kubeflow Pipelines' open-source backend cannot run; use --target vertex")
+        if self.target == "vertex" and not self.project:
+            raise ConfigError("no GCP project: give --project (or IMAGEPIPE_PROJECT)")
+        if not self.pipeline_root:
+            raise ConfigError("no pipeline root: give --pipeline-root gs://BUCKET/PATH (or IMAGEPIPE_PIPELINE_ROOT)")
+        if self.target == "vertex" and not self.pipeline_root.startswith("gs://"):
+            raise ConfigError(f"--pipeline-root {self.pipeline_root}: Vertex AI needs a gs:// location")
+        if not is_remote(self.pipeline_root):
+            raise ConfigError(f"--pipeline-root {self.pipeline_root}: a local folder is not reachable from the "
+                              "cluster; use gs:// (or s3://) storage")
+        if not self.image:
+            raise ConfigError("no pipeline image: build kubeflow/Dockerfile, push it, and give --image URI")
+        if config.data is None or not is_remote(config.data):
+            raise ConfigError(f"--data {config.data or '(the local digits sample)'}: the pipeline runs remotely; "
+                              "upload the images and give --data gs://BUCKET/PATH")
+        if self.dataflow and not self.project:
+            raise ConfigError("--dataflow needs --project")
+        temp = self.dataflow_temp_location
+        if temp and not temp.startswith("gs://"):
+            raise ConfigError(f"--dataflow-temp-location {temp}: Dataflow needs a gs:// location")
+        if self.vertex_training and not self.project:
+            raise ConfigError("--vertex-training needs --project")
+        if self.training_accelerator and self.training_tpu:
+            raise ConfigError("--training-accelerator and --training-tpu: choose one")
+        if (self.training_accelerator or self.training_tpu) and not self.vertex_training:
+            raise ConfigError("--training-accelerator/--training-tpu apply to --vertex-training; add it")
+        if not 1 <= self.parallel_trials <= 64:
+            raise ConfigError(f"--parallel-trials {self.parallel_trials}: use 1 to 64 machines")
+        if self.parallel_trials > 1 and not (self.vertex_training and config.tune):
+            raise ConfigError("--parallel-trials runs the --tune search on Vertex AI Training; add --tune N and "
+                              "--vertex-training")
+        if self.endpoint and self.target != "vertex":
+            raise ConfigError("--endpoint pushes to Vertex AI; use --target vertex")
+        if need_host and self.target == "kubeflow" and not self.kfp_host:
+            raise ConfigError("no Kubeflow Pipelines host: give --kfp-host URL (or IMAGEPIPE_KFP_HOST)")
+        if self.cron is not None:
+            check_cron(self.cron)
+        return self
+
+
+# (option, CloudConfig field, the form GCP accepts, what it is), checked by CloudConfig.check_names.
+_NAME_RULES = (
+    ("project", "project", r"([a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]",
+     "GCP project ID (6-30 lower-case letters, digits and dashes, starting with a letter)"),
+    ("region", "region", r"[a-z]+-[a-z]+[0-9]+", "GCP region (e.g. us-central1, europe-west4)"),
+    ("image", "image", r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+                       r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?",
+     "container image reference (e.g. us-central1-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG)"),
+    ("service-account", "service_account", r"[a-z0-9][a-z0-9-]{0,61}[a-z0-9]?@[a-z0-9][a-z0-9.-]*\.[a-z]+",
+     "service account email (NAME@PROJECT.iam.gserviceaccount.com)"),
+    ("k8s-service-account", "k8s_service_account", r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?",
+     "Kubernetes service account name (lower-case letters, digits, '-' and '.')"),
+    ("kfp-host", "kfp_host", r"https?://[^\s\"'`;|&<>]+", "Kubeflow Pipelines URL (http:// or https://)"),
+    ("endpoint", "endpoint", r"[^\x00-\x1f\"'`;|&<>]{1,128}", "Vertex AI endpoint display name (1-128 characters)"),
+)
+_GCS_PATH = r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[^\x00-\x1f]*)?"
+
+# Day of week 0-6 (Sunday = 0): Kubeflow's cron library has no 7.
+_CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),
+                ("day of week", 0, 6))
+
+
+def check_cron(cron: str) -> None:
+    """Accepts standard 5-field cron (numbers, *, ranges, lists, steps); raises ConfigError."""
+    fields = cron.split()
+    if len(fields) != 5:
+        raise ConfigError(f"--cron {cron!r}: use 5 fields, minute hour day-of-month month day-of-week "
+                          "(e.g. '0 3 * * 1' for Mondays at 03:00)")
+    for text, (name, low, high) in zip(fields, _CRON_FIELDS):
+        for part in text.split(","):
+            body, _, step = part.partition("/")
+            if step and not (step.isdigit() and int(step) > 0):
+                raise ConfigError(f"--cron {cron!r}: bad step {step!r} in the {name} field")
+            if body == "*":
+                continue
+            bounds = body.split("-")
+            if len(bounds) > 2 or not all(b.isdigit() for b in bounds) or \
+                    not all(low <= int(b) <= high for b in bounds) or int(bounds[0]) > int(bounds[-1]):
+                raise ConfigError(f"--cron {cron!r}: {part!r} is not valid for the {name} field ({low}-{high})")
+
