@@ -195,3 +195,25 @@ def document(title: str, header: str, body: str) -> str:
             f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
             f"<title>{esc(title)}</title><style>{STYLE}</style></head>"
             f"<body><header>{header}</header><main>{body}</main></body></html>")
+
+
+# --- the report's sections ---------------------------------------------------------------------
+
+
+def section(key: str, title: str, body: str) -> str:
+    return f"<section id=\"{key}\"><h2>{esc(title)}</h2>{body}</section>"
+
+
+def not_reached(name: str) -> str:
+    return f"<p class=\"muted\">{esc(name)} did not run in this run.</p>"
+
+
+def unfinished(components: Dict[str, Dict], name: str, key: str, title: str, what: str) -> Optional[str]:
+    """The section for a component that did not run or did not finish; None when it has details."""
+    c = components.get(name)
+    if c and c["details"]:
+        return None
+    if c and c.get("missing"):
+        return section(key, title, f"<p>{esc(what)} ran, but its outputs are no longer on disk: "
+                                    f"<code>{esc(c['missing'][0])}</code>.</p>")
+    return section(key, title, not_reached(name) if not c else f"<p>{what} did not complete (see Summary).</p>")

@@ -105,7 +105,7 @@ def test_report_and_history_bad_input_is_one_line(runs, tmp_path):
 
 
 def test_the_report_shows_the_tflite_exports_or_why_there_are_none():
-    from report.report import _on_device
+    from report.model_sections import _on_device
 
     html = _on_device({"examples": 387, "savedmodel_accuracy": 0.98, "models": {
         "float16": {"file": "tflite/model_float16.tflite", "accuracy": 0.9791, "bytes": 70000}}})

@@ -1,0 +1,216 @@
+"""The report's model sections: tuning (the search's trials), training (curves, device, settings) and
+evaluation (per class at the confidence threshold, precision-recall, confusion matrices, misclassified
+images, the test split, the blessing)."""
+
+from typing import Any, Dict
+
+from components import evaluation_results
+from report import report_data
+from report.report_html import confusion_svg, esc, line_chart, section, table, thumbnail, tiles, unfinished, xy_chart
+from runs import run_text
+
+
+MAX_EVAL_EXAMPLES = 2000
+
+
+MAX_MISCLASSIFIED = 36
+
+
+def tuning(components: Dict[str, Dict]) -> str:
+    """The search (a run with a Tuner step only): score against trial, the trials' values, the winner."""
+    if "Tuner" not in components:
+        return ""
+    missing = unfinished(components, "Tuner", "tuning", "Tuning", "The search")
+    if missing:
+        return missing
+    d = components["Tuner"]["details"]
+    results = d.get("results") or []
+    if d["searched"]:
+        body = (f"<p>This run searched: {len(results)} trials of {esc(d.get('algorithm') or '')} search "
+                f"({esc(d['reason'])}), in {d['seconds']:.1f} s, each scored by its best epoch's eval accuracy.</p>")
+    else:
+        body = (f"<p>This run reused the best values of the search of {esc(d.get('searched_at') or '')} "
+                f"(<code>{esc(d.get('reused_from') or '')}</code>): {esc(d['reason'])}. "
+                "<code>--retune</code> searches again.</p>")
+    best = d.get("best") or {}
+    body += (f"<p>Best: <b>{esc(run_text.describe_values(best))}</b>"
+             + (f", eval accuracy {d['best_score']:.4f}" if d.get("best_score") is not None else "")
+             + "; the Trainer trained with these values.</p>")
+    scores = [r.get("score") for r in results]
+    so_far, running = [], None
+    for score in scores:
+        running = score if running is None or (score is not None and score > running) else running
+        so_far.append(running)
+    body += line_chart({"trial score": scores, "best so far": so_far}, "eval accuracy against trial")
+    names = sorted({k for r in results for k in r.get("values", {})})
+    top = max((s for s in scores if s is not None), default=None)
+    rows = [[r["trial"], r.get("score"), *[r.get("values", {}).get(n) for n in names],
+             "best" if top is not None and r.get("score") == top else ""] for r in results]
+    body += table(["trial", "eval accuracy", *names, ""], rows, numeric=[0, 1])
+    return section("tuning", "Tuning", body)
+
+
+def training(components: Dict[str, Dict]) -> str:
+    missing = unfinished(components, "Trainer", "training", "Training", "Training")
+    if missing:
+        return missing
+    d = components["Trainer"]["details"]
+    log = report_data.training_log(d["model_run"])
+    epochs = log["epochs"]
+    body = (f"<p>Trained on <b>{esc(log['strategy'])}</b>: {len(epochs)} epochs in {log['train_seconds']:.1f} s"
+            + (f", warm-started from <code>{esc(log['warm_started_from'])}</code>" if log.get("warm_started_from") else "")
+            + (f", not warm-started ({esc(log['warm_start_skipped'])})" if log.get("warm_start_skipped") else "")
+            + f". TensorBoard: <code>tensorboard --logdir {esc(d['model_run'])}</code></p>")
+    if d.get("still_improving"):
+        body += (f"<p class=\"warn\"><b>{esc(run_text.still_improving(d['still_improving']))}</b>: the eval loss was "
+                 "still falling when the epoch cap ended training, so more epochs would likely give a better "
+                 "model.</p>")
+    loss = {"train loss": [e.get("loss") for e in epochs], "eval loss": [e.get("val_loss") for e in epochs]}
+    accuracy = {"train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
+                "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs]}
+    body += f"<div class=\"grid\">{line_chart(loss, 'loss per epoch')}{line_chart(accuracy, 'accuracy per epoch')}</div>"
+    body += table(["epoch", "phase", "seconds", "loss", "accuracy", "eval loss", "eval accuracy"],
+                  [[e["epoch"], e["phase"], f"{e['seconds']:.2f}", e.get("loss"), e.get("sparse_categorical_accuracy"),
+                    e.get("val_loss"), e.get("val_sparse_categorical_accuracy")] for e in epochs],
+                  numeric=[0, 2, 3, 4, 5, 6])
+    body += _on_device(log.get("tflite"))
+    body += "<h3>Hyperparameters</h3>"
+    if log.get("tuned"):
+        body += f"<p>From the search (see Tuning): {esc(run_text.describe_values(log['tuned']))}.</p>"
+    body += table(["name", "value"], sorted(log["hparams"].items()))
+    return section("training", "Training", body)
+
+
+def _on_device(record) -> str:
+    """The TFLite exports next to the SavedModel, scored on the same eval examples."""
+    if not record:
+        return ""
+    if "error" in record:
+        return f"<h3>On-device (TFLite)</h3><p class=\"bad\">Export failed: {esc(record['error'])}</p>"
+    rows = [["SavedModel", f"{record['savedmodel_accuracy']:.4f}", "", "serving_default (encoded image bytes)"]]
+    rows += [[f"TFLite {kind}", f"{m['accuracy']:.4f}", f"{m['bytes'] / 1024:,.0f}", m["file"]]
+             for kind, m in record["models"].items()]
+    return (f"<h3>On-device (TFLite)</h3><p>Accuracy on the same {record['examples']:,} eval examples; "
+            "the TFLite models take uint8 pixels resized to the model's input, with <code>tflite/labels.txt</code>.</p>"
+            + table(["model", "eval accuracy", "KB", "file in the pushed model"], rows, numeric=[1, 2]))
+
+
+def evaluation(components: Dict[str, Dict]) -> str:
+    missing = unfinished(components, "Evaluator", "evaluation", "Evaluation", "Evaluation")
+    if missing:
+        return missing
+    c = components["Evaluator"]
+    d = c["details"]
+    names = (components.get("Trainer", {}).get("details") or {}).get("class_names") or []
+    threshold = evaluation_results.accuracy_threshold(c["outputs"]["evaluation"][0])
+    reasons = []
+    if d["accuracy"] is None:
+        reasons.append("no accuracy was computed")
+    elif threshold is not None:
+        reasons.append(f"accuracy {d['accuracy']:.4f} {'≥' if d['accuracy'] >= threshold else '<'} "
+                       f"threshold {threshold:.4f}")
+    if d["baseline_accuracy"] is not None and d["accuracy"] is not None:
+        reasons.append(f"{'not below' if d['accuracy'] >= d['baseline_accuracy'] else 'below'} the last blessed "
+                       f"model's {d['baseline_accuracy']:.4f}")
+    elif d.get("baseline_skipped"):
+        reasons.append(f"not compared with the last blessed model: {d['baseline_skipped']}")
+    elif d["baseline_accuracy"] is None:
+        reasons.append("no blessed model to compare with yet")
+    verdict = "BLESSED" if d["blessed"] else "NOT BLESSED"
+    body = (f"<p><b>{verdict}</b>: {esc('; '.join(reasons))}."
+            + (f" Failed checks: {esc('; '.join(d['failures']))}." if d["failures"] else "") + "</p>")
+    pushed = (components.get("Pusher", {}).get("details") or {})
+    if pushed:
+        body += (f"<p>Pushed to <code>{esc(pushed['destination'])}</code>.</p>" if pushed["pushed"]
+                 else "<p>Not pushed: the model was not blessed.</p>")
+    body += table(["metric", "value"], [["accuracy", d["accuracy"]], ["eval examples", d["example_count"]],
+                                         ["last blessed model's accuracy", d["baseline_accuracy"]]], numeric=[1])
+    card = (components.get("ModelCard", {}).get("details") or {})
+    if card.get("card_html"):
+        body += f"<p>Model card: <a href=\"file://{esc(card['card_html'])}\">{esc(card['card_html'])}</a>.</p>"
+    views = d.get("views")
+    if views:
+        body += _threshold_views(views, "eval")
+    elif d.get("per_class"):
+        body += "<h3>Per class</h3>" + table(
+            ["class", "precision", "recall", "eval examples"],
+            [[name, m["precision"], m["recall"], m["support"]] for name, m in sorted(d["per_class"].items())],
+            numeric=[1, 2, 3])
+    body += _confusion(names, d.get("confusion"))
+    body += _misclassified(components)
+    test = d.get("test")
+    if test:
+        body += (f"<h3 id=\"test\">Test split</h3><p>Scored apart (it blesses nothing): accuracy "
+                 f"{esc(_fmt_or_dash(test['accuracy']))} on {test['example_count'] or 0:,} test examples.</p>")
+        if test.get("views"):
+            body += _threshold_views(test["views"], "test", curves=False)
+        body += _confusion(names, test.get("confusion"))
+    return section("evaluation", "Evaluation", body)
+
+
+def _fmt_or_dash(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _confusion(names, confusion) -> str:
+    if not names or not confusion:
+        return ""
+    matrix = [[0] * len(names) for _ in names]
+    for actual, predicted, count in confusion:
+        if 0 <= actual < len(names) and 0 <= predicted < len(names):
+            matrix[actual][predicted] += count
+    order = sorted(range(len(names)), key=lambda i: names[i])
+    matrix = [[matrix[i][j] for j in order] for i in order]
+    return "<h3>Confusion matrix</h3>" + confusion_svg(matrix, [names[i] for i in order])
+
+
+MAX_CURVES = 10  # per-class precision-recall curves drawn (the classes with the most examples)
+
+
+def _threshold_views(views: Dict[str, Any], split: str, curves: bool = True) -> str:
+    """AutoML's evaluation views (components/evaluation_views.py, computed by the Evaluator): per class at the
+    chosen confidence threshold, how precision, recall and coverage move with it, precision-recall curves."""
+    chosen, at = views["chosen"], views.get("at_threshold") or {}
+    body = (f"<h3>Per class at confidence threshold {chosen['threshold']:g}</h3><p>Threshold: {esc(chosen['how'])}."
+            f" Below it the model answers \"unsure\" (<code>imagepipe predict</code>); at it, on the {split} split: "
+            f"precision {_fmt_or_dash(at.get('precision'))}, recall {_fmt_or_dash(at.get('recall'))}, coverage "
+            f"{_fmt_or_dash(at.get('coverage'))} (the share of images given a class).</p>")
+    body += table(["class", "precision", "recall", "F1", f"{split} examples", "predicted"],
+                  [[name, m["precision"], m["recall"], m["f1"], m["support"], m["predicted"]]
+                   for name, m in sorted(at.get("per_class", {}).items())], numeric=[1, 2, 3, 4, 5])
+    if not curves:
+        return body
+    curve = views["curve"]
+    moving = {name: [(p["threshold"], p[name]) for p in curve] for name in ("precision", "recall", "coverage")}
+    overall = {"all classes": [(p["recall"], p["precision"]) for p in curve]}
+    biggest = sorted(at.get("per_class", {}), key=lambda n: -at["per_class"][n]["support"])[:MAX_CURVES]
+    per_class = {name: [(p["per_class"][name]["recall"], p["per_class"][name]["precision"]) for p in curve]
+                 for name in biggest}
+    body += ("<h3>Confidence threshold</h3><div class=\"grid\">"
+             + xy_chart(moving, "as the threshold moves", "confidence threshold", "share",
+                        marker_x=chosen["threshold"])
+             + xy_chart(overall, "precision-recall, overall", "recall", "precision")
+             + xy_chart(per_class, "precision-recall per class"
+                        + (f" ({MAX_CURVES} largest)" if len(at.get("per_class", {})) > MAX_CURVES else ""),
+                        "recall", "precision") + "</div>")
+    body += table(["threshold", "precision", "recall", "coverage"],
+                  [[p["threshold"], p["precision"], p["recall"], p["coverage"]] for p in curve[::4]],
+                  numeric=[0, 1, 2, 3])
+    return body
+
+
+def _misclassified(components: Dict[str, Dict]) -> str:
+    """The eval images the trained model gets wrong."""
+    model_uri = (components.get("Trainer", {}).get("outputs", {}).get("model") or [None])[0]
+    examples_uri = (components.get("ImageExampleGen", {}).get("outputs", {}).get("examples") or [None])[0]
+    found = model_uri and examples_uri and report_data.misclassified(model_uri, examples_uri, MAX_EVAL_EXAMPLES,
+                                                                     MAX_MISCLASSIFIED)
+    if not found:
+        return ""
+    wrong, seen = found
+    if not wrong:
+        return f"<h3>Misclassified eval images</h3><p>None among the {seen:,} eval images checked.</p>"
+    tiles_ = [{"src": thumbnail(w["image"]), "caption": f"{w['actual']} → {w['predicted']} ({w['probability']:.2f})"}
+              for w in wrong]
+    return (f"<h3>Misclassified eval images</h3><p class=\"muted\">true class → predicted (probability); "
+            f"the first {len(wrong)} of the {seen:,} eval images checked.</p>" + tiles(tiles_))
