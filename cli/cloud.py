@@ -6,6 +6,7 @@ from cli.common import EXIT_BAD_INPUT, config_from_args, fail, quiet_logs, with_
 from pipeline.cloud_config import CloudConfig
 from pipeline.config import ConfigError, runtime_values
 
+
 def _cloud_settings(args: argparse.Namespace, need_host: bool = False):
     config = with_tuning(config_from_args(args), args, local=False).validate()
     cloud = config_from_args(args, CloudConfig).validate(config, need_host=need_host)

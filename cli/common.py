@@ -10,11 +10,7 @@ import warnings
 from pipeline.config import ConfigError, PipelineConfig, from_environment
 
 EXIT_BAD_INPUT = 2
-
-
 EXIT_RUN_FAILED = 1
-
-
 EXIT_INTERRUPTED = 130  # as a shell reports Ctrl-C
 
 
@@ -65,4 +61,3 @@ def with_tuning(config: PipelineConfig, args: argparse.Namespace, local: bool) -
     """A local run given --tune searches; a compiled job's runs search only when needed; --retune always."""
     search = args.retune or (local and bool(args.tune))
     return dataclasses.replace(config, tune_mode="search" if search else config.tune_mode)
-

@@ -6,6 +6,7 @@ import os
 from cli.common import config_from_args
 from pipeline.config import ConfigError, PipelineConfig, from_environment
 
+
 def cmd_sample_data(args: argparse.Namespace) -> int:
     from pipeline.sample_data import make_digits
 

@@ -7,6 +7,7 @@ import json
 from cli.common import EXIT_BAD_INPUT, config_from_args, existing_pipeline, fail, quiet_logs
 from pipeline.config import PipelineConfig
 
+
 def cmd_report(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     quiet_logs(verbose=False)

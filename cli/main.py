@@ -29,6 +29,7 @@ from cli.predict import cmd_predict
 from cli.run import cmd_run
 from pipeline.config import ConfigError
 
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)

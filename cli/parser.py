@@ -10,6 +10,7 @@ from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, Pipe
 from runs.progress import MODES as PROGRESS_MODES
 from trainer.hparams import AUGMENTATIONS, MODELS, TFLITE_KINDS
 
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors are one line that says where to look."""
 

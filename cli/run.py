@@ -10,6 +10,7 @@ from cli.common import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_RUN_FAILED, confi
                         with_tuning)
 from pipeline.config import PipelineConfig
 
+
 def print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
     from runs import run_text
     from pipeline.config import pipelines_in_root

@@ -30,6 +30,7 @@ from report.report_html import document, esc, section, table
 from runs import run_text
 from storage import user_files
 
+
 def report_path(root: str, pipeline_name: str, run_id: str) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in run_id)
     return os.path.join(root, "reports", pipeline_name, f"{safe}.html")
