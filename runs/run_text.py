@@ -157,10 +157,11 @@ def describe_card(d: Dict[str, Any]) -> str:
     chosen = evaluation.get("confidence_threshold") or {}
     text = f"{d['card_md']}; confidence threshold {chosen.get('threshold', 0):g}"
     at = evaluation.get("at_threshold") or {}
-    if chosen.get("threshold") and at:
+    if chosen.get("threshold") and at and at.get("precision") is not None:  # None: no image reaches it
         text += f" (precision {at['precision']:.3f}, coverage {at['coverage']:.3f})"
-    if evaluation.get("test"):
-        text += f"; test split accuracy {evaluation['test']['accuracy']:.4f} on {evaluation['test']['examples']:,} examples"
+    test = evaluation.get("test") or {}
+    if test.get("accuracy") is not None:
+        text += f"; test split accuracy {test['accuracy']:.4f} on {test['examples'] or 0:,} examples"
     return text
 
 

@@ -374,3 +374,12 @@ def test_report_shows_the_threshold_views_and_the_test_split_in_a_real_browser(a
                      "Test split", "Scored apart (it blesses nothing)", "on 50 test examples", "Model card"):
         assert expected in text, expected
     assert seen["check"]["charts"] >= 5  # the threshold chart, two PR charts, two confusion matrices
+
+
+def test_the_summary_line_of_a_card_whose_threshold_no_image_reaches():
+    from runs.run_text import describe_card
+
+    card = {"card_md": "card.md", "card": {"evaluation": {
+        "confidence_threshold": {"threshold": 0.99, "how": "--confidence-threshold 0.99"},
+        "at_threshold": {"precision": None, "recall": 0.0, "coverage": 0.0}, "test": None}}}
+    assert describe_card(card) == "card.md; confidence threshold 0.99"
