@@ -59,6 +59,23 @@ class FakeService:
         monkeypatch.setattr(resource_manager_utils.resourcemanager, "ProjectsClient", lambda credentials=None: real(
             credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": self.url}))
 
+    def credentials_file(self, folder: str) -> str:
+        """Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS): a service account with a key made
+        here, whose tokens come from this service. Without any, Beam's gs:// file system retries its
+        credential lookup with backoff for ~30 s a process before it connects anonymously; a machine that
+        uses Cloud Storage has credentials. (google-auth ignores an authorized_user file's token_uri.)"""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        path = os.path.join(folder, "fake-adc.json")
+        with open(path, "w") as f:
+            json.dump({"type": "service_account", "project_id": "proj-1", "private_key_id": "fake-key",
+                       "private_key": key.decode(), "client_email": "tests@proj-1.iam.gserviceaccount.com",
+                       "client_id": "1", "token_uri": f"{self.url}/token"}, f)
+        return path
+
     def find(self, method: str, path_pattern: str) -> List[Dict]:
         return [r for r in self.requests if r["method"] == method and re.search(path_pattern, r["path"])]
 
@@ -119,6 +136,9 @@ class FakeService:
         m = re.fullmatch(r"/v3/projects/([^/]+)", path)
         if m and method == "GET":
             return 200, {"name": f"projects/{PROJECT_NUMBER}", "projectId": m.group(1)}
+        # OAuth 2.0 token endpoint of credentials_file()'s credentials.
+        if path == "/token" and method == "POST":
+            return 200, {"access_token": "fake-access-token", "token_type": "Bearer", "expires_in": 3600}
         # Kubeflow Pipelines v2beta1.
         if path == "/apis/v2beta1/healthz":
             return 200, {"multi_user": False}

@@ -221,7 +221,8 @@ def test_import_files_in_cloud_storage_are_ingested_into_their_splits(digits_dir
     script = INGEST_SCRIPT.format(tests=os.path.dirname(__file__), out=str(tmp_path / "out"))
     with FakeService(buckets={"photos-1": str(bucket)}) as gcs:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url})
+                              env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
+                                   "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))})
         read = {r["path"] for r in gcs.find("GET", r"^/download/storage/v1/b/")}
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])

@@ -405,7 +405,8 @@ def test_predict_reads_images_in_cloud_storage(sample_runs, tmp_path):
                                "gs://photos-1/incoming", "gs://photos-1/today.csv",
                                "gs://photos-1/incoming/4/gone.png"],
                               capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url})
+                              env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
+                                   "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))})
         downloads = gcs.find("GET", r"^/download/storage/v1/b/photos-1/o/")
     assert done.returncode == 1, done.stderr[-3000:]  # two inputs failed, the others were classified
     records = [json.loads(line) for line in open(out)]
