@@ -24,7 +24,8 @@ import sys
 from typing import Dict, List
 
 from bench import corpus
-from bench.photo_benchmark import OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline
+from bench.photo_benchmark import (OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline,
+                                   save_results)
 
 ARGS = ["--model", "mobilenet_v2", "--image-size", "160", "--patience", "10", "--accuracy-threshold", "0"]
 
@@ -126,9 +127,7 @@ def main(argv=None) -> int:
             rows.append(measured(result, images=size, code="this", span=span))
             print(json.dumps(rows[-1]), file=sys.stderr)
         shutil.rmtree(root, ignore_errors=True)
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+        save_results(rows, args.out)
     print("\n".join(table(rows)))
     return 0
 

@@ -22,7 +22,6 @@ on the features step's output.
 import csv
 import glob
 import io
-import json
 import os
 import shutil
 import sys
@@ -31,7 +30,8 @@ from typing import Dict, List
 import numpy as np
 from PIL import Image
 
-from bench.photo_benchmark import OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline
+from bench.photo_benchmark import (OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline,
+                                   save_results)
 
 HERE = os.path.join(OUT, "health")
 SHARE = 0.05  # of the images flipped, and of the images copied
@@ -172,9 +172,7 @@ def main(argv=None) -> int:
             if code == "this":
                 result["score"] = score(root, truth)
         results.append(result)
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+        save_results(results, args.out)
     print("\n".join(table(results)))
     return 0
 

@@ -162,7 +162,8 @@ def table(results: List[dict]) -> List[str]:
     return lines
 
 
-def _save(results: List[dict], path: str) -> None:
+def save_results(results: List[dict], path: str) -> None:
+    """The results' JSON at --out (its folder made)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
@@ -215,7 +216,7 @@ def main(argv=None) -> int:
             result.update(photos=size, code=name, corpus_bytes=corpus["bytes"])
             results.append(result)
             print(json.dumps(result), file=sys.stderr)
-            _save(results, args.out)  # kept as it goes: a later run may take the machine down
+            save_results(results, args.out)  # kept as it goes: a later run may take the machine down
             shutil.rmtree(root, ignore_errors=True)  # gigabytes of records
     print("\n".join(table(results)))
     return 0

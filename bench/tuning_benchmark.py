@@ -24,7 +24,7 @@ import shutil
 import sys
 from typing import Dict, List
 
-from bench.photo_benchmark import OUT, PROJECT, run_pipeline
+from bench.photo_benchmark import OUT, PROJECT, printed_saved_table, run_pipeline, save_results
 
 HERE = os.path.join(OUT, "tuning")
 
@@ -75,8 +75,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(OUT, "tuning_benchmark.json"))
     parser.add_argument("--table", action="store_true", help="print the table of --out; run nothing")
     args = parser.parse_args(argv)
-    if args.table:
-        print("\n".join(table(json.load(open(args.out)))))
+    if printed_saved_table(args, table):
         return 0
     rows = []
     for name in args.sets.split(","):
@@ -94,9 +93,7 @@ def main(argv=None) -> int:
                          "wall_s": result["wall_seconds"]})
             print(json.dumps(rows[-1]), file=sys.stderr)
             shutil.rmtree(root, ignore_errors=True)
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+        save_results(rows, args.out)
     print("\n".join(table(rows)))
     return 0
 
