@@ -30,6 +30,17 @@ def test_encoding_is_byte_identical_to_tensorflow(features):
     assert encode_example(features) == _tf_example(features).SerializeToString(deterministic=True)
 
 
+def test_float_arrays_are_packed_float_lists_as_tensorflow_writes_them():
+    import numpy as np
+
+    vector = np.random.default_rng(0).normal(size=1280).astype(np.float32)
+    expected = tf.train.Example(features=tf.train.Features(feature={
+        "features": tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
+        "none": tf.train.Feature(float_list=tf.train.FloatList(value=[]))}))
+    assert encode_example({"features": vector, "none": np.zeros(0, np.float64)}) == \
+        expected.SerializeToString(deterministic=True)
+
+
 @pytest.mark.parametrize("level", [0, 6])
 def test_gzip_tfrecords_are_read_by_tensorflow(tmp_path, level):
     records = [b"", b"x", os.urandom(100_000), b"last"]

@@ -7,9 +7,9 @@ tests check against TensorFlow itself.
 """
 
 import functools
-from typing import List, Mapping, Sequence, Union
+from typing import Any, List, Mapping, Sequence, Union
 
-FeatureValue = Union[bytes, str, int, Sequence[Union[bytes, str]], Sequence[int]]
+FeatureValue = Union[bytes, str, int, Sequence[Union[bytes, str]], Sequence[int], Any]  # Any: a numpy float array
 
 
 def _varint_slow(value: int) -> bytes:
@@ -46,6 +46,10 @@ def _key_field(key: str) -> bytes:
 
 def _feature_parts(value: FeatureValue) -> List[bytes]:
     """The parts of a Feature message; payloads are not copied until the final join."""
+    if hasattr(value, "dtype"):  # a numpy array of floats: Feature.float_list (2) -> FloatList.value (1), packed
+        packed = value.astype("<f4", copy=False).tobytes()  # as they are, not one Python float at a time
+        inner = _header(1, len(packed)) + packed if packed else b""
+        return [_header(2, len(inner)), inner]
     values = value if isinstance(value, (list, tuple)) else (value,)
     if all(isinstance(v, int) for v in values):
         # Feature.int64_list (3) -> Int64List.value (1), packed.
