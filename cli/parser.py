@@ -84,7 +84,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "settings and seed give the same model)")
     t.add_argument("--warm-start", action="store_true", default=None,
                    help="start training from the latest blessed model (same classes and model)")
-    t.add_argument("--confidence-threshold", type=float, help="the model answers 'unsure' below this top "
+    t.add_argument("--confidence-threshold", type=float, help="the model answers 'unsure' at or below this top "
                    "probability (imagepipe predict; in the model card): the report shows precision, recall and "
                    "coverage at every threshold")
     t.add_argument("--target-precision", type=float, help="instead: the lowest confidence threshold at which the "
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     predict.add_argument("--top", type=int, default=1, help="classes to show per image (default 1)")
     predict.add_argument("--confidence-threshold", type=float, help="answer 'unsure' when the best probability is "
-                         "below this (default: the threshold that came with the model, its threshold.json; else none)")
+                         "at or below this (default: the threshold that came with the model, its threshold.json; else none)")
     predict.add_argument("--automl-output", help="also write the results in Vertex AutoML's batch prediction shape "
                          "(JSON Lines: instance, prediction {ids, displayNames, confidences}) to this .jsonl file")
     predict.add_argument("--workers", type=int, default=0,

@@ -46,7 +46,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return fail(EXIT_BAD_INPUT, str(e))
     writers = [w for w in (writer, automl) if w]
     if threshold:
-        print(f"confidence threshold {threshold:g} ({how}): below it an image is 'unsure'", file=sys.stderr)
+        print(f"confidence threshold {threshold:g} ({how}): at or below it an image is 'unsure'", file=sys.stderr)
     quiet_logs(verbose=False)
     show = result_files.printable  # file and class names may hold terminal escape sequences
     progress = result_files.Progress(sys.stderr) if writers else None  # else every result is printed anyway
@@ -101,12 +101,13 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
 
     if not args.output:
         raise image_inputs.InputError(f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
-                                 "give --output results.jsonl (or .csv)")
+                                      "give --output results.jsonl (or .csv)")
     result_files.output_kind(args.output)
     temp_dir = None
     if args.dataflow:
         cloud = config_from_args(args, CloudConfig)
-        temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images)
+        temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images,
+                                                args.automl_output)
         from kubeflow.cloud_platform import dataflow_args
 
         beam_args = dataflow_args(config, cloud)

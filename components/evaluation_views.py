@@ -1,14 +1,14 @@
 """Evaluation as Vertex AutoML shows it, from TFMA's confusion matrices at confidence thresholds.
 
 The Evaluator asks TFMA for MultiClassConfusionMatrixPlot at THRESHOLDS: at a threshold t, an example
-whose top probability is below t has no prediction (TFMA's predicted class -1). From those counts:
+whose top probability is at or below t has no prediction (TFMA's predicted class -1). From those counts:
 
   coverage(t)             share of examples with a prediction
   precision(t), recall(t) overall: correct predictions / predictions, correct predictions / examples
   per class               precision, recall and F1 of each class at t
   curves                  precision against recall as t moves, overall and per class
 
-and the confidence threshold that goes with the model (imagepipe predict answers "unsure" below it):
+and the confidence threshold that goes with the model (imagepipe predict answers "unsure" at or below it):
 --confidence-threshold, or the lowest t whose precision reaches --target-precision, or none (0).
 Plain Python over the counts (evaluation_results.py reads them from TFMA's plots): the Evaluator writes
 views.json with the evaluation; the report, the model card and predict read it.
@@ -20,6 +20,12 @@ THRESHOLDS = [round(i / 40, 3) for i in range(40)] + [0.99]  # 0, 0.025, ..., 0.
 VIEWS_FILE = "views.json"  # in the evaluation artifact (and test/ for a test split)
 
 Matrix = List[Tuple[int, int, float]]  # (actual class id, predicted class id or -1, count)
+
+
+def given_a_class(probability: float, threshold: float) -> bool:
+    """TFMA's rule at a threshold (an example gets no class when its top probability is <= it), and so
+    imagepipe predict's: at or below a threshold above 0, the model is unsure."""
+    return threshold <= 0 or probability > threshold
 
 
 def thresholds_with(chosen: Optional[float]) -> List[float]:

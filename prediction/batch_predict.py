@@ -118,7 +118,7 @@ def csv_text(cells: List[str]) -> str:
 def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: int, max_pixels: int,
           progress_dir: Optional[str] = None, threshold: float = 0.0, automl_output: Optional[str] = None) -> None:
     """The job: every input read, classified and written to `output` (and, with automl_output, in Vertex
-    AutoML's batch prediction shape there too: every class at or above the confidence threshold)."""
+    AutoML's batch prediction shape there too: every class above the confidence threshold)."""
     read = (p
             | "ListInputs" >> beam.io.ReadFromText(input_list, validate=False)  # written just before the job
             | "Spread" >> beam.Reshuffle()  # the list is one file: without this one worker reads every image
@@ -268,17 +268,19 @@ def check_local_output(output: str) -> None:
         raise image_inputs.InputError(f"--output {output}: cannot write there (no such folder, or not writable)")
 
 
-def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str]) -> str:
+def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str],
+                   automl_output: Optional[str] = None) -> str:
     """The gs:// folder for the job's input list; InputError for a setting Dataflow workers cannot use."""
     if not cloud.project:
         raise image_inputs.InputError("--dataflow needs --project (or IMAGEPIPE_PROJECT)")
     if not cloud.image:
         raise image_inputs.InputError("--dataflow needs --image: the pipeline image (kubeflow/Dockerfile), which "
-                                 "Dataflow workers run")
-    for option, path in [("--model", model_dir), ("--output", output), *[("INPUT", item) for item in inputs]]:
+                                      "Dataflow workers run")
+    named = [("--model", model_dir), ("--output", output), ("--automl-output", automl_output)]
+    for option, path in [*[(o, p) for o, p in named if p], *[("INPUT", item) for item in inputs]]:
         if not path.startswith("gs://"):
             raise image_inputs.InputError(f"{option} {path}: Dataflow workers cannot read this machine's files; "
-                                     "give a gs:// path")
+                                          "give a gs:// path")
     cloud.check_names()  # ConfigError: one line naming the option
     temp = cloud.dataflow_temp(config.pipeline_name)
     if not temp or not temp.startswith("gs://"):

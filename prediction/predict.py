@@ -14,6 +14,7 @@ import threading
 from typing import Dict, Iterable, Iterator, List, Tuple
 
 from components.image_example_gen import sources
+from components.evaluation_views import given_a_class
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
 from prediction.image_inputs import Input, byte_batches, inspect_input
 from storage import files as fs
@@ -106,7 +107,8 @@ def label_batch(serve, images: List[bytes], top: int, threshold: float = 0.0) ->
     """{'predictions': [(class, probability), ...], 'ids': [class id, ...], 'unsure'} per image, best first,
     or {'error'} for an image TensorFlow cannot decode (it passed Pillow's checks); such an image makes the
     batch fail, so the batch is then served one image at a time and only that image gets the error.
-    'unsure': the best probability is below the model's confidence threshold (model_threshold())."""
+    'unsure': the best probability is at or below the model's confidence threshold (model_threshold(); TFMA's
+    rule, evaluation_views.given_a_class)."""
     import tensorflow as tf
 
     try:
@@ -121,21 +123,26 @@ def label_batch(serve, images: List[bytes], top: int, threshold: float = 0.0) ->
     for row in probabilities:
         best = row.argsort()[::-1][:top or len(names)]
         found.append({"predictions": [(names[j], float(row[j])) for j in best], "ids": [int(j) for j in best],
-                      "unsure": bool(row[best[0]] < threshold)})
+                      "unsure": not given_a_class(row[best[0]], threshold)})
     return found
 
 
 def model_threshold(model_dir: str) -> Tuple[float, str]:
     """(the confidence threshold that goes with a pushed model, how it was chosen): threshold.json beside the
-    SavedModel (components/model_card); (0, "none") for a model without one (every image gets a class)."""
+    SavedModel (components/model_card), which for a .tflite file of the pushed version's tflite/ folder is one
+    folder up; (0, "none") for a model without one (every image gets a class)."""
     from components.model_card import THRESHOLD_FILE
 
-    path = fs.join(os.path.dirname(model_dir) if model_dir.endswith(".tflite") else model_dir, THRESHOLD_FILE)
-    try:
-        found = json.loads(fs.read_bytes(path))
-        return float(found.get("threshold") or 0.0), str(found.get("how") or "")
-    except Exception:  # noqa: BLE001 - missing, unreadable (a remote store's own errors) or not JSON: none
-        return 0.0, "none"
+    folders = [model_dir]
+    if model_dir.endswith(".tflite"):
+        folders = [os.path.dirname(model_dir), os.path.dirname(os.path.dirname(model_dir))]
+    for folder in folders:
+        try:
+            found = json.loads(fs.read_bytes(fs.join(folder, THRESHOLD_FILE)))
+            return float(found.get("threshold") or 0.0), str(found.get("how") or "")
+        except Exception:  # noqa: BLE001 - missing, unreadable (a remote store's own errors) or not JSON: none
+            continue
+    return 0.0, "none"
 
 
 def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,

@@ -8,6 +8,7 @@ import time
 import unicodedata
 from typing import Dict, List, Optional
 
+from components.evaluation_views import given_a_class
 from components.spreadsheet import spreadsheet_safe
 from prediction.image_inputs import InputError
 from storage import user_files
@@ -21,7 +22,7 @@ def printable(text: str) -> str:
 
 def json_record(result: Dict, top: int = 0) -> str:
     """A result as one JSONL line (no newline): path, then predictions [{class, probability}] (the first `top`;
-    0: all) and unsure (the best is below the model's confidence threshold), or error."""
+    0: all) and unsure (the best is at or below the model's confidence threshold), or error."""
     record = {"path": result["path"]}
     if "error" in result:
         record["error"] = result["error"]
@@ -38,14 +39,15 @@ MIME_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", 
 
 def automl_record(result: Dict, threshold: float) -> str:
     """A result in Vertex AutoML's batch prediction shape (one JSONL line): instance {content, mimeType} and
-    prediction {ids, displayNames, confidences}, the classes at or above the confidence threshold, best first
+    prediction {ids, displayNames, confidences}, the classes above the confidence threshold, best first
     (none when the model is unsure); an input that failed has error {message} instead."""
     record: Dict = {"instance": {"content": result["path"], "mimeType": MIME_TYPES.get(
         os.path.splitext(result["path"])[1].lower(), "application/octet-stream")}}
     if "error" in result:
         record["error"] = {"message": result["error"]}
     else:
-        kept = [(j, name, p) for j, (name, p) in zip(result["ids"], result["predictions"]) if p >= threshold]
+        kept = [(j, name, p) for j, (name, p) in zip(result["ids"], result["predictions"])
+                if given_a_class(p, threshold)]
         record["prediction"] = {"ids": [str(j) for j, _, _ in kept], "displayNames": [n for _, n, _ in kept],
                                 "confidences": [round(p, 6) for _, _, p in kept]}
     return json.dumps(record, ensure_ascii=False)

@@ -176,9 +176,11 @@ def test_results_say_unsure_and_automl_records_keep_classes_at_the_threshold(tmp
     failed = {"path": "c.jpg", "error": "not_an_image: cannot identify image file"}
     assert json.loads(result_files.json_record(sure, top=1)) == {
         "path": "a/cat.jpg", "predictions": [{"class": "cat", "probability": 0.7}], "unsure": False}
-    assert json.loads(result_files.automl_record(sure, 0.2)) == {
+    assert json.loads(result_files.automl_record(sure, 0.15)) == {
         "instance": {"content": "a/cat.jpg", "mimeType": "image/jpeg"},
         "prediction": {"ids": ["2", "0"], "displayNames": ["cat", "dog"], "confidences": [0.7, 0.2]}}
+    # At exactly the threshold a class is not given, as TFMA counts it in the evaluation's views.
+    assert json.loads(result_files.automl_record(sure, 0.2))["prediction"]["displayNames"] == ["cat"]
     assert json.loads(result_files.automl_record(unsure, 0.5))["prediction"] == {
         "ids": [], "displayNames": [], "confidences": []}
     assert json.loads(result_files.automl_record(failed, 0.5)) == {
@@ -345,7 +347,7 @@ def test_predict_answers_unsure_below_the_models_threshold(automl_run, tmp_path)
     assert f"confidence threshold {threshold['threshold']:g} (the lowest reaching precision 0.96" in done.stderr
     rows = list(csv.DictReader(open(tmp_path / "out.csv", newline="")))
     assert len(rows) == 50
-    assert all(r["unsure"] == ("yes" if float(r["probability_1"]) < threshold["threshold"] else "no") for r in rows)
+    assert all(r["unsure"] == ("yes" if float(r["probability_1"]) <= threshold["threshold"] else "no") for r in rows)
     unsure = sum(r["unsure"] == "yes" for r in rows)
     assert 0 < unsure < 50
     classes = _json(os.path.join(sorted(glob.glob(os.path.join(automl_run["root"], "serving", "*", "*")))[-1],
@@ -355,7 +357,7 @@ def test_predict_answers_unsure_below_the_models_threshold(automl_run, tmp_path)
     for record, row in zip(records, rows):
         found = record["prediction"]
         assert [classes[int(i)] for i in found["ids"]] == found["displayNames"]
-        assert all(c >= threshold["threshold"] for c in found["confidences"])
+        assert all(c > threshold["threshold"] for c in found["confidences"])
         assert found["confidences"] == sorted(found["confidences"], reverse=True)
         assert (found["displayNames"] == []) == (row["unsure"] == "yes")
         if found["displayNames"]:
@@ -384,3 +386,27 @@ def test_the_summary_line_of_a_card_whose_threshold_no_image_reaches():
         "confidence_threshold": {"threshold": 0.99, "how": "--confidence-threshold 0.99"},
         "at_threshold": {"precision": None, "recall": 0.0, "coverage": 0.0}, "test": None}}}
     assert describe_card(card) == "card.md; confidence threshold 0.99"
+
+
+def test_dataflow_batch_prediction_refuses_a_local_automl_output():
+    from pipeline.cloud_config import CloudConfig
+    from pipeline.config import PipelineConfig
+    from prediction import batch_predict
+
+    cloud = CloudConfig(project="proj-1", region="europe-west4", image="europe-docker.pkg.dev/proj-1/ml/imagepipe:1",
+                        pipeline_root="gs://bucket-1/pipelines")
+    args = (cloud, PipelineConfig(), "gs://bucket-1/serving/1", "gs://bucket-1/out.jsonl", ["gs://bucket-1/in"])
+    assert batch_predict.check_dataflow(*args).startswith("gs://")
+    with pytest.raises(image_inputs.InputError, match=r"--automl-output automl\.jsonl: Dataflow workers cannot"):
+        batch_predict.check_dataflow(*args, automl_output="automl.jsonl")
+
+
+def test_a_pushed_tflite_model_has_its_versions_threshold(tmp_path):
+    from prediction import predict
+
+    version = tmp_path / "serving" / "1795538973"
+    write(version / "threshold.json", json.dumps({"threshold": 0.6, "how": "--confidence-threshold 0.6"}).encode())
+    write(version / "tflite" / "model_float16.tflite", b"")
+    assert predict.model_threshold(str(version)) == (0.6, "--confidence-threshold 0.6")
+    assert predict.model_threshold(str(version / "tflite" / "model_float16.tflite")) == (0.6, "--confidence-threshold 0.6")
+    assert predict.model_threshold(str(tmp_path)) == (0.0, "none")

@@ -10,7 +10,7 @@ Files of the `model_card` output (and of every pushed model folder):
 CARD_JSON = "model_card.json"
 CARD_MD = "model_card.md"
 CARD_HTML = "model_card.html"
-# The confidence threshold that goes with the model: `imagepipe predict` answers "unsure" below it.
+# The confidence threshold that goes with the model: `imagepipe predict` answers "unsure" at or below it.
 THRESHOLD_FILE = "threshold.json"
 FILES = (CARD_JSON, CARD_MD, CARD_HTML, THRESHOLD_FILE)
 SCHEMA_VERSION = 1
