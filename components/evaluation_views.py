@@ -34,21 +34,31 @@ def thresholds_with(chosen: Optional[float]) -> List[float]:
 
 
 def _rates(matrix: Matrix, classes: int) -> Dict:
-    total = sum(n for _, _, n in matrix)
-    predicted = sum(n for _, p, n in matrix if p >= 0)
-    correct = sum(n for a, p, n in matrix if a == p)
+    """Coverage, precision, recall overall and per class at one threshold: one pass over the matrix's entries
+    (hundreds of classes x 41 thresholds stay milliseconds)."""
+    total = predicted = correct = 0.0
+    tp, made, actual = [0.0] * classes, [0.0] * classes, [0.0] * classes
+    for a, p, n in matrix:
+        total += n
+        if 0 <= a < classes:
+            actual[a] += n
+        if p >= 0:
+            predicted += n
+            if p < classes:
+                made[p] += n
+            if a == p:
+                correct += n
+                if p < classes:
+                    tp[p] += n
     per_class = {}
     for c in range(classes):
-        tp = sum(n for a, p, n in matrix if a == p == c)
-        made = sum(n for _, p, n in matrix if p == c)
-        actual = sum(n for a, _, n in matrix if a == c)
-        precision = tp / made if made else None
-        recall = tp / actual if actual else None
+        precision = tp[c] / made[c] if made[c] else None
+        recall = tp[c] / actual[c] if actual[c] else None
         f1 = (2 * precision * recall / (precision + recall)
               if precision is not None and recall is not None and precision + recall > 0 else
               0.0 if precision is not None and recall is not None else None)
-        per_class[c] = {"precision": precision, "recall": recall, "f1": f1, "support": int(actual),
-                        "predicted": int(made)}
+        per_class[c] = {"precision": precision, "recall": recall, "f1": f1, "support": int(actual[c]),
+                        "predicted": int(made[c])}
     return {"coverage": predicted / total if total else None, "precision": correct / predicted if predicted else None,
             "recall": correct / total if total else None, "examples": int(total), "per_class": per_class}
 
@@ -72,14 +82,14 @@ def views(matrices: Dict[float, Matrix], class_names: Sequence[str], confidence_
           target_precision: Optional[float] = None) -> Dict:
     """views.json: the curves over the thresholds, the chosen threshold, and every metric at it."""
     classes = len(class_names)
-    curve = []
+    curve, rates_at = [], {}
     for t in sorted(matrices):
-        rates = _rates(matrices[t], classes)
+        rates = rates_at[t] = _rates(matrices[t], classes)
         curve.append({"threshold": t, **{k: rates[k] for k in ("coverage", "precision", "recall")},
                       "per_class": {class_names[c]: {k: m[k] for k in ("precision", "recall")}
                                     for c, m in rates["per_class"].items()}})
     chosen = choose(curve, confidence_threshold, target_precision)
-    at = _rates(matrices[_nearest(matrices, chosen["threshold"])], classes) if matrices else None
+    at = rates_at[_nearest(matrices, chosen["threshold"])] if matrices else None
     return {"thresholds": sorted(matrices), "curve": curve, "chosen": chosen,
             "at_threshold": None if at is None else {
                 "threshold": chosen["threshold"], **{k: at[k] for k in ("coverage", "precision", "recall", "examples")},
