@@ -144,9 +144,9 @@ class Executor(beam_tuning.EvaluatorExecutor):
         scored = standard_artifacts.ModelEvaluation()
         scored.uri = os.path.join(evaluation_uri, TEST_SPLIT)
         unused = standard_artifacts.ModelBlessing()
-        unused.uri = tempfile.mkdtemp(prefix="imagepipe-test-blessing-")
         inputs = {k: v for k, v in input_dict.items() if k != standard_component_specs.BASELINE_MODEL_KEY}
         properties = {**exec_properties, standard_component_specs.EXAMPLE_SPLITS_KEY: json.dumps([TEST_SPLIT])}
         logging.info("Evaluator: scoring the test split apart, into %s", scored.uri)
-        super().Do(inputs, {standard_component_specs.EVALUATION_KEY: [scored],
-                            standard_component_specs.BLESSING_KEY: [unused]}, properties)
+        with tempfile.TemporaryDirectory(prefix="imagepipe-test-blessing-") as unused.uri:
+            super().Do(inputs, {standard_component_specs.EVALUATION_KEY: [scored],
+                                standard_component_specs.BLESSING_KEY: [unused]}, properties)

@@ -410,3 +410,14 @@ def test_a_pushed_tflite_model_has_its_versions_threshold(tmp_path):
     assert predict.model_threshold(str(version)) == (0.6, "--confidence-threshold 0.6")
     assert predict.model_threshold(str(version / "tflite" / "model_float16.tflite")) == (0.6, "--confidence-threshold 0.6")
     assert predict.model_threshold(str(tmp_path)) == (0.0, "none")
+
+
+def test_a_folder_of_import_files_with_os_clutter_and_a_label_that_is_not_text(tmp_path):
+    write(tmp_path / "img" / "a.jpg", image_bytes())
+    write(tmp_path / "rows.jsonl", (json.dumps({"imageGcsUri": "img/a.jpg", "classificationAnnotation": {
+        "displayName": 7}}) + "\n").encode())
+    write(tmp_path / "Thumbs.db", b"\0")  # as Windows leaves beside files; skipped as ingestion skips it
+    listing = sources.list_source(str(tmp_path), str(tmp_path))
+    assert listing.layout == "automl"
+    (row,) = listing.candidates
+    assert row.problem == (Reason.UNREADABLE, "rows.jsonl line 1: classificationAnnotation.displayName is not text")

@@ -101,7 +101,8 @@ def warm_start(model, base_model_dir, info, serving_model_dir: str = "") -> Tupl
     if base.get("class_names") != info["class_names"]:
         return None, "the last blessed model was trained on other classes"
     if base != info:
-        changed = ", ".join(f"{k} {base.get(k)} -> {v}" for k, v in info.items() if base.get(k) != v)
+        changed = ", ".join(f"{k} {base.get(k)} -> {info.get(k)}" for k in sorted(set(base) | set(info))
+                            if base.get(k) != info.get(k))
         return None, f"the last blessed model differs ({changed})"
     _load_weights(model, keras_dir)
     return keras_dir, ""

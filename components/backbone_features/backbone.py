@@ -75,6 +75,7 @@ def prepare(hp: HParams, cache_root: str) -> Prepared:
     prepared = _known(cache_root, key)
     if prepared is None:
         prepared = _make(hp, cache_root)
+        key = key or source_key(hp)  # the ImageNet weights are on disk now that the backbone was made
         if key:
             feature_cache.write_whole(fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json"),
                                       json.dumps({"fingerprint": prepared.fingerprint, "dim": prepared.dim}).encode())

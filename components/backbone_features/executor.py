@@ -89,6 +89,8 @@ class ComputeFeatures(beam.DoFn):
     def teardown(self):
         self._backbone_thread.shutdown()
         self._writer.shutdown()
+        if getattr(self, "_cache", None):
+            self._cache.close()
 
     def start_bundle(self):
         self._pending = collections.deque()

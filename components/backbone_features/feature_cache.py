@@ -70,6 +70,11 @@ class FeatureCache:
     def get_many(self, keys: Sequence[str]) -> List[Optional[np.ndarray]]:
         return list(self._pool.map(self.get, keys)) if self._pool else [self.get(k) for k in keys]
 
+    def close(self) -> None:
+        """Ends the remote IO threads (a DoFn's teardown)."""
+        if self._pool:
+            self._pool.shutdown()
+
     def put_many(self, keys: Sequence[str], vectors: np.ndarray) -> None:
         if self._pool:
             list(self._pool.map(self.put, keys, vectors))

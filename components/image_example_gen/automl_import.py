@@ -27,7 +27,7 @@ from typing import List, NamedTuple, Optional
 
 from components.image_example_gen.image_check import Reason
 from components.image_example_gen.sources import (Candidate, DataError, Listing, _display, _relative_to_root, _stat,
-                                                  is_dir, is_remote, join, manifest_row, normalize_label,
+                                                  is_dir, is_hidden, is_remote, join, manifest_row, normalize_label,
                                                   read_manifest, walk)
 
 ML_USE = {"training": "train", "train": "train", "validation": "eval", "test": "test", "unassigned": None}
@@ -55,9 +55,9 @@ def import_files(source: str) -> List[str]:
     if not is_dir(source):
         return [source]
     if is_remote(source):
-        top = [rel for rel, _, _, _ in walk(source) if "/" not in rel and not rel.startswith(".")]
+        top = [rel for rel, _, _, _ in walk(source) if "/" not in rel and not is_hidden(rel)]
     else:  # only the top level: no walk of a large class-folder tree to rule this layout out
-        top = sorted(e.name for e in os.scandir(source) if e.is_file() and not e.name.startswith("."))
+        top = sorted(e.name for e in os.scandir(source) if e.is_file() and not is_hidden(e.name))
     if not top or not all(rel.lower().endswith(SUFFIXES) for rel in top):
         return []
     files = [join(source, rel) for rel in sorted(top)]
@@ -128,6 +128,9 @@ def _jsonl_rows(path: str, text: str):
         if isinstance(item.get("classificationAnnotation"), dict):
             annotations = [item["classificationAnnotation"], *annotations]
         labels = [a.get("displayName", "") for a in annotations if isinstance(a, dict)]
+        if not all(isinstance(label, str) for label in labels):
+            yield Row(where, "", "", None, "classificationAnnotation.displayName is not text")
+            continue
         if len(labels) > 1:
             raise DataError(f"{path} line {line_no}: {len(labels)} labels ({', '.join(map(repr, labels[:3]))}): a multi-label "
                             "import; imagepipe trains single-label classifiers, so give each image one label")
