@@ -85,9 +85,10 @@ def run_pipeline(code_dir: str, corpus: str, root: str, epochs: int, rss_limit: 
         shutil.rmtree(root, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=code_dir, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     argv = ["run", "--data", corpus, "--root", root, "--epochs", str(epochs), "--progress", "json", *extra]
-    # cli.main since the code was split into rooms; pipeline.cli in the commits before (baselines).
-    code = ("import sys\ntry:\n    from cli.main import main\nexcept ImportError:\n    from pipeline.cli import main\n"
-            f"sys.exit(main({argv!r}))")
+    # cli/main.py since the code was split into rooms; pipeline/cli.py in the commits before (baselines). Chosen
+    # by the tree, not by trying: the editable install makes this checkout's cli/ importable from any tree.
+    entry = "cli.main" if os.path.exists(os.path.join(code_dir, "cli", "main.py")) else "pipeline.cli"
+    code = f"import sys; from {entry} import main; sys.exit(main({argv!r}))"
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=code_dir, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -23,6 +23,7 @@ from components.image_example_gen.image_check import (
     Reason,
     check_and_store,
 )
+from storage import files as fs
 
 
 class Settings(NamedTuple):
@@ -103,8 +104,8 @@ class ShardWriter:
             # it make that order (so the examples' order, and training) the same on every run; the
             # random part keeps a retried batch from writing over a first attempt still running.
             name = f"{self._batch_key}-{len(self.closed):05d}-{uuid.uuid4().hex[:8]}.gz"
-            self._path = sources.join(self._dir, self._split, name)
-            self._stream = tfrecord_io.GzipTFRecordWriter(sources.open_for_write(self._path), self._level)
+            self._path = fs.join(self._dir, self._split, name)
+            self._stream = tfrecord_io.GzipTFRecordWriter(fs.open_for_write(self._path), self._level)
             self._records = self._bytes = 0
         self._stream.write(record)
         self._records += 1
@@ -152,7 +153,7 @@ def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0) ->
     except BadImage as e:
         return bad(e.reason, e.detail)
     try:
-        data = sources.read_bytes(c.uri)
+        data = fs.read_bytes(c.uri)
     except FileNotFoundError:
         return bad(Reason.MISSING_FILE, "file does not exist")
     except Exception as e:  # noqa: BLE001 - remote file systems raise their own types (e.g. NotFound)
@@ -215,9 +216,9 @@ def ingest_batch_file(batch_file: str, settings: Settings) -> BatchResult:
 
 def write_candidates(candidates: List[sources.Candidate], path: str) -> None:
     # ASCII escapes keep file names with undecodable bytes (surrogates) intact.
-    sources.write_bytes(path, json.dumps([list(c) for c in candidates]).encode("ascii"))
+    fs.write_bytes(path, json.dumps([list(c) for c in candidates]).encode("ascii"))
 
 
 def read_candidates(path: str) -> List[sources.Candidate]:
-    rows = json.loads(sources.read_bytes(path).decode("ascii"))
+    rows = json.loads(fs.read_bytes(path).decode("ascii"))
     return [sources.Candidate(*row[:6], problem=tuple(row[6]) if row[6] else None) for row in rows]

@@ -19,7 +19,7 @@ import apache_beam as beam
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
-from components.image_example_gen import sources, worker_pool
+from components.image_example_gen import worker_pool
 from components.image_example_gen.sources import split_sort_key
 from components.image_example_gen.batch_ingest import (
     BatchResult,
@@ -30,6 +30,7 @@ from components.image_example_gen.batch_ingest import (
 )
 from components.image_example_gen.image_check import Reason
 from components.progress_events import progress_event
+from storage import files as fs
 
 class InspectAndWrite(beam.DoFn):
     """Ingests the batch file it is given; see batch_ingest.ingest_batch.
@@ -180,4 +181,4 @@ class CollectResults(beam.CombineFn):
 
 def save_json(value, path: str) -> None:
     """Writes a small result where the executor can read it after the run (any file system)."""
-    sources.write_bytes(path, json.dumps(value, sort_keys=True).encode("ascii"))
+    fs.write_bytes(path, json.dumps(value, sort_keys=True).encode("ascii"))

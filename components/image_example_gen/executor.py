@@ -43,6 +43,7 @@ from components.image_example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, 
                                                         log_summary, quarantine_csv)
 from components.image_example_gen.ingest_settings import REPORT_KEY, IngestSettings
 from components.spreadsheet import csv_text
+from storage import files as fs
 
 def _write_json(value: Any, path: str) -> None:
     io_utils.write_string_file(path, json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
@@ -75,17 +76,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                      len(listing.candidates), listing.source, listing.layout, listing.skipped_hidden,
                      label_map)
 
-        staging = sources.join(examples.uri, ".staging")
+        staging = fs.join(examples.uri, ".staging")
         processes = local_processes(self._beam_pipeline_args)
         batch_files = []
         for n, batch in enumerate(batches(ingest_order(listing.candidates, settings.seed), processes)):
-            batch_files.append(sources.join(staging, "candidates", f"batch-{n:06d}.json"))
+            batch_files.append(fs.join(staging, "candidates", f"batch-{n:06d}.json"))
             batch_ingest.write_candidates(batch, batch_files[-1])
         ingest_settings = batch_ingest.Settings(
             staging_dir=staging, label_ids=label_map, hash_splits=hash_splits, buckets=buckets,
             max_pixels=settings.max_pixels, compression_level=settings.compression_level,
             shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels)
-        results_path = sources.join(staging, "results.json")
+        results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         with self._make_beam_pipeline() as p:
             inspected = (
@@ -212,11 +213,11 @@ def finalize_shards(shards: List[batch_ingest.Shard], rejected: List[Tuple[batch
     for split in split_names:
         mine = sorted((s for s in shards if s.split == split), key=lambda s: s.path)
         keep = [s for s in mine if s.records > len(drop.get(s.path, ()))]
-        split_dir = sources.join(examples_uri, f"Split-{split}")
-        if not sources.is_remote(split_dir):
+        split_dir = fs.join(examples_uri, f"Split-{split}")
+        if not fs.is_remote(split_dir):
             os.makedirs(split_dir, exist_ok=True)  # object stores have no folders to make
         for i, shard in enumerate(keep):
-            dest = sources.join(split_dir, f"data_tfrecord-{i:05d}-of-{len(keep):05d}.gz")
+            dest = fs.join(split_dir, f"data_tfrecord-{i:05d}-of-{len(keep):05d}.gz")
             if shard.path not in drop:
                 FileSystems.rename([shard.path], [dest])
                 continue

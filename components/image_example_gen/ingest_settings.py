@@ -18,6 +18,7 @@ from tfx.utils import proto_utils
 
 from components.image_example_gen import ingest_defaults as defaults
 from components.image_example_gen import sources
+from storage import files as fs
 
 # The component's own exec properties (beside FileBasedExampleGen's).
 REPORT_KEY = "report"
@@ -98,7 +99,7 @@ class IngestSettings(NamedTuple):
         for split in splits:
             for pattern in self._window(split.pattern, spans):
                 pattern = pattern.rstrip("*").rstrip("/")  # 'train/*' names the folder 'train'
-                source = sources.join(self.input_base, pattern) if pattern not in ("", ".") else self.input_base
+                source = fs.join(self.input_base, pattern) if pattern not in ("", ".") else self.input_base
                 named = None if len(splits) == 1 else sources.SPLIT_ALIASES.get(split.name.lower(), split.name)
                 listing = sources.list_source(self.input_base, source, self.layout, split=named)
                 if merged is None:
@@ -115,8 +116,8 @@ class IngestSettings(NamedTuple):
         pattern = self.span_pattern.rstrip("*").rstrip("/")  # 'span-{SPAN}/*' names the folder 'span-{SPAN}'
         if self.span_window <= 1 or not re.search(r"\{SPAN(:\d+)?\}", pattern):
             return [self.span]
-        glob_pattern = sources.join(self.input_base, re.sub(r"\{SPAN(:\d+)?\}", "*", pattern))
-        literal_parts = re.split(r"\{SPAN(?::\d+)?\}", sources.join(self.input_base, pattern))
+        glob_pattern = fs.join(self.input_base, re.sub(r"\{SPAN(:\d+)?\}", "*", pattern))
+        literal_parts = re.split(r"\{SPAN(?::\d+)?\}", fs.join(self.input_base, pattern))
         regex = r"(?P<span>\d+)".join(re.escape(part) for part in literal_parts)
         found = set()
         for path in fileio.glob(glob_pattern):

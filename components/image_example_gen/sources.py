@@ -22,12 +22,11 @@ import posixpath
 import stat
 import unicodedata
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 from components.image_example_gen.image_check import Reason
 from storage.errors import DataError
-from storage.files import (check_reachable, exists, is_dir, is_remote, join, open_for_write, read_bytes,  # noqa: F401
-                           remote_files, write_bytes)
+from storage.files import exists, is_dir, is_remote, join, read_bytes, remote_files
 
 LAYOUTS = ("auto", "folders", "presplit", "manifest", "automl")
 SPLIT_ORDER = ("train", "eval", "test")
