@@ -20,7 +20,7 @@ ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
 def profile(**changes):
     hp = HParams(model=changes.pop("model", "cnn"), image_size=changes.pop("image_size", 32))
     base = dict(hp=hp, trials=5, pipeline="digits", classes=["cat", "dog"], train_counts={"cat": 100, "dog": 100},
-                features=None, space=tuning.space_names(hp))
+                features=None, space=tuning.space_names(hp), space_version=tuning.SPACE_VERSION)
     base.update(changes)
     return decision.profile(**base)
 
@@ -43,6 +43,8 @@ def test_a_search_is_reused_until_what_it_searched_on_changes():
         "the image size changed (32 -> 64)": profile(image_size=64),
         "the model changed (cnn -> mobilenet_v2)": profile(model="mobilenet_v2"),
         "the last search was another pipeline's (digits)": profile(pipeline="pets"),
+        f"the search space's ranges changed ({tuning.SPACE_VERSION} -> {tuning.SPACE_VERSION + 1})":
+            profile(space_version=tuning.SPACE_VERSION + 1),
     }
     for reason, current in changed.items():
         assert decide(searched, current) == (True, reason)
@@ -139,8 +141,6 @@ def test_the_report_shows_the_trials_and_the_winner(tuned_runs):
 @pytest.mark.slow
 def test_new_classes_search_again_and_retune_without_a_search_is_one_line(tuned_runs, tmp_path, small_digits):
     import shutil
-
-    from pipeline.config import SAMPLE_SCHEMA
 
     _, _, root = tuned_runs
     fresh = subprocess.run([IMAGEPIPE, "run", "--root", str(tmp_path), "--data", small_digits, "--retune"],

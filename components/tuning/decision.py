@@ -20,10 +20,10 @@ class Decision(NamedTuple):
 
 
 def profile(hp, trials: int, pipeline: str, classes, train_counts: Dict[str, int], features: Optional[Dict],
-            space) -> Dict[str, Any]:
+            space, space_version: int) -> Dict[str, Any]:
     """What a search depends on, recorded with its results (search.json) and compared by decide()."""
     return {"pipeline": pipeline, "model": hp.model, "image_size": hp.image_size, "trials": int(trials),
-            "space": list(space), "features_fingerprint": (features or {}).get("fingerprint"),
+            "space": list(space), "space_version": space_version, "features_fingerprint": (features or {}).get("fingerprint"),
             "classes": list(classes), "train_class_counts": dict(train_counts),
             "train_examples": int(sum(train_counts.values())), "feature_profile": (features or {}).get("profile")}
 
@@ -37,6 +37,7 @@ def decide(mode: str, previous: Optional[Dict[str, Any]], current: Dict[str, Any
     if previous.get("pipeline") != current["pipeline"]:
         return Decision(True, f"the last search was another pipeline's ({previous.get('pipeline')})")
     for key, what in (("model", "the model"), ("image_size", "the image size"), ("space", "the search space"),
+                      ("space_version", "the search space's ranges"),
                       ("features_fingerprint", "the backbone weights"), ("trials", "the number of trials")):
         if previous.get(key) != current[key]:
             return Decision(True, f"{what} changed ({previous.get(key)} -> {current[key]})")

@@ -88,7 +88,7 @@ class Executor(base_executor.BaseExecutor):
         current = decision.profile(
             hp, trials, exec_properties[PIPELINE],
             _classes(artifact_utils.get_single_instance(input_dict[standard_component_specs.TRANSFORM_GRAPH_KEY])),
-            train_counts, _features(examples), tuning.space_names(hp))
+            train_counts, _features(examples), tuning.space_names(hp), tuning.SPACE_VERSION)
         best = artifact_utils.get_single_instance(output_dict[standard_component_specs.BEST_HYPERPARAMETERS_KEY])
         results = artifact_utils.get_single_instance(output_dict[standard_component_specs.TUNER_RESULTS_KEY])
         previous_artifact = (input_dict.get("previous") or [None])[0]
