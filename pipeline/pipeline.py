@@ -187,7 +187,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
             previous=previous_search.outputs["tuner_results"] if previous_search else None,
             trials=setting("tune_trials"), mode=config.tune_mode, pipeline=config.pipeline_name, hparams=hparams,
             max_class_drift=config.max_class_drift, max_feature_drift=config.max_feature_drift,
-            vertex=platform.vertex_tuning_config, parallel_trials=platform.parallel_trials).with_id("Tuner")
+            vertex=platform.vertex_tuning_config, parallel_trials=platform.parallel_trials,
+            epochs=setting("epochs")).with_id("Tuner")
         tuner.add_upstream_node(health_gate)  # no search on data that failed its health check
 
     trainer = runtime_settings.ImageTrainer(

@@ -156,7 +156,8 @@ def test_the_settings_a_scheduled_run_changes_are_pipeline_parameters(vertex_job
                       "accuracy_threshold": {"doubleValue": PipelineConfig().accuracy_threshold},
                       "tune_trials": {"intValue": "4"}}
     tasks = spec["root"]["dag"]["tasks"]
-    for task, name in (("Trainer", "epochs"), ("Trainer", "learning_rate"), ("Evaluator", "accuracy_threshold")):
+    for task, name in (("Trainer", "epochs"), ("Trainer", "learning_rate"), ("Evaluator", "accuracy_threshold"),
+                       ("Tuner", "epochs")):
         assert tasks[task]["inputs"]["parameters"][name] == {"componentInputParameter": name}, (task, name)
     config, cloud = production()
     spans = deploy.build_job(dataclasses.replace(config, span_pattern="span-{SPAN}", span_window=2), cloud)

@@ -40,6 +40,7 @@ class ImageTunerSpec(standard_component_specs.TunerSpec):
     PARAMETERS = {
         **standard_component_specs.TunerSpec.PARAMETERS,
         executor.TRIALS: ExecutionParameter(type=int),
+        "epochs": ExecutionParameter(type=int, optional=True),  # a compiled job's runtime parameter, as the Trainer's
         executor.MODE: ExecutionParameter(type=str),
         executor.PIPELINE: ExecutionParameter(type=str),
         **{limit: ExecutionParameter(type=float) for limit in executor.LIMITS},
@@ -59,14 +60,14 @@ class ImageTuner(base_component.BaseComponent):
                  ingestion_report: types.BaseChannel, trials: Union[int, data_types.RuntimeParameter], mode: str,
                  pipeline: str, hparams: Dict[str, Any], max_class_drift: float, max_feature_drift: float,
                  previous: Optional[types.BaseChannel] = None, vertex: Optional[Dict[str, Any]] = None,
-                 parallel_trials: int = 1):
+                 parallel_trials: int = 1, epochs: Union[int, data_types.RuntimeParameter, None] = None):
         super().__init__(spec=ImageTunerSpec(
             examples=examples, transform_graph=transform_graph, ingestion_report=ingestion_report,
             previous=previous, tuner_fn="trainer.tuning.tuner_fn",
             train_args=trainer_pb2.TrainArgs(splits=["train"]), eval_args=trainer_pb2.EvalArgs(splits=["eval"]),
             tune_args=tuner_pb2.TuneArgs(num_parallel_trials=parallel_trials) if vertex else None,
             custom_config=json_utils.dumps({**hparams, **(vertex or {})}),
-            trials=trials, mode=mode, pipeline=pipeline, max_class_drift=max_class_drift,
+            trials=trials, epochs=epochs, mode=mode, pipeline=pipeline, max_class_drift=max_class_drift,
             max_feature_drift=max_feature_drift,
             best_hyperparameters=types.Channel(type=standard_artifacts.HyperParameters),
             tuner_results=types.Channel(type=standard_artifacts.TunerResults)))

@@ -27,6 +27,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, json_utils
 
 from components.backbone_features import PROFILE_FILE, SOURCE_FILE
+from components import runtime_settings
 from components.baseline import pipeline_root_of, relocate
 from components.image_example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.tuning import DECISION_FILE, SEARCH_FILE, decision
@@ -76,6 +77,8 @@ class Executor(base_executor.BaseExecutor):
     def Do(self, input_dict: Dict[str, List[types.Artifact]], output_dict: Dict[str, List[types.Artifact]],
            exec_properties: Dict[str, Any]) -> None:
         started = time.monotonic()
+        # A run's epochs (a compiled job's runtime parameter) reach the trials as they reach the Trainer.
+        exec_properties = runtime_settings.with_settings(exec_properties)
         config = json_utils.loads(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null") or {}
         hp = HParams.from_custom_config(config)
         trials = int(exec_properties[TRIALS])
