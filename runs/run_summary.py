@@ -23,7 +23,7 @@ from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_
 from components.model_card import CARD_HTML, CARD_JSON, CARD_MD
 from components.tuning import DECISION_FILE as TUNING_FILE
 from runs import run_lock, run_store
-from trainer.epochs import best_epoch
+from trainer.epochs import kept_epoch
 
 
 
@@ -295,13 +295,6 @@ def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
     blessing = _first(c["inputs"], "baseline_blessing")
     return drift_lib.check(read_profile(blessing) if blessing else None,
                            read_profile(_first(c["inputs"], "examples")), limits, has_baseline=blessing is not None)
-
-
-def kept_epoch(epochs: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """The epoch whose weights the model has: the Trainer keeps the best epoch of its last training phase."""
-    if not epochs:
-        return {}
-    return best_epoch([e for e in epochs if e.get("phase") == epochs[-1].get("phase")])
 
 
 def _megabytes(uri: str) -> float:

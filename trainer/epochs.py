@@ -22,6 +22,13 @@ def best_epoch(epochs: List[Epoch]) -> Epoch:
     return max(epochs, key=_accuracy_then_loss)
 
 
+def kept_epoch(epochs: List[Epoch]) -> Epoch:
+    """The epoch whose weights the model has: the Trainer keeps the best epoch of its last training phase."""
+    if not epochs:
+        return {}
+    return best_epoch([e for e in epochs if e.get("phase") == epochs[-1].get("phase")])
+
+
 def still_improving(epochs: List[Epoch], cap: int) -> bool:
     """The phase ran to its cap with its best eval loss or accuracy at the last epoch: the cap, not
     early stopping, ended it, and more epochs would likely have helped."""

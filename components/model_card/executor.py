@@ -23,7 +23,7 @@ from components.image_example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.model_card import (CARD_HTML, CARD_JSON, CARD_MD, SCHEMA_VERSION, THRESHOLD_FILE, TO_FILL_IN,
                                    render)
 from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
-from trainer.epochs import best_epoch
+from trainer.epochs import kept_epoch
 
 INPUTS = ("model", "model_run", "evaluation", "blessing", "examples", "ingestion_report")
 OPTIONAL = ("health", "baseline_model")
@@ -83,8 +83,7 @@ def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed:
     span = examples.get_int_custom_property("span") if examples.has_custom_property("span") else None
     if span is None and examples.has_property("span"):
         span = examples.span
-    last = epochs[-1]["phase"] if epochs else None
-    kept = best_epoch([e for e in epochs if e.get("phase") == last]) if epochs else None  # the weights it has
+    kept = kept_epoch(epochs)  # the weights it has
     chosen = (views or {}).get("chosen")
     return {
         "schema_version": SCHEMA_VERSION,
