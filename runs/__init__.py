@@ -1,0 +1,8 @@
+"""Run history: what ML Metadata recorded of each run, one run of a pipeline at a time, live progress.
+
+run_store.py     ML Metadata: runs, states, recorded failures
+run_lock.py      one run of a pipeline at a time
+run_summary.py   what each component did, read from ML Metadata and its artifacts
+run_text.py      the summary lines, hints and verdicts
+progress.py      live progress (human, JSON, quiet)
+"""
