@@ -167,12 +167,13 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     trials = 0
     if os.path.exists(config.metadata_path):
         store = run_store.open_store(config.metadata_path)
-        searches = sorted(store.get_artifacts_by_type("TunerResults"), key=lambda a: a.id)
-        if searches:
-            path = os.path.join(relocate(searches[-1].uri, config.pipeline_root), SEARCH_FILE)
+        # The newest that holds a search (a Tuner that failed before writing one left an empty artifact).
+        for found in sorted(store.get_artifacts_by_type("TunerResults"), key=lambda a: -a.id):
+            path = os.path.join(relocate(found.uri, config.pipeline_root), SEARCH_FILE)
             if os.path.exists(path):
                 with open(path) as f:
                     trials = int(json.load(f).get("trials") or 0)
+                break
     if trials:
         return dataclasses.replace(config, tune=trials)
     if config.tune_mode == "search":
