@@ -76,11 +76,15 @@ def _pixels(source, split):
             for r in rows}
 
 
-def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, weights):
+def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, weights, monkeypatch):
     source = transformed(tmp_path / "transformed")
     cache = tmp_path / "cache"
+    made, make_backbone = [], models.make_backbone
+    monkeypatch.setattr(models, "make_backbone", lambda *a, **k: made.append(a) or make_backbone(*a, **k))
     first, found = run(source, tmp_path / "a", cache, weights[0])
+    monkeypatch.undo()
     assert (first["images"], first["computed"], first["reused"], first["dim"]) == (26, 26, 0, 1280)
+    assert len(made) == 2  # prepare() (to fingerprint the weights), then one for both splits' workers
     assert [len(found["train"]), len(found["eval"])] == [20, 6]
     # What the model's own feature extractor gives for the pixels (the weights as stored in the cache).
     hp = HParams(model="mobilenet_v2", image_size=SIZE)

@@ -106,6 +106,24 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     assert any("BLESSED" in line for line in lines)
 
 
+def test_transform_writes_its_pixels_as_stored_gzip_records(sample_runs):
+    """Transform's records are gzip TFRecords that every reader takes, in stored (level 0) blocks: deflating
+    resized pixels cost Transform more than it saved its readers (components/beam_tuning.py)."""
+    import glob
+    import gzip
+
+    config, _, _ = sample_runs
+    shards = glob.glob(os.path.join(config.pipeline_root, "Transform", "transformed_examples", "*", "Split-*", "*"))
+    assert shards and all(path.endswith(".gz") for path in shards)
+    records = 0
+    for path in shards:
+        with gzip.open(path) as f:
+            inflated = len(f.read())
+        assert os.path.getsize(path) >= inflated  # stored, not deflated
+        records += sum(1 for _ in tf.data.TFRecordDataset(path, compression_type="GZIP"))
+    assert records == 1797
+
+
 def test_pushed_model_classifies_raw_jpeg_and_png_bytes(sample_runs):
     config, first, _ = sample_runs
     serve = tf.saved_model.load(details(first, "Pusher")["destination"]).signatures["serving_default"]

@@ -5,9 +5,9 @@ Per split:
   transformed records --BatchElements (by bytes)--> ComputeFeatures --> Split-<split>/features-*.tfrecord
 
 ComputeFeatures keys each image by the SHA-256 of its pixels, takes the features the cache has, runs
-the backbone on the rest (in calls of MODEL_BATCH images) and caches them. A worker loads the run's
-backbone (backbone.prepare() stored its weights in the cache) at its first image the cache lacks, so a
-rerun on cached images makes none. With --augment, the
+the backbone on the rest (in calls of MODEL_BATCH images) and caches them. A worker process loads the
+run's backbone (backbone.prepare() stored its weights in the cache) once for all splits (shared_extractor),
+at its first image the cache lacks, so a rerun on cached images makes none. With --augment, the
 train split also gets hp.augment_views augmented views of each image (trainer/input_pipeline.py
 augment_views, seeded by the image's key and the view), cached the same way. Each output example
 holds `features` (views x dim floats: the plain image first), `label` and `key`.
@@ -22,6 +22,7 @@ import collections
 import hashlib
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, NamedTuple
@@ -98,18 +99,7 @@ class ComputeFeatures(beam.DoFn):
     def _extractor(self):
         """(uint8 pixels -> features, float32 pixels -> features): the backbone in the weights the cache holds."""
         if self._extract is None:
-            import tensorflow as tf
-
-            from trainer import models
-
-            hp = self._hp
-            model = models.feature_extractor(hp, models.make_backbone(hp, self._prepared.weights_file))
-            shape = [None, hp.image_size, hp.image_size, hp.channels]
-            # uint8 in: a quarter of the bytes to hand over, cast to the float32 the model takes in the graph.
-            self._extract = (
-                tf.function(lambda images: model(tf.cast(images, tf.float32), training=False),
-                            input_signature=[tf.TensorSpec(shape, tf.uint8)]),
-                tf.function(lambda images: model(images, training=False), input_signature=[tf.TensorSpec(shape, tf.float32)]))
+            self._extract = shared_extractor(self._hp, self._prepared)
         return self._extract
 
     def process(self, records: List[bytes]):
@@ -130,7 +120,6 @@ class ComputeFeatures(beam.DoFn):
         count = hp.image_size * hp.image_size * hp.channels
         raw = [memoryview(b)[-count:] for b in parsed[features.PIXELS_KEY].numpy()]
         keys = [hashlib.sha256(p).hexdigest() for p in raw]
-        pixels = np.frombuffer(b"".join(raw), np.uint8).reshape(len(raw), hp.image_size, hp.image_size, hp.channels)
         out = np.zeros((len(records), self._views + 1, dim), np.float32)
         missing = []  # per view: (the images the cache lacks, their entry names)
         started = time.perf_counter()
@@ -146,7 +135,7 @@ class ComputeFeatures(beam.DoFn):
             self._counters["computed"].inc(len(lacking))
             self._counters["reused"].inc(len(names) - len(lacking))
         self._timed("cache_read_ms", started)
-        computing = self._backbone_thread.submit(self._compute, pixels, keys, missing, out) if any(
+        computing = self._backbone_thread.submit(self._compute, raw, keys, missing, out) if any(
             lacking for lacking, _ in missing) else None
         self._pending.append(_Batch(parsed[features.LABEL_KEY].numpy(), parsed[features.KEY].numpy(), out, computing))
         while len(self._pending) > self.IN_FLIGHT or (self._pending and self._pending[0].computing is None):
@@ -162,9 +151,11 @@ class ComputeFeatures(beam.DoFn):
                 else:
                     yield GlobalWindows.windowed_value(item)
 
-    def _compute(self, pixels, keys: List[str], missing, out):
+    def _compute(self, raw, keys: List[str], missing, out):
         """In the backbone thread: the features of the images the cache lacks, into `out`, and cached.
-        Returns (backbone ms, cache write ms); Beam's counters count only in the DoFn's own thread."""
+        `raw`: each image's pixel bytes (stacked into arrays only for the images computed: most of a new
+        span's are cached). Returns (backbone ms, cache write ms); Beam's counters count only in the DoFn's
+        own thread."""
         import numpy as np
         import tensorflow as tf
 
@@ -176,13 +167,16 @@ class ComputeFeatures(beam.DoFn):
                 chosen = lacking[start:start + MODEL_BATCH]
                 started = time.perf_counter()
                 plain, augmented = self._extractor()
+                size = self._hp.image_size
+                pixels = np.frombuffer(b"".join(raw[i] for i in chosen), np.uint8).reshape(
+                    len(chosen), size, size, self._hp.channels)
                 if view:
                     seeds = tf.constant([[int(keys[i][:8], 16), int(keys[i][8:16], 16) + view] for i in chosen],
                                         tf.int64)
-                    vectors = augmented(input_pipeline.augment_views(tf.cast(pixels[chosen], tf.float32), self._hp,
+                    vectors = augmented(input_pipeline.augment_views(tf.cast(pixels, tf.float32), self._hp,
                                                                      seeds))
                 else:
-                    vectors = plain(pixels[chosen])
+                    vectors = plain(pixels)
                 out[chosen, view] = vectors.numpy()
                 spent += time.perf_counter() - started
                 writes.append(self._writer.submit(self._put, names[start:start + MODEL_BATCH],
@@ -212,6 +206,40 @@ class ComputeFeatures(beam.DoFn):
         yield beam.pvalue.TaggedOutput(MOMENTS, (len(plain), plain.sum(axis=0), (plain ** 2).sum(axis=0)))
         for vector, label, key in zip(batch.out, batch.labels, batch.hashes):
             yield feature_example(vector, int(label), key)
+
+
+_SHARED = {"key": None, "extractor": None}  # the last backbone made in this process (one at a time: it is large)
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_extractor(hp: HParams, prepared: backbone.Prepared):
+    """(uint8 pixels -> features, float32 pixels -> features) for the prepared backbone, made once per process:
+    every split's DoFn (and every bundle's) uses the same. Making one is 1.5-2 s (MobileNetV2: the Keras model,
+    its weights, tracing): a span whose images are mostly cached paid it once per split, more than it spent
+    running the backbone."""
+    key = (prepared.fingerprint, prepared.weights_file, hp.model, hp.image_size, hp.channels)
+    with _SHARED_LOCK:
+        if _SHARED["key"] != key:
+            import tensorflow as tf
+
+            from trainer import models
+
+            _SHARED["key"], _SHARED["extractor"] = None, None  # the old one is freed before the new one is made
+            model = models.feature_extractor(hp, models.make_backbone(hp, prepared.weights_file))
+            shape = [None, hp.image_size, hp.image_size, hp.channels]
+            # uint8 in: a quarter of the bytes to hand over, cast to the float32 the model takes in the graph.
+            plain = tf.function(lambda images: model(tf.cast(images, tf.float32), training=False),
+                                input_signature=[tf.TensorSpec(shape, tf.uint8)])
+            plain(tf.zeros([1] + shape[1:], tf.uint8))  # traced and optimized now, not at the first batch
+            _SHARED["extractor"] = (plain, tf.function(lambda images: model(images, training=False),
+                                                       input_signature=[tf.TensorSpec(shape, tf.float32)]))
+            _SHARED["key"] = key
+        return _SHARED["extractor"]
+
+
+def release_shared_extractor() -> None:
+    with _SHARED_LOCK:
+        _SHARED["key"], _SHARED["extractor"] = None, None
 
 
 def feature_example(vector, label: int, key: bytes) -> bytes:
@@ -262,6 +290,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                      | "Profile" >> beam.Map(_write_profile, profile_path))
         result = pipeline.run()
         result.wait_until_finish()
+        release_shared_extractor()  # in-process workers are done: the Trainer's process needs the memory
         counts = {name: _counter(result, name) for name in COUNTERS}
         spent = {name[:-3] + "_seconds": round(_counter(result, name) / 1000, 2) for name in TIMERS}
         io_utils.write_string_file(os.path.join(output.uri, SOURCE_FILE), json.dumps({
