@@ -288,9 +288,11 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 _ = (computed[MOMENTS]
                      | "Moments" >> beam.CombineGlobally(_add_moments)
                      | "Profile" >> beam.Map(_write_profile, profile_path))
-        result = pipeline.run()
-        result.wait_until_finish()
-        release_shared_extractor()  # in-process workers are done: the Trainer's process needs the memory
+        try:
+            result = pipeline.run()
+            result.wait_until_finish()
+        finally:
+            release_shared_extractor()  # in-process workers are done: the Trainer's process needs the memory
         counts = {name: _counter(result, name) for name in COUNTERS}
         spent = {name[:-3] + "_seconds": round(_counter(result, name) / 1000, 2) for name in TIMERS}
         io_utils.write_string_file(os.path.join(output.uri, SOURCE_FILE), json.dumps({
