@@ -129,7 +129,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.measure_before:
         before(*args.measure_before)
-        return 0
+        from cli.main import exit_without_teardown
+
+        exit_without_teardown(0)  # as `python -m cli` exits: the methods compared like for like
     os.makedirs(OUT, exist_ok=True)
     model_dir = args.model or train_model()
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -1,4 +1,4 @@
-"""The command line, on top of everything (nothing imports it): `imagepipe` is cli.main:main.
+"""The command line, on top of everything (nothing imports it): `imagepipe` is cli.main:console_main.
 
 main.py      the commands' dispatch        parser.py    every command and option
 run.py       run                           predict.py   predict

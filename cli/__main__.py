@@ -1,7 +1,5 @@
 """`python -m cli ...`: the same as `imagepipe ...`."""
 
-import sys
+from cli.main import console_main
 
-from cli.main import main
-
-sys.exit(main())
+console_main()

@@ -17,7 +17,10 @@ parser.py. Heavy imports (TFX, TensorFlow) happen inside the commands, so `--hel
 are instant. Errors are one line: what is wrong and what to do.
 """
 
+import atexit
+import os
 import sys
+import threading
 from typing import List, Optional
 
 from cli.cloud import cmd_compile, cmd_schedule, cmd_submit
@@ -47,24 +50,24 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def console_main() -> None:
-    """The `imagepipe` console script: main(), then an exit that skips tearing the interpreter down.
+    """The `imagepipe` console script (and `python -m cli`): main(), then exit_without_teardown."""
+    exit_without_teardown(main())
+
+
+def exit_without_teardown(code: int) -> None:
+    """Exits with `code`, skipping the interpreter's teardown.
 
     Once TensorFlow, Beam and TFX are loaded, Python's own exit spends 2-3 s destroying their modules
     (measured after a run whose threads had all ended and whose exit handlers had run). Nothing of ours
     is left to write by then: the exit handlers run (logging's flush among them) and the output is
     flushed first, and a command that left a thread running exits the ordinary way."""
-    import atexit
-    import os
-    import threading
-
-    code = main()
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(code)
     atexit._run_exitfuncs()  # pylint: disable=protected-access - what Python's exit would run
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code or 0)
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

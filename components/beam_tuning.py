@@ -80,16 +80,19 @@ class StoredGzipTFRecordSink(filebasedsink.FileBasedSink):
         file_handle.write(encoded_value)
 
 
-class StoredTransformProcessor(transform_executor.TransformProcessor):
+_TFX_PROCESSOR = transform_executor.TransformProcessor  # TransformExecutor swaps the module's name during Do
+
+
+class StoredTransformProcessor(_TFX_PROCESSOR):
     @staticmethod
     @beam.ptransform_fn
     def _EncodeAndWrite(pcoll, schema, file_format: str, output_path: str):  # noqa: N802 - TFX's name
         """TFX's _EncodeAndWrite, writing TFRecords through StoredGzipTFRecordSink."""
         if file_format != transform_labels.FORMAT_TFRECORD:
-            return pcoll | transform_executor.TransformProcessor._EncodeAndWrite(schema, file_format, output_path)
+            return pcoll | _TFX_PROCESSOR._EncodeAndWrite(schema, file_format, output_path)
         return (pcoll
                 | "EncodeAndSerialize" >> beam.ParDo(
-                    transform_executor.TransformProcessor._RecordBatchToExamplesFn(schema))  # pylint: disable=protected-access
+                    _TFX_PROCESSOR._RecordBatchToExamplesFn(schema))  # pylint: disable=protected-access
                 | "ExtractExamples" >> beam.Values()
                 | "WriteToTFRecord" >> beam.io.Write(StoredGzipTFRecordSink(output_path)))
 
@@ -98,12 +101,11 @@ class TransformExecutor(_Tuned, transform_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         # TFX's Do makes a TransformProcessor by its module-level name (no hook to pass another): ours is put
         # there while the Beam graph is built, which happens within this call, in this process.
-        original = transform_executor.TransformProcessor
         transform_executor.TransformProcessor = StoredTransformProcessor
         try:
             return super().Do(input_dict, output_dict, exec_properties)
         finally:
-            transform_executor.TransformProcessor = original
+            transform_executor.TransformProcessor = _TFX_PROCESSOR
 
 
 class EvaluatorExecutor(_Tuned, evaluator_executor.Executor):

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 from typing import Any, Dict, List, Optional
@@ -39,7 +40,6 @@ from pipeline.config import PROJECT_DIR
 
 STORE = "projects/proj-1/locations/europe-west4/metadataStores/default/artifacts"
 TASK_SECONDS = 900
-TASK_ENV = {**os.environ, "PYTHONPATH": PROJECT_DIR}  # the image's working directory is on the path
 WARM_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"  # what every task imports first
 
 # The warm interpreter: imports WARM_MODULE, then for each request line forks a child that runs one task.
@@ -74,19 +74,27 @@ for line in sys.stdin:
 """
 
 
+def _task_env() -> dict:
+    return {**os.environ, "PYTHONPATH": PROJECT_DIR}  # the image's working directory is on the path
+
+
 class WarmInterpreter:
     """A Python process that has imported WARM_MODULE; run() forks it into one task's process."""
 
     def __init__(self):
+        # A session of its own: the tasks it forks share its process group, so a task past its time ends with it.
         self._process = subprocess.Popen([sys.executable, "-c", _SERVER.format(module=WARM_MODULE)], cwd=PROJECT_DIR,
-                                         env=TASK_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                         env=_task_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                         start_new_session=True)
 
     def run(self, module: str, args: List[str], log: str) -> int:
         """Runs `python -m module args...` in a fork; its output goes to log.stdout and log.stderr."""
         self._process.stdin.write(json.dumps({"module": module, "args": args, "log": log}) + "\n")
         self._process.stdin.flush()
         ready, _, _ = select.select([self._process.stdout], [], [], TASK_SECONDS)
-        assert ready, f"{module} ran past {TASK_SECONDS} s"
+        if not ready:
+            os.killpg(self._process.pid, signal.SIGKILL)
+            raise AssertionError(f"{module} ran past {TASK_SECONDS} s")
         line = self._process.stdout.readline()
         assert line, f"the warm interpreter ended (exit status {self._process.wait()})"
         return json.loads(line)
@@ -108,6 +116,7 @@ class OfflineVertex:
     def __init__(self, workdir: str):
         self.workdir = workdir
         self.artifacts: List[Dict[str, Any]] = []  # every published artifact, oldest first
+        self._interpreter: Optional[WarmInterpreter] = None  # started at the first `python -m` task
         self._ids = itertools.count(1)
         self._runs = itertools.count(1)
 
@@ -171,14 +180,14 @@ class OfflineVertex:
             assert not any("{{" in part for part in argv), f"{name}: a placeholder this launcher does not fill"
             if argv[:2] == [sys.executable, "-m"]:
                 logs = os.path.join(task_dir, f"step-{number}")
-                returncode = self._warm().run(argv[2], argv[3:], logs)
-                stderr = open(logs + ".stderr").read()
-            else:
-                done = subprocess.run(argv, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=TASK_SECONDS,
-                                      env=TASK_ENV)
-                returncode, stderr = done.returncode, done.stderr
-            if returncode:
-                raise TaskFailed(name, stderr)
+                if self._warm().run(argv[2], argv[3:], logs):
+                    with open(logs + ".stderr") as f:
+                        raise TaskFailed(name, f.read())
+                continue
+            done = subprocess.run(argv, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=TASK_SECONDS,
+                                  env=_task_env())
+            if done.returncode:
+                raise TaskFailed(name, done.stderr)
         written = json.load(open(output_file)).get("artifacts", {}) if os.path.exists(output_file) else {}
         for key, arts in planned.items():  # the executor's word on its outputs' metadata is final
             for art, final in zip(arts, written.get(key, {}).get("artifacts", [])):
@@ -187,13 +196,13 @@ class OfflineVertex:
         return planned
 
     def _warm(self) -> "WarmInterpreter":
-        if getattr(self, "_interpreter", None) is None:
+        if self._interpreter is None:
             self._interpreter = WarmInterpreter()
         return self._interpreter
 
     def close(self) -> None:
         """Ends the warm interpreter (it also ends by itself when this process does)."""
-        if getattr(self, "_interpreter", None) is not None:
+        if self._interpreter is not None:
             self._interpreter.close()
             self._interpreter = None
 

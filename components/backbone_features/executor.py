@@ -82,7 +82,6 @@ class ComputeFeatures(beam.DoFn):
     def setup(self):
         self._cache = feature_cache.FeatureCache(self._root, self._prepared.fingerprint, self._prepared.dim)
         self._augment_id = hashlib.sha256(self._hp.augment.encode()).hexdigest()[:8]
-        self._extract = None  # made at the first image the cache lacks: a rerun may need no backbone at all
         self._backbone_thread = ThreadPoolExecutor(1)
         self._writer = ThreadPoolExecutor(1)
         self._done = 0
@@ -90,17 +89,10 @@ class ComputeFeatures(beam.DoFn):
     def teardown(self):
         self._backbone_thread.shutdown()
         self._writer.shutdown()
-        if getattr(self, "_cache", None):
-            self._cache.close()
+        self._cache.close()
 
     def start_bundle(self):
         self._pending = collections.deque()
-
-    def _extractor(self):
-        """(uint8 pixels -> features, float32 pixels -> features): the backbone in the weights the cache holds."""
-        if self._extract is None:
-            self._extract = shared_extractor(self._hp, self._prepared)
-        return self._extract
 
     def process(self, records: List[bytes]):
         import numpy as np
@@ -161,13 +153,15 @@ class ComputeFeatures(beam.DoFn):
 
         from trainer import input_pipeline
 
-        spent, writes = 0.0, []
+        writes, size, started = [], self._hp.image_size, time.perf_counter()
+        # Made at the first batch with an image the cache lacks (only such batches come here): a rerun on
+        # cached images makes no backbone at all. Its making counts as backbone time.
+        plain, augmented = shared_extractor(self._hp, self._prepared)
+        spent = time.perf_counter() - started
         for view, (lacking, names) in enumerate(missing):
             for start in range(0, len(lacking), MODEL_BATCH):
                 chosen = lacking[start:start + MODEL_BATCH]
                 started = time.perf_counter()
-                plain, augmented = self._extractor()
-                size = self._hp.image_size
                 pixels = np.frombuffer(b"".join(raw[i] for i in chosen), np.uint8).reshape(
                     len(chosen), size, size, self._hp.channels)
                 if view:
@@ -217,9 +211,8 @@ def shared_extractor(hp: HParams, prepared: backbone.Prepared):
     every split's DoFn (and every bundle's) uses the same. Making one is 1.5-2 s (MobileNetV2: the Keras model,
     its weights, tracing): a span whose images are mostly cached paid it once per split, more than it spent
     running the backbone."""
-    key = (prepared.fingerprint, prepared.weights_file, hp.model, hp.image_size, hp.channels)
-    with _SHARED_LOCK:
-        if _SHARED["key"] != key:
+    with _SHARED_LOCK:  # the fingerprint covers the model, input size and channels; the weights file is its own
+        if _SHARED["key"] != prepared:
             import tensorflow as tf
 
             from trainer import models
@@ -233,7 +226,7 @@ def shared_extractor(hp: HParams, prepared: backbone.Prepared):
             plain(tf.zeros([1] + shape[1:], tf.uint8))  # traced and optimized now, not at the first batch
             _SHARED["extractor"] = (plain, tf.function(lambda images: model(images, training=False),
                                                        input_signature=[tf.TensorSpec(shape, tf.float32)]))
-            _SHARED["key"] = key
+            _SHARED["key"] = prepared
         return _SHARED["extractor"]
 
 
