@@ -5,7 +5,6 @@ import dataclasses
 import json
 
 from cli.common import EXIT_BAD_INPUT, config_from_args, existing_pipeline, fail, quiet_logs
-from pipeline.config import PipelineConfig
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -18,7 +17,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         if not config.name:  # the pipeline of the newest run (or of RUN) in --root
             config = dataclasses.replace(config, name=run_store.pipeline_of_run(config.root, {
-                name: PipelineConfig(root=config.root, name=name).metadata_path
+                name: dataclasses.replace(config, name=name).metadata_path
                 for name in pipelines_in_root(config.root)}, args.run))
         summary = run_summary.summarize(config.metadata_path, args.run)
     except run_store.NoMetadata as e:

@@ -102,7 +102,6 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
     if not args.output:
         raise image_inputs.InputError(f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
                                       "give --output results.jsonl (or .csv)")
-    result_files.output_kind(args.output)
     temp_dir = None
     if args.dataflow:
         cloud = config_from_args(args, CloudConfig)

@@ -13,9 +13,8 @@ from typing import Any, Dict, List, Optional
 
 from components.data_health import LABEL_CHECKS
 from components.image_example_gen import ingest_defaults
-from components.image_example_gen.sources import LAYOUTS
 from components.tuning import MODES as TUNE_MODES
-from storage.errors import ConfigError  # noqa: F401 - raised here, caught as pipeline.config.ConfigError too
+from storage.errors import ConfigError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote
 from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams, decode_memory_bytes
 
@@ -109,7 +108,7 @@ class PipelineConfig:
     # Evaluator: bless a model when eval accuracy reaches this, and (after the first) when it is
     # no worse than the last blessed model. Pusher copies blessed models under <root>/serving/<name>.
     accuracy_threshold: float = 0.9
-    # The confidence threshold that goes with the model (imagepipe predict answers "unsure" below it): this
+    # The confidence threshold that goes with the model (imagepipe predict answers "unsure" at or below it): this
     # one, or the lowest at which the eval split's precision reaches target_precision; none by default.
     confidence_threshold: Optional[float] = None
     target_precision: Optional[float] = None
@@ -187,8 +186,8 @@ class PipelineConfig:
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", self.name):
             raise ConfigError(f"--name {self.name!r}: use letters, digits, '-', '_' or '.' (at most 63), "
                               "starting with a letter or digit")
-        if self.layout not in LAYOUTS:
-            raise ConfigError(f"--layout {self.layout!r}: use one of {', '.join(LAYOUTS)}")
+        if self.layout not in ingest_defaults.LAYOUTS:
+            raise ConfigError(f"--layout {self.layout!r}: use one of {', '.join(ingest_defaults.LAYOUTS)}")
         if not 1 <= self.eval_percent <= 99:
             raise ConfigError(f"--eval-percent {self.eval_percent}: use a whole number from 1 to 99")
         if not 0 <= self.max_bad_fraction <= 1:

@@ -12,6 +12,7 @@ from components.image_example_gen import sources
 from components.image_example_gen.batch_ingest import check_file_size, max_file_bytes
 from components.image_example_gen.image_check import BadImage, Reason, check_image
 from storage import files as fs
+from storage.errors import DataError
 
 
 # Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
@@ -80,7 +81,7 @@ def expand_inputs(inputs: List[str]) -> Iterator[Input]:
     """
     try:
         yield from _expand(inputs)
-    except sources.DataError as e:
+    except DataError as e:
         raise InputError(str(e)) from None
 
 
@@ -102,7 +103,7 @@ def _manifest_paths(manifest: str) -> Iterator[Input]:
     /etc/passwd or ../../secret.txt is an error row, never read (it printed the file's first bytes)."""
     try:
         text = sources.read_manifest(manifest)
-    except sources.DataError as e:
+    except DataError as e:
         raise InputError(str(e)) from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if "path" not in (reader.fieldnames or []):

@@ -13,11 +13,11 @@ import queue
 import threading
 from typing import Dict, Iterable, Iterator, List, Tuple
 
-from components.image_example_gen import sources
 from components.evaluation_views import given_a_class
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
 from prediction.image_inputs import Input, byte_batches, inspect_input
 from storage import files as fs
+from storage.errors import DataError
 
 
 class ModelNotFound(FileNotFoundError):
@@ -84,7 +84,7 @@ def resolve_model_dir(path: str) -> str:
 
         try:
             fs.check_reachable(path)
-        except sources.DataError as e:
+        except DataError as e:
             raise ModelNotFound(f"--model {e}") from None
         exists, isdir, listdir = tf.io.gfile.exists, tf.io.gfile.isdir, tf.io.gfile.listdir
     else:

@@ -102,17 +102,18 @@ class Progress:
 
 class ResultWriter:
     """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete.
-    A write that fails (a full disk) is one InputError naming --output, and leaves no partial file."""
+    A write that fails (a full disk) is one InputError naming its option, and leaves no partial file."""
 
     def __init__(self, path: str, top: int, automl_threshold: Optional[float] = None):
         """automl_threshold set: AutoML's batch prediction shape (automl_record) at that threshold."""
-        kind = output_kind(path, "--output" if automl_threshold is None else "--automl-output")
+        self._option = "--output" if automl_threshold is None else "--automl-output"
+        kind = output_kind(path, self._option)
         self._automl = automl_threshold
         self.path, self._partial = path, user_files.partial_path(path)
         try:
             self._file = open(self._partial, "w", newline="", encoding="utf-8")
         except OSError as e:
-            raise InputError(f"--output {path}: cannot write there ({e.strerror or e})") from None
+            raise InputError(f"{self._option} {path}: cannot write there ({e.strerror or e})") from None
         self._csv = csv.writer(self._file) if kind == ".csv" else None
         self._top, self._closed = top, False
         if self._csv:
@@ -151,5 +152,5 @@ class ResultWriter:
             raise self._error(e) from None
 
     def _error(self, e: OSError) -> "InputError":
-        return InputError(f"--output {self.path}: cannot write the results ({e.strerror or e}); free space there "
+        return InputError(f"{self._option} {self.path}: cannot write the results ({e.strerror or e}); free space there "
                           "or give a path on a disk with room")

@@ -172,7 +172,7 @@ def _threshold_views(views: Dict[str, Any], split: str, curves: bool = True) -> 
     chosen confidence threshold, how precision, recall and coverage move with it, precision-recall curves."""
     chosen, at = views["chosen"], views.get("at_threshold") or {}
     body = (f"<h3>Per class at confidence threshold {chosen['threshold']:g}</h3><p>Threshold: {esc(chosen['how'])}."
-            f" Below it the model answers \"unsure\" (<code>imagepipe predict</code>); at it, on the {split} split: "
+            f" At or below it the model answers \"unsure\" (<code>imagepipe predict</code>); at it, on the {split} split: "
             f"precision {_fmt_or_dash(at.get('precision'))}, recall {_fmt_or_dash(at.get('recall'))}, coverage "
             f"{_fmt_or_dash(at.get('coverage'))} (the share of images given a class).</p>")
     body += table(["class", "precision", "recall", "F1", f"{split} examples", "predicted"],

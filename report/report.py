@@ -24,7 +24,7 @@ import datetime
 import os
 from typing import Any, Dict
 
-from pipeline.config import ConfigError
+from storage.errors import ConfigError
 from report import data_sections, model_sections
 from report.report_html import document, esc, section, table
 from runs import run_text

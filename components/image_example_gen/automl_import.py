@@ -26,9 +26,10 @@ import posixpath
 from typing import List, NamedTuple, Optional
 
 from components.image_example_gen.image_check import Reason
-from components.image_example_gen.sources import (Candidate, DataError, Listing, _display, _relative_to_root, _stat,
-                                                  is_dir, is_hidden, is_remote, join, manifest_row, normalize_label,
-                                                  read_manifest, walk)
+from components.image_example_gen.sources import (Candidate, Listing, _display, _relative_to_root, _stat, is_hidden,
+                                                  manifest_row, normalize_label, read_manifest, walk)
+from storage.errors import DataError
+from storage.files import is_dir, is_remote, join
 
 ML_USE = {"training": "train", "train": "train", "validation": "eval", "test": "test", "unassigned": None}
 ML_USE_LABEL = "aiplatform.googleapis.com/ml_use"

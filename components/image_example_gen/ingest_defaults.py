@@ -6,6 +6,7 @@ these. Plain Python: the CLI imports it without TFX.
 """
 
 LAYOUT = "auto"  # folders, presplit or manifest, told apart by what the data holds (sources.py)
+LAYOUTS = ("auto", "folders", "presplit", "manifest", "automl")
 MAX_PIXELS = 50_000_000  # width * height * frames; larger files are quarantined (decompression bombs)
 # Larger images are stored as a downscaled copy, aspect kept, with the original's size and hash in
 # the example; 0 stores every original. A 12 MP phone photo is stored at 1008x756.

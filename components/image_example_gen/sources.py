@@ -26,9 +26,9 @@ from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 from components.image_example_gen.image_check import Reason
 from storage.errors import DataError
+from components.image_example_gen.ingest_defaults import LAYOUTS
 from storage.files import exists, is_dir, is_remote, join, read_bytes, remote_files
 
-LAYOUTS = ("auto", "folders", "presplit", "manifest", "automl")
 SPLIT_ORDER = ("train", "eval", "test")
 
 # Folder names and manifest values accepted for each split.
