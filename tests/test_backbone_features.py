@@ -84,7 +84,7 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     first, found = run(source, tmp_path / "a", cache, weights[0])
     monkeypatch.undo()
     assert (first["images"], first["computed"], first["reused"], first["dim"]) == (26, 26, 0, 1280)
-    assert len(made) == 2  # prepare() (to fingerprint the weights), then one for both splits' workers
+    assert len(made) == 1  # prepare(), to fingerprint the weights and freeze the graph the workers load
     assert [len(found["train"]), len(found["eval"])] == [20, 6]
     # What the model's own feature extractor gives for the pixels (the weights as stored in the cache).
     hp = HParams(model="mobilenet_v2", image_size=SIZE)
@@ -109,9 +109,15 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
         f.truncate(100)
     os.rename(entries[1], str(entries[1]) + ".tmp-deadbeef")  # an interrupted write: only its temporary file
 
+    graph = cache / first["fingerprint"] / feature_cache.GRAPH_FILE
+    graph.unlink()  # a cache written before the frozen graph was kept: the workers make it again, once
+
     grown = transformed(tmp_path / "grown", counts=(("train", 23), ("eval", 6)))  # and 3 images added
+    monkeypatch.setattr(models, "make_backbone", lambda *a, **k: made.append(a) or make_backbone(*a, **k))
     third, refound = run(grown, tmp_path / "c", cache, weights[0])
+    monkeypatch.undo()
     assert (third["computed"], third["reused"]) == (2 + 3, 26 - 2)
+    assert len(made) == 2 and graph.stat().st_size > 4 * 1280 * 100  # the weights are in it as constants
     assert os.path.getsize(entries[0]) == 4 * 1280 and os.path.exists(entries[1])
     # The two computed again, in a batch of their own, agree within oneDNN's rounding of other batch sizes.
     old = {key: vector for key, vector, _ in found["train"] + found["eval"]}

@@ -2,9 +2,14 @@
 
 prepare() runs in the executor's process: it makes the backbone as the Trainer would (hp.weights:
 "imagenet", a file, or random weights drawn from the seed), hashes its weights, and stores them in the
-cache folder of that fingerprint. Every Beam worker (Dataflow's too) and the Trainer then load that one
-weights file, so the features and the exported model are computed by the same backbone, bit for bit,
-and nobody downloads ImageNet weights but the first run.
+cache folder of that fingerprint. The Trainer then loads that one weights file, so the features and the
+exported model come from the same weights, bit for bit, and nobody downloads ImageNet weights but the
+first run. Beside them, prepare() stores the feature extractor (scaling, backbone, pooling) frozen into
+one TensorFlow graph with those weights as constants: a Beam worker (Dataflow's too) loads it in about
+0.5 s, where making the Keras model, loading its weights and tracing it took 2-2.5 s (MobileNetV2 at
+160 px on 2 cores), the larger part of a next span's features step, which runs the backbone only on
+its new images. Its features agree with the Keras model's within 1e-4 (measured: 3e-5 at most on
+vectors of magnitude 5): the graph optimizer folds the constant BatchNorm into the convolutions.
 
 Making a backbone to hash its weights costs a second or two, every run. So the first run also notes,
 under `sources/`, which fingerprint a source of weights gave: the SHA-256 of the weights file's bytes
@@ -30,6 +35,7 @@ class Prepared(NamedTuple):
     fingerprint: str
     weights_file: str  # the backbone's weights, in the cache
     dim: int  # length of the pooled vector
+    graph_file: str  # the frozen feature extractor, in the cache (made again from weights_file if missing)
 
 
 def _versions() -> dict:
@@ -62,9 +68,11 @@ def _known(cache_root: str, key: Optional[str]) -> Optional[Prepared]:
         return None
     try:
         known = json.loads(fs.read_bytes(fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json")))
-        weights_file = fs.join(cache_root, known["fingerprint"], feature_cache.WEIGHTS_FILE)
+        folder = fs.join(cache_root, known["fingerprint"])
+        weights_file = fs.join(folder, feature_cache.WEIGHTS_FILE)
         if fs.exists(weights_file):
-            return Prepared(known["fingerprint"], weights_file, int(known["dim"]))
+            return Prepared(known["fingerprint"], weights_file, int(known["dim"]),
+                            fs.join(folder, feature_cache.GRAPH_FILE))
     except Exception:  # noqa: BLE001 - missing or unreadable: made again
         pass
     return None
@@ -110,4 +118,44 @@ def _make(hp: HParams, cache_root: str) -> Prepared:
             models.discard_staged(local)
         info = {**described, "weights": hp.weights or f"random (seed {hp.seed})"}
         feature_cache.write_whole(fs.join(folder, feature_cache.INFO_FILE), json.dumps(info, indent=1).encode())
-    return Prepared(fingerprint, weights_file, dim)
+    graph_file = fs.join(folder, feature_cache.GRAPH_FILE)
+    if not fs.exists(graph_file):
+        feature_cache.write_whole(graph_file, frozen_graph(hp, backbone))
+    return Prepared(fingerprint, weights_file, dim, graph_file)
+
+
+GRAPH_INPUT, GRAPH_OUTPUT = "pixels:0", "Identity:0"  # the frozen graph's placeholder and result
+
+
+def frozen_graph(hp: HParams, backbone) -> bytes:
+    """The feature extractor (float32 pixels 0..255 -> pooled vector) as a serialized GraphDef whose
+    variables are constants: all a worker needs to compute features, without Keras."""
+    import tensorflow as tf
+    # TensorFlow's own freezing (what tf.compat.v1's graph_util wraps); it has no public TF2 name.
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    from trainer import models
+
+    model = models.feature_extractor(hp, backbone)
+    traced = tf.function(lambda pixels: model(pixels, training=False)).get_concrete_function(
+        tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32, name="pixels"))
+    frozen = convert_variables_to_constants_v2(traced)
+    names = ([t.name for t in frozen.inputs], [t.name for t in frozen.outputs])
+    if names != ([GRAPH_INPUT], [GRAPH_OUTPUT]):
+        raise RuntimeError(f"the frozen feature extractor has inputs and outputs {names}, not {GRAPH_INPUT} and "
+                           f"{GRAPH_OUTPUT}: TensorFlow named them otherwise")
+    return frozen.graph.as_graph_def().SerializeToString()
+
+
+def load_frozen(hp: HParams, graph: bytes):
+    """A frozen_graph()'s bytes -> a function of float32 pixels [n, size, size, channels] -> features [n, dim]."""
+    import tensorflow as tf
+
+    graph_def = tf.compat.v1.GraphDef.FromString(graph)
+
+    def extract(pixels):
+        return tf.graph_util.import_graph_def(graph_def, input_map={GRAPH_INPUT: pixels},
+                                              return_elements=[GRAPH_OUTPUT])[0]
+
+    return tf.compat.v1.wrap_function(
+        extract, [tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32)])

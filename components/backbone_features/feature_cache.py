@@ -1,6 +1,7 @@
 """The content-addressed cache of backbone features, under the pipeline root (a local folder or gs://).
 
     <cache root>/<fingerprint>/backbone.weights.h5      the backbone's weights (what the Trainer loads)
+    <cache root>/<fingerprint>/features_graph.pb         the same backbone as a frozen graph (what workers run)
     <cache root>/<fingerprint>/info.json                 model, image size, dimension, versions
     <cache root>/<fingerprint>/last_used                 touched by every run that uses it (pruning order)
     <cache root>/<fingerprint>/<k[:2]>/<k>.f32           one image's pooled features, float32 little-endian
@@ -35,6 +36,7 @@ import numpy as np
 from storage import files as fs
 
 WEIGHTS_FILE = "backbone.weights.h5"
+GRAPH_FILE = "features_graph.pb"
 INFO_FILE = "info.json"
 LAST_USED = "last_used"
 ENTRY_SUFFIX = ".f32"
