@@ -91,7 +91,10 @@ def rank(labels: np.ndarray, probabilities: np.ndarray) -> List[Suspect]:
     """The examples cleanlab finds mislabelled, most likely first."""
     from cleanlab.filter import find_label_issues
 
-    order = find_label_issues(labels, probabilities, return_indices_ranked_by="self_confidence")
+    # n_jobs=1: by default cleanlab forks a process pool of the executor's process (TensorFlow's threads
+    # running, gigabytes mapped: a fork risks a deadlock, and each child's RSS counts again) for per-class
+    # work that takes milliseconds.
+    order = find_label_issues(labels, probabilities, return_indices_ranked_by="self_confidence", n_jobs=1)
     return [Suspect(int(i), int(labels[i]), int(probabilities[i].argmax()), float(probabilities[i, labels[i]]))
             for i in order]
 
