@@ -36,6 +36,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
 from components import drift
+from components.beam_pickler import quiet_pickler_trace
 from components.image_example_gen import (LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
                                           SUMMARY_FILE, batch_ingest, beam_steps, near_duplicates, similarity, sources,
                                           tfrecord_io)
@@ -88,6 +89,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels)
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
+        quiet_pickler_trace()
         with self._make_beam_pipeline() as p:
             inspected = (
                 p
