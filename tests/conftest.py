@@ -52,6 +52,42 @@ def make_class_tree(root, classes=("cat", "dog"), per_class=12, fmt="JPEG", seed
     return made
 
 
+# `imagepipe COMMAND` forked from a warm interpreter that has imported what the command imports
+# (tests/warm_interpreter.py): `run` loads TensorFlow, TFX, Beam, TFT, TFDV and TFMA (about 9 s of CPU
+# a run), the others TensorFlow and the prediction modules. One interpreter of each kind per test process.
+_WARM_MODULES = {
+    "pipeline": ["tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor", "tfx.v1",
+                 "tfx.orchestration.local.local_dag_runner", "pipeline.local_runner", "pipeline.pipeline", "cli.main",
+                 "runs.progress", "runs.run_store", "runs.run_summary", "runs.run_lock", "report.report"],
+    "other": ["tensorflow", "cli.main", "prediction.predict", "prediction.batch_predict", "prediction.image_inputs",
+              "prediction.result_files", "runs.run_store", "runs.run_summary", "report.report"],
+}
+_warm = {}
+
+
+def run_imagepipe(*args: str, cwd=None, env=None, timeout: float = 900):
+    """`imagepipe ARGS` in a process of its own, as subprocess.run(capture_output=True, text=True) would give
+    it: argv, working directory and environment as asked, output captured, exit status. The process is a fork
+    of a warm interpreter calling the console script's entry point (cli.main:console_main), so it skips the
+    imports; tests that need two commands at once or send signals run the console script itself."""
+    import subprocess
+
+    from warm_interpreter import WarmInterpreter
+
+    kind = "pipeline" if args and args[0] == "run" else "other"
+    if kind not in _warm:
+        # Imported as a command that is not --verbose imports them (cli/common.py quiet_logs): TensorFlow's C++
+        # log level is read once, at its import.
+        _warm[kind] = WarmInterpreter(_WARM_MODULES[kind], env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    log = os.path.join(tempfile.mkdtemp(prefix="imagepipe-command-"), "command")
+    code = _warm[kind].run_entry("cli.main:console_main", [IMAGEPIPE, *args], log, env=env, cwd=cwd,
+                                 timeout=timeout)
+    with open(log + ".stdout", errors="replace") as out, open(log + ".stderr", errors="replace") as err:
+        done = subprocess.CompletedProcess([IMAGEPIPE, *args], code, out.read(), err.read())
+    shutil.rmtree(os.path.dirname(log), ignore_errors=True)
+    return done
+
+
 CHEAP_SHARED_FIXTURES = {"digits_dir", "small_digits"}  # seconds to make: every worker makes its own
 
 
@@ -172,7 +208,6 @@ def cli_runs(tmp_path_factory, small_digits):
     shutil.copytree(small_digits, drifted)
     for n in range(12):  # a class the curated schema does not know
         write(drifted / "letter-x" / f"x-{n}.png", image_bytes("PNG", size=(32, 32), mode="L", seed=n))
-    failed = subprocess.run([IMAGEPIPE, "run", "--root", root, "--data", str(drifted), "--schema", SAMPLE_SCHEMA,
-                             "--epochs", "3"], capture_output=True, text=True, timeout=900)
+    failed = run_imagepipe("run", "--root", root, "--data", str(drifted), "--schema", SAMPLE_SCHEMA, "--epochs", "3")
     return {"root": root, "metadata_path": metadata_path, "json": json_run, "text": text_run, "failed": failed,
             "events": [json.loads(line) for line in json_run.stdout.splitlines() if line.startswith("{")]}

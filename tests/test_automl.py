@@ -16,7 +16,7 @@ from browser import open_page
 from components import evaluation_views
 from components.image_example_gen import sources
 from components.image_example_gen.image_check import Reason
-from conftest import IMAGEPIPE, image_bytes, write
+from conftest import image_bytes, run_imagepipe, write
 from fake_endpoints import FakeService
 from prediction import image_inputs, result_files
 
@@ -248,9 +248,8 @@ def automl_run(digits_dir, tmp_path_factory):
     data = tmp_path_factory.mktemp("automl") / "flowers-export"
     rows = make_import_folder(digits_dir, data, str(data))
     root = str(tmp_path_factory.mktemp("automl-root"))
-    done = subprocess.run([IMAGEPIPE, "run", "--root", root, "--data", str(data), "--epochs", "12",
-                           "--accuracy-threshold", "0.2", "--target-precision", "0.96", "--progress", "json"],
-                          capture_output=True, text=True, timeout=900)
+    done = run_imagepipe("run", "--root", root, "--data", str(data), "--epochs", "12",
+                         "--accuracy-threshold", "0.2", "--target-precision", "0.96", "--progress", "json", timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     outputs = {c["component"]: c["outputs"] for c in events[-1]["components"]}
@@ -340,9 +339,9 @@ def test_predict_answers_unsure_below_the_models_threshold(automl_run, tmp_path)
     for path in test_images:
         shutil.copy(path, write(folder / os.path.basename(path), b""))
     threshold = _json(sorted(glob.glob(os.path.join(automl_run["root"], "serving", "*", "*", "threshold.json")))[-1])
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", automl_run["root"], "--top", "2",
-                           "--output", str(tmp_path / "out.csv"), "--automl-output", str(tmp_path / "automl.jsonl"),
-                           str(folder)], capture_output=True, text=True, timeout=600)
+    done = run_imagepipe("predict", "--root", automl_run["root"], "--top", "2",
+                         "--output", str(tmp_path / "out.csv"), "--automl-output", str(tmp_path / "automl.jsonl"),
+                         str(folder), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"confidence threshold {threshold['threshold']:g} (the lowest reaching precision 0.96" in done.stderr
     rows = list(csv.DictReader(open(tmp_path / "out.csv", newline="")))

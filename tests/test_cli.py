@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, make_class_tree, write
+from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, make_class_tree, run_imagepipe, write
 from pipeline.config import PROJECT_DIR, default_pipeline_name
 
 def imagepipe(*args, root):
@@ -194,9 +194,8 @@ def test_progress_of_a_long_prediction_run_is_one_line_per_interval():
 def test_batch_prediction_settings_are_checked_before_any_image_is_read(tmp_path, options, expected):
     model = tmp_path / "model"
     write(model / "saved_model.pb", b"")  # never loaded: each of these is refused before
-    done = subprocess.run([IMAGEPIPE, "predict", "--model", str(model), *options, str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("IMAGEPIPE_")})
+    done = run_imagepipe("predict", "--model", str(model), *options, str(tmp_path), timeout=120, cwd=tmp_path,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("IMAGEPIPE_")})
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("imagepipe: error: " + expected.format(model=model, cores=len(os.sched_getaffinity(0))))
@@ -207,7 +206,6 @@ def test_an_explicit_model_needs_no_pipeline_name(tmp_path):
     for name in ("cats", "dogs"):
         write(tmp_path / "root" / "metadata" / name / "metadata.db", b"")
     env = dict(os.environ, IMAGEPIPE_ROOT=str(tmp_path / "root"))
-    done = subprocess.run([IMAGEPIPE, "predict", "--model", str(tmp_path / "nomodel"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    done = run_imagepipe("predict", "--model", str(tmp_path / "nomodel"), str(tmp_path), timeout=120, env=env)
     assert done.returncode == 2 and "--name" not in done.stderr
     assert done.stderr.startswith(f"imagepipe: error: --model {tmp_path / 'nomodel'}: no SavedModel there")

@@ -13,7 +13,7 @@ import threading
 import pytest
 from ml_metadata.proto import metadata_store_pb2
 
-from conftest import IMAGEPIPE, model_weights
+from conftest import IMAGEPIPE, model_weights, run_imagepipe
 from pipeline import local_runner
 from runs import run_store, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
@@ -148,10 +148,9 @@ def test_sigterm_during_ingestion_is_recorded_as_interrupted(tmp_path, small_dig
             break
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-2000:]
-    (listed,) = json.loads(subprocess.run([IMAGEPIPE, "runs", "--root", str(tmp_path / "root"), "--json"],
-                                          capture_output=True, text=True).stdout)
+    (listed,) = json.loads(run_imagepipe("runs", "--root", str(tmp_path / "root"), "--json").stdout)
     assert listed["status"] == "interrupted" and listed["error"] == "", listed
     assert [c["state"] for c in listed["components"]] == ["canceled"]
-    text = subprocess.run([IMAGEPIPE, "runs", "--root", str(tmp_path / "root")], capture_output=True, text=True).stdout
+    text = run_imagepipe("runs", "--root", str(tmp_path / "root")).stdout
     header, row = text.splitlines()[:2]
     assert row[header.index("components"):].startswith("1 canceled")  # the status fits its column

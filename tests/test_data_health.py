@@ -180,9 +180,7 @@ def flipped_runs(tmp_path_factory, small_digits):
     """`imagepipe run --label-check on` on the 300 small digits with 15 labels (5%) flipped: first with a
     limit the flips exceed (the run stops before training), then the same with --gate warn."""
     import shutil
-    import subprocess
-
-    from conftest import IMAGEPIPE
+    from conftest import run_imagepipe
 
     data = tmp_path_factory.mktemp("flipped") / "data"
     files = sorted((label, name) for label in os.listdir(small_digits) if not label.startswith(".")
@@ -197,10 +195,10 @@ def flipped_runs(tmp_path_factory, small_digits):
         if n in flipped:
             moved.append((f"{given}/{name}", label))
     root = str(tmp_path_factory.mktemp("flipped-root"))
-    args = [IMAGEPIPE, "run", "--root", root, "--data", str(data), "--label-check", "on", "--max-label-issues",
-            "0.02", "--epochs", "2", "--accuracy-threshold", "0"]
-    stopped = subprocess.run(args, capture_output=True, text=True, timeout=900)
-    warned = subprocess.run(args + ["--gate", "warn"], capture_output=True, text=True, timeout=900)
+    args = ["run", "--root", root, "--data", str(data), "--label-check", "on", "--max-label-issues", "0.02",
+            "--epochs", "2", "--accuracy-threshold", "0"]
+    stopped = run_imagepipe(*args)
+    warned = run_imagepipe(*args, "--gate", "warn")
     return root, moved, stopped, warned
 
 

@@ -5,12 +5,11 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 
 import pytest
 
 from cli.parser import build_parser
-from conftest import IMAGEPIPE
+from conftest import run_imagepipe
 from pipeline.config import PROJECT_DIR
 
 PAGES = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(PROJECT_DIR, "docs"))
@@ -100,8 +99,7 @@ def test_the_readmes_using_the_model_commands_run(cli_runs, small_digits, tmp_pa
     ran = []
     for code in re.findall(r"(?m)^    (\.venv/bin/imagepipe [^#\n]*)", section):
         argv = [paths.get(word, word) for word in shlex.split(code)[1:]]
-        done = subprocess.run([IMAGEPIPE, *argv, "--root", cli_runs["root"], "--name", name], capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path)
+        done = run_imagepipe(*argv, "--root", cli_runs["root"], "--name", name, timeout=300, cwd=tmp_path)
         assert done.returncode == 0, f"{code}: {done.stderr[-2000:]}"
         ran.append(argv[0])
     assert ran == ["predict", "predict", "runs", "report"]

@@ -5,7 +5,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from tfx.orchestration import metadata
 
 from components.image_example_gen.ingest_report import IngestionError
 from components.validation_gate import DataValidationError
-from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, write
+from conftest import expected_strategy_kind, image_bytes, run_imagepipe, write
 from fake_endpoints import FakeService
 from cli.main import main as cli_main
 from pipeline import local_runner, platform
@@ -255,8 +254,7 @@ def test_predict_command_labels_files_with_the_pushed_model(sample_runs, tmp_pat
     chosen = {label: os.path.join(digits, label, sorted(os.listdir(os.path.join(digits, label)))[-1])
               for label in sorted(os.listdir(digits)) if not label.startswith(".")}
     broken = write(tmp_path / "broken.jpg", b"not an image")
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--top", "2", *chosen.values(), broken],
-                          capture_output=True, text=True, timeout=300)
+    done = run_imagepipe("predict", "--root", config.root, "--top", "2", *chosen.values(), broken, timeout=300)
     assert done.returncode == 1  # one file could not be classified; the others were
     assert done.stderr.strip().splitlines() == [f"{broken}: error: {done.stderr.split(': error: ', 1)[1].strip()}"]
     lines = dict(line.rsplit(": ", 1) for line in done.stdout.strip().splitlines())
@@ -274,8 +272,7 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     good = os.path.join(config.sample_data_dir, "3", sorted(os.listdir(os.path.join(config.sample_data_dir, "3")))[0])
     fifo = str(tmp_path / "camera-feed.jpg")
     os.mkfifo(fifo)  # nobody writes to it: reading it would block for ever
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, good, fifo, "/dev/zero"],
-                          capture_output=True, text=True, timeout=300)
+    done = run_imagepipe("predict", "--root", config.root, good, fifo, "/dev/zero", timeout=300)
     assert done.returncode == 1 and done.stdout.startswith(f"{good}: 3 (")  # the good file still answered
     refused = "error: unreadable: not a regular file (a folder, pipe or device); not read"
     assert done.stderr.strip().splitlines() == [f"{path}: {refused}" for path in (fifo, "/dev/zero")]
@@ -283,8 +280,7 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     write(tmp_path / "secret.txt", b"TOP-SECRET")
     write(tmp_path / "lists" / "good.jpg", open(good, "rb").read())
     write(tmp_path / "lists" / "m.csv", b"path\n/etc/passwd\n../secret.txt\ngood.jpg\n")
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, str(tmp_path / "lists" / "m.csv")],
-                          capture_output=True, text=True, timeout=300)
+    done = run_imagepipe("predict", "--root", config.root, str(tmp_path / "lists" / "m.csv"), timeout=300)
     assert done.returncode == 1 and done.stdout.startswith(f"{tmp_path / 'lists' / 'good.jpg'}: 3 (")
     assert "TOP-SECRET" not in done.stderr and "root:x:0" not in done.stderr
     errors = done.stderr.strip().splitlines()
@@ -292,14 +288,12 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     assert "m.csv line 3: '../secret.txt' resolves outside the data root" in errors[1]
     # Cloud Storage that cannot be reached: one line at once (it was 104 s of retries, then tracebacks).
     offline = dict(os.environ, STORAGE_EMULATOR_HOST="http://127.0.0.1:9")  # nothing listens on port 9
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "gs://no-such-bucket/x.png"], env=offline,
-                          capture_output=True, text=True, timeout=60)
+    done = run_imagepipe("predict", "--root", config.root, "gs://no-such-bucket/x.png", env=offline, timeout=60)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "imagepipe: error: gs://no-such-bucket/x.png: cannot reach Cloud Storage at 127.0.0.1:9 (Connection refused); "
         "check the network (or proxy) and try again"]
     os.mkfifo(tmp_path / "feed.csv")  # a manifest that is a pipe: it hung for ever
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, str(tmp_path / "feed.csv")],
-                          capture_output=True, text=True, timeout=60)
+    done = run_imagepipe("predict", "--root", config.root, str(tmp_path / "feed.csv"), timeout=60)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"imagepipe: error: {tmp_path / 'feed.csv'}: not a regular file (a named pipe, device or folder), so it is "
         "not read; give a CSV manifest file"]
@@ -308,8 +302,7 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     shutil.copytree(details(first, "Pusher")["destination"], damaged)
     with open(damaged / "saved_model.pb", "r+b") as f:
         f.truncate(os.path.getsize(damaged / "saved_model.pb") // 2)
-    done = subprocess.run([IMAGEPIPE, "predict", "--model", str(damaged), good], capture_output=True, text=True,
-                          timeout=300)
+    done = run_imagepipe("predict", "--model", str(damaged), good, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"imagepipe: error: --model {damaged}: not a usable SavedModel (")
@@ -333,9 +326,8 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
     write(tmp_path / "list.csv", ("path,label\n" + "".join(f"twos/{n},2\n" for n in twos) + "twos/gone.jpg,2\n").encode())
 
     out = tmp_path / "results.jsonl"
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(out),
-                           str(tmp_path / "photos"), str(tmp_path / "list.csv")], capture_output=True, text=True,
-                          timeout=300)
+    done = run_imagepipe("predict", "--root", config.root, "--output", str(out),
+                         str(tmp_path / "photos"), str(tmp_path / "list.csv"), timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]  # one manifest row names a missing file
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 11 and lines[-1] == f"21 inputs: 20 classified, 1 failed; results in {out}"
@@ -347,16 +339,16 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
                            "error": "cannot read: No such file or directory"}
 
     table = tmp_path / "results.csv"
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(table), "--top", "2",
-                           str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
+    done = run_imagepipe("predict", "--root", config.root, "--output", str(table), "--top", "2",
+                         str(tmp_path / "list.csv"), timeout=300)
     rows = list(csv.reader(open(table)))
     assert rows[0] == ["path", "class_1", "probability_1", "class_2", "probability_2", "unsure", "error"]
     assert len(rows) == 7 and {r[5] for r in rows[1:-1]} == {"no"}  # the sample's model has no threshold
     assert rows[-1][1:] == ["", "", "", "", "", "cannot read: No such file or directory"]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
 
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(tmp_path / "r.txt"),
-                           str(tmp_path / "list.csv")], capture_output=True, text=True, timeout=300)
+    done = run_imagepipe("predict", "--root", config.root, "--output", str(tmp_path / "r.txt"),
+                         str(tmp_path / "list.csv"), timeout=300)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"imagepipe: error: --output {tmp_path / 'r.txt'}: name a .jsonl or .csv file"]
 
@@ -389,8 +381,7 @@ def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_r
     answers = {}
     for model in (pushed, os.path.join(pushed, "tflite", "model_float16.tflite")):
         out = tmp_path / f"{len(answers)}.jsonl"
-        done = subprocess.run([IMAGEPIPE, "predict", "--model", model, "--output", str(out), *chosen],
-                              capture_output=True, text=True, timeout=300)
+        done = run_imagepipe("predict", "--model", model, "--output", str(out), *chosen, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         answers[model] = [json.loads(line)["predictions"][0] for line in open(out)]
     savedmodel, tflite = answers.values()
@@ -419,12 +410,11 @@ def test_predict_reads_images_in_cloud_storage(sample_runs, tmp_path):
     write(bucket / "today.csv", f"path\n{expected[0][0]}\nlists/nine.png\n".encode())
     out = tmp_path / "results.jsonl"
     with FakeService(buckets={"photos-1": str(bucket)}) as gcs:
-        done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--output", str(out),
-                               "gs://photos-1/incoming", "gs://photos-1/today.csv",
-                               "gs://photos-1/incoming/4/gone.png"],
-                              capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
-                                   "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))})
+        done = run_imagepipe("predict", "--root", config.root, "--output", str(out),
+                             "gs://photos-1/incoming", "gs://photos-1/today.csv",
+                             "gs://photos-1/incoming/4/gone.png", timeout=600,
+                             env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
+                                  "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))})
         downloads = gcs.find("GET", r"^/download/storage/v1/b/photos-1/o/")
     assert done.returncode == 1, done.stderr[-3000:]  # two inputs failed, the others were classified
     records = [json.loads(line) for line in open(out)]
@@ -448,10 +438,9 @@ def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_ru
     inputs = [str(tmp_path / "in" / "1"), str(tmp_path / "in" / "8"), str(tmp_path / "in" / "list.csv")]
 
     streamed, on_beam = tmp_path / "streamed.jsonl", tmp_path / "beam.jsonl"
-    subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--top", "3", "--output", str(streamed), *inputs],
-                   capture_output=True, timeout=300)
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--top", "3", "--output", str(on_beam),
-                           "--workers", "2", *inputs], capture_output=True, text=True, timeout=600)
+    run_imagepipe("predict", "--root", config.root, "--top", "3", "--output", str(streamed), *inputs, timeout=300)
+    done = run_imagepipe("predict", "--root", config.root, "--top", "3", "--output", str(on_beam),
+                         "--workers", "2", *inputs, timeout=600)
     total = len(os.listdir(tmp_path / "in" / "1")) + len(os.listdir(tmp_path / "in" / "8")) + 1
     assert done.returncode == 1, done.stderr[-3000:]  # two inputs failed, the rest were classified
     assert done.stdout.strip().splitlines() == [f"{total:,} inputs: {total - 2:,} classified, 2 failed; "
@@ -473,8 +462,7 @@ def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_ru
                            [p["probability"] for p in expected[path]["predictions"]], atol=1e-5)
     assert not [name for name in os.listdir(tmp_path) if name.startswith("beam-temp")]
 
-    done = subprocess.run([IMAGEPIPE, "predict", "--root", config.root, "--workers", "2", *inputs],
-                          capture_output=True, text=True, timeout=300)
+    done = run_imagepipe("predict", "--root", config.root, "--workers", "2", *inputs, timeout=300)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "imagepipe: error: --workers writes every result to a file: give --output results.jsonl (or .csv)"]
 
@@ -482,8 +470,8 @@ def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_ru
     shutil.copytree(details(first, "Pusher")["destination"], damaged)
     with open(damaged / "saved_model.pb", "r+b") as f:
         f.truncate(1000)
-    done = subprocess.run([IMAGEPIPE, "predict", "--model", str(damaged), "--workers", "2", "--output",
-                           str(tmp_path / "never.jsonl"), *inputs], capture_output=True, text=True, timeout=300)
+    done = run_imagepipe("predict", "--model", str(damaged), "--workers", "2", "--output",
+                         str(tmp_path / "never.jsonl"), *inputs, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"imagepipe: error: --model {damaged}: not a usable SavedModel (")

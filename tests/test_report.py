@@ -2,12 +2,11 @@
 
 import json
 import os
-import subprocess
 
 import pytest
 
 from browser import open_page
-from conftest import IMAGEPIPE
+from conftest import run_imagepipe
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 
@@ -21,7 +20,7 @@ CHECK_JS = """(() => ({
 
 
 def imagepipe(*args):
-    return subprocess.run([IMAGEPIPE, *args], capture_output=True, text=True, timeout=900)
+    return run_imagepipe(*args)
 
 
 @pytest.fixture(scope="module")

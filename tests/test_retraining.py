@@ -175,17 +175,14 @@ def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_pa
 def test_the_last_blessed_model_is_found_from_any_folder_and_a_lost_one_stops_the_run(tmp_path, small_digits):
     """A relative --root, a later run from another folder, a moved root, a deleted pipelines/ folder: a
     worse model is never blessed uncompared, and `runs` and `report` read a moved root."""
-    import subprocess
-
-    from conftest import IMAGEPIPE
+    from conftest import run_imagepipe
 
     work = tmp_path / "work"
     work.mkdir()
     common = ["--data", small_digits, "--schema", SAMPLE_SCHEMA, "--image-size", "32", "--accuracy-threshold", "0"]
 
     def run(cwd, root, *extra):
-        return subprocess.run([IMAGEPIPE, "run", "--root", str(root), *common, *extra], cwd=cwd,
-                              capture_output=True, text=True, timeout=900)
+        return run_imagepipe("run", "--root", str(root), *common, *extra, cwd=cwd, timeout=900)
 
     first = run(work, "roots/rel", "--epochs", "10")
     assert first.returncode == 0 and "BLESSED" in first.stdout, first.stderr[-2000:]
@@ -198,10 +195,9 @@ def test_the_last_blessed_model_is_found_from_any_folder_and_a_lost_one_stops_th
 
     moved = tmp_path / "moved"
     shutil.move(str(work / "roots" / "rel"), str(moved))
-    listed = json.loads(subprocess.run([IMAGEPIPE, "runs", "--root", str(moved), "--json"], cwd=tmp_path,
-                                       capture_output=True, text=True).stdout)
+    listed = json.loads(run_imagepipe("runs", "--root", str(moved), "--json", cwd=tmp_path).stdout)
     assert [(r["blessed"], r["accuracy"] is not None) for r in listed] == [(False, True), (True, True)]
-    report = subprocess.run([IMAGEPIPE, "report", "--root", str(moved)], cwd=tmp_path, capture_output=True, text=True)
+    report = run_imagepipe("report", "--root", str(moved), cwd=tmp_path)
     assert report.returncode == 0 and "below the last blessed model" in open(report.stdout.strip()).read()
 
     shutil.rmtree(moved / "pipelines")  # the blessed model's files are gone; its record is not
@@ -211,7 +207,6 @@ def test_the_last_blessed_model_is_found_from_any_folder_and_a_lost_one_stops_th
         "imagepipe: error: the last blessed model's blessing is missing ("), lost.stderr[-2000:]
     assert "Pusher" not in lost.stdout
     blessed_run = listed[-1]["run_id"]
-    report = subprocess.run([IMAGEPIPE, "report", "--root", str(moved), blessed_run], cwd=tmp_path,
-                            capture_output=True, text=True)
+    report = run_imagepipe("report", "--root", str(moved), blessed_run, cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "outputs are no longer on disk" in open(report.stdout.strip()).read()

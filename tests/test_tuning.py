@@ -4,13 +4,12 @@ section checked in Chromium."""
 
 import json
 import os
-import subprocess
 
 import pytest
 
 from browser import open_page
 from components.tuning import decision
-from conftest import IMAGEPIPE, image_bytes, write
+from conftest import image_bytes, run_imagepipe, write
 from trainer import tuning
 from trainer.hparams import HParams
 
@@ -90,7 +89,7 @@ def tuned_runs(tmp_path_factory, small_digits):
             "--accuracy-threshold", "0", "--name", "digits-tuned", "--progress", "json"]
 
     def run(*extra):
-        done = subprocess.run([IMAGEPIPE, *args, *extra], capture_output=True, text=True, timeout=900)
+        done = run_imagepipe(*args, *extra, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")][-1]
 
@@ -143,8 +142,7 @@ def test_new_classes_search_again_and_retune_without_a_search_is_one_line(tuned_
     import shutil
 
     _, _, root = tuned_runs
-    fresh = subprocess.run([IMAGEPIPE, "run", "--root", str(tmp_path), "--data", small_digits, "--retune"],
-                           capture_output=True, text=True, timeout=300)
+    fresh = run_imagepipe("run", "--root", str(tmp_path), "--data", small_digits, "--retune", timeout=300)
     assert fresh.returncode == 2 and fresh.stderr.count("\n") == 1
     assert "--retune: pipeline" in fresh.stderr and "has not searched yet; give --tune N" in fresh.stderr
 
@@ -152,9 +150,9 @@ def test_new_classes_search_again_and_retune_without_a_search_is_one_line(tuned_
     shutil.copytree(small_digits, grown)
     for n in range(30):
         write(grown / "x" / f"x-{n}.png", image_bytes("PNG", size=(8, 8), mode="L", seed=n))
-    done = subprocess.run([IMAGEPIPE, "run", "--root", root, "--data", str(grown), "--name", "digits-tuned",
-                           "--epochs", "2", "--accuracy-threshold", "0", "--gate", "warn", "--progress", "json"],
-                          capture_output=True, text=True, timeout=900)
+    done = run_imagepipe("run", "--root", root, "--data", str(grown), "--name", "digits-tuned",
+                         "--epochs", "2", "--accuracy-threshold", "0", "--gate", "warn", "--progress", "json",
+                         timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     finished = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")][-1]
     again = _details(finished, "Tuner")

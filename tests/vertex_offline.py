@@ -16,19 +16,17 @@ A task whose command fails fails the run: nothing downstream runs. Not modelled:
 (every task runs), machine types, Dataflow and Vertex Training (the default job uses neither).
 
 Each task is a process of its own, as each is a container of its own on Vertex. A `python -m MODULE`
-command is forked from a warm interpreter (WarmInterpreter) that has already imported TFX's
-executor entry point, which every task imports first (with TensorFlow, Beam, TFT, TFDV and TFMA
-behind it): 4-5 s of imports a task, about half of what the two compiled runs of the test cost.
-The forked task then runs the module as `python -m` would (runpy, as __main__, with its argv), in a
-process whose only inheritance is those imported modules; any other command runs as a subprocess.
+command is forked from a warm interpreter (tests/warm_interpreter.py) that has already imported
+TFX's executor entry point, which every task imports first (with TensorFlow, Beam, TFT, TFDV and
+TFMA behind it): 4-5 s of imports a task, about half of what the two compiled runs of the test cost.
+The forked task then runs the module as `python -m` would (runpy, as __main__, with its argv); any
+other command runs as a subprocess.
 """
 
 import itertools
 import json
 import os
 import re
-import select
-import signal
 import subprocess
 import sys
 from typing import Any, Dict, List, Optional
@@ -37,71 +35,14 @@ import yaml
 
 from pipeline.cloud_config import IMAGE_PROJECT_DIR
 from pipeline.config import PROJECT_DIR
+from warm_interpreter import WarmInterpreter
 
 STORE = "projects/proj-1/locations/europe-west4/metadataStores/default/artifacts"
 TASK_SECONDS = 900
 WARM_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"  # what every task imports first
 
-# The warm interpreter: imports WARM_MODULE, then for each request line forks a child that runs one task.
-_SERVER = r"""
-import json, os, runpy, sys, traceback
-import {module}
-for line in sys.stdin:
-    request = json.loads(line)
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            for fd, path in ((1, request["log"] + ".stdout"), (2, request["log"] + ".stderr")):
-                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-            sys.argv = [request["module"]] + request["args"]
-            try:
-                runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-                code = 0
-            except SystemExit as exit:
-                code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
-            except BaseException:
-                traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps(os.waitstatus_to_exitcode(status)), flush=True)
-"""
-
-
 def _task_env() -> dict:
     return {**os.environ, "PYTHONPATH": PROJECT_DIR}  # the image's working directory is on the path
-
-
-class WarmInterpreter:
-    """A Python process that has imported WARM_MODULE; run() forks it into one task's process."""
-
-    def __init__(self):
-        # A session of its own: the tasks it forks share its process group, so a task past its time ends with it.
-        self._process = subprocess.Popen([sys.executable, "-c", _SERVER.format(module=WARM_MODULE)], cwd=PROJECT_DIR,
-                                         env=_task_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                         start_new_session=True)
-
-    def run(self, module: str, args: List[str], log: str) -> int:
-        """Runs `python -m module args...` in a fork; its output goes to log.stdout and log.stderr."""
-        self._process.stdin.write(json.dumps({"module": module, "args": args, "log": log}) + "\n")
-        self._process.stdin.flush()
-        ready, _, _ = select.select([self._process.stdout], [], [], TASK_SECONDS)
-        if not ready:
-            os.killpg(self._process.pid, signal.SIGKILL)
-            raise AssertionError(f"{module} ran past {TASK_SECONDS} s")
-        line = self._process.stdout.readline()
-        assert line, f"the warm interpreter ended (exit status {self._process.wait()})"
-        return json.loads(line)
-
-    def close(self) -> None:
-        self._process.stdin.close()
-        self._process.wait(timeout=60)
 
 
 class TaskFailed(Exception):
@@ -180,7 +121,7 @@ class OfflineVertex:
             assert not any("{{" in part for part in argv), f"{name}: a placeholder this launcher does not fill"
             if argv[:2] == [sys.executable, "-m"]:
                 logs = os.path.join(task_dir, f"step-{number}")
-                if self._warm().run(argv[2], argv[3:], logs):
+                if self._warm().run_module(argv[2], argv[3:], logs, env=_task_env(), timeout=TASK_SECONDS):
                     with open(logs + ".stderr") as f:
                         raise TaskFailed(name, f.read())
                 continue
@@ -197,7 +138,7 @@ class OfflineVertex:
 
     def _warm(self) -> "WarmInterpreter":
         if self._interpreter is None:
-            self._interpreter = WarmInterpreter()
+            self._interpreter = WarmInterpreter([WARM_MODULE], env=_task_env())
         return self._interpreter
 
     def close(self) -> None:
