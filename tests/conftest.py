@@ -70,20 +70,30 @@ def run_imagepipe(*args: str, cwd=None, env=None, timeout: float = 900):
     it: argv, working directory and environment as asked, output captured, exit status. The process is a fork
     of a warm interpreter calling the console script's entry point (cli.main:console_main), so it skips the
     imports; tests that need two commands at once or send signals run the console script itself."""
+    kind = "pipeline" if args and args[0] == "run" else "other"
+    return _forked(kind, [IMAGEPIPE, *args], lambda warm, log: warm.run_entry(
+        "cli.main:console_main", [IMAGEPIPE, *args], log, env=env, cwd=cwd, timeout=timeout))
+
+
+def run_pipeline_module(module: str, *args: str, cwd=None, env=None, timeout: float = 900):
+    """`python -m MODULE ARGS` (a runner of the pipeline) as run_imagepipe runs a command."""
+    return _forked("pipeline", [sys.executable, "-m", module, *args], lambda warm, log: warm.run_module(
+        module, list(args), log, env=env, cwd=cwd or os.getcwd(), timeout=timeout))
+
+
+def _forked(kind: str, argv, run):
     import subprocess
 
     from warm_interpreter import WarmInterpreter
 
-    kind = "pipeline" if args and args[0] == "run" else "other"
     if kind not in _warm:
         # Imported as a command that is not --verbose imports them (cli/common.py quiet_logs): TensorFlow's C++
         # log level is read once, at its import.
         _warm[kind] = WarmInterpreter(_WARM_MODULES[kind], env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     log = os.path.join(tempfile.mkdtemp(prefix="imagepipe-command-"), "command")
-    code = _warm[kind].run_entry("cli.main:console_main", [IMAGEPIPE, *args], log, env=env, cwd=cwd,
-                                 timeout=timeout)
+    code = run(_warm[kind], log)
     with open(log + ".stdout", errors="replace") as out, open(log + ".stderr", errors="replace") as err:
-        done = subprocess.CompletedProcess([IMAGEPIPE, *args], code, out.read(), err.read())
+        done = subprocess.CompletedProcess(argv, code, out.read(), err.read())
     shutil.rmtree(os.path.dirname(log), ignore_errors=True)
     return done
 

@@ -3,11 +3,10 @@
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
-from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, make_class_tree, run_imagepipe, write
+from conftest import IMAGEPIPE, expected_strategy_kind, image_bytes, make_class_tree, run_imagepipe, run_pipeline_module, write
 from pipeline.config import PROJECT_DIR, default_pipeline_name
 
 def imagepipe(*args, root):
@@ -132,8 +131,7 @@ def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
     make_class_tree(tmp_path / "data", per_class=12)
     env = {**os.environ, "IMAGEPIPE_ROOT": str(tmp_path / "root"), "IMAGEPIPE_DATA": str(tmp_path / "data"),
            "IMAGEPIPE_EPOCHS": "1", "IMAGEPIPE_IMAGE_SIZE": "32", "IMAGEPIPE_ACCURACY_THRESHOLD": "0"}
-    done = subprocess.run([sys.executable, "-m", "pipeline.local_runner"], cwd=PROJECT_DIR, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = run_pipeline_module("pipeline.local_runner", cwd=PROJECT_DIR, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"ImageExampleGen +ran .*24 files -> 24 examples", done.stdout)
     assert re.search(r"Trainer +ran .*1 epochs? on", done.stdout) and re.search(r"Pusher +ran", done.stdout)
@@ -141,8 +139,7 @@ def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
     assert pipeline_name == default_pipeline_name(str(tmp_path / "data"))
 
     env["IMAGEPIPE_EPOCHS"] = "many"
-    bad = subprocess.run([sys.executable, "-m", "pipeline.local_runner"], cwd=PROJECT_DIR, env=env,
-                         capture_output=True, text=True, timeout=600)
+    bad = run_pipeline_module("pipeline.local_runner", cwd=PROJECT_DIR, env=env, timeout=600)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
         "local_runner: error: IMAGEPIPE_EPOCHS='many': not a whole number; give a whole number, or unset the "
         "environment variable")
