@@ -6,8 +6,8 @@ Per split:
 
 ComputeFeatures keys each image by the SHA-256 of its pixels, takes the features the cache has, runs
 the backbone on the rest (in calls of MODEL_BATCH images) and caches them. A worker process loads the
-run's backbone (backbone.prepare() stored it in the cache as a frozen graph) once for all splits (shared_extractor),
-at its first image the cache lacks, so a rerun on cached images makes none. With --augment, the
+run's backbone (backbone.prepare() stored it in the cache as a frozen graph) once for all splits
+(shared_extractor), at its first image the cache lacks, so a rerun on cached images loads none. With --augment, the
 train split also gets hp.augment_views augmented views of each image (trainer/input_pipeline.py
 augment_views, seeded by the image's key and the view), cached the same way. Each output example
 holds `features` (views x dim floats: the plain image first), `label` and `key`.
