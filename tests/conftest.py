@@ -90,12 +90,14 @@ def _forked(kind: str, argv, run):
         # Imported as a command that is not --verbose imports them (cli/common.py quiet_logs): TensorFlow's C++
         # log level is read once, at its import.
         _warm[kind] = WarmInterpreter(_WARM_MODULES[kind], env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    log = os.path.join(tempfile.mkdtemp(prefix="imagepipe-command-"), "command")
-    code = run(_warm[kind], log)
-    with open(log + ".stdout", errors="replace") as out, open(log + ".stderr", errors="replace") as err:
-        done = subprocess.CompletedProcess(argv, code, out.read(), err.read())
-    shutil.rmtree(os.path.dirname(log), ignore_errors=True)
-    return done
+    folder = tempfile.mkdtemp(prefix="imagepipe-command-")
+    try:
+        log = os.path.join(folder, "command")
+        code = run(_warm[kind], log)
+        with open(log + ".stdout", errors="replace") as out, open(log + ".stderr", errors="replace") as err:
+            return subprocess.CompletedProcess(argv, code, out.read(), err.read())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 CHEAP_SHARED_FIXTURES = {"digits_dir", "small_digits"}  # seconds to make: every worker makes its own
