@@ -118,10 +118,10 @@ def _make(hp: HParams, cache_root: str) -> Prepared:
             models.discard_staged(local)
         info = {**described, "weights": hp.weights or f"random (seed {hp.seed})"}
         feature_cache.write_whole(fs.join(folder, feature_cache.INFO_FILE), json.dumps(info, indent=1).encode())
-    graph_file = fs.join(folder, feature_cache.GRAPH_FILE)
-    if not fs.exists(graph_file):
-        feature_cache.write_whole(graph_file, frozen_graph(hp, backbone))
-    return Prepared(fingerprint, weights_file, dim, graph_file)
+    prepared = Prepared(fingerprint, weights_file, dim, fs.join(folder, feature_cache.GRAPH_FILE))
+    if not fs.exists(prepared.graph_file):
+        _store_graph(hp, backbone, prepared)
+    return prepared
 
 
 GRAPH_INPUT, GRAPH_OUTPUT = "pixels:0", "Identity:0"  # the frozen graph's placeholder and result
@@ -147,8 +147,29 @@ def frozen_graph(hp: HParams, backbone) -> bytes:
     return frozen.graph.as_graph_def().SerializeToString()
 
 
-def load_frozen(hp: HParams, graph: bytes):
-    """A frozen_graph()'s bytes -> a function of float32 pixels [n, size, size, channels] -> features [n, dim]."""
+def load_extractor(hp: HParams, prepared: Prepared):
+    """The prepared backbone's frozen graph, loaded: a function of float32 pixels [n, size, size, channels] ->
+    features [n, dim]. A cache without the graph (written before it was kept, or damaged) has it made again
+    from the weights, as _make() makes it, and stored for the next run."""
+    from google.protobuf.message import DecodeError
+
+    if fs.exists(prepared.graph_file):
+        try:
+            return _loaded(hp, fs.read_bytes(prepared.graph_file))
+        except DecodeError:  # a copy of the cache cut short
+            pass
+    from trainer import models
+
+    return _loaded(hp, _store_graph(hp, models.make_backbone(hp, prepared.weights_file), prepared))
+
+
+def _store_graph(hp: HParams, backbone, prepared: Prepared) -> bytes:
+    graph = frozen_graph(hp, backbone)
+    feature_cache.write_whole(prepared.graph_file, graph)
+    return graph
+
+
+def _loaded(hp: HParams, graph: bytes):
     import tensorflow as tf
 
     graph_def = tf.compat.v1.GraphDef.FromString(graph)

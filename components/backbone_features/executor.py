@@ -7,8 +7,8 @@ Per split:
 ComputeFeatures keys each image by the SHA-256 of its pixels, takes the features the cache has, runs
 the backbone on the rest (in calls of MODEL_BATCH images) and caches them. A worker process loads the
 run's backbone (backbone.prepare() stored it in the cache as a frozen graph) once for all splits
-(shared_extractor), at its first image the cache lacks, so a rerun on cached images loads none. With --augment, the
-train split also gets hp.augment_views augmented views of each image (trainer/input_pipeline.py
+(shared_extractor), at its first image the cache lacks, so a rerun on cached images loads none. With
+--augment, the train split also gets hp.augment_views augmented views of each image (trainer/input_pipeline.py
 augment_views, seeded by the image's key and the view), cached the same way. Each output example
 holds `features` (views x dim floats: the plain image first), `label` and `key`.
 
@@ -38,7 +38,6 @@ from components import beam_tuning
 from components.backbone_features import PROFILE_FILE, SOURCE_FILE, SUMMARY_FILE, backbone, feature_cache
 from components.image_example_gen import example_codec
 from components.progress_events import progress_event
-from storage import files as fs
 from trainer.hparams import HParams
 
 # Pixel records per Beam batch (870 images at 160 px; 21 at 1,024). When most images are cached, the ones
@@ -209,37 +208,18 @@ _SHARED_LOCK = threading.Lock()
 
 def shared_extractor(hp: HParams, prepared: backbone.Prepared):
     """(uint8 pixels -> features, float32 pixels -> features) for the prepared backbone, loaded once per process
-    from its frozen graph in the cache (~0.5 s): every split's DoFn (and every bundle's) uses the same. A cache
-    without the graph (written before it was kept, or lost) has it made again from the weights, as prepare()
-    makes it, and stored for the next run."""
+    from its frozen graph in the cache (~0.5 s; backbone.load_extractor): every split's DoFn (and every
+    bundle's) uses the same."""
     with _SHARED_LOCK:  # the fingerprint covers the model, input size and channels; the files are its own
         if _SHARED["key"] != prepared:
             import tensorflow as tf
 
             _SHARED["key"], _SHARED["extractor"] = None, None  # the old one is freed before the new one is made
-            extract = backbone.load_frozen(hp, _frozen_graph(hp, prepared))
+            extract = backbone.load_extractor(hp, prepared)
             # uint8 in: the cast to the float32 the graph takes is one small op per call.
             _SHARED["extractor"] = (lambda pixels: extract(tf.cast(pixels, tf.float32)), extract)
             _SHARED["key"] = prepared
         return _SHARED["extractor"]
-
-
-def _frozen_graph(hp: HParams, prepared: backbone.Prepared) -> bytes:
-    import tensorflow as tf
-    from google.protobuf.message import DecodeError
-
-    if fs.exists(prepared.graph_file):
-        graph = fs.read_bytes(prepared.graph_file)
-        try:
-            tf.compat.v1.GraphDef.FromString(graph)
-            return graph
-        except DecodeError:  # damaged (a copy of the cache cut short): made again
-            pass
-    from trainer import models
-
-    graph = backbone.frozen_graph(hp, models.make_backbone(hp, prepared.weights_file))
-    feature_cache.write_whole(prepared.graph_file, graph)
-    return graph
 
 
 def release_shared_extractor() -> None:
