@@ -123,6 +123,10 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for unit in ordered for item in unit]  # a group's tests stay together (module fixtures)
 
 
+def pytest_sessionfinish(session):
+    shutil.rmtree(os.environ["IMAGEPIPE_ROOT"], ignore_errors=True)  # this test process's default root
+
+
 def pytest_collection_finish(session):
     """pytest-xdist groups by a suffix it writes into node ids; when a pytest release stops that from
     taking effect (pytest-dev/pytest-xdist#1386), say so instead of making every shared run twice."""

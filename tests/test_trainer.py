@@ -3,6 +3,7 @@ strategy selection and the models, on real images and real records."""
 
 import io
 import os
+import tempfile
 
 import keras
 import numpy as np
@@ -263,13 +264,17 @@ def test_transfer_models_train_in_two_phases(name, tmp_path):
 
 
 @pytest.mark.parametrize("scheme", ["", "file://"])  # file:// goes the way gs:// does: copied locally first
-def test_backbone_weights_load_from_a_file(tmp_path, scheme):
+def test_backbone_weights_load_from_a_file(tmp_path, scheme, monkeypatch):
     source = keras.applications.MobileNetV2(input_shape=(32, 32, 3), include_top=False, weights=None)
     path = str(tmp_path / "mobilenet_v2_notop.weights.h5")
     source.save_weights(path)
+    staging = tmp_path / "tmp"
+    staging.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))
     model = models.build(HParams(model="mobilenet_v2", image_size=32, weights=scheme + path), num_classes=2)
     loaded = models.backbone_of(model).get_weights()
     assert all(np.array_equal(a, b) for a, b in zip(loaded, source.get_weights()))
+    assert not list(staging.iterdir())  # the local copy of remote weights is gone once they are loaded
 
 
 def test_warm_start_loads_only_a_matching_base_model(tmp_path):

@@ -8,9 +8,10 @@ evaluation and serving share one scaling. Outputs are class probabilities.
   efficientnet_b0  phases: head on a frozen backbone, then the top layers unfrozen
 """
 
+import contextlib
 import os
 import tempfile
-from typing import Optional
+from typing import Iterator, Optional
 
 import keras
 
@@ -31,15 +32,21 @@ def discard_staged(local: str) -> None:
     shutil.rmtree(os.path.dirname(local), ignore_errors=True)
 
 
-def local_copy(path: str) -> str:
-    """A local path holding the .h5 file at `path` (itself, or a copy of a remote one)."""
+@contextlib.contextmanager
+def local_file(path: str) -> Iterator[str]:
+    """A local path holding the .h5 file at `path`: itself, or a staged copy of a remote one, removed
+    when the block ends (a process that loads weights many times, e.g. a tuner, must not fill /tmp)."""
     if not is_remote(path):
-        return path
+        yield path
+        return
     import tensorflow as tf
 
     local = staged_path(path)
-    tf.io.gfile.copy(path, local, overwrite=True)
-    return local
+    try:
+        tf.io.gfile.copy(path, local, overwrite=True)
+        yield local
+    finally:
+        discard_staged(local)
 
 
 def save_weights(model: keras.Model, path: str) -> str:
@@ -127,7 +134,12 @@ def make_backbone(hp: HParams, weights_file: Optional[str] = None) -> keras.Mode
     initialisation), or with `weights_file` (local or gs://), the weights the features step saved."""
     weights = weights_file or hp.weights or None
     if weights and weights != "imagenet":
-        weights = local_copy(weights)
+        with local_file(weights) as local:
+            return _backbone(hp, local)
+    return _backbone(hp, weights)
+
+
+def _backbone(hp: HParams, weights: Optional[str]) -> keras.Model:
     shape = (hp.image_size, hp.image_size, hp.channels)
     if hp.model == "mobilenet_v2":
         backbone = keras.applications.MobileNetV2(input_shape=shape, include_top=False, weights=weights)

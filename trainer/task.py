@@ -109,7 +109,8 @@ def warm_start(model, base_model_dir, info, serving_model_dir: str = "") -> Tupl
 
 
 def _load_weights(model, folder: str) -> None:
-    model.load_weights(models.local_copy(os.path.join(folder, WEIGHTS_FILE)))
+    with models.local_file(os.path.join(folder, WEIGHTS_FILE)) as local:
+        model.load_weights(local)
 
 
 def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str, pixel_files, serving_model_dir) -> dict:

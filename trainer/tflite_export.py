@@ -168,7 +168,8 @@ def main(job_file: str, result_file: str) -> None:
         job = json.load(f)
     hp = HParams.from_custom_config(job["hparams"])
     model = models.build(hp, job["num_classes"])
-    model.load_weights(models.local_copy(job["weights_file"]))
+    with models.local_file(job["weights_file"]) as local:
+        model.load_weights(local)
     record = export(model, hp, job["class_names"], job["train_files"], job["eval_files"], job["serving_model_dir"])
     with open(result_file, "w") as f:
         json.dump(record, f)
