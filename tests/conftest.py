@@ -66,14 +66,69 @@ _WARM_MODULES = {
 _warm = {}
 
 
+PIPELINE_COMMANDS = ("run", "compile", "submit", "schedule")  # the commands that build the pipeline
+
+
 def run_imagepipe(*args: str, cwd=None, env=None, timeout: float = 900):
     """`imagepipe ARGS` in a process of its own, as subprocess.run(capture_output=True, text=True) would give
     it: argv, working directory and environment as asked, output captured, exit status. The process is a fork
     of a warm interpreter calling the console script's entry point (cli.main:console_main), so it skips the
-    imports; tests that need two commands at once or send signals run the console script itself."""
-    kind = "pipeline" if args and args[0] == "run" else "other"
+    imports; a test that needs two commands at once runs one of them as the console script itself."""
+    kind = "pipeline" if args and args[0] in PIPELINE_COMMANDS else "other"
     return _forked(kind, [IMAGEPIPE, *args], lambda warm, log: warm.run_entry(
         "cli.main:console_main", [IMAGEPIPE, *args], log, env=env, cwd=cwd, timeout=timeout))
+
+
+class StartedCommand:
+    """`imagepipe ARGS` forked as run_imagepipe forks it, still running: its pid (a process group of its
+    own, for signals), the lines of its standard output as they are written, and its end."""
+
+    def __init__(self, args, cwd=None, env=None):
+        kind = "pipeline" if args and args[0] in PIPELINE_COMMANDS else "other"
+        self.args = [IMAGEPIPE, *args]
+        self._warm = _warm_interpreter(kind)
+        self._folder = tempfile.mkdtemp(prefix="imagepipe-command-")
+        self._log = os.path.join(self._folder, "command")
+        open(self._log + ".stdout", "w").close()  # there to read from the start (the command truncates it)
+        self.pid = self._warm.start_entry("cli.main:console_main", self.args, self._log, env=env, cwd=cwd)
+        self.returncode = None
+
+    def lines(self, timeout: float = 600):
+        """Its standard output, line by line as written, until it ends (or `timeout` s pass: AssertionError)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        with open(self._log + ".stdout", errors="replace") as out:
+            partial = ""
+            while True:
+                ended = self._warm.ended()  # before reading, so nothing written before the end is missed
+                partial += out.readline()
+                if partial.endswith("\n"):
+                    yield partial
+                    partial = ""
+                elif ended:
+                    return
+                else:
+                    assert time.monotonic() < deadline, f"{self.args[1:]} still running after {timeout} s"
+                    time.sleep(0.05)
+
+    def running(self) -> bool:
+        return not self._warm.ended()
+
+    def send_signal(self, sig) -> None:
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout: float = 600):
+        """Its end, as subprocess.run(capture_output=True, text=True) gives it."""
+        import subprocess
+
+        try:
+            self.returncode = self._warm.finish(self.pid, timeout)
+            with open(self._log + ".stdout", errors="replace") as out, \
+                    open(self._log + ".stderr", errors="replace") as err:
+                return subprocess.CompletedProcess(self.args, self.returncode, out.read(), err.read())
+        finally:
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 def run_pipeline_module(module: str, *args: str, cwd=None, env=None, timeout: float = 900):
@@ -82,19 +137,23 @@ def run_pipeline_module(module: str, *args: str, cwd=None, env=None, timeout: fl
         module, list(args), log, env=env, cwd=cwd or os.getcwd(), timeout=timeout))
 
 
-def _forked(kind: str, argv, run):
-    import subprocess
-
+def _warm_interpreter(kind: str):
     from warm_interpreter import WarmInterpreter
 
     if kind not in _warm:
         # Imported as a command that is not --verbose imports them (cli/common.py quiet_logs): TensorFlow's C++
         # log level is read once, at its import.
         _warm[kind] = WarmInterpreter(_WARM_MODULES[kind], env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return _warm[kind]
+
+
+def _forked(kind: str, argv, run):
+    import subprocess
+
     folder = tempfile.mkdtemp(prefix="imagepipe-command-")
     try:
         log = os.path.join(folder, "command")
-        code = run(_warm[kind], log)
+        code = run(_warm_interpreter(kind), log)
         with open(log + ".stdout", errors="replace") as out, open(log + ".stderr", errors="replace") as err:
             return subprocess.CompletedProcess(argv, code, out.read(), err.read())
     finally:
@@ -207,19 +266,16 @@ def cli_runs(tmp_path_factory, small_digits):
     root = str(tmp_path_factory.mktemp("cli-runs"))
     args = ["run", "--root", root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "3",
             "--accuracy-threshold", "0.2"]
-    first = subprocess.Popen([IMAGEPIPE, *args, "--progress", "json"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = StartedCommand([*args, "--progress", "json"])  # forked (StartedCommand), the second as users start it
     metadata_path = PipelineConfig(root=root, data=small_digits).metadata_path
     while not run_lock.held(metadata_path):  # the first run has started (it holds the lock for its whole run)
-        assert first.poll() is None, first.communicate()[1][-3000:]
+        assert first.running(), first.wait().stderr[-3000:]
         time.sleep(0.05)
     second = subprocess.Popen([IMAGEPIPE, *args, "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
-    finished = []
-    for proc in (first, second):
-        out, err = proc.communicate(timeout=900)
-        finished.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    json_run, text_run = finished
+    json_run = first.wait(timeout=900)
+    out, err = second.communicate(timeout=900)
+    text_run = subprocess.CompletedProcess(second.args, second.returncode, out, err)
 
     drifted = tmp_path_factory.mktemp("drifted") / "data"
     shutil.copytree(small_digits, drifted)

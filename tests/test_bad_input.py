@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from conftest import image_bytes, make_class_tree, write
+from conftest import image_bytes, make_class_tree, run_imagepipe, write
 from components.image_example_gen import ingest_report, sources
 from components.image_example_gen.image_check import BadImage, Reason, check_and_store
 from cli.main import main as cli_main
@@ -301,7 +301,6 @@ def test_config_defaults_keep_the_sample_size(small_digits):
 
 def test_disk_full_during_ingestion_is_one_line(tmp_path, small_digits):
     import subprocess
-    import sys
 
     artifacts = tmp_path / "root" / "pipelines"
     artifacts.mkdir(parents=True)
@@ -310,9 +309,8 @@ def test_disk_full_during_ingestion_is_one_line(tmp_path, small_digits):
                       capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
-        result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "imagepipe"), "run", "--root",
-                                 str(tmp_path / "root"), "--data", small_digits, "--progress", "quiet"],
-                                capture_output=True, text=True, timeout=600)
+        result = run_imagepipe("run", "--root", str(tmp_path / "root"), "--data", small_digits, "--progress", "quiet",
+                               timeout=600)
     finally:
         subprocess.run(["umount", str(artifacts)], check=True)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]

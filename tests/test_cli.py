@@ -97,15 +97,14 @@ def test_compile_writes_a_job_for_each_target(tmp_path):
     from google.protobuf import json_format
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    vertex = imagepipe("compile", *PRODUCTION, "--output", str(tmp_path / "job.json"), root=None)
+    vertex = run_imagepipe("compile", *PRODUCTION, "--output", str(tmp_path / "job.json"))
     assert vertex.returncode == 0, vertex.stderr[-2000:]
     assert vertex.stdout.strip() == (f"wrote {tmp_path}/job.json: PipelineJob for Vertex AI, image {PRODUCTION[7]}, "
                                      "pipeline root gs://bucket-1/pipelines/pets")
     job = json_format.Parse(open(tmp_path / "job.json").read(), pipeline_spec_pb2.PipelineJob())
     assert job.display_name == "pets" and "Pusher" in job.pipeline_spec["root"]["dag"]["tasks"]
 
-    kubeflow = imagepipe("compile", *PRODUCTION, "--target", "kubeflow", "--output", str(tmp_path / "spec.yaml"),
-                         root=None)
+    kubeflow = run_imagepipe("compile", *PRODUCTION, "--target", "kubeflow", "--output", str(tmp_path / "spec.yaml"))
     assert kubeflow.returncode == 0 and "PipelineSpec package for kfp.Client" in kubeflow.stdout
     import yaml
 

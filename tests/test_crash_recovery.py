@@ -7,13 +7,11 @@ import glob
 import json
 import os
 import signal
-import subprocess
-import threading
 
 import pytest
 from ml_metadata.proto import metadata_store_pb2
 
-from conftest import IMAGEPIPE, model_weights, run_imagepipe
+from conftest import StartedCommand, model_weights, run_imagepipe
 from pipeline import local_runner
 from runs import run_store, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
@@ -23,18 +21,12 @@ pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them
 def _start_and_wait_for_training(root, data, epochs=200):
     """Starts `imagepipe run` and returns once its Trainer has finished a first epoch (its JSON progress
     says so); 200 epochs, so the run is still training when the test stops it."""
-    proc = subprocess.Popen([IMAGEPIPE, "run", "--root", root, "--data", data, "--schema", SAMPLE_SCHEMA,
-                             "--epochs", str(epochs), "--progress", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    watchdog = threading.Timer(600, proc.kill)  # a run that never trains ends the wait below
-    watchdog.start()
-    try:
-        for line in proc.stdout:
-            if line.startswith("{") and json.loads(line).get("kind") == "train":
-                return proc
-        pytest.fail("the run ended before training: " + proc.stderr.read()[-2000:])
-    finally:
-        watchdog.cancel()
+    proc = StartedCommand(["run", "--root", root, "--data", data, "--schema", SAMPLE_SCHEMA, "--epochs", str(epochs),
+                           "--progress", "json"])
+    for line in proc.lines(timeout=600):
+        if line.startswith("{") and json.loads(line).get("kind") == "train":
+            return proc
+    pytest.fail("the run ended before training: " + proc.wait().stderr[-2000:])
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +36,8 @@ def stopped(tmp_path_factory, small_digits):
                             epochs=2)
     proc = _start_and_wait_for_training(config.root, small_digits)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=300)
-    return config, proc.returncode, out, err
+    done = proc.wait(timeout=300)
+    return config, done.returncode, done.stdout, done.stderr
 
 
 def test_stopped_run_is_recorded_as_interrupted_with_a_report(stopped):
@@ -68,7 +60,7 @@ def test_killed_trainer_then_rerun(stopped):
     config, _, _, _ = stopped
     proc = _start_and_wait_for_training(config.root, config.data)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole process group
-    proc.wait()
+    assert proc.wait().returncode == -signal.SIGKILL
     assert len(glob.glob(os.path.join(config.pipeline_root, "Trainer", "model_run", "*", "*"))) >= 2  # half-written
     killed = run_summary.summarize(config.metadata_path)
     states = {c["component"]: c["state"] for c in killed["components"]}
@@ -140,14 +132,13 @@ def test_sigterm_during_ingestion_is_recorded_as_interrupted(tmp_path, small_dig
     shutil.copytree(small_digits, data)
     for n in range(30):  # large flat PNGs: small files, slow to decode, spread over the batches
         Image.new("L", (5000, 5000), n * 8).save(data / str(n % 10) / f"big-{n}.png")
-    proc = subprocess.Popen([IMAGEPIPE, "run", "--root", str(tmp_path / "root"), "--data", str(data),
-                             "--progress", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:
+    proc = StartedCommand(["run", "--root", str(tmp_path / "root"), "--data", str(data), "--progress", "json"])
+    for line in proc.lines(timeout=300):
         if line.startswith("{") and json.loads(line).get("kind") == "ingest":  # a first batch is done
             proc.send_signal(signal.SIGTERM)
             break
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-2000:]
+    done = proc.wait(timeout=300)
+    assert done.returncode == 130, done.stderr[-2000:]
     (listed,) = json.loads(run_imagepipe("runs", "--root", str(tmp_path / "root"), "--json").stdout)
     assert listed["status"] == "interrupted" and listed["error"] == "", listed
     assert [c["state"] for c in listed["components"]] == ["canceled"]

@@ -16,9 +16,10 @@ environment the test asked for and the one the interpreter started with, on top 
 left, as a fresh process that made the same imports would have them.
 
 Only the main thread is alive after these imports (a native helper thread or two of numpy's BLAS,
-which handles fork), so forking is safe. One request at a time: a test that needs two commands at
-once (a lock held by one run while another waits) or a signal sent to the command runs the real
-console script as a subprocess.
+which handles fork), so forking is safe. One command at a time per interpreter: a test that needs two
+commands at once (a lock held by one run while another waits) forks one and runs the other as the real
+console script. A command can also be started without waiting (start_entry), for a test that reads its
+output as it comes or sends it a signal: it is a process group of its own.
 """
 
 import json
@@ -83,17 +84,32 @@ class WarmInterpreter:
         self._process = subprocess.Popen([sys.executable, "-c", _SERVER.format(modules=list(modules))],
                                          cwd=PROJECT_DIR, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          text=True, start_new_session=True)
+        self._running: Optional[int] = None  # the pid of a command started and not yet finished
 
     def _ask(self, request: dict, timeout: float) -> int:
+        return self.finish(self._start(request), timeout)
+
+    def _start(self, request: dict) -> int:
+        assert self._running is None, f"the warm interpreter is still running command {self._running}"
         self._process.stdin.write(json.dumps(request) + "\n")
         self._process.stdin.flush()
-        child = json.loads(self._line(60))
+        self._running = json.loads(self._line(60))
+        return self._running
+
+    def ended(self) -> bool:
+        """Whether the command started last has ended (its exit status is waiting to be read by finish)."""
+        return bool(select.select([self._process.stdout], [], [], 0)[0])
+
+    def finish(self, child: int, timeout: float) -> int:
+        """The exit status of the command started last (pid `child`), killed with its group after `timeout` s."""
         try:
             return json.loads(self._line(timeout))
         except TimeoutError:
             os.killpg(child, signal.SIGKILL)
             json.loads(self._line(60))  # the interpreter reaps it and is ready for the next
             raise
+        finally:
+            self._running = None
 
     def _line(self, timeout: float) -> str:
         ready, _, _ = select.select([self._process.stdout], [], [], timeout)
@@ -112,8 +128,14 @@ class WarmInterpreter:
     def run_entry(self, entry: str, argv: List[str], log: str, env: Optional[Dict[str, str]] = None,
                   cwd: Optional[str] = None, timeout: float = 900) -> int:
         """A console script's entry point ("module:function") with sys.argv = argv, in a fork."""
-        return self._ask({"entry": entry, "argv": [os.fspath(a) for a in argv], "log": log,
-                          "env": dict(env or os.environ), "cwd": os.fspath(cwd or os.getcwd())}, timeout)
+        return self.finish(self.start_entry(entry, argv, log, env, cwd), timeout)
+
+    def start_entry(self, entry: str, argv: List[str], log: str, env: Optional[Dict[str, str]] = None,
+                    cwd: Optional[str] = None) -> int:
+        """run_entry without waiting: the command's pid (the leader of its own process group, so it can be
+        signalled or killed with its children); finish() waits for it, and no other command can start before."""
+        return self._start({"entry": entry, "argv": [os.fspath(a) for a in argv], "log": log,
+                            "env": dict(env or os.environ), "cwd": os.fspath(cwd or os.getcwd())})
 
     def close(self) -> None:
         if self._process.poll() is None:
