@@ -84,7 +84,9 @@ def messy(tmp_path_factory):
 def messy_run(messy, tmp_path_factory):
     root, expected = messy
     out = tmp_path_factory.mktemp("out")
-    examples, report = run_executor(root, out, max_pixels=MAX_PIXELS, max_bad_fraction=1.0)
+    # Worker processes, as a large input gets them (a small one is ingested inline: see below).
+    examples, report = run_executor(root, out, beam_args=["--direct_num_workers=2"], max_pixels=MAX_PIXELS,
+                                    max_bad_fraction=1.0)
     return examples, report, expected
 
 
@@ -235,6 +237,24 @@ def test_an_empty_split_fails_clearly(tmp_path):
         write(tmp_path / "data" / "eval" / label / "img-0.jpeg", b"broken")
     with pytest.raises(IngestionError, match="split 'eval' has no valid examples"):
         run_executor(tmp_path / "data", tmp_path / "out", max_bad_fraction=1.0)
+
+
+def test_worker_processes_only_for_inputs_worth_them():
+    from components.image_example_gen import executor
+    from components.image_example_gen.sources import Candidate
+
+    def files(n, size):
+        return [Candidate(f"/d/{i}.jpg", f"{i}.jpg", "cat", None, size) for i in range(n)]
+
+    cores = executor.cpu_count()
+    assert executor.local_processes([], files(300, 900)) == 1  # 270 KB of digits: inline
+    assert executor.local_processes([], files(executor.INLINE_MAX_FILES, 900)) == cores
+    assert executor.local_processes([], files(10, 3 << 20)) == cores  # ten 3 MB photos
+    assert executor.local_processes([], files(10, -1)) == cores  # sizes unknown: assume they are worth it
+    assert executor.local_processes(["--direct_num_workers=3"], files(10, 900)) == 3  # asked for
+    assert executor.local_processes(["--direct_num_workers=0"], files(10, 900)) == cores  # 0: one per core
+    for others in (["--direct_running_mode=multi_processing"], ["--runner=DataflowRunner"]):
+        assert executor.local_processes(others, files(5000, 3 << 20)) == 1  # Beam's workers ingest inline
 
 
 def test_parallel_and_inline_ingestion_write_the_same_examples(messy, messy_run, tmp_path):

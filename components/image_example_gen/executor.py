@@ -78,7 +78,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                      label_map)
 
         staging = fs.join(examples.uri, ".staging")
-        processes = local_processes(self._beam_pipeline_args)
+        processes = local_processes(self._beam_pipeline_args, listing.candidates)
         batch_files = []
         for n, batch in enumerate(batches(ingest_order(listing.candidates, settings.seed), processes)):
             batch_files.append(fs.join(staging, "candidates", f"batch-{n:06d}.json"))
@@ -165,15 +165,26 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         log_summary(summary)
 
 
-def local_processes(beam_args: List[str]) -> int:
-    """Worker processes for InspectAndWrite: one per core with the in-memory DirectRunner, else 1.
+# Below both, the files are ingested in the executor's own process: worker processes would cost more CPU
+# than they save time (measured, small PNG/JPEG digits, 2 cores: 300 files 0.86 s wall inline or with two
+# workers, which took 0.37 s more CPU; 800 files 1.62 s inline, 1.44 s with two; 1,797 files 3.02 s, 2.45 s).
+INLINE_MAX_FILES = 1000
+INLINE_MAX_BYTES = 16 << 20
 
-    Other runners (Dataflow, Beam's multi_processing mode) already run a worker per core.
-    """
+
+def local_processes(beam_args: List[str], candidates: List[sources.Candidate]) -> int:
+    """Worker processes for InspectAndWrite with the in-memory DirectRunner: --direct_num_workers if given
+    (0: one per core), else one per core, or none (1: inline) for a small input. Other runners (Dataflow,
+    Beam's multi_processing mode) already run a worker per core, and get 1."""
     options = PipelineOptions(beam_args or [])
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    mode = options.view_as(DirectOptions).direct_running_mode
-    if runner not in ("DirectRunner", "direct") or mode == "multi_processing":
+    direct = options.view_as(DirectOptions)
+    if runner not in ("DirectRunner", "direct") or direct.direct_running_mode == "multi_processing":
+        return 1
+    if any(arg.split("=", 1)[0] == "--direct_num_workers" for arg in beam_args or []):
+        return max(1, direct.direct_num_workers or cpu_count())
+    if len(candidates) < INLINE_MAX_FILES and sum(c.size if c.size >= 0 else INLINE_MAX_BYTES
+                                                  for c in candidates) < INLINE_MAX_BYTES:
         return 1
     return cpu_count()
 
