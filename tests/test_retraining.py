@@ -37,7 +37,7 @@ def _copy_digits(source, target, start, count):
 def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_dir):
     drops = tmp_path / "drops"
     config = PipelineConfig(root=str(tmp_path / "out"), data=str(drops), span_pattern="span-{SPAN}", span_window=2,
-                            schema=SAMPLE_SCHEMA, image_size=32, warm_start=True, accuracy_threshold=0.5)
+                            schema=SAMPLE_SCHEMA, image_size=32, warm_start=True, accuracy_threshold=0.5, epochs=12)
     _copy_digits(digits_dir, drops / "span-1", 0, 40)
     first = local_runner.run(config)
     assert _details(first, "ImageExampleGen")["files_seen"] == 400
