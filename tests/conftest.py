@@ -20,6 +20,8 @@ from PIL import Image  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/ (photo generator)
 
+import vertex_offline  # noqa: E402
+
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")  # the console script, as users run it
 
 
@@ -53,11 +55,12 @@ def make_class_tree(root, classes=("cat", "dog"), per_class=12, fmt="JPEG", seed
 
 
 # `imagepipe COMMAND` forked from a warm interpreter that has imported what the command imports
-# (tests/warm_interpreter.py): `run` loads TensorFlow, TFX, Beam, TFT, TFDV and TFMA (a small run 31.6 ->
-# 26.5 s forked), the others TensorFlow and the prediction modules (a predict 3.4 -> 0.5 s). One interpreter
-# of each kind per test process.
+# (tests/warm_interpreter.py): `run` (and the other commands that build the pipeline) loads TensorFlow,
+# TFX, Beam, TFT, TFDV and TFMA (a small run 31.6 -> 26.5 s forked), the others TensorFlow and the
+# prediction modules (a predict 3.4 -> 0.5 s). One interpreter of each kind per test process; the
+# offline Vertex job forks its tasks from the pipeline one.
 _WARM_MODULES = {
-    "pipeline": ["tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor", "tfx.v1",
+    "pipeline": [vertex_offline.WARM_MODULE, "tfx.v1",
                  "tfx.orchestration.local.local_dag_runner", "pipeline.local_runner", "pipeline.pipeline", "cli.main",
                  "runs.progress", "runs.run_store", "runs.run_summary", "runs.run_lock", "report.report"],
     "other": ["tensorflow", "cli.main", "prediction.predict", "prediction.batch_predict", "prediction.image_inputs",
@@ -86,7 +89,7 @@ class StartedCommand:
     def __init__(self, args, cwd=None, env=None):
         kind = "pipeline" if args and args[0] in PIPELINE_COMMANDS else "other"
         self.args = [IMAGEPIPE, *args]
-        self._warm = _warm_interpreter(kind)
+        self._warm = warm_interpreter(kind)
         self._folder = tempfile.mkdtemp(prefix="imagepipe-command-")
         self._log = os.path.join(self._folder, "command")
         open(self._log + ".stdout", "w").close()  # there to read from the start (the command truncates it)
@@ -137,7 +140,8 @@ def run_pipeline_module(module: str, *args: str, cwd=None, env=None, timeout: fl
         module, list(args), log, env=env, cwd=cwd or os.getcwd(), timeout=timeout))
 
 
-def _warm_interpreter(kind: str):
+def warm_interpreter(kind: str):
+    """This test process's warm interpreter of `kind` (see _WARM_MODULES), started at the first use."""
     from warm_interpreter import WarmInterpreter
 
     if kind not in _warm:
@@ -147,13 +151,22 @@ def _warm_interpreter(kind: str):
     return _warm[kind]
 
 
+def run_helper(entry: str, *args: str, env=None, timeout: float = 900):
+    """A function of a module in tests/ ("module:function", reading sys.argv) in a process of its own, as
+    run_imagepipe runs a command: for a test that needs another environment (a fake Cloud Storage). It runs in
+    tests/, which is how the module is found (the interpreter's path starts with its working directory)."""
+    argv = [entry, *args]
+    return _forked("pipeline", argv, lambda warm, log: warm.run_entry(
+        entry, argv, log, env=env, cwd=os.path.dirname(os.path.abspath(__file__)), timeout=timeout))
+
+
 def _forked(kind: str, argv, run):
     import subprocess
 
     folder = tempfile.mkdtemp(prefix="imagepipe-command-")
     try:
         log = os.path.join(folder, "command")
-        code = run(_warm_interpreter(kind), log)
+        code = run(warm_interpreter(kind), log)
         with open(log + ".stdout", errors="replace") as out, open(log + ".stderr", errors="replace") as err:
             return subprocess.CompletedProcess(argv, code, out.read(), err.read())
     finally:

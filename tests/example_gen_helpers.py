@@ -2,7 +2,9 @@
 
 import collections
 import csv
+import json
 import os
+import sys
 from typing import Dict, List
 
 import tensorflow as tf
@@ -58,3 +60,15 @@ def quarantine(report_uri: str) -> Dict[str, Dict[str, str]]:
 
 def summary(report_uri: str) -> Dict:
     return ingest_report.read_report(report_uri)
+
+
+def ingest_main() -> None:
+    """sys.argv INPUT OUT: runs the executor on INPUT (max_bad_fraction 1.0) into OUT and prints one JSON line:
+    the summary, the quarantine, and each split's sorted (file name, label) pairs. For a test that ingests in a
+    process of its own, with another environment (conftest.run_helper)."""
+    source, out = sys.argv[1:3]
+    examples, report = run_executor(source, out, max_bad_fraction=1.0)
+    found = read_examples(examples.uri)
+    print(json.dumps({"summary": summary(report.uri), "quarantine": quarantine(report.uri),
+                      "examples": {split: sorted([e["image/filename"].decode(), e["image/class/label"]] for e in es)
+                                   for split, es in found.items()}}))

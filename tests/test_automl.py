@@ -7,8 +7,6 @@ import glob
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -16,7 +14,7 @@ from browser import open_page
 from components import evaluation_views
 from components.image_example_gen import sources
 from components.image_example_gen.image_check import Reason
-from conftest import image_bytes, run_imagepipe, write
+from conftest import image_bytes, run_helper, run_imagepipe, write
 from fake_endpoints import FakeService
 from prediction import image_inputs, result_files
 
@@ -198,18 +196,6 @@ def test_results_say_unsure_and_automl_records_keep_classes_at_the_threshold(tmp
 
 # --- Cloud Storage ---------------------------------------------------------------------------------------------
 
-INGEST_SCRIPT = """
-import json, sys
-sys.path.insert(0, {tests!r})
-from example_gen_helpers import read_examples, quarantine, run_executor, summary
-examples, report = run_executor("gs://photos-1/automl", {out!r}, max_bad_fraction=1.0)
-found = read_examples(examples.uri)
-print(json.dumps({{"summary": summary(report.uri), "quarantine": quarantine(report.uri),
-                  "examples": {{s: sorted([e["image/filename"].decode(), e["image/class/label"]] for e in es)
-                               for s, es in found.items()}}}}))
-"""
-
-
 @pytest.mark.slow
 def test_import_files_in_cloud_storage_are_ingested_into_their_splits(digits_dir, tmp_path):
     """A folder of import files in a bucket (gs:// URIs, and paths relative to the CSV), read by ImageExampleGen
@@ -220,11 +206,10 @@ def test_import_files_in_cloud_storage_are_ingested_into_their_splits(digits_dir
     with open(bucket / "automl" / "digits-5-9.jsonl", "a") as f:  # another bucket: never read
         f.write(json.dumps({"imageGcsUri": "gs://someone-else/secret.jpg",
                             "classificationAnnotation": {"displayName": "5"}}) + "\n")
-    script = INGEST_SCRIPT.format(tests=os.path.dirname(__file__), out=str(tmp_path / "out"))
     with FakeService(buckets={"photos-1": str(bucket)}) as gcs:
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
-                                   "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))})
+        done = run_helper("example_gen_helpers:ingest_main", "gs://photos-1/automl", str(tmp_path / "out"),
+                          env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
+                               "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))}, timeout=600)
         read = {r["path"] for r in gcs.find("GET", r"^/download/storage/v1/b/")}
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])

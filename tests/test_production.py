@@ -17,7 +17,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from conftest import image_bytes, make_class_tree, write
+from conftest import image_bytes, make_class_tree, warm_interpreter, write
 from fake_endpoints import FakeService
 from kubeflow import deploy
 from cli.main import main as cli_main
@@ -536,7 +536,7 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits, r
                             epochs=30, image_size=32, tune=2).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
     job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))
-    vertex = OfflineVertex(str(tmp_path / "vertex"))
+    vertex = OfflineVertex(str(tmp_path / "vertex"), interpreter=warm_interpreter("pipeline"))  # run_imagepipe's
     request.addfinalizer(vertex.close)
     root = str(tmp_path / "bucket" / "pipelines")
 

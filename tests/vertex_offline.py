@@ -54,10 +54,13 @@ class TaskFailed(Exception):
 class OfflineVertex:
     """One ML Metadata store's worth of artifacts; run() executes one PipelineJob against it."""
 
-    def __init__(self, workdir: str):
+    def __init__(self, workdir: str, interpreter: Optional[WarmInterpreter] = None):
+        """`interpreter`: a warm interpreter that has imported WARM_MODULE, shared with other tests (not closed
+        here); by default one of its own, started at the first `python -m` task."""
         self.workdir = workdir
         self.artifacts: List[Dict[str, Any]] = []  # every published artifact, oldest first
-        self._interpreter: Optional[WarmInterpreter] = None  # started at the first `python -m` task
+        self._interpreter = interpreter
+        self._own_interpreter = interpreter is None
         self._ids = itertools.count(1)
         self._runs = itertools.count(1)
 
@@ -142,8 +145,8 @@ class OfflineVertex:
         return self._interpreter
 
     def close(self) -> None:
-        """Ends the warm interpreter (it also ends by itself when this process does)."""
-        if self._interpreter is not None:
+        """Ends its own warm interpreter (it also ends by itself when this process does)."""
+        if self._interpreter is not None and self._own_interpreter:
             self._interpreter.close()
             self._interpreter = None
 
