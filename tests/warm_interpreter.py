@@ -83,41 +83,59 @@ class WarmInterpreter:
     def __init__(self, modules: List[str], env: Optional[Dict[str, str]] = None):
         self._process = subprocess.Popen([sys.executable, "-c", _SERVER.format(modules=list(modules))],
                                          cwd=PROJECT_DIR, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         text=True, start_new_session=True)
+                                         start_new_session=True)
+        self._answers = b""  # read from the interpreter, not yet taken: its lines can arrive together
         self._running: Optional[int] = None  # the pid of a command started and not yet finished
 
     def _ask(self, request: dict, timeout: float) -> int:
         return self.finish(self._start(request), timeout)
 
     def _start(self, request: dict) -> int:
-        assert self._running is None, f"the warm interpreter is still running command {self._running}"
-        self._process.stdin.write(json.dumps(request) + "\n")
+        if self._running is not None:  # left by a test that failed before waiting for it: ended here
+            self._line(0) if self.ended() else self._kill(self._running)
+            self._running = None
+        self._process.stdin.write(json.dumps(request).encode() + b"\n")
         self._process.stdin.flush()
         self._running = json.loads(self._line(60))
         return self._running
 
     def ended(self) -> bool:
         """Whether the command started last has ended (its exit status is waiting to be read by finish)."""
-        return bool(select.select([self._process.stdout], [], [], 0)[0])
+        return self._has_line(0)
 
     def finish(self, child: int, timeout: float) -> int:
         """The exit status of the command started last (pid `child`), killed with its group after `timeout` s."""
         try:
             return json.loads(self._line(timeout))
         except TimeoutError:
-            os.killpg(child, signal.SIGKILL)
-            json.loads(self._line(60))  # the interpreter reaps it and is ready for the next
+            self._kill(child)
             raise
         finally:
             self._running = None
 
+    def _kill(self, child: int) -> None:
+        for kill in (os.killpg, os.kill):  # its group; or itself, if it has not made its group yet
+            try:
+                kill(child, signal.SIGKILL)
+                break
+            except ProcessLookupError:  # or it has ended meanwhile
+                continue
+        self._line(60)  # its exit status: the interpreter has reaped it and is ready for the next
+
+    def _has_line(self, timeout: float) -> bool:
+        while b"\n" not in self._answers:
+            if not select.select([self._process.stdout], [], [], timeout)[0]:
+                return False
+            chunk = os.read(self._process.stdout.fileno(), 4096)
+            assert chunk, f"the warm interpreter ended (exit status {self._process.wait()})"
+            self._answers += chunk
+        return True
+
     def _line(self, timeout: float) -> str:
-        ready, _, _ = select.select([self._process.stdout], [], [], timeout)
-        if not ready:
+        if not self._has_line(timeout):
             raise TimeoutError(f"no answer from the warm interpreter in {timeout} s")
-        line = self._process.stdout.readline()
-        assert line, f"the warm interpreter ended (exit status {self._process.wait()})"
-        return line
+        line, _, self._answers = self._answers.partition(b"\n")
+        return line.decode()
 
     def run_module(self, module: str, args: List[str], log: str, env: Optional[Dict[str, str]] = None,
                    cwd: str = PROJECT_DIR, timeout: float = 900) -> int:
