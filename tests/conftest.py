@@ -57,14 +57,15 @@ def make_class_tree(root, classes=("cat", "dog"), per_class=12, fmt="JPEG", seed
 # `imagepipe COMMAND` forked from a warm interpreter that has imported what the command imports
 # (tests/warm_interpreter.py): `run` (and the other commands that build the pipeline) loads TensorFlow,
 # TFX, Beam, TFT, TFDV and TFMA (a small run 31.6 -> 26.5 s forked), the others TensorFlow and the
-# prediction modules (a predict 3.4 -> 0.5 s). One interpreter of each kind per test process; the
-# offline Vertex job forks its tasks from the pipeline one.
+# prediction modules (a predict 3.4 -> 0.5 s). One interpreter of each kind per test process, and once the
+# pipeline one is started it serves the other commands too (its imports are a superset); the offline
+# Vertex job forks its tasks from it as well.
+_OTHER_MODULES = ["tensorflow", "cli.main", "prediction.predict", "prediction.batch_predict", "prediction.image_inputs",
+                  "prediction.result_files", "runs.run_store", "runs.run_summary", "report.report"]
 _WARM_MODULES = {
-    "pipeline": [vertex_offline.WARM_MODULE, "tfx.v1",
-                 "tfx.orchestration.local.local_dag_runner", "pipeline.local_runner", "pipeline.pipeline", "cli.main",
-                 "runs.progress", "runs.run_store", "runs.run_summary", "runs.run_lock", "report.report"],
-    "other": ["tensorflow", "cli.main", "prediction.predict", "prediction.batch_predict", "prediction.image_inputs",
-              "prediction.result_files", "runs.run_store", "runs.run_summary", "report.report"],
+    "pipeline": [vertex_offline.WARM_MODULE, "tfx.v1", "tfx.orchestration.local.local_dag_runner",
+                 "pipeline.local_runner", "pipeline.pipeline", "runs.progress", "runs.run_lock", *_OTHER_MODULES],
+    "other": _OTHER_MODULES,
 }
 _warm = {}
 
@@ -144,6 +145,8 @@ def warm_interpreter(kind: str):
     """This test process's warm interpreter of `kind` (see _WARM_MODULES), started at the first use."""
     from warm_interpreter import WarmInterpreter
 
+    if kind == "other" and "pipeline" in _warm and not _warm["pipeline"].busy:
+        kind = "pipeline"  # it has imported what they import: one interpreter's imports fewer
     if kind not in _warm:
         # Imported as a command that is not --verbose imports them (cli/common.py quiet_logs): TensorFlow's C++
         # log level is read once, at its import.
@@ -196,6 +199,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_sessionfinish(session):
+    for interpreter in _warm.values():
+        interpreter.close()
     shutil.rmtree(os.environ["IMAGEPIPE_ROOT"], ignore_errors=True)  # this test process's default root
 
 

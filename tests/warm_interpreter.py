@@ -99,6 +99,11 @@ class WarmInterpreter:
         self._running = json.loads(self._line(60))
         return self._running
 
+    @property
+    def busy(self) -> bool:
+        """Whether a command started with start_entry has not been finished yet."""
+        return self._running is not None
+
     def ended(self) -> bool:
         """Whether the command started last has ended (its exit status is waiting to be read by finish)."""
         return self._has_line(0)
@@ -159,3 +164,4 @@ class WarmInterpreter:
         if self._process.poll() is None:
             self._process.stdin.close()
             self._process.wait(timeout=60)
+        self._process.stdout.close()
