@@ -14,7 +14,8 @@ from browser import open_page
 from components import evaluation_views
 from components.image_example_gen import sources
 from components.image_example_gen.image_check import Reason
-from conftest import image_bytes, run_helper, run_imagepipe, write
+from commands import run_helper, run_imagepipe
+from conftest import image_bytes, write
 from fake_endpoints import FakeService
 from prediction import image_inputs, result_files
 

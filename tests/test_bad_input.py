@@ -8,7 +8,8 @@ import struct
 
 import pytest
 
-from conftest import image_bytes, make_class_tree, run_imagepipe, write
+from commands import run_imagepipe
+from conftest import image_bytes, make_class_tree, write
 from components.image_example_gen import ingest_report, sources
 from components.image_example_gen.image_check import BadImage, Reason, check_and_store
 from cli.main import main as cli_main
@@ -184,7 +185,7 @@ def test_a_named_pipe_manifest_is_one_line_not_a_hang(tmp_path):
     """Opening a FIFO blocks until a writer comes: `run --data pipe.csv` hung forever (predict: test_pipeline)."""
     import subprocess
 
-    from conftest import IMAGEPIPE
+    from commands import IMAGEPIPE
 
     os.mkfifo(tmp_path / "pipe.csv")
     done = subprocess.run([IMAGEPIPE, "run", "--data", "pipe.csv", "--root", str(tmp_path / "root")], cwd=tmp_path,

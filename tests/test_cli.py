@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from conftest import (IMAGEPIPE, expected_strategy_kind, image_bytes, make_class_tree, run_imagepipe,
-                      run_pipeline_module, write)
+from commands import IMAGEPIPE, run_imagepipe, run_pipeline_module
+from conftest import expected_strategy_kind, image_bytes, make_class_tree, write
 from pipeline.config import PROJECT_DIR, default_pipeline_name
 
 def imagepipe(*args, root):

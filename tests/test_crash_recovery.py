@@ -11,7 +11,8 @@ import signal
 import pytest
 from ml_metadata.proto import metadata_store_pb2
 
-from conftest import StartedCommand, model_weights, run_imagepipe
+from commands import StartedCommand, run_imagepipe
+from conftest import model_weights
 from pipeline import local_runner
 from runs import run_store, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig

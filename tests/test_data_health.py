@@ -180,7 +180,7 @@ def flipped_runs(tmp_path_factory, small_digits):
     """`imagepipe run --label-check on` on the 300 small digits with 15 labels (5%) flipped: first with a
     limit the flips exceed (the run stops before training), then the same with --gate warn."""
     import shutil
-    from conftest import run_imagepipe
+    from commands import run_imagepipe
 
     data = tmp_path_factory.mktemp("flipped") / "data"
     files = sorted((label, name) for label in os.listdir(small_digits) if not label.startswith(".")

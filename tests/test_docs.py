@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from cli.parser import build_parser
-from conftest import run_imagepipe
+from commands import run_imagepipe
 from pipeline.config import PROJECT_DIR
 
 PAGES = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(PROJECT_DIR, "docs"))

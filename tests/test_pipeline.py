@@ -16,7 +16,8 @@ from tfx.orchestration import metadata
 
 from components.image_example_gen.ingest_report import IngestionError
 from components.validation_gate import DataValidationError
-from conftest import expected_strategy_kind, image_bytes, run_imagepipe, write
+from commands import run_imagepipe
+from conftest import expected_strategy_kind, image_bytes, write
 from fake_endpoints import FakeService
 from cli.main import main as cli_main
 from pipeline import local_runner, platform

@@ -17,7 +17,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from conftest import image_bytes, make_class_tree, warm_interpreter, write
+from commands import warm_interpreter
+from conftest import image_bytes, make_class_tree, write
 from fake_endpoints import FakeService
 from kubeflow import deploy
 from cli.main import main as cli_main

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from browser import open_page
-from conftest import run_imagepipe
+from commands import run_imagepipe
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 

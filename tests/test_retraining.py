@@ -175,7 +175,7 @@ def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_pa
 def test_the_last_blessed_model_is_found_from_any_folder_and_a_lost_one_stops_the_run(tmp_path, small_digits):
     """A relative --root, a later run from another folder, a moved root, a deleted pipelines/ folder: a
     worse model is never blessed uncompared, and `runs` and `report` read a moved root."""
-    from conftest import run_imagepipe
+    from commands import run_imagepipe
 
     work = tmp_path / "work"
     work.mkdir()

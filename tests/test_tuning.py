@@ -9,7 +9,8 @@ import pytest
 
 from browser import open_page
 from components.tuning import decision
-from conftest import image_bytes, run_imagepipe, write
+from commands import run_imagepipe
+from conftest import image_bytes, write
 from trainer import tuning
 from trainer.hparams import HParams
 
