@@ -14,8 +14,9 @@ Every call to a service goes through the service's own client library
 import contextlib
 import json
 import os
+import shutil
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import yaml
 
@@ -117,9 +118,14 @@ def default_output(config: PipelineConfig, cloud: CloudConfig) -> str:
     return f"{config.pipeline_name}_pipeline.{'json' if cloud.target == 'vertex' else 'yaml'}"
 
 
-def _compiled(config: PipelineConfig, cloud: CloudConfig) -> str:
+@contextlib.contextmanager
+def _compiled(config: PipelineConfig, cloud: CloudConfig) -> Iterator[str]:
+    """The pipeline compiled into a temporary file for a client to send, removed when the block ends."""
     folder = tempfile.mkdtemp(prefix="imagepipe-")
-    return compile_pipeline(config, cloud, os.path.join(folder, default_output(config, cloud)))
+    try:
+        yield compile_pipeline(config, cloud, os.path.join(folder, default_output(config, cloud)))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _vertex_init(cloud: CloudConfig, credentials=None):
@@ -154,17 +160,18 @@ def submit(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
     request = _describe(config, cloud, parameters)
     if dry_run:
         return request
-    template = _compiled(config, cloud)
     if cloud.target == "vertex":
         aiplatform = _vertex_init(cloud, credentials)
-        job = _vertex_job(aiplatform, config, cloud, template, parameters)
+        with _compiled(config, cloud) as template:
+            job = _vertex_job(aiplatform, config, cloud, template, parameters)
         job.submit(service_account=cloud.service_account)
         return {**request, "run": job.resource_name}
     client = _kfp_client(cloud)
-    run = client.create_run_from_pipeline_package(
-        template, arguments=parameters, run_name=f"{config.pipeline_name}-run", experiment_name=config.pipeline_name,
-        pipeline_root=cloud.full_pipeline_root(config.pipeline_name), enable_caching=config.enable_cache,
-        service_account=cloud.k8s_service_account)
+    with _compiled(config, cloud) as template:
+        run = client.create_run_from_pipeline_package(
+            template, arguments=parameters, run_name=f"{config.pipeline_name}-run",
+            experiment_name=config.pipeline_name, pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
+            enable_caching=config.enable_cache, service_account=cloud.k8s_service_account)
     return {**request, "run": run.run_id}
 
 
@@ -179,13 +186,13 @@ def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
         request["kubeflow_cron"] = kubeflow_cron(cloud.cron)
     if dry_run:
         return request
-    template = _compiled(config, cloud)
     if cloud.target == "vertex":
         aiplatform = _vertex_init(cloud, credentials)
         existing = aiplatform.PipelineJobSchedule.list(filter=f'display_name="{request["schedule"]}"')
         if existing:
             raise ScheduleExists(request["schedule"], existing[0].resource_name)
-        job = _vertex_job(aiplatform, config, cloud, template, parameters)
+        with _compiled(config, cloud) as template:
+            job = _vertex_job(aiplatform, config, cloud, template, parameters)
         created = job.create_schedule(display_name=request["schedule"], cron=cloud.cron,
                                       max_concurrent_run_count=1, service_account=cloud.service_account)
         return {**request, "schedule_resource": created.resource_name}
@@ -201,11 +208,12 @@ def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
         page_token = listed.next_page_token
         if not page_token:
             break
-    recurring = client.create_recurring_run(
-        experiment_id=experiment.experiment_id, job_name=request["schedule"],
-        cron_expression=request["kubeflow_cron"], max_concurrency=1, no_catchup=True,
-        pipeline_package_path=template, pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
-        params=parameters, enable_caching=config.enable_cache, service_account=cloud.k8s_service_account)
+    with _compiled(config, cloud) as template:
+        recurring = client.create_recurring_run(
+            experiment_id=experiment.experiment_id, job_name=request["schedule"],
+            cron_expression=request["kubeflow_cron"], max_concurrency=1, no_catchup=True,
+            pipeline_package_path=template, pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
+            params=parameters, enable_caching=config.enable_cache, service_account=cloud.k8s_service_account)
     return {**request, "schedule_resource": recurring.recurring_run_id}
 
 

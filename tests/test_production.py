@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import tensorflow_data_validation as tfdv
@@ -310,7 +311,8 @@ def test_an_existing_schedule_is_not_duplicated(monkeypatch):
         assert not fake.find("POST", r"schedules$|recurringruns$")
 
 
-def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch, caplog):
+def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch, caplog, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the compiled job is written for the client
     with FakeService() as fake:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)  # the bucket check aiplatform makes
         fake.serve_resource_manager(monkeypatch)
@@ -332,6 +334,7 @@ def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch, caplog)
     request = schedule["body"]["createPipelineJobRequest"]["pipelineJob"]
     assert request["serviceAccount"] == "runner@proj-1.iam.gserviceaccount.com"
     assert scheduled["schedule_resource"] == "projects/proj-1/locations/europe-west4/schedules/123"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("imagepipe-")]  # removed once sent
 
 
 def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(monkeypatch, capsys):
@@ -366,7 +369,8 @@ def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(
         assert len(fake.find("POST", r"/pipelineJobs$")) == 1  # only the good request was sent
 
 
-def test_kubeflow_submit_and_schedule_through_the_real_client():
+def test_kubeflow_submit_and_schedule_through_the_real_client(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the compiled package is written for the client
     with FakeService() as fake:
         config, cloud = production(target="kubeflow", kfp_host=fake.url, cron="0 3 * * 1",
                                    k8s_service_account="pipeline-runner")
@@ -374,6 +378,7 @@ def test_kubeflow_submit_and_schedule_through_the_real_client():
         deploy.schedule(config, cloud)
         (run,) = fake.find("POST", r"^/apis/v2beta1/runs$")
         (recurring,) = fake.find("POST", r"^/apis/v2beta1/recurringruns$")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("imagepipe-")]  # removed once sent
     assert set(ORDER) <= set(run["body"]["pipeline_spec"]["root"]["dag"]["tasks"])
     assert run["body"]["runtime_config"]["pipeline_root"] == f"{ROOT}/imagepipe"
     assert run["body"]["runtime_config"]["parameters"] == {"epochs": 7}
