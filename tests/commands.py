@@ -39,8 +39,7 @@ def run_imagepipe(*args: str, cwd=None, env=None, timeout: float = 900):
     it: argv, working directory and environment as asked, output captured, exit status. The process is a fork
     of a warm interpreter calling the console script's entry point (cli.main:console_main), so it skips the
     imports; a test that needs two commands at once runs one of them as the console script itself."""
-    kind = "pipeline" if args and args[0] in PIPELINE_COMMANDS else "other"
-    return _forked(kind, [IMAGEPIPE, *args], lambda warm, log: warm.run_entry(
+    return _forked(_kind(args), [IMAGEPIPE, *args], lambda warm, log: warm.run_entry(
         "cli.main:console_main", [IMAGEPIPE, *args], log, env=env, cwd=cwd, timeout=timeout))
 
 
@@ -49,9 +48,8 @@ class StartedCommand:
     own, for signals), the lines of its standard output as they are written, and its end."""
 
     def __init__(self, args, cwd=None, env=None):
-        kind = "pipeline" if args and args[0] in PIPELINE_COMMANDS else "other"
         self.args = [IMAGEPIPE, *args]
-        self._warm = warm_interpreter(kind)
+        self._warm = warm_interpreter(_kind(args))
         self._folder = tempfile.mkdtemp(prefix="imagepipe-command-")
         self._log = os.path.join(self._folder, "command")
         open(self._log + ".stdout", "w").close()  # there to read from the start (the command truncates it)
@@ -85,13 +83,9 @@ class StartedCommand:
 
     def wait(self, timeout: float = 600):
         """Its end, as subprocess.run(capture_output=True, text=True) gives it."""
-        import subprocess
-
         try:
             self.returncode = self._warm.finish(self.pid, timeout)
-            with open(self._log + ".stdout", errors="replace") as out, \
-                    open(self._log + ".stderr", errors="replace") as err:
-                return subprocess.CompletedProcess(self.args, self.returncode, out.read(), err.read())
+            return _completed(self.args, self.returncode, self._log)
         finally:
             shutil.rmtree(self._folder, ignore_errors=True)
 
@@ -124,17 +118,25 @@ def run_helper(entry: str, *args: str, env=None, timeout: float = 900):
         entry, argv, log, env=env, cwd=os.path.dirname(os.path.abspath(__file__)), timeout=timeout))
 
 
-def _forked(kind: str, argv, run):
-    import subprocess
+def _kind(args) -> str:
+    return "pipeline" if args and args[0] in PIPELINE_COMMANDS else "other"
 
+
+def _forked(kind: str, argv, run):
     folder = tempfile.mkdtemp(prefix="imagepipe-command-")
     try:
         log = os.path.join(folder, "command")
-        code = run(warm_interpreter(kind), log)
-        with open(log + ".stdout", errors="replace") as out, open(log + ".stderr", errors="replace") as err:
-            return subprocess.CompletedProcess(argv, code, out.read(), err.read())
+        return _completed(argv, run(warm_interpreter(kind), log), log)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _completed(argv, code: int, log: str):
+    """What subprocess.run(capture_output=True, text=True) returns, from a forked command's log files."""
+    import subprocess
+
+    with open(log + ".stdout", errors="replace") as out, open(log + ".stderr", errors="replace") as err:
+        return subprocess.CompletedProcess(argv, code, out.read(), err.read())
 
 
 def close_all() -> None:

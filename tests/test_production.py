@@ -528,7 +528,7 @@ def test_the_image_holds_and_imports_what_the_compiled_job_runs(vertex_job):
 
 
 @pytest.mark.slow  # every task of the job as a process of its own (about 2 minutes)
-def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits, request):
+def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     """The compiled PipelineJob, executed here as Vertex's launcher would (tests/vertex_offline.py):
     a run (with a search of 2 trials, and runtime parameters given as `--param` gives them) that pushes a
     blessed model, then a run on data with a class the schema lacks, which the validation gate stops after
@@ -542,8 +542,7 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits, r
                             epochs=30, image_size=32, tune=2).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
     job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))
-    vertex = OfflineVertex(str(tmp_path / "vertex"), interpreter=warm_interpreter("pipeline"))  # run_imagepipe's
-    request.addfinalizer(vertex.close)
+    vertex = OfflineVertex(str(tmp_path / "vertex"), warm_interpreter("pipeline"))  # run_imagepipe's
     root = str(tmp_path / "bucket" / "pipelines")
 
     outputs = vertex.run(job, {DATA: small_digits, ROOT: root}, parameters={"accuracy_threshold": 0.0, "epochs": 3})

@@ -19,10 +19,6 @@ CHECK_JS = """(() => ({
   text: document.body.innerText}))()"""
 
 
-def imagepipe(*args):
-    return run_imagepipe(*args)
-
-
 @pytest.fixture(scope="module")
 def runs(cli_runs):
     """A complete run with JSON progress and, in the same root, a run the validation gate stops."""
@@ -80,25 +76,25 @@ def test_failed_run_gets_a_report_of_what_completed(runs):
 
 def test_run_history_newest_first_with_failures(runs):
     root, _, _ = runs
-    listed = json.loads(imagepipe("runs", "--root", root, "--json").stdout)
+    listed = json.loads(run_imagepipe("runs", "--root", root, "--json").stdout)
     assert [r["status"] for r in listed] == ["failed", "complete", "complete"]
     failed, complete, _ = listed
     assert failed["failed_component"] == "DataValidationGate" and "letter-x" in failed["error"]
     assert complete["blessed"] is True and 0 < complete["accuracy"] <= 1
     assert {c["state"] for c in complete["components"]} == {"ran"}
-    text = imagepipe("runs", "--root", root, "--failed").stdout
+    text = run_imagepipe("runs", "--root", root, "--failed").stdout
     assert "failed at DataValidationGate: DataValidationError: data validation found" in text
     assert complete["run_id"] not in text
 
 
 def test_report_and_history_bad_input_is_one_line(runs, tmp_path):
     root, _, _ = runs
-    missing = imagepipe("report", "no-such-run", "--root", root)
+    missing = run_imagepipe("report", "no-such-run", "--root", root)
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
         f"imagepipe: error: run 'no-such-run' not found in any pipeline under {root}; "
         f"'imagepipe runs --root {root}' lists them"]
-    empty = imagepipe("runs", "--root", str(tmp_path))
+    empty = run_imagepipe("runs", "--root", str(tmp_path))
     assert empty.returncode == 2 and len(empty.stderr.strip().splitlines()) == 1
     assert "no ML Metadata at" in empty.stderr
 

@@ -54,13 +54,11 @@ class TaskFailed(Exception):
 class OfflineVertex:
     """One ML Metadata store's worth of artifacts; run() executes one PipelineJob against it."""
 
-    def __init__(self, workdir: str, interpreter: Optional[WarmInterpreter] = None):
-        """`interpreter`: a warm interpreter that has imported WARM_MODULE, shared with other tests (not closed
-        here); by default one of its own, started at the first `python -m` task."""
+    def __init__(self, workdir: str, interpreter: WarmInterpreter):
+        """`interpreter`: a warm interpreter that has imported WARM_MODULE (the tests' shared one)."""
         self.workdir = workdir
         self.artifacts: List[Dict[str, Any]] = []  # every published artifact, oldest first
         self._interpreter = interpreter
-        self._own_interpreter = interpreter is None
         self._ids = itertools.count(1)
         self._runs = itertools.count(1)
 
@@ -124,7 +122,7 @@ class OfflineVertex:
             assert not any("{{" in part for part in argv), f"{name}: a placeholder this launcher does not fill"
             if argv[:2] == [sys.executable, "-m"]:
                 logs = os.path.join(task_dir, f"step-{number}")
-                if self._warm().run_module(argv[2], argv[3:], logs, env=_task_env(), timeout=TASK_SECONDS):
+                if self._interpreter.run_module(argv[2], argv[3:], logs, env=_task_env(), timeout=TASK_SECONDS):
                     with open(logs + ".stderr") as f:
                         raise TaskFailed(name, f.read())
                 continue
@@ -138,17 +136,6 @@ class OfflineVertex:
                 art["metadata"] = final.get("metadata", {})
             self.artifacts.extend(arts)
         return planned
-
-    def _warm(self) -> "WarmInterpreter":
-        if self._interpreter is None:
-            self._interpreter = WarmInterpreter([WARM_MODULE], env=_task_env())
-        return self._interpreter
-
-    def close(self) -> None:
-        """Ends its own warm interpreter (it also ends by itself when this process does)."""
-        if self._interpreter is not None and self._own_interpreter:
-            self._interpreter.close()
-            self._interpreter = None
 
     def _resolve(self, queries, inputs) -> Dict[str, List[Dict]]:
         placeholder = re.compile(r"\{\{\$\.inputs\.artifacts\['([^']+)'\]\.metadata\['([^']+)'\]\}\}")
