@@ -10,12 +10,13 @@ few bad files of the kinds real folders contain. Deterministic for a given seed.
 import argparse
 import io
 import os
-import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from PIL import Image
+
+from storage.user_files import write_folder
 
 CLASSES = ("china", "flower")
 
@@ -76,17 +77,19 @@ def build(out: str, files: int, seed: int = 0, workers: int = 2, bad_files: bool
     bad_files=False leaves out the bad files: the Keras loaders compared in the input
     benchmark crash on a single one (measured), so they get a clean copy.
     """
-    tmp = out + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for label in CLASSES:
-        os.makedirs(os.path.join(tmp, label))
-    step = max(1, files // (workers * 8))
-    chunks = [(tmp, s, min(files, s + step), seed) for s in range(0, files, step)]
-    with ProcessPoolExecutor(workers) as pool:
-        written = sum(pool.map(_write_chunk, chunks))
-    bad = _write_bad_files(tmp) if bad_files else 0
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)  # never leave a half-built corpus under the final name
+    made = {}
+
+    def build_in(tmp: str) -> None:  # never a half-built corpus under the final name, nor one over the user's files
+        for label in CLASSES:
+            os.makedirs(os.path.join(tmp, label))
+        step = max(1, files // (workers * 8))
+        chunks = [(tmp, s, min(files, s + step), seed) for s in range(0, files, step)]
+        with ProcessPoolExecutor(workers) as pool:
+            made["written"] = sum(pool.map(_write_chunk, chunks))
+        made["bad"] = _write_bad_files(tmp) if bad_files else 0
+
+    write_folder(out, build_in, "--out", replace=True)
+    written, bad = made["written"], made["bad"]
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
     return {"root": out, "good_files": written + (1 if bad_files else 0), "bad_files": bad, "bytes": size}
 

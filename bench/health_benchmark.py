@@ -38,8 +38,16 @@ SHARE = 0.05  # of the images flipped, and of the images copied
 
 
 def plant(source: str, out: str, seed: int = 0) -> Dict:
-    """A copy of the class-folder set `source` with flipped labels and near-duplicate copies; the truth."""
-    shutil.rmtree(out, ignore_errors=True)
+    """A copy of the class-folder set `source` with flipped labels and near-duplicate copies, made again at `out`
+    (a folder this made before, or a new one: storage/user_files.write_folder); the truth."""
+    from storage.user_files import write_folder
+
+    truth: Dict = {}
+    write_folder(out, lambda folder: truth.update(_plant(source, folder, seed)), "--out", replace=True)
+    return truth
+
+
+def _plant(source: str, out: str, seed: int) -> Dict:
     rng = np.random.default_rng(seed)
     classes = sorted(c for c in os.listdir(source) if not c.startswith("."))
     files = [(c, n) for c in classes for n in sorted(os.listdir(os.path.join(source, c))) if not n.startswith(".")]

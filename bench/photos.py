@@ -13,13 +13,14 @@ Deterministic for a given seed; files are written to `<out>/<class>/<n>.jpg`.
 import argparse
 import io
 import os
-import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import List, Tuple
 
 import numpy as np
 from PIL import Image
+
+from storage.user_files import write_folder
 
 CLASSES = ("china", "flower")
 PHONE = (4032, 3024)  # 12 MP, 4:3, as most phone cameras write them
@@ -61,22 +62,24 @@ def _write_chunk(args) -> int:
 
 def build(out: str, files: int, seed: int = 0, workers: int = 2, size: Tuple[int, int] = PHONE) -> dict:
     """Writes `files` photos to `out` (replacing it; built under a temporary name) and describes them."""
-    tmp = out + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for label in CLASSES:
-        os.makedirs(os.path.join(tmp, label))
-    chunks: List[list] = [list(range(i, files, workers * 4)) for i in range(min(files, workers * 4))]
-    with ProcessPoolExecutor(workers) as pool:
-        written = sum(pool.map(_write_chunk, [(tmp, c, seed, size) for c in chunks]))
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    made = {}
+
+    def build_in(tmp: str) -> None:  # never over a folder of the user's files (storage/user_files.write_folder)
+        for label in CLASSES:
+            os.makedirs(os.path.join(tmp, label))
+        chunks: List[list] = [list(range(i, files, workers * 4)) for i in range(min(files, workers * 4))]
+        with ProcessPoolExecutor(workers) as pool:
+            made["written"] = sum(pool.map(_write_chunk, [(tmp, c, seed, size) for c in chunks]))
+
+    write_folder(out, build_in, "--out", replace=True)
+    written = made["written"]
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
     return {"root": out, "files": written, "bytes": total, "width": size[0], "height": size[1]}
 
 
 def ensure(out: str, files: int, seed: int = 0, size: Tuple[int, int] = PHONE) -> dict:
     """The corpus at `out`, built only if it is missing or has another file count."""
-    have = sum(len(fs) for _, _, fs in os.walk(out)) if os.path.isdir(out) else 0
+    have = sum(len([f for f in fs if not f.startswith(".")]) for _, _, fs in os.walk(out)) if os.path.isdir(out) else 0
     if have != files:
         return build(out, files, seed, size=size)
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)

@@ -14,7 +14,6 @@ import argparse
 import io
 import math
 import os
-import shutil
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -89,24 +88,20 @@ def image(name: str, rng: np.random.Generator, sources) -> bytes:
 
 
 def make_shapes(out: str, per_class: int = 500, seed: int = 0) -> str:
-    """Writes the set to `out` (replacing a partial one); returns `out`."""
-    marker = os.path.join(out, ".complete")
-    if os.path.exists(marker):
-        return out
+    """Writes the set to `out` (a new or empty folder; one made before is kept); returns `out`."""
     from sklearn.datasets import load_sample_images
 
-    sources = load_sample_images().images
-    tmp = out.rstrip("/") + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for c, name in enumerate(CLASSES):
-        os.makedirs(os.path.join(tmp, name))
-        for n in range(per_class):
-            with open(os.path.join(tmp, name, f"{n:05d}.jpg"), "wb") as f:
-                f.write(image(name, np.random.default_rng([seed, c, n]), sources))
-    open(os.path.join(tmp, ".complete"), "w").close()
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    return out
+    from storage.user_files import write_folder
+
+    def build(tmp: str) -> None:
+        sources = load_sample_images().images
+        for c, name in enumerate(CLASSES):
+            os.makedirs(os.path.join(tmp, name))
+            for n in range(per_class):
+                with open(os.path.join(tmp, name, f"{n:05d}.jpg"), "wb") as f:
+                    f.write(image(name, np.random.default_rng([seed, c, n]), sources))
+
+    return write_folder(out, build, "--out")  # kept once complete; never over a folder of the user's files
 
 
 def main() -> None:

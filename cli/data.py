@@ -1,6 +1,7 @@
 """`imagepipe sample-data | cache`: the digits sample, and the backbone features cache under --root."""
 
 import argparse
+import math
 import os
 
 from cli.common import config_from_args
@@ -28,8 +29,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
     from components.backbone_features import feature_cache
 
     config = config_from_args(args)
-    if args.max_gb is not None and args.max_gb < 0:
-        raise ConfigError(f"--max-gb {args.max_gb}: give a size in GB (0 or more)")
+    if args.max_gb is not None and not (math.isfinite(args.max_gb) and args.max_gb >= 0):
+        raise ConfigError(f"--max-gb {args.max_gb}: give a size in GB (a number, 0 or more)")
     limit = 0 if args.clear else None if args.max_gb is None else int(args.max_gb * 2**30)
     if limit is not None:
         removed = feature_cache.prune(config.feature_cache, limit)

@@ -77,7 +77,10 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
     from runs import run_summary
     from storage import user_files
 
-    user_files.check_target(args.out, "--out")
+    # Never over an existing file: even a schema this command wrote may have been curated since.
+    schema_kind = user_files.Kind("a schema", lambda head: not head, refusal="export-schema never replaces an existing "
+                                  "file (a schema there may hold your curation); give a new path, or remove it first")
+    user_files.check_target(args.out, "--out", schema_kind)
     quiet_logs(verbose=False)
     config = existing_pipeline(args)
     try:
@@ -91,6 +94,6 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
         return fail(EXIT_BAD_INPUT, "the last run used a curated schema (ImportSchemaGen), not SchemaGen; "
                                      "run without --schema to infer one")
     with open(schemas[0], "rb") as f:
-        user_files.write_whole(args.out, f.read(), "--out")
+        user_files.write_whole(args.out, f.read(), "--out", schema_kind)
     print(f"wrote {args.out}: review it (domains, presence), commit it, then run with --schema {args.out}")
     return 0

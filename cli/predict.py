@@ -13,7 +13,7 @@ PREDICT_SHOWN = 10  # `imagepipe predict --output`: results shown on the termina
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from prediction import image_inputs, predict, result_files
-    from storage import user_files
+    from storage import files as fs
 
     # An explicit --model needs no pipeline (existing_pipeline asks for --name when the root has several).
     config = config_from_args(args) if args.model_dir else existing_pipeline(args)
@@ -28,11 +28,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.confidence_threshold is not None and not 0 <= args.confidence_threshold < 1:
         raise ConfigError(f"--confidence-threshold {args.confidence_threshold}: use a fraction from 0 to below 1")
     try:
-        for option, path in (("--output", args.output), ("--automl-output", args.automl_output)):
+        try:  # file:// URIs are local paths; a store nothing here reads (s3://, http://) is one line
+            args.images = [fs.local_or_supported(item, item) for item in args.images]
+        except fs.DataError as e:
+            raise image_inputs.InputError(str(e)) from None
+        outputs = {"--output": args.output, "--automl-output": args.automl_output}
+        for option, path in outputs.items():
             if path:  # before the model loads: a bad output file is one line at once
                 result_files.output_kind(path, option)
-                user_files.check_target(path, option)
+        # Never over an input (a manifest, an import file) or a file predict did not write, nor into the model.
+        result_files.check_outputs(outputs, args.images, None)
         model_dir = predict.resolve_model_dir(model)
+        result_files.check_outputs(outputs, args.images, model_dir)
         threshold, how = ((args.confidence_threshold, "--confidence-threshold")
                           if args.confidence_threshold is not None else predict.model_threshold(model_dir))
         if args.workers < 0:

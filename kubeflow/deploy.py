@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, Optional
 import yaml
 
 from pipeline.cloud_config import CloudConfig
-from pipeline.config import PipelineConfig
+from pipeline.config import ConfigError, PipelineConfig
 
 
 @contextlib.contextmanager
@@ -128,9 +128,47 @@ def _compiled(config: PipelineConfig, cloud: CloudConfig) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+NO_CREDENTIALS = ("no Google Cloud credentials found: run 'gcloud auth application-default login' (or set "
+                  "GOOGLE_APPLICATION_CREDENTIALS to a service account key file), then try again")
+
+
+def check_credentials(credentials=None) -> None:
+    """ConfigError at once when no Application Default Credentials can be found: the Vertex client would look for
+    them in every call, ask the GCE metadata server for a while, and end in a traceback of 26 lines."""
+    if credentials is not None:
+        return
+    import google.auth
+    from google.auth import environment_vars, exceptions
+
+    try:
+        from google.auth import _cloud_sdk
+
+        user_file = _cloud_sdk.get_application_default_credentials_path()
+    except Exception:  # noqa: BLE001 - a google-auth without it: ask google.auth below
+        user_file = ""
+    given = os.environ.get(environment_vars.CREDENTIALS)
+    on_google_cloud = os.environ.get(environment_vars.GCE_METADATA_HOST) or _product_name().startswith("Google")
+    if not given and not (user_file and os.path.exists(user_file)) and not on_google_cloud:
+        raise ConfigError(NO_CREDENTIALS)
+    try:
+        google.auth.default()
+    except exceptions.DefaultCredentialsError as e:
+        raise ConfigError(f"{NO_CREDENTIALS} ({str(e).splitlines()[0][:160]})") from None
+
+
+def _product_name() -> str:
+    """The machine's DMI product name ('Google Compute Engine' on GCE, GKE and Vertex workers), or ""."""
+    try:
+        with open("/sys/class/dmi/id/product_name") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _vertex_init(cloud: CloudConfig, credentials=None):
     from google.cloud import aiplatform
 
+    check_credentials(credentials)
     kwargs = {}
     if cloud.api_endpoint:
         kwargs["api_endpoint"] = cloud.api_endpoint

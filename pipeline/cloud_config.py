@@ -148,6 +148,9 @@ _NAME_RULES = (
      "Kubernetes service account name (lower-case letters, digits, '-' and '.')"),
     ("kfp-host", "kfp_host", r"https?://[^\s\"'`;|&<>]+", "Kubeflow Pipelines URL (http:// or https://)"),
     ("endpoint", "endpoint", r"[^\x00-\x1f\"'`;|&<>]{1,128}", "Vertex AI endpoint display name (1-128 characters)"),
+    # A Vertex schedule's display name is 1-128 characters; Kubeflow's recurring run name the same, printable.
+    ("schedule-name", "schedule_name", r"[^\x00-\x1f\x7f\"'`;|&<>]{1,128}",
+     "schedule name (1-128 printable characters, no quotes or shell characters)"),
 )
 _GCS_PATH = r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[^\x00-\x1f]*)?"
 

@@ -194,7 +194,7 @@ def prepare(config: PipelineConfig) -> Dict[str, Any]:
         return found
     config.validate()  # before --root is made from its settings
     check_root(config)
-    sample_data.make_digits(config.sample_data_dir)
+    sample_data.make_digits(config.sample_data_dir, "the sample data folder (under --root)")
     return preflight(config)
 
 

@@ -6,7 +6,6 @@ default run and the tests use real image files and need no network.
 """
 
 import os
-import shutil
 
 import numpy as np
 from PIL import Image
@@ -14,29 +13,27 @@ from PIL import Image
 SIZE = 32
 
 
-def make_digits(out: str) -> dict:
-    """Writes the dataset to `out` unless it is already complete; returns counts."""
-    marker = os.path.join(out, ".complete")
-    if os.path.exists(marker):
-        return _describe(out)
+def make_digits(out: str, option: str = "--out") -> dict:
+    """Writes the dataset to `out` unless it is already complete; returns counts. A folder that holds anything
+    else is refused (storage/user_files.write_folder): nothing of the user's is ever deleted."""
+    from storage.user_files import write_folder
+
+    return _describe(write_folder(out, _write_digits, option))
+
+
+def _write_digits(folder: str) -> None:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    tmp = out.rstrip("/") + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
     for label in range(10):
-        os.makedirs(os.path.join(tmp, str(label)))
+        os.makedirs(os.path.join(folder, str(label)))
     for i, (pixels, label) in enumerate(zip(digits.images, digits.target)):
         # 0..16 ink levels -> 0..255, black digits on white like scanned paper.
         gray = (255 - pixels * (255 / 16)).clip(0, 255).astype(np.uint8)
         image = Image.fromarray(gray, mode="L").resize((SIZE, SIZE), Image.BICUBIC)
         fmt = "png" if i % 3 == 2 else "jpg"
-        path = os.path.join(tmp, str(label), f"digit-{i:04d}.{fmt}")
+        path = os.path.join(folder, str(label), f"digit-{i:04d}.{fmt}")
         image.save(path, quality=95) if fmt == "jpg" else image.save(path)
-    open(os.path.join(tmp, ".complete"), "w").close()
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)  # never leave a half-written dataset under the final name
-    return _describe(out)
 
 
 def _describe(out: str) -> dict:

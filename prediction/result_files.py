@@ -12,6 +12,7 @@ from components.evaluation_views import given_a_class
 from components.spreadsheet import spreadsheet_safe
 from prediction.image_inputs import InputError
 from storage import user_files
+from storage.errors import ConfigError
 
 
 def printable(text: str) -> str:
@@ -66,6 +67,55 @@ def csv_cells(result: Dict, top: int) -> List[str]:
     return [spreadsheet_safe(cell) for cell in row]  # names are the user's (or an attacker's): never formulas
 
 
+def _first_line(head: bytes) -> str:
+    return head.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+
+
+def _json_keys(head: bytes) -> set:
+    try:
+        record = json.loads(_first_line(head))
+    except ValueError:
+        return set()
+    return set(record) if isinstance(record, dict) else set()
+
+
+def _our_results(head: bytes) -> bool:
+    """A results file predict wrote: empty (no input), a CSV under csv_header, or JSON Lines of json_record."""
+    line = _first_line(head)
+    return (not line or (line.startswith("path,") and line.endswith(",unsure,error"))
+            or ("path" in _json_keys(head) and bool({"predictions", "error"} & _json_keys(head))))
+
+
+def _our_automl_records(head: bytes) -> bool:
+    keys = _json_keys(head)
+    return not _first_line(head) or ("instance" in keys and bool({"prediction", "error"} & keys))
+
+
+RESULTS = user_files.Kind("a results file", _our_results)
+AUTOML_RESULTS = user_files.Kind("an AutoML results file", _our_automl_records)
+
+
+def check_outputs(outputs: Dict[str, str], inputs: List[str], model_dir: Optional[str]) -> None:
+    """InputError for a results file that would overwrite an input (a manifest, an import file), a file predict did
+    not write, or the other results file, or that lies inside the model's folder; before any image is read."""
+    given = [(option, path) for option, path in outputs.items() if path]
+    local_inputs = [item for item in inputs if not item.startswith("gs://") and os.path.exists(item)]
+    for option, path in given:
+        if path.startswith("gs://"):
+            continue  # Dataflow's outputs: its own checks (batch_predict.check_dataflow)
+        if os.path.exists(path) and any(user_files.same_file(path, item) for item in local_inputs):
+            raise InputError(f"{option} {path}: it is one of the inputs; give another file for the results")
+        if model_dir and not model_dir.startswith("gs://") and os.path.isdir(model_dir) \
+                and user_files.inside(path, model_dir):
+            raise InputError(f"{option} {path}: inside the model's folder {model_dir}; write the results elsewhere")
+        try:
+            user_files.check_target(path, option, AUTOML_RESULTS if option == "--automl-output" else RESULTS)
+        except ConfigError as e:
+            raise InputError(str(e)) from None
+    if len(given) == 2 and os.path.abspath(given[0][1]) == os.path.abspath(given[1][1]):
+        raise InputError(f"--output and --automl-output {given[0][1]}: one file cannot hold both; give two")
+
+
 def output_kind(path: str, option: str = "--output") -> str:
     """'.jsonl' or '.csv' from a results file's name; else InputError (--automl-output: .jsonl only)."""
     kind = os.path.splitext(path)[1].lower()
@@ -109,10 +159,12 @@ class ResultWriter:
         self._option = "--output" if automl_threshold is None else "--automl-output"
         kind = output_kind(path, self._option)
         self._automl = automl_threshold
-        self.path, self._partial = path, user_files.partial_path(path)
+        self.path, self._partial = path, None
         try:
+            self._partial = user_files.partial_path(path)
             self._file = open(self._partial, "w", newline="", encoding="utf-8")
         except OSError as e:
+            user_files.discard(self._partial)
             raise InputError(f"{self._option} {path}: cannot write there ({e.strerror or e})") from None
         self._csv = csv.writer(self._file) if kind == ".csv" else None
         self._top, self._closed = top, False

@@ -26,9 +26,15 @@ from typing import Any, Dict
 
 from storage.errors import ConfigError
 from report import data_sections, model_sections
-from report.report_html import document, esc, section, table
+from report.report_html import GENERATOR, document, esc, section, table
 from runs import run_text
 from storage import user_files
+
+
+# A report imagepipe wrote (its generator tag near the top; before the tag, its title): the only existing file
+# `report --out` replaces.
+REPORT_KIND = user_files.Kind("a report", lambda head: GENERATOR.encode() in head or (
+    head.startswith(b"<!doctype html>") and b"<title>imagepipe run " in head))
 
 
 def report_path(root: str, pipeline_name: str, run_id: str) -> str:
@@ -48,7 +54,7 @@ def build(summary: Dict[str, Any], out_path: str, pipeline_name: str = "") -> st
               f"{started:%Y-%m-%d %H:%M:%S} UTC · ML Metadata {esc(summary['metadata_path'])}</div>")
     text = document(f"imagepipe run {summary['run_id']}", header, "".join(s for s in sections if s))
     try:
-        return user_files.write_whole(out_path, text.encode("utf-8"), "--out")
+        return user_files.write_whole(out_path, text.encode("utf-8"), "--out", REPORT_KIND)
     except ConfigError as e:
         raise ReportError(str(e)) from None
 

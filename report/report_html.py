@@ -190,8 +190,11 @@ def share_bar(fraction: float, width: int = 120, height: int = 12, color: str = 
             f"height=\"{height}\" fill=\"{color}\"/></svg> {fraction:.1%}")
 
 
+GENERATOR = '<meta name="generator" content="imagepipe report">'  # how `report --out` knows a report it wrote
+
+
 def document(title: str, header: str, body: str) -> str:
-    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{GENERATOR}"
             f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
             f"<title>{esc(title)}</title><style>{STYLE}</style></head>"
             f"<body><header>{header}</header><main>{body}</main></body></html>")

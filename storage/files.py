@@ -14,6 +14,26 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
+SUPPORTED_SCHEMES = ("gs://",)  # object stores Beam's FileSystems reaches with this install
+
+
+def local_or_supported(path: str, what: str) -> str:
+    """The path to read: a local path as given, a file:// URI as its local path, a gs:// URI as it is. Any other
+    scheme (s3://, http://, hdfs://) is a DataError naming `what` (e.g. '--data s3://b/x'): Beam would fail on it
+    deep in a run with a long traceback, or suggest installing packages that do not help."""
+    if not is_remote(path):
+        return path
+    if path.lower().startswith("file://"):
+        import urllib.parse
+
+        return urllib.parse.unquote(urllib.parse.urlsplit(path).path) or "/"
+    if path.lower().startswith(SUPPORTED_SCHEMES):
+        return path
+    scheme = path.split("://", 1)[0]
+    raise DataError(f"{what}: imagepipe reads local paths and Cloud Storage (gs://), not {scheme}://; copy the "
+                    "files to a local folder or a gs:// bucket (or mount the store) and give that path")
+
+
 def join(base: str, *parts: str) -> str:
     if is_remote(base):
         return posixpath.join(base, *parts)

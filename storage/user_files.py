@@ -1,19 +1,35 @@
 """Files the commands write where the user points them (--out, --output): reports, results, schemas.
 
-Only a regular file or a new path is written, never a device, pipe or socket (run as root,
-`report --out /dev/full` replaced the device node with an HTML file), and a file is written under a
-temporary name and moved into place whole, so a full disk leaves no partial file behind. Every
-problem is one line naming the option (a ConfigError: exit status 2).
+Only a new path, or a file the same command wrote before, is written: never a file imagepipe did not write (a
+manifest, a photo, a model's saved_model.pb: `report --out` once replaced them with HTML), and never a device,
+pipe or socket (run as root, `report --out /dev/full` replaced the device node). Each kind of file says how to
+know it as ours (`Kind`: a marker its first bytes carry). A file is written under a fresh temporary name and
+moved into place whole, so a full disk leaves no partial file behind. Every problem is one line naming the
+option (a ConfigError: exit status 2).
 """
 
 import os
+import shutil
 import stat
+import tempfile
+from typing import Callable, NamedTuple, Optional
 
 from storage.errors import ConfigError
 
+HEAD_BYTES = 4096  # what is read of an existing file to tell whether imagepipe wrote it
 
-def check_target(path: str, option: str) -> None:
-    """ConfigError unless `path` is a regular file or does not exist yet, in a folder that exists or can be made."""
+
+class Kind(NamedTuple):
+    """A kind of file a command writes: what it is called, and whether a file's first bytes are one of ours."""
+
+    name: str
+    ours: Callable[[bytes], bool]
+    refusal: str = ""  # what to say instead of the general refusal
+
+
+def check_target(path: str, option: str, kind: Optional[Kind] = None) -> None:
+    """ConfigError unless `path` does not exist yet, or is a regular file that `kind` knows as one imagepipe wrote
+    (a kind of None: any regular file), in a folder that exists or can be made."""
     try:
         mode = os.stat(path).st_mode  # follows links: a link to /dev/null is a device
     except FileNotFoundError:
@@ -26,18 +42,37 @@ def check_target(path: str, option: str) -> None:
     if not stat.S_ISREG(mode):
         raise ConfigError(f"{option} {path}: not a regular file (a device, pipe or socket), which is never written; "
                           "give the path of a new or regular file")
+    if kind is not None and not kind.ours(head(path)):
+        raise ConfigError(f"{option} {path}: " + (kind.refusal or f"the file exists and is not {kind.name} imagepipe "
+                                                  "wrote, so it is never overwritten; give a new path (or move the "
+                                                  "file away first)"))
+
+
+def head(path: str) -> bytes:
+    """The first bytes of a file (b"" if it cannot be read: then it is not known as ours)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(HEAD_BYTES)
+    except OSError:
+        return b""
 
 
 def partial_path(path: str) -> str:
-    return path + ".partial"
+    """A new temporary file beside `path` (hidden, unique: never a file that was already there) to write into
+    before it is moved into place."""
+    folder, name = os.path.split(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, partial = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder)
+    os.close(handle)
+    return partial
 
 
-def write_whole(path: str, data: bytes, option: str) -> str:
+def write_whole(path: str, data: bytes, option: str, kind: Optional[Kind] = None) -> str:
     """Writes `data` to `path` (checked by check_target) through a temporary file; returns path."""
-    check_target(path, option)
-    partial = partial_path(path)
+    check_target(path, option, kind)
+    partial = None
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        partial = partial_path(path)
         with open(partial, "wb") as f:
             f.write(data)
         os.replace(partial, path)
@@ -48,9 +83,56 @@ def write_whole(path: str, data: bytes, option: str) -> str:
     return path
 
 
-def discard(partial: str) -> None:
+def discard(partial: Optional[str]) -> None:
     """Removes a temporary file if it is there (never leave half a file behind)."""
     try:
-        os.remove(partial)
+        if partial:
+            os.remove(partial)
     except OSError:
         pass
+
+
+COMPLETE = ".complete"  # the marker of a folder write_folder made (and finished)
+
+
+def write_folder(out: str, build: Callable[[str], None], option: str, replace: bool = False) -> str:
+    """Makes the folder `out` with build(folder) in a new temporary folder beside it, then moves it into place
+    whole (a COMPLETE marker inside). `out` must be new, empty, or a folder made here before: that one is kept as
+    it is, or with `replace` made again. A folder holding anything else is the user's, never deleted or written
+    into (ConfigError)."""
+    ours = os.path.exists(os.path.join(out, COMPLETE))
+    if ours and not replace:
+        return out
+    if os.path.lexists(out) and not ours:
+        if not os.path.isdir(out) or os.path.islink(out):
+            raise ConfigError(f"{option} {out}: not a folder; give a new or empty folder")
+        if os.listdir(out):
+            raise ConfigError(f"{option} {out}: the folder holds files imagepipe did not write, which it never "
+                              "deletes or writes among; give a new or empty folder")
+    parent, name = os.path.split(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent)
+    try:
+        build(partial)
+        open(os.path.join(partial, COMPLETE), "w").close()
+        if ours:  # made here before (its marker): replaced
+            shutil.rmtree(out)
+        os.replace(partial, out)  # over an empty folder too (POSIX rename)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # the temporary folder made above, nothing else
+        raise
+    return out
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two local paths name one file (links followed)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether a local path lies within a folder (links followed)."""
+    real, base = os.path.realpath(path), os.path.realpath(folder)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)

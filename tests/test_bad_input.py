@@ -25,7 +25,8 @@ def run_cli(capsys, *args):
 @pytest.mark.parametrize("option, value, expected", [
     ("--image-size", "100000", "--image-size 100000: use 8 to 1024 pixels"),
     ("--image-size", "0", "--image-size 0: use 8 to 1024 pixels"),
-    ("--learning-rate", "nan", "--learning-rate nan: use a finite number above 0"),
+    ("--learning-rate", "nan", "--learning-rate nan: use a number above 0 and at most 10"),
+    ("--learning-rate", "1000", "--learning-rate 1000.0: use a number above 0 and at most 10"),
     ("--epochs", "1000000000000", "--epochs 1000000000000: use a whole number from 1 to 10,000"),
     ("--batch-size", "0", "--batch-size 0: use a whole number from 1 to 65,536"),
     ("--max-class-drift", "2", "--max-class-drift 2.0: use a fraction from 0 to 1"),
@@ -335,3 +336,176 @@ def test_class_mix_drift_is_measured_over_the_classes_both_datasets_have():
     assert drift.describe_check(mix) in (  # both classes move by 0.45; either is the largest
         "class mix: L-infinity distance 0.450 > 0.200 (largest at 'cat': 50.0% -> 95.0%)",
         "class mix: L-infinity distance 0.450 > 0.200 (largest at 'dog': 50.0% -> 5.0%)")
+
+
+# --- never a file imagepipe did not write (hardening, third round) ------------------------------------------------
+
+def test_sample_data_never_deletes_or_writes_among_the_users_files(capsys, tmp_path):
+    mine = write(tmp_path / "photos" / "holiday" / "beach.jpg", b"my photo")
+    write(tmp_path / "photos" / "notes.txt", b"notes")
+    code, err = run_cli(capsys, "sample-data", "--out", str(tmp_path / "photos"))
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == (f"imagepipe: error: --out {tmp_path / 'photos'}: the folder holds files imagepipe did not "
+                      "write, which it never deletes or writes among; give a new or empty folder")
+    assert sorted(os.listdir(tmp_path / "photos")) == ["holiday", "notes.txt"] and open(mine, "rb").read() == b"my photo"
+    # A folder named like the temporary one is never touched either (it was <out>.partial, removed first).
+    keep = write(tmp_path / "digits.partial" / "mine.txt", b"keep")
+    os.mkdir(tmp_path / "digits")  # an empty folder is fine
+    assert run_cli(capsys, "sample-data", "--out", str(tmp_path / "digits"))[0] == 0
+    assert open(keep, "rb").read() == b"keep" and len(os.listdir(tmp_path / "digits" / "7")) > 100
+    assert run_cli(capsys, "sample-data", "--out", str(tmp_path / "digits"))[0] == 0  # made before: kept
+
+
+def test_report_and_schema_outputs_never_overwrite_a_file_imagepipe_did_not_write(capsys, tmp_path):
+    from report import report
+
+    summary = {"run_id": "r1", "started_ms": 0, "status": "complete", "metadata_path": "m", "components": []}
+    for name, content in (("labels.csv", b"path,label\na.jpg,cat\n"), ("saved_model.pb", b"\x08\x01model"),
+                          ("photo.png", image_bytes("PNG"))):
+        target = write(tmp_path / name, content)
+        with pytest.raises(report.ReportError, match=f"--out {target}: the file exists and is not a report imagepipe "
+                                                     "wrote, so it is never overwritten; give a new path"):
+            report.build(summary, target)
+        assert open(target, "rb").read() == content
+        code, err = run_cli(capsys, "export-schema", "--root", str(tmp_path / "none"), "--out", target)
+        assert code == 2 and len(err) == 1 and "export-schema never replaces an existing file" in err[0], err
+        assert open(target, "rb").read() == content
+    out = str(tmp_path / "report.html")
+    assert report.build(summary, out) == out and report.build(summary, out) == out  # its own report: replaced
+    assert not [p for p in os.listdir(tmp_path) if "partial" in p]
+
+
+def test_predict_never_writes_over_its_inputs_other_files_or_into_the_model(capsys, tmp_path):
+    manifest = write(tmp_path / "list.csv", b"path\nimg.jpg\n")
+    imports = write(tmp_path / "import.jsonl", b'{"imageGcsUri": "gs://b/img.jpg"}\n')
+    notes = write(tmp_path / "notes.jsonl", b'{"mine": 1}\n')
+    model = tmp_path / "model"
+    write(model / "saved_model.pb", b"")
+    for args, expected in (
+            (["--output", manifest, manifest], f"--output {manifest}: it is one of the inputs"),
+            (["--output", str(tmp_path / "r.jsonl"), "--automl-output", imports, imports],
+             f"--automl-output {imports}: it is one of the inputs"),
+            (["--output", notes, manifest], f"--output {notes}: the file exists and is not a results file"),
+            (["--output", str(model / "results.jsonl"), manifest], f"--output {model / 'results.jsonl'}: inside the "
+                                                                    f"model's folder {model}"),
+            (["--output", str(tmp_path / "r.jsonl"), "--automl-output", str(tmp_path / "r.jsonl"), manifest],
+             "one file cannot hold both")):
+        code, err = run_cli(capsys, "predict", "--model", str(model), *args)
+        assert code == 2 and len(err) == 1 and expected in err[0], (args, err)
+    assert open(manifest, "rb").read() == b"path\nimg.jpg\n" and open(notes, "rb").read() == b'{"mine": 1}\n'
+    assert sorted(os.listdir(model)) == ["saved_model.pb"]
+    from prediction import result_files
+
+    for content, kind in ((b'{"path": "a.jpg", "predictions": []}\n', result_files.RESULTS),
+                          (b"path,class_1,probability_1,unsure,error\n", result_files.RESULTS), (b"", result_files.RESULTS),
+                          (b'{"instance": {"content": "a.jpg"}, "prediction": {}}\n', result_files.AUTOML_RESULTS)):
+        assert kind.ours(content)  # a results file predict wrote: replaced by the next run
+
+
+def test_class_names_in_the_markdown_model_card_are_text_not_markup():
+    import markdown
+
+    from components.model_card import render
+
+    hostile = ["<img src=x onerror=alert(1)>", '"><script>alert(1)</script>', "a|b", "[x](javascript:alert(1))"]
+    for name in hostile:
+        html = markdown.markdown(f"- **class**: {render.md_text(name)}\n\n| c |\n|---|\n| {render.md_text(name)} |",
+                                 extensions=["tables"])
+        assert "<img" not in html and "<script" not in html and "<a " not in html, (name, html)
+        assert html.count("<td>") == 1  # one cell: a | in a name does not split it
+
+
+@pytest.mark.parametrize("labels, shown", [
+    (["dog", "Dog"], "'Dog' and 'dog'"),
+    (["dog", "dog\u200b"], "'dog' and 'dog\\u200b'"),
+    (["caf\u00e9", "cafe\u0301"], None),  # NFC and NFD: one class already (normalize_label), never refused
+    (["\ufb01sh", "fish"], "'fish' and '\ufb01sh'"),  # a ligature (NFKC)
+])
+def test_labels_that_read_the_same_are_refused_from_every_source(tmp_path, labels, shown):
+    """Class folders, manifest labels and AutoML import labels alike."""
+    from components.image_example_gen import sources
+
+    labels = [*labels, "cat"] * 2
+    rows = [f"gs://b/{n}.jpg,{label}" for n, label in enumerate(labels)]
+    write(tmp_path / "import.csv", ("\n".join(rows) + "\n").encode())
+    write(tmp_path / "manifest.csv", ("path,label\n" + "\n".join(f"{n}.jpg,{label}" for n, label
+                                                                in enumerate(labels)) + "\n").encode())
+    for n, label in enumerate(labels):
+        write(tmp_path / "tree" / label / f"{n}.jpg", image_bytes(seed=n))
+    for source in ("import.csv", "manifest.csv", "tree"):
+        listing = sources.list_source(str(tmp_path), str(tmp_path / source))
+        if shown is None:
+            sources.check_usable(listing)
+            continue
+        with pytest.raises(sources.DataError, match="differ only by case, Unicode form or invisible characters") as e:
+            sources.check_usable(listing)
+        assert shown in str(e.value) and "\n" not in str(e.value)
+
+
+CLOUD = ["--project", "proj-1", "--region", "europe-west4", "--pipeline-root", "gs://bucket-1/pipelines",
+         "--image", "europe-west4-docker.pkg.dev/proj-1/imagepipe/pipeline:v3", "--data", "gs://bucket-1/images",
+         "--name", "pets"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["run", "--data", "s3://bucket/images"], "--data s3://bucket/images: imagepipe reads local paths and Cloud "
+                                              "Storage (gs://), not s3://; copy the files"),
+    (["run", "--data", "http://example.com/images"], "--data http://example.com/images: imagepipe reads local paths"),
+    (["predict", "--model", "{tmp}", "s3://bucket/cat.jpg"], "s3://bucket/cat.jpg: imagepipe reads local paths"),
+    (["cache", "--root", "{tmp}", "--max-gb", "nan"], "--max-gb nan: give a size in GB (a number, 0 or more)"),
+    (["cache", "--root", "{tmp}", "--max-gb", "inf"], "--max-gb inf: give a size in GB (a number, 0 or more)"),
+    (["run", "--retune", "--tune", "0"], "--retune with --tune 0: --tune 0 turns the search off"),
+    (["submit", "--dry-run", *CLOUD, "--param", "epochs=3", "--param", "epochs=4"],
+     "--param epochs: given twice (3 and 4); give it once"),
+    (["schedule", "--dry-run", *CLOUD, "--cron", "0 3 * * 1", "--schedule-name", "x" * 5000],
+     "--schedule-name 'xxxxxxxx"),
+    (["schedule", "--dry-run", *CLOUD, "--cron", "0 3 * * 1", "--schedule-name", "nightly\nrm -rf"],
+     "--schedule-name 'nightly\\nrm -rf': not a valid schedule name (1-128 printable characters"),
+])
+def test_more_careless_input_is_one_line(capsys, tmp_path, args, expected):
+    code, err = run_cli(capsys, *[a.format(tmp=tmp_path) for a in args])
+    assert code == 2 and len(err) == 1 and expected.format(tmp=tmp_path) in err[0], err
+
+
+def test_a_file_uri_is_a_local_path(tmp_path):
+    from components.image_example_gen import sources
+    from pipeline.config import PipelineConfig
+    from storage import files
+
+    assert PipelineConfig(data=f"file://{tmp_path}/my%20photos").data == f"{tmp_path}/my photos"
+    assert files.local_or_supported("file:///srv/x.jpg", "x") == "/srv/x.jpg"
+    write(tmp_path / "cat" / "a.jpg", image_bytes(seed=1))
+    write(tmp_path / "rows.csv", f"path,label\nfile://{tmp_path}/cat/a.jpg,cat\ns3://b/x.jpg,dog\n".encode())
+    rows = {c.rel_path: c for c in sources.list_source(str(tmp_path), str(tmp_path / "rows.csv")).candidates}
+    assert rows["cat/a.jpg"].problem is None  # a file:// row is the local file
+    reason, detail = rows["s3://b/x.jpg"].problem
+    assert "not s3://" in detail and "pip install" not in detail
+
+
+def test_submit_without_google_credentials_is_one_line_at_once(capsys, monkeypatch, tmp_path):
+    """Found before the Vertex client is made: it looked for credentials in every call, asked the GCE metadata
+    server for a while, and failed after 19 s in 26 lines."""
+    from kubeflow import deploy
+
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.delenv("GCE_METADATA_HOST", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))  # no application default credentials there
+    monkeypatch.setattr(deploy, "_product_name", lambda: "")  # as off Google Cloud, wherever the test runs
+    monkeypatch.setenv("IMAGEPIPE_ROOT", str(tmp_path / "root"))
+    code, err = run_cli(capsys, "submit", *CLOUD)
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == ("imagepipe: error: no Google Cloud credentials found: run 'gcloud auth application-default "
+                      "login' (or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file), then try again")
+
+
+def test_a_small_transfer_run_checks_its_labels(tmp_path):
+    """40 images: PCA was sized from all rows but fitted on a fold's 32 (ValueError: n_components=39)."""
+    import numpy as np
+
+    from components.data_health import label_issues
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1], 20)
+    vectors = (rng.normal(size=(40, 1280)) + labels[:, None]).astype(np.float32)
+    probabilities = label_issues.probabilities_from_features(vectors, labels, 5, seed=0)
+    assert probabilities.shape == (40, 2) and np.allclose(probabilities.sum(axis=1), 1)

@@ -107,4 +107,6 @@ def test_the_exported_model_serves_what_the_head_gave_on_features(transfer_runs)
     head /= head.sum(axis=1, keepdims=True)
     serve = tf.saved_model.load(os.path.join(model_dir(plain), "Format-Serving")).signatures["serving_default"]
     served = serve(image_bytes=tf.constant([raw[k] for k in keys]))["probabilities"].numpy()
-    np.testing.assert_allclose(served, head, atol=1e-4)
+    # The backbone as served (pixels in) against the head on the cached features: oneDNN's rounding differs by
+    # batch size and CPU; probabilities agree to 1e-3 anywhere, and a wrong graph misses by far more.
+    np.testing.assert_allclose(served, head, atol=1e-3)

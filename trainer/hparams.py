@@ -170,5 +170,5 @@ class HParams:
         for option, value in (("--learning-rate", self.learning_rate),
                               ("fine_tune_learning_rate", self.fine_tune_learning_rate)):
             if not (math.isfinite(value) and 0 < value <= 10):
-                raise ValueError(f"{option} {value}: use a finite number above 0 (e.g. 0.001)")
+                raise ValueError(f"{option} {value}: use a number above 0 and at most 10 (e.g. 0.001)")
         return self

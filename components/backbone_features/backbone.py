@@ -63,14 +63,23 @@ def source_key(hp: HParams) -> Optional[str]:
     return hashlib.sha256(json.dumps({**_described(hp), "weights": weights}, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def _file_sha256(path: str) -> Optional[str]:
+    try:
+        return hashlib.sha256(fs.read_bytes(path)).hexdigest()
+    except Exception:  # noqa: BLE001 - missing or unreadable (locally or in an object store)
+        return None
+
+
 def _known(cache_root: str, key: Optional[str]) -> Optional[Prepared]:
+    """The note of a source of weights, when its weights file is still whole (its SHA-256 as noted: a file cut
+    short by a copy or a full disk is made again, never loaded)."""
     if not key:
         return None
     try:
         known = json.loads(fs.read_bytes(fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json")))
         folder = fs.join(cache_root, known["fingerprint"])
         weights_file = fs.join(folder, feature_cache.WEIGHTS_FILE)
-        if fs.exists(weights_file):
+        if known.get("weights_file_sha256") and _file_sha256(weights_file) == known["weights_file_sha256"]:
             return Prepared(known["fingerprint"], weights_file, int(known["dim"]),
                             fs.join(folder, feature_cache.GRAPH_FILE))
     except Exception:  # noqa: BLE001 - missing or unreadable: made again
@@ -85,8 +94,9 @@ def prepare(hp: HParams, cache_root: str) -> Prepared:
         prepared = _make(hp, cache_root)
         key = key or source_key(hp)  # the ImageNet weights are on disk now that the backbone was made
         if key:
-            feature_cache.write_whole(fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json"),
-                                      json.dumps({"fingerprint": prepared.fingerprint, "dim": prepared.dim}).encode())
+            feature_cache.write_whole(fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json"), json.dumps({
+                "fingerprint": prepared.fingerprint, "dim": prepared.dim,
+                "weights_file_sha256": _file_sha256(prepared.weights_file)}).encode())
     feature_cache.touch(cache_root, prepared.fingerprint)
     return prepared
 
@@ -109,15 +119,22 @@ def _make(hp: HParams, cache_root: str) -> Prepared:
     fingerprint = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
     folder = fs.join(cache_root, fingerprint)
     weights_file = fs.join(folder, feature_cache.WEIGHTS_FILE)
-    if not fs.exists(weights_file):
+    info_file = fs.join(folder, feature_cache.INFO_FILE)
+    try:
+        noted = json.loads(fs.read_bytes(info_file)).get("weights_file_sha256")
+    except Exception:  # noqa: BLE001 - missing or unreadable
+        noted = None
+    if not noted or _file_sha256(weights_file) != noted:  # missing, or not whole (cut short): written again
         local = models.staged_path(feature_cache.WEIGHTS_FILE)
         try:
             backbone.save_weights(local)
-            feature_cache.write_whole(weights_file, open(local, "rb").read())
+            data = open(local, "rb").read()
+            feature_cache.write_whole(weights_file, data)
         finally:
             models.discard_staged(local)
-        info = {**described, "weights": hp.weights or f"random (seed {hp.seed})"}
-        feature_cache.write_whole(fs.join(folder, feature_cache.INFO_FILE), json.dumps(info, indent=1).encode())
+        info = {**described, "weights": hp.weights or f"random (seed {hp.seed})",
+                "weights_file_sha256": hashlib.sha256(data).hexdigest()}
+        feature_cache.write_whole(info_file, json.dumps(info, indent=1).encode())
     prepared = Prepared(fingerprint, weights_file, dim, fs.join(folder, feature_cache.GRAPH_FILE))
     if not fs.exists(prepared.graph_file):
         _store_graph(hp, backbone, prepared)

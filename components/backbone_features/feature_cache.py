@@ -4,7 +4,8 @@
     <cache root>/<fingerprint>/features_graph.pb         the same backbone as a frozen graph (what workers run)
     <cache root>/<fingerprint>/info.json                 model, image size, dimension, versions
     <cache root>/<fingerprint>/last_used                 touched by every run that uses it (pruning order)
-    <cache root>/<fingerprint>/<k[:2]>/<k>.f32           one image's pooled features, float32 little-endian
+    <cache root>/<fingerprint>/<k[:2]>/<k>.f32           one image's pooled features, float32 little-endian,
+                                                         then the CRC-32 of those bytes
     <cache root>/sources/<source key>.json               which fingerprint a weights file or seed gave
                                                          (backbone.py: later runs need not make the backbone)
 
@@ -20,14 +21,17 @@ flight at once.
 
 Safe to share: entries are written under a temporary name and renamed (an object store writes an
 object whole), so no half-written entry is ever read; two pipelines writing the same key write the
-same bytes; an entry of the wrong length is computed again. `prune()` bounds the cache by dropping
+same bytes; an entry of the wrong length, whose checksum does not match (a damaged disk, a copy gone wrong) or
+holding a value that is not finite is computed again. `prune()` bounds the cache by dropping
 the least recently used fingerprints; `imagepipe cache` shows and clears it.
 """
 
+import errno
 import json
 import os
 import time
 import uuid
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Sequence
 
@@ -41,7 +45,7 @@ INFO_FILE = "info.json"
 LAST_USED = "last_used"
 ENTRY_SUFFIX = ".f32"
 SOURCES_DIR = "sources"
-FORMAT_VERSION = 1  # bump when what an entry holds changes
+FORMAT_VERSION = 2  # bump when what an entry holds changes (2: the CRC-32 after the vector)
 IO_THREADS = 32  # entries read or written at once on an object store
 
 
@@ -57,17 +61,19 @@ class FeatureCache:
         return fs.join(self.folder, key[:2], key + ENTRY_SUFFIX)
 
     def get(self, key: str) -> Optional[np.ndarray]:
-        """The cached vector, or None (missing, or not whole: computed again)."""
+        """The cached vector, or None (missing, not whole, damaged or not finite: computed again)."""
         try:
             data = fs.read_bytes(self._path(key))
         except Exception:  # noqa: BLE001 - missing locally (FileNotFoundError) or remotely (the store's own types)
             return None
-        if len(data) != 4 * self.dim:
+        if len(data) != 4 * self.dim + 4 or zlib.crc32(data[:-4]).to_bytes(4, "little") != data[-4:]:
             return None
-        return np.frombuffer(data, dtype="<f4")
+        vector = np.frombuffer(data[:-4], dtype="<f4")
+        return vector if np.isfinite(vector).all() else None
 
     def put(self, key: str, vector: np.ndarray) -> None:
-        write_whole(self._path(key), np.asarray(vector, dtype="<f4").tobytes())
+        data = np.asarray(vector, dtype="<f4").tobytes()
+        write_whole(self._path(key), data + zlib.crc32(data).to_bytes(4, "little"))
 
     def get_many(self, keys: Sequence[str]) -> List[Optional[np.ndarray]]:
         return list(self._pool.map(self.get, keys)) if self._pool else [self.get(k) for k in keys]
@@ -85,17 +91,27 @@ class FeatureCache:
                 self.put(key, vector)
 
 
+class CacheError(RuntimeError):
+    """The features cache cannot be used as it is; one line naming the folder and the fix."""
+
+
 def write_whole(path: str, data: bytes) -> None:
     """Writes a file that readers see whole or not at all: a local file through a temporary name and a
     rename; an object store object, which appears only once its upload completes."""
     if fs.is_remote(path):
         fs.write_bytes(path, data)
         return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with open(temporary, "wb") as f:
-        f.write(data)
-    os.replace(temporary, path)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise  # a full disk: the run's own message says so (cli/run.py)
+        raise CacheError(f"the features cache cannot be written at {os.path.dirname(path)} ({e.strerror}): make the "
+                         "folder writable, or run with another --root (the cache is <root>/cache/features)") from None
 
 
 def touch(root: str, fingerprint: str) -> None:

@@ -55,11 +55,13 @@ def probabilities_from_features(vectors: np.ndarray, labels: np.ndarray, folds: 
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    dims = min(PCA_DIMS, vectors.shape[1], len(vectors) - 1)
-    model = make_pipeline(StandardScaler(), PCA(dims, random_state=seed), StandardScaler(),
+    splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(vectors, labels))
+    # PCA is fitted on each fold's training rows: at most as many components as the smallest of them has rows
+    # (a small transfer run: 40 images, 5 folds, 32 rows a fit).
+    dims = min(PCA_DIMS, vectors.shape[1], min(len(train) for train, _ in splits) - 1)
+    model = make_pipeline(StandardScaler(), PCA(max(1, dims), random_state=seed), StandardScaler(),
                           LogisticRegression(C=0.5, max_iter=500))
-    return cross_val_predict(model, vectors, labels, method="predict_proba",
-                             cv=StratifiedKFold(folds, shuffle=True, random_state=seed))
+    return cross_val_predict(model, vectors, labels, method="predict_proba", cv=splits)
 
 
 def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int, hp) -> np.ndarray:

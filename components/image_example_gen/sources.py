@@ -14,6 +14,7 @@ file is accounted for. Problems that make the whole source unusable raise
 DataError with a one-line message that names the path and the fix.
 """
 
+import collections
 import csv
 import hashlib
 import io
@@ -22,12 +23,12 @@ import posixpath
 import stat
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from components.image_example_gen.image_check import Reason
 from storage.errors import DataError
 from components.image_example_gen.ingest_defaults import LAYOUTS
-from storage.files import exists, is_dir, is_remote, join, read_bytes, remote_files
+from storage.files import exists, is_dir, is_remote, join, local_or_supported, read_bytes, remote_files
 
 SPLIT_ORDER = ("train", "eval", "test")
 
@@ -337,6 +338,10 @@ def manifest_row(root: str, base: str, raw_path: str, where: str) -> Tuple[str, 
     below `root` (../../secret.txt, /etc/passwd or a link leading out are never read). `base` is the
     manifest's folder, which relative rows start from."""
     uri = _resolve_manifest_path(base, raw_path)
+    try:
+        local_or_supported(uri, f"{where}: {raw_path!r}")
+    except DataError as e:  # s3://, http://: nothing here reads them
+        return uri, (Reason.UNREADABLE, str(e))
     inside = uri == root or uri.startswith(root + ("/" if is_remote(root) else os.sep))
     if not inside:
         return uri, (Reason.OUTSIDE_ROOT, f"{where}: {raw_path!r} resolves outside the data root {root}")
@@ -347,7 +352,10 @@ def manifest_row(root: str, base: str, raw_path: str, where: str) -> Tuple[str, 
 
 def _resolve_manifest_path(base: str, raw_path: str) -> str:
     if is_remote(raw_path):
-        return raw_path
+        try:
+            return local_or_supported(raw_path, raw_path)  # file:// rows are local files
+        except DataError:
+            return raw_path  # another scheme: no filesystem reads it (an unsupported_scheme row)
     if is_remote(base):
         return posixpath.normpath(posixpath.join(base, raw_path)).replace(":/", "://", 1)
     return os.path.normpath(os.path.join(base, raw_path))
@@ -372,6 +380,33 @@ def _stat(uri: str) -> Tuple[int, int, Optional[str]]:
 
 
 
+def label_key(name: str) -> str:
+    """What a person reads in a label: compatibility-normalised (NFKC), case-folded, without invisible characters
+    (zero-width spaces and joiners, soft hyphens, byte-order marks: Unicode's format characters) and with runs of
+    white space as one space."""
+    visible = "".join(ch for ch in unicodedata.normalize("NFKC", name) if unicodedata.category(ch) != "Cf")
+    return " ".join(visible.casefold().split())
+
+
+def _check_distinct_labels(classes: List[str], source: str) -> None:
+    """DataError when two labels read the same to a person ('dog', 'Dog', 'dog' + U+200B): they would train as
+    separate classes, each with part of the images, and no report shows why. Every source of labels (class
+    folders, manifests, AutoML import files) comes through here."""
+    seen: Dict[str, str] = {}
+    for name in classes:
+        first = seen.setdefault(label_key(name), name)
+        if first != name:
+            raise DataError(f"{source}: labels {printable_label(first)} and {printable_label(name)} differ only by case, "
+                            "Unicode form or invisible characters, and would train as two classes; use one spelling "
+                            "(rename the folder or fix the labels), or names that differ otherwise if they are two")
+
+
+def printable_label(name: str) -> str:
+    """A label as repr() shows it, with invisible characters spelled out (repr leaves U+200B as it is)."""
+    return "'" + "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cf", "Cc", "Zl", "Zp") else ch
+                         for ch in name).replace("'", "\\'") + "'"
+
+
 def check_usable(listing: Listing) -> None:
     """Fails fast, before any decoding, on a source that cannot train a classifier."""
     classes = listing.classes
@@ -382,6 +417,15 @@ def check_usable(listing: Listing) -> None:
             # its examples get label -1; other control characters break terminals and tools.
             raise DataError(f"{listing.source}: class name {name!r} contains the control character {control!r}; "
                             "rename that class folder (or manifest label) to printable characters")
+    _check_distinct_labels(classes, listing.source)
+    troubled = [c for c in listing.candidates if c.problem]
+    if not classes and troubled:  # every labelled row is quarantined before any file is read: say why
+        reasons = collections.Counter(c.problem[0] for c in troubled)
+        reason, count = reasons.most_common(1)[0]
+        example = next(c for c in troubled if c.problem[0] == reason).problem[1]
+        if reason != Reason.MISSING_LABEL:  # (no label at all: the layout advice below says more)
+            raise DataError(f"{listing.source}: none of the {len(listing.candidates):,} files or rows is usable; the "
+                            f"most common reason is {reason} ({count:,}), e.g. {example}")
     if not classes:
         raise DataError(
             f"{listing.source}: no file has a label; put images in class subfolders "

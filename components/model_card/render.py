@@ -2,6 +2,7 @@
 What a person must write is shown as such ("TO FILL IN"), never left out."""
 
 import html as _html
+import re
 from typing import Any, Dict, List, Sequence
 
 
@@ -83,16 +84,28 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
     return sections
 
 
+# Markdown's syntax characters that act inside a line (values are never at a line's start), escaped with a
+# backslash: a class or file name is text, never emphasis, a link, code or a table cell's end.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md_text(value) -> str:
+    """A value as Markdown text: HTML escaped (a class named <img onerror=...> stays text in every renderer:
+    Python-Markdown, the Vertex console, wikis), Markdown's syntax characters backslash-escaped, one line."""
+    text = " ".join(_fmt(value).split())  # line breaks and tabs would end a list item or a table row
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _html.escape(text, quote=True))
+
+
 def markdown(card: Dict[str, Any]) -> str:
-    out = [f"# Model card: {card['model']['name']}", "",
+    out = [f"# Model card: {md_text(card['model']['name'])}", "",
            "Written by the pipeline from ML Metadata and the run's artifacts; the last section is for a person."]
     for title, lines, tables in _sections(card):
         out += ["", f"## {title}", ""]
-        out += [f"- **{label}**: {_fmt(value)}" for label, value in lines if value is not None]
+        out += [f"- **{label}**: {md_text(value)}" for label, value in lines if value is not None]
         for headers, rows in tables:
             if rows:
                 out += ["", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-                out += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+                out += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in rows]
     return "\n".join(out) + "\n"
 
 
