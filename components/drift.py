@@ -59,6 +59,9 @@ def make_profile(examples_per_split_and_class: Dict[str, Dict[str, int]], format
         counts = width if side == "width" else height
         counts[bucket] = counts.get(bucket, 0) + n
     return {"examples": sum(classes.values()), "classes": dict(sorted(classes.items())),
+            # per split too: the Evaluator judges each class on its eval count (components/model_evaluator.py)
+            "classes_per_split": {split: dict(sorted(per_class.items()))
+                                  for split, per_class in sorted(examples_per_split_and_class.items())},
             "formats": dict(sorted(formats.items())), "width": width, "height": height}
 
 

@@ -370,3 +370,117 @@ def test_compression_level_gzips_the_records_and_keeps_them(tmp_path):
     assert {k: v["image/encoded"] for k, v in records[9].items()} == \
         {k: v["image/encoded"] for k, v in records[0].items()}
     assert sizes[9] < sizes[0] / 5  # level 0 stores, level 9 deflates
+
+
+# --- the stratified split (components/image_example_gen/stratify.py) -----------------------------------------
+
+def _eval_share_of_each_class(examples_uri):
+    found = by_filename(read_examples(examples_uri))
+    per_class = {}
+    for path, e in found.items():
+        label = e["image/class/text"].decode()
+        per_class.setdefault(label, {"train": [], "eval": []})[e["split"]].append(path)
+    return found, per_class
+
+
+def test_each_class_is_split_by_content_hash_within_one_image_of_the_eval_share(tmp_path):
+    """A large class (its files near the boundary placed after the run), a small one (placed whole after the
+    run) and one of two files: each class's eval count is within one image of 20%, a rare class is never
+    missing from eval, and within a class the eval files are the last by content hash."""
+    from components.image_example_gen import stratify
+
+    data = tmp_path / "data"
+    counts = {"common": 1200, "uncommon": 37, "rare": 2}
+    for c, (label, n) in enumerate(counts.items()):
+        for i in range(n):
+            write(data / label / f"{i}.png", image_bytes("PNG", size=(6, 6), seed=c * 10_000 + i))
+    examples, report = run_executor(data, tmp_path / "out")
+    found, per_class = _eval_share_of_each_class(examples.uri)
+    assert len(found) == sum(counts.values())  # nothing lost, nothing twice
+    for label, n in counts.items():
+        assert abs(len(per_class[label]["eval"]) - 0.2 * n) < 1, label
+        assert per_class[label]["eval"], label  # never missing from eval
+        order = sorted(per_class[label]["train"] + per_class[label]["eval"],
+                       key=lambda p: stratify.position(found[p]["image/key/sha256"].decode()))
+        assert sorted(order[-len(per_class[label]["eval"]):]) == sorted(per_class[label]["eval"]), label
+    assert summary(report.uri)["examples_per_split_and_class"]["eval"] == {
+        label: len(per_class[label]["eval"]) for label in counts}
+    # The common class was mostly written straight to its split: few of its files waited for the run's end.
+    band = stratify.band(counts["common"], [0.8, 0.2])
+    assert band[1] - band[0] < 0.15
+
+
+def test_the_split_is_stable_when_a_span_adds_images(tmp_path):
+    """10% more images per class move at most a couple of the earlier ones across the boundary."""
+    data = tmp_path / "data"
+    for label, n in (("cat", 300), ("dog", 60)):
+        for i in range(n):
+            write(data / label / f"{i}.png", image_bytes("PNG", size=(6, 6), seed=(label == "dog") * 10_000 + i))
+    examples, _ = run_executor(data, tmp_path / "before")
+    before, _ = _eval_share_of_each_class(examples.uri)
+    for label, n in (("cat", 30), ("dog", 6)):
+        for i in range(n):
+            write(data / label / f"new-{i}.png", image_bytes("PNG", size=(6, 6), seed=50_000 + (label == "dog") * 1000 + i))
+    examples, _ = run_executor(data, tmp_path / "after")
+    after, per_class = _eval_share_of_each_class(examples.uri)
+    for label, n in (("cat", 330), ("dog", 66)):
+        assert abs(len(per_class[label]["eval"]) - 0.2 * n) < 1
+        moved = [p for p in before if before[p]["image/class/text"].decode() == label
+                 and before[p]["split"] != after[p]["split"]]
+        assert len(moved) <= 2, (label, moved)
+
+
+def test_split_quotas_and_placement_by_rank():
+    from components.image_example_gen import stratify
+
+    assert stratify.quotas(10, [0.8, 0.2]) == [8, 2]
+    assert stratify.quotas(12, [0.8, 0.2]) == [10, 2]  # 2.4 -> 2: within one image
+    assert stratify.quotas(2, [0.8, 0.2]) == [1, 1]  # never missing from eval when it can be there
+    assert stratify.quotas(1, [0.8, 0.2]) == [1, 0]  # one file: train
+    assert stratify.quotas(7, [0.6, 0.2, 0.2]) == [4, 2, 1]  # largest remainder
+    assert sum(stratify.quotas(1001, [0.75, 0.25])) == 1001
+    # The band narrows as a class grows: a small class waits whole, a large one mostly not.
+    assert stratify.band(10, [0.8, 0.2]) == (0.0, 1.0)
+    lo, hi = stratify.band(100_000, [0.8, 0.2])
+    assert 0.79 < lo < 0.8 < hi < 0.81
+    # Pending files are placed by rank after the sure ones: of 10 cat images (8 train, 2 eval), 6 are already in
+    # train, so the two pending files with the highest hashes go to eval...
+    placed, notes = stratify.assign(["train", "eval"], [0.8, 0.2], {"cat": {"train": 6}},
+                                    {"cat": [("f" * 64, "d"), ("0" * 64, "a"), ("8" * 64, "b"), ("c" * 64, "c")]})
+    assert placed == {"a": "train", "b": "train", "c": "eval", "d": "eval"} and notes == []
+    # ... and identical bytes (one hash) follow one split, even where the boundary falls between the copies.
+    placed, _ = stratify.assign(["train", "eval"], [0.8, 0.2], {"cat": {"train": 3}},
+                                {"cat": [("0" * 64, "a"), ("f" * 64, "b"), ("f" * 64, "c")]})
+    assert placed["b"] == placed["c"] == "train"
+
+
+def test_a_failed_ingestion_keeps_its_quarantine_list_and_names_it(tmp_path):
+    """TFX removes a failed execution's outputs: the list of bad files is kept beside them, and the one-line
+    error names it (it said "details: <report>", and the report named none of them)."""
+    import csv
+
+    data = tmp_path / "data"
+    make_class_tree(data, per_class=6)
+    write(data / "bird" / "a.jpg", b"")  # the only files of a class, both bad: the model would lack the class
+    write(data / "bird" / "b.jpg", b"not an image")
+    with pytest.raises(IngestionError) as e:
+        run_executor(data, tmp_path / "out" / "ImageExampleGen" / "1", max_bad_fraction=1.0)
+    message = str(e.value)
+    assert "classes with no valid image (every file of theirs was quarantined): 'bird'" in message
+    kept = message.rsplit("every quarantined file, with its reason: ", 1)[1]
+    with open(kept, newline="") as f:
+        assert sorted(r["path"] for r in csv.DictReader(f)) == ["bird/a.jpg", "bird/b.jpg"]
+    assert os.path.exists(os.path.join(os.path.dirname(kept), "summary.json"))
+
+
+def test_rows_that_are_all_quarantined_name_the_commonest_reason(tmp_path):
+    """Every row of an import file outside its folder: the reason, not "no file has a label"."""
+    write(tmp_path / "data" / "import.csv", b"".join(f"/elsewhere/{n}.jpg,{'cat' if n % 2 else 'dog'}\n".encode()
+                                                      for n in range(6)))
+    with pytest.raises(IngestionError) as e:
+        run_executor(tmp_path / "data", tmp_path / "out" / "ImageExampleGen" / "1")
+    message = str(e.value)
+    assert "none of the 6 files or rows is usable; the most common reason is outside_data_root (6)" in message
+    assert "no file has a label" not in message and "\n" not in message
+    kept = message.rsplit("with its reason: ", 1)[1]
+    assert len(open(kept).read().splitlines()) == 7  # the header and the six rows

@@ -94,11 +94,13 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     assert details(first, "DataValidationGate") == {"anomalies": [], "passed": True, "drifted": [],
                                                     "drift": {"skipped": "no blessed model yet"}}
     evaluation = details(first, "Evaluator")
-    assert evaluation["accuracy"] >= 0.95 and evaluation["example_count"] == 387
+    assert evaluation["accuracy"] >= 0.95 and evaluation["example_count"] == 359  # 20% of each class
     assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None  # no baseline yet
     assert details(first, "Trainer")["strategy"].startswith(expected_strategy_kind() + " ")
-    # The Trainer reports the epoch early stopping kept (lowest eval loss): the model the Evaluator scores.
-    assert details(first, "Trainer")["kept_eval_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-4)
+    # The Trainer reports the epoch it kept: the model the Evaluator scores (Keras and TFMA count the same eval
+    # images; an image whose top two probabilities tie to float rounding may differ on another CPU: one image).
+    assert details(first, "Trainer")["kept_eval_accuracy"] == pytest.approx(
+        evaluation["accuracy"], abs=1.01 / evaluation["example_count"])
     pushed = details(first, "Pusher")
     assert pushed["pushed"] and pushed["destination"].startswith(config.serving_dir)
     lines = run_text.format_summary(first)
@@ -358,16 +360,16 @@ def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_r
     config, first, _ = sample_runs
     trainer, evaluation = details(first, "Trainer"), details(first, "Evaluator")
     record = trainer["tflite"]
-    assert record["examples"] == evaluation["example_count"] == 387
+    assert record["examples"] == evaluation["example_count"] == 359
     # The Keras model the child process rebuilt from the saved weights is the one the Evaluator scored.
-    assert record["savedmodel_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1e-3)
+    assert record["savedmodel_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1.01 / record["examples"])
     assert set(record["models"]) == {"float16", "int8"}
     assert abs(record["models"]["float16"]["accuracy"] - record["savedmodel_accuracy"]) <= 0.01
     assert abs(record["models"]["int8"]["accuracy"] - record["savedmodel_accuracy"]) <= 0.03
     assert record["models"]["int8"]["bytes"] < record["models"]["float16"]["bytes"]
     line = next(line for line in run_text.format_summary(first) if "Trainer" in line)
     assert f"TFLite float16 {record['models']['float16']['accuracy']:.4f}" in line
-    assert f"vs SavedModel {record['savedmodel_accuracy']:.4f} on 387 eval examples" in line
+    assert f"vs SavedModel {record['savedmodel_accuracy']:.4f} on 359 eval examples" in line
 
     pushed = details(first, "Pusher")["destination"]  # the files travel with the pushed model
     with open(os.path.join(pushed, "tflite", "labels.txt")) as f:

@@ -7,3 +7,6 @@ NEAR_DUPLICATES_FILE = "near_duplicates.csv"  # group, path, label, split: every
 SUMMARY_FILE = "summary.json"
 # Beside the examples (Split-*/): what was ingested, per class, format and size bin (components/drift.py).
 PROFILE_FILE = "profile.json"
+# An ingestion that fails keeps its summary and quarantine list in <pipeline root>/<component>/failed/<execution
+# id>/ (TFX removes a failed execution's outputs; the user needs the list to fix the data).
+FAILED_DIR = "failed"

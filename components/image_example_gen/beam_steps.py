@@ -95,6 +95,9 @@ class InspectAndWrite(beam.DoFn):
             yield beam.pvalue.TaggedOutput("results", ("shard", shard))
         yield beam.pvalue.TaggedOutput("results", ("written", [[*k, n] for k, n in result.written.items()]))
         yield beam.pvalue.TaggedOutput("results", ("sizes", [[*k, n] for k, n in result.sizes.items()]))
+        yield beam.pvalue.TaggedOutput("results", ("stratified", [[*k, n] for k, n in result.stratified.items()]))
+        for pending in result.pending:  # placed after the run (stratify.py): the executor needs each of them
+            yield beam.pvalue.TaggedOutput("results", ("pending", [list(pending.meta), *pending[1:]]))
         yield from result.metas
 
 
@@ -150,8 +153,8 @@ class Resolve(beam.DoFn):
 class CollectResults(beam.CombineFn):
     """Gathers the small results of the run into one dict (lists, and counts of written examples)."""
 
-    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs")
-    COUNTS = ("written", "sizes")  # [*key, n] rows, summed by key
+    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "pending")
+    COUNTS = ("written", "sizes", "stratified")  # [*key, n] rows, summed by key
 
     def create_accumulator(self):
         return {**{kind: [] for kind in self.KINDS}, **{kind: collections.Counter() for kind in self.COUNTS}}

@@ -4,12 +4,13 @@ The Beam graph, per run:
 
   candidate batch files --InspectAndWrite--> staging shards (gzip TFRecords, one pass over the bytes)
                                |--> Meta per example --GroupByKey(sha256)--> Resolve --> copies to remove
-                               |--> quarantine rows, closed shards, counts --> results.json
+                               |--> quarantine rows, closed shards, counts, pending files --> results.json
 
-Then, outside Beam, the shards are finalized: renamed to
-Split-<split>/data_tfrecord-NNNNN-of-NNNNN.gz, and the rare shard that holds a
-copy Resolve rejected (same bytes under two labels, across two splits) is
-rewritten without it. Only metadata goes through the GroupByKey, so memory does
+Then, outside Beam, the files near their class's split boundary (stratify.py: written to PENDING shards) are
+placed by rank, and the shards are finalized: renamed to
+Split-<split>/data_tfrecord-NNNNN-of-NNNNN.gz; a pending shard, and the rare shard that holds a
+copy Resolve rejected (same bytes under two labels, across two splits), is
+rewritten. Only metadata goes through the GroupByKey, so memory does
 not grow with the bytes of the corpus, and each file is read once.
 """
 
@@ -18,7 +19,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import apache_beam as beam
 from absl import logging
@@ -37,9 +38,10 @@ from tfx.utils import io_utils
 
 from components import drift
 from components.beam_pickler import quiet_pickler_trace
-from components.image_example_gen import (LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
+from components.image_example_gen import (FAILED_DIR, LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
                                           SUMMARY_FILE, batch_ingest, beam_steps, near_duplicates, similarity, sources,
-                                          tfrecord_io)
+                                          stratify, tfrecord_io)
+from components.image_example_gen import ingest_report
 from components.image_example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary,
                                                         log_summary, quarantine_csv)
 from components.image_example_gen.ingest_settings import REPORT_KEY, IngestSettings
@@ -66,7 +68,18 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         settings = IngestSettings.from_exec_properties(exec_properties)
 
         listing = settings.list_inputs()
-        sources.check_usable(listing)
+        try:
+            sources.check_usable(listing)
+        except sources.DataError as e:
+            # Rows quarantined before any file is read (outside the data root, missing, no label): listed where
+            # the failed run leaves them, for the user to fix.
+            rows = [batch_ingest.bad_row(c.rel_path, *c.problem, c.label, c.split) for c in listing.candidates
+                    if c.problem]
+            if not rows:
+                raise
+            kept = keep_failed(report.uri, rows, None)
+            raise ingest_report.IngestionError(f"{e}; every quarantined file or row, with its reason: {kept}") \
+                from None
         hash_splits, buckets = settings.output_splits()
         split_names = sorted(set(hash_splits) | {c.split for c in listing.candidates if c.split},
                              key=sources.split_sort_key)
@@ -83,10 +96,13 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for n, batch in enumerate(batches(ingest_order(listing.candidates, settings.seed), processes)):
             batch_files.append(fs.join(staging, "candidates", f"batch-{n:06d}.json"))
             batch_ingest.write_candidates(batch, batch_files[-1])
+        shares = stratify.shares(buckets)
+        unsplit = collections.Counter(c.label for c in listing.candidates if not c.split)
         ingest_settings = batch_ingest.Settings(
-            staging_dir=staging, label_ids=label_map, hash_splits=hash_splits, buckets=buckets,
+            staging_dir=staging, label_ids=label_map, hash_splits=hash_splits,
             max_pixels=settings.max_pixels, compression_level=settings.compression_level,
-            shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels)
+            shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels,
+            bands=stratify.bands(dict(unsplit), shares))
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()
@@ -124,26 +140,39 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         elapsed = time.monotonic() - started
 
         found = _read_json(results_path)
+        counts = collections.Counter({tuple(k): n for *k, n in found["written"]})  # (split, label, format, copy)
+        sizes = collections.Counter({tuple(k): n for *k, n in found["sizes"]})  # (split, side, bin)
         rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
-        pairs = {(a[1], b[1]): (batch_ingest.Meta(*a), batch_ingest.Meta(*b)) for a, b in found["near_pairs"]}
+        pending = [batch_ingest.Pending(batch_ingest.Meta(*meta), *rest) for meta, *rest in found["pending"]]
+        placed, notes = place_pending(pending, found["stratified"], rejected, counts, sizes, hash_splits, shares)
+        rejected = [(placed_meta(meta, placed), {**row, "split": placed_meta(meta, placed).split})
+                    for meta, row in rejected]
+        pairs = {(a[1], b[1]): (placed_meta(batch_ingest.Meta(*a), placed), placed_meta(batch_ingest.Meta(*b), placed))
+                 for a, b in found["near_pairs"]}
         groups = near_duplicates.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
-        eval_written = sum(n for *key, n in found["written"] if key[0] == "eval")  # [split, label, format, copy, n]
+        eval_written = sum(n for key, n in counts.items() if key[0] == "eval")
         near, near_rejected = near_duplicates.decide(groups, settings.near_duplicates, eval_written)
         rejected += near_rejected
-        finalize_shards([batch_ingest.Shard(*s) for s in found["shard"]], rejected, examples.uri,
-                        split_names, settings.compression_level)
+        sizes_of = {(p.meta.shard, p.meta.index): p.record_bytes for p in pending}
+        finalize_shards([batch_ingest.Shard(*s) for s in found["shard"]], rejected, examples.uri, split_names,
+                        settings.compression_level, {k: (split, sizes_of[k]) for k, split in placed.items()},
+                        settings.shard_megabytes << 20)
         io_utils.delete_dir(staging)
 
         bad = found["bad"] + [row for _, row in rejected]
-        counts = collections.Counter({tuple(k): n for *k, n in found["written"]})
         for meta, _ in rejected:
             counts[(meta.split, meta.label, meta.format, meta.downscaled)] -= 1
         summary = build_summary(listing, counts, bad, label_map, split_names, found["duplicates"])
         summary.update(near)
+        summary["split_notes"] = notes
         summary["store_max_pixels"] = settings.store_max_pixels
         summary["seconds"] = round(elapsed, 2)
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
-        check_summary(summary, settings.max_bad_fraction, listing.source)
+        try:
+            check_summary(summary, settings.max_bad_fraction, listing.source)
+        except ingest_report.IngestionError as e:  # the run stops: its outputs go, so the list is kept apart
+            kept = keep_failed(report.uri, bad, summary)
+            raise ingest_report.IngestionError(f"{e}; every quarantined file, with its reason: {kept}") from None
 
         examples.split_names = artifact_utils.encode_split_names(split_names)
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
@@ -151,7 +180,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         _write_json(label_map, os.path.join(examples.uri, LABEL_MAP_FILE))
         # Size bins count every written example, a rejected duplicate copy included (rare; a bin off
         # by one does not change a distance).
-        _write_json(drift.make_profile(summary["examples_per_split_and_class"], summary["formats"], found["sizes"]),
+        _write_json(drift.make_profile(summary["examples_per_split_and_class"], summary["formats"],
+                                       [[*k, n] for k, n in sizes.items() if n]),
                     os.path.join(examples.uri, PROFILE_FILE))
         _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
         _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))
@@ -163,6 +193,18 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         report.set_string_custom_property("label_map", json.dumps(label_map, ensure_ascii=False))
         report.set_string_custom_property("layout", listing.layout)
         log_summary(summary)
+
+
+def keep_failed(report_uri: str, bad: List[Dict[str, str]], summary: Optional[Dict[str, Any]]) -> str:
+    """Writes the quarantine list (and the summary) of an ingestion that fails where the run leaves them: TFX
+    removes a failed execution's outputs, and the user needs the list to fix the data. Returns the CSV's path."""
+    component_dir = os.path.dirname(os.path.dirname(report_uri.rstrip("/")))  # <root>/ImageExampleGen
+    folder = fs.join(component_dir, FAILED_DIR, os.path.basename(report_uri.rstrip("/")))
+    path = fs.join(folder, QUARANTINE_FILE)
+    io_utils.write_string_file(path, quarantine_csv(bad))
+    if summary is not None:
+        _write_json({**summary, "quarantine_csv": path}, fs.join(folder, SUMMARY_FILE))
+    return path
 
 
 # Below both, the files are ingested in the executor's own process: worker processes would cost more CPU
@@ -213,31 +255,108 @@ def batches(candidates: List[sources.Candidate], processes: int) -> List[List[so
     return [candidates[i:i + size] for i in range(0, len(candidates), size)]
 
 
+PlacedKey = Tuple[str, int]  # (staging shard, index): a pending file's record
+
+
+def place_pending(pending: List[batch_ingest.Pending], stratified: List[list],
+                  rejected: List[Tuple[batch_ingest.Meta, dict]], counts: collections.Counter,
+                  sizes: collections.Counter, names: List[str], shares: List[float]) -> Tuple[Dict[PlacedKey, str], List[str]]:
+    """Places the files written to PENDING shards by their rank in their class (stratify.assign), and moves their
+    counts and size bins to their splits. `stratified`: [label, split, n] of the hash-split files the workers
+    wrote straight to a split. Returns ({(shard, index): split}, notes)."""
+    if not pending:
+        return {}, []
+    gone = {(m.shard, m.index) for m, _ in rejected}
+    sure: Dict[str, Dict[str, int]] = collections.defaultdict(dict)
+    for label, split, n in stratified:
+        sure[label][split] = sure[label].get(split, 0) + n
+    for meta, _ in rejected:
+        if meta.split != stratify.PENDING and not meta.preassigned:
+            sure[meta.label][meta.split] -= 1
+    waiting: Dict[str, List[Tuple[str, PlacedKey]]] = collections.defaultdict(list)
+    for meta, *_ in pending:
+        if (meta.shard, meta.index) not in gone:
+            waiting[meta.label].append((meta.sha256, (meta.shard, meta.index)))
+    placed, notes = stratify.assign(names, shares, sure, waiting)
+    split_of_copy = {(label, sha): placed[key] for label, items in waiting.items() for sha, key in items}
+    for meta, width, height, _ in pending:  # a rejected pending file goes where its copies went, or the first split
+        split = placed.setdefault((meta.shard, meta.index), split_of_copy.get((meta.label, meta.sha256), names[0]))
+        kind = (meta.label, meta.format, meta.downscaled)
+        counts[(stratify.PENDING, *kind)] -= 1
+        counts[(split, *kind)] += 1
+        for side, value in (("width", width), ("height", height)):
+            sizes[(stratify.PENDING, side, batch_ingest.size_bucket(value))] -= 1
+            sizes[(split, side, batch_ingest.size_bucket(value))] += 1
+    for note in notes:
+        logging.warning("ImageExampleGen: %s", note)
+    return placed, notes
+
+
+def placed_meta(meta: batch_ingest.Meta, placed: Dict[PlacedKey, str]) -> batch_ingest.Meta:
+    """The meta with its final split (a pending file's, once placed)."""
+    return meta._replace(split=placed[(meta.shard, meta.index)]) if meta.split == stratify.PENDING else meta
+
+
 def finalize_shards(shards: List[batch_ingest.Shard], rejected: List[Tuple[batch_ingest.Meta, dict]],
-                    examples_uri: str, split_names: List[str], level: int) -> None:
+                    examples_uri: str, split_names: List[str], level: int,
+                    placed: Optional[Dict[PlacedKey, Tuple[str, int]]] = None, shard_bytes: int = 64 << 20) -> None:
     """Moves staging shards to Split-<name>/data_tfrecord-NNNNN-of-NNNNN.gz.
 
     A shard that holds a rejected copy is rewritten without it (rare: it takes
-    the same bytes under two labels or in two splits).
+    the same bytes under two labels or in two splits). PENDING shards are read
+    once, each record written to its split (`placed`: split and record size),
+    into new shards that rotate at shard_bytes, after the split's own.
     """
     drop: Dict[str, Set[int]] = collections.defaultdict(set)
     for meta, _ in rejected:
         drop[meta.shard].add(meta.index)
+    pending = sorted((s for s in shards if s.split == stratify.PENDING), key=lambda s: s.path)
+    # Where each kept pending record goes: (split, its new shard's number among the split's new shards).
+    routes: Dict[PlacedKey, Tuple[str, int]] = {}
+    filled: Dict[str, List[int]] = {}  # per split, the bytes of each new shard
+    for shard in pending:
+        for index in range(shard.records):
+            if index in drop.get(shard.path, ()):
+                continue
+            split, size = placed[(shard.path, index)]
+            sizes = filled.setdefault(split, [0])
+            if sizes[-1] and sizes[-1] + size > shard_bytes:
+                sizes.append(0)
+            sizes[-1] += size
+            routes[(shard.path, index)] = (split, len(sizes) - 1)
+    writers: Dict[Tuple[str, int], tfrecord_io.GzipTFRecordWriter] = {}
     for split in split_names:
         mine = sorted((s for s in shards if s.split == split), key=lambda s: s.path)
         keep = [s for s in mine if s.records > len(drop.get(s.path, ()))]
+        total = len(keep) + len(filled.get(split, []))
         split_dir = fs.join(examples_uri, f"Split-{split}")
         if not fs.is_remote(split_dir):
             os.makedirs(split_dir, exist_ok=True)  # object stores have no folders to make
         for i, shard in enumerate(keep):
-            dest = fs.join(split_dir, f"data_tfrecord-{i:05d}-of-{len(keep):05d}.gz")
+            dest = fs.join(split_dir, f"data_tfrecord-{i:05d}-of-{total:05d}.gz")
             if shard.path not in drop:
                 FileSystems.rename([shard.path], [dest])
                 continue
-            with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as src:
-                writer = tfrecord_io.GzipTFRecordWriter(
-                    FileSystems.create(dest, compression_type=CompressionTypes.UNCOMPRESSED), level)
-                for index, record in enumerate(tfrecord_io.read_gzip_tfrecords(src)):
-                    if index not in drop[shard.path]:
-                        writer.write(record)
-                writer.close()
+            _copy_records(shard.path, dest, level, lambda index, path=shard.path: index not in drop[path])
+        for n in range(len(filled.get(split, []))):
+            writers[(split, n)] = tfrecord_io.GzipTFRecordWriter(FileSystems.create(
+                fs.join(split_dir, f"data_tfrecord-{len(keep) + n:05d}-of-{total:05d}.gz"),
+                compression_type=CompressionTypes.UNCOMPRESSED), level)
+    for shard in pending:  # one pass over them
+        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as src:
+            for index, record in enumerate(tfrecord_io.read_gzip_tfrecords(src)):
+                if (shard.path, index) in routes:
+                    writers[routes[(shard.path, index)]].write(record)
+    for writer in writers.values():
+        writer.close()
+
+
+def _copy_records(source: str, dest: str, level: int, keep) -> None:
+    """The records of one shard whose index `keep` accepts, into a new shard."""
+    with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as src:
+        writer = tfrecord_io.GzipTFRecordWriter(
+            FileSystems.create(dest, compression_type=CompressionTypes.UNCOMPRESSED), level)
+        for index, record in enumerate(tfrecord_io.read_gzip_tfrecords(src)):
+            if keep(index):
+                writer.write(record)
+        writer.close()

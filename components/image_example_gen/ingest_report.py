@@ -17,6 +17,7 @@ from tfx.utils import io_utils
 from components.image_example_gen import SUMMARY_FILE, sources
 from components.spreadsheet import csv_text
 from components.image_example_gen.image_check import Reason
+from trainer import class_balance
 
 QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
 NEAR_DUPLICATE_COLUMNS = ("group", "path", "label", "split")
@@ -55,6 +56,12 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
         "quarantine_reasons": dict(sorted(reasons.items())),
         "examples_per_split": {s: sum(c.values()) for s, c in per_split.items()},
         "examples_per_split_and_class": per_split,
+        # Largest / smallest class in train (trainer/class_balance.py): above 3 training balances the classes.
+        "imbalance_ratio": class_balance.imbalance_ratio(per_split.get("train", {})),
+        # Classes with some eval images but too few to judge the model on (the Evaluator does not hold them to
+        # --min-class-recall; data health names them).
+        "classes_with_few_eval_examples": sorted(
+            label for label, n in per_split.get("eval", {}).items() if 0 < n < class_balance.MIN_EVAL_EXAMPLES),
         "formats": dict(sorted(formats.items())),
         "label_map": label_map,
         "classes_without_examples": sorted(
@@ -104,8 +111,11 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
             f"{source}: classes with no training example: {', '.join(untrained)}; add images of them "
             "(a class needs at least a few to land some in train), or remove them")
     if summary["classes_without_examples"]:
-        logging.warning("ImageExampleGen: classes with no valid image: %s",
-                        summary["classes_without_examples"])
+        # The model would silently not know them: the user listed them as classes.
+        names = ", ".join(repr(n) for n in summary["classes_without_examples"][:5])
+        raise IngestionError(
+            f"{source}: classes with no valid image (every file of theirs was quarantined): {names}; fix or "
+            "replace their files, or remove the classes")
 
 
 def quarantine_csv(rows: List[Dict[str, str]]) -> str:
