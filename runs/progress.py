@@ -74,6 +74,8 @@ class Printer:
         extra = ""
         if event["kind"] == "train" and "val_accuracy" in event:
             extra = f"  loss {event.get('loss', 0):.3f}  eval accuracy {event['val_accuracy']:.3f}"
+            if "val_balanced_accuracy" in event:  # imbalanced classes: what training follows
+                extra += f"  balanced {event['val_balanced_accuracy']:.3f}"
         if event["kind"] == "tune" and "best" in event:
             extra = f"  best eval accuracy {event['best']:.3f}"
         if self.stream.isatty():

@@ -9,6 +9,8 @@ import math
 import os
 from typing import Any, Dict, Optional, Tuple
 
+from trainer.class_balance import MODES as BALANCE_MODES
+
 MODELS = ("cnn", "mobilenet_v2", "efficientnet_b0")
 AUGMENTATIONS = ("flip", "crop", "brightness")
 TFLITE_KINDS = ("float16", "int8")  # on-device exports (trainer/tflite_export.py)
@@ -81,6 +83,9 @@ class HParams:
     # Reproducible training has its cost); False trades that for speed.
     deterministic: bool = True
     warm_start: bool = False  # start from the base model's weights when it has the same classes and shape
+    # Imbalanced classes (trainer/class_balance.py): auto (loss weights by class when the train split's largest
+    # class has over 3 times the images of its smallest), weights, sampling (class-balanced batches), off.
+    class_balance: str = "auto"
     mixed_precision: str = "auto"  # auto (on for GPU/TPU), on, off
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.
     cache_megabytes: int = 0
@@ -150,6 +155,8 @@ class HParams:
         unknown = set(self.tflite_kinds) - set(TFLITE_KINDS)
         if unknown:
             raise ValueError(f"--tflite {','.join(sorted(unknown))}: use {', '.join(TFLITE_KINDS)}")
+        if self.class_balance not in BALANCE_MODES:
+            raise ValueError(f"--class-balance {self.class_balance!r}: use one of {', '.join(BALANCE_MODES)}")
         if self.mixed_precision not in ("auto", "on", "off"):
             raise ValueError(f"mixed_precision {self.mixed_precision!r}: use auto, on or off")
         for option, value, most in (("--epochs", self.epochs, MAX_EPOCHS), ("--batch-size", self.batch_size, 65536)):

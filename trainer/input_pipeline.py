@@ -14,12 +14,22 @@ arrives in a block even then. The records are counted once, so the dataset has a
 known length: Keras 3 then knows each epoch's steps.
 """
 
-from typing import List, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from trainer import features
 from trainer.hparams import HParams
+
+
+class Balance(NamedTuple):
+    """How training evens out imbalanced classes (trainer/class_balance.py): per-example loss weights by class,
+    or batches drawn with these class shares."""
+
+    mode: str  # "weights" or "sampling"
+    weights: Sequence[float] = ()  # per class id, for "weights"
+    shares: Sequence[float] = ()  # per class id, for "sampling"
+    counts: Sequence[int] = ()  # training examples per class id
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -52,8 +62,9 @@ def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) ->
 
 
 def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
-                 batch_size: int = 0, drop_remainder: bool = False) -> tf.data.Dataset:
-    """(images float32 [batch, size, size, channels] in 0..255, labels int64 [batch]).
+                 batch_size: int = 0, drop_remainder: bool = False, balance: Optional[Balance] = None) -> tf.data.Dataset:
+    """(images float32 [batch, size, size, channels] in 0..255, labels int64 [batch]), and with balance
+    "weights" per-example loss weights [batch].
 
     drop_remainder gives every batch the same shape, which TPUs (XLA) need.
     """
@@ -71,20 +82,54 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     # (docs/benchmarks.md: Training input). So cache whenever they fit.
     if cached:
         dataset = dataset.cache()
-    if training:
-        dataset = dataset.shuffle(shuffle_buffer(records, megabytes, cached, hp), seed=hp.seed,
-                                  reshuffle_each_iteration=True)
+    buffer = shuffle_buffer(records, megabytes, cached, hp)
+    if training and balance is not None and balance.mode == "sampling":
+        dataset = class_balanced(dataset, balance, buffer, records, hp.seed)
+    elif training:
+        dataset = dataset.shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     batches = records // batch_size if drop_remainder else -(-records // batch_size)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     dataset = dataset.map(lambda records: parse_batch(records, hp), num_parallel_calls=AUTOTUNE)
     if training and hp.augmentations:
         dataset = dataset.map(lambda x, y: (augment(x, hp), y), num_parallel_calls=AUTOTUNE)
+    if training and balance is not None and balance.mode == "weights":
+        dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
     return dataset.prefetch(AUTOTUNE)
 
 
+def with_weights(weights: Sequence[float]):
+    """(x, labels) -> (x, labels, each example's loss weight, by its class)."""
+    table = tf.constant(list(weights), tf.float32)
+    return lambda x, y: (x, y, tf.gather(table, y))
+
+
+def record_label(record: tf.Tensor) -> tf.Tensor:
+    return tf.io.parse_single_example(record, {features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)})[
+        features.LABEL_KEY]
+
+
+def class_balanced(records: tf.data.Dataset, balance: Balance, buffer: int, count: int, seed: int) -> tf.data.Dataset:
+    """`count` serialized records drawn class by class with balance.shares: each class's records reshuffled and
+    repeated as often as its share asks (the rare classes' images recur within an epoch, the common ones' are
+    not all seen in every epoch). Each class's shuffle buffer takes its part of `buffer`."""
+    labelled = records.map(lambda r: (record_label(r), r), num_parallel_calls=AUTOTUNE)
+    total = max(1, sum(balance.counts))
+    streams, shares = [], []
+    for class_id, (n, share) in enumerate(zip(balance.counts, balance.shares)):
+        if n <= 0 or share <= 0:
+            continue
+        stream = labelled.filter(lambda label, _r, c=class_id: tf.equal(label, c)).map(lambda _label, r: r)
+        streams.append(stream.shuffle(max(1, min(n, buffer * n // total + 1)), seed=seed + class_id,
+                                      reshuffle_each_iteration=True).repeat())
+        shares.append(float(share))
+    drawn = tf.data.Dataset.sample_from_datasets(streams, weights=shares, seed=seed, rerandomize_each_iteration=True)
+    return drawn.take(count)
+
+
 def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views: int, training: bool,
-                         batch_size: int = 0, drop_remainder: bool = False) -> tf.data.Dataset:
+                         batch_size: int = 0, drop_remainder: bool = False,
+                         balance: Optional[Balance] = None) -> tf.data.Dataset:
     """(features float32 [batch, dim], labels int64 [batch]) from the features step's records
     (components/backbone_features): what the frozen phase of a transfer model trains its head on.
 
@@ -97,7 +142,9 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
     records, _ = measure(files)
     dataset = tf.data.TFRecordDataset(files, compression_type=features.compression(files),
                                       num_parallel_reads=AUTOTUNE).cache()
-    if training:
+    if training and balance is not None and balance.mode == "sampling":
+        dataset = class_balanced(dataset, balance, max(1, records), records, hp.seed)
+    elif training:
         dataset = dataset.shuffle(max(1, records), seed=hp.seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     batches = records // batch_size if drop_remainder else -(-records // batch_size)
@@ -113,7 +160,22 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
             return tf.gather(vectors, chosen, batch_dims=1), parsed[features.LABEL_KEY]
         return vectors[:, 0], parsed[features.LABEL_KEY]
 
-    return dataset.map(parse, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+    dataset = dataset.map(parse, num_parallel_calls=AUTOTUNE)
+    if training and balance is not None and balance.mode == "weights":
+        dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
+    return dataset.prefetch(AUTOTUNE)
+
+
+def label_counts(file_patterns: List[str], num_classes: int) -> List[int]:
+    """Examples per class id in these records (Transform's or the features step's): one pass, labels only."""
+    files = list_files(file_patterns)
+    labels = (tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
+              .batch(1024)
+              .map(lambda batch: tf.io.parse_example(batch, {features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)})[
+                  features.LABEL_KEY], num_parallel_calls=AUTOTUNE))
+    counts = labels.reduce(tf.zeros([num_classes], tf.int64), lambda acc, ids: acc + tf.math.bincount(
+        ids, minlength=num_classes, maxlength=num_classes, dtype=tf.int64))
+    return [int(n) for n in counts.numpy()]
 
 
 def repeated(dataset: tf.data.Dataset) -> Tuple[tf.data.Dataset, int]:

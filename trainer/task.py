@@ -22,7 +22,7 @@ from components.baseline import pipeline_root_of, relocate
 from components.backbone_features import PROFILE_FILE, SOURCE_FILE
 from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from components.progress_events import progress_event
-from trainer import export, features, input_pipeline, models, tflite_export, tuning
+from trainer import class_balance, export, features, input_pipeline, models, tflite_export, tuning
 from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
 from trainer import strategy as strategies
@@ -32,16 +32,18 @@ class EpochLog(keras.callbacks.Callback):
     """A training phase: keeps each epoch's metrics and duration, logs them as they come, and when the
     phase ends restores the weights of its best epoch (trainer/epochs.py)."""
 
-    def __init__(self, phase: str, total_epochs: int, cap: int = 0, option: str = "--epochs"):
+    def __init__(self, phase: str, total_epochs: int, cap: int = 0, option: str = "--epochs",
+                 monitor: str = class_balance.ACCURACY):
         super().__init__()
         self.phase = phase
         self.total_epochs = total_epochs
         self.cap, self.option = cap, option  # this phase's most epochs, and the option that sets it
+        self.monitor = monitor  # the eval metric whose best epoch is kept (balanced accuracy on imbalanced data)
         self.epochs = []
         self._best_weights = None
 
     def still_improving(self) -> bool:
-        return still_improving(self.epochs, self.cap)
+        return still_improving(self.epochs, self.cap, self.monitor)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._started = time.monotonic()
@@ -50,12 +52,14 @@ class EpochLog(keras.callbacks.Callback):
         entry = {"epoch": epoch + 1, "phase": self.phase, "seconds": round(time.monotonic() - self._started, 2),
                  **{k: float(v) for k, v in (logs or {}).items()}}
         self.epochs.append(entry)
-        if best_epoch(self.epochs) is entry:
+        if best_epoch(self.epochs, self.monitor) is entry:
             self._best_weights = self.model.get_weights()
         logging.info("Trainer: epoch %d (%s) %s", epoch + 1, self.phase,
                      ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if isinstance(v, float)))
         progress_event("train", epoch + 1, self.total_epochs, loss=entry.get("loss", 0.0),  # for `imagepipe run`
-                       val_accuracy=entry.get("val_sparse_categorical_accuracy", 0.0))
+                       val_accuracy=entry.get("val_sparse_categorical_accuracy", 0.0),
+                       **({"val_balanced_accuracy": entry[self.monitor]} if self.monitor in entry and
+                          self.monitor != class_balance.ACCURACY else {}))
 
     def on_train_end(self, logs=None):
         if self._best_weights is not None:
@@ -63,12 +67,13 @@ class EpochLog(keras.callbacks.Callback):
 
 
 def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy, num_classes: int, batch: int,
-                            static: bool, callbacks) -> None:
+                            static: bool, callbacks, balance: Optional[input_pipeline.Balance]) -> None:
     """The frozen phase of a transfer model: the head alone on the features step's cached backbone output
     (an epoch is a pass over small vectors, not the backbone over every image), then into the model."""
     views = source["views"].get("train", 0) + 1
     train, steps = input_pipeline.repeated(input_pipeline.make_feature_dataset(
-        fn_args.train_files, hp, source["dim"], views, training=True, batch_size=batch, drop_remainder=static))
+        fn_args.train_files, hp, source["dim"], views, training=True, batch_size=batch, drop_remainder=static,
+        balance=balance))
     evaluation = input_pipeline.make_feature_dataset(fn_args.eval_files, hp, source["dim"], 1, training=False,
                                                      batch_size=batch, drop_remainder=static)
     with strategy.scope():
@@ -160,6 +165,32 @@ def features_source(example_patterns) -> Optional[dict]:
         return {**json.load(f), "uri": uri}
 
 
+def balance_of(hp: HParams, train_files, class_names) -> Tuple[dict, Optional[input_pipeline.Balance]]:
+    """What training does about its train split's class mix (trainer/class_balance.py): the plan training.json
+    records, and the input pipeline's balancing (None: none)."""
+    counts = input_pipeline.label_counts(train_files, len(class_names))
+    balancing = class_balance.plan(hp.class_balance, counts, class_names)
+    if balancing["mode"] == "off":
+        return balancing, None
+    logging.info("Trainer: imbalanced classes (%s): %s", class_balance.describe_mix(balancing["counts"]),
+                 "loss weights by class" if balancing["mode"] == "weights" else "class-balanced batches")
+    return balancing, input_pipeline.Balance(balancing["mode"], balancing["weights"] or (), balancing["shares"] or (),
+                                             counts)
+
+
+def early_stopping(hp: HParams, monitor: str) -> keras.callbacks.Callback:
+    """Within the cap (--epochs), training stops once the eval loss has not improved for --patience epochs.
+
+    On imbalanced data it follows balanced accuracy instead (a lower loss there mostly means the majority class
+    fits better), which moves in steps of a few rare eval images: it waits twice --patience, and only from the
+    end of the first --patience epochs, while a balanced loss is still learning the rare class (measured on
+    bench/imbalanced.py's 2% set: flat for 12 epochs, best at 17; --patience 5 from epoch 1 kept epoch 1)."""
+    if monitor == class_balance.ACCURACY:
+        return keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience)
+    return keras.callbacks.EarlyStopping(monitor=monitor, mode="max", patience=2 * hp.patience,
+                                         start_from_epoch=hp.patience)
+
+
 def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy,
                       tuned: dict) -> None:
     replicas = strategy.num_replicas_in_sync
@@ -173,18 +204,21 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     source = features_source(fn_args.train_files) if hp.model != "cnn" else None
     pixel_files = {"train": fn_args.train_files, "eval": fn_args.eval_files} if not source else {
         split: [os.path.join(source["transformed_examples"], f"Split-{split}", "*")] for split in ("train", "eval")}
+    class_names = [n.decode() for n in tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+    balancing, balance = balance_of(hp, fn_args.train_files, class_names)
+    monitor = balancing["monitor"]
 
     def pixels(training: bool):
         return input_pipeline.make_dataset(pixel_files["train" if training else "eval"], hp, training=training,
-                                           batch_size=batch, drop_remainder=static)
+                                           batch_size=batch, drop_remainder=static, balance=balance)
 
-    class_names = [n.decode() for n in tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
     info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels,
             # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
             **({"head_units": hp.head_units} if hp.head_units else {})}
     with strategy.scope():
         backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
         model = models.build(hp, num_classes, backbone)
+        models.set_output_bias(model, balancing["initial_bias"])
         warm_started, cold_reason = warm_start(model, fn_args.base_model, info, fn_args.serving_model_dir) if hp.warm_start else (None, "")
         if warm_started:
             logging.info("Trainer: warm-started from %s", warm_started)
@@ -192,17 +226,13 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
             logging.warning("Trainer: not warm-starting (%s); training from scratch", cold_reason)
         models.compile_model(model, hp.learning_rate)
     planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
-    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs)]
-    callbacks = [
-        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir),
-        # Within the cap (--epochs), training stops once the eval loss has not improved for --patience
-        # epochs, and each phase keeps the weights of its best epoch (EpochLog).
-        keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience),
-    ]
+    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=monitor)]
+    # Each phase keeps the weights of its best epoch (EpochLog).
+    callbacks = [keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir), early_stopping(hp, monitor)]
     started = time.monotonic()
     if source:
         _train_head_on_features(model, fn_args, hp, source, strategy, num_classes, batch, static,
-                                callbacks + [phases[0]])
+                                callbacks + [phases[0]], balance)
     else:
         train, steps = input_pipeline.repeated(pixels(training=True))
         model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), epochs=hp.epochs,
@@ -212,7 +242,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
             unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
             models.compile_model(model, hp.fine_tune_learning_rate)
         logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
-        phases.append(EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs"))
+        phases.append(EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs", monitor=monitor))
         done = len(phases[0].epochs)
         train, steps = input_pipeline.repeated(pixels(training=True))
         model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), initial_epoch=done,
@@ -244,6 +274,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         # The options whose epoch cap ended a phase that was still improving (raise them).
         "still_improving": [p.option for p in phases if p.still_improving()],
         "tflite": on_device,
+        # The train split's class mix and what training did about it (trainer/class_balance.py).
+        "class_balance": balancing,
         # Transfer models: the frozen phase trained the head on the features step's cached features.
         "features": {k: source[k] for k in ("fingerprint", "dim", "views")} if source else None,
     }

@@ -4,7 +4,8 @@
     Trainer(hyperparameters=...)                           -> run_fn: apply(hp, values)
 
 KerasTuner's BayesianOptimization runs `--tune N` trials, each scored by the eval accuracy of its best epoch
-(the metric the Evaluator blesses on). Why Bayesian: a run searches 10 to 30 trials over 4 to 6 settings,
+(the metric the Evaluator blesses on), or on imbalanced classes its balanced accuracy (trainer/class_balance.py:
+a trial is trained with the Trainer's class balancing too). Why Bayesian: a run searches 10 to 30 trials over 4 to 6 settings,
 mostly continuous (the learning rates, dropout); a Gaussian process over the finished trials puts the next
 ones where the score is likely higher, which random search only does by luck at such budgets, and it keeps
 `--tune N` meaning N trials (Hyperband decides its own count from epochs and a reduction factor, and its
@@ -29,14 +30,22 @@ fine-tune phase on pixels (which costs what it costs the Trainer, per trial).
 import dataclasses
 from typing import Any, Dict, Optional
 
+from trainer import class_balance
 from trainer.hparams import HParams
 
-OBJECTIVE = "val_sparse_categorical_accuracy"
+OBJECTIVE = class_balance.ACCURACY  # on imbalanced classes, class_balance.BALANCED_ACCURACY (objective_for)
 ALGORITHM = "bayesian"
 INITIAL_POINTS = 3  # random trials before the Gaussian process leads (at most the trial count)
 SPACE_VERSION = 1  # bump when define() changes: an older search's values are then not reused
 TRIALS_KEY = "tune_trials"  # in the Tuner's custom_config: how many trials (components/tuning sets it)
 TUNED = ("learning_rate", "dropout", "head_units", "batch_size", "fine_tune_learning_rate", "fine_tune_layers")
+
+
+def objective_for(train_counts) -> str:
+    """What the trials are scored on: eval accuracy, or balanced accuracy when the train split is imbalanced."""
+    imbalanced = class_balance.is_imbalanced(dict(train_counts) if isinstance(train_counts, dict)
+                                             else {str(i): n for i, n in enumerate(train_counts)})
+    return class_balance.BALANCED_ACCURACY if imbalanced else OBJECTIVE
 
 
 def space_names(hp: HParams) -> list:
@@ -88,6 +97,10 @@ class _Trials:
             features.LABEL_VOCABULARY)
         self.source = task.features_source(fn_args.train_files) if hp.model != "cnn" else None
         self.train_files, self.eval_files = fn_args.train_files, fn_args.eval_files
+        # The Trainer's class balancing, and the metric it follows (a trial's values must not be judged on data
+        # the Trainer then treats otherwise).
+        self.balancing, self.balance = task.balance_of(hp, self.train_files, [str(i) for i in range(self.num_classes)])
+        self.objective = self.balancing["monitor"]
 
     def pixel_files(self, split: str):
         import os
@@ -101,11 +114,12 @@ class _Trials:
 
         if on_features:
             views = self.source["views"].get("train", 0) + 1
-            train = input_pipeline.make_feature_dataset(self.train_files, hp, self.source["dim"], views, training=True)
+            train = input_pipeline.make_feature_dataset(self.train_files, hp, self.source["dim"], views, training=True,
+                                                        balance=self.balance)
             evaluation = input_pipeline.make_feature_dataset(self.eval_files, hp, self.source["dim"], 1,
                                                              training=False)
         else:
-            train = input_pipeline.make_dataset(self.pixel_files("train"), hp, training=True)
+            train = input_pipeline.make_dataset(self.pixel_files("train"), hp, training=True, balance=self.balance)
             evaluation = input_pipeline.make_dataset(self.pixel_files("eval"), hp, training=False)
         train, steps = input_pipeline.repeated(train)
         return train, steps, evaluation
@@ -127,12 +141,16 @@ def _hypermodel(trials: _Trials):
                 model = models.head(trials.num_classes, trials.source["dim"], hp)
             else:
                 model = models.build(hp, trials.num_classes)
+            models.set_output_bias(model, trials.balancing["initial_bias"])
             models.compile_model(model, hp.learning_rate)
             return model
 
         def fit(self, space, model, *args, callbacks=None, **kwargs):
+            from trainer.task import early_stopping
+
             hp = apply(trials.hp, space.values)
-            stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience, restore_best_weights=True)
+            stop = early_stopping(hp, trials.objective)
+            stop.restore_best_weights = True
             train, steps, evaluation = trials.datasets(hp, on_features=bool(trials.source))
             history = model.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs,
                                 callbacks=list(callbacks or []) + [stop], verbose=0)
@@ -144,10 +162,11 @@ def _hypermodel(trials: _Trials):
             models.unfreeze_top(whole, hp.fine_tune_layers)
             models.compile_model(whole, hp.fine_tune_learning_rate)
             train, steps, evaluation = trials.datasets(hp, on_features=False)
+            stop = early_stopping(hp, trials.objective)
+            stop.restore_best_weights = True
             tuned = whole.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.fine_tune_epochs,
-                              callbacks=[keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience,
-                                                                       restore_best_weights=True)], verbose=0)
-            return {OBJECTIVE: max(tuned.history[OBJECTIVE])}
+                              callbacks=[stop], verbose=0)
+            return {trials.objective: max(tuned.history[trials.objective])}
 
     return ImageHyperModel()
 
@@ -178,8 +197,9 @@ def tuner_fn(fn_args):
     trials = int((fn_args.custom_config or {}).get(TRIALS_KEY) or 10)
     space = keras_tuner.HyperParameters()
     define(space, hp)
+    trials_data = _Trials(fn_args, hp)
     tuner = _search_class()(
-        hypermodel=_hypermodel(_Trials(fn_args, hp)), objective=keras_tuner.Objective(OBJECTIVE, "max"),
+        hypermodel=_hypermodel(trials_data), objective=keras_tuner.Objective(trials_data.objective, "max"),
         max_trials=trials, num_initial_points=min(trials, INITIAL_POINTS), hyperparameters=space,
         tune_new_entries=False, seed=hp.seed, directory=fn_args.working_dir, project_name="search", overwrite=True)
     return TunerFnResult(tuner=tuner, fit_kwargs={})
