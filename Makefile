@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
-	bench-health bench-tuning lock clean
+	bench-health bench-tuning bench-imbalance lock clean
 
 install: $(VENV)/.installed
 
@@ -76,6 +76,11 @@ bench-health: install
 # cached features) and on the shapes set (the cnn, trials on pixels) (~15 minutes).
 bench-tuning: install
 	$(BIN)/python -m bench.tuning_benchmark
+
+# Imbalanced classes: imagepipe's defaults against the plain Keras script and the Keras class_weight recipe on
+# generated sets (2% and 10% defects, a ten-class long tail), presplit, 3 seeds (~35 minutes).
+bench-imbalance: install
+	$(BIN)/python -m bench.imbalance_benchmark --seeds 1,2,3
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install

@@ -8,6 +8,8 @@ from components.image_example_gen.ingest_defaults import LAYOUTS
 from pipeline.cloud_config import TARGETS, CloudConfig
 from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
+from trainer.class_balance import IMBALANCED_RATIO, MIN_EVAL_EXAMPLES
+from trainer.class_balance import MODES as BALANCE_MODES
 from trainer.hparams import AUGMENTATIONS, MODELS, TFLITE_KINDS
 
 
@@ -96,6 +98,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "last search's N unless --tune gives one)")
     t.add_argument("--accuracy-threshold", type=float,
                    help=f"bless the model at this eval accuracy (default {d.accuracy_threshold})")
+    t.add_argument("--min-class-recall", type=float, help="and only when every class with at least "
+                   f"{MIN_EVAL_EXAMPLES} eval images reaches this recall (default {d.min_class_recall}; 0: no check)")
+    t.add_argument("--class-balance", choices=BALANCE_MODES, help="imbalanced classes (the largest over "
+                   f"{IMBALANCED_RATIO:g} times the smallest in train): auto (default: loss weights by class, and "
+                   "training follows balanced accuracy), weights, sampling (class-balanced batches), off")
     p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None,
                    help="re-run every component")
     p.add_argument("--beam-arg", dest="beam_args", action="append",

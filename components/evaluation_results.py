@@ -7,23 +7,46 @@ from typing import Any, Dict, List, Optional
 
 
 def metrics(evaluation_uri: str) -> Dict[str, Any]:
-    """Overall accuracy and example count of the candidate (and baseline), and the validation verdict."""
+    """Overall accuracy, balanced accuracy and example count of the candidate (and baseline), each class's
+    recall and precision (components/evaluation_metrics.py), what the gate judged (class_gate.json), and the
+    validation verdict: one line per failed check, naming the class."""
+    import math
+
     import tensorflow_model_analysis as tfma
 
-    found: Dict[str, Any] = {"accuracy": None, "baseline_accuracy": None, "example_count": None,
-                             "failures": []}
+    from components.evaluation_metrics import BALANCED_ACCURACY, CLASS_PRECISION, CLASS_RECALL
+
+    found: Dict[str, Any] = {"accuracy": None, "baseline_accuracy": None, "balanced_accuracy": None,
+                             "baseline_balanced_accuracy": None, "example_count": None, "per_class": {},
+                             "gate": class_gate(evaluation_uri), "failures": []}
+    names = (found["gate"] or {}).get("class_names") or []
     for metrics in tfma.load_metrics(evaluation_uri):
         if metrics.slice_key.single_slice_keys:
             continue  # overall slice only
         for kv in metrics.metric_keys_and_values:
             key = kv.key
-            if key.HasField("sub_key") or key.is_diff or not kv.value.HasField("double_value"):
+            if key.is_diff or not kv.value.HasField("double_value"):
                 continue
             value = kv.value.double_value.value
+            baseline = key.model_name == "baseline"
+            if key.HasField("sub_key"):
+                if key.name in (CLASS_RECALL, CLASS_PRECISION) and not baseline and key.sub_key.HasField("class_id"):
+                    class_id = key.sub_key.class_id.value
+                    name = names[class_id] if class_id < len(names) else str(class_id)
+                    found["per_class"].setdefault(name, {})[key.name.split("_")[1]] = (
+                        None if math.isnan(value) else value)
+                continue
             if key.name == "sparse_categorical_accuracy":
-                found["baseline_accuracy" if key.model_name == "baseline" else "accuracy"] = value
-            elif key.name == "example_count" and key.model_name != "baseline":
+                found["baseline_accuracy" if baseline else "accuracy"] = value
+            elif key.name == BALANCED_ACCURACY:
+                found["baseline_balanced_accuracy" if baseline else "balanced_accuracy"] = None if math.isnan(value) else value
+            elif key.name == "example_count" and not baseline:
                 found["example_count"] = int(value)
+    support = (found["gate"] or {}).get("eval_examples") or []
+    found["per_class"] = {name: {"precision": found["per_class"].get(name, {}).get("precision"),
+                                 "recall": found["per_class"].get(name, {}).get("recall"),
+                                 "support": support[i] if i < len(support) else None}
+                          for i, name in enumerate(names) if name in found["per_class"]}
     validation = tfma.load_validation_result(evaluation_uri)
     for per_slice in validation.metric_validations_per_slice:
         for failure in per_slice.failures:
@@ -31,15 +54,56 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
     return found
 
 
+def class_gate(evaluation_uri: str) -> Optional[Dict[str, Any]]:
+    """class_gate.json (components/model_evaluator.py): the classes judged, their counts, what was compared."""
+    import json
+
+    from tfx.dsl.io import fileio
+
+    path = os.path.join(evaluation_uri, "class_gate.json")
+    if not fileio.exists(path):
+        return None
+    with fileio.open(path, "r") as f:
+        return json.loads(f.read())
+
+
+def weakest_class(found: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The class with the lowest recall among those with eval images (judged ones first): {name, recall,
+    support, judged}, or None when the evaluation has no per-class figures."""
+    gate = found.get("gate") or {}
+    names, support = gate.get("class_names") or [], gate.get("eval_examples") or []
+    judged = set(gate.get("judged") or [])
+    rows = [{"name": name, "recall": found["per_class"][name]["recall"], "support": support[i], "judged": i in judged}
+            for i, name in enumerate(names)
+            if i < len(support) and support[i] and (found.get("per_class", {}).get(name) or {}).get("recall") is not None]
+    return min(rows, key=lambda r: (r["recall"], not r["judged"], -r["support"])) if rows else None
+
+
 def _failure_text(failure, found: Dict[str, Any]) -> str:
-    """What failed, with the value and the bound (TFMA's own message is often empty)."""
+    """What failed, with the value and the bound (TFMA's own message is often empty), naming the class."""
     name, threshold = failure.metric_key.name, failure.metric_threshold
     value = failure.metric_value.double_value.value if failure.metric_value.HasField("double_value") else None
     has_bound = threshold.HasField("value_threshold") and threshold.value_threshold.HasField("lower_bound")
-    if failure.metric_key.is_diff and found.get("baseline_accuracy") is not None and found.get("accuracy") is not None:
-        return f"{name} {found['accuracy']:.4f} is below the last blessed model's {found['baseline_accuracy']:.4f}"
+    if name == "class_recall" and failure.metric_key.sub_key.HasField("class_id") and value is not None:
+        gate = found.get("gate") or {}
+        class_id = failure.metric_key.sub_key.class_id.value
+        names, support = gate.get("class_names") or [], gate.get("eval_examples") or []
+        label = repr(names[class_id]) if class_id < len(names) else f"id {class_id}"
+        images = f" ({support[class_id]:,} eval images)" if class_id < len(support) else ""
+        bound = threshold.value_threshold.lower_bound.value
+        if bound < 0.005:  # a class with a few eval images: one of them must be found
+            count = f"{support[class_id]:,} " if class_id < len(support) else ""
+            return f"class {label} recall 0.00: none of its {count}eval images found (--min-class-recall)"
+        return f"class {label} recall {value:.2f} < {bound:.2f}{images} (--min-class-recall)"
+    if failure.metric_key.is_diff:
+        for metric, shown in (("balanced_accuracy", "balanced accuracy"), ("accuracy", "accuracy")):
+            if name.endswith(metric) and found.get(metric) is not None and found.get(f"baseline_{metric}") is not None:
+                return (f"{shown} {found[metric]:.4f} is below the last blessed model's "
+                        f"{found[f'baseline_{metric}']:.4f}")
     if has_bound and value is not None:
-        return f"{name} {value:.4f} is below the threshold {threshold.value_threshold.lower_bound.value:.4f}"
+        shown = "accuracy" if name == "sparse_categorical_accuracy" else name
+        option = " (--accuracy-threshold)" if name == "sparse_categorical_accuracy" else ""
+        return f"{shown} {value:.4f} is below the threshold {threshold.value_threshold.lower_bound.value:.4f}{option}"
     return f"{name}: {failure.message or 'failed its threshold'}"
 
 

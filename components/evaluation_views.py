@@ -63,15 +63,37 @@ def _rates(matrix: Matrix, classes: int) -> Dict:
             "recall": correct / total if total else None, "examples": int(total), "per_class": per_class}
 
 
+def unreachable(curve: List[Dict], point: Dict) -> List[str]:
+    """The classes the model finds at threshold 0 (some recall) but at this point's threshold no longer finds at
+    all: above it, no image of theirs is ever given their class."""
+    if not curve:
+        return []
+    found = [name for name, m in curve[0]["per_class"].items() if m["recall"]]
+    return [name for name in found if not point["per_class"].get(name, {}).get("recall")]
+
+
 def choose(curve: List[Dict], confidence_threshold: Optional[float], target_precision: Optional[float]) -> Dict:
-    """The threshold that goes with the model, and how it was chosen."""
+    """The threshold that goes with the model, and how it was chosen. A threshold chosen for a target precision
+    never makes a class unreachable: the highest below it that keeps every class is taken instead."""
     if confidence_threshold is not None:
-        return {"threshold": confidence_threshold, "how": f"--confidence-threshold {confidence_threshold:g}"}
+        point = min(curve, key=lambda p: abs(p["threshold"] - confidence_threshold)) if curve else None
+        lost = unreachable(curve, point) if point else []
+        return {"threshold": confidence_threshold, "how": f"--confidence-threshold {confidence_threshold:g}" + (
+            "; above it the model gives no eval image the class " + ", ".join(repr(n) for n in lost) if lost else ""),
+                **({"unreachable": lost} if lost else {})}
     if target_precision is not None:
         reaching = [p for p in curve if p["precision"] is not None and p["precision"] >= target_precision - 1e-12]
-        if reaching:
+        if reaching and not unreachable(curve, reaching[0]):
             return {"threshold": reaching[0]["threshold"], "how": f"the lowest reaching precision "
                                                                    f"{target_precision:g} (--target-precision)"}
+        if reaching:
+            lost = unreachable(curve, reaching[0])
+            keeping = [p for p in curve if p["threshold"] < reaching[0]["threshold"] and not unreachable(curve, p)]
+            best = keeping[-1]["threshold"] if keeping else 0.0
+            return {"threshold": best, "target_missed": True,
+                    "how": f"{best:g}: precision {target_precision:g} (--target-precision) is reached only at "
+                           f"{reaching[0]['threshold']:g}, where the model no longer gives any image the class "
+                           + ", ".join(repr(n) for n in lost) + "; the highest threshold that keeps every class"}
         return {"threshold": 0.0, "how": f"none: no threshold reaches precision {target_precision:g} "
                                          "(--target-precision)", "target_missed": True}
     return {"threshold": 0.0, "how": "none (every image gets a class; --confidence-threshold or --target-precision "

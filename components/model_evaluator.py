@@ -9,6 +9,12 @@ the views teams coming from Vertex AutoML expect.
 - The accuracy threshold can be a parameter of its own (`accuracy_threshold`, components/runtime_settings.py:
   a compiled job's runtime parameter); it replaces the lower bound of SparseCategoricalAccuracy's threshold
   in eval_config before TFMA reads it.
+- Every class is judged (components/evaluation_metrics.py): TFMA computes each class's recall and precision
+  and balanced accuracy, and blesses only a model whose recall reaches `min_class_recall` on every class with
+  at least class_balance.MIN_EVAL_EXAMPLES eval images, and that finds some eval image of every class with at
+  least class_balance.MIN_EVAL_TO_FIND. On an imbalanced train split (class_balance.py) the
+  candidate is compared with the last blessed model on balanced accuracy instead of accuracy. class_gate.json
+  in the evaluation says which classes were judged, on what counts, and what was compared.
 - views.json (components/evaluation_views.py): precision, recall and coverage as the confidence threshold
   moves, overall and per class, and the threshold chosen for the model (`confidence_threshold`, or the
   lowest reaching `target_precision`), from TFMA's confusion matrices at thresholds.
@@ -23,19 +29,22 @@ the views teams coming from Vertex AutoML expect.
 
 import json
 import os
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
-from components import beam_tuning
+from components import beam_tuning, evaluation_metrics
 from components.baseline import locate
 from components.image_example_gen import PROFILE_FILE
+from trainer import class_balance
 
 BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no baseline was compared
 THRESHOLD = "accuracy_threshold"  # the Evaluator's own parameter (components/runtime_settings.py)
 CONFIDENCE, TARGET_PRECISION = "confidence_threshold", "target_precision"  # its parameters for views.json
+MIN_CLASS_RECALL = "min_class_recall"  # its parameter: the recall every judged class must reach
+CLASS_GATE_FILE = "class_gate.json"  # in the evaluation: the classes judged, their counts, what was compared
 TEST_SPLIT = "test"
 ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (pipeline/pipeline.py)
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
@@ -86,6 +95,59 @@ def with_threshold(exec_properties):
     return {**exec_properties, key: proto_utils.proto_to_json(config)}
 
 
+def split_class_counts(examples, split: str) -> Dict[str, int]:
+    """Examples per class name in a split of ImageExampleGen's output: from its profile.json, or for examples
+    written before the profile kept splits apart, counted from the records (class names only)."""
+    profile_path = os.path.join(examples.uri, PROFILE_FILE)
+    if fileio.exists(profile_path):
+        with fileio.open(profile_path, "r") as f:
+            per_split = json.loads(f.read()).get("classes_per_split")
+        if per_split is not None:
+            return dict(per_split.get(split, {}))
+    import tensorflow as tf
+
+    from trainer import features
+
+    files = fileio.glob(os.path.join(artifact_utils.get_split_uri([examples], split), "*"))
+    counts: Dict[str, int] = {}
+    spec = {features.LABEL_TEXT_KEY: tf.io.FixedLenFeature([], tf.string, default_value="")}
+    for batch in tf.data.TFRecordDataset(files, compression_type=features.compression(files)).batch(1024):
+        for name in tf.io.parse_example(batch, spec)[features.LABEL_TEXT_KEY].numpy():
+            counts[name.decode("utf-8", "replace")] = counts.get(name.decode("utf-8", "replace"), 0) + 1
+    return counts
+
+
+def with_class_checks(exec_properties, names: List[str], eval_counts: Dict[str, int],
+                      train_counts: Dict[str, int]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """exec_properties with eval_config's per-class metrics and floors (components/evaluation_metrics.py), and
+    what class_gate.json records: which classes are judged, on what counts, and what the baseline is compared on."""
+    import tensorflow_model_analysis as tfma
+    from tfx.utils import proto_utils
+
+    floor = exec_properties.get(MIN_CLASS_RECALL)
+    floor = class_balance.MIN_CLASS_RECALL if floor is None else float(floor)
+    support = [int(eval_counts.get(name, 0)) for name in names]
+    judged = [c for c, n in enumerate(support) if n >= class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
+    must_find = [c for c, n in enumerate(support)
+                 if class_balance.MIN_EVAL_TO_FIND <= n < class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
+    imbalanced = class_balance.is_imbalanced(train_counts)
+    key = standard_component_specs.EVAL_CONFIG_KEY
+    config = proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig())
+    if imbalanced:  # the baseline is compared on balanced accuracy instead
+        for spec in config.metrics_specs:
+            for metric in spec.metrics:
+                if metric.class_name == ACCURACY_METRIC:
+                    metric.threshold.ClearField("change_threshold")
+    config.metrics_specs.extend(evaluation_metrics.class_specs(support, judged, floor, compare_balanced=imbalanced,
+                                                               must_find=must_find))
+    gate = {"class_names": names, "eval_examples": support, "train_examples": [int(train_counts.get(n, 0)) for n in names],
+            "min_class_recall": floor, "min_eval_examples": class_balance.MIN_EVAL_EXAMPLES, "judged": judged,
+            "must_find": must_find, "min_eval_to_find": class_balance.MIN_EVAL_TO_FIND,
+            "imbalance_ratio": class_balance.imbalance_ratio(train_counts), "imbalanced": imbalanced,
+            "compared_on": "balanced_accuracy" if imbalanced else "accuracy"}
+    return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
+
+
 class Executor(beam_tuning.EvaluatorExecutor):
     def Do(self, input_dict, output_dict, exec_properties):
         exec_properties = with_threshold(exec_properties)
@@ -102,17 +164,25 @@ class Executor(beam_tuning.EvaluatorExecutor):
                 logging.warning("Evaluator: not comparing with the last blessed model: %s; blessing on the "
                                 "threshold alone", skipped)
                 input_dict = {**input_dict, key: []}  # TFX then ignores change thresholds (rubber stamp)
+        examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
+        candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+        names = model_classes(candidate.uri)
+        gate = None
+        if names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
+            exec_properties, gate = with_class_checks(exec_properties, names, split_class_counts(examples, "eval"),
+                                                      split_class_counts(examples, "train"))
         super().Do(input_dict, output_dict, exec_properties)
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
         if skipped:
             blessing.set_string_custom_property(BASELINE_SKIPPED, skipped)
-        examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
         profile = os.path.join(examples.uri, PROFILE_FILE)
         if fileio.exists(profile):
             fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
         evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
-        candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
-        names = model_classes(candidate.uri)
+        if gate:
+            from tfx.utils import io_utils
+
+            io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
         if not names:
             return  # a model that does not record its classes (older versions): no views
         found = self._write_views(evaluation.uri, names, exec_properties.get(CONFIDENCE),

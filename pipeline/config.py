@@ -14,8 +14,9 @@ from typing import Any, Dict, List, Optional
 from components.data_health import LABEL_CHECKS
 from components.image_example_gen import ingest_defaults
 from components.tuning import MODES as TUNE_MODES
-from storage.errors import ConfigError  # raised here, caught as pipeline.config.ConfigError too
-from storage.files import is_remote
+from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
+from storage.files import is_remote, local_or_supported
+from trainer.class_balance import MIN_CLASS_RECALL
 from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams, decode_memory_bytes
 
 # The repository root: schemas/ and the default run's outputs are found from here.
@@ -99,6 +100,7 @@ class PipelineConfig:
     seed: int = HParams.seed
     deterministic: bool = HParams.deterministic
     warm_start: bool = HParams.warm_start
+    class_balance: str = HParams.class_balance  # imbalanced classes: auto | weights | sampling | off
     # Hyperparameter search (components/tuning, trainer/tuning.py): trials per search, 0 for no search step.
     # tune_mode "search": this run searches (`imagepipe run --tune N`, --retune); "auto": only when the data
     # or settings moved since the last search, else its best values are reused (compiled jobs; local runs
@@ -108,6 +110,9 @@ class PipelineConfig:
     # Evaluator: bless a model when eval accuracy reaches this, and (after the first) when it is
     # no worse than the last blessed model. Pusher copies blessed models under <root>/serving/<name>.
     accuracy_threshold: float = 0.9
+    # ... and when every class with at least class_balance.MIN_EVAL_EXAMPLES eval images reaches this recall
+    # (a model that misses a class is never blessed, whatever its accuracy).
+    min_class_recall: float = MIN_CLASS_RECALL
     # The confidence threshold that goes with the model (imagepipe predict answers "unsure" at or below it): this
     # one, or the lowest at which the eval split's precision reaches target_precision; none by default.
     confidence_threshold: Optional[float] = None
@@ -120,6 +125,8 @@ class PipelineConfig:
         # would mean another folder to every later run, `runs` and `report` started elsewhere.
         if self.root:
             self.root = os.path.abspath(os.path.expanduser(self.root))
+        if self.data and self.data.lower().startswith("file://"):  # a file:// URI is a local path
+            self.data = local_or_supported(self.data, f"--data {self.data}")
 
     @property
     def pipeline_name(self) -> str:
@@ -168,7 +175,7 @@ class PipelineConfig:
                        fine_tune_epochs=self.fine_tune_epochs, patience=self.patience, batch_size=self.batch_size,
                        learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
                        tflite=self.tflite, seed=self.seed, deterministic=self.deterministic,
-                       warm_start=self.warm_start)
+                       warm_start=self.warm_start, class_balance=self.class_balance)
 
     def health_limits(self):
         """The data health check's thresholds (components.data_health.checks.Limits) from these settings."""
@@ -186,6 +193,11 @@ class PipelineConfig:
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", self.name):
             raise ConfigError(f"--name {self.name!r}: use letters, digits, '-', '_' or '.' (at most 63), "
                               "starting with a letter or digit")
+        if self.data:
+            try:
+                local_or_supported(self.data, f"--data {self.data}")
+            except DataError as e:
+                raise ConfigError(str(e)) from None
         if self.layout not in ingest_defaults.LAYOUTS:
             raise ConfigError(f"--layout {self.layout!r}: use one of {', '.join(ingest_defaults.LAYOUTS)}")
         if not 1 <= self.eval_percent <= 99:
@@ -233,6 +245,8 @@ class PipelineConfig:
                               "it must reach)")
         if not 0 <= self.accuracy_threshold <= 1:
             raise ConfigError(f"--accuracy-threshold {self.accuracy_threshold}: use a fraction from 0 to 1")
+        if not 0 <= self.min_class_recall <= 1:
+            raise ConfigError(f"--min-class-recall {self.min_class_recall}: use a fraction from 0 to 1 (0: no check)")
         if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \
                 and not os.path.isfile(self.weights):
             raise ConfigError(f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
@@ -264,7 +278,8 @@ class PipelineConfig:
 # pipeline parameter name -> (PipelineConfig field, type). tune_trials exists only in a job compiled with
 # --tune, span_window only with --span-pattern.
 RUNTIME_PARAMETERS = {"epochs": ("epochs", int), "learning_rate": ("learning_rate", float),
-                      "accuracy_threshold": ("accuracy_threshold", float), "span_window": ("span_window", int),
+                      "accuracy_threshold": ("accuracy_threshold", float),
+                      "min_class_recall": ("min_class_recall", float), "span_window": ("span_window", int),
                       "tune_trials": ("tune", int)}
 
 
@@ -278,6 +293,8 @@ def runtime_values(config: "PipelineConfig", given: List[str]) -> Dict[str, Any]
         name, raw = name.strip(), raw.strip()
         if not sep or name not in RUNTIME_PARAMETERS:
             raise ConfigError(f"--param {item!r}: use NAME=VALUE, NAME one of {', '.join(known)}")
+        if name in values:
+            raise ConfigError(f"--param {name}: given twice ({values[name]} and {raw}); give it once")
         if name not in known:
             raise ConfigError(f"--param {name}: this job has no such parameter ("
                               + ("compile it with --tune N" if name == "tune_trials" else

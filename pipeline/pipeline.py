@@ -208,6 +208,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         eval_config=eval_config(config.accuracy_threshold, config.confidence_threshold),
         example_splits=["eval"],
         settings={**({"accuracy_threshold": setting("accuracy_threshold")} if platform.compiled else {}),
+                  # every class with enough eval images must reach it (components/evaluation_metrics.py)
+                  "min_class_recall": setting("min_class_recall"),
                   "confidence_threshold": config.confidence_threshold, "target_precision": config.target_precision},
     ).with_id("Evaluator")
 

@@ -9,6 +9,7 @@ from report import report_data
 from report.report_html import (esc, histogram_svg, not_reached, section, share_bar, table, thumbnail, tiles,
                                 unfinished)
 from runs import run_text
+from trainer import class_balance
 
 
 MAX_QUARANTINE_ROWS = 200
@@ -37,7 +38,18 @@ def data(components: Dict[str, Dict]) -> str:
                  "original size and hash are in <code>image/original/height</code>, <code>image/original/width"
                  "</code> and <code>image/key/sha256</code>.</p>")
     body += "<h3>Examples per split and class (the label map's ids)</h3>"
-    body += table(["class", "id"] + splits + ["total"], rows, numeric=range(1, len(splits) + 3))
+    if d.get("imbalance_ratio") is not None:
+        imbalanced = d["imbalance_ratio"] > class_balance.IMBALANCED_RATIO
+        style = ' class="warn"' if imbalanced else ""
+        body += (f"<p{style}>Class mix: {esc(run_text.describe_balance(d))}"
+                 + ("; training balances the classes and follows balanced accuracy, and the Evaluator judges every "
+                    "class with enough eval images (<code>--class-balance</code>, <code>--min-class-recall</code>)."
+                    if imbalanced else ".") + "</p>")
+    shares = {s: d["examples_per_split"][s] or 1 for s in splits}
+    body += table(["class", "id"] + splits + ["total"] + [f"share of {s}" for s in splits],
+                  [row + ([share_bar(row[2 + i] / shares[s]) for i, s in enumerate(splits)]
+                          if row[0] != "all classes" else [""] * len(splits)) for row in rows],
+                  numeric=range(1, len(splits) + 3), raw=range(len(splits) + 3, 2 * len(splits) + 3))
     if d["quarantined"]:
         body += "<h3>Quarantined files</h3>" + table(["reason", "files"], d["quarantine_reasons"].items(), numeric=[1])
         body += _quarantine_rows(d, components["ImageExampleGen"]["properties"].get("input_base", ""))
@@ -156,6 +168,8 @@ def health(components: Dict[str, Dict]) -> str:
     if d.get("problems"):
         body += "<h3>Over the limits</h3>" + table(["check", "finding", "option"],
                                                     [[p["check"], p["text"], p["option"]] for p in d["problems"]])
+    if d.get("warnings"):
+        body += "<h3>Warnings</h3>" + table(["check", "finding"], [[w["check"], w["text"]] for w in d["warnings"]])
     return section("health", "Data health", body)
 
 

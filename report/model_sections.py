@@ -8,6 +8,7 @@ from components import evaluation_results
 from report import report_data
 from report.report_html import confusion_svg, esc, line_chart, section, table, thumbnail, tiles, unfinished, xy_chart
 from runs import run_text
+from trainer import class_balance
 
 
 MAX_EVAL_EXAMPLES = 2000
@@ -27,26 +28,27 @@ def tuning(components: Dict[str, Dict]) -> str:
     results = d.get("results") or []
     if d["searched"]:
         body = (f"<p>This run searched: {len(results)} trials of {esc(d.get('algorithm') or '')} search "
-                f"({esc(d['reason'])}), in {d['seconds']:.1f} s, each scored by its best epoch's eval accuracy.</p>")
+                f"({esc(d['reason'])}), in {d['seconds']:.1f} s, each scored by its best epoch's "
+                f"{run_text.objective_name(d)}.</p>")
     else:
         body = (f"<p>This run reused the best values of the search of {esc(d.get('searched_at') or '')} "
                 f"(<code>{esc(d.get('reused_from') or '')}</code>): {esc(d['reason'])}. "
                 "<code>--retune</code> searches again.</p>")
     best = d.get("best") or {}
     body += (f"<p>Best: <b>{esc(run_text.describe_values(best))}</b>"
-             + (f", eval accuracy {d['best_score']:.4f}" if d.get("best_score") is not None else "")
+             + (f", {run_text.objective_name(d)} {d['best_score']:.4f}" if d.get("best_score") is not None else "")
              + "; the Trainer trained with these values.</p>")
     scores = [r.get("score") for r in results]
     so_far, running = [], None
     for score in scores:
         running = score if running is None or (score is not None and score > running) else running
         so_far.append(running)
-    body += line_chart({"trial score": scores, "best so far": so_far}, "eval accuracy against trial")
+    body += line_chart({"trial score": scores, "best so far": so_far}, f"{run_text.objective_name(d)} against trial")
     names = sorted({k for r in results for k in r.get("values", {})})
     top = max((s for s in scores if s is not None), default=None)
     rows = [[r["trial"], r.get("score"), *[r.get("values", {}).get(n) for n in names],
              "best" if top is not None and r.get("score") == top else ""] for r in results]
-    body += table(["trial", "eval accuracy", *names, ""], rows, numeric=[0, 1])
+    body += table(["trial", run_text.objective_name(d), *names, ""], rows, numeric=[0, 1])
     return section("tuning", "Tuning", body)
 
 
@@ -65,14 +67,22 @@ def training(components: Dict[str, Dict]) -> str:
         body += (f"<p class=\"warn\"><b>{esc(run_text.still_improving(d['still_improving']))}</b>: the eval loss was "
                  "still falling when the epoch cap ended training, so more epochs would likely give a better "
                  "model.</p>")
+    balancing = log.get("class_balance") or {}
+    if balancing.get("imbalanced"):
+        body += (f"<p class=\"warn\">The train split is imbalanced ({esc(class_balance.describe_mix(balancing['counts']))}"
+                 f"): {esc(run_text.describe_class_balance(balancing))}; early stopping and the kept epoch followed "
+                 "balanced accuracy (<code>--class-balance</code>).</p>")
     loss = {"train loss": [e.get("loss") for e in epochs], "eval loss": [e.get("val_loss") for e in epochs]}
     accuracy = {"train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
-                "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs]}
+                "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs],
+                "eval balanced accuracy": [e.get("val_balanced_accuracy") for e in epochs]}
     body += f"<div class=\"grid\">{line_chart(loss, 'loss per epoch')}{line_chart(accuracy, 'accuracy per epoch')}</div>"
-    body += table(["epoch", "phase", "seconds", "loss", "accuracy", "eval loss", "eval accuracy"],
+    body += table(["epoch", "phase", "seconds", "loss", "accuracy", "eval loss", "eval accuracy",
+                   "eval balanced accuracy"],
                   [[e["epoch"], e["phase"], f"{e['seconds']:.2f}", e.get("loss"), e.get("sparse_categorical_accuracy"),
-                    e.get("val_loss"), e.get("val_sparse_categorical_accuracy")] for e in epochs],
-                  numeric=[0, 2, 3, 4, 5, 6])
+                    e.get("val_loss"), e.get("val_sparse_categorical_accuracy"), e.get("val_balanced_accuracy")]
+                   for e in epochs],
+                  numeric=[0, 2, 3, 4, 5, 6, 7])
     body += _on_device(log.get("tflite"))
     body += "<h3>Hyperparameters</h3>"
     if log.get("tuned"):
@@ -123,8 +133,13 @@ def evaluation(components: Dict[str, Dict]) -> str:
     if pushed:
         body += (f"<p>Pushed to <code>{esc(pushed['destination'])}</code>.</p>" if pushed["pushed"]
                  else "<p>Not pushed: the model was not blessed.</p>")
-    body += table(["metric", "value"], [["accuracy", d["accuracy"]], ["eval examples", d["example_count"]],
-                                         ["last blessed model's accuracy", d["baseline_accuracy"]]], numeric=[1])
+    body += table(["metric", "value"], [["accuracy", d["accuracy"]],
+                                         ["balanced accuracy (mean recall of the classes)", d.get("balanced_accuracy")],
+                                         ["eval examples", d["example_count"]],
+                                         ["last blessed model's accuracy", d["baseline_accuracy"]],
+                                         ["last blessed model's balanced accuracy", d.get("baseline_balanced_accuracy")]],
+                  numeric=[1])
+    body += _every_class(d)
     card = (components.get("ModelCard", {}).get("details") or {})
     if card.get("card_html"):
         body += f"<p>Model card: <a href=\"file://{esc(card['card_html'])}\">{esc(card['card_html'])}</a>.</p>"
@@ -136,6 +151,7 @@ def evaluation(components: Dict[str, Dict]) -> str:
             ["class", "precision", "recall", "eval examples"],
             [[name, m["precision"], m["recall"], m["support"]] for name, m in sorted(d["per_class"].items())],
             numeric=[1, 2, 3])
+    body += _confusion(names, d.get("confusion"), shares=True)
     body += _confusion(names, d.get("confusion"))
     body += _misclassified(components)
     test = d.get("test")
@@ -152,7 +168,38 @@ def _fmt_or_dash(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _confusion(names, confusion) -> str:
+def _every_class(d: Dict[str, Any]) -> str:
+    """Each class's recall and precision on argmax predictions (TFMA: components/evaluation_metrics.py), the
+    weakest class, and which classes the blessing held to --min-class-recall."""
+    gate = d.get("gate")
+    if not gate or not d.get("per_class"):
+        return ""
+    judged, must_find = set(gate["judged"]), set(gate.get("must_find") or [])
+    weakest = evaluation_results.weakest_class(d)
+    body = (f"<h3 id=\"every-class\">Every class</h3><p>A model is blessed only if every class with at least "
+            f"{gate['min_eval_examples']} eval images reaches recall {gate['min_class_recall']:.2f} "
+            f"(<code>--min-class-recall</code>) and at least one eval image of every class with "
+            f"{gate.get('min_eval_to_find', 3)} or more is found, besides the accuracy threshold"
+            + (f"; the train split is imbalanced {gate['imbalance_ratio']:.1f}:1, so the last blessed model is "
+               "compared on balanced accuracy" if gate.get("imbalanced") else "") + ".")
+    if weakest:
+        body += (f" Weakest class: <b>{esc(weakest['name'])}</b>, recall {weakest['recall']:.2f} on "
+                 f"{weakest['support']:,} eval images" + ("" if weakest["judged"] else " (too few to judge)") + ".")
+    body += "</p>"
+    rows = []
+    for i, name in enumerate(gate["class_names"]):
+        m = d["per_class"].get(name) or {}
+        support, recall = gate["eval_examples"][i], m.get("recall")
+        verdict = ("below the floor" if i in judged and recall is not None and recall < gate["min_class_recall"] else
+                   "ok" if i in judged else "none found" if i in must_find and not recall else
+                   "found (too few eval images for the floor)" if i in must_find else "too few eval images")
+        rows.append([name, gate["train_examples"][i], support, recall, m.get("precision"), verdict])
+    rows.sort(key=lambda r: (r[3] if r[3] is not None else 2.0, r[0]))
+    return body + table(["class", "train images", "eval images", "recall", "precision", "judged"], rows,
+                        numeric=[1, 2, 3, 4])
+
+
+def _confusion(names, confusion, shares: bool = False) -> str:
     if not names or not confusion:
         return ""
     matrix = [[0] * len(names) for _ in names]
@@ -161,7 +208,10 @@ def _confusion(names, confusion) -> str:
             matrix[actual][predicted] += count
     order = sorted(range(len(names)), key=lambda i: names[i])
     matrix = [[matrix[i][j] for j in order] for i in order]
-    return "<h3>Confusion matrix</h3>" + confusion_svg(matrix, [names[i] for i in order])
+    if shares:
+        return ("<h3>Confusion matrix, each row as shares of its class (the diagonal is recall)</h3>"
+                + confusion_svg(matrix, [names[i] for i in order], shares=True))
+    return "<h3>Confusion matrix (counts)</h3>" + confusion_svg(matrix, [names[i] for i in order])
 
 
 MAX_CURVES = 10  # per-class precision-recall curves drawn (the classes with the most examples)

@@ -142,8 +142,9 @@ def xy_chart(series: Dict[str, List[tuple]], title: str, x_label: str, y_label: 
     return f"<svg role=\"img\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\">{''.join(parts)}</svg>"
 
 
-def confusion_svg(matrix: List[List[int]], names: List[str], cell: int = 28) -> str:
-    """A heatmap of [actual][predicted] counts, rows normalised for the colour."""
+def confusion_svg(matrix: List[List[int]], names: List[str], cell: int = 28, shares: bool = False) -> str:
+    """A heatmap of [actual][predicted] counts, rows normalised for the colour; with `shares`, each cell shows
+    its share of the row (the diagonal is each class's recall) and the count is in its tooltip."""
     k = len(names)
     left, top = 90, 80
     size_w, size_h = left + cell * k + 10, top + cell * k + 10
@@ -163,10 +164,11 @@ def confusion_svg(matrix: List[List[int]], names: List[str], cell: int = 28) -> 
             parts.append(f"<rect x=\"{left + cell * j}\" y=\"{top + cell * i}\" width=\"{cell - 1}\" "
                          f"height=\"{cell - 1}\" fill=\"{color}\"><title>actual {esc(name)}, predicted "
                          f"{esc(names[j])}: {count}</title></rect>")
-            if count:
+            if count or (shares and i == j and sum(matrix[i])):
                 ink = " style=\"fill:#fff\"" if i == j and share > 0.5 else ""  # readable on dark cells
+                shown = f"{share:.2f}".lstrip("0") if shares and share < 1 else "1" if shares else f"{count}"
                 parts.append(f"<text x=\"{left + cell * j + 4}\" y=\"{top + cell * i + cell / 2 + 4}\"{ink}>"
-                             f"{count}</text>")
+                             f"{shown}</text>")
     return f"<svg role=\"img\" width=\"{size_w}\" height=\"{size_h}\" viewBox=\"0 0 {size_w} {size_h}\">{''.join(parts)}</svg>"
 
 

@@ -18,12 +18,12 @@ from components.backbone_features import SUMMARY_FILE as FEATURES_SUMMARY
 from components.data_health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
 from components.baseline import relocate
 from storage.files import is_remote
-from components.image_example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
+from components.image_example_gen import FAILED_DIR, NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
 from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
 from components.model_card import CARD_HTML, CARD_JSON, CARD_MD
 from components.tuning import DECISION_FILE as TUNING_FILE
 from runs import run_lock, run_store
-from trainer.epochs import kept_epoch
+from trainer.epochs import kept_epoch, monitor_of
 
 
 
@@ -143,11 +143,15 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
         c["missing"] = sorted(u for uris in c["outputs"].values() for u in uris
                               if c["state"] in ("ran", "cached") and not is_remote(u) and not os.path.exists(u))
         c["details"] = {} if c["missing"] else _details(c)
+        if not c["details"] and c["state"] == "FAILED" and component_kind(c["component"]) == "ImageExampleGen":
+            c["details"] = _failed_ingestion(c, metadata_path)
         if c["details"].get("destination"):  # the Pusher's folder, recorded like an artifact's
             c["details"]["destination"] = artifact_path(c["details"]["destination"], metadata_path)
     trainer = next((c["details"] for c in components if c["component"] == "Trainer"), {})
     for c in components:
-        if c["component"] == "Evaluator" and c["details"] and trainer.get("class_names"):
+        # Evaluations made before TFMA computed each class's figures: from the confusion matrix.
+        if c["component"] == "Evaluator" and c["details"] and not c["details"].get("per_class") \
+                and trainer.get("class_names"):
             c["details"]["per_class"] = per_class_metrics(c["details"]["confusion"], trainer["class_names"])
     status = run_store.run_status(components, recorded[0].id == run.id and run_lock.held(metadata_path))
     return {"run_id": run.name, "started_ms": run.create_time_since_epoch, "status": status,
@@ -172,6 +176,19 @@ def _json_output(c: Dict[str, Any], output: str, name: str, **files: str) -> Dic
 def _ingestion(c: Dict[str, Any]) -> Dict[str, Any]:
     return _json_output(c, "report", SUMMARY_FILE, quarantine_csv=QUARANTINE_FILE,
                         near_duplicates_csv=NEAR_DUPLICATES_FILE)
+
+
+def _failed_ingestion(c: Dict[str, Any], metadata_path: str) -> Dict[str, Any]:
+    """What a failed ingestion found (its outputs are removed; the executor keeps the summary and the quarantine
+    list in <pipeline root>/<component>/failed/<execution id>/), or {}."""
+    name_dir = os.path.dirname(metadata_path)
+    folder = os.path.join(os.path.dirname(os.path.dirname(name_dir)), "pipelines", os.path.basename(name_dir),
+                          c["component"], FAILED_DIR, str(c["execution_id"]))
+    path = os.path.join(folder, SUMMARY_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {**json.load(f), "quarantine_csv": os.path.join(folder, QUARANTINE_FILE), "failed": True}
 
 
 def _gate(c: Dict[str, Any]) -> Dict[str, Any]:
@@ -207,9 +224,11 @@ def _trainer(c: Dict[str, Any]) -> Dict[str, Any]:
     if not path or not os.path.exists(path):
         return {}
     log = json.load(open(path))
-    kept = kept_epoch(log["epochs"])
+    kept = kept_epoch(log["epochs"], monitor_of(log))
     return {"strategy": log["strategy"], "epochs": len(log["epochs"]), "train_seconds": log["train_seconds"],
             "kept_epoch": kept.get("epoch"), "kept_eval_accuracy": kept.get("val_sparse_categorical_accuracy"),
+            "kept_balanced_accuracy": kept.get("val_balanced_accuracy"), "monitor": monitor_of(log),
+            "class_balance": log.get("class_balance"),
             "warm_started_from": log.get("warm_started_from"),
             "warm_start_skipped": log.get("warm_start_skipped") or "",
             "model_run": model_run, "class_names": log["class_names"], "tflite": log.get("tflite"),

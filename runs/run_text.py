@@ -10,6 +10,7 @@ from components import drift as drift_lib
 from components.data_health import TRUSTED_ACCURACY
 from components.image_example_gen.sources import split_sort_key
 from runs.run_summary import component_kind
+from trainer import class_balance
 
 
 def format_summary(summary: Dict[str, Any]) -> List[str]:
@@ -26,7 +27,7 @@ def one_line(c: Dict[str, Any]) -> str:
         return f"its outputs are no longer on disk ({c['missing'][0]})"
     if kind in ("DataValidationGate", "DataHealthGate") and c["state"] == "FAILED":
         return "stopped the run: " + (c["error"].splitlines()[0][:200] if c["error"] else "anomalies or drift found")
-    if kind in LINES and c["details"]:
+    if kind in LINES and c["details"] and not (c["state"] == "FAILED" and c["error"]):
         return LINES[kind](c)
     if c["state"] == "FAILED" and c["error"]:
         return c["error"].splitlines()[0][:200]
@@ -41,6 +42,10 @@ def _ingestion(c: Dict[str, Any]) -> str:
     text = (f"{d['files_seen']:,} files -> {d['examples_written']:,} examples ({splits}), "
             f"{d['quarantined']:,} quarantined" + (f" ({reasons})" if reasons else "")
             + f", {len(d['label_map'])} classes")
+    if d.get("imbalance_ratio") is not None:
+        text += f" ({describe_balance(d)})"
+    if d.get("split_notes"):
+        text += "; " + "; ".join(d["split_notes"])
     if d.get("duplicate_groups"):
         text += f", {d['duplicate_files']} files in {d['duplicate_groups']} duplicate groups"
     if d.get("downscaled"):
@@ -48,6 +53,15 @@ def _ingestion(c: Dict[str, Any]) -> str:
     if d.get("near_duplicate_groups"):
         text += f", {describe_near_duplicates(d)}"
     return text
+
+
+def describe_balance(d: Dict[str, Any]) -> str:
+    """The train split's class mix in a phrase: its imbalance ratio, and when imbalanced the classes' counts."""
+    ratio = d["imbalance_ratio"]
+    train = (d.get("examples_per_split_and_class") or {}).get("train", {})
+    if ratio <= class_balance.IMBALANCED_RATIO:
+        return f"balanced: largest/smallest {ratio:.1f}:1 in train"
+    return f"imbalanced {ratio:.1f}:1 in train: {class_balance.describe_mix(train)}"
 
 
 def describe_near_duplicates(d: Dict[str, Any]) -> str:
@@ -85,6 +99,8 @@ def _health(c: Dict[str, Any]) -> str:
         text += f", feature drift {d['feature_drift']:.3f}"
     if d.get("problems"):
         text += ": " + "; ".join(p["text"] for p in d["problems"])
+    if d.get("warnings"):
+        text += "; warning: " + "; ".join(w["text"] for w in d["warnings"])
     return text
 
 
@@ -112,14 +128,26 @@ def _gate(c: Dict[str, Any]) -> str:
 def _trainer(c: Dict[str, Any]) -> str:
     d = c["details"]
     accuracy = d["kept_eval_accuracy"]
+    balanced = d.get("monitor") == class_balance.BALANCED_ACCURACY and d.get("kept_balanced_accuracy") is not None
     return (f"{d['epochs']} epochs on {d['strategy']}"
-            + (f", kept epoch {d['kept_epoch']} (best eval accuracy): eval accuracy {accuracy:.4f}"
+            + (f", kept epoch {d['kept_epoch']} (best balanced accuracy): balanced accuracy "
+               f"{d['kept_balanced_accuracy']:.4f}, eval accuracy {accuracy:.4f}" if balanced and accuracy is not None
+               else f", kept epoch {d['kept_epoch']} (best eval accuracy): eval accuracy {accuracy:.4f}"
                if accuracy is not None else "")
+            + (f"; {describe_class_balance(d['class_balance'])}" if (d.get("class_balance") or {}).get("imbalanced")
+               else "")
             + (", with the search's values" if d.get("tuned") else "")
             + (", warm-started" if d.get("warm_started_from") else "")
             + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
             + (f"; {still_improving(d['still_improving'])}" if d.get("still_improving") else "")
             + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else ""))
+
+
+def describe_class_balance(balancing: Dict[str, Any]) -> str:
+    """What training did about imbalanced classes, in a phrase."""
+    how = {"weights": "loss weighted by class", "sampling": "class-balanced batches",
+           "off": "no balancing (--class-balance off)"}[balancing["mode"]]
+    return f"{how} (imbalanced {balancing['imbalance_ratio']:.1f}:1)"
 
 
 def describe_values(values: Dict[str, Any]) -> str:
@@ -129,11 +157,16 @@ def describe_values(values: Dict[str, Any]) -> str:
 
 def _tuner(c: Dict[str, Any]) -> str:
     d = c["details"]
-    score = f" (eval accuracy {d['best_score']:.4f})" if d.get("best_score") is not None else ""
+    score = f" ({objective_name(d)} {d['best_score']:.4f})" if d.get("best_score") is not None else ""
     if d["searched"]:
         return (f"searched {len(d['results'])} trials ({d['reason']}): best {describe_values(d['best'])}{score}")
     return (f"reused the search of {d['searched_at']} ({d['reason']}): {describe_values(d['best'])}{score}; "
             "--retune to search again")
+
+
+def objective_name(d: Dict[str, Any]) -> str:
+    """What a search's trials were scored on: eval accuracy, or balanced accuracy on imbalanced classes."""
+    return "balanced accuracy" if d.get("objective") == class_balance.BALANCED_ACCURACY else "eval accuracy"
 
 
 def still_improving(options: List[str]) -> str:
@@ -143,12 +176,37 @@ def still_improving(options: List[str]) -> str:
 
 def _evaluator(c: Dict[str, Any]) -> str:
     d = c["details"]
-    text = f"accuracy {d['accuracy']:.4f} on {d['example_count']:,} eval examples" if d["accuracy"] is not None else ""
-    if d["baseline_accuracy"] is not None:
-        text += f" (last blessed model: {d['baseline_accuracy']:.4f})"
+    text = f"accuracy {d['accuracy']:.4f}" if d["accuracy"] is not None else ""
+    if d.get("balanced_accuracy") is not None:
+        text += f", balanced accuracy {d['balanced_accuracy']:.4f}"
+    if d["accuracy"] is not None:
+        text += f" on {d['example_count']:,} eval examples"
+    compared_on = ((d.get("gate") or {}).get("compared_on")) or "accuracy"
+    baseline = d.get(f"baseline_{compared_on}")
+    if baseline is not None:
+        text += f" (last blessed model: {compared_on.replace('_', ' ')} {baseline:.4f})"
     if d.get("baseline_skipped"):
         text += f" (not compared: {d['baseline_skipped']}; judged on the threshold alone)"
+    if d.get("per_class"):
+        text += f"; {describe_recalls(d)}"
     return text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
+
+
+def describe_recalls(d: Dict[str, Any], most: int = 6) -> str:
+    """Each class's recall (the weakest first), or with many classes the weakest few, naming the weakest."""
+    from components.evaluation_results import weakest_class
+
+    rows = sorted(((name, m["recall"]) for name, m in d["per_class"].items() if m.get("recall") is not None),
+                  key=lambda kv: (kv[1], kv[0]))
+    if not rows:
+        return ""
+    shown = ", ".join(f"{name} {recall:.2f}" for name, recall in rows[:most])
+    text = f"recall {shown}" + (f" and {len(rows) - most} more classes" if len(rows) > most else "")
+    weakest = weakest_class(d)
+    if weakest:
+        text += (f"; weakest class {weakest['name']!r} ({weakest['support']:,} eval images"
+                 + ("" if weakest["judged"] else ", too few to judge") + ")")
+    return text
 
 
 def describe_card(d: Dict[str, Any]) -> str:
@@ -246,6 +304,12 @@ def data_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
     return kind, text
 
 
+def evaluation_weakest(evaluation: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    from components.evaluation_results import weakest_class
+
+    return weakest_class(evaluation) if evaluation.get("gate") else None
+
+
 def model_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
     """(ok | bad, text) about the model: its eval accuracy, the last blessed one's, blessing and push."""
     components = by_kind(summary)
@@ -254,8 +318,13 @@ def model_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
         return None
     pushed = components.get("Pusher", {}).get("details") or {}
     text = f"eval accuracy {evaluation['accuracy']:.4f}" if evaluation["accuracy"] is not None else ""
+    if evaluation.get("balanced_accuracy") is not None:
+        text += f", balanced accuracy {evaluation['balanced_accuracy']:.4f}"
     if evaluation["baseline_accuracy"] is not None:
         text += f" (last blessed: {evaluation['baseline_accuracy']:.4f})"
+    weakest = evaluation_weakest(evaluation)
+    if weakest:
+        text += f"; weakest class {weakest['name']!r}: recall {weakest['recall']:.2f} ({weakest['support']:,} images)"
     text += "; blessed" if evaluation["blessed"] else "; not blessed"
     if pushed.get("pushed"):
         text += f"; pushed to {pushed['destination']}"

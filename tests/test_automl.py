@@ -159,10 +159,26 @@ def test_the_threshold_is_given_or_the_lowest_that_reaches_the_target_precision(
     assert reached["at_threshold"]["coverage"] == 0.75
     missed = evaluation_views.views({0.0: MATRICES[0.0]}, ["cat", "dog"], target_precision=0.95)
     assert missed["chosen"]["threshold"] == 0.0 and missed["chosen"]["target_missed"]
+    given = evaluation_views.views(MATRICES, ["cat", "dog"], confidence_threshold=0.5)
+    assert given["chosen"] == {"threshold": 0.5, "how": "--confidence-threshold 0.5"}
+    # A threshold given at which a class is never predicted: kept (it was asked for), and said so.
     given = evaluation_views.views(MATRICES, ["cat", "dog"], confidence_threshold=0.9)
-    assert given["chosen"] == {"threshold": 0.9, "how": "--confidence-threshold 0.9"}
+    assert given["chosen"]["threshold"] == 0.9 and given["chosen"]["unreachable"] == ["dog"]
+    assert given["chosen"]["how"] == ("--confidence-threshold 0.9; above it the model gives no eval image the "
+                                      "class 'dog'")
     assert given["at_threshold"]["precision"] == 1.0 and given["at_threshold"]["coverage"] == 0.1
     assert 0.37 in evaluation_views.thresholds_with(0.37)  # an explicit threshold is computed exactly
+
+
+def test_a_target_precision_never_makes_a_class_unreachable():
+    """Precision 0.95 is reached only at 0.9, where no image is called a dog: the highest threshold below it that
+    still finds dogs (0.5) goes with the model, and the target is reported missed."""
+    matrices = {0.0: MATRICES[0.0], 0.5: [(0, 0, 7), (0, 1, 1), (0, -1, 2), (1, 1, 8), (1, -1, 2)],
+                0.9: MATRICES[0.9]}
+    found = evaluation_views.views(matrices, ["cat", "dog"], target_precision=0.95)
+    assert found["chosen"]["threshold"] == 0.5 and found["chosen"]["target_missed"]
+    assert "no longer gives any image the class 'dog'" in found["chosen"]["how"]
+    assert found["at_threshold"]["per_class"]["dog"]["recall"] == 0.8
 
 
 # --- prediction output ----------------------------------------------------------------------------------------

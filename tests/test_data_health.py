@@ -145,6 +145,17 @@ def test_flipped_labels_rank_near_the_top(digits_dir):
     assert np.mean([s.suggested == labels[s.index] for s in found]) > 0.8
 
 
+def test_the_class_mix_is_warned_about_and_stops_nothing():
+    """Above 10:1 in train, and classes with under 10 eval images (a class with none at all, too), are warnings."""
+    warned = checks.class_warnings({"train": {"ok": 1600, "defect": 32, "scratch": 40},
+                                    "eval": {"ok": 400, "defect": 8, "scratch": 10}})
+    assert [w["check"] for w in warned] == ["class imbalance", "few eval images"]
+    assert warned[0]["value"] == 50.0 and "imbalanced 50:1 (ok 1,600 (95.7%)" in warned[0]["text"]
+    assert warned[1]["classes"] == ["defect"] and "defect (8)" in warned[1]["text"]
+    assert checks.class_warnings({"train": {"a": 90, "b": 10}, "eval": {"a": 20, "b": 0}})[0]["classes"] == ["b"]
+    assert checks.class_warnings({"train": {"a": 50, "b": 40}, "eval": {"a": 12, "b": 10}}) == []
+
+
 def test_poor_images_drift_and_thresholds():
     assert checks.poor_image_reasons(128.0, 60.0, 480, 640) == []
     assert "nearly blank" in checks.poor_image_reasons(128.0, 1.0, 480, 640)[0]

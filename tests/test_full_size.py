@@ -237,7 +237,9 @@ def test_serving_full_size_bytes_agrees_with_the_evaluation_path(photo_run, phot
     evaluated = model.signatures["serving_examples"](examples=tf.constant([raw[n] for n in names]))
     p_served, p_evaluated = served["probabilities"].numpy(), evaluated["probabilities"].numpy()
     assert np.abs(p_served - p_evaluated).max() < 0.05
-    confident = np.abs(p_evaluated[:, 0] - p_evaluated[:, 1]) > 0.1
+    # Where the model is not on the fence: its class on the file is its class on the stored copy. (A model kept
+    # from an early epoch is unconfident: on 4 eval photos, epoch 1 may already be right on all.)
+    confident = np.abs(p_evaluated[:, 0] - p_evaluated[:, 1]) > 2 * np.abs(p_served - p_evaluated).max() + 0.01
     assert confident.sum() >= len(names) // 2  # the check below is not vacuous
     assert (served["predicted_class"].numpy()[confident] == evaluated["predicted_class"].numpy()[confident]).all()
 

@@ -151,15 +151,17 @@ def test_vertex_spec_tunes_as_a_vertex_ai_training_job_of_parallel_trials(vertex
 def test_the_settings_a_scheduled_run_changes_are_pipeline_parameters(vertex_job):
     _, job, spec = vertex_job
     declared = spec["root"]["inputDefinitions"]["parameters"]
-    assert set(declared) == {"epochs", "learning_rate", "accuracy_threshold", "tune_trials"}  # no --span-pattern
+    assert set(declared) == {"epochs", "learning_rate", "accuracy_threshold", "min_class_recall",
+                             "tune_trials"}  # no --span-pattern
     values = json_format.MessageToDict(job.runtime_config)["parameters"]
     assert values == {"epochs": {"intValue": str(PipelineConfig().epochs)},
                       "learning_rate": {"doubleValue": PipelineConfig().learning_rate},
                       "accuracy_threshold": {"doubleValue": PipelineConfig().accuracy_threshold},
+                      "min_class_recall": {"doubleValue": PipelineConfig().min_class_recall},
                       "tune_trials": {"intValue": "4"}}
     tasks = spec["root"]["dag"]["tasks"]
     for task, name in (("Trainer", "epochs"), ("Trainer", "learning_rate"), ("Evaluator", "accuracy_threshold"),
-                       ("Tuner", "epochs")):
+                       ("Evaluator", "min_class_recall"), ("Tuner", "epochs")):
         assert tasks[task]["inputs"]["parameters"][name] == {"componentInputParameter": name}, (task, name)
     config, cloud = production()
     spans = deploy.build_job(dataclasses.replace(config, span_pattern="span-{SPAN}", span_window=2), cloud)
@@ -535,9 +537,9 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     comparing it with the first run's blessed model."""
     from vertex_offline import OfflineVertex, TaskFailed
 
-    # A transfer model, so the features step runs too (random weights: nothing downloads; the threshold given
-    # at run time is 0 because uncalibrated random features tell digits apart poorly: the compiled 0.9 would
-    # not bless).
+    # A transfer model, so the features step runs too (random weights: nothing downloads; the thresholds given
+    # at run time are 0 because uncalibrated random features tell digits apart poorly: the compiled 0.9 and
+    # every class's recall of 0.5 would not bless).
     config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, model="mobilenet_v2", weights="",
                             epochs=30, image_size=32, tune=2).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
@@ -545,7 +547,8 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     vertex = OfflineVertex(str(tmp_path / "vertex"), warm_interpreter("pipeline"))  # run_imagepipe's
     root = str(tmp_path / "bucket" / "pipelines")
 
-    outputs = vertex.run(job, {DATA: small_digits, ROOT: root}, parameters={"accuracy_threshold": 0.0, "epochs": 3})
+    outputs = vertex.run(job, {DATA: small_digits, ROOT: root},
+                         parameters={"accuracy_threshold": 0.0, "min_class_recall": 0.0, "epochs": 3})
     assert set(outputs) == set(json.loads(open(job).read())["pipelineSpec"]["root"]["dag"]["tasks"])
     (results,) = outputs["Tuner"]["tuner_results"]  # the search ran in the task (no --vertex-training)
     search = json.load(open(os.path.join(results["uri"], "tuning.json")))

@@ -76,7 +76,7 @@ def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_d
     assert _details(third, "ImageExampleGen")["source"].endswith("span-3")
     evaluation = _details(third, "Evaluator")
     assert not evaluation["blessed"] and evaluation["accuracy"] < evaluation["baseline_accuracy"]
-    assert (f"sparse_categorical_accuracy {evaluation['accuracy']:.4f} is below the last blessed model's "
+    assert (f"accuracy {evaluation['accuracy']:.4f} is below the last blessed model's "
             f"{evaluation['baseline_accuracy']:.4f}") in evaluation["failures"]
     assert not _details(third, "Pusher")["pushed"]
     assert sorted(os.listdir(config.serving_dir)) == pushed_before

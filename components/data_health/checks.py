@@ -81,6 +81,31 @@ def problems(near_duplicate_eval: float, label_issues: Optional[float], drift: O
     return found
 
 
+def class_warnings(per_split: Dict[str, Dict[str, int]]) -> List[Dict]:
+    """Warnings about the class mix (trainer/class_balance.py), which stop nothing: a train split imbalanced past
+    WARN_RATIO, and the classes with too few eval images for the Evaluator to judge them."""
+    from trainer import class_balance
+
+    found = []
+    train, evaluation = per_split.get("train", {}), per_split.get("eval", {})
+    ratio = class_balance.imbalance_ratio(train)
+    if ratio is not None and ratio > class_balance.WARN_RATIO:
+        found.append({"check": "class imbalance", "value": round(ratio, 2), "threshold": class_balance.WARN_RATIO,
+                      "text": f"the train split is imbalanced {ratio:.0f}:1 ({class_balance.describe_mix(train)}): "
+                              "training balances the classes, but more images of the rare ones help most"})
+    few = sorted((evaluation.get(label, 0), label) for label, n in train.items()
+                 if n and evaluation.get(label, 0) < class_balance.MIN_EVAL_EXAMPLES)
+    if few:
+        named = ", ".join(f"{label} ({n})" for n, label in few[:10]) + (f" and {len(few) - 10} more" if len(few) > 10
+                                                                          else "")
+        found.append({"check": "few eval images", "value": len(few), "threshold": class_balance.MIN_EVAL_EXAMPLES,
+                      "classes": [label for _, label in few],
+                      "text": f"{len(few)} class{'es' if len(few) > 1 else ''} with fewer than "
+                              f"{class_balance.MIN_EVAL_EXAMPLES} eval images, too few to judge the model on: "
+                              f"{named}; the Evaluator does not hold them to --min-class-recall: add eval images"})
+    return found
+
+
 def describe(found: List[Dict]) -> str:
     return ("data health found " + "; ".join(p["text"] for p in found)
             + "; review them (the report lists each), or raise the limits, or run with --gate warn")

@@ -177,7 +177,10 @@ class Executor(base_executor.BaseExecutor):
         # summary and the report say that its ranking is unreliable.
         trusted = result.get("label_check_accuracy", 1.0) >= TRUSTED_ACCURACY
         found = checks.problems(near, result["label_issue_fraction"] if trusted else None, drift, limits)
-        result.update(problems=found, limits=limits._asdict(), seconds=round(time.monotonic() - started, 2))
+        # The class mix: warned about, never stopping the run (the Evaluator judges every class it can).
+        warnings = checks.class_warnings(ingestion.get("examples_per_split_and_class") or {})
+        result.update(problems=found, warnings=warnings, limits=limits._asdict(),
+                      seconds=round(time.monotonic() - started, 2))
 
         io_utils.write_string_file(os.path.join(health.uri, HEALTH_FILE), json.dumps(result, indent=1))
         io_utils.write_string_file(os.path.join(health.uri, LABEL_ISSUES_FILE), csv_text(
@@ -190,6 +193,8 @@ class Executor(base_executor.BaseExecutor):
                      len(suspects), len(outlier_rows), near, drift)
         if found:  # DataHealthGate stops the run on them (or warns), after these files are kept
             logging.warning("DataHealth: %s", checks.describe(found))
+        for warning in warnings:
+            logging.warning("DataHealth: %s", warning["text"])
 
 
 def _read_json(path: str) -> Optional[Dict]:

@@ -23,7 +23,7 @@ from components.image_example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.model_card import (CARD_HTML, CARD_JSON, CARD_MD, SCHEMA_VERSION, THRESHOLD_FILE, TO_FILL_IN,
                                    render)
 from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
-from trainer.epochs import kept_epoch
+from trainer.epochs import kept_epoch, monitor_of
 
 INPUTS = ("model", "model_run", "evaluation", "blessing", "examples", "ingestion_report")
 OPTIONAL = ("health", "baseline_model")
@@ -41,14 +41,19 @@ def _one(input_dict, key: str) -> Optional[types.Artifact]:
 
 def blessing_reason(blessed: bool, found: Dict[str, Any], threshold: Optional[float], skipped: str) -> str:
     """Why the model was blessed or not, in a sentence, from the evaluation's figures and validation."""
-    accuracy, baseline = found.get("accuracy"), found.get("baseline_accuracy")
+    gate = found.get("gate") or {}
+    compared_on = gate.get("compared_on") or "accuracy"
+    accuracy, baseline = found.get(compared_on), found.get(f"baseline_{compared_on}")
     if not blessed:
         return "not blessed: " + ("; ".join(found.get("failures") or []) or "its validation failed")
     parts = []
-    if accuracy is not None and threshold is not None:
-        parts.append(f"eval accuracy {accuracy:.4f} reached the threshold {threshold:.4f}")
+    if found.get("accuracy") is not None and threshold is not None:
+        parts.append(f"eval accuracy {found['accuracy']:.4f} reached the threshold {threshold:.4f}")
+    if gate.get("judged"):
+        parts.append(f"each of the {len(gate['judged'])} classes with at least {gate['min_eval_examples']} eval images "
+                     f"reached recall {gate['min_class_recall']:.2f}")
     if baseline is not None and accuracy is not None:
-        parts.append(f"not below the last blessed model's {baseline:.4f}")
+        parts.append(f"{compared_on.replace('_', ' ')} {accuracy:.4f} not below the last blessed model's {baseline:.4f}")
     elif skipped:
         parts.append(f"not compared with the last blessed model ({skipped})")
     else:
@@ -59,6 +64,8 @@ def blessing_reason(blessed: bool, found: Dict[str, Any], threshold: Optional[fl
 def _split_scores(found: Dict[str, Any], views: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     at = (views or {}).get("at_threshold") or {}
     return {"examples": found.get("example_count"), "accuracy": found.get("accuracy"),
+            "balanced_accuracy": found.get("balanced_accuracy"),
+            "weakest_class": evaluation_results.weakest_class(found) if found.get("gate") else None,
             "per_class": {name: {k: m.get(k) for k in ("precision", "recall", "f1", "support")}
                           for name, m in (at.get("per_class") or {}).items()},
             "at_threshold": {k: at.get(k) for k in ("precision", "recall", "coverage")} if at else None}
@@ -83,7 +90,7 @@ def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed:
     span = examples.get_int_custom_property("span") if examples.has_custom_property("span") else None
     if span is None and examples.has_property("span"):
         span = examples.span
-    kept = kept_epoch(epochs)  # the weights it has
+    kept = kept_epoch(epochs, monitor_of(log))  # the weights it has
     chosen = (views or {}).get("chosen")
     return {
         "schema_version": SCHEMA_VERSION,
@@ -102,6 +109,8 @@ def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed:
             "span": span, "files_seen": ingest.get("files_seen"), "examples": ingest.get("examples_written"),
             "per_split": ingest.get("examples_per_split"),
             "per_class_and_split": ingest.get("examples_per_split_and_class"),
+            "imbalance_ratio": ingest.get("imbalance_ratio"),
+            "classes_with_few_eval_examples": ingest.get("classes_with_few_eval_examples"),
             "quarantined": ingest.get("quarantined"), "quarantine_reasons": ingest.get("quarantine_reasons"),
             "duplicate_files": ingest.get("duplicate_files"),
             "near_duplicate_groups": ingest.get("near_duplicate_groups"),
@@ -113,16 +122,24 @@ def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed:
             "settings": hparams, "tuned": log.get("tuned"), "epochs": len(epochs),
             "kept_epoch": kept.get("epoch") if kept else None, "device": log.get("strategy"),
             "seconds": log.get("train_seconds"), "warm_started_from": log.get("warm_started_from"),
+            "class_balance": {k: (log.get("class_balance") or {}).get(k) for k in ("mode", "imbalance_ratio", "monitor")}
+            if log.get("class_balance") else None,
             "lineage": {"pipeline": pipeline, "run": run, "span": span,
                         "base_model": {"artifact": baseline.uri, "id": baseline.id} if baseline else None},
         },
         "evaluation": {
             "split": "eval", **_split_scores(found, views),
             "confidence_threshold": chosen,
+            "class_gate": {"min_class_recall": found["gate"]["min_class_recall"],
+                           "min_eval_examples": found["gate"]["min_eval_examples"],
+                           "judged": [found["gate"]["class_names"][i] for i in found["gate"]["judged"]],
+                           "must_find": [found["gate"]["class_names"][i] for i in found["gate"].get("must_find", [])],
+                           "compared_on": found["gate"]["compared_on"]} if found.get("gate") else None,
             "blessed": blessed,
             "blessing_reason": blessing_reason(blessed, found, evaluation_results.accuracy_threshold(evaluation_uri),
                                                baseline_skipped),
-            "last_blessed": {"accuracy": found.get("baseline_accuracy"), "artifact": baseline.uri}
+            "last_blessed": {"accuracy": found.get("baseline_accuracy"),
+                             "balanced_accuracy": found.get("baseline_balanced_accuracy"), "artifact": baseline.uri}
             if baseline and found.get("baseline_accuracy") is not None else None,
             "test": _split_scores(test, test.get("views")) if test else None,
         },

@@ -37,6 +37,9 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
                   ("quarantined", data["quarantined"]),
                   ("quarantine reasons", ", ".join(f"{k} {v}" for k, v in (data["quarantine_reasons"] or {}).items())
                    or None),
+                  ("class mix", _mix(data)),
+                  ("classes with too few eval images to judge", ", ".join(data.get("classes_with_few_eval_examples")
+                                                                          or []) or None),
                   ("duplicate files", data["duplicate_files"]), ("near-duplicate groups", data["near_duplicate_groups"]),
                   ("eval examples with a near-duplicate in train", data["eval_with_near_duplicate_in_train"]),
                   ("likely label errors", data["likely_label_errors"])],
@@ -52,11 +55,15 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
                       ("device", training["device"]),
                       ("seconds", None if training["seconds"] is None else f"{training['seconds']:.1f}"),
                       ("warm-started from", training["warm_started_from"]),
+                      ("imbalanced classes", _balancing(training.get("class_balance"))),
                       ("pipeline", lineage["pipeline"]), ("run", lineage["run"]), ("span", lineage["span"]),
                       ("base model (last blessed)", f"{base.get('artifact')} (ML Metadata id {base.get('id')})"
                        if base else None)], []),
         ("Evaluation", [("split", f"{evaluation['split']} ({_fmt(evaluation['examples'])} examples)"),
                         ("accuracy", evaluation["accuracy"]),
+                        ("balanced accuracy (mean recall of the classes)", evaluation.get("balanced_accuracy")),
+                        ("weakest class", _weakest(evaluation.get("weakest_class"))),
+                        ("every class", _class_gate(evaluation.get("class_gate"))),
                         ("confidence threshold", f"{threshold.get('threshold', 0):g}: {threshold.get('how', '')}"
                          if threshold else None),
                         ("at the threshold", ", ".join(f"{k} {_fmt(at.get(k))}" for k in
@@ -73,6 +80,8 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
     if test:
         test_at = test.get("at_threshold") or {}
         sections.append(("Test split", [("examples", test["examples"]), ("accuracy", test["accuracy"]),
+                                         ("balanced accuracy", test.get("balanced_accuracy")),
+                                         ("weakest class", _weakest(test.get("weakest_class"))),
                                          ("at the threshold", ", ".join(f"{k} {_fmt(test_at.get(k))}" for k in
                                                                         ("precision", "recall", "coverage"))
                                           if test_at else None)],
@@ -82,6 +91,37 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
     sections.append(("For a person to write", [(key.replace("_", " "), value)
                                                for key, value in card["to_fill_in"].items()], []))
     return sections
+
+
+def _mix(data: Dict[str, Any]) -> Any:
+    ratio = data.get("imbalance_ratio")
+    if ratio is None:
+        return None
+    return f"largest / smallest class in train {ratio:.1f}:1" + (" (imbalanced)" if ratio > 3 else "")
+
+
+def _balancing(balancing) -> Any:
+    if not balancing or balancing.get("mode") in (None, "off") and not (balancing.get("imbalance_ratio") or 0) > 3:
+        return None
+    how = {"weights": "loss weighted by class", "sampling": "class-balanced batches", "off": "not balanced"}
+    return f"{how.get(balancing['mode'], balancing['mode'])}; the kept epoch followed {balancing.get('monitor')}"
+
+
+def _weakest(weakest) -> Any:
+    if not weakest:
+        return None
+    return (f"{weakest['name']}: recall {weakest['recall']:.4f} on {weakest['support']:,} eval images"
+            + ("" if weakest["judged"] else " (too few to judge)"))
+
+
+def _class_gate(gate) -> Any:
+    if not gate:
+        return None
+    few = gate.get("must_find") or []
+    return (f"blessing needs recall {gate['min_class_recall']:.2f} on each class with at least "
+            f"{gate['min_eval_examples']} eval images ({len(gate['judged'])} judged)"
+            + (f" and one eval image found of each of {len(few)} with fewer" if few else "")
+            + f"; compared with the last blessed model on {gate['compared_on'].replace('_', ' ')}")
 
 
 # Markdown's syntax characters that act inside a line (values are never at a line's start), escaped with a

@@ -1,0 +1,72 @@
+"""The Evaluator's gate on every class (components/evaluation_metrics.py, components/model_evaluator.py): TFMA
+computes each class's recall and precision and balanced accuracy, and blesses only when every class with enough
+eval images reaches --min-class-recall; run on real TFMA (its Beam pipeline over a DataFrame)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow_model_analysis as tfma
+from tfx.types import standard_component_specs
+from tfx.utils import proto_utils
+
+from components import evaluation_metrics, evaluation_results, model_evaluator
+from pipeline.pipeline import eval_config
+
+
+def _predictions():
+    """400 ok, 16 defect, 4 scratch: ok always right, 4 of 16 defects found, no scratch found."""
+    labels = np.array([0] * 400 + [1] * 16 + [2] * 4)
+    probabilities = np.tile([0.8, 0.15, 0.05], (420, 1))
+    probabilities[400:404] = [0.1, 0.85, 0.05]
+    return pd.DataFrame({"label": labels, "prediction": list(probabilities)})
+
+
+def test_a_class_below_the_floor_fails_the_blessing_in_one_line_naming_it(tmp_path):
+    names, counts = ["ok", "defect", "scratch"], {"ok": 400, "defect": 16, "scratch": 4}
+    config = eval_config(accuracy_threshold=0.9)
+    config.model_specs[0].CopyFrom(tfma.ModelSpec(label_key="label", prediction_key="prediction"))
+    properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config),
+                  model_evaluator.MIN_CLASS_RECALL: 0.5}
+    properties, gate = model_evaluator.with_class_checks(properties, names, counts, {"ok": 1600, "defect": 64,
+                                                                                      "scratch": 16})
+    assert gate["judged"] == [0, 1]  # scratch: 4 eval images, too few to judge its recall...
+    assert gate["must_find"] == [2]  # ... but enough that a model finding none of them misses the class
+    assert gate["imbalanced"] and gate["compared_on"] == "balanced_accuracy"
+    config = proto_utils.json_to_proto(properties[standard_component_specs.EVAL_CONFIG_KEY], tfma.EvalConfig())
+    accuracy = next(m for s in config.metrics_specs for m in s.metrics if m.class_name == "SparseCategoricalAccuracy")
+    assert not accuracy.threshold.HasField("change_threshold")  # compared on balanced accuracy instead
+    balanced = next(m for s in config.metrics_specs for m in s.metrics if m.class_name == "MeanClassRecall")
+    assert balanced.threshold.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+    balanced.threshold.ClearField("change_threshold")  # a first run: no baseline (TFX ignores change thresholds)
+
+    out = tmp_path / "evaluation"
+    tfma.analyze_raw_data(_predictions(), config, output_path=str(out))
+    (out / "class_gate.json").write_text(json.dumps(gate))
+    found = evaluation_results.metrics(str(out))
+    assert found["accuracy"] == pytest.approx(404 / 420)  # high: the majority class is always right
+    assert found["balanced_accuracy"] == pytest.approx((1 + 4 / 16 + 0) / 3)
+    assert found["per_class"]["defect"] == {"recall": 0.25, "precision": 1.0, "support": 16}
+    assert found["per_class"]["scratch"]["recall"] == 0.0 and found["per_class"]["scratch"]["precision"] is None
+    assert found["per_class"]["ok"]["precision"] == pytest.approx(400 / 416)
+    assert sorted(found["failures"]) == [
+        "class 'defect' recall 0.25 < 0.50 (16 eval images) (--min-class-recall)",
+        "class 'scratch' recall 0.00: none of its 4 eval images found (--min-class-recall)"]
+    weakest = evaluation_results.weakest_class(found)
+    assert (weakest["name"], weakest["judged"]) == ("scratch", False)
+
+
+def test_balanced_data_keeps_comparing_on_accuracy_and_a_zero_floor_judges_no_class():
+    config = eval_config(accuracy_threshold=0.9)
+    properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config),
+                  model_evaluator.MIN_CLASS_RECALL: 0.0}
+    properties, gate = model_evaluator.with_class_checks(properties, ["a", "b"], {"a": 50, "b": 48},
+                                                         {"a": 200, "b": 190})
+    assert (gate["judged"], gate["must_find"], gate["imbalanced"], gate["compared_on"]) == ([], [], False, "accuracy")
+    config = proto_utils.json_to_proto(properties[standard_component_specs.EVAL_CONFIG_KEY], tfma.EvalConfig())
+    accuracy = next(m for s in config.metrics_specs for m in s.metrics if m.class_name == "SparseCategoricalAccuracy")
+    assert accuracy.threshold.HasField("change_threshold")
+    recall_specs = [s for s in config.metrics_specs if any(m.class_name == "ClassRecall" for m in s.metrics)]
+    assert all(not m.HasField("threshold") for s in recall_specs for m in s.metrics)  # computed, not gated
+    assert evaluation_metrics.balanced_accuracy_of({0: {0: 3, 1: 1}, 1: {1: 2}}) == pytest.approx((0.75 + 1) / 2)
