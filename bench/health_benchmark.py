@@ -2,6 +2,7 @@
 
     python -m bench.health_benchmark                         # digits, shapes (cnn), shapes (transfer)
     python -m bench.health_benchmark --sets digits --no-baseline
+    python -m bench.health_benchmark --near-duplicates-only --baseline e702059   # ingestion alone, both codes
 
 Each set is copied with problems planted on purpose (seeded): 5% of the images moved to another class's
 folder (flipped labels), and copies of another 5% written beside their originals, resized (50-80%),
@@ -94,17 +95,22 @@ def score(root: str, truth: Dict) -> Dict:
     suspects = [row["path"] for row in _csv(root, "DataHealth", "label_issues.csv")]
     flips = truth["flips"]
     top = set(suspects[:2 * len(flips)])
+    found, others = near_score(_csv(root, "ImageExampleGen", "near_duplicates.csv"), truth)
+    return {"flips": len(flips), "suspects": len(suspects), "flips_in_top": len(top & set(flips)),
+            "copies": len(truth["copies"]), "copies_found": found, "other_images_flagged": others,
+            "images": truth["images"] + len(truth["copies"])}
+
+
+def near_score(rows: List[Dict], truth: Dict):
+    """(copies grouped with their original, other images in a group) from near_duplicates.csv's rows."""
     groups: Dict[str, set] = {}
-    for row in _csv(root, "ImageExampleGen", "near_duplicates.csv"):
+    for row in rows:
         groups.setdefault(row["group"], set()).add(row["path"])
     group_of = {path: g for g, members in groups.items() for path in members}
     found = sum(1 for copy, original in truth["copies"].items()
                 if copy in group_of and group_of[copy] == group_of.get(original))
     planted = set(truth["copies"]) | set(truth["copies"].values())
-    others = sum(1 for path in group_of if path not in planted)
-    return {"flips": len(flips), "suspects": len(suspects), "flips_in_top": len(top & set(flips)),
-            "copies": len(truth["copies"]), "copies_found": found, "other_images_flagged": others,
-            "images": truth["images"] + len(truth["copies"])}
+    return found, sum(1 for path in group_of if path not in planted)
 
 
 SETS = {
@@ -156,13 +162,64 @@ def table(results: List[Dict]) -> List[str]:
     return lines
 
 
+_INGEST = """
+import json, os, sys, time
+sys.path.insert(0, {code!r})
+os.chdir({code!r})  # ingestion's workers import from the working directory
+from tfx.types import standard_artifacts
+from tfx.utils import proto_utils
+from components.image_example_gen import executor
+from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
+component = ImageExampleGen(input_base={data!r})
+props = {{k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
+          for k, v in component.exec_properties.items() if v is not None}}
+examples, report = standard_artifacts.Examples(), ImageIngestionReport()
+examples.uri, report.uri = os.path.join({out!r}, "examples"), os.path.join({out!r}, "report")
+os.makedirs(examples.uri); os.makedirs(report.uri)
+started = time.monotonic()
+executor.Executor(executor.Executor.Context(tmp_dir={out!r})).Do({{}}, {{"examples": [examples], "report": [report]}},
+                                                                 props)
+print(json.dumps({{"seconds": time.monotonic() - started}}))
+"""
+
+
+def near_duplicates_only(names: List[str], codes: List[tuple]) -> int:
+    """ImageExampleGen alone on each planted set, for each code (fresh processes): the copies found, the other
+    images flagged, and the seconds: what the near-duplicate search finds, without training."""
+    import json
+    import subprocess
+
+    print("| set | code | copies found | other images flagged | ImageExampleGen s |\n|---|---|---:|---:|---:|")
+    for name in dict.fromkeys(n.split("-")[0] for n in names):
+        data = os.path.join(HERE, f"{name}-planted")
+        truth = plant(source_set(name), data)
+        for code, code_dir in codes:
+            out = os.path.join(HERE, "ingest", f"{name}-{code}")
+            shutil.rmtree(out, ignore_errors=True)
+            os.makedirs(out)
+            proc = subprocess.run([sys.executable, "-c", _INGEST.format(code=code_dir, data=data, out=out)],
+                                  capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+            if proc.returncode:
+                raise RuntimeError(proc.stderr[-3000:])
+            seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+            with open(os.path.join(out, "report", "near_duplicates.csv"), newline="") as f:
+                found, others = near_score(list(csv.DictReader(f)), truth)
+            print(f"| {name} | {code} | {found}/{len(truth['copies'])} | {others} | {seconds:.1f} |", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = comparison_parser(__doc__, "a60a88b", "commit before data health", 12,
                                os.path.join(HERE, "results.json"))
     parser.add_argument("--sets", default="digits,shapes,shapes-transfer")
+    parser.add_argument("--near-duplicates-only", action="store_true",
+                        help="run ImageExampleGen alone (this code and --baseline): the copies found, no training")
     args = parser.parse_args(argv)
     if printed_saved_table(args, table):
         return 0
+    if args.near_duplicates_only:
+        return near_duplicates_only(args.sets.split(","), [("this", PROJECT)] + (
+            [] if args.no_baseline else [(args.baseline, baseline_tree(args.baseline))]))
     results = []
     for name in args.sets.split(","):
         data = os.path.join(HERE, f"{name.split('-')[0]}-planted")

@@ -2,6 +2,7 @@
 
     python -m bench.ingest_benchmark                    # 4,000 photo-like JPEGs, 3 rounds
     python -m bench.ingest_benchmark --files 2000 --rounds 1 --sizes 1000,2000
+    python -m bench.ingest_benchmark --baseline a60a88b   # ImageExampleGen of that commit too, side by side
 
 Every measurement runs in a fresh process, the methods interleaved round by
 round, so machine noise hits them alike; the table shows medians. "work" is the
@@ -13,6 +14,8 @@ Methods:
   examplegen   ImageExampleGen's executor (validate, hash, dedupe, split, write shards), local DirectRunner
   decode-full  bound: Pillow full decode in 2 processes, nothing written
   decode-draft bound: Pillow 1/8-scale JPEG decode in 2 processes, nothing written
+  baseline     with --baseline COMMIT: ImageExampleGen's executor of that commit (a git worktree under
+               bench/out, imported ahead of this checkout), measured by this file's code
 
 --sizes also runs examplegen on corpora of several sizes and reports peak memory
 (the executor process and its largest worker), which must stay flat.
@@ -66,8 +69,11 @@ def measure_decode(corpus, draft):
     return {"files": len(paths), "ok": ok, "work_seconds": work, "import_seconds": 0.0}
 
 
-def measure_examplegen(corpus, scratch):
+def measure_examplegen(corpus, scratch, code_dir=None):
     started = time.monotonic()
+    if code_dir:  # another commit's code: its modules before this checkout's (bench/ is imported already), and
+        sys.path.insert(0, code_dir)  # its folder as the working directory, which ingestion's workers import from
+        os.chdir(code_dir)
     from tfx.types import standard_artifacts
     from tfx.utils import proto_utils
 
@@ -135,7 +141,7 @@ def _descendants(pid):
     return children + [d for c in children for d in _descendants(c)]
 
 
-def _measure(method, corpus):
+def _measure(method, corpus, code_dir=None):
     """Runs one method in this (fresh) process; prints a JSON line."""
     scratch = tempfile.mkdtemp(prefix="bench-", dir=OUT)
     sampler = ChildMemorySampler()
@@ -143,8 +149,8 @@ def _measure(method, corpus):
     try:
         if method == "classic":
             result = measure_classic(corpus, scratch)
-        elif method == "examplegen":
-            result = measure_examplegen(corpus, scratch)
+        elif method in ("examplegen", "baseline"):
+            result = measure_examplegen(corpus, scratch, code_dir)
         else:
             result = measure_decode(corpus, draft=(method == "decode-draft"))
     finally:
@@ -156,8 +162,9 @@ def _measure(method, corpus):
                       "worker_peak_rss_mb": round(child_rss)}))
 
 
-def run_fresh(method, corpus):
-    return measure_in_fresh_process("bench.ingest_benchmark", ["--measure", method, "--corpus", corpus])
+def run_fresh(method, corpus, code_dir=None):
+    return measure_in_fresh_process("bench.ingest_benchmark", ["--measure", method, "--corpus", corpus]
+                                    + (["--code-dir", code_dir] if code_dir else []))
 
 
 def _corpus(files):
@@ -172,20 +179,26 @@ def main(argv=None):
     parser.add_argument("--files", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="", help="comma-separated corpus sizes for the memory check")
-    parser.add_argument("--measure", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--measure", choices=METHODS + ("baseline",), help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    parser.add_argument("--code-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", help="also ImageExampleGen of this commit (e.g. a60a88b), side by side")
     args = parser.parse_args(argv)
     os.makedirs(OUT, exist_ok=True)
     if args.measure:
-        _measure(args.measure, args.corpus)
+        _measure(args.measure, args.corpus, args.code_dir)
         return 0
 
+    from bench.photo_benchmark import baseline_tree
+
+    baseline = baseline_tree(args.baseline) if args.baseline else None
+    methods = METHODS + (("baseline",) if baseline else ())
     corpus = _corpus(args.files)
-    runs = {m: [] for m in METHODS}
+    runs = {m: [] for m in methods}
     for round_no in range(args.rounds):
-        order = METHODS if round_no % 2 == 0 else tuple(reversed(METHODS))
+        order = methods if round_no % 2 == 0 else tuple(reversed(methods))
         for method in order:
-            runs[method].append(run_fresh(method, corpus))
+            runs[method].append(run_fresh(method, corpus, baseline if method == "baseline" else None))
             print(f"round {round_no + 1} {method}: {runs[method][-1]['work_seconds']:.2f} s", file=sys.stderr)
 
     def rate(rs, key):
@@ -196,25 +209,27 @@ def main(argv=None):
     report = {"corpus": corpus, "files": runs["classic"][0]["files"], "rounds": args.rounds, "methods": {}}
     print(f"\n{report['files']:,} files ({corpus}), median of {args.rounds} rounds, 2 cores")
     print(f"{'method':<13} {'work img/s':>11} {'x classic':>10} {'with import img/s':>18} {'peak RSS MB':>12}")
-    for method in METHODS:
+    for method in methods:
         work = rate(runs[method], "work_seconds")
         total = statistics.median(r["files"] / (r["work_seconds"] + r["import_seconds"]) for r in runs[method])
         rss = max(max(r["peak_rss_mb"], r["worker_peak_rss_mb"]) for r in runs[method])
         report["methods"][method] = {"work_images_per_s": round(work), "vs_classic": round(work / classic_work, 2),
                                      "with_import_images_per_s": round(total), "peak_rss_mb": rss,
                                      "runs": runs[method]}
-        print(f"{method:<13} {work:>11,.0f} {work / classic_work:>9.2f}x {total:>18,.0f} {rss:>12,}")
+        name = args.baseline if method == "baseline" else method
+        print(f"{name:<13} {work:>11,.0f} {work / classic_work:>9.2f}x {total:>18,.0f} {rss:>12,}")
     print(f"(classic with import: {classic_total:,.0f} img/s)")
 
     if args.sizes:
         print("\nexamplegen peak memory as the corpus grows:")
-        print(f"{'files':>7} {'work img/s':>11} {'executor MB':>12} {'worker MB':>10}")
+        print(f"{'code':<13} {'files':>7} {'work img/s':>11} {'executor MB':>12} {'worker MB':>10}")
         report["sizes"] = []
         for size in [int(s) for s in args.sizes.split(",")]:
-            r = run_fresh("examplegen", _corpus(size))
-            report["sizes"].append(r)
-            print(f"{r['files']:>7,} {r['files'] / r['work_seconds']:>11,.0f} {r['peak_rss_mb']:>12,} "
-                  f"{r['worker_peak_rss_mb']:>10,}")
+            for method in ("examplegen", "baseline") if baseline else ("examplegen",):
+                r = run_fresh(method, _corpus(size), baseline if method == "baseline" else None)
+                report["sizes"].append({**r, "code": args.baseline if method == "baseline" else "this"})
+                print(f"{report['sizes'][-1]['code']:<13} {r['files']:>7,} {r['files'] / r['work_seconds']:>11,.0f} "
+                      f"{r['peak_rss_mb']:>12,} {r['worker_peak_rss_mb']:>10,}")
     with open(os.path.join(OUT, "ingest.json"), "w") as f:
         json.dump(report, f, indent=1)
     return 0

@@ -112,6 +112,88 @@ def test_drop_keeps_one_copy_of_each_group_in_train_and_reports_conflicts(near_t
     assert summary["files_seen"] == summary["examples_written"] + summary["quarantined"]  # every file accounted for
 
 
+@pytest.mark.parametrize("data", ["near_tree", "digits_dir"])
+def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request, tmp_path, monkeypatch):
+    """The search in the executor's memory (local runs) and as Beam stages (Dataflow, or past
+    near_duplicates.MEMORY_MAX_IMAGES) give the same groups: on the planted copies, and on the 1,797 digits, whose
+    look-alike drawings fill the buckets (the limits come from the same sample of signatures either way)."""
+    from components.image_example_gen import near_duplicates
+
+    fixture = request.getfixturevalue(data)
+    folder, layout = (fixture[0], "presplit") if data == "near_tree" else (fixture, "folders")
+    found = {}
+    # In memory, small buckets' pairs are tested in bulk and large ones as matrix products: both, then all large.
+    memory, usual = near_duplicates.MEMORY_MAX_IMAGES, near_duplicates.LARGE_BUCKET
+    for run, where, most, large in (("memory", "memory", memory, usual), ("beam", "beam", 0, usual),
+                                    ("memory, every bucket large", "memory", memory, 1)):
+        monkeypatch.setattr(near_duplicates, "MEMORY_MAX_IMAGES", most)
+        monkeypatch.setattr(near_duplicates, "LARGE_BUCKET", large)
+        _, report = run_executor(folder, tmp_path / run, layout=layout)
+        summary = _summary(report)
+        assert summary["near_duplicate_search"]["where"] == where
+        figures = {k: v for k, v in summary.items() if k.startswith("near_duplicate_")}
+        figures.pop("near_duplicate_search")
+        found[run] = (sorted(sorted(g) for g in _groups(report.uri)[0]), figures)
+    assert found["memory"] == found["memory, every bucket large"] == found["beam"]
+    assert len(found["memory"][0]) >= (10 if data == "near_tree" else 3)  # groups found, not two empty answers
+
+
+def test_every_pair_within_strict_limits_shares_a_bucket_and_every_bucket_pair_is_tested():
+    """The bands' promise (similarity.band_bits): with limits of a few bits, limit + 1 disjoint bands, so any two
+    pHashes within the limit share a bucket (pigeonhole); and bucket_candidates gives every pair of every bucket,
+    in chunks of any size."""
+    from components.image_example_gen import similarity
+
+    rng = np.random.default_rng(5)
+    rows = rng.integers(0, 256, size=(300, similarity.SIGNATURE_BYTES), dtype=np.uint8)
+    copies = rows[:100].copy().reshape(100, len(similarity.SCALES), -1)
+    for n in range(100):  # flip up to 3 pHash bits of one scale, moved to another scale
+        bits = np.unpackbits(copies[n, 0, :8])
+        bits[rng.choice(64, n % 4, replace=False)] ^= 1
+        copies[n, 2, :8] = np.packbits(bits)
+    rows = np.concatenate([rows, copies.reshape(100, -1)])
+    limits = similarity.Limits(phash_bits=3, dhash_bits=64, colour=255)
+    flat, image = similarity.buckets(similarity.band_codes(rows, similarity.band_bits(limits, len(rows))))
+    for most in (1, 7, 1 << 18):
+        pairs = {(int(a), int(b)) for i, j in similarity.bucket_candidates(flat, image, most) for a, b in zip(i, j)}
+        brute = {(int(image[x]), int(image[y])) for x in range(len(flat)) for y in range(x + 1, len(flat))
+                 if flat[x] == flat[y]}
+        assert pairs == brute
+    assert all((n, 300 + n) in pairs for n in range(100))  # every copy shares a bucket with its original
+    h = similarity.hashes(rows)
+    assert similarity.near(h, np.arange(100), np.arange(300, 400), limits).all()
+
+
+def test_signatures_hold_imagehash_s_bits():
+    """signature.py computes ImageHash's pHash and dHash (and Pillow's box-resized colour grid) as matrix products:
+    the same bits as ImageHash's own calls on photos, drawings, a flat frame and a gradient, but where a value lies
+    within rounding of the median or of a neighbour (measured: 3 of 115,200 bits on 600 photos)."""
+    import imagehash
+
+    from components.image_example_gen import signature, similarity
+
+    def reference(image):  # what signature.py replaced: ImageHash and Pillow, crop by crop
+        thumb = image.convert("RGB").resize((similarity.THUMB, similarity.THUMB), Image.BILINEAR)
+        out = []
+        for scale in similarity.SCALES:
+            margin = int(round(similarity.THUMB * (1 - scale) / 2))
+            box = (margin, margin, similarity.THUMB - margin, similarity.THUMB - margin)
+            for fn in (imagehash.phash, imagehash.dhash):
+                out.append(np.packbits(fn(thumb.convert("L").crop(box)).hash.flatten()).tobytes())
+            out.append(np.asarray(thumb.crop(box).resize((similarity.GRID, similarity.GRID), Image.BOX)).tobytes())
+        return b"".join(out)
+
+    images = [Image.open(io.BytesIO(data)) for data in _photos(40)]
+    images += [Image.new("RGB", (64, 48), (200, 200, 200)), Image.new("L", (90, 70), 30),
+               Image.fromarray(np.tile(np.arange(256, dtype=np.uint8), (80, 1))).convert("RGB")]
+    images += [Image.fromarray(((np.indices((32, 32)).sum(0) * k) % 256).astype(np.uint8)) for k in range(3, 13)]
+    ours = np.frombuffer(b"".join(signature.signature(i) for i in images), np.uint8).reshape(len(images), 3, -1)
+    theirs = np.frombuffer(b"".join(reference(i) for i in images), np.uint8).reshape(len(images), 3, -1)
+    bits = np.unpackbits(ours[..., :16], axis=-1) != np.unpackbits(theirs[..., :16], axis=-1)
+    assert bits.sum() <= 2, bits.sum()  # of 53 x 3 x 128 bits
+    assert np.abs(ours[..., 16:].astype(int) - theirs[..., 16:].astype(int)).max() <= 1  # the grids, of 255
+
+
 def _summary(report):
     import json
 
@@ -248,16 +330,16 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
 
 def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
     """200 blank frames hash alike: one group of 200 from at most 199 pairs, not 19,900."""
-    from components.image_example_gen import near_duplicates, similarity
+    from components.image_example_gen import near_duplicates, signature, similarity
     from components.image_example_gen.batch_ingest import Meta
 
-    blank = similarity.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
+    blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
     metas = [Meta(f"{n:064x}", f"blank/{n:03d}.png", "blank", "train", False, "png", "s", n, False, blank)
              for n in range(200)]
-    buckets = dict(near_duplicates.band_items(metas[:120], similarity.band_width(200)))
+    buckets = dict(near_duplicates.band_items(metas[:120], similarity.Limits(), 200))
     key = next(iter(buckets))
     assert len(buckets[key]) == 120  # every blank frame in every bucket
-    more = dict(near_duplicates.band_items(metas[120:], similarity.band_width(200)))
+    more = dict(near_duplicates.band_items(metas[120:], similarity.Limits(), 200))
     pairs = list(near_duplicates.bucket_pairs((key, [buckets[key], more[key]]), similarity.Limits()))
     assert len(pairs) == 199
     groups = near_duplicates.group([(Meta(*a), Meta(*b)) for a, b in pairs])

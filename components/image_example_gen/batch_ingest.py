@@ -38,6 +38,9 @@ class Settings(NamedTuple):
     # Per class, the positions whose split is only known once every file is read (stratify.py): such files
     # are written to stratify.PENDING staging shards.
     bands: Dict[str, Tuple[float, float]] = {}
+    # The near-duplicate search runs in the executor's memory (near_duplicates.search_files): each batch writes
+    # its signatures to a file of its own, and its Metas leave without them (lighter through Beam's shuffle).
+    signatures_in_files: bool = False
 
 
 class Meta(NamedTuple):
@@ -80,6 +83,7 @@ class BatchResult(NamedTuple):
     sizes: Dict[Tuple[str, str, str], int]  # examples per (split, "width" or "height", size_bucket(original))
     stratified: Dict[Tuple[str, str], int]  # hash-split examples written straight to a split, per (label, split)
     pending: List[Pending]  # the files written to PENDING shards
+    signature_files: List[str]  # with Settings.signatures_in_files: the batch's file of signatures
 
 
 def size_bucket(side: int) -> str:
@@ -179,7 +183,7 @@ def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0) ->
 def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> BatchResult:
     """Validates every candidate and writes the good ones, as tf.Examples, to staging shards."""
     writers: Dict[str, ShardWriter] = {}
-    result = BatchResult([], [], [], collections.Counter(), collections.Counter(), collections.Counter(), [])
+    result = BatchResult([], [], [], collections.Counter(), collections.Counter(), collections.Counter(), [], [])
     batch_key = hashlib.sha256(candidates[0].rel_path.encode("utf-8", "surrogateescape")).hexdigest()[:16] \
         if candidates else "empty"
     for c in candidates:
@@ -222,7 +226,25 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
     for writer in writers.values():
         writer.close()
         result.shards.extend(writer.closed)
+    if settings.signatures_in_files:
+        signed = [m for m in result.metas if m.signature]
+        if signed:
+            result.signature_files.append(write_signatures(signed, settings.staging_dir, batch_key))
+        result.metas[:] = [m._replace(signature="") for m in result.metas]
     return result
+
+
+SIGNATURES_DIR = "signatures"  # in the staging folder: a batch's signatures (near_duplicates.search_files)
+SIGNATURE_ROW = similarity.SIGNATURE_BYTES + 32  # a signature, then the SHA-256 of the file's bytes
+
+
+def write_signatures(metas: List[Meta], staging_dir: str, batch_key: str) -> str:
+    """Writes the metas' signatures and content hashes (SIGNATURE_ROW bytes each) to <name>.bin and the metas
+    without them to <name>.json; returns the .bin's path. The random part keeps a retried batch apart."""
+    path = fs.join(staging_dir, SIGNATURES_DIR, f"{batch_key}-{uuid.uuid4().hex[:8]}.bin")
+    fs.write_bytes(path, b"".join(bytes.fromhex(m.signature) + bytes.fromhex(m.sha256) for m in metas))
+    fs.write_bytes(path[:-len(".bin")] + ".json", json.dumps([list(m[:-1]) for m in metas]).encode("ascii"))
+    return path
 
 
 def ingest_batch_file(batch_file: str, settings: Settings) -> BatchResult:

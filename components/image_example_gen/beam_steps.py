@@ -98,6 +98,8 @@ class InspectAndWrite(beam.DoFn):
         yield beam.pvalue.TaggedOutput("results", ("stratified", [[*k, n] for k, n in result.stratified.items()]))
         for pending in result.pending:  # placed after the run (stratify.py): the executor needs each of them
             yield beam.pvalue.TaggedOutput("results", ("pending", [list(pending.meta), *pending[1:]]))
+        for path in result.signature_files:  # the near-duplicate search in the executor reads them
+            yield beam.pvalue.TaggedOutput("results", ("signatures", path))
         yield from result.metas
 
 
@@ -153,7 +155,7 @@ class Resolve(beam.DoFn):
 class CollectResults(beam.CombineFn):
     """Gathers the small results of the run into one dict (lists, and counts of written examples)."""
 
-    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "pending")
+    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "pending", "signatures")
     COUNTS = ("written", "sizes", "stratified")  # [*key, n] rows, summed by key
 
     def create_accumulator(self):

@@ -39,7 +39,7 @@ from tfx.utils import io_utils
 from components import drift
 from components.beam_pickler import quiet_pickler_trace
 from components.image_example_gen import (FAILED_DIR, LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
-                                          SUMMARY_FILE, batch_ingest, beam_steps, near_duplicates, similarity, sources,
+                                          SUMMARY_FILE, batch_ingest, beam_steps, near_duplicates, sources,
                                           stratify, tfrecord_io)
 from components.image_example_gen import ingest_report
 from components.image_example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary,
@@ -98,11 +98,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             batch_ingest.write_candidates(batch, batch_files[-1])
         shares = stratify.shares(buckets)
         unsplit = collections.Counter(c.label for c in listing.candidates if not c.split)
+        in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
         ingest_settings = batch_ingest.Settings(
             staging_dir=staging, label_ids=label_map, hash_splits=hash_splits,
             max_pixels=settings.max_pixels, compression_level=settings.compression_level,
             shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels,
-            bands=stratify.bands(dict(unsplit), shares))
+            bands=stratify.bands(dict(unsplit), shares), signatures_in_files=in_memory)
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()
@@ -120,26 +121,23 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                         | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
                         | "GroupByHash" >> beam.GroupByKey()
                         | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates)))
-            # Near-duplicates: images that share a band of their perceptual hash are compared (near_duplicates.py).
-            limits = (inspected.metas
-                      | "SampleSignatures" >> beam.combiners.Sample.FixedSizeGlobally(near_duplicates.SAMPLE)
-                      | "Limits" >> beam.Map(near_duplicates.limits_from))
-            near_pairs = (inspected.metas
-                          | "BatchMetas" >> beam.BatchElements(min_batch_size=near_duplicates.BATCH,
-                                                               max_batch_size=near_duplicates.BATCH)
-                          | "BandKeys" >> beam.FlatMap(near_duplicates.band_items,
-                                                       similarity.band_width(len(listing.candidates)))
-                          | "GroupByBand" >> beam.GroupByKey()
-                          | "NearPairs" >> beam.FlatMap(near_duplicates.bucket_pairs, beam.pvalue.AsSingleton(limits))
-                          | "AsResult" >> beam.Map(lambda pair: ("near_pairs", [list(pair[0]), list(pair[1])])))
+            outputs = [inspected.results, resolved]
+            if not in_memory:  # near-duplicates through Beam's shuffle (near_duplicates.py; else after the run)
+                outputs.append(near_pairs_in_beam(inspected.metas, len(listing.candidates)))
             # The small results go through one file, checked after the run.
-            _ = ((inspected.results, resolved, near_pairs)
+            _ = (tuple(outputs)
                  | "AllResults" >> beam.Flatten()
                  | "Collect" >> beam.CombineGlobally(beam_steps.CollectResults())
                  | "Save" >> beam.Map(beam_steps.save_json, results_path))
+        found = _read_json(results_path)
+        if in_memory:  # near-duplicates in this process (near_duplicates.py)
+            near_started = time.monotonic()
+            found_pairs, _ = near_duplicates.search_files(found["signatures"], len(listing.candidates))
+            near_seconds = time.monotonic() - near_started
+        else:
+            found_pairs = [(batch_ingest.Meta(*a), batch_ingest.Meta(*b)) for a, b in found["near_pairs"]]
         elapsed = time.monotonic() - started
 
-        found = _read_json(results_path)
         counts = collections.Counter({tuple(k): n for *k, n in found["written"]})  # (split, label, format, copy)
         sizes = collections.Counter({tuple(k): n for *k, n in found["sizes"]})  # (split, side, bin)
         rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
@@ -147,8 +145,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         placed, notes = place_pending(pending, found["stratified"], rejected, counts, sizes, hash_splits, shares)
         rejected = [(placed_meta(meta, placed), {**row, "split": placed_meta(meta, placed).split})
                     for meta, row in rejected]
-        pairs = {(a[1], b[1]): (placed_meta(batch_ingest.Meta(*a), placed), placed_meta(batch_ingest.Meta(*b), placed))
-                 for a, b in found["near_pairs"]}
+        pairs = {(a.rel_path, b.rel_path): (placed_meta(a, placed), placed_meta(b, placed)) for a, b in found_pairs}
         groups = near_duplicates.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
         eval_written = sum(n for key, n in counts.items() if key[0] == "eval")
         near, near_rejected = near_duplicates.decide(groups, settings.near_duplicates, eval_written)
@@ -167,6 +164,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         summary["split_notes"] = notes
         summary["store_max_pixels"] = settings.store_max_pixels
         summary["seconds"] = round(elapsed, 2)
+        summary["near_duplicate_search"] = {"where": "memory" if in_memory else "beam",
+                                            **({"seconds": round(near_seconds, 2)} if in_memory else {})}
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
         try:
             check_summary(summary, settings.max_bad_fraction, listing.source)
@@ -193,6 +192,30 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         report.set_string_custom_property("label_map", json.dumps(label_map, ensure_ascii=False))
         report.set_string_custom_property("layout", listing.layout)
         log_summary(summary)
+
+
+def near_search_in_memory(beam_args: List[str], files: int) -> bool:
+    """Whether the near-duplicate search runs in the executor's memory after the Beam run: on the local runners,
+    up to near_duplicates.MEMORY_MAX_IMAGES; otherwise (Dataflow, more images) as Beam stages."""
+    runner = PipelineOptions(beam_args or []).view_as(StandardOptions).runner or "DirectRunner"
+    return runner in ("DirectRunner", "direct", "FnApiRunner", "BundleBasedDirectRunner") \
+        and files <= near_duplicates.MEMORY_MAX_IMAGES
+
+
+def near_pairs_in_beam(metas, images: int):
+    """The near-duplicate search as Beam stages (near_duplicates.py): the pairs, as ("near_pairs", [a, b])."""
+    limits = (metas
+              | "Signed" >> beam.Filter(lambda meta: bool(meta.signature))
+              | "SampleSignatures" >> beam.combiners.Top.Smallest(near_duplicates.SAMPLE,
+                                                                 key=near_duplicates.sample_key)
+              | "Limits" >> beam.Map(near_duplicates.limits_from))
+    return (metas
+            | "BatchMetas" >> beam.BatchElements(min_batch_size=near_duplicates.BATCH,
+                                                 max_batch_size=near_duplicates.BATCH)
+            | "BandKeys" >> beam.FlatMap(near_duplicates.band_items, beam.pvalue.AsSingleton(limits), images)
+            | "GroupByBand" >> beam.GroupByKey()
+            | "NearPairs" >> beam.FlatMap(near_duplicates.bucket_pairs, beam.pvalue.AsSingleton(limits))
+            | "AsResult" >> beam.Map(lambda pair: ("near_pairs", [list(pair[0]), list(pair[1])])))
 
 
 def keep_failed(report_uri: str, bad: List[Dict[str, str]], summary: Optional[Dict[str, Any]]) -> str:

@@ -23,7 +23,7 @@ from typing import Optional, Tuple
 
 from PIL import Image
 
-from components.image_example_gen import similarity
+from components.image_example_gen import signature, similarity
 
 # Our own budget replaces Pillow's decompression-bomb check.
 Image.MAX_IMAGE_PIXELS = None
@@ -67,7 +67,7 @@ class ImageInfo:
     height: int
     width: int
     channels: int  # what tf.io.decode_image(channels=0) returns
-    signature: bytes = b""  # perceptual hashes for near-duplicates (similarity.py); ingestion's check only
+    signature: bytes = b""  # perceptual hashes for near-duplicates (signature.py); ingestion's check only
 
 
 # Formats we recognise but TensorFlow cannot decode: a clearer reason than
@@ -199,9 +199,9 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
                     raise BadImage(Reason.TRUNCATED, f"{coded:,} bytes of image data cannot hold a {width}x{height} "
                                    f"JPEG (at least {-(-blocks // 8):,} for its 8x8 blocks): the image data ends early")
                 # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
-                # to 1/8 of the side for the check alone (but not below the signature's thumbnail), or to
-                # the scale of the stored copy.
-                floor = similarity.THUMB if sign else 1
+                # to 1/8 of the side for the check alone (but not below similarity.DECODE_FLOOR for the
+                # signature), or to the scale of the stored copy.
+                floor = similarity.DECODE_FLOOR if sign else 1
                 target = _dct_size(info, store_max_pixels) if copy_due else (
                     min(width, max(floor, width // 8)), min(height, max(floor, height // 8)))
                 image.draft(image.mode, target)
@@ -252,7 +252,7 @@ def _signature(image: Image.Image) -> bytes:
     """The image's perceptual signature, or b"" (no near-duplicate check) for a mode hashing cannot take:
     a valid image is never quarantined for its signature."""
     try:
-        return similarity.signature(image)
+        return signature.signature(image)
     except Exception:  # noqa: BLE001 - Pillow's conversions raise many types
         return b""
 
