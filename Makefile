@@ -39,8 +39,10 @@ test: install
 test-fast: install
 	$(PYTEST) -m "not slow"
 
+# Ingestion against the classic loop and the decode bounds, side by side with the code before near-duplicate
+# detection (a60a88b), at 4,000 and 40,000 files (the larger corpus is ~1.1 GB in bench/out; ~15 minutes).
 bench: install
-	$(BIN)/python -m bench.ingest_benchmark --rounds 3 --sizes 2000,4000,8000
+	$(BIN)/python -m bench.ingest_benchmark --rounds 3 --sizes 4000,40000 --baseline a60a88b
 	$(BIN)/python -m bench.input_benchmark --rounds 3
 
 # The whole pipeline on 12 MP photos (500 and 2,000; ~9.4 GB of JPEGs made in bench/out/), against the
