@@ -112,15 +112,25 @@ def test_drop_keeps_one_copy_of_each_group_in_train_and_reports_conflicts(near_t
     assert summary["files_seen"] == summary["examples_written"] + summary["quarantined"]  # every file accounted for
 
 
-@pytest.mark.parametrize("data", ["near_tree", "digits_dir"])
+@pytest.mark.parametrize("data", ["near_tree", "near_tree with twins dropped", "digits_dir"])
 def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request, tmp_path, monkeypatch):
     """The search in the executor's memory (local runs) and as Beam stages (Dataflow, or past
-    near_duplicates.MEMORY_MAX_IMAGES) give the same groups: on the planted copies, and on the 1,797 digits, whose
+    near_duplicates.MEMORY_MAX_IMAGES) give the same groups: on the planted copies (also with exact twins of
+    copies that --drop-duplicates removes, which may be a group's hub either way), and on the 1,797 digits, whose
     look-alike drawings fill the buckets (the limits come from the same sample of signatures either way)."""
+    import shutil
+
     from components.image_example_gen import near_duplicates
 
-    fixture = request.getfixturevalue(data)
-    folder, layout = (fixture[0], "presplit") if data == "near_tree" else (fixture, "folders")
+    fixture = request.getfixturevalue(data.split()[0])
+    folder, layout = (fixture[0], "presplit") if data.startswith("near_tree") else (fixture, "folders")
+    options = {}
+    if data == "near_tree with twins dropped":
+        folder = shutil.copytree(folder, tmp_path / "twins")
+        for n in range(8):  # a twin of each original with a copy in eval, named to sort first in its bucket
+            label = ("china", "flower")[n % 2]
+            shutil.copy(folder / "train" / label / f"photo-{n:03d}.jpg", folder / "train" / label / f"a-twin-{n}.jpg")
+        options = {"drop_duplicates": True}
     found = {}
     # In memory, small buckets' pairs are tested in bulk and large ones as matrix products: both, then all large.
     memory, usual = near_duplicates.MEMORY_MAX_IMAGES, near_duplicates.LARGE_BUCKET
@@ -128,14 +138,16 @@ def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request,
                                     ("memory, every bucket large", "memory", memory, 1)):
         monkeypatch.setattr(near_duplicates, "MEMORY_MAX_IMAGES", most)
         monkeypatch.setattr(near_duplicates, "LARGE_BUCKET", large)
-        _, report = run_executor(folder, tmp_path / run, layout=layout)
+        _, report = run_executor(folder, tmp_path / run, layout=layout, **options)
         summary = _summary(report)
         assert summary["near_duplicate_search"]["where"] == where
         figures = {k: v for k, v in summary.items() if k.startswith("near_duplicate_")}
         figures.pop("near_duplicate_search")
         found[run] = (sorted(sorted(g) for g in _groups(report.uri)[0]), figures)
     assert found["memory"] == found["memory, every bucket large"] == found["beam"]
-    assert len(found["memory"][0]) >= (10 if data == "near_tree" else 3)  # groups found, not two empty answers
+    assert len(found["memory"][0]) >= (3 if data == "digits_dir" else 10)  # groups found, not two empty answers
+    if options:  # each eval copy still in a group with what is left of its original (one of the twins)
+        assert found["memory"][1]["near_duplicate_eval_leaks"] == 8
 
 
 def test_every_pair_within_strict_limits_shares_a_bucket_and_every_bucket_pair_is_tested():
@@ -344,3 +356,20 @@ def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
     assert len(pairs) == 199
     groups = near_duplicates.group([(Meta(*a), Meta(*b)) for a, b in pairs])
     assert [len(g) for g in groups] == [200]
+
+
+def test_a_removed_copy_at_a_group_s_hub_leaves_the_rest_of_the_group():
+    """The searches send a spanning set of pairs (a star around one image in memory, a forest per bucket in Beam):
+    when an exact duplicate removed at ingestion is the hub, the other copies still form their group (they were
+    dropped with it, and the eval copy's leak went uncounted)."""
+    from components.image_example_gen import near_duplicates
+    from components.image_example_gen.batch_ingest import Meta
+
+    def meta(path, split="train"):
+        return Meta(path.ljust(64, "0"), path, "cat", split, False, "jpeg", "s", 0, False, "")
+
+    hub, twin, resized, recompressed = meta("r2.png"), meta("r1.png"), meta("b.jpg"), meta("c.jpg", "eval")
+    star = [(hub, twin), (hub, resized), (hub, recompressed)]
+    groups = near_duplicates.group(star, removed=["r2.png"])
+    assert [[m.rel_path for m in g] for g in groups] == [["b.jpg", "r1.png", "c.jpg"]]  # train first, then eval
+    assert near_duplicates.group([(hub, twin)], removed=["r2.png"]) == []  # one image left: no group

@@ -80,11 +80,12 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
         cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)  # seeds reproduce
     # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
     # (docs/benchmarks.md: Training input). So cache whenever they fit.
-    if cached:
+    sampling = training and balance is not None and balance.mode == "sampling"
+    if cached and not sampling:  # class-balanced batches cache each class's records instead (class_balanced)
         dataset = dataset.cache()
     buffer = shuffle_buffer(records, megabytes, cached, hp)
-    if training and balance is not None and balance.mode == "sampling":
-        dataset = class_balanced(dataset, balance, buffer, records, hp.seed)
+    if sampling:
+        dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)
     elif training:
         dataset = dataset.shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
@@ -109,10 +110,17 @@ def record_label(record: tf.Tensor) -> tf.Tensor:
         features.LABEL_KEY]
 
 
-def class_balanced(records: tf.data.Dataset, balance: Balance, buffer: int, count: int, seed: int) -> tf.data.Dataset:
+def class_balanced(records: tf.data.Dataset, balance: Balance, buffer: int, count: int, seed: int,
+                   cache: bool) -> tf.data.Dataset:
     """`count` serialized records drawn class by class with balance.shares: each class's records reshuffled and
     repeated as often as its share asks (the rare classes' images recur within an epoch, the common ones' are
-    not all seen in every epoch). Each class's shuffle buffer takes its part of `buffer`."""
+    not all seen in every epoch). Each class's shuffle buffer takes its part of `buffer`.
+
+    Each class's stream filters the whole of `records`, and a rare class's repeats within an epoch: with `cache`
+    (the records fit the cache budget), a class drawn at least 1.5 times its count an epoch has its records
+    cached on their own, read from the files once (a cache of the whole set, filled by a stream per class at
+    once, would not be complete when a rare class repeats, and each repeat would read the files again). A common
+    class, drawn less than its count, reads the files once an epoch."""
     labelled = records.map(lambda r: (record_label(r), r), num_parallel_calls=AUTOTUNE)
     total = max(1, sum(balance.counts))
     streams, shares = [], []
@@ -120,6 +128,7 @@ def class_balanced(records: tf.data.Dataset, balance: Balance, buffer: int, coun
         if n <= 0 or share <= 0:
             continue
         stream = labelled.filter(lambda label, _r, c=class_id: tf.equal(label, c)).map(lambda _label, r: r)
+        stream = stream.cache() if cache and share * count >= 1.5 * n else stream
         streams.append(stream.shuffle(max(1, min(n, buffer * n // total + 1)), seed=seed + class_id,
                                       reshuffle_each_iteration=True).repeat())
         shares.append(float(share))
@@ -141,11 +150,13 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
     batch_size = batch_size or hp.batch_size
     records, _ = measure(files)
     dataset = tf.data.TFRecordDataset(files, compression_type=features.compression(files),
-                                      num_parallel_reads=AUTOTUNE).cache()
+                                      num_parallel_reads=AUTOTUNE)
     if training and balance is not None and balance.mode == "sampling":
-        dataset = class_balanced(dataset, balance, max(1, records), records, hp.seed)
+        dataset = class_balanced(dataset, balance, max(1, records), records, hp.seed, cache=True)
     elif training:
-        dataset = dataset.shuffle(max(1, records), seed=hp.seed, reshuffle_each_iteration=True)
+        dataset = dataset.cache().shuffle(max(1, records), seed=hp.seed, reshuffle_each_iteration=True)
+    else:
+        dataset = dataset.cache()
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     batches = records // batch_size if drop_remainder else -(-records // batch_size)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))

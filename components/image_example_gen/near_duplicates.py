@@ -171,21 +171,23 @@ def search_files(paths: Sequence[str], images: int) -> Tuple[List[Tuple[Meta, Me
 
 
 def group(pairs: Sequence[Tuple[Meta, Meta]], removed: Iterable[str] = ()) -> List[List[Meta]]:
-    """Connected groups of the pairs (union-find), leaving out examples already removed (exact duplicates
-    quarantined); each group sorted by split then path, groups by their first member's path."""
+    """Connected groups of the pairs (union-find), then without the examples already removed (exact duplicates
+    quarantined), those of two or more left; each group sorted by split then path, groups by their first member's
+    path. The searches send a spanning set of pairs whose hubs differ (near_duplicates.search joins a group
+    through one image, Beam's way through each bucket's first path): a removed hub must not take its group's
+    other pairs with it, so removal follows the grouping."""
     gone = set(removed)
     joined = Joined()
     metas: Dict[str, Meta] = {}
     for a, b in pairs:
-        if a.rel_path in gone or b.rel_path in gone:
-            continue
         metas.update({a.rel_path: a, b.rel_path: b})
         joined.join(a.rel_path, b.rel_path)
     groups = collections.defaultdict(list)
     for path in metas:
-        groups[joined.root(path)].append(metas[path])
-    return sorted((sorted(g, key=lambda m: (split_sort_key(m.split), m.rel_path)) for g in groups.values()),
-                  key=lambda g: g[0].rel_path)
+        if path not in gone:
+            groups[joined.root(path)].append(metas[path])
+    return sorted((sorted(g, key=lambda m: (split_sort_key(m.split), m.rel_path)) for g in groups.values()
+                   if len(g) > 1), key=lambda g: g[0].rel_path)
 
 
 def decide(groups: List[List[Meta]], mode: str, eval_examples: int) -> Tuple[Dict, List[Tuple[Meta, Dict]]]:
