@@ -7,6 +7,7 @@ data_health/         DataHealth: likely label errors, outliers, feature drift; g
 tuning/              ImageTuner: the hyperparameter search, only when the data or settings moved
 runtime_settings.py  the Trainer and Evaluator with the settings a compiled job's runs can change
 model_evaluator.py   the Evaluator's executor: no comparison across class changes, threshold views, test split
+evaluation_metrics.py  per-class recall and precision and balanced accuracy as TFMA metrics; the class gate's specs
 evaluation_views.py  precision, recall and coverage at confidence thresholds (plain Python)
 evaluation_results.py  what the Evaluator found, read back from its artifact
 model_card/          ModelCard: a card with every model, from ML Metadata and the artifacts; ImagePusher
