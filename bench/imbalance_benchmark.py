@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from bench.photo_benchmark import save_results
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "imbalance")
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 SETS = ("defect-2", "defect-10", "longtail")
@@ -102,9 +104,7 @@ def main() -> None:
                 print(f"{name} seed {seed} {method}: balanced {r['balanced_accuracy']:.4f}, accuracy "
                       f"{r['accuracy']:.4f}, {rare} recall {r['recall'].get(rare, 0):.2f}, worst "
                       f"{min(r['recall'].values()):.2f}, blessed {r['blessed']}, {r['seconds']:.0f} s", flush=True)
-    os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    save_results(results, os.path.join(OUT, "results.json"))
     print("\n| set | method | balanced accuracy (mean, min-max) | accuracy | rarest class recall | worst class recall "
           "| blessed | seconds |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")

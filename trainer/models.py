@@ -172,74 +172,70 @@ def unfreeze_top(model: keras.Model, layers: int) -> int:
     return unfrozen
 
 
-class BalancedAccuracy(keras.metrics.Metric):
-    """The mean recall of the classes with examples (macro-averaged recall), on argmax predictions: what
-    training follows on imbalanced data (trainer/class_balance.py), where accuracy rewards a model that calls
-    everything the majority class. Its counts are summed across replicas."""
+class _MeanOverClasses(keras.metrics.Metric):
+    """The mean over the classes with examples of a per-example value averaged within each class (_values):
+    every class counts alike, whatever its count. Its sums are summed across replicas."""
 
-    def __init__(self, num_classes: int, name: str = "balanced_accuracy", **kwargs):
+    def __init__(self, num_classes: int, name: str, **kwargs):
         super().__init__(name=name, **kwargs)
         self.num_classes = num_classes
         self.seen = self.add_variable(shape=(num_classes,), initializer="zeros", name="seen", aggregation="sum")
-        self.found = self.add_variable(shape=(num_classes,), initializer="zeros", name="found", aggregation="sum")
+        self.total = self.add_variable(shape=(num_classes,), initializer="zeros", name="total", aggregation="sum")
+
+    def _values(self, labels, y_pred):
+        raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         from keras import ops
 
         labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
-        hits = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), labels), "float32")
         actual = ops.one_hot(labels, self.num_classes, dtype="float32")  # an id out of range counts nowhere
         self.seen.assign_add(ops.sum(actual, axis=0))
-        self.found.assign_add(ops.sum(actual * hits[:, None], axis=0))
+        self.total.assign_add(ops.sum(actual * self._values(labels, y_pred)[:, None], axis=0))
 
     def result(self):
         from keras import ops
 
         present = ops.cast(self.seen > 0, "float32")
-        recall = ops.divide_no_nan(self.found, ops.maximum(self.seen, 1.0))
-        return ops.divide_no_nan(ops.sum(recall * present), ops.sum(present))
-
-    def reset_state(self):
-        self.seen.assign(keras.ops.zeros_like(self.seen))
-        self.found.assign(keras.ops.zeros_like(self.found))
-
-    def get_config(self):
-        return {**super().get_config(), "num_classes": self.num_classes}
-
-
-class BalancedCrossEntropy(keras.metrics.Metric):
-    """The mean over the classes with examples of each class's mean cross-entropy: a loss in which every class
-    counts alike, smooth where balanced accuracy moves in steps (early stopping on imbalanced data follows it)."""
-
-    def __init__(self, num_classes: int, name: str = "balanced_loss", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.num_classes = num_classes
-        self.seen = self.add_variable(shape=(num_classes,), initializer="zeros", name="seen", aggregation="sum")
-        self.loss = self.add_variable(shape=(num_classes,), initializer="zeros", name="loss", aggregation="sum")
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        from keras import ops
-
-        labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
-        actual = ops.one_hot(labels, self.num_classes, dtype="float32")
-        probability = ops.sum(actual * ops.cast(y_pred, "float32"), axis=-1)
-        loss = -ops.log(ops.clip(probability, 1e-7, 1.0))
-        self.seen.assign_add(ops.sum(actual, axis=0))
-        self.loss.assign_add(ops.sum(actual * loss[:, None], axis=0))
-
-    def result(self):
-        from keras import ops
-
-        present = ops.cast(self.seen > 0, "float32")
-        mean = ops.divide_no_nan(self.loss, ops.maximum(self.seen, 1.0))
+        mean = ops.divide_no_nan(self.total, ops.maximum(self.seen, 1.0))
         return ops.divide_no_nan(ops.sum(mean * present), ops.sum(present))
 
     def reset_state(self):
         self.seen.assign(keras.ops.zeros_like(self.seen))
-        self.loss.assign(keras.ops.zeros_like(self.loss))
+        self.total.assign(keras.ops.zeros_like(self.total))
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes}
+
+
+class BalancedAccuracy(_MeanOverClasses):
+    """The mean recall of the classes with examples (macro-averaged recall), on argmax predictions: what
+    training follows on imbalanced data (trainer/class_balance.py), where accuracy rewards a model that calls
+    everything the majority class."""
+
+    def __init__(self, num_classes: int, name: str = "balanced_accuracy", **kwargs):
+        super().__init__(num_classes, name, **kwargs)
+
+    def _values(self, labels, y_pred):
+        from keras import ops
+
+        return ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), labels), "float32")
+
+
+class BalancedCrossEntropy(_MeanOverClasses):
+    """The mean over the classes with examples of each class's mean cross-entropy: a loss in which every class
+    counts alike, reported beside the loss (TensorBoard, training.json). Nothing stops on it: early stopping on
+    imbalanced data follows balanced accuracy (on a class-balanced loss it did worse on the long tail:
+    docs/benchmarks.md, Imbalanced classes)."""
+
+    def __init__(self, num_classes: int, name: str = "balanced_loss", **kwargs):
+        super().__init__(num_classes, name, **kwargs)
+
+    def _values(self, labels, y_pred):
+        from keras import ops
+
+        actual = ops.one_hot(labels, self.num_classes, dtype="float32")
+        return -ops.log(ops.clip(ops.sum(actual * ops.cast(y_pred, "float32"), axis=-1), 1e-7, 1.0))
 
 
 def compile_model(model: keras.Model, learning_rate: float) -> None:

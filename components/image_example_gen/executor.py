@@ -132,7 +132,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         found = _read_json(results_path)
         if in_memory:  # near-duplicates in this process (near_duplicates.py)
             near_started = time.monotonic()
-            found_pairs, _ = near_duplicates.search_files(found["signatures"], len(listing.candidates))
+            found_pairs = near_duplicates.search_files(found["signatures"], len(listing.candidates))
             near_seconds = time.monotonic() - near_started
         else:
             found_pairs = [(batch_ingest.Meta(*a), batch_ingest.Meta(*b)) for a, b in found["near_pairs"]]

@@ -148,9 +148,9 @@ def search(rows: np.ndarray, content: np.ndarray, limits: similarity.Limits, ima
     return [(joined.root(image), image) for image in joined.members() if joined.root(image) != image]
 
 
-def search_files(paths: Sequence[str], images: int) -> Tuple[List[Tuple[Meta, Meta]], similarity.Limits]:
+def search_files(paths: Sequence[str], images: int) -> List[Tuple[Meta, Meta]]:
     """The near-duplicate pairs, as Metas (without signatures), among the signatures the ingestion workers wrote
-    (batch_ingest.write_signatures), and the limits drawn from them."""
+    (batch_ingest.write_signatures), with the limits drawn from them."""
     paths = sorted(paths)
     tables = [np.frombuffer(fs.read_bytes(path), np.uint8).reshape(-1, SIGNATURE_ROW) for path in paths]
     table = np.concatenate(tables) if tables else np.zeros((0, SIGNATURE_ROW), np.uint8)
@@ -167,7 +167,7 @@ def search_files(paths: Sequence[str], images: int) -> Tuple[List[Tuple[Meta, Me
         fields = json.loads(fs.read_bytes(paths[f][:-len(".bin")] + ".json").decode("ascii"))
         for k in {k for pair in pairs for k in pair if file_of[k] == f}:
             metas[k] = Meta(*fields[k - first_row[f]])
-    return [(metas[i], metas[j]) for i, j in pairs], limits
+    return [(metas[i], metas[j]) for i, j in pairs]
 
 
 def group(pairs: Sequence[Tuple[Meta, Meta]], removed: Iterable[str] = ()) -> List[List[Meta]]:
