@@ -12,6 +12,7 @@ TFX executor); "with import" adds the process's own import time.
 Methods:
   classic      tf.io.read_file + tf.image.decode_jpeg + one TFRecord file per image (bench/classic_loop.py)
   examplegen   ImageExampleGen's executor (validate, hash, dedupe, split, write shards), local DirectRunner
+  examplegen-off  the same with --near-duplicates off: no perceptual signatures, no near-duplicate search
   decode-full  bound: Pillow full decode in 2 processes, nothing written
   decode-draft bound: Pillow 1/8-scale JPEG decode in 2 processes, nothing written
   baseline     with --baseline COMMIT: ImageExampleGen's executor of that commit (a git worktree under
@@ -36,7 +37,7 @@ from bench import corpus as corpus_lib
 from bench import measure_in_fresh_process
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
-METHODS = ("classic", "examplegen", "decode-full", "decode-draft")
+METHODS = ("classic", "examplegen", "examplegen-off", "decode-full", "decode-draft")
 
 
 def _files(root):
@@ -69,7 +70,7 @@ def measure_decode(corpus, draft):
     return {"files": len(paths), "ok": ok, "work_seconds": work, "import_seconds": 0.0}
 
 
-def measure_examplegen(corpus, scratch, code_dir=None):
+def measure_examplegen(corpus, scratch, code_dir=None, **component_args):
     started = time.monotonic()
     if code_dir:  # another commit's code: its modules before this checkout's (bench/ is imported already), and
         sys.path.insert(0, code_dir)  # its folder as the working directory, which ingestion's workers import from
@@ -81,7 +82,7 @@ def measure_examplegen(corpus, scratch, code_dir=None):
     from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
 
     imported = time.monotonic()
-    component = ImageExampleGen(input_base=corpus)
+    component = ImageExampleGen(input_base=corpus, **component_args)
     props = {k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
              for k, v in component.exec_properties.items() if v is not None}
     examples, report = standard_artifacts.Examples(), ImageIngestionReport()
@@ -151,6 +152,8 @@ def _measure(method, corpus, code_dir=None):
             result = measure_classic(corpus, scratch)
         elif method in ("examplegen", "baseline"):
             result = measure_examplegen(corpus, scratch, code_dir)
+        elif method == "examplegen-off":
+            result = measure_examplegen(corpus, scratch, near_duplicates="off")
         else:
             result = measure_decode(corpus, draft=(method == "decode-draft"))
     finally:
@@ -208,7 +211,7 @@ def main(argv=None):
     classic_total = statistics.median(r["files"] / (r["work_seconds"] + r["import_seconds"]) for r in runs["classic"])
     report = {"corpus": corpus, "files": runs["classic"][0]["files"], "rounds": args.rounds, "methods": {}}
     print(f"\n{report['files']:,} files ({corpus}), median of {args.rounds} rounds, 2 cores")
-    print(f"{'method':<13} {'work img/s':>11} {'x classic':>10} {'with import img/s':>18} {'peak RSS MB':>12}")
+    print(f"{'method':<15} {'work img/s':>11} {'x classic':>10} {'with import img/s':>18} {'peak RSS MB':>12}")
     for method in methods:
         work = rate(runs[method], "work_seconds")
         total = statistics.median(r["files"] / (r["work_seconds"] + r["import_seconds"]) for r in runs[method])
@@ -217,7 +220,7 @@ def main(argv=None):
                                      "with_import_images_per_s": round(total), "peak_rss_mb": rss,
                                      "runs": runs[method]}
         name = args.baseline if method == "baseline" else method
-        print(f"{name:<13} {work:>11,.0f} {work / classic_work:>9.2f}x {total:>18,.0f} {rss:>12,}")
+        print(f"{name:<15} {work:>11,.0f} {work / classic_work:>9.2f}x {total:>18,.0f} {rss:>12,}")
     print(f"(classic with import: {classic_total:,.0f} img/s)")
 
     if args.sizes:

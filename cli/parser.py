@@ -40,8 +40,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drop-duplicates", action="store_true", default=None,
                    help="keep one copy of identical files (default: keep all, in one split)")
     p.add_argument("--near-duplicates", choices=NEAR_DUPLICATE_MODES, help="near-duplicate images (resized, "
-                   "recompressed, slightly cropped copies): report them (default), or drop all but one copy of each "
-                   "group with one label")
+                   "recompressed, slightly cropped copies): report them (default), drop all but one copy of each "
+                   "group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked)")
     p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
     p.add_argument("--schema", help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
                    "the sample uses schemas/digits/schema.pbtxt)")

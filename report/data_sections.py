@@ -103,7 +103,9 @@ def health(components: Dict[str, Dict]) -> str:
         body += ("<p><b>The data health check stopped the run</b> (the Summary has its message; "
                  "<code>--gate warn</code> makes it a warning).</p>")
     body += "<h3>Near-duplicates</h3>"
-    if not ingest.get("near_duplicate_groups"):
+    if ingest.get("near_duplicate_search", {}).get("where") == "off":
+        body += "<p>Not searched (<code>--near-duplicates off</code>): eval copies of train images go unseen.</p>"
+    elif not ingest.get("near_duplicate_groups"):
         body += ("<p>No near-duplicates: no two images are resized, recompressed or slightly cropped copies of "
                  "each other.</p>" if ingest else not_reached("ImageExampleGen"))
     else:

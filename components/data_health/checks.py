@@ -61,7 +61,7 @@ class Limits(NamedTuple):
     max_feature_drift: float
 
 
-def problems(near_duplicate_eval: float, label_issues: Optional[float], drift: Optional[float],
+def problems(near_duplicate_eval: Optional[float], label_issues: Optional[float], drift: Optional[float],
              limits: Limits) -> List[Dict]:
     """Each check over its threshold: {check, value, threshold, option, text}."""
     found = []

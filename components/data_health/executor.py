@@ -116,9 +116,11 @@ class Executor(base_executor.BaseExecutor):
         labels = np.asarray(examples.labels)
         result: Dict[str, Any] = {"examples": len(labels), "label_check": mode}
 
-        # Near-duplicates: found at ingestion; their share of eval is gated here with the rest.
+        # Near-duplicates: found at ingestion; their share of eval is gated here with the rest (None: not searched,
+        # --near-duplicates off).
         ingestion = json.loads(io_utils.read_string_file(os.path.join(report.uri, INGESTION_SUMMARY)))
-        near = float(ingestion.get("near_duplicate_eval_leak_fraction", 0.0))
+        searched = ingestion.get("near_duplicate_search", {}).get("where") != "off"
+        near = float(ingestion.get("near_duplicate_eval_leak_fraction", 0.0)) if searched else None
         result["near_duplicate_eval_leak_fraction"] = near
 
         vectors = None
@@ -189,8 +191,8 @@ class Executor(base_executor.BaseExecutor):
             ("path", "split", "label", "reasons", "key"), outlier_rows))
         for key in ("label_issues", "outliers"):
             health.set_int_custom_property(key, result[key])
-        logging.info("DataHealth: %d label issues, %d outliers, near-duplicate eval share %.3f, feature drift %s",
-                     len(suspects), len(outlier_rows), near, drift)
+        logging.info("DataHealth: %d label issues, %d outliers, near-duplicate eval share %s, feature drift %s",
+                     len(suspects), len(outlier_rows), "not searched" if near is None else f"{near:.3f}", drift)
         if found:  # DataHealthGate stops the run on them (or warns), after these files are kept
             logging.warning("DataHealth: %s", checks.describe(found))
         for warning in warnings:

@@ -41,6 +41,7 @@ class Settings(NamedTuple):
     # The near-duplicate search runs in the executor's memory (near_duplicates.search_files): each batch writes
     # its signatures to a file of its own, and its Metas leave without them (lighter through Beam's shuffle).
     signatures_in_files: bool = False
+    sign: bool = True  # perceptual signatures for the near-duplicate search (False: --near-duplicates off)
 
 
 class Meta(NamedTuple):
@@ -154,7 +155,7 @@ class Inspected(NamedTuple):
     stored_info: Optional[ImageInfo] = None
 
 
-def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0) -> Inspected:
+def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0, sign: bool = True) -> Inspected:
     """Reads and validates one file."""
     def bad(reason: str, detail: str) -> Inspected:
         return Inspected(bad_row(c.rel_path, reason, detail, c.label, c.split))
@@ -174,7 +175,7 @@ def inspect(c: sources.Candidate, max_pixels: int, store_max_pixels: int = 0) ->
             return bad(Reason.MISSING_FILE, "object does not exist")
         return bad(Reason.UNREADABLE, f"cannot read: {e}")
     try:
-        info, stored, stored_info = check_and_store(data, max_pixels, store_max_pixels)
+        info, stored, stored_info = check_and_store(data, max_pixels, store_max_pixels, sign)
     except BadImage as e:
         return bad(e.reason, e.detail)
     return Inspected(None, data, info, stored, stored_info)
@@ -187,7 +188,8 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
     batch_key = hashlib.sha256(candidates[0].rel_path.encode("utf-8", "surrogateescape")).hexdigest()[:16] \
         if candidates else "empty"
     for c in candidates:
-        bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels)
+        bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels,
+                                                       settings.sign)
         if bad:
             result.bad.append(bad)
             continue

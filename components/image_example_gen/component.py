@@ -18,7 +18,8 @@ resolution works the same locally and on Vertex, and adds:
                       the original's size and hash stay in the example); 0 stores originals
   seed                files are ingested in an order shuffled with it (never class-folder order, which
                       would reach the Trainer's shuffle buffer one class at a time)
-  near_duplicates     report (default) or drop: keep one copy of each near-duplicate group with one label
+  near_duplicates     report (default); drop: keep one copy of each near-duplicate group with one label;
+                      off: no search (faster; eval leaks of near-duplicates go unchecked)
   span_window         with {SPAN} patterns: ingest the latest span and the span_window - 1
                       spans before it together (a rolling window for retraining)
 """

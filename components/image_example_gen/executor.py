@@ -98,12 +98,13 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             batch_ingest.write_candidates(batch, batch_files[-1])
         shares = stratify.shares(buckets)
         unsplit = collections.Counter(c.label for c in listing.candidates if not c.split)
+        searched = settings.near_duplicates != "off"
         in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
         ingest_settings = batch_ingest.Settings(
             staging_dir=staging, label_ids=label_map, hash_splits=hash_splits,
             max_pixels=settings.max_pixels, compression_level=settings.compression_level,
             shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels,
-            bands=stratify.bands(dict(unsplit), shares), signatures_in_files=in_memory)
+            bands=stratify.bands(dict(unsplit), shares), signatures_in_files=in_memory, sign=searched)
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()
@@ -122,7 +123,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                         | "GroupByHash" >> beam.GroupByKey()
                         | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates)))
             outputs = [inspected.results, resolved]
-            if not in_memory:  # near-duplicates through Beam's shuffle (near_duplicates.py; else after the run)
+            if searched and not in_memory:  # near-duplicates through Beam's shuffle (else after the run)
                 outputs.append(near_pairs_in_beam(inspected.metas, len(listing.candidates)))
             # The small results go through one file, checked after the run.
             _ = (tuple(outputs)
@@ -130,7 +131,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                  | "Collect" >> beam.CombineGlobally(beam_steps.CollectResults())
                  | "Save" >> beam.Map(beam_steps.save_json, results_path))
         found = _read_json(results_path)
-        if in_memory:  # near-duplicates in this process (near_duplicates.py)
+        near_seconds = 0.0
+        if not searched:
+            found_pairs = []
+        elif in_memory:  # near-duplicates in this process (near_duplicates.py)
             near_started = time.monotonic()
             found_pairs = near_duplicates.search_files(found["signatures"], len(listing.candidates))
             near_seconds = time.monotonic() - near_started
@@ -164,8 +168,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         summary["split_notes"] = notes
         summary["store_max_pixels"] = settings.store_max_pixels
         summary["seconds"] = round(elapsed, 2)
-        summary["near_duplicate_search"] = {"where": "memory" if in_memory else "beam",
-                                            **({"seconds": round(near_seconds, 2)} if in_memory else {})}
+        summary["near_duplicate_search"] = {"where": "off"} if not searched else {
+            "where": "memory" if in_memory else "beam", **({"seconds": round(near_seconds, 2)} if in_memory else {})}
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
         try:
             check_summary(summary, settings.max_bad_fraction, listing.source)

@@ -122,8 +122,10 @@ def check_image(data: bytes, max_pixels: int) -> ImageInfo:
     return _decode(data, max_pixels, 0)[0]
 
 
-def check_and_store(data: bytes, max_pixels: int, store_max_pixels: int) -> Tuple[ImageInfo, bytes, ImageInfo]:
-    """Validates `data` like check_image; returns (its info, the bytes to store, their info).
+def check_and_store(data: bytes, max_pixels: int, store_max_pixels: int,
+                    sign: bool = True) -> Tuple[ImageInfo, bytes, ImageInfo]:
+    """Validates `data` like check_image; returns (its info, with its perceptual signature when `sign`, the
+    bytes to store, their info).
 
     The bytes to store are `data` itself, or for an image above store_max_pixels (> 0) a
     copy within it, aspect kept. A JPEG stays a JPEG (quality 95): libjpeg decodes it
@@ -134,7 +136,7 @@ def check_and_store(data: bytes, max_pixels: int, store_max_pixels: int) -> Tupl
     an animation keeps its first frame, the one TensorFlow decodes). No EXIF
     orientation is applied, as TensorFlow applies none.
     """
-    info, image = _decode(data, max_pixels, store_max_pixels, sign=True)
+    info, image = _decode(data, max_pixels, store_max_pixels, sign=sign)
     if image is None:
         return info, data, info
     size = image.size if image.size[0] * image.size[1] <= store_max_pixels else _fit(info, store_max_pixels)
@@ -151,6 +153,31 @@ def _fit(info: ImageInfo, max_pixels: int) -> Tuple[int, int]:
     """(width, height) of the largest copy within max_pixels, aspect kept."""
     scale = (max_pixels / (info.width * info.height)) ** 0.5
     return max(1, int(info.width * scale)), max(1, int(info.height * scale))
+
+
+def _signature_size(width: int, height: int) -> Tuple[int, int]:
+    """The size asked of a JPEG's DCT scaling for the check and the signature: 1/8 of the side, not below
+    similarity.DECODE_FLOOR."""
+    floor = similarity.DECODE_FLOOR
+    return min(width, max(floor, width // 8)), min(height, max(floor, height // 8))
+
+
+def _signature_factor(width: int, height: int) -> int:
+    """The factor (8, 4, 2 or 1) libjpeg's DCT scaling divides the side by for _signature_size (Pillow's
+    JpegImageFile.draft picks it so)."""
+    target = _signature_size(width, height)
+    fits = min(width // target[0], height // target[1])
+    return next(k for k in (8, 4, 2, 1) if fits >= k)
+
+
+def _at_signature_scale(image: Image.Image, width: int, height: int) -> Image.Image:
+    """The image as a 1/8-scale JPEG decode sees it, whatever its format: DCT scaling keeps about each 8x8
+    block's average, so a PNG (or a JPEG decoded larger, for its stored copy) is box-reduced by the same factor.
+    Its signature then matches a JPEG copy's (tests/test_data_health.py)."""
+    factor = max(1, round(_signature_factor(width, height) * image.size[0] / width))  # of what draft left
+    if factor == 1:
+        return image
+    return (image if image.mode == "RGB" else image.convert("RGB")).reduce(factor)
 
 
 def _dct_size(info: ImageInfo, max_pixels: int) -> Tuple[int, int]:
@@ -201,13 +228,11 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
                 # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
                 # to 1/8 of the side for the check alone (but not below similarity.DECODE_FLOOR for the
                 # signature), or to the scale of the stored copy.
-                floor = similarity.DECODE_FLOOR if sign else 1
-                target = _dct_size(info, store_max_pixels) if copy_due else (
-                    min(width, max(floor, width // 8)), min(height, max(floor, height // 8)))
+                target = _dct_size(info, store_max_pixels) if copy_due else _signature_size(width, height)
                 image.draft(image.mode, target)
             image.load()
             if sign:
-                info = dataclasses.replace(info, signature=_signature(image))
+                info = dataclasses.replace(info, signature=_signature(_at_signature_scale(image, width, height)))
     except BadImage:
         raise
     except Exception as e:  # Pillow raises many types (OSError, SyntaxError, ValueError, ...)

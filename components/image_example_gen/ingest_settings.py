@@ -52,7 +52,7 @@ class IngestSettings(NamedTuple):
     span_pattern: str
     store_max_pixels: int  # 0: store every original
     seed: int  # the order files are ingested in (ingest_order)
-    near_duplicates: str  # report | drop (near_duplicates.py)
+    near_duplicates: str  # report | drop | off (near_duplicates.py)
 
     @classmethod
     def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":

@@ -34,9 +34,10 @@ import numpy as np
 SCALES = (1.0, 0.92, 0.84)
 THUMB = 64  # the thumbnail the signature is taken from (signature.py)
 # A JPEG is decoded at 1/2, 1/4 or 1/8 of its side (libjpeg's DCT scaling), for the signature to no less than
-# the thumbnail: at 1/8, a 300-500 px photo (38-63 px) decodes in 2/3 of the time, but its thumbnail is then
-# scaled up where a PNG copy's is scaled down, and such a copy was no longer found (tests/test_data_health.py).
-DECODE_FLOOR = THUMB
+# this: a 300-500 px photo at 1/8 (38-63 px) decodes in 2/3 of the time of 1/4. Any other image (a PNG copy of
+# a JPEG) is box-reduced by the same factor before its thumbnail (image_check._at_signature_scale), so both
+# thumbnails are made alike.
+DECODE_FLOOR = 32
 GRID = 4  # the colour grid: GRID x GRID cells, RGB
 PHASH_BITS, DHASH_BITS = 10, 14  # the most bits two near-duplicates' hashes may differ in (photos)
 COLOUR_DIFFERENCE = 6.0  # the largest mean difference of their colour grids, of 255
