@@ -10,7 +10,7 @@ from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, Pipe
 from runs.progress import MODES as PROGRESS_MODES
 from trainer.class_balance import IMBALANCED_RATIO, MIN_EVAL_EXAMPLES
 from trainer.class_balance import MODES as BALANCE_MODES
-from trainer.hparams import AUGMENTATIONS, MODELS, TFLITE_KINDS
+from trainer.hparams import AUGMENTATIONS, MIXED_PRECISION_MODES, MODELS, TFLITE_KINDS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -103,6 +103,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--class-balance", choices=BALANCE_MODES, help="imbalanced classes (the largest over "
                    f"{IMBALANCED_RATIO:g} times the smallest in train): auto (default: loss weights by class, and "
                    "training follows balanced accuracy), weights, sampling (class-balanced batches), off")
+    t.add_argument("--mixed-precision", choices=MIXED_PRECISION_MODES, help="auto (default: float16 on GPUs, "
+                   "bfloat16 on TPUs, none on CPUs), on (bfloat16 on a CPU), off")
+    t.add_argument("--cpu-replicas", type=int, metavar="N", help="split this machine's CPU into N logical devices "
+                   "and train across them (MirroredStrategy): runs the multi-replica code without accelerators, "
+                   "for tests and debugging (no faster)")
     p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None,
                    help="re-run every component")
     p.add_argument("--beam-arg", dest="beam_args", action="append",
@@ -127,7 +132,12 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     c.add_argument("--training-machine-type", help=f"(default {d.training_machine_type})")
     c.add_argument("--training-accelerator", help="e.g. NVIDIA_TESLA_T4, NVIDIA_L4")
     c.add_argument("--training-accelerator-count", type=int, help="(default 1)")
-    c.add_argument("--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores)")
+    c.add_argument("--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores); needs "
+                   "--training-image")
+    c.add_argument("--training-replicas", type=int, metavar="N", help="train on N machines of that type at once: a "
+                   "chief and N - 1 workers (MultiWorkerMirroredStrategy; default 1)")
+    c.add_argument("--training-image", help="the image Vertex AI Training runs (default --image); for "
+                   "--training-tpu its TPU build: kubeflow/Dockerfile with --build-arg ACCELERATOR=tpu")
     c.add_argument("--endpoint", help="deploy blessed models to this Vertex AI endpoint (display name)")
     c.add_argument("--parallel-trials", type=int, help="with --tune and --vertex-training: trials at once, a "
                    "training machine each (TFX's Vertex Tuner; default 1)")

@@ -26,6 +26,7 @@ SAMPLE_SCHEMA = os.path.join(PROJECT_DIR, "schemas", "digits", "schema.pbtxt")
 GATE_MODES = ("fail", "warn")
 MAX_TRIALS = 1000
 NEAR_DUPLICATE_MODES = ingest_defaults.NEAR_DUPLICATE_MODES
+MAX_CPU_REPLICAS = 16
 
 
 SAMPLE_PIPELINE_NAME = "digits"
@@ -101,6 +102,10 @@ class PipelineConfig:
     deterministic: bool = HParams.deterministic
     warm_start: bool = HParams.warm_start
     class_balance: str = HParams.class_balance  # imbalanced classes: auto | weights | sampling | off
+    mixed_precision: str = HParams.mixed_precision  # auto (on GPU/TPU) | on | off (trainer/strategy.py)
+    # Split this machine's CPU into this many logical devices and train across them (MirroredStrategy): the
+    # multi-replica code runs for real without accelerators (tests, debugging); no faster.
+    cpu_replicas: int = 1
     # Hyperparameter search (components/tuning, trainer/tuning.py): trials per search, 0 for no search step.
     # tune_mode "search": this run searches (`imagepipe run --tune N`, --retune); "auto": only when the data
     # or settings moved since the last search, else its best values are reused (compiled jobs; local runs
@@ -175,7 +180,8 @@ class PipelineConfig:
                        fine_tune_epochs=self.fine_tune_epochs, patience=self.patience, batch_size=self.batch_size,
                        learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
                        tflite=self.tflite, seed=self.seed, deterministic=self.deterministic,
-                       warm_start=self.warm_start, class_balance=self.class_balance)
+                       warm_start=self.warm_start, class_balance=self.class_balance,
+                       mixed_precision=self.mixed_precision)
 
     def health_limits(self):
         """The data health check's thresholds (components.data_health.checks.Limits) from these settings."""
@@ -232,6 +238,8 @@ class PipelineConfig:
             raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
         if self.span_pattern is not None and "{SPAN}" not in self.span_pattern:
             raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
+        if not 1 <= self.cpu_replicas <= MAX_CPU_REPLICAS:
+            raise ConfigError(f"--cpu-replicas {self.cpu_replicas}: use 1 to {MAX_CPU_REPLICAS} logical CPU devices")
         if not 0 <= self.tune <= MAX_TRIALS:
             raise ConfigError(f"--tune {self.tune}: use a number of trials from 1 to {MAX_TRIALS:,} (0: no search)")
         if self.tune_mode not in TUNE_MODES:

@@ -223,6 +223,10 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
     from runs import run_store, run_summary
     from pipeline.pipeline import create_pipeline
 
+    if config.cpu_replicas > 1:  # before TensorFlow starts in this process (the components run in it)
+        from trainer import strategy
+
+        strategy.split_cpu(config.cpu_replicas)
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
     tfx_pipeline = create_pipeline(
         config, platform.local(config),

@@ -37,6 +37,8 @@ def folders(tmp_path):
     (["--schema", "{d}/none.pbtxt"], "no such file; give a schema.pbtxt, or leave it out to infer one"),
     (["--data", "{d}/one", "--span-pattern", "v-{{SPAN}}"], "nothing matches --span-pattern 'v-{{SPAN}}'"),
     (["--tflite", "float16,int4"], "--tflite int4: use float16, int8"),
+    (["--cpu-replicas", "0"], "--cpu-replicas 0: use 1 to 16 logical CPU devices"),
+    (["--mixed-precision", "maybe"], "argument --mixed-precision: invalid choice: 'maybe'"),
     # A root inside the data: the pipeline ingested its own metadata and artifacts.
     (["--data", "{d}/two", "--root", "{d}/two/.out"], "--root {d}/two/.out is inside --data {d}/two: the pipeline"),
     (["--data", "{d}/two", "--root", "{d}/two"], "--root {d}/two is inside --data {d}/two"),

@@ -14,6 +14,7 @@ from trainer.class_balance import MODES as BALANCE_MODES
 MODELS = ("cnn", "mobilenet_v2", "efficientnet_b0")
 AUGMENTATIONS = ("flip", "crop", "brightness")
 TFLITE_KINDS = ("float16", "int8")  # on-device exports (trainer/tflite_export.py)
+MIXED_PRECISION_MODES = ("auto", "on", "off")  # trainer/strategy.py
 # Input side each model is usually trained at; the sample digits use 32.
 DEFAULT_IMAGE_SIZE = {"cnn": 64, "mobilenet_v2": 224, "efficientnet_b0": 224}
 MAX_IMAGE_SIZE = 1024  # 3 MB of uint8 pixels per image in Transform's output
@@ -86,7 +87,9 @@ class HParams:
     # Imbalanced classes (trainer/class_balance.py): auto (loss weights by class when the train split's largest
     # class has over 3 times the images of its smallest), weights, sampling (class-balanced batches), off.
     class_balance: str = "auto"
-    mixed_precision: str = "auto"  # auto (on for GPU/TPU), on, off
+    mixed_precision: str = "auto"  # auto (on for GPU/TPU), on, off (trainer/strategy.py)
+    # "tpu": the Trainer was sent to a TPU (--training-tpu), and fails if none is reachable; "": whatever is there.
+    required_device: str = ""
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.
     cache_megabytes: int = 0
 
@@ -157,8 +160,10 @@ class HParams:
             raise ValueError(f"--tflite {','.join(sorted(unknown))}: use {', '.join(TFLITE_KINDS)}")
         if self.class_balance not in BALANCE_MODES:
             raise ValueError(f"--class-balance {self.class_balance!r}: use one of {', '.join(BALANCE_MODES)}")
-        if self.mixed_precision not in ("auto", "on", "off"):
-            raise ValueError(f"mixed_precision {self.mixed_precision!r}: use auto, on or off")
+        if self.mixed_precision not in MIXED_PRECISION_MODES:
+            raise ValueError(f"--mixed-precision {self.mixed_precision!r}: use auto, on or off")
+        if self.required_device not in ("", "tpu"):
+            raise ValueError(f"required_device {self.required_device!r}: use '' or 'tpu'")
         for option, value, most in (("--epochs", self.epochs, MAX_EPOCHS), ("--batch-size", self.batch_size, 65536)):
             if not 1 <= value <= most:
                 raise ValueError(f"{option} {value}: use a whole number from 1 to {most:,}")

@@ -190,6 +190,8 @@ class _MeanOverClasses(keras.metrics.Metric):
 
         labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
         actual = ops.one_hot(labels, self.num_classes, dtype="float32")  # an id out of range counts nowhere
+        if sample_weight is not None:  # an example of weight 0 (padding) counts nowhere either
+            actual = actual * ops.reshape(ops.cast(sample_weight, "float32"), (-1, 1))
         self.seen.assign_add(ops.sum(actual, axis=0))
         self.total.assign_add(ops.sum(actual * self._values(labels, y_pred)[:, None], axis=0))
 
@@ -240,12 +242,14 @@ class BalancedCrossEntropy(_MeanOverClasses):
 
 def compile_model(model: keras.Model, learning_rate: float) -> None:
     """Adam on cross-entropy; accuracy, balanced accuracy and the class-balanced loss (over the model's own
-    classes) are reported."""
+    classes) are reported. They weigh each example as the loss does: the padding of a TPU's last eval batch
+    (input_pipeline.padded_to_batches) counts nowhere, and with --class-balance weights the training figures are
+    weighted like its loss (balanced accuracy is the same either way: a class's weight cancels in its mean)."""
     num_classes = model.outputs[0].shape[-1]
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
                   loss="sparse_categorical_crossentropy",
-                  metrics=["sparse_categorical_accuracy", BalancedAccuracy(num_classes),
-                           BalancedCrossEntropy(num_classes)])
+                  weighted_metrics=["sparse_categorical_accuracy", BalancedAccuracy(num_classes),
+                                    BalancedCrossEntropy(num_classes)])
 
 
 def set_output_bias(model: keras.Model, bias) -> None:

@@ -1,14 +1,19 @@
 """The Trainer's run_fn: Trainer(run_fn="trainer.task.run_fn", custom_config=HParams...).
 
-Chooses the device strategy, trains on Transform's records (two phases for the
-transfer models), writes TensorBoard logs and training.json (per-epoch metrics,
-times, strategy, hyperparameters) to the model run folder, and exports the
-serving SavedModel (trainer/export.py), with --tflite the TFLite models beside it
-(trainer/tflite_export.py, in a child process; their scores go into training.json).
+Chooses the device strategy (trainer/strategy.py), trains on Transform's records
+(two phases for the transfer models), writes TensorBoard logs and training.json
+(per-epoch metrics, times, strategy, hyperparameters) to the model run folder, and
+exports the serving SavedModel (trainer/export.py), with --tflite the TFLite models
+beside it (trainer/tflite_export.py, in a child process; their scores go into
+training.json). In a multi-worker cluster every worker trains and exports (saving
+takes every replica), and only the chief writes where the pipeline reads: the
+others write to a scratch folder they delete, then wait for the chief's model.
 """
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from typing import Optional, Tuple
 
@@ -141,7 +146,7 @@ def run_fn(fn_args) -> None:
     was_deterministic = tf_config.is_op_determinism_enabled()
     if hp.deterministic:
         tf.config.experimental.enable_op_determinism()
-    plan = strategies.plan(hp.mixed_precision)
+    plan = strategies.plan(hp.mixed_precision, required=hp.required_device)
     strategy = strategies.make(plan)
     replicas = strategy.num_replicas_in_sync
     logging.info("Trainer: training on %s", plan.describe(replicas))
@@ -198,7 +203,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     tft_output = tft.TFTransformOutput(fn_args.transform_output)
     num_classes = tft_output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
     batch = hp.batch_size * replicas
-    static = plan.kind == "tpu"  # XLA on TPU compiles one batch shape
+    static = plan.static_shapes  # XLA on TPU compiles one batch shape (eval: padded with weightless examples)
     # Transfer models train on the features step's output: their frozen phase on the cached features; the
     # pixels (fine-tuning, TFLite) are in the Transform output that step read.
     source = features_source(fn_args.train_files) if hp.model != "cnn" else None
@@ -227,8 +232,11 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         models.compile_model(model, hp.learning_rate)
     planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
     phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=monitor)]
-    # Each phase keeps the weights of its best epoch (EpochLog).
-    callbacks = [keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir), early_stopping(hp, monitor)]
+    # Each phase keeps the weights of its best epoch (EpochLog). Only the chief writes the pipeline's outputs;
+    # another worker of a cluster writes its logs and export to a scratch folder it deletes.
+    scratch = None if plan.is_chief else tempfile.mkdtemp(prefix="imagepipe-worker-")
+    logs_dir = fn_args.model_run_dir if plan.is_chief else os.path.join(scratch, "logs")
+    callbacks = [keras.callbacks.TensorBoard(log_dir=logs_dir), early_stopping(hp, monitor)]
     started = time.monotonic()
     if source:
         _train_head_on_features(model, fn_args, hp, source, strategy, num_classes, batch, static,
@@ -249,7 +257,13 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
                   epochs=done + hp.fine_tune_epochs, callbacks=callbacks + [phases[1]], verbose=0)
     seconds = time.monotonic() - started
 
-    export.export(model, tft_output, hp, fn_args.serving_model_dir)
+    # Every worker saves (saving a distributed model may take every replica's part: TensorFlow's documented
+    # pattern); only the chief's copy is kept.
+    export.export(model, tft_output, hp, fn_args.serving_model_dir if plan.is_chief else os.path.join(scratch, "model"))
+    if not plan.is_chief:
+        shutil.rmtree(scratch, ignore_errors=True)
+        wait_for_chief(fn_args, plan)
+        return
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
     weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
@@ -265,7 +279,9 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         if tf.io.gfile.exists(profile):
             tf.io.gfile.copy(profile, os.path.join(keras_dir, PROFILE_FILE), overwrite=True)
     record = {
-        "strategy": plan.describe(replicas), "device_kind": plan.kind,
+        "strategy": plan.describe(replicas), "device_kind": plan.kind, "replicas": replicas,
+        # Multi-worker: the cluster's machines (TF_CONFIG), this one the chief.
+        "workers": sum(len(plan.cluster.get(k, [])) for k in ("chief", "worker")) or 1,
         "hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
         "tuned": tuned or None,  # the settings the Tuner's best trial chose (in hparams too)
         "warm_started_from": warm_started, "warm_start_skipped": cold_reason,
@@ -282,3 +298,19 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
         f.write(json.dumps(record, indent=1))
+
+
+CHIEF_WAIT_SECONDS = 6 * 3600  # a worker waits this long at most for the chief's model (a TFLite export included)
+
+
+def wait_for_chief(fn_args, plan: strategies.Plan, timeout: float = CHIEF_WAIT_SECONDS) -> None:
+    """A worker of a cluster: returns once the chief has written training.json, the last of its outputs (TFX then
+    checks the model folder on every replica)."""
+    done = os.path.join(fn_args.model_run_dir, TRAINING_LOG)
+    deadline = time.monotonic() + timeout
+    logging.info("Trainer: worker %s waits for the chief's model (%s)", plan.task.get("index"), done)
+    while not tf.io.gfile.exists(done):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Trainer: worker {plan.task.get('index')}: the chief wrote no model in "
+                               f"{timeout:,.0f} s ({done} is missing); see the chief's log")
+        time.sleep(1.0)

@@ -27,6 +27,7 @@ photos took 78 s, about half of one frozen training on pixels), then, with --fin
 fine-tune phase on pixels (which costs what it costs the Trainer, per trial).
 """
 
+import contextlib
 import dataclasses
 from typing import Any, Dict, Optional
 
@@ -87,12 +88,15 @@ def values_of(config: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 class _Trials:
     """What each trial trains on: the Trainer's inputs (fn_args), read once into the datasets a trial asks for."""
 
-    def __init__(self, fn_args, hp: HParams):
+    def __init__(self, fn_args, hp: HParams, plan, strategy):
         import tensorflow_transform as tft
 
         from trainer import features, task
 
         self.hp = hp
+        # The Trainer's device plan and strategy (trainer/strategy.py): trials train where it trains, with its
+        # global batch (a batch per replica) and its mixed-precision policy.
+        self.plan, self.strategy = plan, strategy
         self.num_classes = tft.TFTransformOutput(fn_args.transform_graph_path).vocabulary_size_by_name(
             features.LABEL_VOCABULARY)
         self.source = task.features_source(fn_args.train_files) if hp.model != "cnn" else None
@@ -112,15 +116,18 @@ class _Trials:
     def datasets(self, hp: HParams, on_features: bool):
         from trainer import input_pipeline
 
+        shape = {"batch_size": hp.batch_size * self.strategy.num_replicas_in_sync,
+                 "drop_remainder": self.plan.static_shapes}
         if on_features:
             views = self.source["views"].get("train", 0) + 1
             train = input_pipeline.make_feature_dataset(self.train_files, hp, self.source["dim"], views, training=True,
-                                                        balance=self.balance)
+                                                        balance=self.balance, **shape)
             evaluation = input_pipeline.make_feature_dataset(self.eval_files, hp, self.source["dim"], 1,
-                                                             training=False)
+                                                             training=False, **shape)
         else:
-            train = input_pipeline.make_dataset(self.pixel_files("train"), hp, training=True, balance=self.balance)
-            evaluation = input_pipeline.make_dataset(self.pixel_files("eval"), hp, training=False)
+            train = input_pipeline.make_dataset(self.pixel_files("train"), hp, training=True, balance=self.balance,
+                                                **shape)
+            evaluation = input_pipeline.make_dataset(self.pixel_files("eval"), hp, training=False, **shape)
         train, steps = input_pipeline.repeated(train)
         return train, steps, evaluation
 
@@ -137,12 +144,13 @@ def _hypermodel(trials: _Trials):
         def build(self, space):
             hp = apply(trials.hp, space.values)
             keras.utils.set_random_seed(hp.seed)  # every trial starts from the same draw: only its values differ
-            if trials.source:
-                model = models.head(trials.num_classes, trials.source["dim"], hp)
-            else:
-                model = models.build(hp, trials.num_classes)
-            models.set_output_bias(model, trials.balancing["initial_bias"])
-            models.compile_model(model, hp.learning_rate)
+            with policy(trials.plan.mixed_precision_policy):  # KerasTuner builds in the strategy's scope
+                if trials.source:
+                    model = models.head(trials.num_classes, trials.source["dim"], hp)
+                else:
+                    model = models.build(hp, trials.num_classes)
+                models.set_output_bias(model, trials.balancing["initial_bias"])
+                models.compile_model(model, hp.learning_rate)
             return model
 
         def fit(self, space, model, *args, callbacks=None, **kwargs):
@@ -157,10 +165,12 @@ def _hypermodel(trials: _Trials):
             if not (trials.source and hp.fine_tune_epochs > 0):
                 return history
             # The fine-tune phase, as the Trainer runs it: the head into the whole model, the top layers unfrozen.
-            whole = models.build(hp, trials.num_classes, models.make_backbone(hp, trials.source["backbone_weights"]))
-            models.copy_head(model, whole)
-            models.unfreeze_top(whole, hp.fine_tune_layers)
-            models.compile_model(whole, hp.fine_tune_learning_rate)
+            with trials.strategy.scope(), policy(trials.plan.mixed_precision_policy):
+                whole = models.build(hp, trials.num_classes,
+                                     models.make_backbone(hp, trials.source["backbone_weights"]))
+                models.copy_head(model, whole)
+                models.unfreeze_top(whole, hp.fine_tune_layers)
+                models.compile_model(whole, hp.fine_tune_learning_rate)
             train, steps, evaluation = trials.datasets(hp, on_features=False)
             stop = early_stopping(hp, trials.objective)
             stop.restore_best_weights = True
@@ -169,6 +179,19 @@ def _hypermodel(trials: _Trials):
             return {trials.objective: max(tuned.history[trials.objective])}
 
     return ImageHyperModel()
+
+
+@contextlib.contextmanager
+def policy(name):
+    """Keras' global dtype policy set to `name` (None: float32) while models are built, float32 again after
+    (the Tuner's process runs other components next)."""
+    import keras
+
+    keras.mixed_precision.set_global_policy(name or "float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
 
 
 def _search_class():
@@ -193,12 +216,16 @@ def tuner_fn(fn_args):
     import keras_tuner
     from tfx.components.tuner.component import TunerFnResult
 
+    from trainer import strategy as strategies
+
     hp = HParams.from_custom_config(fn_args.custom_config)
     trials = int((fn_args.custom_config or {}).get(TRIALS_KEY) or 10)
     space = keras_tuner.HyperParameters()
     define(space, hp)
-    trials_data = _Trials(fn_args, hp)
-    tuner = _search_class()(
+    plan = strategies.plan(hp.mixed_precision, required=hp.required_device)  # as the Trainer's (before TF starts)
+    strategy = strategies.make(plan)
+    trials_data = _Trials(fn_args, hp, plan, strategy)
+    tuner = _search_class()(distribution_strategy=strategy,
         hypermodel=_hypermodel(trials_data), objective=keras_tuner.Objective(trials_data.objective, "max"),
         max_trials=trials, num_initial_points=min(trials, INITIAL_POINTS), hyperparameters=space,
         tune_new_entries=False, seed=hp.seed, directory=fn_args.working_dir, project_name="search", overwrite=True)

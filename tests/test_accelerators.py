@@ -1,0 +1,236 @@
+"""Training on several replicas, machines and devices, run for real where this machine can: MirroredStrategy over
+two logical CPU devices, the mixed-precision policy through export, two worker processes on localhost with
+TF_CONFIG (MultiWorkerMirroredStrategy) through TFX's own executor entry point, the static-shape (TPU) input
+that drops no eval example; and at their boundary what needs a TPU or Vertex AI (the compiled jobs, the image,
+an unreachable TPU). No test assumes the machine has or lacks a GPU."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import expected_strategy_kind, model_dir, run_imagepipe
+from trainer import features, input_pipeline, strategy
+from trainer.hparams import HParams
+
+SIZE = 8
+
+
+def _write_records(path, labels):
+    """Transform-like records (pixels, label) of SIZE x SIZE x 3 images, gzip TFRecords."""
+    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+        for n, label in enumerate(labels):
+            pixels = np.full((SIZE, SIZE, 3), n % 256, np.uint8).tobytes()
+            example = tf.train.Example(features=tf.train.Features(feature={
+                features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[pixels])),
+                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}))
+            writer.write(example.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("count", [387, 1100])
+def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_path, count):
+    """On TPU every batch has one shape (XLA). Eval's last batch is padded with examples of weight 0: the digits'
+    387 eval images in one batch of 512 (drop_remainder gave none), and the metrics count the real ones only."""
+    labels = [0] + [1] * (count - 1)  # the first is copied as padding: class 0
+    files = [_write_records(str(tmp_path / "eval.gz"), labels)]
+    hp = HParams(image_size=SIZE)
+    evaluation = input_pipeline.make_dataset(files, hp, training=False, batch_size=512, drop_remainder=True)
+    batches = list(evaluation)
+    assert len(batches) == -(-count // 512) == int(evaluation.cardinality())
+    assert all(x.shape[0] == 512 and w.shape == (512,) for x, _, w in batches)  # one shape for every batch
+    weights = np.concatenate([w.numpy() for _, _, w in batches])
+    seen = np.concatenate([y.numpy() for _, y, _ in batches])
+    assert weights.sum() == count and (seen[weights == 0] == 0).all()
+
+    # A model that calls everything class 0 is right on 1 real example: the padding (class 0) must not count.
+    from trainer import models
+    import keras
+
+    inputs = keras.Input((SIZE, SIZE, 3))
+    flat = keras.layers.Flatten()(inputs)
+    probabilities = keras.layers.Dense(2, activation="softmax", name="probabilities")(flat)
+    model = keras.Model(inputs, probabilities)
+    models.compile_model(model, 1e-3)
+    model.get_layer("probabilities").set_weights([np.zeros((SIZE * SIZE * 3, 2)), np.array([5.0, 0.0])])
+    scores = model.evaluate(evaluation, verbose=0, return_dict=True)
+    assert scores["sparse_categorical_accuracy"] == pytest.approx(1 / count, rel=1e-4)
+    assert scores["balanced_accuracy"] == pytest.approx(0.5, rel=1e-4)  # class 0 all found, class 1 none
+
+    # Training keeps whole batches only (the next epoch draws the rest), and the features' input pads alike.
+    train = input_pipeline.make_dataset(files, hp, training=True, batch_size=512, drop_remainder=True)
+    assert int(train.cardinality()) == count // 512
+
+
+def test_a_tpu_asked_for_and_unreachable_stops_the_trainer_in_one_line():
+    def unreachable():
+        raise ValueError("Could not lookup TPU metadata from name 'local'.\nPlease doublecheck the tpu argument")
+
+    with pytest.raises(strategy.TrainingDeviceError) as raised:
+        strategy.plan(tpu_resolver=unreachable, gpus=[], required="tpu", environ={})
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("--training-tpu: no TPU reachable")
+    assert "Could not lookup TPU metadata" in message and "does not fall back to the CPU" in message
+    # Not asked for: a warning, and the next best device.
+    assert strategy.plan(tpu_resolver=unreachable, gpus=["/gpu:0"], environ={}).kind == "gpu"
+    with pytest.raises(ValueError, match="required_device 'gpu'"):
+        HParams(required_device="gpu").validate()
+
+
+def test_tf_config_makes_a_multi_worker_plan_and_names_the_chief():
+    def config(cluster, task):
+        return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
+
+    vertex = {"chief": ["cmle-training-workerpool0-0:2222"], "worker": ["cmle-training-workerpool1-0:2222",
+                                                                         "cmle-training-workerpool1-1:2222"]}
+    chief = strategy.plan(environ=config(vertex, {"type": "chief", "index": 0}), gpus=["/gpu:0"])
+    assert (chief.kind, chief.is_chief, chief.mixed_precision_policy) == ("multi-worker", True, "mixed_float16")
+    assert chief.devices == ["3 machines", "1 GPU each"]
+    worker = strategy.plan(environ=config(vertex, {"type": "worker", "index": 0}), gpus=[])
+    assert (worker.kind, worker.is_chief, worker.mixed_precision_policy) == ("multi-worker", False, None)
+    # Without a chief task, worker 0 is the chief (TensorFlow's convention).
+    workers = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    assert strategy.plan(environ=config(workers, {"type": "worker", "index": 0}), gpus=[]).is_chief
+    assert not strategy.plan(environ=config(workers, {"type": "worker", "index": 1}), gpus=[]).is_chief
+    # One machine (Vertex sets TF_CONFIG on a one-replica job too) is not a cluster.
+    alone = strategy.plan(environ=config({"chief": ["host:2222"]}, {"type": "chief", "index": 0}), gpus=[], cpus=["c"])
+    assert alone.kind == "cpu" and alone.is_chief
+    with pytest.raises(strategy.TrainingDeviceError, match="^TF_CONFIG is not a cluster spec"):
+        strategy.plan(environ={"TF_CONFIG": "{not json"}, gpus=[])
+    assert strategy.plan(environ={}, gpus=[], cpus=["/cpu:0", "/cpu:1"]).kind == "multi-cpu"
+
+
+@pytest.fixture(scope="module")
+def replica_runs(tmp_path_factory, small_digits):
+    """`imagepipe run` twice on the small digits, as users start it: across 2 logical CPU devices
+    (--cpu-replicas 2), and with the mixed-precision policy on and a TFLite export."""
+    runs = {}
+    for name, extra in (("replicas", ["--cpu-replicas", "2"]),
+                        ("mixed", ["--mixed-precision", "on", "--tflite", "float16"])):
+        root = str(tmp_path_factory.mktemp(name))
+        done = run_imagepipe("run", "--root", root, "--data", small_digits, "--epochs", "8", "--progress", "quiet",
+                             "--accuracy-threshold", "0", "--min-class-recall", "0", *extra, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = {"root": root, "summary": _summary(root, small_digits)}
+    return runs
+
+
+def _summary(root, data):
+    from pipeline.config import PipelineConfig
+    from runs import run_summary
+
+    return run_summary.summarize(PipelineConfig(root=root, data=data).metadata_path)
+
+
+def _details(summary, component):
+    return next(c["details"] for c in summary["components"] if c["component"] == component)
+
+
+def _training(summary):
+    model_run = _details(summary, "Trainer")["model_run"]
+    with open(os.path.join(model_run, "training.json")) as f:
+        return json.load(f)
+
+
+def test_mirrored_strategy_over_two_logical_cpu_devices_trains_end_to_end(replica_runs):
+    summary = replica_runs["replicas"]["summary"]
+    record = _training(summary)
+    kind = expected_strategy_kind()
+    if kind == "cpu":  # the CPU split in two; a machine with accelerators trains on them instead
+        assert (record["device_kind"], record["replicas"]) == ("multi-cpu", 2)
+        assert record["strategy"].startswith("multi-cpu (2 replicas: ")
+    else:
+        assert record["device_kind"] == kind
+    assert record["hparams"]["batch_size"] == 64  # per replica: the global batch is 64 x replicas
+    evaluation = _details(summary, "Evaluator")
+    eval_images = sum(_details(summary, "ImageExampleGen")["examples_per_split_and_class"]["eval"].values())
+    assert evaluation["example_count"] == eval_images  # every eval example counted
+    # In the single-replica range: the mixed run trained one replica on the same data and settings.
+    single = _details(replica_runs["mixed"]["summary"], "Evaluator")["accuracy"]
+    assert evaluation["accuracy"] >= 0.6 and abs(evaluation["accuracy"] - single) <= 0.25
+
+
+def test_mixed_precision_trains_through_export_with_float32_probabilities(replica_runs, small_digits):
+    summary = replica_runs["mixed"]["summary"]
+    record = _training(summary)
+    assert record["hparams"]["mixed_precision"] == "on"
+    policy = {"cpu": "mixed_bfloat16", "tpu": "mixed_bfloat16"}.get(expected_strategy_kind(), "mixed_float16")
+    assert record["strategy"].endswith(policy)
+    serving = tf.saved_model.load(os.path.join(model_dir(summary), "Format-Serving"))
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(small_digits) for f in fs if not f.startswith("."))
+    images = [open(path, "rb").read() for path in files[::37]]
+    probabilities = serving.signatures["serving_default"](image_bytes=tf.constant(images))["probabilities"]
+    assert probabilities.dtype == tf.float32 and probabilities.shape == (len(images), 10)
+    assert np.allclose(probabilities.numpy().sum(axis=1), 1.0, rtol=1e-3)
+    tflite = record["tflite"]
+    assert abs(tflite["models"]["float16"]["accuracy"] - tflite["savedmodel_accuracy"]) <= 0.02
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strategy(replica_runs, small_digits,
+                                                                                  tmp_path):
+    """The Trainer as each replica of a Vertex AI Training job runs it (TFX's run_executor with the Trainer's
+    inputs, outputs and properties), in two processes with TF_CONFIG naming a chief and a worker on localhost:
+    they train together, and only the chief writes the model, the logs and training.json."""
+    from tfx.types import artifact_utils, standard_artifacts
+
+    from pipeline import platform
+    from pipeline.config import PipelineConfig
+    from pipeline.pipeline import create_pipeline
+    from tfx.utils import proto_utils
+
+    root = replica_runs["replicas"]["root"]
+    config = PipelineConfig(root=root, data=small_digits, epochs=8, accuracy_threshold=0.0, min_class_recall=0.0)
+    trainer = next(c for c in create_pipeline(config, platform.local(config)).components if c.id == "Trainer")
+    properties = {k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
+                  for k, v in trainer.exec_properties.items() if v is not None}
+    transform = os.path.join(root, "pipelines", config.pipeline_name, "Transform")
+    examples = standard_artifacts.Examples()
+    examples.uri = _only(os.path.join(transform, "transformed_examples"))
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    graph = standard_artifacts.TransformGraph()
+    graph.uri = _only(os.path.join(transform, "transform_graph"))
+    model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
+    model.uri, model_run.uri = str(tmp_path / "model"), str(tmp_path / "model_run")
+    command = [sys.executable, "-m", "tfx.scripts.run_executor",
+               "--executor_class_path", "components.runtime_settings.TrainerExecutor",
+               "--inputs", artifact_utils.jsonify_artifact_dict({"examples": [examples], "transform_graph": [graph]}),
+               "--outputs", artifact_utils.jsonify_artifact_dict({"model": [model], "model_run": [model_run]}),
+               "--exec-properties", json.dumps(properties, sort_keys=True)]
+    cluster = {"chief": [f"127.0.0.1:{_free_port()}"], "worker": [f"127.0.0.1:{_free_port()}"]}
+    processes = []
+    for kind in ("chief", "worker"):
+        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}}),
+               "CUDA_VISIBLE_DEVICES": ""}  # two processes on one machine: neither takes a GPU from the other
+        processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    outputs = [p.communicate(timeout=900)[0] for p in processes]
+    for kind, p, out in zip(("chief", "worker"), processes, outputs):
+        (tmp_path / f"{kind}.log").write_text(out)  # whole, for a failure's traceback
+        assert p.returncode == 0, f"{kind}: see {tmp_path / kind}.log; " + "\n".join(
+            line for line in out.splitlines() if "Error" in line or line.startswith("  File"))[-3000:]
+    with open(os.path.join(model_run.uri, "training.json")) as f:
+        record = json.load(f)
+    assert (record["device_kind"], record["replicas"], record["workers"]) == ("multi-worker", 2, 2)
+    assert sorted(os.listdir(model.uri)) == ["Format-Serving", "keras"]  # one model, the chief's
+    assert os.path.exists(os.path.join(model.uri, "Format-Serving", "saved_model.pb"))
+    assert "waits for the chief's model" in outputs[1]
+    # In the single-machine range: the last kept eval accuracy against the one-process runs'.
+    best = max(e["val_sparse_categorical_accuracy"] for e in record["epochs"])
+    single = max(e["val_sparse_categorical_accuracy"] for e in _training(replica_runs["mixed"]["summary"])["epochs"])
+    assert best >= 0.6 and abs(best - single) <= 0.25
+
+
+def _only(folder):
+    (name,) = os.listdir(folder)
+    return os.path.join(folder, name)
