@@ -66,7 +66,10 @@ def dataflow_args(config: PipelineConfig, cloud: CloudConfig) -> List[str]:
 
 
 def vertex_training_config(cloud: CloudConfig) -> dict:
-    """custom_config entries that make the Trainer a Vertex AI Training custom job."""
+    """custom_config entries that make the Trainer a Vertex AI Training custom job: one machine, or with
+    --training-replicas N a chief pool and a pool of N - 1 workers alike (Vertex sets TF_CONFIG on each, and
+    trainer/strategy.py trains across them). With --training-tpu, the Trainer must find the TPU (HParams
+    required_device): it fails rather than train on the TPU VM's CPU."""
     ext = tfx.extensions.google_cloud_ai_platform
     if cloud.training_tpu:
         machine = {"machine_type": "cloud-tpu", "accelerator_type": cloud.training_tpu, "accelerator_count": 8}
@@ -75,12 +78,20 @@ def vertex_training_config(cloud: CloudConfig) -> dict:
         if cloud.training_accelerator:
             machine.update(accelerator_type=cloud.training_accelerator,
                            accelerator_count=cloud.training_accelerator_count)
-    job_spec = {"worker_pool_specs": [{"machine_spec": machine, "replica_count": 1,
-                                       "container_spec": {"image_uri": cloud.image}}]}
+    image = cloud.training_image or cloud.image
+    pools = [{"machine_spec": machine, "replica_count": 1, "container_spec": {"image_uri": image}}]
+    if cloud.training_replicas > 1:
+        pools.append({"machine_spec": dict(machine), "replica_count": cloud.training_replicas - 1,
+                      "container_spec": {"image_uri": image}})
+    job_spec = {"worker_pool_specs": pools}
     if cloud.service_account:
         job_spec["service_account"] = cloud.service_account
     return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
-            ext.TRAINING_ARGS_KEY: {"project": cloud.project, "job_spec": job_spec}}
+            ext.TRAINING_ARGS_KEY: {"project": cloud.project, "job_spec": job_spec},
+            **({REQUIRED_DEVICE_KEY: "tpu"} if cloud.training_tpu else {})}
+
+
+REQUIRED_DEVICE_KEY = "required_device"  # HParams.required_device, in the Trainer's and the Tuner's custom_config
 
 
 def vertex_tuning_config(config: PipelineConfig, cloud: CloudConfig) -> dict:
@@ -88,8 +99,12 @@ def vertex_tuning_config(config: PipelineConfig, cloud: CloudConfig) -> dict:
     extension): the primary replica's machine as the Trainer's; the extension adds parallel_trials - 1
     workers like it, which run trials against a chief oracle on the primary."""
     ext = tfx.extensions.google_cloud_ai_platform
-    training = vertex_training_config(cloud)[ext.TRAINING_ARGS_KEY]
+    trainer = vertex_training_config(cloud)
+    training = trainer[ext.TRAINING_ARGS_KEY]
+    # A trial trains on one machine like the Trainer's chief: the extension's workers are parallel trials.
+    training["job_spec"]["worker_pool_specs"] = training["job_spec"]["worker_pool_specs"][:1]
     return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
+            **({REQUIRED_DEVICE_KEY: trainer[REQUIRED_DEVICE_KEY]} if REQUIRED_DEVICE_KEY in trainer else {}),
             ext.experimental.TUNING_ARGS_KEY: training,
             ext.experimental.REMOTE_TRIALS_WORKING_DIR_KEY: f"{cloud.full_pipeline_root(config.pipeline_name)}/tuner"}
 

@@ -11,6 +11,7 @@ from pipeline.config import ConfigError, PipelineConfig
 from storage.files import is_remote
 
 TARGETS = ("vertex", "kubeflow")
+MAX_TRAINING_REPLICAS = 64
 # Inside the pipeline image (kubeflow/Dockerfile), the project is copied here.
 IMAGE_PROJECT_DIR = "/pipeline"
 
@@ -39,6 +40,12 @@ class CloudConfig:
     training_accelerator: Optional[str] = None  # e.g. NVIDIA_TESLA_T4, NVIDIA_L4
     training_accelerator_count: int = 1
     training_tpu: Optional[str] = None  # e.g. TPU_V3 (a v3-8)
+    # Machines of that type (and accelerators) the Trainer trains on at once: a chief and N - 1 workers
+    # (MultiWorkerMirroredStrategy; trainer/strategy.py).
+    training_replicas: int = 1
+    # The image Vertex AI Training runs: --image, or with --training-tpu its TPU build (kubeflow/Dockerfile built
+    # with --build-arg ACCELERATOR=tpu: the TPU build of TensorFlow and its libtpu).
+    training_image: Optional[str] = None
     parallel_trials: int = 1  # --tune with --vertex-training: trials at once, a training machine each
     # Push blessed models to a Vertex AI endpoint (by display name) instead of a folder.
     endpoint: Optional[str] = None
@@ -120,6 +127,17 @@ class CloudConfig:
             raise ConfigError("--training-accelerator and --training-tpu: choose one")
         if (self.training_accelerator or self.training_tpu) and not self.vertex_training:
             raise ConfigError("--training-accelerator/--training-tpu apply to --vertex-training; add it")
+        if not 1 <= self.training_replicas <= MAX_TRAINING_REPLICAS:
+            raise ConfigError(f"--training-replicas {self.training_replicas}: use 1 to {MAX_TRAINING_REPLICAS} machines")
+        if (self.training_replicas > 1 or self.training_image) and not self.vertex_training:
+            raise ConfigError("--training-replicas/--training-image apply to --vertex-training; add it")
+        if self.training_tpu and self.training_replicas > 1:
+            raise ConfigError("--training-tpu with --training-replicas: a TPU trains as one replica of its 8 cores "
+                              "here; give one or the other")
+        if self.training_tpu and not self.training_image:
+            raise ConfigError("--training-tpu needs the TPU build of the pipeline image (TensorFlow's TPU build and "
+                              "libtpu): docker build --build-arg ACCELERATOR=tpu -f kubeflow/Dockerfile, push it, and "
+                              "give --training-image URI")
         if not 1 <= self.parallel_trials <= 64:
             raise ConfigError(f"--parallel-trials {self.parallel_trials}: use 1 to 64 machines")
         if self.parallel_trials > 1 and not (self.vertex_training and config.tune):

@@ -126,6 +126,62 @@ def test_vertex_spec_trains_on_vertex_ai_with_accelerators(vertex_job):
     assert config_json["epochs"] == PipelineConfig().epochs  # the hyperparameters travel with it
 
 
+def _trainer_config(spec, task="Trainer"):
+    parameter = json.loads(_task_text(spec, task))["inputs"]["parameters"]["custom_config"]["runtimeValue"]
+    return json.loads(parameter["constantValue"]["stringValue"])
+
+
+def test_training_replicas_compile_a_chief_and_workers_alike(tmp_path):
+    """--training-replicas 3: Vertex AI Training runs a chief and 2 workers of the same machine and image (Vertex
+    sets TF_CONFIG on each; trainer/strategy.py trains across them); a trial of the Tuner keeps one machine."""
+    config, cloud = production(vertex_training=True, training_accelerator="NVIDIA_L4", training_replicas=3, tune=4,
+                               parallel_trials=2)
+    spec = json_format.MessageToDict(json_format.Parse(open(deploy.compile_pipeline(
+        config, cloud, str(tmp_path / "job.json"))).read(), pipeline_spec_pb2.PipelineJob()).pipeline_spec)
+    chief, workers = _trainer_config(spec)["ai_platform_training_args"]["job_spec"]["worker_pool_specs"]
+    machine = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
+    assert (chief["replica_count"], workers["replica_count"]) == (1, 2)
+    assert chief["machine_spec"] == workers["machine_spec"] == machine
+    assert chief["container_spec"] == workers["container_spec"] == {"image_uri": IMAGE}
+    trials = _trainer_config(spec, "Tuner")["ai_platform_tuning_args"]["job_spec"]["worker_pool_specs"]
+    assert len(trials) == 1 and trials[0]["replica_count"] == 1 and trials[0]["machine_spec"] == machine
+    assert _trainer_config(spec)["required_device"] == ""  # any device: no TPU was asked for
+
+
+def test_a_tpu_job_runs_the_tpu_image_and_must_find_its_tpu(tmp_path):
+    """--training-tpu: the Trainer's job runs the TPU build of the image (--training-image), and the Trainer is
+    told a TPU was asked for: without one it stops (trainer/strategy.py) instead of training on the CPU."""
+    from trainer.hparams import HParams
+
+    tpu_image = IMAGE.replace("pipeline:", "pipeline-tpu:")
+    config, cloud = production(vertex_training=True, training_tpu="TPU_V3", training_image=tpu_image)
+    spec = json_format.MessageToDict(json_format.Parse(open(deploy.compile_pipeline(
+        config, cloud, str(tmp_path / "job.json"))).read(), pipeline_spec_pb2.PipelineJob()).pipeline_spec)
+    trainer = _trainer_config(spec)
+    (pool,) = trainer["ai_platform_training_args"]["job_spec"]["worker_pool_specs"]
+    assert pool["machine_spec"] == {"machine_type": "cloud-tpu", "accelerator_type": "TPU_V3", "accelerator_count": 8}
+    assert pool["container_spec"] == {"image_uri": tpu_image}
+    assert HParams.from_custom_config(trainer).required_device == "tpu"
+
+
+def test_the_tpu_build_of_the_image_swaps_in_tensorflow_s_tpu_build_of_the_locked_version():
+    """kubeflow/Dockerfile with --build-arg ACCELERATOR=tpu: TensorFlow's TPU build of the version the lock has, and
+    the libtpu that build requires (tensorflow-tpu 2.16.x: libtpu==2.16.0rc0, from Google's libtpu-releases index,
+    PyPI has no such version), in place of the plain TensorFlow; the default build is untouched."""
+    from importlib.metadata import version
+
+    steps = _dockerfile(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile"))
+    args = dict(a.split("=", 1) for kind, a in steps if kind == "ARG")
+    assert args["ACCELERATOR"] == "cpu"
+    assert args["TPU_TENSORFLOW"] == f"tensorflow-tpu=={version('tensorflow')}"
+    assert args["LIBTPU"] == "libtpu==2.16.0rc0"
+    assert args["LIBTPU_INDEX"] == "https://storage.googleapis.com/libtpu-releases/index.html"
+    (swap,) = [a for kind, a in steps if kind == "RUN" and "ACCELERATOR" in a]
+    assert '[ "$ACCELERATOR" = "tpu" ]' in swap and "uv pip uninstall --system tensorflow" in swap
+    assert '--no-deps "$TPU_TENSORFLOW" "$LIBTPU" --find-links "$LIBTPU_INDEX"' in swap and "import libtpu" in swap
+    assert [kind for kind, _ in steps].index("RUN") < [s for s in steps].index(("RUN", swap))  # after the lock
+
+
 def test_vertex_spec_tunes_as_a_vertex_ai_training_job_of_parallel_trials(vertex_job):
     """--tune with --vertex-training: the Tuner step is TFX's Vertex Tuner extension (not CloudTuner), its trials
     on the Trainer's machines, three at once; the Trainer takes its best values, and it finds the last search."""
@@ -268,6 +324,11 @@ def test_kubeflow_cannot_warm_start():
     ({"cron": "0 25 * * *"}, "'25' is not valid for the hour field (0-23)"),
     ({"cron": "every monday"}, "use 5 fields"),
     ({"training_tpu": "TPU_V3"}, "apply to --vertex-training"),
+    ({"training_replicas": 2}, "--training-replicas/--training-image apply to --vertex-training"),
+    ({"vertex_training": True, "training_replicas": 0}, "--training-replicas 0: use 1 to 64 machines"),
+    ({"vertex_training": True, "training_tpu": "TPU_V3"}, "--training-tpu needs the TPU build of the pipeline image"),
+    ({"vertex_training": True, "training_tpu": "TPU_V3", "training_image": IMAGE, "training_replicas": 2},
+     "--training-tpu with --training-replicas"),
     # Accepted as they were, into job specs, requests and Dataflow command lines:
     ({"pipeline_root": "gs://"}, "--pipeline-root 'gs://': not a Cloud Storage path"),
     ({"project": 'p"; rm -rf /'}, """--project 'p"; rm -rf /': not a valid GCP project ID"""),
