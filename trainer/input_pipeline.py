@@ -92,8 +92,8 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
         dataset = dataset.shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
     if drop_remainder and not training:
         dataset, batches = padded_to_batches(dataset, records, batch_size)
-        return sharded_by_data(dataset.map(lambda records, weights: (*parse_batch(records, hp), weights),
-                                           num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE))
+        return dataset.map(lambda records, weights: (*parse_batch(records, hp), weights),
+                           num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     batches = records // batch_size if drop_remainder else -(-records // batch_size)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
@@ -102,13 +102,13 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
         dataset = dataset.map(lambda x, y: (augment(x, hp), y), num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
         dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
-    return sharded_by_data(dataset.prefetch(AUTOTUNE))
+    return dataset.prefetch(AUTOTUNE)
 
 
 def sharded_by_data(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """Several machines (MultiWorkerMirroredStrategy) split the batches, not the files: each worker reads the
-    records and keeps its part. Transform often writes fewer files than there are workers, and sharding by file
-    then fails ("the dataset only has 1 file(s)"); one machine's strategies do not shard at all."""
+    """For several machines (MultiWorkerMirroredStrategy): split the batches, not the files, each worker reading
+    the records and keeping its part. Transform often writes fewer files than there are workers, and sharding
+    by file then fails ("the dataset only has 1 file(s)"). One machine's strategies do not shard."""
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options)
@@ -210,7 +210,7 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
         dataset = dataset.map(parse, num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
         dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
-    return sharded_by_data(dataset.prefetch(AUTOTUNE))
+    return dataset.prefetch(AUTOTUNE)
 
 
 def label_counts(file_patterns: List[str], num_classes: int) -> List[int]:

@@ -81,6 +81,8 @@ def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy,
         balance=balance))
     evaluation = input_pipeline.make_feature_dataset(fn_args.eval_files, hp, source["dim"], 1, training=False,
                                                      batch_size=batch, drop_remainder=static)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        train, evaluation = input_pipeline.sharded_by_data(train), input_pipeline.sharded_by_data(evaluation)
     with strategy.scope():
         head = models.head(num_classes, source["dim"], hp)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
@@ -214,8 +216,10 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     monitor = balancing["monitor"]
 
     def pixels(training: bool):
-        return input_pipeline.make_dataset(pixel_files["train" if training else "eval"], hp, training=training,
-                                           batch_size=batch, drop_remainder=static, balance=balance)
+        dataset = input_pipeline.make_dataset(pixel_files["train" if training else "eval"], hp, training=training,
+                                              batch_size=batch, drop_remainder=static, balance=balance)
+        multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        return input_pipeline.sharded_by_data(dataset) if multi_worker else dataset
 
     info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels,
             # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
