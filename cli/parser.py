@@ -137,7 +137,7 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     c.add_argument("--training-replicas", type=int, metavar="N", help="train on N machines of that type at once: a "
                    "chief and N - 1 workers (MultiWorkerMirroredStrategy; default 1)")
     c.add_argument("--training-image", help="the image Vertex AI Training runs (default --image); for "
-                   "--training-tpu its TPU build: kubeflow/Dockerfile with --build-arg ACCELERATOR=tpu")
+                   "--training-tpu its TPU build: ./Dockerfile with --build-arg ACCELERATOR=tpu")
     c.add_argument("--endpoint", help="deploy blessed models to this Vertex AI endpoint (display name)")
     c.add_argument("--parallel-trials", type=int, help="with --tune and --vertex-training: trials at once, a "
                    "training machine each (TFX's Vertex Tuner; default 1)")
@@ -148,7 +148,7 @@ def _add_gcp_options(c) -> None:
     c.add_argument("--project", help="GCP project")
     c.add_argument("--region", help=f"GCP region (default {d.region})")
     c.add_argument("--pipeline-root", help="gs://BUCKET/PATH for the runs' artifacts")
-    c.add_argument("--image", help="the pipeline image (built from kubeflow/Dockerfile)")
+    c.add_argument("--image", help="the pipeline image (built from ./Dockerfile)")
     c.add_argument("--service-account", help="the GCP service account (email) Vertex runs and Dataflow workers execute as")
 
 

@@ -1,6 +1,6 @@
 """The Platform (pipeline/platform.py) of a run on Vertex AI Pipelines or Kubeflow Pipelines.
 
-Everything there runs in the pipeline image (kubeflow/Dockerfile) and reads and writes gs://: the
+Everything there runs in the pipeline image (./Dockerfile) and reads and writes gs://: the
 pipeline root is <pipeline-root>/<name>, blessed models go to its serving/ folder (or a Vertex AI
 endpoint), the data components run on Dataflow with --dataflow, the Trainer on Vertex AI Training
 with --vertex-training, and a curated schema is read at its path inside the image.
@@ -32,11 +32,12 @@ def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
         vertex_serving_config=vertex_serving_config(cloud) if cloud.endpoint else None,
         # With --vertex-training, the Tuner's trials run there too, --parallel-trials machines at once.
         vertex_tuning_config=vertex_tuning_config(config, cloud) if cloud.vertex_training else None,
-        parallel_trials=cloud.parallel_trials, compiled=True)
+        parallel_trials=cloud.parallel_trials, compiled=True,
+        service_account=(cloud.service_account or "") if cloud.target == "vertex" else "")
 
 
 def schema_in_image(schema_file: str) -> str:
-    """A schema from this repository, as the pipeline image sees it (kubeflow/Dockerfile copies the tree)."""
+    """A schema from this repository, as the pipeline image sees it (./Dockerfile copies the tree)."""
     if is_remote(schema_file):
         return schema_file
     relative = os.path.relpath(os.path.abspath(schema_file), PROJECT_DIR)

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, Optional
 import yaml
 
 from pipeline.cloud_config import CloudConfig
+from pipeline import run_check
 from pipeline.config import ConfigError, PipelineConfig
 
 
@@ -62,8 +63,30 @@ def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
     """The KubeflowV2DagRunner for `cloud`: `imagepipe compile` and the TFX CLI's runner file both use it."""
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as runner_lib
 
-    return runner_lib.KubeflowV2DagRunner(config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image),
-                                          output_filename=output_filename)
+    class Runner(runner_lib.KubeflowV2DagRunner):
+        """TFX's runner, with the first task never taken from Vertex's cache (never_cached)."""
+
+        def run(self, pipeline, parameter_values=None, write_out=True):
+            # The TFX CLI patches the base class's run to choose the output folder: it is called, then the file
+            # written here, where TFX would write it.
+            job = never_cached(super().run(pipeline, parameter_values=parameter_values, write_out=False))
+            if write_out:
+                os.makedirs(self._output_dir, exist_ok=True)
+                with open(os.path.join(self._output_dir, self._output_filename), "w") as f:
+                    json.dump(job, f, indent=2, sort_keys=True)
+            return job
+
+    return Runner(config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image),
+                  output_filename=output_filename)
+
+
+def never_cached(job: Dict[str, Any]) -> Dict[str, Any]:
+    """`job` with its RunCheck task never taken from Vertex's cache: a cached check would skip the account
+    check of a run started another way (pipeline/run_check.py)."""
+    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    if "RunCheck" in tasks:
+        tasks["RunCheck"]["cachingOptions"] = {"enableCache": False}
+    return job
 
 
 def build_job(config: PipelineConfig, cloud: CloudConfig, output_filename: Optional[str] = None) -> Dict[str, Any]:
@@ -147,22 +170,13 @@ def check_credentials(credentials=None) -> None:
     except Exception:  # noqa: BLE001 - a google-auth without it: ask google.auth below
         user_file = ""
     given = os.environ.get(environment_vars.CREDENTIALS)
-    on_google_cloud = os.environ.get(environment_vars.GCE_METADATA_HOST) or _product_name().startswith("Google")
+    on_google_cloud = run_check.on_google_cloud()
     if not given and not (user_file and os.path.exists(user_file)) and not on_google_cloud:
         raise ConfigError(NO_CREDENTIALS)
     try:
         google.auth.default()
     except exceptions.DefaultCredentialsError as e:
         raise ConfigError(f"{NO_CREDENTIALS} ({str(e).splitlines()[0][:160]})") from None
-
-
-def _product_name() -> str:
-    """The machine's DMI product name ('Google Compute Engine' on GCE, GKE and Vertex workers), or ""."""
-    try:
-        with open("/sys/class/dmi/id/product_name") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def _vertex_init(cloud: CloudConfig, credentials=None):

@@ -1,8 +1,13 @@
 """The runner file for the TFX CLI on Vertex AI Pipelines:
 
     tfx pipeline create  --engine=vertex --pipeline_path=kubeflow/vertex_runner.py [--build_image]
+    tfx pipeline update  --engine=vertex --pipeline_path=kubeflow/vertex_runner.py
     tfx pipeline compile --engine=vertex --pipeline_path=kubeflow/vertex_runner.py
-    tfx run create       --engine=vertex --project P --region R --pipeline_name NAME
+    tfx run create       --engine=vertex --project P --region R --pipeline_name NAME [--runtime_parameter epochs=20]
+
+Run from the project root: --build_image builds ./Dockerfile, the project's image. `tfx run create` sends no
+service account and no labels, and its parameter values unchecked; the job's first task (RunCheck,
+pipeline/run_check.py) checks both the values and the account the run executes as (docs/cloud.md).
 
 NAME is IMAGEPIPE_NAME, or derived from IMAGEPIPE_DATA (e.g. images-3f2a9c; `tfx pipeline create`
 prints it).

@@ -12,7 +12,7 @@ from storage.files import is_remote
 
 TARGETS = ("vertex", "kubeflow")
 MAX_TRAINING_REPLICAS = 64
-# Inside the pipeline image (kubeflow/Dockerfile), the project is copied here.
+# Inside the pipeline image (./Dockerfile), the project is copied here.
 IMAGE_PROJECT_DIR = "/pipeline"
 
 
@@ -24,7 +24,7 @@ class CloudConfig:
     project: Optional[str] = None  # GCP project (Vertex, Dataflow, Vertex AI Training)
     region: str = "us-central1"
     pipeline_root: Optional[str] = None  # gs://bucket/path: artifacts of every run
-    image: Optional[str] = None  # the pipeline image built from kubeflow/Dockerfile
+    image: Optional[str] = None  # the pipeline image built from ./Dockerfile
     service_account: Optional[str] = None  # Vertex: the GCP service account (email) runs execute as
     k8s_service_account: Optional[str] = None  # Kubeflow: the Kubernetes service account of the run pods
     api_endpoint: Optional[str] = None  # Vertex API endpoint override (private endpoints)
@@ -43,7 +43,7 @@ class CloudConfig:
     # Machines of that type (and accelerators) the Trainer trains on at once: a chief and N - 1 workers
     # (MultiWorkerMirroredStrategy; trainer/strategy.py).
     training_replicas: int = 1
-    # The image Vertex AI Training runs: --image, or with --training-tpu its TPU build (kubeflow/Dockerfile built
+    # The image Vertex AI Training runs: --image, or with --training-tpu its TPU build (./Dockerfile built
     # with --build-arg ACCELERATOR=tpu: the TPU build of TensorFlow and its libtpu).
     training_image: Optional[str] = None
     parallel_trials: int = 1  # --tune with --vertex-training: trials at once, a training machine each
@@ -112,7 +112,7 @@ class CloudConfig:
             raise ConfigError(f"--pipeline-root {self.pipeline_root}: a local folder is not reachable from the "
                               "cluster; use gs:// (or s3://) storage")
         if not self.image:
-            raise ConfigError("no pipeline image: build kubeflow/Dockerfile, push it, and give --image URI")
+            raise ConfigError("no pipeline image: build ./Dockerfile, push it, and give --image URI")
         if config.data is None or not is_remote(config.data):
             raise ConfigError(f"--data {config.data or '(the local digits sample)'}: the pipeline runs remotely; "
                               "upload the images and give --data gs://BUCKET/PATH")
@@ -136,7 +136,7 @@ class CloudConfig:
                               "here; give one or the other")
         if self.training_tpu and not self.training_image:
             raise ConfigError("--training-tpu needs the TPU build of the pipeline image (TensorFlow's TPU build and "
-                              "libtpu): docker build --build-arg ACCELERATOR=tpu -f kubeflow/Dockerfile, push it, and "
+                              "libtpu): docker build --build-arg ACCELERATOR=tpu, push it, and "
                               "give --training-image URI")
         if not 1 <= self.parallel_trials <= 64:
             raise ConfigError(f"--parallel-trials {self.parallel_trials}: use 1 to 64 machines")

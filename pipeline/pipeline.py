@@ -92,6 +92,15 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
             return value
         return tfx.dsl.experimental.RuntimeParameter(name=name, ptype=ptype, default=ptype(value))
 
+    # A compiled job checks its runtime parameters and the account it runs as before anything else
+    # (pipeline/run_check.py): a run started with `tfx run create` sends both unchecked.
+    check = None
+    if platform.compiled:
+        from pipeline.run_check import RunCheck
+
+        names = [name for name in RUNTIME_PARAMETERS if job_has_parameter(config, name)]
+        check = RunCheck(**{name: setting(name) for name in names}, job_parameters=",".join(names),
+                         service_account=platform.service_account)
     example_gen = ImageExampleGen(
         input_base=example_gen_base(config),
         input_config=example_gen_input(config),
@@ -105,6 +114,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         store_max_pixels=config.store_max_pixels,
         seed=config.seed,
         near_duplicates=config.near_duplicates)
+    if check is not None:
+        example_gen.add_upstream_node(check)
 
     # StatisticsGen, Transform and the Evaluator batch by bytes and check TFRecord checksums fast
     # (components/beam_tuning.py): a batch of full-size photos weighs what a batch of thumbnails does.
@@ -114,6 +125,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
 
     if platform.schema_file:
         schema_gen = tfx.components.ImportSchemaGen(schema_file=platform.schema_file)
+        if check is not None:  # the other task with no input: it too waits for the check
+            schema_gen.add_upstream_node(check)
     else:
         schema_gen = tfx.components.SchemaGen(
             statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True)
@@ -233,7 +246,7 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
             push_destination=tfx.proto.PushDestination(
                 filesystem=tfx.proto.PushDestination.Filesystem(base_directory=platform.serving_dir))).with_id("Pusher")
 
-    components = [example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
+    components = [check, example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
                   transform, features, health, health_gate, previous_search, tuner, trainer, evaluator, card, pusher]
     components = [c for c in components if c is not None]
     return tfx.dsl.Pipeline(

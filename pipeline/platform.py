@@ -31,6 +31,9 @@ class Platform:
     # (epochs, learning rate, ...) are pipeline parameters (RuntimeParameters), and resolvers use the strategies
     # its compiler knows. A local run takes the settings from the configuration.
     compiled: bool = False
+    # Vertex AI: the service account runs execute as (--service-account); the compiled job's first task
+    # (pipeline/run_check.py) refuses to run as another.
+    service_account: str = ""
 
 
 def local(config: PipelineConfig) -> Platform:

@@ -274,7 +274,7 @@ def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str]
     if not cloud.project:
         raise image_inputs.InputError("--dataflow needs --project (or IMAGEPIPE_PROJECT)")
     if not cloud.image:
-        raise image_inputs.InputError("--dataflow needs --image: the pipeline image (kubeflow/Dockerfile), which "
+        raise image_inputs.InputError("--dataflow needs --image: the pipeline image (./Dockerfile), which "
                                       "Dataflow workers run")
     named = [("--model", model_dir), ("--output", output), ("--automl-output", automl_output)]
     for option, path in [*[(o, p) for o, p in named if p], *[("INPUT", item) for item in inputs]]:

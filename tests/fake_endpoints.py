@@ -26,8 +26,11 @@ PROJECT_NUMBER = "123456789012"
 
 
 class FakeService:
-    def __init__(self, existing_schedules=(), buckets: Optional[Dict[str, str]] = None):
+    def __init__(self, existing_schedules=(), buckets: Optional[Dict[str, str]] = None,
+                 service_account: str = "123-compute@developer.gserviceaccount.com"):
         self.requests: List[Dict] = []
+        self.service_account = service_account  # what the GCE metadata server says this machine runs as
+        self.jobs: Dict[str, Dict] = {}  # created pipeline jobs, by resource name
         self.existing_schedules = list(existing_schedules)  # display names the services already have
         self.buckets = dict(buckets or {})  # Cloud Storage bucket name -> the local folder it serves
         handler = self._handler()
@@ -120,7 +123,12 @@ class FakeService:
         m = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+)/pipelineJobs", path)
         if m and method == "POST":
             job_id = (query.get("pipelineJobId") or [uuid.uuid4().hex[:8]])[0]
-            return 200, {**body, "name": f"{m.group(1)}/pipelineJobs/{job_id}", "state": "PIPELINE_STATE_PENDING"}
+            job = {**body, "name": f"{m.group(1)}/pipelineJobs/{job_id}", "state": "PIPELINE_STATE_PENDING"}
+            self.jobs[job["name"]] = job
+            return 200, job
+        m = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+/pipelineJobs/[^/]+)", path)
+        if m and method == "GET" and m.group(1) in self.jobs:  # the TFX CLI prints a created run's state
+            return 200, self.jobs[m.group(1)]
         m = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+)/schedules", path)
         if m and method == "POST":
             return 200, {**body, "name": f"{m.group(1)}/schedules/123", "state": "ACTIVE"}
@@ -136,6 +144,9 @@ class FakeService:
         m = re.fullmatch(r"/v3/projects/([^/]+)", path)
         if m and method == "GET":
             return 200, {"name": f"projects/{PROJECT_NUMBER}", "projectId": m.group(1)}
+        # The GCE metadata server (GCE_METADATA_HOST): the account a task on Vertex runs as.
+        if path == "/computeMetadata/v1/instance/service-accounts/default/email" and method == "GET":
+            return 200, self.service_account.encode()
         # OAuth 2.0 token endpoint of credentials_file()'s credentials.
         if path == "/token" and method == "POST":
             return 200, {"access_token": "fake-access-token", "token_type": "Bearer", "expires_in": 3600}

@@ -485,12 +485,12 @@ def test_a_file_uri_is_a_local_path(tmp_path):
 def test_submit_without_google_credentials_is_one_line_at_once(capsys, monkeypatch, tmp_path):
     """Found before the Vertex client is made: it looked for credentials in every call, asked the GCE metadata
     server for a while, and failed after 19 s in 26 lines."""
-    from kubeflow import deploy
+    from pipeline import run_check
 
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.delenv("GCE_METADATA_HOST", raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))  # no application default credentials there
-    monkeypatch.setattr(deploy, "_product_name", lambda: "")  # as off Google Cloud, wherever the test runs
+    monkeypatch.setattr(run_check, "product_name", lambda: "")  # as off Google Cloud, wherever the test runs
     monkeypatch.setenv("IMAGEPIPE_ROOT", str(tmp_path / "root"))
     code, err = run_cli(capsys, "submit", *CLOUD)
     assert code == 2 and len(err) == 1, err

@@ -180,7 +180,7 @@ def test_progress_of_a_long_prediction_run_is_one_line_per_interval():
     (["--workers", "-1"], "--workers -1: give a number of processes (1 or more)"),
     (["--dataflow", "--output", "gs://b/out.jsonl"], "--dataflow needs --project (or IMAGEPIPE_PROJECT)"),
     (["--dataflow", "--output", "gs://b/out.jsonl", "--project", "p"],
-     "--dataflow needs --image: the pipeline image (kubeflow/Dockerfile), which Dataflow workers run"),
+     "--dataflow needs --image: the pipeline image (./Dockerfile), which Dataflow workers run"),
     (["--dataflow", "--output", "gs://b/out.jsonl", "--project", "p", "--image", "i"],
      "--model {model}: Dataflow workers cannot read this machine's files; give a gs:// path"),
     (["--workers", "2", "--output", "/no/such/folder/out.jsonl"],

@@ -98,7 +98,7 @@ def test_vertex_spec_runs_this_projects_code_in_the_image(vertex_job):
     assert encoded.WhichOneof("domain_info") == "image_domain"
     assert "trainer.preprocessing.preprocessing_fn" in _task_text(spec, "Transform")
     assert "trainer.task.run_fn" in _task_text(spec, "Trainer")
-    # The curated schema is read from the image, where kubeflow/Dockerfile copies the repository.
+    # The curated schema is read from the image, where ./Dockerfile copies the repository.
     assert "/pipeline/schemas/digits/schema.pbtxt" in _task_text(spec, "ImportSchemaGen")
 
 
@@ -165,12 +165,12 @@ def test_a_tpu_job_runs_the_tpu_image_and_must_find_its_tpu(tmp_path):
 
 
 def test_the_tpu_build_of_the_image_swaps_in_tensorflow_s_tpu_build_of_the_locked_version():
-    """kubeflow/Dockerfile with --build-arg ACCELERATOR=tpu: TensorFlow's TPU build of the version the lock has, and
+    """./Dockerfile with --build-arg ACCELERATOR=tpu: TensorFlow's TPU build of the version the lock has, and
     the libtpu that build requires (tensorflow-tpu 2.16.x: libtpu==2.16.0rc0, from Google's libtpu-releases index,
     PyPI has no such version), in place of the plain TensorFlow; the default build is untouched."""
     from importlib.metadata import version
 
-    steps = _dockerfile(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile"))
+    steps = _dockerfile(os.path.join(PROJECT_DIR, "Dockerfile"))
     args = dict(a.split("=", 1) for kind, a in steps if kind == "ARG")
     assert args["ACCELERATOR"] == "cpu"
     assert args["TPU_TENSORFLOW"] == f"tensorflow-tpu=={version('tensorflow')}"
@@ -557,13 +557,13 @@ def _project_modules(spec):
 
 
 def test_the_image_holds_and_imports_what_the_compiled_job_runs(vertex_job):
-    """kubeflow/Dockerfile, read instruction by instruction against the compiled job and this tree."""
+    """./Dockerfile, read instruction by instruction against the compiled job and this tree."""
     import fnmatch
     from importlib.metadata import version
 
     from pipeline.cloud_config import IMAGE_PROJECT_DIR
 
-    steps = _dockerfile(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile"))
+    steps = _dockerfile(os.path.join(PROJECT_DIR, "Dockerfile"))
     kinds = [kind for kind, _ in steps]
     assert steps[0] == ("FROM", f"tensorflow/tfx:{version('tfx')}")  # the TFX this project locks
     assert ("WORKDIR", IMAGE_PROJECT_DIR) in steps and ("ENV", f"PYTHONPATH={IMAGE_PROJECT_DIR}") in steps
@@ -650,3 +650,105 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     ran = stopped.value.outputs
     assert ran["latest_blessed_model_resolver-model-blessing-resolver"]["model_blessing"] == [blessing]
     assert not {"Transform", "Trainer", "Evaluator", "Pusher"} & set(ran)
+
+
+def _cli(*args):
+    """The real `tfx` CLI (TFX's click group, as its console script runs it), in this process: its Vertex client
+    talks to the stand-in that aiplatform was pointed at."""
+    from click.testing import CliRunner
+    from tfx.tools.cli import cli_main
+
+    return CliRunner().invoke(cli_main.cli_group, list(args), catch_exceptions=False)
+
+
+def test_the_tfx_cli_creates_updates_and_starts_the_pipeline_on_vertex(monkeypatch, tmp_path):
+    """docs/cloud.md's TFX CLI path against the local Vertex stand-in: `tfx pipeline create` (twice: the second
+    says to update), `tfx pipeline update`, `tfx run create --runtime_parameter`, `tfx run list`. What the service
+    receives: the job, its runtime parameters, and its first task (RunCheck), which checks them and the account;
+    what the TFX CLI cannot send (a service account, labels) is said in the docs, and RunCheck stops a run
+    started without the account."""
+    from google.cloud import aiplatform
+
+    settings = {"PROJECT": "proj-1", "REGION": "europe-west4", "PIPELINE_ROOT": ROOT, "IMAGE": IMAGE, "DATA": DATA,
+                "NAME": "pets", "SCHEMA": SAMPLE_SCHEMA, "SERVICE_ACCOUNT": "runner@proj-1.iam.gserviceaccount.com"}
+    for key, value in settings.items():
+        monkeypatch.setenv(f"IMAGEPIPE_{key}", value)
+    monkeypatch.setenv("VERTEX_HOME", str(tmp_path / "tfx-home"))  # where the TFX CLI keeps created pipelines
+    # Its vertex engine looks for kfp in `pip freeze` from PATH: this environment's.
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    monkeypatch.chdir(PROJECT_DIR)
+    create = ["pipeline", "create", "--engine=vertex", "--pipeline_path=kubeflow/vertex_runner.py"]
+    with FakeService() as fake:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)
+        fake.serve_resource_manager(monkeypatch)
+        # The stand-in as Vertex's endpoint: the CLI's own aiplatform.init(project, location) keeps it.
+        aiplatform.init(api_endpoint=fake.url, api_transport="rest", credentials=AnonymousCredentials())
+        try:
+            done = _cli(*create)
+            assert done.exit_code == 0 and 'Pipeline "pets" created successfully.' in done.output, done.output
+            again = _cli(*create)
+            assert again.exit_code != 0 and "already exists" in again.output  # docs/cloud.md: then update
+            updated = _cli("pipeline", "update", "--engine=vertex", "--pipeline_path=kubeflow/vertex_runner.py")
+            assert updated.exit_code == 0 and 'Pipeline "pets" updated successfully.' in updated.output
+            started = _cli("run", "create", "--engine=vertex", "--project", "proj-1", "--region", "europe-west4",
+                           "--pipeline_name", "pets", "--runtime_parameter", "epochs=20",
+                           "--runtime_parameter", "learning_rate=0.003")
+            assert started.exit_code == 0 and "Run created for pipeline: pets" in started.output, started.output
+            listed = _cli("run", "list", "--engine=vertex", "--pipeline_name", "pets")
+            assert "Not supported for vertex orchestrator" in listed.output  # docs/cloud.md: the console or gcloud
+        finally:
+            aiplatform.init(api_endpoint=None)
+            aiplatform.initializer.global_config._api_endpoint = None  # noqa: SLF001 - other tests' clients
+    (job,) = fake.find("POST", r"^/v1/projects/proj-1/locations/europe-west4/pipelineJobs$")
+    body = job["body"]
+    parameters = body["runtimeConfig"]["parameters"]
+    assert parameters["epochs"] == {"intValue": "20"} and parameters["learning_rate"] == {"doubleValue": 0.003}
+    # What the TFX CLI does not send: the account (the job would run as the default compute account) and labels.
+    assert "serviceAccount" not in body and "pipeline" not in body.get("labels", {})
+    tasks = body["pipelineSpec"]["root"]["dag"]["tasks"]
+    assert tasks["ImageExampleGen"]["dependentTasks"] == ["RunCheck"]
+    assert tasks["RunCheck"]["cachingOptions"] == {"enableCache": False}  # a cached check would check no account
+    check = tasks["RunCheck"]["inputs"]["parameters"]
+    assert check["epochs"] == {"componentInputParameter": "epochs"}
+    assert check["service_account"]["runtimeValue"]["constantValue"]["stringValue"] == settings["SERVICE_ACCOUNT"]
+
+
+def test_the_first_task_stops_a_bad_runtime_value_or_the_wrong_account_in_one_line(tmp_path, monkeypatch):
+    """RunCheck, the compiled job's first task, run as Vertex runs it (tests/vertex_offline.py): a value that
+    `tfx run create` sent unchecked, or a run executing as another account than the one compiled in (the GCE
+    metadata server of the stand-in), fails it at once in one line, and no other task runs."""
+    from vertex_offline import OfflineVertex, TaskFailed
+
+    config, cloud = production()
+    job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))
+    vertex = OfflineVertex(str(tmp_path / "vertex"), warm_interpreter("pipeline"))
+    paths = {ROOT: str(tmp_path / "root"), DATA: str(tmp_path / "data")}
+    with pytest.raises(TaskFailed) as failed:
+        vertex.run(job, paths, parameters={"epochs": 0})
+    assert failed.value.task == "RunCheck" and not failed.value.outputs
+    assert str(failed.value) == ("RunCheck failed: pipeline.run_check.RunSettingsError: runtime parameter epochs=0: "
+                                 "use a whole number from 1 to 10,000; nothing ran")
+    with FakeService() as fake:  # on Google Cloud, as the default compute account
+        monkeypatch.setenv("GCE_METADATA_HOST", fake.host_port)
+        with pytest.raises(TaskFailed) as failed:
+            vertex.run(job, paths, parameters={"epochs": 20})
+    assert failed.value.task == "RunCheck" and fake.find("GET", r"/service-accounts/default/email$")
+    message = str(failed.value)
+    assert "this run executes as 123-compute@developer.gserviceaccount.com, not runner@proj-1.iam.gserviceaccount.com" \
+        in message and "`tfx run create` cannot pass one" in message and "\n" not in message
+
+
+def test_tfx_build_image_builds_the_project_s_dockerfile(monkeypatch):
+    """`tfx pipeline create --build_image` builds ./Dockerfile of the folder it runs in (the project root), and
+    writes TFX's own default (FROM tensorflow/tfx, COPY ./, without the lock) only when there is none. What its
+    builder would build, without Docker: the file it picks, unchanged, is the project's."""
+    from tfx.tools.cli.container_builder import dockerfile, labels
+
+    monkeypatch.chdir(PROJECT_DIR)
+    path = os.path.join(labels.BUILD_CONTEXT, labels.DOCKERFILE_NAME)  # what builder.build() passes to Docker
+    before = open(path).read()
+    dockerfile.Dockerfile(filename=path)  # the builder's first step: generate a Dockerfile if none exists
+    assert open(path).read() == before  # kept, not replaced by TFX's default
+    steps = _dockerfile(path)
+    assert steps[0][0] == "FROM" and any("-r requirements.lock" in args for kind, args in steps if kind == "RUN")
+    assert not os.path.exists(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile"))  # one Dockerfile, at the root

@@ -129,7 +129,7 @@ def plan(mixed_precision: str = "auto",
             if required == "tpu":
                 raise TrainingDeviceError(
                     f"--training-tpu: no TPU reachable (TPU_NAME={environ.get('TPU_NAME', 'local')}: {reason}); the "
-                    "Trainer does not fall back to the CPU. Is the job's image the TPU build (kubeflow/Dockerfile, "
+                    "Trainer does not fall back to the CPU. Is the job's image the TPU build (the Dockerfile, "
                     "--build-arg ACCELERATOR=tpu)?") from None
             logging.warning("No usable TPU (%s); looking for GPUs", reason)
         else:

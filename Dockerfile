@@ -1,11 +1,11 @@
 # The pipeline image: every component runs in it on Vertex AI / Kubeflow (and Dataflow workers
 # and Vertex AI Training jobs use it too), so components.*, trainer.* and schemas/ are there.
 #
-#   docker build -f kubeflow/Dockerfile -t REGION-docker.pkg.dev/PROJECT/imagepipe/pipeline:TAG .
+#   docker build -t REGION-docker.pkg.dev/PROJECT/imagepipe/pipeline:TAG .
 #
 # Its TPU build, for the Trainer on a TPU (--training-tpu with --training-image):
 #
-#   docker build --build-arg ACCELERATOR=tpu -f kubeflow/Dockerfile -t .../imagepipe/pipeline-tpu:TAG .
+#   docker build --build-arg ACCELERATOR=tpu -t .../imagepipe/pipeline-tpu:TAG .
 #
 # Built from the TFX image of the same version, with the project's exact lock on top.
 FROM tensorflow/tfx:1.16.0
@@ -38,6 +38,6 @@ RUN uv pip install --system --no-cache --no-deps . \
       components.image_example_gen.vertex_driver, components.model_evaluator, components.validation_gate, \
       components.backbone_features.executor, components.data_health.executor, components.data_health.gate, \
       components.runtime_settings, components.tuning.executor, components.model_card.executor, \
-      components.model_card.component, trainer.preprocessing, trainer.task, \
+      components.model_card.component, pipeline.run_check, trainer.preprocessing, trainer.task, \
       trainer.tuning, pipeline.pipeline"
 ENV PYTHONPATH=/pipeline

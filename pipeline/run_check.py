@@ -1,0 +1,93 @@
+"""RunCheck: the first task of a compiled job. It checks the run's runtime parameters and the identity the run
+executes as, before any other task starts.
+
+`imagepipe submit --param epochs=20` checks each value before sending and passes the service account. But a run
+can also be started by `tfx run create --runtime_parameter epochs=0`, the Vertex console, or a schedule made
+elsewhere. The TFX CLI sends the values as they were typed (the Vertex client parses only their type) and sends
+no service account, so the job runs as the project's default compute account. Every task of this pipeline
+waits for this one. A value out of range, or a run on Google Cloud executing as another account than the
+--service-account the job was compiled for, fails it at once, in one line naming the parameter or the account.
+
+    check = RunCheck(epochs=RuntimeParameter("epochs", int), ..., service_account="runner@p.iam.gserviceaccount.com")
+    example_gen.add_upstream_node(check)
+"""
+
+import os
+import urllib.request
+from typing import Optional
+
+from tfx.dsl.component.experimental.annotations import Parameter
+from tfx.dsl.component.experimental.decorators import component
+
+# The GCE metadata server (Vertex AI tasks run on Compute Engine); GCE_METADATA_HOST overrides it, as in google-auth.
+METADATA_HOST = "metadata.google.internal"
+EMAIL_PATH = "/computeMetadata/v1/instance/service-accounts/default/email"
+
+
+class RunSettingsError(ValueError):
+    """A runtime parameter out of range, or the run executing as another account; one line."""
+
+
+def on_google_cloud() -> bool:
+    """Whether this machine is on Google Cloud (a metadata server to ask): GCE_METADATA_HOST set, or the DMI
+    product name of GCE, GKE and Vertex AI workers."""
+    return bool(os.environ.get("GCE_METADATA_HOST")) or product_name().startswith("Google")
+
+
+def product_name() -> str:
+    """The machine's DMI product name ('Google Compute Engine' on GCE, GKE and Vertex workers), or ""."""
+    try:
+        with open("/sys/class/dmi/id/product_name") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def running_as(timeout: float = 10.0) -> Optional[str]:
+    """The service account this process runs as (the metadata server's default account), or None off Google
+    Cloud."""
+    if not on_google_cloud():
+        return None
+    host = os.environ.get("GCE_METADATA_HOST") or METADATA_HOST
+    request = urllib.request.Request(f"http://{host}{EMAIL_PATH}", headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - the metadata server's URL
+        return answer.read().decode().strip()
+
+
+def check(values: dict, service_account: str = "") -> None:
+    """RunSettingsError for the first bad value of `values` ({runtime parameter: value}), each checked as
+    `imagepipe submit --param` checks it, or for a run executing as another account than `service_account`."""
+    from pipeline.config import ConfigError, PipelineConfig, runtime_values
+
+    # The job's own settings do not reach this task: only what decides which parameters the job has.
+    config = PipelineConfig(tune=1 if values.get("tune_trials") is not None else 0,
+                            span_pattern="span-{SPAN}" if values.get("span_window") is not None else None)
+    given = [f"{name}={value}" for name, value in values.items() if value is not None]
+    try:
+        runtime_values(config, given)
+    except ConfigError as e:
+        raise RunSettingsError(f"runtime parameter {str(e).removeprefix('--param ')}; nothing ran") from None
+    actual = running_as() if service_account else None
+    if actual is not None and actual != service_account:
+        raise RunSettingsError(
+            f"this run executes as {actual}, not {service_account}, the --service-account it was compiled for: it "
+            "was started without it (`tfx run create` cannot pass one); start runs with `imagepipe submit`, or "
+            "compile without --service-account to run as the default account; nothing ran")
+
+
+@component
+def RunCheck(
+    epochs: Parameter[int],
+    learning_rate: Parameter[float],
+    accuracy_threshold: Parameter[float],
+    min_class_recall: Parameter[float],
+    span_window: Parameter[int] = 0,
+    tune_trials: Parameter[int] = 0,
+    job_parameters: Parameter[str] = "",
+    service_account: Parameter[str] = "",
+) -> None:
+    """`job_parameters`: the job's runtime parameters, comma-separated (span_window and tune_trials are only in
+    some jobs; their 0 here means absent)."""
+    given = {"epochs": epochs, "learning_rate": learning_rate, "accuracy_threshold": accuracy_threshold,
+             "min_class_recall": min_class_recall, "span_window": span_window, "tune_trials": tune_trials}
+    check({name: value for name, value in given.items() if name in job_parameters.split(",")}, service_account)
