@@ -72,8 +72,10 @@ def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
             job = never_cached(super().run(pipeline, parameter_values=parameter_values, write_out=False))
             if write_out:
                 os.makedirs(self._output_dir, exist_ok=True)
-                with open(os.path.join(self._output_dir, self._output_filename), "w") as f:
+                path = os.path.join(self._output_dir, self._output_filename)
+                with open(path + ".partial", "w") as f:
                     json.dump(job, f, indent=2, sort_keys=True)
+                os.replace(path + ".partial", path)  # never a half-written job under the final name
             return job
 
     return Runner(config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image),

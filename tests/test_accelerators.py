@@ -105,6 +105,17 @@ def test_tf_config_makes_a_multi_worker_plan_and_names_the_chief():
     assert strategy.plan(environ={}, gpus=[], cpus=["/cpu:0", "/cpu:1"]).kind == "multi-cpu"
 
 
+def test_a_tuner_trial_trains_on_one_machine_whatever_tf_config_says(monkeypatch):
+    """The Vertex Tuner extension's replicas run parallel trials: TF_CONFIG names them, but each trial trains
+    alone (a multi-worker strategy would wait for the others' collectives)."""
+    from trainer import tuning
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    assert strategy.plan(gpus=[]).kind == "multi-worker"  # the Trainer would train across them
+    assert tuning.trial_plan(HParams()).kind == expected_strategy_kind()
+
+
 @pytest.fixture(scope="module")
 def replica_runs(tmp_path_factory, small_digits):
     """`imagepipe run` twice on the small digits, as users start it: across 2 logical CPU devices

@@ -12,7 +12,9 @@ the job's root DAG, in dependency order:
   schema_title, state, name and metadata values joined by AND) from the artifacts of the runs so far,
   newest first, as Vertex does.
 
-A task whose command fails fails the run: nothing downstream runs. Not modelled: Vertex's cache
+A task whose command fails fails the run: nothing downstream runs. The tasks see a GCE metadata server
+(tests/fake_endpoints.py) that names the account the run executes as: the one the job was compiled for (as
+`imagepipe submit` sends it), or `service_account` (a run started without it). Not modelled: Vertex's cache
 (every task runs), machine types, Dataflow and Vertex Training (the default job uses neither).
 
 Each task is a process of its own, as each is a container of its own on Vertex. A `python -m MODULE`
@@ -35,14 +37,23 @@ import yaml
 
 from pipeline.cloud_config import IMAGE_PROJECT_DIR
 from pipeline.config import PROJECT_DIR
+from fake_endpoints import FakeService
 from warm_interpreter import WarmInterpreter
 
 STORE = "projects/proj-1/locations/europe-west4/metadataStores/default/artifacts"
 TASK_SECONDS = 900
 WARM_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"  # what every task imports first
 
-def _task_env() -> dict:
-    return {**os.environ, "PYTHONPATH": PROJECT_DIR}  # the image's working directory is on the path
+def _task_env(metadata_host: str) -> dict:
+    # The image's working directory is on the path; the metadata server is the run's own.
+    return {**os.environ, "PYTHONPATH": PROJECT_DIR, "GCE_METADATA_HOST": metadata_host}
+
+
+def _compiled_account(spec) -> str:
+    """The service account compiled into the job's RunCheck task, or the default compute account."""
+    check = spec["root"]["dag"]["tasks"].get("RunCheck", {}).get("inputs", {}).get("parameters", {})
+    constant = check.get("service_account", {}).get("runtimeValue", {}).get("constantValue", {})
+    return constant.get("stringValue") or "123-compute@developer.gserviceaccount.com"
 
 
 class TaskFailed(Exception):
@@ -62,10 +73,11 @@ class OfflineVertex:
         self._ids = itertools.count(1)
         self._runs = itertools.count(1)
 
-    def run(self, job_path: str, paths: Dict[str, str],
-            parameters: Optional[Dict[str, Any]] = None) -> Dict[str, Dict[str, List[Dict]]]:
+    def run(self, job_path: str, paths: Dict[str, str], parameters: Optional[Dict[str, Any]] = None,
+            service_account: Optional[str] = None) -> Dict[str, Dict[str, List[Dict]]]:
         """Runs every task of the job; `paths` maps the job's gs:// locations to local folders, `parameters`
-        are values for its runtime parameters (as `--param` or Vertex's parameter_values give them).
+        are values for its runtime parameters (as `--param` or Vertex's parameter_values give them),
+        `service_account` the account the run executes as (default: the one compiled into the job).
 
         Returns {task: {output key: [artifact]}} for the tasks that ran; raises TaskFailed (with
         .outputs, what ran before it) when one fails.
@@ -84,6 +96,11 @@ class OfflineVertex:
             self._parameters[name] = ({"intValue": str(value)} if "INT" in kind else {"doubleValue": value}
                                       if "DOUBLE" in kind else {"stringValue": str(value)})
         outputs: Dict[str, Dict[str, List[Dict]]] = {}
+        with FakeService(service_account=service_account or _compiled_account(spec)) as metadata:
+            self._metadata_host = metadata.host_port
+            return self._run_tasks(spec, run_dir, outputs)
+
+    def _run_tasks(self, spec, run_dir, outputs) -> Dict[str, Dict[str, List[Dict]]]:
         for name, task in _in_dependency_order(spec["root"]["dag"]["tasks"]):
             component = spec["components"][task["componentRef"]["name"]]
             executor = spec["deploymentSpec"]["executors"][component["executorLabel"]]
@@ -122,12 +139,13 @@ class OfflineVertex:
             assert not any("{{" in part for part in argv), f"{name}: a placeholder this launcher does not fill"
             if argv[:2] == [sys.executable, "-m"]:
                 logs = os.path.join(task_dir, f"step-{number}")
-                if self._interpreter.run_module(argv[2], argv[3:], logs, env=_task_env(), timeout=TASK_SECONDS):
+                env = _task_env(self._metadata_host)
+                if self._interpreter.run_module(argv[2], argv[3:], logs, env=env, timeout=TASK_SECONDS):
                     with open(logs + ".stderr") as f:
                         raise TaskFailed(name, f.read())
                 continue
             done = subprocess.run(argv, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=TASK_SECONDS,
-                                  env=_task_env())
+                                  env=_task_env(self._metadata_host))
             if done.returncode:
                 raise TaskFailed(name, done.stderr)
         written = json.load(open(output_file)).get("artifacts", {}) if os.path.exists(output_file) else {}

@@ -29,7 +29,6 @@ from absl import logging
 _TPU_ENV = ("TPU_NAME", "TPU_ADDRESS", "COLAB_TPU_ADDR", "TPU_WORKER_HOSTNAMES")
 # The TF_CONFIG task types that train (an "evaluator" or "ps" task is not a replica).
 _TRAINING_TASKS = ("chief", "worker")
-KINDS = ("multi-worker", "tpu", "multi-gpu", "gpu", "multi-cpu", "cpu")
 
 
 class TrainingDeviceError(RuntimeError):
@@ -38,7 +37,7 @@ class TrainingDeviceError(RuntimeError):
 
 @dataclass
 class Plan:
-    kind: str  # one of KINDS
+    kind: str  # "multi-worker", "tpu", "multi-gpu", "gpu", "multi-cpu" or "cpu"
     devices: List[str]
     mixed_precision_policy: Optional[str]  # a Keras policy name, or None for float32
     tpu_resolver: object = None

@@ -29,6 +29,7 @@ fine-tune phase on pixels (which costs what it costs the Trainer, per trial).
 
 import contextlib
 import dataclasses
+import os
 from typing import Any, Dict, Optional
 
 from trainer import class_balance
@@ -181,6 +182,15 @@ def _hypermodel(trials: _Trials):
     return ImageHyperModel()
 
 
+def trial_plan(hp: HParams):
+    """The Trainer's device plan (trainer/strategy.py), on one machine: a Vertex tuning job's replicas (TF_CONFIG
+    names them) run parallel trials, each alone, not one trial together."""
+    from trainer import strategy as strategies
+
+    one_machine = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    return strategies.plan(hp.mixed_precision, required=hp.required_device, environ=one_machine)
+
+
 @contextlib.contextmanager
 def policy(name):
     """Keras' global dtype policy set to `name` (None: float32) while models are built, float32 again after
@@ -222,7 +232,7 @@ def tuner_fn(fn_args):
     trials = int((fn_args.custom_config or {}).get(TRIALS_KEY) or 10)
     space = keras_tuner.HyperParameters()
     define(space, hp)
-    plan = strategies.plan(hp.mixed_precision, required=hp.required_device)  # as the Trainer's (before TF starts)
+    plan = trial_plan(hp)  # before TensorFlow starts
     strategy = strategies.make(plan)
     trials_data = _Trials(fn_args, hp, plan, strategy)
     tuner = _search_class()(distribution_strategy=strategy,
