@@ -696,10 +696,13 @@ def test_the_tfx_cli_creates_updates_and_starts_the_pipeline_on_vertex(monkeypat
             assert started.exit_code == 0 and "Run created for pipeline: pets" in started.output, started.output
             listed = _cli("run", "list", "--engine=vertex", "--pipeline_name", "pets")
             assert "Not supported for vertex orchestrator" in listed.output  # docs/cloud.md: the console or gcloud
+            bad = _cli("run", "create", "--engine=vertex", "--project", "proj-1", "--region", "europe-west4",
+                       "--pipeline_name", "pets", "--runtime_parameter", "epochs=0")
+            assert bad.exit_code == 0  # the TFX CLI sends a value out of range: the job's first task stops it
         finally:
             aiplatform.init(api_endpoint=None)
             aiplatform.initializer.global_config._api_endpoint = None  # noqa: SLF001 - other tests' clients
-    (job,) = fake.find("POST", r"^/v1/projects/proj-1/locations/europe-west4/pipelineJobs$")
+    job, sent_bad = fake.find("POST", r"^/v1/projects/proj-1/locations/europe-west4/pipelineJobs$")
     body = job["body"]
     parameters = body["runtimeConfig"]["parameters"]
     assert parameters["epochs"] == {"intValue": "20"} and parameters["learning_rate"] == {"doubleValue": 0.003}
@@ -711,6 +714,18 @@ def test_the_tfx_cli_creates_updates_and_starts_the_pipeline_on_vertex(monkeypat
     check = tasks["RunCheck"]["inputs"]["parameters"]
     assert check["epochs"] == {"componentInputParameter": "epochs"}
     assert check["service_account"]["runtimeValue"]["constantValue"]["stringValue"] == settings["SERVICE_ACCOUNT"]
+
+    # The run with epochs=0, as Vertex would run the job the service received (tests/vertex_offline.py): its first
+    # task stops it at once, in one line, before any other task.
+    from vertex_offline import OfflineVertex, TaskFailed
+
+    received = tmp_path / "received.json"
+    received.write_text(json.dumps(sent_bad["body"]))
+    with pytest.raises(TaskFailed) as failed:
+        OfflineVertex(str(tmp_path / "vertex"), warm_interpreter("pipeline")).run(
+            str(received), {ROOT: str(tmp_path / "root"), DATA: str(tmp_path / "data")})
+    assert failed.value.task == "RunCheck" and not failed.value.outputs
+    assert str(failed.value).endswith("runtime parameter epochs=0: use a whole number from 1 to 10,000; nothing ran")
 
 
 def test_the_first_task_stops_a_bad_runtime_value_or_the_wrong_account_in_one_line(tmp_path):
