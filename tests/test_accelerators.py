@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -219,17 +220,31 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
                "--outputs", artifact_utils.jsonify_artifact_dict({"model": [model], "model_run": [model_run]}),
                "--exec-properties", json.dumps(properties, sort_keys=True)]
     cluster = {"chief": [f"127.0.0.1:{_free_port()}"], "worker": [f"127.0.0.1:{_free_port()}"]}
-    processes = []
-    for kind in ("chief", "worker"):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}}),
-               "CUDA_VISIBLE_DEVICES": ""}  # two processes on one machine: neither takes a GPU from the other
-        processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    outputs = [p.communicate(timeout=900)[0] for p in processes]
-    for kind, p, out in zip(("chief", "worker"), processes, outputs):
-        (tmp_path / f"{kind}.log").write_text(out)  # whole, for a failure's traceback
-        assert p.returncode == 0, f"{kind}: see {tmp_path / kind}.log; " + "\n".join(
-            line for line in out.splitlines() if "Error" in line or line.startswith("  File"))[-3000:]
+    processes, logs = {}, {kind: tmp_path / f"{kind}.log" for kind in ("chief", "worker")}  # whole, for a traceback
+    try:
+        for kind, log in logs.items():
+            env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}}),
+                   "CUDA_VISIBLE_DEVICES": ""}  # two processes on one machine: neither takes a GPU from the other
+            with open(log, "w") as out:
+                processes[kind] = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        deadline = time.monotonic() + 900
+        # Until both end; one that fails ends the test at once (the other would wait for it, up to hours).
+        while any(p.poll() is None for p in processes.values()) and time.monotonic() < deadline:
+            if any(p.poll() not in (None, 0) for p in processes.values()):
+                break
+            time.sleep(1)
+    finally:
+        for p in processes.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    outputs = [logs[kind].read_text() for kind in ("chief", "worker")]
+    codes = {kind: p.returncode for kind, p in processes.items()}  # a negative one: killed after the other failed
+    failed = [kind for kind, code in codes.items() if code and code > 0] or [k for k, c in codes.items() if c]
+    lines = logs[failed[0]].read_text().splitlines() if failed else []
+    assert not failed, f"{codes}; see {logs[failed[0]]}: " + "\n".join(
+        line for line in lines if "Error" in line or line.startswith("  File"))[-3000:]
     with open(os.path.join(model_run.uri, "training.json")) as f:
         record = json.load(f)
     assert (record["device_kind"], record["replicas"], record["workers"]) == ("multi-worker", 2, 2)
