@@ -21,8 +21,8 @@ from typing import Any, Dict, Iterator, Optional
 import yaml
 
 from pipeline.cloud_config import CloudConfig
-from pipeline import run_check
 from pipeline.config import ConfigError, PipelineConfig
+from storage import user_files
 
 
 @contextlib.contextmanager
@@ -70,12 +70,12 @@ def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
             # The TFX CLI patches the base class's run to choose the output folder: it is called, then the file
             # written here, where TFX would write it.
             job = never_cached(super().run(pipeline, parameter_values=parameter_values, write_out=False))
-            if write_out:
-                os.makedirs(self._output_dir, exist_ok=True)
+            if write_out:  # where the TFX CLI keeps the pipeline (or the runner's own folder): whole, then renamed
                 path = os.path.join(self._output_dir, self._output_filename)
-                with open(path + ".partial", "w") as f:
+                partial = user_files.partial_path(path)
+                with open(partial, "w") as f:
                     json.dump(job, f, indent=2, sort_keys=True)
-                os.replace(path + ".partial", path)  # never a half-written job under the final name
+                os.replace(partial, path)
             return job
 
     return Runner(config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image),
@@ -131,12 +131,14 @@ def compile_pipeline(config: PipelineConfig, cloud: CloudConfig, output: str) ->
         package = kubeflow_package(job, cloud.full_pipeline_root(config.pipeline_name),
                                    always_ingest=bool(config.span_pattern))
         text = yaml.safe_dump(package, sort_keys=True)
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    partial = output + ".partial"
-    with open(partial, "w") as f:
-        f.write(text)
-    os.replace(partial, output)  # never a half-written pipeline file under the final name
-    return output
+    # Whole, under a fresh temporary name, and never over a file imagepipe did not write (storage/user_files.py).
+    return user_files.write_whole(output, text.encode(), "--output", COMPILED_JOB)
+
+
+# A job compile_pipeline wrote: Vertex's PipelineJob JSON (sorted keys: its pipelineSpec comes early), or
+# Kubeflow's PipelineSpec YAML (sorted keys: it starts with its components).
+COMPILED_JOB = user_files.Kind("a compiled pipeline", lambda head: b'"pipelineSpec"' in head
+                               or head.startswith(b"components:"))
 
 
 def default_output(config: PipelineConfig, cloud: CloudConfig) -> str:
@@ -172,6 +174,8 @@ def check_credentials(credentials=None) -> None:
     except Exception:  # noqa: BLE001 - a google-auth without it: ask google.auth below
         user_file = ""
     given = os.environ.get(environment_vars.CREDENTIALS)
+    from pipeline import run_check  # its TFX component import only when a credential is looked for
+
     on_google_cloud = run_check.on_google_cloud()
     if not given and not (user_file and os.path.exists(user_file)) and not on_google_cloud:
         raise ConfigError(NO_CREDENTIALS)

@@ -765,3 +765,23 @@ def test_tfx_build_image_builds_the_project_s_dockerfile(monkeypatch):
     steps = _dockerfile(path)
     assert steps[0][0] == "FROM" and any("-r requirements.lock" in args for kind, args in steps if kind == "RUN")
     assert not os.path.exists(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile"))  # one Dockerfile, at the root
+
+
+def test_compile_replaces_its_own_job_and_never_a_file_it_did_not_write(tmp_path):
+    """`imagepipe compile --output`: a second compile replaces the first job; a file imagepipe did not write is
+    one line, untouched (storage/user_files.py)."""
+    config, cloud = production()
+    path = str(tmp_path / "job.json")
+    deploy.compile_pipeline(config, cloud, path)
+    deploy.compile_pipeline(config, cloud, path)  # its own: replaced
+    assert json.load(open(path))["pipelineSpec"]["pipelineInfo"]["name"] == "imagepipe"
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}')
+    with pytest.raises(ConfigError, match="^--output .*notes.json") as refused:
+        deploy.compile_pipeline(config, cloud, str(notes))
+    assert "\n" not in str(refused.value) and notes.read_text() == '{"mine": 1}'
+    kubeflow_config, kubeflow_cloud = production(target="kubeflow", kfp_host="http://kfp")
+    package = str(tmp_path / "pipeline.yaml")
+    deploy.compile_pipeline(kubeflow_config, kubeflow_cloud, package)
+    deploy.compile_pipeline(kubeflow_config, kubeflow_cloud, package)  # its own YAML too
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]

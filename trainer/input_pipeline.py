@@ -68,7 +68,7 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
 
     drop_remainder gives every batch the same shape, which TPUs (XLA) need. Training then drops its last,
     partial batch (another epoch draws those examples); evaluation drops none: its last batch is padded with
-    examples of weight 0, and every batch has weights [batch] (padded_to_batches).
+    examples of weight 0, and every batch has weights [batch] (batched).
     """
     files = list_files(file_patterns)
     batch_size = batch_size or hp.batch_size
@@ -90,14 +90,9 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
         dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)
     elif training:
         dataset = dataset.shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
-    if drop_remainder and not training:
-        dataset, batches = padded_to_batches(dataset, records, batch_size)
-        return dataset.map(lambda records, weights: (*parse_batch(records, hp), weights),
-                           num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    batches = records // batch_size if drop_remainder else -(-records // batch_size)
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
-    dataset = dataset.map(lambda records: parse_batch(records, hp), num_parallel_calls=AUTOTUNE)
+    dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
+    dataset = dataset.map(parsed_keeping_weights(lambda records: parse_batch(records, hp), padded),
+                          num_parallel_calls=AUTOTUNE)
     if training and hp.augmentations:
         dataset = dataset.map(lambda x, y: (augment(x, hp), y), num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
@@ -114,18 +109,28 @@ def sharded_by_data(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
-def padded_to_batches(records: tf.data.Dataset, count: int, batch_size: int) -> Tuple[tf.data.Dataset, int]:
-    """(batches of (records, weights): each record weight 1, then copies of the first at weight 0 up to a whole
-    batch, the number of batches). Every eval example counts, in batches of one shape (TPU): the Keras metrics
+def batched(records: tf.data.Dataset, count: int, batch_size: int, drop_remainder: bool,
+            training: bool) -> Tuple[tf.data.Dataset, bool]:
+    """(`count` records in batches of a known number, whether they were padded). With drop_remainder (static
+    shapes: TPU), training drops its last partial batch, and evaluation drops none: its batches are (records,
+    weights), each record weight 1, then copies of the first at weight 0 up to a whole batch. The Keras metrics
     weigh the copies 0 (models.compile_model), and the loss's sum leaves them out, so val_loss is the eval mean
     times count / (batches x batch_size), the same factor every epoch (early stopping picks the same epoch)."""
-    missing = -count % batch_size
-    weighted = records.map(lambda r: (r, tf.constant(1.0)))
-    if missing:
-        weighted = weighted.concatenate(records.take(1).repeat(missing).map(lambda r: (r, tf.constant(0.0))))
-    batches = (count + missing) // batch_size
-    return weighted.batch(batch_size, drop_remainder=True).apply(tf.data.experimental.assert_cardinality(batches)), \
-        batches
+    padded = drop_remainder and not training
+    missing = -count % batch_size if padded else 0
+    if padded:
+        weighted = records.map(lambda r: (r, tf.constant(1.0)))
+        if missing:
+            weighted = weighted.concatenate(records.take(1).repeat(missing).map(lambda r: (r, tf.constant(0.0))))
+        records = weighted
+    batches = (count + missing) // batch_size if drop_remainder else -(-count // batch_size)
+    return records.batch(batch_size, drop_remainder=drop_remainder).apply(
+        tf.data.experimental.assert_cardinality(batches)), padded
+
+
+def parsed_keeping_weights(parse, padded: bool):
+    """`parse` (a batch of records -> (x, y)) for batched()'s output: the padded batches' weights kept beside."""
+    return (lambda records, weights: (*parse(records), weights)) if padded else parse
 
 
 def with_weights(weights: Sequence[float]):
@@ -186,13 +191,7 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
         dataset = dataset.cache().shuffle(max(1, records), seed=hp.seed, reshuffle_each_iteration=True)
     else:
         dataset = dataset.cache()
-    padded = drop_remainder and not training  # static shapes (TPU): the last eval batch padded (padded_to_batches)
-    if padded:
-        dataset, batches = padded_to_batches(dataset, records, batch_size)
-    else:
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-        batches = records // batch_size if drop_remainder else -(-records // batch_size)
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
     spec = {features.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),
             features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
 
@@ -204,10 +203,7 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
             return tf.gather(vectors, chosen, batch_dims=1), parsed[features.LABEL_KEY]
         return vectors[:, 0], parsed[features.LABEL_KEY]
 
-    if padded:
-        dataset = dataset.map(lambda serialized, weights: (*parse(serialized), weights), num_parallel_calls=AUTOTUNE)
-    else:
-        dataset = dataset.map(parse, num_parallel_calls=AUTOTUNE)
+    dataset = dataset.map(parsed_keeping_weights(parse, padded), num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
         dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
     return dataset.prefetch(AUTOTUNE)

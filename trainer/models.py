@@ -243,7 +243,7 @@ class BalancedCrossEntropy(_MeanOverClasses):
 def compile_model(model: keras.Model, learning_rate: float) -> None:
     """Adam on cross-entropy; accuracy, balanced accuracy and the class-balanced loss (over the model's own
     classes) are reported. They weigh each example as the loss does: the padding of a TPU's last eval batch
-    (input_pipeline.padded_to_batches) counts nowhere, and with --class-balance weights the training figures are
+    (input_pipeline.batched) counts nowhere, and with --class-balance weights the training figures are
     weighted like its loss (balanced accuracy is the same either way: a class's weight cancels in its mean)."""
     num_classes = model.outputs[0].shape[-1]
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),

@@ -15,6 +15,7 @@ Mixed precision follows the device (--mixed-precision auto): bfloat16 on TPU, fl
 plan() decides from what the machine has (tests pass fakes); make() builds it.
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -57,6 +58,11 @@ class Plan:
             return True
         kind, index = self.task.get("type"), int(self.task.get("index", 0))
         return kind == "chief" or (kind == "worker" and index == 0 and not self.cluster.get("chief"))
+
+    @property
+    def workers(self) -> int:
+        """The machines that train together: TF_CONFIG's chief and workers, or 1."""
+        return sum(len(self.cluster.get(k, [])) for k in _TRAINING_TASKS) or 1
 
     @property
     def static_shapes(self) -> bool:
@@ -172,6 +178,19 @@ class _KerasMultiWorkerStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             return super(_KerasMultiWorkerStrategy, self).reduce(reduce_op, v, None if scalar else axis)
 
         return tf.nest.map_structure(one, value)
+
+
+@contextlib.contextmanager
+def policy(name: Optional[str]):
+    """Keras' global dtype policy set to `name` (a plan's mixed_precision_policy; None: float32), float32 again
+    after: the process may run other components next."""
+    import keras
+
+    keras.mixed_precision.set_global_policy(name or "float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
 
 
 def split_cpu(replicas: int) -> None:

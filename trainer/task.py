@@ -152,12 +152,10 @@ def run_fn(fn_args) -> None:
     strategy = strategies.make(plan)
     replicas = strategy.num_replicas_in_sync
     logging.info("Trainer: training on %s", plan.describe(replicas))
-    keras.mixed_precision.set_global_policy(plan.mixed_precision_policy or "float32")
     try:
-        _train_and_export(fn_args, hp, plan, strategy, tuned)
+        with strategies.policy(plan.mixed_precision_policy):
+            _train_and_export(fn_args, hp, plan, strategy, tuned)
     finally:
-        # The process may run other components next.
-        keras.mixed_precision.set_global_policy("float32")
         if not was_deterministic:
             tf_config.disable_op_determinism()
 
@@ -285,7 +283,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     record = {
         "strategy": plan.describe(replicas), "device_kind": plan.kind, "replicas": replicas,
         # Multi-worker: the cluster's machines (TF_CONFIG), this one the chief.
-        "workers": sum(len(plan.cluster.get(k, [])) for k in ("chief", "worker")) or 1,
+        "workers": plan.workers,
         "hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
         "tuned": tuned or None,  # the settings the Tuner's best trial chose (in hparams too)
         "warm_started_from": warm_started, "warm_start_skipped": cold_reason,

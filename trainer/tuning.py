@@ -27,7 +27,6 @@ photos took 78 s, about half of one frozen training on pixels), then, with --fin
 fine-tune phase on pixels (which costs what it costs the Trainer, per trial).
 """
 
-import contextlib
 import dataclasses
 import os
 from typing import Any, Dict, Optional
@@ -138,6 +137,7 @@ def _hypermodel(trials: _Trials):
     import keras_tuner
 
     from trainer import models
+    from trainer import strategy as strategies
 
     class ImageHyperModel(keras_tuner.HyperModel):
         """The Trainer's model and training for a trial's values (a transfer model: its head on features)."""
@@ -145,7 +145,7 @@ def _hypermodel(trials: _Trials):
         def build(self, space):
             hp = apply(trials.hp, space.values)
             keras.utils.set_random_seed(hp.seed)  # every trial starts from the same draw: only its values differ
-            with policy(trials.plan.mixed_precision_policy):  # KerasTuner builds in the strategy's scope
+            with strategies.policy(trials.plan.mixed_precision_policy):  # KerasTuner builds in the strategy's scope
                 if trials.source:
                     model = models.head(trials.num_classes, trials.source["dim"], hp)
                 else:
@@ -166,7 +166,7 @@ def _hypermodel(trials: _Trials):
             if not (trials.source and hp.fine_tune_epochs > 0):
                 return history
             # The fine-tune phase, as the Trainer runs it: the head into the whole model, the top layers unfrozen.
-            with trials.strategy.scope(), policy(trials.plan.mixed_precision_policy):
+            with trials.strategy.scope(), strategies.policy(trials.plan.mixed_precision_policy):
                 whole = models.build(hp, trials.num_classes,
                                      models.make_backbone(hp, trials.source["backbone_weights"]))
                 models.copy_head(model, whole)
@@ -189,19 +189,6 @@ def trial_plan(hp: HParams):
 
     one_machine = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     return strategies.plan(hp.mixed_precision, required=hp.required_device, environ=one_machine)
-
-
-@contextlib.contextmanager
-def policy(name):
-    """Keras' global dtype policy set to `name` (None: float32) while models are built, float32 again after
-    (the Tuner's process runs other components next)."""
-    import keras
-
-    keras.mixed_precision.set_global_policy(name or "float32")
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
 
 
 def _search_class():

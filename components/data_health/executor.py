@@ -119,8 +119,8 @@ class Executor(base_executor.BaseExecutor):
         # Near-duplicates: found at ingestion; their share of eval is gated here with the rest (None: not searched,
         # --near-duplicates off).
         ingestion = json.loads(io_utils.read_string_file(os.path.join(report.uri, INGESTION_SUMMARY)))
-        searched = ingestion.get("near_duplicate_search", {}).get("where") != "off"
-        near = float(ingestion.get("near_duplicate_eval_leak_fraction", 0.0)) if searched else None
+        near = ingestion.get("near_duplicate_eval_leak_fraction", 0.0)
+        near = None if near is None else float(near)
         result["near_duplicate_eval_leak_fraction"] = near
 
         vectors = None

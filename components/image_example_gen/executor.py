@@ -153,6 +153,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         groups = near_duplicates.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
         eval_written = sum(n for key, n in counts.items() if key[0] == "eval")
         near, near_rejected = near_duplicates.decide(groups, settings.near_duplicates, eval_written)
+        if not searched:  # not 0: unknown (the card, the report and data health say so)
+            near.update({key: None for key in near_duplicates.SEARCHED_FIGURES})
         rejected += near_rejected
         sizes_of = {(p.meta.shard, p.meta.index): p.record_bytes for p in pending}
         finalize_shards([batch_ingest.Shard(*s) for s in found["shard"]], rejected, examples.uri, split_names,

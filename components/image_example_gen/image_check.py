@@ -155,17 +155,16 @@ def _fit(info: ImageInfo, max_pixels: int) -> Tuple[int, int]:
     return max(1, int(info.width * scale)), max(1, int(info.height * scale))
 
 
-def _signature_size(width: int, height: int) -> Tuple[int, int]:
-    """The size asked of a JPEG's DCT scaling for the check and the signature: 1/8 of the side, not below
-    similarity.DECODE_FLOOR."""
-    floor = similarity.DECODE_FLOOR
+def _draft_size(width: int, height: int, floor: int = similarity.DECODE_FLOOR) -> Tuple[int, int]:
+    """The size asked of a JPEG's DCT scaling: 1/8 of the side, not below `floor` (the signature's
+    similarity.DECODE_FLOOR; 1 for the check alone)."""
     return min(width, max(floor, width // 8)), min(height, max(floor, height // 8))
 
 
 def _signature_factor(width: int, height: int) -> int:
-    """The factor (8, 4, 2 or 1) libjpeg's DCT scaling divides the side by for _signature_size (Pillow's
-    JpegImageFile.draft picks it so)."""
-    target = _signature_size(width, height)
+    """The factor (8, 4, 2 or 1) libjpeg's DCT scaling divides the side by for the signature's _draft_size
+    (Pillow's JpegImageFile.draft picks it so)."""
+    target = _draft_size(width, height)
     fits = min(width // target[0], height // target[1])
     return next(k for k in (8, 4, 2, 1) if fits >= k)
 
@@ -228,7 +227,8 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
                 # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
                 # to 1/8 of the side for the check alone (but not below similarity.DECODE_FLOOR for the
                 # signature), or to the scale of the stored copy.
-                target = _dct_size(info, store_max_pixels) if copy_due else _signature_size(width, height)
+                target = _dct_size(info, store_max_pixels) if copy_due else _draft_size(
+                    width, height, similarity.DECODE_FLOOR if sign else 1)
                 image.draft(image.mode, target)
             image.load()
             if sign:

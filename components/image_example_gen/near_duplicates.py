@@ -190,6 +190,11 @@ def group(pairs: Sequence[Tuple[Meta, Meta]], removed: Iterable[str] = ()) -> Li
                    if len(g) > 1), key=lambda g: g[0].rel_path)
 
 
+# What decide() counts; None when the search is off (--near-duplicates off).
+SEARCHED_FIGURES = ("near_duplicate_groups", "near_duplicate_files", "near_duplicate_eval_leaks",
+                    "near_duplicate_eval_leak_fraction", "near_duplicate_conflicts", "near_duplicate_within_class")
+
+
 def decide(groups: List[List[Meta]], mode: str, eval_examples: int) -> Tuple[Dict, List[Tuple[Meta, Dict]]]:
     """(the summary's near-duplicate fields, the copies to quarantine under --near-duplicates drop)."""
     rejected = []
