@@ -6,7 +6,7 @@ from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
 from components.image_example_gen.ingest_defaults import LAYOUTS
 from pipeline.cloud_config import TARGETS, CloudConfig
-from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, PipelineConfig
+from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TASKS, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
 from trainer.class_balance import IMBALANCED_RATIO, MIN_EVAL_EXAMPLES
 from trainer.class_balance import MODES as BALANCE_MODES
@@ -42,6 +42,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--near-duplicates", choices=NEAR_DUPLICATE_MODES, help="near-duplicate images (resized, "
                    "recompressed, slightly cropped copies): report them (default), drop all but one copy of each "
                    "group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked)")
+    p.add_argument("--task", choices=TASKS, help="single-label (a class an image) or multi-label (any number of "
+                   "labels an image, none included); auto (default): multi-label when a manifest has a labels "
+                   "column (path,labels, separated by ';'), a row names several labels, or the import file is "
+                   "AutoML's multi-label kind. Class folders are single-label")
     p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
     p.add_argument("--schema", help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
                    "the sample uses schemas/digits/schema.pbtxt)")

@@ -26,6 +26,7 @@ SAMPLE_SCHEMA = os.path.join(PROJECT_DIR, "schemas", "digits", "schema.pbtxt")
 GATE_MODES = ("fail", "warn")
 MAX_TRIALS = 1000
 NEAR_DUPLICATE_MODES = ingest_defaults.NEAR_DUPLICATE_MODES
+TASKS = ingest_defaults.TASKS
 MAX_CPU_REPLICAS = 16
 
 
@@ -67,6 +68,7 @@ class PipelineConfig:
     max_bad_fraction: float = ingest_defaults.MAX_BAD_FRACTION
     drop_duplicates: bool = ingest_defaults.DROP_DUPLICATES
     near_duplicates: str = ingest_defaults.NEAR_DUPLICATES  # report | drop
+    task: str = ingest_defaults.TASK  # auto | single | multi (multi-label)
     compression_level: int = ingest_defaults.COMPRESSION_LEVEL
     # A curated schema (schemas/<dataset>/schema.pbtxt) for ImportSchemaGen; None: SchemaGen infers.
     schema: Optional[str] = None
@@ -217,6 +219,8 @@ class PipelineConfig:
                               "store every original")
         if self.near_duplicates not in NEAR_DUPLICATE_MODES:
             raise ConfigError(f"--near-duplicates {self.near_duplicates!r}: use {' or '.join(NEAR_DUPLICATE_MODES)}")
+        if self.task not in TASKS:
+            raise ConfigError(f"--task {self.task!r}: use {', '.join(TASKS)}")
         if not 0 <= self.compression_level <= 9:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
         if self.gate not in GATE_MODES:

@@ -113,7 +113,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         span_window=setting("span_window"),
         store_max_pixels=config.store_max_pixels,
         seed=config.seed,
-        near_duplicates=config.near_duplicates)
+        near_duplicates=config.near_duplicates,
+        task=config.task)
     if check is not None:
         example_gen.add_upstream_node(check)
 

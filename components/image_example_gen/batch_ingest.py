@@ -42,6 +42,7 @@ class Settings(NamedTuple):
     # its signatures to a file of its own, and its Metas leave without them (lighter through Beam's shuffle).
     signatures_in_files: bool = False
     sign: bool = True  # perceptual signatures for the near-duplicate search (False: --near-duplicates off)
+    multi_label: bool = False  # candidates' labels are label sets (sources.label_set): written as keys.LABELS
 
 
 class Meta(NamedTuple):
@@ -93,6 +94,14 @@ def size_bucket(side: int) -> str:
     while side > bound and bound < 4096:
         bound *= 2
     return f"<={bound}" if side <= bound else ">4096"
+
+
+def label_features(label: str, settings: Settings) -> Dict[str, object]:
+    """The example's label features: the class, or a multi-label image's labels (none: empty lists)."""
+    if settings.multi_label:
+        names = sources.labels_of(label)
+        return {keys.LABELS: [settings.label_ids[n] for n in names], keys.LABELS_TEXT: example_codec.BytesValues(names)}
+    return {keys.LABEL: settings.label_ids[label], keys.LABEL_TEXT: label}
 
 
 def bad_row(rel_path: str, reason: str, detail: str, label=None, split=None) -> Dict[str, str]:
@@ -205,8 +214,7 @@ def ingest_batch(candidates: List[sources.Candidate], settings: Settings) -> Bat
             keys.CHANNELS: stored_info.channels,
             keys.ORIGINAL_HEIGHT: info.height,
             keys.ORIGINAL_WIDTH: info.width,
-            keys.LABEL: settings.label_ids[c.label],
-            keys.LABEL_TEXT: c.label,
+            **label_features(c.label, settings),
             keys.FILENAME: c.rel_path,
             keys.SHA256: sha,
             keys.SIGNATURE: similarity.hashes_only(info.signature).hex() if info.signature else "",

@@ -20,6 +20,8 @@ resolution works the same locally and on Vertex, and adds:
                       would reach the Trainer's shuffle buffer one class at a time)
   near_duplicates     report (default); drop: keep one copy of each near-duplicate group with one label;
                       off: no search (faster; eval leaks of near-duplicates go unchecked)
+  task                auto (default), single or multi: multi-label examples carry image/labels/id and
+                      image/labels/text (every label of the image, none included) instead of the class
   span_window         with {SPAN} patterns: ingest the latest span and the span_window - 1
                       spans before it together (a rolling window for retraining)
 """
@@ -55,6 +57,7 @@ class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
         ingest_settings.STORE_MAX_PIXELS_KEY: ExecutionParameter(type=int, optional=True),
         ingest_settings.SEED_KEY: ExecutionParameter(type=int, optional=True),
         ingest_settings.NEAR_DUPLICATES_KEY: ExecutionParameter(type=str, optional=True),
+        ingest_settings.TASK_KEY: ExecutionParameter(type=str, optional=True),
     }
     OUTPUTS = {
         **standard_component_specs.FileBasedExampleGenSpec.OUTPUTS,
@@ -100,7 +103,8 @@ class ImageExampleGen(FileBasedExampleGen):
                  span_window: int = defaults.SPAN_WINDOW,
                  store_max_pixels: int = defaults.STORE_MAX_PIXELS,
                  seed: int = defaults.SEED,
-                 near_duplicates: str = defaults.NEAR_DUPLICATES):
+                 near_duplicates: str = defaults.NEAR_DUPLICATES,
+                 task: str = defaults.TASK):
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])
         if output_config is None:
@@ -124,6 +128,7 @@ class ImageExampleGen(FileBasedExampleGen):
             store_max_pixels=store_max_pixels,
             seed=seed,
             near_duplicates=near_duplicates,
+            task=task,
             # The driver fills {SPAN} into input_config; the window needs the pattern as written (kept whatever
             # the window: span_window may be a runtime parameter of a compiled job).
             span_pattern=input_config.splits[0].pattern if "{SPAN" in input_config.splits[0].pattern else None,

@@ -12,6 +12,10 @@ from typing import Any, List, Mapping, Sequence, Union
 FeatureValue = Union[bytes, str, int, Sequence[Union[bytes, str]], Sequence[int], Any]  # Any: a numpy float array
 
 
+class BytesValues(tuple):
+    """Values of a bytes_list feature, even when there are none (an empty list or tuple is an int64_list)."""
+
+
 def _varint_slow(value: int) -> bytes:
     if value < 0:
         value += 1 << 64  # int64 two's complement, as protobuf encodes it
@@ -51,7 +55,7 @@ def _feature_parts(value: FeatureValue) -> List[bytes]:
         inner = _header(1, len(packed)) + packed if packed else b""
         return [_header(2, len(inner)), inner]
     values = value if isinstance(value, (list, tuple)) else (value,)
-    if all(isinstance(v, int) for v in values):
+    if all(isinstance(v, int) for v in values) and not isinstance(value, BytesValues):
         # Feature.int64_list (3) -> Int64List.value (1), packed.
         packed = b"".join(_varint(v) for v in values)
         inner = _header(1, len(packed)) + packed if values else b""

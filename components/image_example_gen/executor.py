@@ -86,8 +86,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         # Ids follow the sorted class names (folders or manifest labels), like Keras'
         # image_dataset_from_directory, so they are known before any file is decoded.
         label_map = {name: i for i, name in enumerate(listing.classes)}
-        logging.info("ImageExampleGen: %d files from %s (%s layout), %d hidden files skipped, classes %s",
-                     len(listing.candidates), listing.source, listing.layout, listing.skipped_hidden,
+        logging.info("ImageExampleGen: %d files from %s (%s layout, %s-label), %d hidden files skipped, classes %s",
+                     len(listing.candidates), listing.source, listing.layout, listing.task, listing.skipped_hidden,
                      label_map)
 
         staging = fs.join(examples.uri, ".staging")
@@ -104,7 +104,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             staging_dir=staging, label_ids=label_map, hash_splits=hash_splits,
             max_pixels=settings.max_pixels, compression_level=settings.compression_level,
             shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels,
-            bands=stratify.bands(dict(unsplit), shares), signatures_in_files=in_memory, sign=searched)
+            bands=stratify.bands(dict(unsplit), shares), signatures_in_files=in_memory, sign=searched,
+            multi_label=listing.task == "multi")
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()

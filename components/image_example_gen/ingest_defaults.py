@@ -7,6 +7,11 @@ these. Plain Python: the CLI imports it without TFX.
 
 LAYOUT = "auto"  # folders, presplit or manifest, told apart by what the data holds (sources.py)
 LAYOUTS = ("auto", "folders", "presplit", "manifest", "automl")
+# single-label (a class an image) or multi-label (any number of labels an image, none included); auto: multi-label
+# when a row names several labels, the manifest has a `labels` column, or the import file is AutoML's multi-label
+# kind (classificationAnnotations). Class folders are single-label.
+TASKS = ("auto", "single", "multi")
+TASK = "auto"
 MAX_PIXELS = 50_000_000  # width * height * frames; larger files are quarantined (decompression bombs)
 # Larger images are stored as a downscaled copy, aspect kept, with the original's size and hash in
 # the example; 0 stores every original. A 12 MP phone photo is stored at 1008x756.

@@ -31,13 +31,24 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
                   label_map: Dict[str, int], split_names: List[str],
                   duplicates: List[List[str]]) -> Dict[str, Any]:
     """Everything a person or a test wants to know about the run, as plain JSON."""
-    per_split: Dict[str, Dict[str, int]] = {s: {} for s in split_names}
+    multi = listing.task == "multi"
+    per_split: Dict[str, Dict[str, int]] = {s: {} for s in split_names}  # multi-label: images per label
+    examples: Dict[str, int] = {s: 0 for s in split_names}
+    without_labels: Dict[str, int] = {s: 0 for s in split_names}  # multi-label: images no label applies to
+    label_sets: Dict[str, int] = collections.Counter()  # multi-label: images per set of labels, in train
     formats: Dict[str, int] = collections.Counter()
     written = downscaled = 0
     for (split, label, fmt, is_copy), n in sorted(counts.items()):
         if n == 0:
             continue
-        per_split.setdefault(split, {})[label] = per_split.get(split, {}).get(label, 0) + n
+        classes = per_split.setdefault(split, {})
+        for name in sources.labels_of(label) if multi else [label]:
+            classes[name] = classes.get(name, 0) + n
+        examples[split] = examples.get(split, 0) + n
+        if multi and not label:
+            without_labels[split] = without_labels.get(split, 0) + n
+        if multi and split == "train":
+            label_sets[label] += n
         formats[fmt] += n
         written += n
         downscaled += n if is_copy else 0
@@ -45,6 +56,7 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
     return {
         "source": listing.source,
         "layout": listing.layout,
+        "task": listing.task,  # single- or multi-label (sources.py)
         "files_seen": len(listing.candidates),
         "examples_written": written,
         "downscaled": downscaled,  # examples holding a copy within store_max_pixels
@@ -54,8 +66,12 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
         # are not bad files.
         "bad_fraction": round((len(bad) - dropped_copies(reasons)) / max(1, len(listing.candidates)), 6),
         "quarantine_reasons": dict(sorted(reasons.items())),
-        "examples_per_split": {s: sum(c.values()) for s, c in per_split.items()},
-        "examples_per_split_and_class": per_split,
+        "examples_per_split": examples,
+        "examples_per_split_and_class": per_split,  # multi-label: images per label (an image counts for each)
+        # Multi-label: images with no label (negatives for every label), and the most common label sets in train.
+        **({"examples_without_labels": without_labels,
+            "label_sets_in_train": dict(sorted(label_sets.items(), key=lambda kv: (-kv[1], kv[0]))[:20]),
+            "label_cooccurrence_in_train": cooccurrence(label_sets)} if multi else {}),
         # Largest / smallest class in train (trainer/class_balance.py): above 3 training balances the classes.
         "imbalance_ratio": class_balance.imbalance_ratio(per_split.get("train", {})),
         # Classes with some eval images but too few to judge the model on (the Evaluator does not hold them to
@@ -72,6 +88,18 @@ def build_summary(listing: sources.Listing, counts: Dict[tuple, int], bad: List[
         "duplicate_files": sum(len(g) for g in duplicates),
         "duplicate_examples": sorted(duplicates)[:20],
     }
+
+
+def cooccurrence(label_sets: Dict[str, int]) -> Dict[str, Dict[str, int]]:
+    """{label: {other label: images with both}} from the images per label set (only pairs that occur)."""
+    pairs: Dict[str, Dict[str, int]] = {}
+    for label_set, n in label_sets.items():
+        names = sources.labels_of(label_set)
+        for a in names:
+            for b in names:
+                if a != b:
+                    pairs.setdefault(a, {})[b] = pairs.get(a, {}).get(b, 0) + n
+    return {a: dict(sorted(others.items())) for a, others in sorted(pairs.items())}
 
 
 def dropped_copies(reasons: Dict[str, int]) -> int:

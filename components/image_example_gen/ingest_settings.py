@@ -33,6 +33,7 @@ SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills i
 STORE_MAX_PIXELS_KEY = "store_max_pixels"
 SEED_KEY = "seed"
 NEAR_DUPLICATES_KEY = "near_duplicates"
+TASK_KEY = "task"
 
 
 class IngestSettings(NamedTuple):
@@ -53,6 +54,7 @@ class IngestSettings(NamedTuple):
     store_max_pixels: int  # 0: store every original
     seed: int  # the order files are ingested in (ingest_order)
     near_duplicates: str  # report | drop | off (near_duplicates.py)
+    task: str = defaults.TASK  # auto | single | multi (sources.py)
 
     @classmethod
     def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
@@ -86,7 +88,8 @@ class IngestSettings(NamedTuple):
             # 0 is a setting (store every original): only a missing or unset parameter falls back.
             store_max_pixels=int(_given(props.get(STORE_MAX_PIXELS_KEY), defaults.STORE_MAX_PIXELS)),
             seed=int(_given(props.get(SEED_KEY), defaults.SEED)),
-            near_duplicates=props.get(NEAR_DUPLICATES_KEY) or defaults.NEAR_DUPLICATES)
+            near_duplicates=props.get(NEAR_DUPLICATES_KEY) or defaults.NEAR_DUPLICATES,
+            task=props.get(TASK_KEY) or defaults.TASK)
 
     def list_inputs(self) -> sources.Listing:
         """Lists every input split's (span-resolved) pattern into one listing.
@@ -101,10 +104,12 @@ class IngestSettings(NamedTuple):
                 pattern = pattern.rstrip("*").rstrip("/")  # 'train/*' names the folder 'train'
                 source = fs.join(self.input_base, pattern) if pattern not in ("", ".") else self.input_base
                 named = None if len(splits) == 1 else sources.SPLIT_ALIASES.get(split.name.lower(), split.name)
-                listing = sources.list_source(self.input_base, source, self.layout, split=named)
+                listing = sources.list_source(self.input_base, source, self.layout, split=named, task=self.task)
                 if merged is None:
                     merged = listing
                 else:
+                    # One task for the whole input: a single-label source's classes are one-label sets.
+                    merged.task = "multi" if "multi" in (merged.task, listing.task) else "single"
                     merged.candidates += listing.candidates
                     merged.skipped_hidden += listing.skipped_hidden
         if len(merged.candidates) and self.span_window > 1:

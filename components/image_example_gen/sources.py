@@ -3,9 +3,14 @@
 Four layouts, detected from the source itself (or forced with `layout=`):
   folders   <root>/<class>/.../<image>              (split by content hash)
   presplit  <root>/<split>/<class>/.../<image>      (split from the folder name)
-  manifest  a CSV file with a `path,label[,split]` header; paths relative to the CSV
+  manifest  a CSV file with a `path,label[,split]` header; paths relative to the CSV (`path,labels[,split]`:
+            multi-label, labels separated by ';', an empty cell when none applies)
   automl    Vertex AI AutoML import files (CSV [ML_USE,]PATH,LABEL without a header, or JSON Lines),
             one or a folder of them (automl_import.py)
+
+Multi-label listings (Listing.task "multi") give each candidate its label set as one string, the names sorted and
+joined by LABEL_SEPARATOR ("" when no label applies: such an image is a negative for every label, not a row
+without a label); labels_of() splits it.
 
 Only listing happens here: no file is opened except the CSV. Problems that are
 known from the listing alone (a manifest row whose file escapes the data root, a
@@ -31,6 +36,24 @@ from components.image_example_gen.ingest_defaults import LAYOUTS
 from storage.files import exists, is_dir, is_remote, join, local_or_supported, read_bytes, remote_files
 
 SPLIT_ORDER = ("train", "eval", "test")
+LABEL_SEPARATOR = ";"  # between the labels of a multi-label manifest cell, and in a label set's string
+
+
+def label_set(names) -> str:
+    """A multi-label candidate's labels as one string: NFC names, each once, sorted, joined by LABEL_SEPARATOR."""
+    return LABEL_SEPARATOR.join(sorted({normalize_label(n) for n in names if n and n.strip()}))
+
+
+def labels_of(label: Optional[str]) -> List[str]:
+    """The names in a label set's string (label_set); [] for none."""
+    return [n for n in (label or "").split(LABEL_SEPARATOR) if n]
+
+
+def resolve_task(task: str, multi_found: bool) -> str:
+    """single or multi for a source: `task` (--task) when given, else multi where the source says so."""
+    if task == "auto":
+        return "multi" if multi_found else "single"
+    return task
 
 # Folder names and manifest values accepted for each split.
 SPLIT_ALIASES = {
@@ -53,7 +76,7 @@ class Candidate(NamedTuple):
 
     uri: str  # what to open
     rel_path: str  # relative to the data root, '/'-separated: becomes image/filename
-    label: Optional[str]
+    label: Optional[str]  # the class; multi-label: the label set (label_set), "" when none applies
     split: Optional[str]  # pre-assigned split, or None to split by content hash
     size: int = -1  # bytes, from the listing (-1 when unknown)
     mtime_ns: int = 0
@@ -66,14 +89,18 @@ class Listing:
     source: str
     candidates: List[Candidate] = field(default_factory=list)
     skipped_hidden: int = 0  # dotfiles and OS clutter (.DS_Store, Thumbs.db), not counted as seen
+    task: str = "single"  # or "multi": each candidate's label is a label set (label_set)
 
     @property
     def classes(self) -> List[str]:
+        """The class names (multi-label: the label names) of the usable candidates, sorted."""
+        if self.task == "multi":
+            return sorted({n for c in self.candidates if not c.problem for n in labels_of(c.label)})
         return sorted({c.label for c in self.candidates if c.label and not c.problem})
 
     def fingerprint(self) -> str:
         """Changes when any file is added, removed, renamed, relabelled or rewritten."""
-        digest = hashlib.sha256()
+        digest = hashlib.sha256(self.task.encode() if self.task != "single" else b"")
         for c in self.candidates:
             digest.update(f"{c.rel_path}\0{c.label}\0{c.split}\0{c.size}\0{c.mtime_ns}\n"
                           .encode("utf-8", "surrogateescape"))
@@ -198,7 +225,7 @@ def detect_layout(source: str) -> str:
 
 
 def list_source(data_root: str, source: str, layout: str = "auto",
-                split: Optional[str] = None) -> Listing:
+                split: Optional[str] = None, task: str = "auto") -> Listing:
     """Lists every file of one source.
 
     Args:
@@ -207,6 +234,7 @@ def list_source(data_root: str, source: str, layout: str = "auto",
       source: a folder or a CSV file under data_root (a resolved input pattern).
       layout: one of LAYOUTS.
       split: when the input config names this source's split, every file gets it.
+      task: auto, single or multi (ingest_defaults.TASKS).
     """
     if layout not in LAYOUTS:
         raise DataError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
@@ -215,12 +243,16 @@ def list_source(data_root: str, source: str, layout: str = "auto",
     if layout == "auto":
         layout = detect_layout(source)
     if layout == "manifest":
-        listing = _list_manifest(data_root, source)
+        listing = _list_manifest(data_root, source, task)
     elif layout == "automl":
         from components.image_example_gen import automl_import
 
-        listing = automl_import.list_import(data_root, source)
+        listing = automl_import.list_import(data_root, source, task)
     else:
+        if task == "multi":
+            raise DataError(f"{source}: class folders give each image one label, so --task multi cannot read them; "
+                            "list the images in a path,labels manifest (labels separated by ';') or an AutoML "
+                            "multi-label import file")
         listing = _list_tree(data_root, source, presplit=(layout == "presplit"))
     if split is not None:
         listing.candidates = [
@@ -282,7 +314,7 @@ def _check_distinct_classes(folders, source: str) -> None:
                             "differ only by spaces or undecodable bytes); rename or merge them")
 
 
-def _list_manifest(data_root: str, manifest: str) -> Listing:
+def _list_manifest(data_root: str, manifest: str, task: str = "auto") -> Listing:
     listing = Listing(layout="manifest", source=manifest)
     text = read_manifest(manifest)
     try:
@@ -290,13 +322,21 @@ def _list_manifest(data_root: str, manifest: str) -> Listing:
     except csv.Error as e:
         raise DataError(f"{manifest}: not a readable CSV ({e}); save it as plain UTF-8 CSV") from None
     header = [h.strip().lower() for h in rows[0]] if rows else []
-    if "path" not in header or "label" not in header:
+    if "path" not in header or ("label" not in header and "labels" not in header):
         got = ",".join(rows[0])[:60] if rows else "an empty file"
         raise DataError(
-            f"{manifest}: the first line must be a header naming the columns path,label[,split] "
-            f"(got {got!r}); add that header line (an AutoML import file, [ML_USE,]PATH,LABEL, is read with "
-            "--layout automl)")
-    col_path, col_label = header.index("path"), header.index("label")
+            f"{manifest}: the first line must be a header naming the columns path,label[,split] (or path,labels"
+            f"[,split] for several labels an image) (got {got!r}); add that header line (an AutoML import file, "
+            "[ML_USE,]PATH,LABEL, is read with --layout automl)")
+    if "label" in header and "labels" in header:
+        raise DataError(f"{manifest}: the header names both label and labels; keep one column (labels for several "
+                        f"labels an image, separated by {LABEL_SEPARATOR!r})")
+    listing.task = resolve_task(task, "labels" in header)
+    multi = listing.task == "multi"
+    if "labels" in header and not multi:
+        raise DataError(f"{manifest}: a labels column (several labels an image) with --task single; name the column "
+                        "label for one class an image, or use --task multi (or auto)")
+    col_path, col_label = header.index("path"), header.index("labels" if "labels" in header else "label")
     col_split = header.index("split") if "split" in header else None
     base = posixpath.dirname(manifest) if is_remote(manifest) else os.path.dirname(os.path.abspath(manifest))
     root = data_root.rstrip("/") if is_remote(data_root) else os.path.abspath(data_root)
@@ -304,7 +344,8 @@ def _list_manifest(data_root: str, manifest: str) -> Listing:
         if not any(cell.strip() for cell in row):
             continue  # blank line
         cell = lambda i: row[i].strip() if i is not None and i < len(row) else ""  # noqa: E731
-        raw_path, label, split_value = cell(col_path), normalize_label(cell(col_label)), cell(col_split)
+        raw_path, split_value = cell(col_path), cell(col_split)
+        label = label_set(cell(col_label).split(LABEL_SEPARATOR)) if multi else normalize_label(cell(col_label))
         where = f"{posixpath.basename(manifest)} line {line_no}"
         problem = None
         if not raw_path:
@@ -319,14 +360,14 @@ def _list_manifest(data_root: str, manifest: str) -> Listing:
             if split is None and problem is None:
                 problem = (Reason.UNKNOWN_SPLIT,
                            f"{where}: split {split_value!r} is not one of train, eval, test")
-        if not label and problem is None:
+        if not label and problem is None and not multi:  # multi-label: an empty cell means no label applies
             problem = (Reason.MISSING_LABEL, f"{where} has an empty label")
         size, mtime = -1, 0
         if uri and problem is None:
             size, mtime, unreadable = _stat(uri)
             problem = (Reason.UNREADABLE, f"{where}: {unreadable}") if unreadable else None
         listing.candidates.append(Candidate(
-            uri=uri, rel_path=_display(rel), label=label or None, split=split,
+            uri=uri, rel_path=_display(rel), label=label if multi else (label or None), split=split,
             size=size, mtime_ns=mtime, problem=problem))
     if not listing.candidates:
         raise DataError(f"{manifest}: the manifest has a header but no rows; add one row per image")
