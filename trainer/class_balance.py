@@ -83,6 +83,42 @@ def sampling_shares(counts: Sequence[int], cap: float = MAX_WEIGHT) -> List[floa
 ACCURACY, BALANCED_ACCURACY = "val_sparse_categorical_accuracy", "val_balanced_accuracy"
 
 
+# Multi-label training follows the macro-averaged area under the precision-recall curve of its labels
+# (models.compile_model): accuracy over label bits flatters a model that predicts no rare label.
+MACRO_AUC_PR = "val_auc_pr"
+
+
+def positive_weights(counts: Sequence[int], examples: int, cap: float = MAX_WEIGHT) -> List[float]:
+    """Multi-label: each label's weight on its positive examples in the binary cross-entropy. A rare label (its
+    images outnumbered more than IMBALANCED_RATIO to 1 by the images without it) gets negatives / positives, at
+    most `cap`, so that its few positives weigh as much as its negatives; the other labels 1."""
+    weights = []
+    for positives in counts:
+        negatives = examples - positives
+        rare = positives > 0 and negatives > IMBALANCED_RATIO * positives
+        weights.append(min(cap, negatives / positives) if rare else 1.0)
+    return weights
+
+
+def multi_label_plan(mode: str, counts: Sequence[int], examples: int, label_names: Sequence[str]) -> Dict:
+    """What multi-label training does about rare labels (counts: the train images each label applies to, of
+    `examples`), as training.json records it: the positive weights in the loss (--class-balance auto or weights;
+    sampling cannot draw class-balanced batches of images that hold several labels, so it weighs the loss too),
+    the starting bias (the log-odds of each label's weighted share) and the metric it follows."""
+    weighted = mode in ("auto", "weights", "sampling")
+    weights = positive_weights(counts, examples) if weighted else [1.0] * len(counts)
+    chosen = "weights" if weighted and any(w != 1.0 for w in weights) else "off"
+    bias = []
+    for positives, w in zip(counts, weights):
+        share = w * positives / (w * positives + (examples - positives)) if examples else 0.0
+        bias.append(math.log(share / (1 - share)) if 0 < share < 1 else (-20.0 if share <= 0 else 20.0))
+    by_name = dict(zip(label_names, counts))
+    return {"asked": mode, "mode": chosen, "task": "multi", "counts": by_name, "examples": examples,
+            "imbalance_ratio": imbalance_ratio(by_name), "imbalanced": chosen == "weights",
+            "positive_weights": weights if chosen == "weights" else None, "weights": None, "shares": None,
+            "initial_bias": bias, "monitor": MACRO_AUC_PR}
+
+
 def choose(mode: str, counts: Sequence[int]) -> str:
     """What --class-balance MODE does on a train split of these counts: weights, sampling or off."""
     if mode == "auto":

@@ -3,8 +3,11 @@
   serving_default     image_bytes: [batch] encoded JPEG/PNG/GIF/BMP bytes
                       -> probabilities [batch, classes], class_names [batch, classes],
                          predicted_class [batch], predicted_probability [batch]
+                      (a multi-label model: each label's own probability, and its most likely label; which labels
+                      apply is decided at each label's threshold, chosen by the Evaluator: threshold.json)
   serving_examples    examples: [batch] serialized raw tf.Examples -> the same outputs (the Evaluator's)
-  transform_features  examples -> Transform's outputs, label included (TFMA's preprocessing function)
+  transform_features  examples -> Transform's outputs, label included (TFMA's preprocessing function; a multi-label
+                      model's labels as a multi-hot [batch, classes])
 
 Why a tf.Module: TFT's transform_features_layer() is a tf_keras layer, which a
 Keras 3 functional model cannot hold; a tf.function can call both.
@@ -40,6 +43,7 @@ class ServingModule(tf.Module):
         self._transform = saved_transform_io_v2.SavedModelLoader(tft_output.transform_savedmodel_dir)
         self.transform_objects = self._transform.__dict__
         self._raw_spec = tft_output.raw_feature_spec()
+        self._multi_label = features.is_multi_label(tft_output.transformed_feature_spec())
         self._image_size, self._channels = hp.image_size, hp.channels
         names = tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)
         self.class_names = tf.Variable(names, trainable=False, name="class_names")
@@ -93,8 +97,13 @@ class ServingModule(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")], autograph=False)
     def transform_features(self, examples):
-        spec = {k: self._raw_spec[k] for k in (features.IMAGE_KEY, features.LABEL_TEXT_KEY)}
-        return self._transform.apply_transform_model(tf.io.parse_example(examples, spec))
+        names = features.LABELS_TEXT_KEY if self._multi_label else features.LABEL_TEXT_KEY
+        spec = {k: self._raw_spec[k] for k in (features.IMAGE_KEY, names)}
+        transformed = self._transform.apply_transform_model(tf.io.parse_example(examples, spec))
+        if self._multi_label:
+            transformed = {**transformed, features.LABELS_KEY: features.label_target(
+                transformed, int(self.class_names.shape[0]), multi_label=True)}
+        return transformed
 
 
 def export(model, tft_output: tft.TFTransformOutput, hp: HParams, export_dir: str) -> None:

@@ -7,6 +7,7 @@ from components.image_example_gen import feature_keys
 # Raw features, as ImageExampleGen writes them.
 IMAGE_KEY = feature_keys.ENCODED
 LABEL_TEXT_KEY = feature_keys.LABEL_TEXT
+LABELS_TEXT_KEY = feature_keys.LABELS_TEXT  # multi-label examples: every label's name, none included
 SHA256_KEY = feature_keys.SHA256
 # Passed through Transform for data health (components/data_health): the file, its size as found.
 PASSTHROUGH = {"key": feature_keys.SHA256, "filename": feature_keys.FILENAME,
@@ -15,12 +16,34 @@ PASSTHROUGH = {"key": feature_keys.SHA256, "filename": feature_keys.FILENAME,
 # Transformed features, as Transform materialises them.
 PIXELS_KEY = "pixels"  # the resized image's uint8 pixels, 1 byte each (see preprocessing.py)
 LABEL_KEY = "label"  # class id from the TFT vocabulary
-LABEL_VOCABULARY = "label"  # the vocabulary file: class names in id order
+LABELS_KEY = "labels"  # multi-label: the ids of the image's labels (VarLen, none included), instead of LABEL_KEY
+LABEL_VOCABULARY = "label"  # the vocabulary file: class names (multi-label: label names) in id order
 KEY = "key"  # the image's content hash (image/key/sha256), passed through: features and data health join on it
 FILENAME_KEY = "filename"
 
 # Backbone features, as the features step (components/backbone_features) writes them beside LABEL_KEY and KEY.
 FEATURES_KEY = "features"  # float32 [views * dim]: the pooled backbone output of the image, then of its augmented views
+
+
+def is_multi_label(feature_spec) -> bool:
+    """Whether examples with this feature spec (Transform's, or the features step's) are multi-label."""
+    return LABELS_KEY in feature_spec
+
+
+def label_spec(multi_label: bool):
+    """How the label of Transform's (or the features step's) records parses: a class id, or the label ids."""
+    return {LABELS_KEY: tf.io.VarLenFeature(tf.int64)} if multi_label else {
+        LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+
+
+def label_target(parsed, num_classes: int, multi_label: bool) -> tf.Tensor:
+    """What the model is trained on: the class id [batch] int64, or the multi-hot labels [batch, classes] float32
+    (an id out of range, as TFT's -1 for a name it does not know, sets nothing)."""
+    if not multi_label:
+        return parsed[LABEL_KEY]
+    ids = parsed[LABELS_KEY]
+    known = tf.sparse.retain(ids, (ids.values >= 0) & (ids.values < num_classes))
+    return tf.cast(tf.sparse.to_indicator(known, num_classes), tf.float32)
 
 
 def compression(files) -> str:

@@ -62,9 +62,11 @@ def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) ->
 
 
 def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
-                 batch_size: int = 0, drop_remainder: bool = False, balance: Optional[Balance] = None) -> tf.data.Dataset:
+                 batch_size: int = 0, drop_remainder: bool = False, balance: Optional[Balance] = None,
+                 multi_hot: int = 0) -> tf.data.Dataset:
     """(images float32 [batch, size, size, channels] in 0..255, labels int64 [batch]), and with balance
-    "weights" per-example loss weights [batch].
+    "weights" per-example loss weights [batch]. Multi-label records (multi_hot: their number of labels): the
+    labels are multi-hot, float32 [batch, multi_hot] (their balance is in the loss: models.compile_model).
 
     drop_remainder gives every batch the same shape, which TPUs (XLA) need. Training then drops its last,
     partial batch (another epoch draws those examples); evaluation drops none: its last batch is padded with
@@ -91,7 +93,7 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     elif training:
         dataset = dataset.shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
-    dataset = dataset.map(parsed_keeping_weights(lambda records: parse_batch(records, hp), padded),
+    dataset = dataset.map(parsed_keeping_weights(lambda records: parse_batch(records, hp, multi_hot), padded),
                           num_parallel_calls=AUTOTUNE)
     if training and hp.augmentations:
         dataset = dataset.map(lambda x, y: (augment(x, hp), y), num_parallel_calls=AUTOTUNE)
@@ -172,7 +174,7 @@ def class_balanced(records: tf.data.Dataset, balance: Balance, buffer: int, coun
 
 def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views: int, training: bool,
                          batch_size: int = 0, drop_remainder: bool = False,
-                         balance: Optional[Balance] = None) -> tf.data.Dataset:
+                         balance: Optional[Balance] = None, multi_hot: int = 0) -> tf.data.Dataset:
     """(features float32 [batch, dim], labels int64 [batch]) from the features step's records
     (components/backbone_features): what the frozen phase of a transfer model trains its head on.
 
@@ -193,15 +195,16 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
         dataset = dataset.cache()
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
     spec = {features.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),
-            features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+            **features.label_spec(multi_hot > 0)}
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         vectors = tf.reshape(parsed[features.FEATURES_KEY], [-1, views, dim])
+        target = features.label_target(parsed, multi_hot, multi_hot > 0)
         if training and views > 1:
             chosen = tf.random.uniform([tf.shape(vectors)[0]], 0, views, tf.int32, seed=hp.seed)
-            return tf.gather(vectors, chosen, batch_dims=1), parsed[features.LABEL_KEY]
-        return vectors[:, 0], parsed[features.LABEL_KEY]
+            return tf.gather(vectors, chosen, batch_dims=1), target
+        return vectors[:, 0], target
 
     dataset = dataset.map(parsed_keeping_weights(parse, padded), num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
@@ -209,15 +212,19 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
     return dataset.prefetch(AUTOTUNE)
 
 
-def label_counts(file_patterns: List[str], num_classes: int) -> List[int]:
-    """Examples per class id in these records (Transform's or the features step's): one pass, labels only."""
+def label_counts(file_patterns: List[str], num_classes: int, multi_label: bool = False) -> List[int]:
+    """Examples per class id in these records (Transform's or the features step's): one pass, labels only.
+    Multi-label: the examples each label applies to."""
     files = list_files(file_patterns)
     labels = (tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
               .batch(1024)
-              .map(lambda batch: tf.io.parse_example(batch, {features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)})[
-                  features.LABEL_KEY], num_parallel_calls=AUTOTUNE))
-    counts = labels.reduce(tf.zeros([num_classes], tf.int64), lambda acc, ids: acc + tf.math.bincount(
-        ids, minlength=num_classes, maxlength=num_classes, dtype=tf.int64))
+              .map(lambda batch: features.label_target(tf.io.parse_example(batch, features.label_spec(multi_label)),
+                                                       num_classes, multi_label), num_parallel_calls=AUTOTUNE))
+    if multi_label:
+        counts = labels.reduce(tf.zeros([num_classes], tf.float32), lambda acc, hot: acc + tf.reduce_sum(hot, 0))
+    else:
+        counts = labels.reduce(tf.zeros([num_classes], tf.int64), lambda acc, ids: acc + tf.math.bincount(
+            ids, minlength=num_classes, maxlength=num_classes, dtype=tf.int64))
     return [int(n) for n in counts.numpy()]
 
 
@@ -228,13 +235,13 @@ def repeated(dataset: tf.data.Dataset) -> Tuple[tf.data.Dataset, int]:
     return dataset.repeat(), int(dataset.cardinality())
 
 
-def parse_batch(records: tf.Tensor, hp: HParams) -> Tuple[tf.Tensor, tf.Tensor]:
+def parse_batch(records: tf.Tensor, hp: HParams, multi_hot: int = 0) -> Tuple[tf.Tensor, tf.Tensor]:
     parsed = tf.io.parse_example(records, {
         features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
-        features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+        **features.label_spec(multi_hot > 0),
     })
     images = features.decode_pixels(parsed[features.PIXELS_KEY], hp.image_size, hp.channels)
-    return images, parsed[features.LABEL_KEY]
+    return images, features.label_target(parsed, multi_hot, multi_hot > 0)
 
 
 def augment(images: tf.Tensor, hp: HParams) -> tf.Tensor:

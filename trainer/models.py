@@ -1,7 +1,8 @@
 """The models, in Keras 3 (imported as `keras`: tensorflow_transform makes `tf.keras` mean tf_keras).
 
 Every model takes float32 pixels in 0..255 and scales them itself, so training,
-evaluation and serving share one scaling. Outputs are class probabilities.
+evaluation and serving share one scaling. Outputs are class probabilities (softmax), or for a multi-label
+model each label's probability (sigmoid: any number of labels may apply, none included).
 
   cnn              a small CNN: the fast default (the digits sample trains in seconds)
   mobilenet_v2     keras.applications backbones for transfer learning, trained in two
@@ -62,17 +63,18 @@ def save_weights(model: keras.Model, path: str) -> str:
     return local
 
 
-def build(hp: HParams, num_classes: int, backbone: Optional[keras.Model] = None) -> keras.Model:
+def build(hp: HParams, num_classes: int, backbone: Optional[keras.Model] = None,
+          multi_label: bool = False) -> keras.Model:
     """The whole model, pixels to probabilities. For the transfer models: scaling, the backbone (made here,
     or `backbone`, e.g. with the weights the features step used), global average pooling, then the head."""
     inputs = keras.Input((hp.image_size, hp.image_size, hp.channels), name="pixels")
     if hp.model == "cnn":
-        outputs = _cnn(inputs, num_classes, hp)
+        outputs = _cnn(inputs, num_classes, hp, multi_label)
     else:
         backbone = backbone or make_backbone(hp)
         x = backbone(_scaled(hp, inputs), training=False)  # BatchNorm stays in inference mode, even when fine-tuning
         x = keras.layers.GlobalAveragePooling2D(name="pooled")(x)
-        outputs = _head_layers(x, num_classes, hp)
+        outputs = _head_layers(x, num_classes, hp, multi_label)
     return keras.Model(inputs, outputs, name=hp.model)
 
 
@@ -84,10 +86,10 @@ def feature_extractor(hp: HParams, backbone: keras.Model) -> keras.Model:
     return keras.Model(inputs, pooled, name=f"{hp.model}_features")
 
 
-def head(num_classes: int, dim: int, hp: HParams) -> keras.Model:
+def head(num_classes: int, dim: int, hp: HParams, multi_label: bool = False) -> keras.Model:
     """The transfer models' head on its own, for training on cached features (the same layers as build())."""
     inputs = keras.Input((dim,), name="features")
-    return keras.Model(inputs, _head_layers(inputs, num_classes, hp), name="head")
+    return keras.Model(inputs, _head_layers(inputs, num_classes, hp, multi_label), name="head")
 
 
 HEAD_LAYERS = ("head_hidden", "probabilities")  # the head's weighted layers, by name
@@ -102,19 +104,25 @@ def copy_head(source: keras.Model, target: keras.Model) -> None:
             target.get_layer(name).set_weights(source.get_layer(name).get_weights())
 
 
-def _head_layers(x, num_classes, hp: HParams):
+def _head_layers(x, num_classes, hp: HParams, multi_label: bool = False):
     if hp.head_units:
         x = keras.layers.Dense(hp.head_units, activation="relu", name="head_hidden")(keras.layers.Dropout(
             hp.head_dropout)(x))
-    return _classifier(keras.layers.Dropout(hp.head_dropout)(x), num_classes)
+    return _classifier(keras.layers.Dropout(hp.head_dropout)(x), num_classes, multi_label)
 
 
-def _classifier(x, num_classes):
+def _classifier(x, num_classes, multi_label: bool = False):
     # float32 output even under a mixed-precision policy: softmax in float16 loses precision.
-    return keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="probabilities")(x)
+    return keras.layers.Dense(num_classes, activation="sigmoid" if multi_label else "softmax", dtype="float32",
+                              name="probabilities")(x)
 
 
-def _cnn(inputs, num_classes, hp: HParams):
+def is_multi_label(model: keras.Model) -> bool:
+    """Whether the model gives each label its own probability (sigmoid) rather than one class's (softmax)."""
+    return model.get_layer("probabilities").activation is keras.activations.sigmoid
+
+
+def _cnn(inputs, num_classes, hp: HParams, multi_label: bool = False):
     # Three conv/pool blocks and a flattened head (docs/training.md: Training, evaluation and serving has
     # what it reaches): a global-average-pooled head is position-blind, and did worse on digits.
     x = keras.layers.Rescaling(1 / 255.0)(inputs)
@@ -126,7 +134,7 @@ def _cnn(inputs, num_classes, hp: HParams):
         x = keras.layers.Dense(hp.head_units, activation="relu", name="head_hidden")(keras.layers.Dropout(
             hp.head_dropout)(x))
     x = keras.layers.Dropout(hp.head_dropout)(x)
-    return _classifier(x, num_classes)
+    return _classifier(x, num_classes, multi_label)
 
 
 def make_backbone(hp: HParams, weights_file: Optional[str] = None) -> keras.Model:
@@ -240,12 +248,40 @@ class BalancedCrossEntropy(_MeanOverClasses):
         return -ops.log(ops.clip(ops.sum(actual * ops.cast(y_pred, "float32"), axis=-1), 1e-7, 1.0))
 
 
-def compile_model(model: keras.Model, learning_rate: float) -> None:
+class WeightedBinaryCrossEntropy(keras.losses.Loss):
+    """Binary cross-entropy of each label, its positive examples weighted by the label's weight
+    (class_balance.positive_weights: a rare label's few positives weigh as much as its negatives), averaged over
+    the labels: the multi-label loss."""
+
+    def __init__(self, positive_weights, name: str = "weighted_binary_crossentropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.positive_weights = [float(w) for w in positive_weights]
+
+    def call(self, y_true, y_pred):
+        from keras import ops
+
+        y_true = ops.cast(y_true, "float32")
+        p = ops.clip(ops.cast(y_pred, "float32"), 1e-7, 1.0 - 1e-7)
+        weights = ops.convert_to_tensor(self.positive_weights, dtype="float32")
+        return ops.mean(-(weights * y_true * ops.log(p) + (1.0 - y_true) * ops.log(1.0 - p)), axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "positive_weights": self.positive_weights}
+
+
+def compile_model(model: keras.Model, learning_rate: float, positive_weights=None) -> None:
     """Adam on cross-entropy; accuracy, balanced accuracy and the class-balanced loss (over the model's own
     classes) are reported. They weigh each example as the loss does: the padding of a TPU's last eval batch
     (input_pipeline.batched) counts nowhere, and with --class-balance weights the training figures are
     weighted like its loss (balanced accuracy is the same either way: a class's weight cancels in its mean)."""
     num_classes = model.outputs[0].shape[-1]
+    if is_multi_label(model):  # each label on its own: weighted binary cross-entropy, macro AUC-PR followed
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                      loss=WeightedBinaryCrossEntropy(positive_weights or [1.0] * num_classes),
+                      weighted_metrics=[keras.metrics.AUC(curve="PR", multi_label=True, num_labels=num_classes,
+                                                          name="auc_pr"),
+                                        keras.metrics.BinaryAccuracy(name="binary_accuracy")])
+        return
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
                   loss="sparse_categorical_crossentropy",
                   weighted_metrics=["sparse_categorical_accuracy", BalancedAccuracy(num_classes),

@@ -1,4 +1,4 @@
-"""Transform's preprocessing_fn: decode, resize, and the label vocabulary.
+"""Transform's preprocessing_fn: decode, resize, and the label vocabulary (a class id, or a multi-label image's ids).
 
     Transform(preprocessing_fn="trainer.preprocessing.preprocessing_fn", custom_config=...)
 
@@ -61,17 +61,20 @@ def preprocessing_fn(inputs: Dict[str, Any], custom_config: Optional[Dict[str, A
         lambda e: tf.io.serialize_tensor(decode_and_resize(e, hp.image_size, hp.channels)),
         encoded, fn_output_signature=tf.TensorSpec([], tf.string),
         parallel_iterations=DECODES_IN_FLIGHT)  # bounds decoding memory (hparams.decode_memory_bytes)
-    label_text = features.to_dense(inputs[features.LABEL_TEXT_KEY])
     # The file's hash, name and size, unchanged, for the features step and data health (a curated schema
     # may leave any of them out).
     outputs = {name: features.to_dense(inputs[raw]) for name, raw in features.PASSTHROUGH.items() if raw in inputs}
+    # Multi-label examples (ImageExampleGen --task multi) carry every label's name, none included: their ids are a
+    # VarLen feature of their own (features.LABELS_KEY), which the Trainer turns into a multi-hot vector.
+    multi_label = features.LABELS_TEXT_KEY in inputs
+    names = inputs[features.LABELS_TEXT_KEY] if multi_label else features.to_dense(inputs[features.LABEL_TEXT_KEY])
     return {
         **outputs,
         features.PIXELS_KEY: pixels,
         # Ids come from the training data; the vocabulary file maps them back to class names.
         # Ordered by a fingerprint of each name, not by frequency: the same classes get the same
         # ids in every run, whatever their counts, so a retrained model can warm-start.
-        features.LABEL_KEY: tft.compute_and_apply_vocabulary(
-            label_text, vocab_filename=features.LABEL_VOCABULARY, num_oov_buckets=0, default_value=-1,
+        features.LABELS_KEY if multi_label else features.LABEL_KEY: tft.compute_and_apply_vocabulary(
+            names, vocab_filename=features.LABEL_VOCABULARY, num_oov_buckets=0, default_value=-1,
             fingerprint_shuffle=True),
     }

@@ -61,10 +61,11 @@ class EpochLog(keras.callbacks.Callback):
             self._best_weights = self.model.get_weights()
         logging.info("Trainer: epoch %d (%s) %s", epoch + 1, self.phase,
                      ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if isinstance(v, float)))
+        followed = {} if self.monitor not in entry or self.monitor == class_balance.ACCURACY else {
+            "val_auc_pr" if self.monitor == class_balance.MACRO_AUC_PR else "val_balanced_accuracy": entry[self.monitor]}
         progress_event("train", epoch + 1, self.total_epochs, loss=entry.get("loss", 0.0),  # for `imagepipe run`
-                       val_accuracy=entry.get("val_sparse_categorical_accuracy", 0.0),
-                       **({"val_balanced_accuracy": entry[self.monitor]} if self.monitor in entry and
-                          self.monitor != class_balance.ACCURACY else {}))
+                       val_accuracy=entry.get("val_sparse_categorical_accuracy", entry.get("val_binary_accuracy", 0.0)),
+                       **followed)
 
     def on_train_end(self, logs=None):
         if self._best_weights is not None:
@@ -72,21 +73,23 @@ class EpochLog(keras.callbacks.Callback):
 
 
 def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy, num_classes: int, batch: int,
-                            static: bool, callbacks, balance: Optional[input_pipeline.Balance]) -> None:
+                            static: bool, callbacks, balance: Optional[input_pipeline.Balance],
+                            balancing: dict, multi_label: bool) -> None:
     """The frozen phase of a transfer model: the head alone on the features step's cached backbone output
     (an epoch is a pass over small vectors, not the backbone over every image), then into the model."""
     views = source["views"].get("train", 0) + 1
+    multi_hot = num_classes if multi_label else 0
     train, steps = input_pipeline.repeated(input_pipeline.make_feature_dataset(
         fn_args.train_files, hp, source["dim"], views, training=True, batch_size=batch, drop_remainder=static,
-        balance=balance))
+        balance=balance, multi_hot=multi_hot))
     evaluation = input_pipeline.make_feature_dataset(fn_args.eval_files, hp, source["dim"], 1, training=False,
-                                                     batch_size=batch, drop_remainder=static)
+                                                     batch_size=batch, drop_remainder=static, multi_hot=multi_hot)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         train, evaluation = input_pipeline.sharded_by_data(train), input_pipeline.sharded_by_data(evaluation)
     with strategy.scope():
-        head = models.head(num_classes, source["dim"], hp)
+        head = models.head(num_classes, source["dim"], hp, multi_label)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
-        models.compile_model(head, hp.learning_rate)
+        models.compile_model(head, hp.learning_rate, balancing.get("positive_weights"))
     logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
     head.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs, callbacks=callbacks,
              verbose=0)
@@ -125,12 +128,14 @@ def _load_weights(model, folder: str) -> None:
         model.load_weights(local)
 
 
-def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str, pixel_files, serving_model_dir) -> dict:
+def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str, pixel_files, serving_model_dir,
+                   multi_label: bool = False) -> dict:
     """The TFLite models and their accuracy, or {'error'}: the SavedModel is what the pipeline serves,
     so a conversion that fails (an op TFLite lacks) is reported, not a reason to discard the training."""
     try:
         record = tflite_export.export_in_child(hp, num_classes, class_names, weights_file,
-                                               pixel_files["train"], pixel_files["eval"], serving_model_dir)
+                                               pixel_files["train"], pixel_files["eval"], serving_model_dir,
+                                               multi_label)
     except tflite_export.TFLiteExportError as e:
         logging.warning("Trainer: TFLite export failed: %s", e)
         return {"error": str(e)}
@@ -170,9 +175,18 @@ def features_source(example_patterns) -> Optional[dict]:
         return {**json.load(f), "uri": uri}
 
 
-def balance_of(hp: HParams, train_files, class_names) -> Tuple[dict, Optional[input_pipeline.Balance]]:
+def balance_of(hp: HParams, train_files, class_names,
+               multi_label: bool = False) -> Tuple[dict, Optional[input_pipeline.Balance]]:
     """What training does about its train split's class mix (trainer/class_balance.py): the plan training.json
-    records, and the input pipeline's balancing (None: none)."""
+    records, and the input pipeline's balancing (None: none; multi-label: rare labels are weighed in the loss)."""
+    if multi_label:
+        counts = input_pipeline.label_counts(train_files, len(class_names), multi_label=True)
+        examples, _ = input_pipeline.measure(input_pipeline.list_files(train_files))
+        balancing = class_balance.multi_label_plan(hp.class_balance, counts, examples, class_names)
+        if balancing["mode"] == "weights":
+            logging.info("Trainer: rare labels (%s of %d images): positive weights %s",
+                         class_balance.describe_mix(balancing["counts"]), examples, balancing["positive_weights"])
+        return balancing, None
     counts = input_pipeline.label_counts(train_files, len(class_names))
     balancing = class_balance.plan(hp.class_balance, counts, class_names)
     if balancing["mode"] == "off":
@@ -202,6 +216,9 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
 
     tft_output = tft.TFTransformOutput(fn_args.transform_output)
     num_classes = tft_output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
+    # Multi-label examples (ImageExampleGen --task multi): a sigmoid per label, weighted binary cross-entropy.
+    multi_label = features.is_multi_label(tft_output.transformed_feature_spec())
+    multi_hot = num_classes if multi_label else 0
     batch = hp.batch_size * replicas
     static = plan.static_shapes  # XLA on TPU compiles one batch shape (eval: padded with weightless examples)
     # Transfer models train on the features step's output: their frozen phase on the cached features; the
@@ -210,28 +227,30 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     pixel_files = {"train": fn_args.train_files, "eval": fn_args.eval_files} if not source else {
         split: [os.path.join(source["transformed_examples"], f"Split-{split}", "*")] for split in ("train", "eval")}
     class_names = [n.decode() for n in tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
-    balancing, balance = balance_of(hp, fn_args.train_files, class_names)
+    balancing, balance = balance_of(hp, fn_args.train_files, class_names, multi_label)
     monitor = balancing["monitor"]
 
     def pixels(training: bool):
         dataset = input_pipeline.make_dataset(pixel_files["train" if training else "eval"], hp, training=training,
-                                              batch_size=batch, drop_remainder=static, balance=balance)
+                                              batch_size=batch, drop_remainder=static, balance=balance,
+                                              multi_hot=multi_hot)
         multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
         return input_pipeline.sharded_by_data(dataset) if multi_worker else dataset
 
     info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels,
             # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
-            **({"head_units": hp.head_units} if hp.head_units else {})}
+            **({"head_units": hp.head_units} if hp.head_units else {}),
+            **({"task": "multi"} if multi_label else {})}  # the Evaluator, predict and the card read it
     with strategy.scope():
         backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
-        model = models.build(hp, num_classes, backbone)
+        model = models.build(hp, num_classes, backbone, multi_label)
         models.set_output_bias(model, balancing["initial_bias"])
         warm_started, cold_reason = warm_start(model, fn_args.base_model, info, fn_args.serving_model_dir) if hp.warm_start else (None, "")
         if warm_started:
             logging.info("Trainer: warm-started from %s", warm_started)
         elif hp.warm_start:
             logging.warning("Trainer: not warm-starting (%s); training from scratch", cold_reason)
-        models.compile_model(model, hp.learning_rate)
+        models.compile_model(model, hp.learning_rate, balancing.get("positive_weights"))
     planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
     phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=monitor)]
     # Each phase keeps the weights of its best epoch (EpochLog). Only the chief writes the pipeline's outputs;
@@ -242,7 +261,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     started = time.monotonic()
     if source:
         _train_head_on_features(model, fn_args, hp, source, strategy, num_classes, batch, static,
-                                callbacks + [phases[0]], balance)
+                                callbacks + [phases[0]], balance, balancing, multi_label)
     else:
         train, steps = input_pipeline.repeated(pixels(training=True))
         model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), epochs=hp.epochs,
@@ -250,7 +269,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     if hp.model != "cnn" and hp.fine_tune_epochs > 0:
         with strategy.scope():
             unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
-            models.compile_model(model, hp.fine_tune_learning_rate)
+            models.compile_model(model, hp.fine_tune_learning_rate, balancing.get("positive_weights"))
         logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
         phases.append(EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs", monitor=monitor))
         done = len(phases[0].epochs)
@@ -271,7 +290,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
     try:
         on_device = _export_tflite(hp, num_classes, class_names, weights, pixel_files,
-                                   fn_args.serving_model_dir) if hp.tflite_kinds else None
+                                   fn_args.serving_model_dir, multi_label) if hp.tflite_kinds else None
     finally:
         models.discard_staged(weights)
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:

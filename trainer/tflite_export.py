@@ -26,7 +26,7 @@ from typing import Dict, Iterable, List
 import numpy as np
 import tensorflow as tf
 
-from trainer import input_pipeline, models
+from trainer import features, input_pipeline, models
 from trainer.hparams import TFLITE_KINDS, HParams
 
 TFLITE_DIR = "tflite"
@@ -86,7 +86,9 @@ def export(model, hp: HParams, class_names: List[str], train_files: List[str], e
         with tf.io.gfile.GFile(os.path.join(folder, file_name(kind)), "wb") as f:
             f.write(content)
         written[kind] = content
-    scores = score(model, {kind: TFLiteClassifier(content) for kind, content in written.items()}, eval_files, hp)
+    multi_hot = len(class_names) if models.is_multi_label(model) else 0
+    scores = score(model, {kind: TFLiteClassifier(content) for kind, content in written.items()}, eval_files, hp,
+                   multi_hot)
     return {"examples": scores.pop("examples"), "savedmodel_accuracy": scores.pop("keras"),
             "models": {kind: {"file": f"{TFLITE_DIR}/{file_name(kind)}", "accuracy": scores[kind],
                               "bytes": len(content)} for kind, content in written.items()}}
@@ -118,21 +120,41 @@ def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:
 
 
 def _calibration(train_files: List[str], hp: HParams) -> Iterable[List[np.ndarray]]:
-    dataset = input_pipeline.make_dataset(train_files, hp, training=False, batch_size=1)
+    dataset = input_pipeline.make_dataset(train_files, hp, training=False, batch_size=1,
+                                          multi_hot=_labels_in(train_files))
     for images, _ in dataset.take(CALIBRATION_SAMPLES):
         yield [images.numpy()]
 
 
-def score(model, classifiers: Dict[str, TFLiteClassifier], eval_files: List[str], hp: HParams) -> Dict:
-    """Accuracy of the Keras model and of each TFLite model on the same first EVAL_LIMIT eval examples."""
-    correct = {name: 0 for name in ["keras", *classifiers]}
+def _correct(probabilities: np.ndarray, labels: np.ndarray) -> float:
+    """Examples right: the top class is the label; multi-label (multi-hot labels), the share of an image's labels
+    the probabilities get right at 0.5 (binary accuracy), summed over the images."""
+    if labels.ndim == 2:
+        return float(((probabilities > 0.5) == (labels > 0.5)).mean(axis=1).sum())
+    return float((probabilities.argmax(1) == labels).sum())
+
+
+def _labels_in(files: List[str]) -> int:
+    """make_dataset's multi_hot for these records: multi-label records parse only with it (any count will do when
+    the labels are not used)."""
+    first = input_pipeline.list_files(files)[:1]
+    record = next(iter(tf.data.TFRecordDataset(first, compression_type=features.compression(first)).take(1)))
+    return 1 if features.LABELS_KEY in tf.train.Example.FromString(record.numpy()).features.feature else 0
+
+
+def score(model, classifiers: Dict[str, TFLiteClassifier], eval_files: List[str], hp: HParams,
+          multi_hot: int = 0) -> Dict:
+    """Accuracy (multi-label: binary accuracy at 0.5) of the Keras model and of each TFLite model on the same first
+    EVAL_LIMIT eval examples."""
+    correct = {name: 0.0 for name in ["keras", *classifiers]}
     seen = 0
-    for images, labels in input_pipeline.make_dataset(eval_files, hp, training=False, batch_size=64):
+    for images, labels in input_pipeline.make_dataset(eval_files, hp, training=False, batch_size=64,
+                                                      multi_hot=multi_hot):
         images, labels = images.numpy()[:EVAL_LIMIT - seen], labels.numpy()[:EVAL_LIMIT - seen]
-        correct["keras"] += int((model(images, training=False).numpy().argmax(1) == labels).sum())
+        correct["keras"] += _correct(model(images, training=False).numpy(), labels)
         pixels = images.astype(np.uint8)  # already whole numbers 0..255 (Transform stored uint8)
         for name, classifier in classifiers.items():
-            correct[name] += int((classifier.probabilities(pixels).argmax(1) == labels).sum())
+            correct[name] += _correct(classifier.probabilities(pixels), labels)
         seen += len(labels)
         if seen >= EVAL_LIMIT:
             break
@@ -144,9 +166,11 @@ class TFLiteExportError(RuntimeError):
 
 
 def export_in_child(hp: HParams, num_classes: int, class_names: List[str], weights_file: str,
-                    train_files: List[str], eval_files: List[str], serving_model_dir: str) -> Dict:
+                    train_files: List[str], eval_files: List[str], serving_model_dir: str,
+                    multi_label: bool = False) -> Dict:
     """export() in a fresh process, from the saved weights; its record, or TFLiteExportError."""
     job = {"hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
+           "multi_label": multi_label,
            "weights_file": weights_file, "train_files": train_files, "eval_files": eval_files,
            "serving_model_dir": serving_model_dir}
     with tempfile.TemporaryDirectory(prefix="imagepipe-tflite-") as folder:
@@ -167,7 +191,7 @@ def main(job_file: str, result_file: str) -> None:
     with open(job_file) as f:
         job = json.load(f)
     hp = HParams.from_custom_config(job["hparams"])
-    model = models.build(hp, job["num_classes"])
+    model = models.build(hp, job["num_classes"], multi_label=job.get("multi_label", False))
     with models.local_file(job["weights_file"]) as local:
         model.load_weights(local)
     record = export(model, hp, job["class_names"], job["train_files"], job["eval_files"], job["serving_model_dir"])

@@ -42,8 +42,11 @@ TRIALS_KEY = "tune_trials"  # in the Tuner's custom_config: how many trials (com
 TUNED = ("learning_rate", "dropout", "head_units", "batch_size", "fine_tune_learning_rate", "fine_tune_layers")
 
 
-def objective_for(train_counts) -> str:
-    """What the trials are scored on: eval accuracy, or balanced accuracy when the train split is imbalanced."""
+def objective_for(train_counts, multi_label: bool = False) -> str:
+    """What the trials are scored on: eval accuracy, or balanced accuracy when the train split is imbalanced (a
+    multi-label model's: macro AUC-PR, as the Trainer follows)."""
+    if multi_label:
+        return class_balance.MACRO_AUC_PR
     imbalanced = class_balance.is_imbalanced(dict(train_counts) if isinstance(train_counts, dict)
                                              else {str(i): n for i, n in enumerate(train_counts)})
     return class_balance.BALANCED_ACCURACY if imbalanced else OBJECTIVE
@@ -97,13 +100,18 @@ class _Trials:
         # The Trainer's device plan and strategy (trainer/strategy.py): trials train where it trains, with its
         # global batch (a batch per replica) and its mixed-precision policy.
         self.plan, self.strategy = plan, strategy
-        self.num_classes = tft.TFTransformOutput(fn_args.transform_graph_path).vocabulary_size_by_name(
-            features.LABEL_VOCABULARY)
+        output = tft.TFTransformOutput(fn_args.transform_graph_path)
+        self.num_classes = output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
+        # Multi-label examples: the Trainer's sigmoid model, weighted loss and macro AUC-PR objective.
+        self.multi_label = features.is_multi_label(output.transformed_feature_spec())
+        self.multi_hot = self.num_classes if self.multi_label else 0
         self.source = task.features_source(fn_args.train_files) if hp.model != "cnn" else None
         self.train_files, self.eval_files = fn_args.train_files, fn_args.eval_files
         # The Trainer's class balancing, and the metric it follows (a trial's values must not be judged on data
         # the Trainer then treats otherwise).
-        self.balancing, self.balance = task.balance_of(hp, self.train_files, [str(i) for i in range(self.num_classes)])
+        self.balancing, self.balance = task.balance_of(hp, self.train_files, [str(i) for i in range(self.num_classes)],
+                                                       self.multi_label)
+        self.positive_weights = self.balancing.get("positive_weights")
         self.objective = self.balancing["monitor"]
 
     def pixel_files(self, split: str):
@@ -121,13 +129,14 @@ class _Trials:
         if on_features:
             views = self.source["views"].get("train", 0) + 1
             train = input_pipeline.make_feature_dataset(self.train_files, hp, self.source["dim"], views, training=True,
-                                                        balance=self.balance, **shape)
+                                                        balance=self.balance, multi_hot=self.multi_hot, **shape)
             evaluation = input_pipeline.make_feature_dataset(self.eval_files, hp, self.source["dim"], 1,
-                                                             training=False, **shape)
+                                                             training=False, multi_hot=self.multi_hot, **shape)
         else:
             train = input_pipeline.make_dataset(self.pixel_files("train"), hp, training=True, balance=self.balance,
-                                                **shape)
-            evaluation = input_pipeline.make_dataset(self.pixel_files("eval"), hp, training=False, **shape)
+                                                multi_hot=self.multi_hot, **shape)
+            evaluation = input_pipeline.make_dataset(self.pixel_files("eval"), hp, training=False,
+                                                     multi_hot=self.multi_hot, **shape)
         train, steps = input_pipeline.repeated(train)
         return train, steps, evaluation
 
@@ -147,11 +156,11 @@ def _hypermodel(trials: _Trials):
             keras.utils.set_random_seed(hp.seed)  # every trial starts from the same draw: only its values differ
             with strategies.policy(trials.plan.mixed_precision_policy):  # KerasTuner builds in the strategy's scope
                 if trials.source:
-                    model = models.head(trials.num_classes, trials.source["dim"], hp)
+                    model = models.head(trials.num_classes, trials.source["dim"], hp, trials.multi_label)
                 else:
-                    model = models.build(hp, trials.num_classes)
+                    model = models.build(hp, trials.num_classes, multi_label=trials.multi_label)
                 models.set_output_bias(model, trials.balancing["initial_bias"])
-                models.compile_model(model, hp.learning_rate)
+                models.compile_model(model, hp.learning_rate, trials.positive_weights)
             return model
 
         def fit(self, space, model, *args, callbacks=None, **kwargs):
@@ -168,10 +177,10 @@ def _hypermodel(trials: _Trials):
             # The fine-tune phase, as the Trainer runs it: the head into the whole model, the top layers unfrozen.
             with trials.strategy.scope(), strategies.policy(trials.plan.mixed_precision_policy):
                 whole = models.build(hp, trials.num_classes,
-                                     models.make_backbone(hp, trials.source["backbone_weights"]))
+                                     models.make_backbone(hp, trials.source["backbone_weights"]), trials.multi_label)
                 models.copy_head(model, whole)
                 models.unfreeze_top(whole, hp.fine_tune_layers)
-                models.compile_model(whole, hp.fine_tune_learning_rate)
+                models.compile_model(whole, hp.fine_tune_learning_rate, trials.positive_weights)
             train, steps, evaluation = trials.datasets(hp, on_features=False)
             stop = early_stopping(hp, trials.objective)
             stop.restore_best_weights = True
@@ -203,7 +212,8 @@ def _search_class():
             super().on_trial_end(trial)
             scores = [t.score for t in self.oracle.trials.values() if t.score is not None]
             done = sum(t.status in ("COMPLETED", "INVALID", "FAILED") for t in self.oracle.trials.values())
-            progress_event("tune", done, self.oracle.max_trials, best=max(scores) if scores else 0.0)
+            progress_event("tune", done, self.oracle.max_trials, best=max(scores) if scores else 0.0,
+                           objective=self.oracle.objective.name)
 
     return Search
 

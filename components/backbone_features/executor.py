@@ -58,7 +58,7 @@ MOMENTS = "moments"  # the DoFn's side output: (count, sum, sum of squares) of t
 class _Batch(NamedTuple):
     """A batch of records on its way through ComputeFeatures: read and looked up, computing, done."""
 
-    labels: Any  # int64 [n]
+    labels: Any  # int64 [n], or multi-label: a list of ids per record
     hashes: Any  # the images' content hashes (the `key` feature) [n]
     out: Any  # float32 [n, views + 1, dim]: filled from the cache, then by the backbone
     computing: Any  # the backbone thread's future: (backbone ms, cache write ms)
@@ -103,11 +103,15 @@ class ComputeFeatures(beam.DoFn):
         if not records:
             return
         hp, dim = self._hp, self._prepared.dim
+        # Multi-label records carry their labels' ids (features.LABELS_KEY), which go through as they are.
+        multi_label = features.LABELS_KEY in tf.train.Example.FromString(records[0]).features.feature
         parsed = tf.io.parse_example(tf.constant(records, tf.string), {
             features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
-            features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+            **features.label_spec(multi_label),
             features.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
         })
+        labels = (tf.RaggedTensor.from_sparse(parsed[features.LABELS_KEY]).to_list() if multi_label
+                  else parsed[features.LABEL_KEY].numpy())
         # A serialized uint8 tensor ends with its pixel bytes (trainer/features.py decode_pixels).
         count = hp.image_size * hp.image_size * hp.channels
         raw = [memoryview(b)[-count:] for b in parsed[features.PIXELS_KEY].numpy()]
@@ -129,7 +133,7 @@ class ComputeFeatures(beam.DoFn):
         self._timed("cache_read_ms", started)
         computing = self._backbone_thread.submit(self._compute, raw, keys, missing, out) if any(
             lacking for lacking, _ in missing) else None
-        self._pending.append(_Batch(parsed[features.LABEL_KEY].numpy(), parsed[features.KEY].numpy(), out, computing))
+        self._pending.append(_Batch(labels, parsed[features.KEY].numpy(), out, computing))
         while len(self._pending) > self.IN_FLIGHT or (self._pending and self._pending[0].computing is None):
             yield from self._finished(self._pending.popleft())
 
@@ -199,7 +203,7 @@ class ComputeFeatures(beam.DoFn):
         plain = batch.out[:, 0].astype(np.float64)  # for the profile of the data (feature drift, data health)
         yield beam.pvalue.TaggedOutput(MOMENTS, (len(plain), plain.sum(axis=0), (plain ** 2).sum(axis=0)))
         for vector, label, key in zip(batch.out, batch.labels, batch.hashes):
-            yield feature_example(vector, int(label), key)
+            yield feature_example(vector, label if isinstance(label, list) else int(label), key)
 
 
 _SHARED = {"key": None, "extractor": None}  # the last backbone made in this process (one at a time: it is large)
@@ -227,13 +231,15 @@ def release_shared_extractor() -> None:
         _SHARED["key"], _SHARED["extractor"] = None, None
 
 
-def feature_example(vector, label: int, key: bytes) -> bytes:
-    """The serialized tf.train.Example {features: FloatList, label: Int64List, key: BytesList}, by ingestion's
+def feature_example(vector, label, key: bytes) -> bytes:
+    """The serialized tf.train.Example {features: FloatList, label: Int64List, key: BytesList} (a multi-label
+    record's label: the list of its ids, as `labels`), by ingestion's
     TF-free encoder: tf.train.FloatList(value=vector) converts every float one at a time, 1.2 s of the 8 s a
     rerun on 8,000 cached images took (tests/test_backbone_features.py checks the bytes parse back)."""
     from trainer import features  # imports TensorFlow: not where the component is only defined
 
-    return example_codec.encode_example({features.FEATURES_KEY: vector, features.LABEL_KEY: label, features.KEY: key})
+    label_key = features.LABELS_KEY if isinstance(label, list) else features.LABEL_KEY
+    return example_codec.encode_example({features.FEATURES_KEY: vector, label_key: label, features.KEY: key})
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
