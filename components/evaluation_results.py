@@ -19,6 +19,8 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
     found: Dict[str, Any] = {"accuracy": None, "baseline_accuracy": None, "balanced_accuracy": None,
                              "baseline_balanced_accuracy": None, "example_count": None, "per_class": {},
                              "gate": class_gate(evaluation_uri), "failures": []}
+    if (found["gate"] or views(evaluation_uri) or {}).get("task") == "multi":  # (a test split has no gate of its own)
+        return _multi_label_metrics(evaluation_uri, found)
     names = (found["gate"] or {}).get("class_names") or []
     for metrics in tfma.load_metrics(evaluation_uri):
         if metrics.slice_key.single_slice_keys:
@@ -52,6 +54,42 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
         for failure in per_slice.failures:
             found["failures"].append(_failure_text(failure, found))
     return found
+
+
+def _multi_label_metrics(evaluation_uri: str, found: Dict[str, Any]) -> Dict[str, Any]:
+    """metrics() of a multi-label evaluation (components/multi_label_evaluation.py): macro AUC-PR (and the last
+    blessed model's), each label's precision, recall, F1 and AUC-PR at its own threshold, the failures (TFMA's and
+    the label gate's)."""
+    import tensorflow_model_analysis as tfma
+
+    from components import multi_label_evaluation
+
+    read = multi_label_evaluation.read_metrics(evaluation_uri)
+    at = (views(evaluation_uri) or {}).get("at_threshold") or {}
+    found.update(task="multi", example_count=read["example_count"], macro_auc_pr=read["macro_auc_pr"],
+                 baseline_macro_auc_pr=read["baseline_macro_auc_pr"], macro_f1=at.get("macro_f1"),
+                 macro_precision=at.get("macro_precision"), macro_recall=at.get("macro_recall"),
+                 per_class={name: {k: m.get(k) for k in ("precision", "recall", "f1", "support", "threshold", "auc_pr")}
+                            for name, m in (at.get("per_class") or {}).items()})
+    for per_slice in tfma.load_validation_result(evaluation_uri).metric_validations_per_slice:
+        for failure in per_slice.failures:
+            value = failure.metric_value.double_value.value if failure.metric_value.HasField("double_value") else None
+            threshold = failure.metric_threshold
+            if failure.metric_key.is_diff and found["baseline_macro_auc_pr"] is not None:
+                found["failures"].append(f"macro AUC-PR {found['macro_auc_pr']:.4f} is below the last blessed "
+                                         f"model's {found['baseline_macro_auc_pr']:.4f}")
+            elif threshold.value_threshold.HasField("lower_bound") and value is not None:
+                found["failures"].append(f"macro AUC-PR {value:.4f} is below the threshold "
+                                         f"{threshold.value_threshold.lower_bound.value:.4f} (--accuracy-threshold)")
+    found["failures"] += (found["gate"] or {}).get("failures") or []
+    return found
+
+
+def weakest_label(found: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """A multi-label evaluation's label of lowest F1 at its threshold, among those with eval images."""
+    rows = [{"name": name, "f1": m["f1"], "recall": m["recall"], "support": m["support"], "threshold": m["threshold"]}
+            for name, m in (found.get("per_class") or {}).items() if m.get("support") and m.get("f1") is not None]
+    return min(rows, key=lambda r: (r["f1"], -r["support"])) if rows else None
 
 
 def class_gate(evaluation_uri: str) -> Optional[Dict[str, Any]]:

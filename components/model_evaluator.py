@@ -51,13 +51,18 @@ ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it
 MODEL_INFO = os.path.join("keras", "model_info.json")
 
 
-def model_classes(model_uri: str) -> Optional[List[str]]:
-    """The class names a Model artifact predicts, in id order; None when it does not record them."""
+def model_info(model_uri: str) -> Dict[str, Any]:
+    """What the Trainer recorded of a Model artifact (class_names, task...); {} when it records nothing."""
     path = os.path.join(model_uri, MODEL_INFO)
     if not fileio.exists(path):
-        return None
+        return {}
     with fileio.open(path, "r") as f:
-        return json.loads(f.read()).get("class_names")
+        return json.loads(f.read())
+
+
+def model_classes(model_uri: str) -> Optional[List[str]]:
+    """The class names a Model artifact predicts, in id order; None when it does not record them."""
+    return model_info(model_uri).get("class_names")
 
 
 def class_change(baseline: Optional[List[str]], candidate: Optional[List[str]]) -> str:
@@ -148,6 +153,25 @@ def with_class_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
     return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
 
 
+def with_label_checks(exec_properties, names: List[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
+                      compare: bool) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """exec_properties with a multi-label eval config (components/multi_label_evaluation.py), and what
+    class_gate.json records: which labels are judged at their thresholds, on what counts, and the macro bound."""
+    import tensorflow_model_analysis as tfma
+    from tfx.utils import proto_utils
+
+    from components import multi_label_evaluation
+
+    floor = exec_properties.get(MIN_CLASS_RECALL)
+    floor = class_balance.MIN_CLASS_RECALL if floor is None else float(floor)
+    key = standard_component_specs.EVAL_CONFIG_KEY
+    config, bound = multi_label_evaluation.eval_config_for(
+        proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig()), len(names), compare,
+        exec_properties.get(CONFIDENCE))
+    gate = multi_label_evaluation.label_gate(names, eval_counts, train_counts, floor, bound, compare)
+    return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
+
+
 class Executor(beam_tuning.EvaluatorExecutor):
     def Do(self, input_dict, output_dict, exec_properties):
         exec_properties = with_threshold(exec_properties)
@@ -160,6 +184,9 @@ class Executor(beam_tuning.EvaluatorExecutor):
             # where the root now is, or stop (components/baseline.py).
             baseline.uri = locate(baseline.uri, candidate.uri, "model")
             skipped = class_change(model_classes(baseline.uri), model_classes(candidate.uri))
+            tasks = [model_info(uri).get("task") or "single" for uri in (baseline.uri, candidate.uri)]
+            if not skipped and tasks[0] != tasks[1]:  # one scores each class alone, the other one class of all
+                skipped = f"the last blessed model is {tasks[0]}-label, this one {tasks[1]}-label"
             if skipped:
                 logging.warning("Evaluator: not comparing with the last blessed model: %s; blessing on the "
                                 "threshold alone", skipped)
@@ -167,14 +194,21 @@ class Executor(beam_tuning.EvaluatorExecutor):
         examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
         candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
         names = model_classes(candidate.uri)
+        multi_label = model_info(candidate.uri).get("task") == "multi"
         gate = None
-        if names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
+        if names and multi_label:  # each label judged at its own threshold (components/multi_label_evaluation.py)
+            exec_properties, gate = with_label_checks(exec_properties, names, split_class_counts(examples, "eval"),
+                                                      split_class_counts(examples, "train"), bool(input_dict.get(key)))
+        elif names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
             exec_properties, gate = with_class_checks(exec_properties, names, split_class_counts(examples, "eval"),
                                                       split_class_counts(examples, "train"))
         super().Do(input_dict, output_dict, exec_properties)
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
         if skipped:
             blessing.set_string_custom_property(BASELINE_SKIPPED, skipped)
+        if multi_label and names:
+            self._judge_labels(blessing, output_dict, examples, input_dict, exec_properties, names, gate)
+            return
         profile = os.path.join(examples.uri, PROFILE_FILE)
         if fileio.exists(profile):
             fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
@@ -191,6 +225,34 @@ class Executor(beam_tuning.EvaluatorExecutor):
             self._score_test(input_dict, evaluation.uri, exec_properties)
             self._write_views(os.path.join(evaluation.uri, TEST_SPLIT), names, found["chosen"]["threshold"], None,
                               how=f"the eval split's: {found['chosen']['how']}")
+
+    def _judge_labels(self, blessing, output_dict, examples, input_dict, exec_properties, names: List[str],
+                      gate: Dict[str, Any]) -> None:
+        """A multi-label model, after TFMA: a threshold per label (views.json), every label judged at its own
+        (class_gate.json; a failure takes the blessing back), the data profile kept, the test split scored apart at
+        the eval split's thresholds."""
+        from tfx.utils import io_utils
+
+        from components import evaluation_views, multi_label_evaluation as multi
+
+        evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
+        profile = os.path.join(examples.uri, PROFILE_FILE)
+        if fileio.exists(profile):
+            fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
+        found = multi.views(multi.read_metrics(evaluation.uri), names, exec_properties.get(CONFIDENCE),
+                            exec_properties.get(TARGET_PRECISION))
+        gate["failures"] = multi.label_failures(gate, found)
+        if gate["failures"] and blessing.get_int_custom_property("blessed"):
+            logging.warning("Evaluator: not blessed: %s", "; ".join(gate["failures"]))
+            multi.take_back_blessing(blessing, gate["failures"])
+        io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
+        io_utils.write_string_file(os.path.join(evaluation.uri, evaluation_views.VIEWS_FILE), json.dumps(found, indent=1))
+        if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
+            self._score_test(input_dict, evaluation.uri, exec_properties)
+            folder = os.path.join(evaluation.uri, TEST_SPLIT)
+            scored = multi.views(multi.read_metrics(folder), names, given=found["chosen"]["thresholds"],
+                                 how=f"the eval split's: {found['chosen']['how']}")
+            io_utils.write_string_file(os.path.join(folder, evaluation_views.VIEWS_FILE), json.dumps(scored, indent=1))
 
     @staticmethod
     def _write_views(uri: str, names: List[str], confidence: Optional[float], target: Optional[float],
