@@ -40,19 +40,26 @@ def cmd_predict(args: argparse.Namespace) -> int:
         result_files.check_outputs(outputs, args.images, None)
         model_dir = predict.resolve_model_dir(model)
         result_files.check_outputs(outputs, args.images, model_dir)
-        threshold, how = ((args.confidence_threshold, "--confidence-threshold")
-                          if args.confidence_threshold is not None else predict.model_threshold(model_dir))
+        threshold, how = predict.model_threshold(model_dir)
+        if args.confidence_threshold is not None:  # one for every label of a multi-label model
+            threshold = ({name: args.confidence_threshold for name in threshold} if predict.is_multi_label(threshold)
+                         else args.confidence_threshold)
+            how = "--confidence-threshold"
+        multi = predict.is_multi_label(threshold)
         if args.workers < 0:
             raise image_inputs.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
         if args.workers or args.dataflow:
             return _predict_with_beam(args, config, model_dir, top, threshold)
-        writer = result_files.ResultWriter(args.output, top) if args.output else None
+        writer = result_files.ResultWriter(args.output, top, multi_label=multi) if args.output else None
         automl = result_files.ResultWriter(args.automl_output, top, automl_threshold=threshold) if args.automl_output \
             else None
     except (predict.ModelNotFound, predict.ModelUnusable, image_inputs.InputError) as e:
         return fail(EXIT_BAD_INPUT, str(e))
     writers = [w for w in (writer, automl) if w]
-    if threshold:
+    if multi:
+        print(f"multi-label: a label applies above its threshold ({how}): "
+              + ", ".join(f"{result_files.printable(name)} {t:g}" for name, t in threshold.items()), file=sys.stderr)
+    elif threshold:
         print(f"confidence threshold {threshold:g} ({how}): at or below it an image is 'unsure'", file=sys.stderr)
     quiet_logs(verbose=False)
     show = result_files.printable  # file and class names may hold terminal escape sequences
@@ -72,6 +79,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 continue
             if "error" in result:
                 print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
+            elif multi:
+                shown = ", ".join(f"{show(name)} ({p:.3f})" for name, p in result["labels"])
+                print(f"{show(result['path'])}: " + (shown or "no label"))
             else:
                 shown = ", ".join(f"{show(name)} ({p:.3f})" for name, p in result["predictions"][:top])
                 print(f"{show(result['path'])}: " + (f"unsure (best: {shown})" if result.get("unsure") else shown))

@@ -128,8 +128,9 @@ def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: i
                     model_dir, predict.EVERY_CLASS if automl_output else top, threshold))
                 | "Count" >> beam.Map(count_result))
     if result_files.output_kind(output) == ".csv":
-        header = csv_text(result_files.csv_header(top))
-        format_result = "Format" >> beam.Map(lambda result: csv_text(result_files.csv_cells(result, top)))
+        multi = predict.is_multi_label(threshold)
+        header = csv_text(result_files.csv_header(top, multi))
+        format_result = "Format" >> beam.Map(lambda result: csv_text(result_files.csv_cells(result, top, multi)))
     else:
         header = None
         format_result = "Format" >> beam.Map(lambda result: result_files.json_record(result, top))

@@ -11,7 +11,7 @@ import json
 import os
 import queue
 import threading
-from typing import Dict, Iterable, Iterator, List, Tuple
+from typing import Dict, Iterable, Iterator, List, Tuple, Union
 
 from components.evaluation_views import given_a_class
 from components.image_example_gen.ingest_defaults import MAX_PIXELS
@@ -101,14 +101,22 @@ def resolve_model_dir(path: str) -> str:
 
 
 EVERY_CLASS = 0  # label_batch(top=EVERY_CLASS): every class, best first (the AutoML output lists them all)
+# A single-label model's confidence threshold, or a multi-label model's threshold per label (threshold.json).
+Threshold = Union[float, Dict[str, float]]
 
 
-def label_batch(serve, images: List[bytes], top: int, threshold: float = 0.0) -> List[Dict]:
+def is_multi_label(threshold: Threshold) -> bool:
+    return isinstance(threshold, dict)
+
+
+def label_batch(serve, images: List[bytes], top: int, threshold: Threshold = 0.0) -> List[Dict]:
     """{'predictions': [(class, probability), ...], 'ids': [class id, ...], 'unsure'} per image, best first,
     or {'error'} for an image TensorFlow cannot decode (it passed Pillow's checks); such an image makes the
     batch fail, so the batch is then served one image at a time and only that image gets the error.
     'unsure': the best probability is at or below the model's confidence threshold (model_threshold(); TFMA's
-    rule, evaluation_views.given_a_class)."""
+    rule, evaluation_views.given_a_class). A multi-label model (threshold: one per label) adds 'labels': every
+    label whose probability is above its own threshold, best first, with 'label_ids' (none: no label applies;
+    never 'unsure')."""
     import tensorflow as tf
 
     try:
@@ -122,15 +130,22 @@ def label_batch(serve, images: List[bytes], top: int, threshold: float = 0.0) ->
     found = []
     for row in probabilities:
         best = row.argsort()[::-1][:top or len(names)]
-        found.append({"predictions": [(names[j], float(row[j])) for j in best], "ids": [int(j) for j in best],
-                      "unsure": not given_a_class(row[best[0]], threshold)})
+        result = {"predictions": [(names[j], float(row[j])) for j in best], "ids": [int(j) for j in best]}
+        if is_multi_label(threshold):
+            applying = [j for j in row.argsort()[::-1] if given_a_class(row[j], threshold.get(names[j], 0.5))]
+            result.update(labels=[(names[j], float(row[j])) for j in applying], label_ids=[int(j) for j in applying],
+                          unsure=False)
+        else:
+            result["unsure"] = not given_a_class(row[best[0]], threshold)
+        found.append(result)
     return found
 
 
-def model_threshold(model_dir: str) -> Tuple[float, str]:
+def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
     """(the confidence threshold that goes with a pushed model, how it was chosen): threshold.json beside the
     SavedModel (components/model_card), which for a .tflite file of the pushed version's tflite/ folder is one
-    folder up; (0, "none") for a model without one (every image gets a class)."""
+    folder up; (0, "none") for a model without one (every image gets a class). A multi-label model's: its
+    threshold per label ({label: threshold})."""
     from components.model_card import THRESHOLD_FILE
 
     folders = [model_dir]
@@ -139,6 +154,8 @@ def model_threshold(model_dir: str) -> Tuple[float, str]:
     for folder in folders:
         try:
             found = json.loads(fs.read_bytes(fs.join(folder, THRESHOLD_FILE)))
+            if found.get("task") == "multi":
+                return {str(k): float(v) for k, v in (found.get("thresholds") or {}).items()}, str(found.get("how") or "")
             return float(found.get("threshold") or 0.0), str(found.get("how") or "")
         except Exception:  # noqa: BLE001 - missing, unreadable (a remote store's own errors) or not JSON: none
             continue
@@ -146,7 +163,7 @@ def model_threshold(model_dir: str) -> Tuple[float, str]:
 
 
 def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,
-             max_pixels: int = MAX_PIXELS, threshold: float = 0.0) -> Iterator[Dict]:
+             max_pixels: int = MAX_PIXELS, threshold: Threshold = 0.0) -> Iterator[Dict]:
     """One result per input, in order, as they are ready: {'path', 'predictions': [(class, probability)...],
     'ids', 'unsure'} or {'path', 'error'}.
 

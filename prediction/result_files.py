@@ -30,6 +30,8 @@ def json_record(result: Dict, top: int = 0) -> str:
     else:
         record["predictions"] = [{"class": name, "probability": round(p, 6)}
                                  for name, p in result["predictions"][:top or None]]
+        if "labels" in result:  # a multi-label model: every label above its threshold
+            record["labels"] = [{"label": name, "probability": round(p, 6)} for name, p in result["labels"]]
         record["unsure"] = bool(result.get("unsure"))
     return json.dumps(record, ensure_ascii=False)
 
@@ -38,32 +40,38 @@ MIME_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", 
               ".bmp": "image/bmp", ".webp": "image/webp"}
 
 
-def automl_record(result: Dict, threshold: float) -> str:
+def automl_record(result: Dict, threshold) -> str:
     """A result in Vertex AutoML's batch prediction shape (one JSONL line): instance {content, mimeType} and
     prediction {ids, displayNames, confidences}, the classes above the confidence threshold, best first
-    (none when the model is unsure); an input that failed has error {message} instead."""
+    (none when the model is unsure; a multi-label model: every label above its own threshold, as AutoML's
+    multi-label output lists them); an input that failed has error {message} instead."""
     record: Dict = {"instance": {"content": result["path"], "mimeType": MIME_TYPES.get(
         os.path.splitext(result["path"])[1].lower(), "application/octet-stream")}}
     if "error" in result:
         record["error"] = {"message": result["error"]}
+    elif "labels" in result:
+        kept = [(j, name, p) for j, (name, p) in zip(result["label_ids"], result["labels"])]
     else:
         kept = [(j, name, p) for j, (name, p) in zip(result["ids"], result["predictions"])
                 if given_a_class(p, threshold)]
+    if "error" not in result:
         record["prediction"] = {"ids": [str(j) for j, _, _ in kept], "displayNames": [n for _, n, _ in kept],
                                 "confidences": [round(p, 6) for _, _, p in kept]}
     return json.dumps(record, ensure_ascii=False)
 
 
-def csv_header(top: int) -> List[str]:
+def csv_header(top: int, multi_label: bool = False) -> List[str]:
+    """The results CSV's columns; a multi-label model's add `labels`: every label above its threshold, ';'-joined."""
     return ["path", *[f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")],
-            "unsure", "error"]
+            *(["labels"] if multi_label else []), "unsure", "error"]
 
 
-def csv_cells(result: Dict, top: int) -> List[str]:
-    """A result as a CSV row under csv_header(top): empty class/probability cells where there are fewer."""
+def csv_cells(result: Dict, top: int, multi_label: bool = False) -> List[str]:
+    """A result as a CSV row under csv_header(top, multi_label): empty class/probability cells where there are fewer."""
     cells = [value for name, p in result.get("predictions", [])[:top] for value in (name, f"{p:.6f}")]
     unsure = "" if "error" in result else ("yes" if result.get("unsure") else "no")
-    row = [result["path"], *cells, *[""] * (2 * top - len(cells)), unsure, result.get("error", "")]
+    labels = [";".join(name for name, _ in result.get("labels", []))] if multi_label else []
+    row = [result["path"], *cells, *[""] * (2 * top - len(cells)), *labels, unsure, result.get("error", "")]
     return [spreadsheet_safe(cell) for cell in row]  # names are the user's (or an attacker's): never formulas
 
 
@@ -154,8 +162,9 @@ class ResultWriter:
     """Writes results to a .jsonl or .csv file as they come; the file has its name only once complete.
     A write that fails (a full disk) is one InputError naming its option, and leaves no partial file."""
 
-    def __init__(self, path: str, top: int, automl_threshold: Optional[float] = None):
-        """automl_threshold set: AutoML's batch prediction shape (automl_record) at that threshold."""
+    def __init__(self, path: str, top: int, automl_threshold=None, multi_label: bool = False):
+        """automl_threshold set: AutoML's batch prediction shape (automl_record) at that threshold (a multi-label
+        model's: per label). multi_label: the CSV has a labels column."""
         self._option = "--output" if automl_threshold is None else "--automl-output"
         kind = output_kind(path, self._option)
         self._automl = automl_threshold
@@ -167,15 +176,15 @@ class ResultWriter:
             user_files.discard(self._partial)
             raise InputError(f"{self._option} {path}: cannot write there ({e.strerror or e})") from None
         self._csv = csv.writer(self._file) if kind == ".csv" else None
-        self._top, self._closed = top, False
+        self._top, self._closed, self._multi_label = top, False, multi_label
         if self._csv:
-            self._guarded(self._csv.writerow, csv_header(top))
+            self._guarded(self._csv.writerow, csv_header(top, multi_label))
 
     def write(self, result: Dict) -> None:
         if self._automl is not None:
             self._guarded(self._file.write, automl_record(result, self._automl) + "\n")
         elif self._csv:
-            self._guarded(self._csv.writerow, csv_cells(result, self._top))
+            self._guarded(self._csv.writerow, csv_cells(result, self._top, self._multi_label))
         else:
             self._guarded(self._file.write, json_record(result, self._top) + "\n")
 

@@ -1,7 +1,7 @@
 """The report's data sections: data (files, splits, classes, quarantine), validation (anomalies, schema,
 statistics, drift) and data health (near-duplicates, likely label errors, outliers)."""
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from components import drift as drift_lib
 from components.image_example_gen.sources import split_sort_key
@@ -42,8 +42,11 @@ def data(components: Dict[str, Dict]) -> str:
         imbalanced = d["imbalance_ratio"] > class_balance.IMBALANCED_RATIO
         style = ' class="warn"' if imbalanced else ""
         body += (f"<p{style}>Class mix: {esc(run_text.describe_balance(d))}"
-                 + ("; training balances the classes and follows balanced accuracy, and the Evaluator judges every "
-                    "class with enough eval images (<code>--class-balance</code>, <code>--min-class-recall</code>)."
+                 + (("; training weighs the rare labels' positive examples and follows macro AUC-PR, and the "
+                     "Evaluator judges every label with enough eval images at its threshold" if d.get("task") == "multi"
+                     else "; training balances the classes and follows balanced accuracy, and the Evaluator judges "
+                     "every class with enough eval images")
+                    + " (<code>--class-balance</code>, <code>--min-class-recall</code>)."
                     if imbalanced else ".") + "</p>")
     shares = {s: d["examples_per_split"][s] or 1 for s in splits}
     body += table(["class", "id"] + splits + ["total"] + [f"share of {s}" for s in splits],
@@ -57,9 +60,30 @@ def data(components: Dict[str, Dict]) -> str:
         body += (f"<h3>Duplicates</h3><p>{d['duplicate_files']} files in {d['duplicate_groups']} groups of "
                  "identical content (kept in one split, or quarantined as shown above); for example:</p>")
         body += table(["identical files"], [[", ".join(g)] for g in d["duplicate_examples"][:10]])
+    if d.get("task") == "multi":
+        body += _label_mix(d, classes)
     if d.get("classes_without_examples"):
         body += f"<p class=\"muted\">Classes with no valid image: {esc(', '.join(d['classes_without_examples']))}</p>"
     return section("data", "Data", body)
+
+
+def _label_mix(d: Dict, labels: List[str]) -> str:
+    """A multi-label set: images without any label, the common label sets and which labels come together."""
+    without = d.get("examples_without_labels") or {}
+    body = ("<h3>Labels (multi-label: an image may have several, or none)</h3><p>The table above counts the images of "
+            "each label (an image counts once for each of its labels). Images without any label: "
+            + esc(", ".join(f"{s} {n:,}" for s, n in without.items())) + ".</p>")
+    sets = d.get("label_sets_in_train") or {}
+    if sets:
+        body += "<h4>Most common label sets in train</h4>" + table(
+            ["labels", "images"], [[name.replace(";", ", ") or "(none)", n]
+                                   for name, n in sorted(sets.items(), key=lambda kv: (-kv[1], kv[0]))], numeric=[1])
+    pairs = d.get("label_cooccurrence_in_train") or {}
+    if pairs:
+        body += "<h4>Labels together in train (images with both)</h4>" + table(
+            ["label"] + labels, [[a] + [pairs.get(a, {}).get(b, "") if a != b else "-" for b in labels]
+                                 for a in labels], numeric=range(1, len(labels) + 1))
+    return body
 
 
 def _quarantine_rows(details: Dict, input_base: str) -> str:

@@ -111,6 +111,8 @@ def evaluation(components: Dict[str, Dict]) -> str:
         return missing
     c = components["Evaluator"]
     d = c["details"]
+    if d.get("task") == "multi":
+        return section("evaluation", "Evaluation", _multi_label_evaluation(components, d))
     names = (components.get("Trainer", {}).get("details") or {}).get("class_names") or []
     threshold = evaluation_results.accuracy_threshold(c["outputs"]["evaluation"][0])
     reasons = []
@@ -162,6 +164,53 @@ def evaluation(components: Dict[str, Dict]) -> str:
             body += _threshold_views(test["views"], "test", curves=False)
         body += _confusion(names, test.get("confusion"))
     return section("evaluation", "Evaluation", body)
+
+
+def _multi_label_evaluation(components: Dict[str, Dict], d: Dict[str, Any]) -> str:
+    """A multi-label model's evaluation: the verdict, macro AUC-PR and F1, each label at its own threshold, and
+    each label's precision-recall curve with its threshold marked; the test split at the eval split's thresholds."""
+    verdict = "BLESSED" if d["blessed"] else "NOT BLESSED"
+    body = (f"<p><b>{verdict}</b>: {esc(run_text.describe_labels(d))}."
+            + (f" Failed checks: {esc('; '.join(d['failures']))}." if d["failures"] else "") + "</p>")
+    pushed = (components.get("Pusher", {}).get("details") or {})
+    if pushed:
+        body += (f"<p>Pushed to <code>{esc(pushed['destination'])}</code>.</p>" if pushed["pushed"]
+                 else "<p>Not pushed: the model was not blessed.</p>")
+    gate = d.get("gate") or {}
+    body += table(["metric", "value"], [["macro AUC-PR (mean over the labels)", d.get("macro_auc_pr")],
+                                         ["macro F1 at the labels' thresholds", d.get("macro_f1")],
+                                         ["macro precision", d.get("macro_precision")],
+                                         ["macro recall", d.get("macro_recall")],
+                                         ["blessing needs macro AUC-PR at least", gate.get("min_macro_auc_pr")],
+                                         ["eval examples", d["example_count"]],
+                                         ["last blessed model's macro AUC-PR", d.get("baseline_macro_auc_pr")]],
+                  numeric=[1])
+    views = d.get("views") or {}
+    judged = {gate["class_names"][i] for i in gate.get("judged") or []}
+    body += (f"<h3>Each label at its threshold</h3><p>Thresholds: {esc((views.get('chosen') or {}).get('how', ''))}. "
+             "A label applies when its probability is above its threshold; blessing needs recall "
+             f"{gate.get('min_class_recall', 0):.2f} at its threshold on each label with at least "
+             f"{gate.get('min_eval_examples', 0)} eval images (judged: yes).</p>")
+    body += _label_table(d.get("per_class") or {}, judged)
+    curves = {name: [(p["recall"], p["precision"]) for p in label["curve"]
+                     if p["recall"] is not None and p["precision"] is not None]
+              for name, label in list((views.get("labels") or {}).items())[:MAX_CURVES]}
+    if curves:
+        body += "<div class=\"charts\">" + xy_chart(curves, "precision-recall per label", "recall", "precision") + "</div>"
+    test = d.get("test")
+    if test:
+        body += (f"<h3 id=\"test\">Test split</h3><p>Scored apart at the eval split's thresholds (it blesses nothing): "
+                 f"macro AUC-PR {esc(_fmt_or_dash(test.get('macro_auc_pr')))}, macro F1 "
+                 f"{esc(_fmt_or_dash(test.get('macro_f1')))} on {test['example_count'] or 0:,} test examples.</p>")
+        body += _label_table(test.get("per_class") or {}, set())
+    return body
+
+
+def _label_table(per_class: Dict[str, Dict], judged) -> str:
+    return table(["label", "threshold", "precision", "recall", "F1", "AUC-PR", "eval images", "judged"],
+                 [[name, m.get("threshold"), m.get("precision"), m.get("recall"), m.get("f1"), m.get("auc_pr"),
+                   m.get("support"), "yes" if name in judged else ""] for name, m in per_class.items()],
+                 numeric=[1, 2, 3, 4, 5, 6])
 
 
 def _fmt_or_dash(value) -> str:

@@ -76,8 +76,13 @@ class Printer:
             extra = f"  loss {event.get('loss', 0):.3f}  eval accuracy {event['val_accuracy']:.3f}"
             if "val_balanced_accuracy" in event:  # imbalanced classes: what training follows
                 extra += f"  balanced {event['val_balanced_accuracy']:.3f}"
+            if "val_auc_pr" in event:  # multi-label: what training follows (val_accuracy: over label bits)
+                extra = (f"  loss {event.get('loss', 0):.3f}  eval macro AUC-PR {event['val_auc_pr']:.3f}"
+                         f"  bit accuracy {event['val_accuracy']:.3f}")
         if event["kind"] == "tune" and "best" in event:
-            extra = f"  best eval accuracy {event['best']:.3f}"
+            shown = {"val_auc_pr": "eval macro AUC-PR", "val_balanced_accuracy": "balanced accuracy"}.get(
+                event.get("objective"), "eval accuracy")
+            extra = f"  best {shown} {event['best']:.3f}"
         if self.stream.isatty():
             filled = int(30 * done / total)
             self._write(f"\r    {event['kind']:<7}[{'#' * filled}{'.' * (30 - filled)}] "

@@ -228,6 +228,7 @@ def _trainer(c: Dict[str, Any]) -> Dict[str, Any]:
     return {"strategy": log["strategy"], "epochs": len(log["epochs"]), "train_seconds": log["train_seconds"],
             "kept_epoch": kept.get("epoch"), "kept_eval_accuracy": kept.get("val_sparse_categorical_accuracy"),
             "kept_balanced_accuracy": kept.get("val_balanced_accuracy"), "monitor": monitor_of(log),
+            "kept_macro_auc_pr": kept.get("val_auc_pr"),  # multi-label: what training followed
             "class_balance": log.get("class_balance"),
             "warm_started_from": log.get("warm_started_from"),
             "warm_start_skipped": log.get("warm_start_skipped") or "",

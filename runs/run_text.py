@@ -129,8 +129,10 @@ def _trainer(c: Dict[str, Any]) -> str:
     d = c["details"]
     accuracy = d["kept_eval_accuracy"]
     balanced = d.get("monitor") == class_balance.BALANCED_ACCURACY and d.get("kept_balanced_accuracy") is not None
+    multi = d.get("monitor") == class_balance.MACRO_AUC_PR and d.get("kept_macro_auc_pr") is not None
     return (f"{d['epochs']} epochs on {d['strategy']}"
-            + (f", kept epoch {d['kept_epoch']} (best balanced accuracy): balanced accuracy "
+            + (f", kept epoch {d['kept_epoch']} (best eval macro AUC-PR): {d['kept_macro_auc_pr']:.4f}" if multi
+               else f", kept epoch {d['kept_epoch']} (best balanced accuracy): balanced accuracy "
                f"{d['kept_balanced_accuracy']:.4f}, eval accuracy {accuracy:.4f}" if balanced and accuracy is not None
                else f", kept epoch {d['kept_epoch']} (best eval accuracy): eval accuracy {accuracy:.4f}"
                if accuracy is not None else "")
@@ -145,6 +147,10 @@ def _trainer(c: Dict[str, Any]) -> str:
 
 def describe_class_balance(balancing: Dict[str, Any]) -> str:
     """What training did about imbalanced classes, in a phrase."""
+    if balancing.get("task") == "multi":
+        how = {"weights": "rare labels' positives weighted in the loss",
+               "off": "no weighting (--class-balance off)"}[balancing["mode"]]
+        return f"{how} (labels {balancing['imbalance_ratio']:.1f}:1)"
     how = {"weights": "loss weighted by class", "sampling": "class-balanced batches",
            "off": "no balancing (--class-balance off)"}[balancing["mode"]]
     return f"{how} (imbalanced {balancing['imbalance_ratio']:.1f}:1)"
@@ -165,8 +171,10 @@ def _tuner(c: Dict[str, Any]) -> str:
 
 
 def objective_name(d: Dict[str, Any]) -> str:
-    """What a search's trials were scored on: eval accuracy, or balanced accuracy on imbalanced classes."""
-    return "balanced accuracy" if d.get("objective") == class_balance.BALANCED_ACCURACY else "eval accuracy"
+    """What a search's trials were scored on: eval accuracy, or balanced accuracy on imbalanced classes (multi-label:
+    macro AUC-PR)."""
+    return {class_balance.BALANCED_ACCURACY: "balanced accuracy",
+            class_balance.MACRO_AUC_PR: "eval macro AUC-PR"}.get(d.get("objective"), "eval accuracy")
 
 
 def still_improving(options: List[str]) -> str:
@@ -174,8 +182,34 @@ def still_improving(options: List[str]) -> str:
     return f"still improving at the last epoch: raise {' and '.join(options)}"
 
 
+def describe_labels(d: Dict[str, Any], most: int = 6) -> str:
+    """A multi-label evaluation in a phrase: macro AUC-PR and F1, each label's F1 at its threshold, weakest first."""
+    from components.evaluation_results import weakest_label
+
+    text = (f"macro AUC-PR {d['macro_auc_pr']:.4f}" if d.get("macro_auc_pr") is not None else "macro AUC-PR -")
+    if d.get("macro_f1") is not None:
+        text += f", macro F1 {d['macro_f1']:.4f} at the labels' thresholds"
+    text += f" on {d.get('example_count') or 0:,} eval examples"
+    if d.get("baseline_macro_auc_pr") is not None:
+        text += f" (last blessed model: macro AUC-PR {d['baseline_macro_auc_pr']:.4f})"
+    rows = sorted(((name, m["f1"], m["threshold"]) for name, m in (d.get("per_class") or {}).items()
+                   if m.get("f1") is not None), key=lambda r: (r[1], r[0]))
+    if rows:
+        text += "; F1 " + ", ".join(f"{name} {f1:.2f} (>{t:g})" for name, f1, t in rows[:most])
+        text += f" and {len(rows) - most} more labels" if len(rows) > most else ""
+    weakest = weakest_label(d)
+    if weakest:
+        text += f"; weakest label {weakest['name']!r} ({weakest['support']:,} eval images)"
+    return text
+
+
 def _evaluator(c: Dict[str, Any]) -> str:
     d = c["details"]
+    if d.get("task") == "multi":
+        text = describe_labels(d)
+        if d.get("baseline_skipped"):
+            text += f" (not compared: {d['baseline_skipped']}; judged on the threshold alone)"
+        return text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
     text = f"accuracy {d['accuracy']:.4f}" if d["accuracy"] is not None else ""
     if d.get("balanced_accuracy") is not None:
         text += f", balanced accuracy {d['balanced_accuracy']:.4f}"
@@ -212,6 +246,13 @@ def describe_recalls(d: Dict[str, Any], most: int = 6) -> str:
 def describe_card(d: Dict[str, Any]) -> str:
     """The model card in a phrase: where it is, the threshold that goes with the model, the test split."""
     evaluation = d["card"]["evaluation"]
+    if evaluation.get("task") == "multi":
+        thresholds = evaluation.get("label_thresholds") or {}
+        text = f"{d['card_md']}; label thresholds " + ", ".join(f"{n} {t:g}" for n, t in thresholds.items())
+        test = evaluation.get("test") or {}
+        if test.get("macro_auc_pr") is not None:
+            text += f"; test split macro AUC-PR {test['macro_auc_pr']:.4f} on {test['examples'] or 0:,} examples"
+        return text
     chosen = evaluation.get("confidence_threshold") or {}
     text = f"{d['card_md']}; confidence threshold {chosen.get('threshold', 0):g}"
     at = evaluation.get("at_threshold") or {}
@@ -317,6 +358,12 @@ def model_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
     if not evaluation:
         return None
     pushed = components.get("Pusher", {}).get("details") or {}
+    if evaluation.get("task") == "multi":
+        text = "eval " + describe_labels(evaluation)
+        text += "; blessed" if evaluation["blessed"] else "; not blessed"
+        if pushed.get("pushed"):
+            text += f"; pushed to {pushed['destination']}"
+        return ("ok" if evaluation["blessed"] else "bad"), text
     text = f"eval accuracy {evaluation['accuracy']:.4f}" if evaluation["accuracy"] is not None else ""
     if evaluation.get("balanced_accuracy") is not None:
         text += f", balanced accuracy {evaluation['balanced_accuracy']:.4f}"

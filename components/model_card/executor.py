@@ -42,6 +42,8 @@ def _one(input_dict, key: str) -> Optional[types.Artifact]:
 def blessing_reason(blessed: bool, found: Dict[str, Any], threshold: Optional[float], skipped: str) -> str:
     """Why the model was blessed or not, in a sentence, from the evaluation's figures and validation."""
     gate = found.get("gate") or {}
+    if found.get("task") == "multi":
+        return _multi_label_reason(blessed, found, gate, skipped)
     compared_on = gate.get("compared_on") or "accuracy"
     accuracy, baseline = found.get(compared_on), found.get(f"baseline_{compared_on}")
     if not blessed:
@@ -61,7 +63,32 @@ def blessing_reason(blessed: bool, found: Dict[str, Any], threshold: Optional[fl
     return "blessed: " + "; ".join(parts)
 
 
+def _multi_label_reason(blessed: bool, found: Dict[str, Any], gate: Dict[str, Any], skipped: str) -> str:
+    if not blessed:
+        return "not blessed: " + ("; ".join(found.get("failures") or []) or "its validation failed")
+    parts = []
+    if found.get("macro_auc_pr") is not None and gate.get("min_macro_auc_pr") is not None:
+        parts.append(f"eval macro AUC-PR {found['macro_auc_pr']:.4f} reached the threshold "
+                     f"{gate['min_macro_auc_pr']:.4f}")
+    if gate.get("judged"):
+        parts.append(f"each of the {len(gate['judged'])} labels with at least {gate['min_eval_examples']} eval images "
+                     f"reached recall {gate['min_class_recall']:.2f} at its threshold")
+    if found.get("baseline_macro_auc_pr") is not None and found.get("macro_auc_pr") is not None:
+        parts.append(f"macro AUC-PR not below the last blessed model's {found['baseline_macro_auc_pr']:.4f}")
+    elif skipped:
+        parts.append(f"not compared with the last blessed model ({skipped})")
+    else:
+        parts.append("no blessed model to compare with yet")
+    return "blessed: " + "; ".join(parts)
+
+
 def _split_scores(found: Dict[str, Any], views: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    if found.get("task") == "multi":  # each label at its own threshold
+        return {"examples": found.get("example_count"), "macro_auc_pr": found.get("macro_auc_pr"),
+                "macro_f1": found.get("macro_f1"), "macro_precision": found.get("macro_precision"),
+                "macro_recall": found.get("macro_recall"), "accuracy": None, "balanced_accuracy": None,
+                "weakest_label": evaluation_results.weakest_label(found), "per_class": found.get("per_class") or {},
+                "at_threshold": None}
     at = (views or {}).get("at_threshold") or {}
     return {"examples": found.get("example_count"), "accuracy": found.get("accuracy"),
             "balanced_accuracy": found.get("balanced_accuracy"),
@@ -98,6 +125,8 @@ def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed:
             "name": pipeline, "architecture": info.get("model") or hparams.get("model"),
             "image_size": info.get("image_size") or hparams.get("image_size"),
             "classes": info.get("class_names") or log.get("class_names") or [],
+            # multi: any number of the classes (labels) an image, each with its own probability and threshold
+            "task": info.get("task") or "single",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "framework": {"tensorflow": tf.__version__, "tfx": tfx.__version__, "keras": keras.__version__},
             "artifact": model_uri,
@@ -109,6 +138,7 @@ def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed:
             "span": span, "files_seen": ingest.get("files_seen"), "examples": ingest.get("examples_written"),
             "per_split": ingest.get("examples_per_split"),
             "per_class_and_split": ingest.get("examples_per_split_and_class"),
+            "examples_without_labels": ingest.get("examples_without_labels"),  # multi-label: images no label fits
             "imbalance_ratio": ingest.get("imbalance_ratio"),
             "classes_with_few_eval_examples": ingest.get("classes_with_few_eval_examples"),
             "quarantined": ingest.get("quarantined"), "quarantine_reasons": ingest.get("quarantine_reasons"),
@@ -122,25 +152,35 @@ def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed:
             "settings": hparams, "tuned": log.get("tuned"), "epochs": len(epochs),
             "kept_epoch": kept.get("epoch") if kept else None, "device": log.get("strategy"),
             "seconds": log.get("train_seconds"), "warm_started_from": log.get("warm_started_from"),
-            "class_balance": {k: (log.get("class_balance") or {}).get(k) for k in ("mode", "imbalance_ratio", "monitor")}
+            "class_balance": {k: (log.get("class_balance") or {}).get(k)
+                              for k in ("mode", "imbalance_ratio", "monitor", "task", "positive_weights")}
             if log.get("class_balance") else None,
             "lineage": {"pipeline": pipeline, "run": run, "span": span,
                         "base_model": {"artifact": baseline.uri, "id": baseline.id} if baseline else None},
         },
         "evaluation": {
             "split": "eval", **_split_scores(found, views),
-            "confidence_threshold": chosen,
+            "task": "multi" if found.get("task") == "multi" else "single",
+            # single-label: one threshold; multi-label: a threshold per label (the labels' own)
+            "confidence_threshold": chosen if found.get("task") != "multi" else None,
+            "label_thresholds": (chosen or {}).get("thresholds") if found.get("task") == "multi" else None,
+            "label_thresholds_how": (chosen or {}).get("how") if found.get("task") == "multi" else None,
             "class_gate": {"min_class_recall": found["gate"]["min_class_recall"],
                            "min_eval_examples": found["gate"]["min_eval_examples"],
                            "judged": [found["gate"]["class_names"][i] for i in found["gate"]["judged"]],
                            "must_find": [found["gate"]["class_names"][i] for i in found["gate"].get("must_find", [])],
-                           "compared_on": found["gate"]["compared_on"]} if found.get("gate") else None,
+                           "compared_on": found["gate"]["compared_on"],
+                           **({"min_macro_auc_pr": found["gate"].get("min_macro_auc_pr")}
+                              if found.get("task") == "multi" else {})} if found.get("gate") else None,
             "blessed": blessed,
             "blessing_reason": blessing_reason(blessed, found, evaluation_results.accuracy_threshold(evaluation_uri),
                                                baseline_skipped),
             "last_blessed": {"accuracy": found.get("baseline_accuracy"),
-                             "balanced_accuracy": found.get("baseline_balanced_accuracy"), "artifact": baseline.uri}
-            if baseline and found.get("baseline_accuracy") is not None else None,
+                             "balanced_accuracy": found.get("baseline_balanced_accuracy"),
+                             **({"macro_auc_pr": found["baseline_macro_auc_pr"]}
+                                if found.get("baseline_macro_auc_pr") is not None else {}), "artifact": baseline.uri}
+            if baseline and (found.get("baseline_accuracy") is not None
+                             or found.get("baseline_macro_auc_pr") is not None) else None,
             "test": _split_scores(test, test.get("views")) if test else None,
         },
         "to_fill_in": {
@@ -172,5 +212,8 @@ class Executor(base_executor.BaseExecutor):
         io_utils.write_string_file(os.path.join(out, CARD_MD), render.markdown(card))
         io_utils.write_string_file(os.path.join(out, CARD_HTML), render.html(card))
         threshold = card["evaluation"]["confidence_threshold"] or {"threshold": 0.0, "how": "none"}
+        if card["evaluation"]["task"] == "multi":  # what predict reads: each label's threshold
+            threshold = {"task": "multi", "thresholds": card["evaluation"]["label_thresholds"],
+                         "how": card["evaluation"]["label_thresholds_how"]}
         io_utils.write_string_file(os.path.join(out, THRESHOLD_FILE), json.dumps(threshold))
         logging.info("ModelCard: %s (%s)", out, card["evaluation"]["blessing_reason"])

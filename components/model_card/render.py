@@ -26,10 +26,14 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
     splits = sorted(data.get("per_split") or {})
     per_class_rows = [[name] + [(data.get("per_class_and_split") or {}).get(s, {}).get(name, 0) for s in splits]
                       for name in model["classes"]]
+    multi = evaluation.get("task") == "multi"
+    noun = "label" if multi else "class"
     sections = [
         ("Model", [("name", model["name"]), ("architecture", model["architecture"]),
                    ("input", f"{model['image_size']} x {model['image_size']} pixels"),
-                   ("classes", ", ".join(model["classes"])), ("created", model["created"]),
+                   ("task", "multi-label: any number of the labels an image, each at its own threshold" if multi
+                    else None),
+                   ("labels" if multi else "classes", ", ".join(model["classes"])), ("created", model["created"]),
                    ("framework", ", ".join(f"{k} {v}" for k, v in model["framework"].items())),
                    ("serving", model["signature"]), ("artifact", model["artifact"])], []),
         ("Data", [("sources", ", ".join(data["sources"]) or None), ("layout", data["layout"]), ("span", data["span"]),
@@ -38,12 +42,15 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
                   ("quarantine reasons", ", ".join(f"{k} {v}" for k, v in (data["quarantine_reasons"] or {}).items())
                    or None),
                   ("class mix", _mix(data)),
+                  ("images without any label", ", ".join(f"{s} {n:,}" for s, n in
+                                                         (data.get("examples_without_labels") or {}).items())
+                   or None),
                   ("classes with too few eval images to judge", ", ".join(data.get("classes_with_few_eval_examples")
                                                                           or []) or None),
                   ("duplicate files", data["duplicate_files"]), ("near-duplicate groups", data["near_duplicate_groups"]),
                   ("eval examples with a near-duplicate in train", data["eval_with_near_duplicate_in_train"]),
                   ("likely label errors", data["likely_label_errors"])],
-         [(["class"] + splits, per_class_rows)]),
+         [([noun] + splits, per_class_rows)]),
         ("Training", [("settings", ", ".join(f"{k} {'-' if v in (None, '') else v}"
                                              for k, v in sorted(training["settings"].items())
                                              if k in ("model", "image_size", "epochs", "batch_size", "learning_rate",
@@ -60,21 +67,21 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
                       ("base model (last blessed)", f"{base.get('artifact')} (ML Metadata id {base.get('id')})"
                        if base else None)], []),
         ("Evaluation", [("split", f"{evaluation['split']} ({_fmt(evaluation['examples'])} examples)"),
+                        ("macro AUC-PR (mean over the labels)", evaluation.get("macro_auc_pr")) if multi else
                         ("accuracy", evaluation["accuracy"]),
+                        ("macro F1 at the labels' thresholds", evaluation.get("macro_f1")) if multi else ("", None),
+                        ("weakest label (F1)", _weakest_label(evaluation.get("weakest_label"))) if multi else ("", None),
+                        ("label thresholds", evaluation.get("label_thresholds_how")) if multi else ("", None),
                         ("balanced accuracy (mean recall of the classes)", evaluation.get("balanced_accuracy")),
                         ("weakest class", _weakest(evaluation.get("weakest_class"))),
-                        ("every class", _class_gate(evaluation.get("class_gate"))),
+                        (f"every {noun}", _class_gate(evaluation.get("class_gate"), noun)),
                         ("confidence threshold", f"{threshold.get('threshold', 0):g}: {threshold.get('how', '')}"
                          if threshold else None),
                         ("at the threshold", ", ".join(f"{k} {_fmt(at.get(k))}" for k in
                                                        ("precision", "recall", "coverage")) if at else None),
                         ("blessed", evaluation["blessed"]), ("why", evaluation["blessing_reason"]),
-                        ("last blessed model", f"accuracy {_fmt(evaluation['last_blessed']['accuracy'])} "
-                                               f"({evaluation['last_blessed']['artifact']})"
-                         if evaluation.get("last_blessed") else None)],
-         [(["class", "precision", "recall", "F1", "support"],
-           [[name, m["precision"], m["recall"], m["f1"], m["support"]]
-            for name, m in (evaluation["per_class"] or {}).items()])]),
+                        ("last blessed model", _last_blessed(evaluation.get("last_blessed"), multi))],
+         [_per_class_table(evaluation["per_class"], multi)]),
     ]
     test = evaluation.get("test")
     if test:
@@ -84,13 +91,37 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
                                          ("weakest class", _weakest(test.get("weakest_class"))),
                                          ("at the threshold", ", ".join(f"{k} {_fmt(test_at.get(k))}" for k in
                                                                         ("precision", "recall", "coverage"))
-                                          if test_at else None)],
-                         [(["class", "precision", "recall", "F1", "support"],
-                           [[name, m["precision"], m["recall"], m["f1"], m["support"]]
-                            for name, m in (test["per_class"] or {}).items()])]))
+                                          if test_at else None),
+                                         ("macro AUC-PR", test.get("macro_auc_pr")),
+                                         ("macro F1 at the eval split's thresholds", test.get("macro_f1"))],
+                         [_per_class_table(test["per_class"], multi)]))
     sections.append(("For a person to write", [(key.replace("_", " "), value)
                                                for key, value in card["to_fill_in"].items()], []))
     return sections
+
+
+def _per_class_table(per_class, multi: bool) -> tuple:
+    if multi:
+        return (["label", "threshold", "precision", "recall", "F1", "AUC-PR", "support"],
+                [[name, m.get("threshold"), m.get("precision"), m.get("recall"), m.get("f1"), m.get("auc_pr"),
+                  m.get("support")] for name, m in (per_class or {}).items()])
+    return (["class", "precision", "recall", "F1", "support"],
+            [[name, m["precision"], m["recall"], m["f1"], m["support"]] for name, m in (per_class or {}).items()])
+
+
+def _last_blessed(last, multi: bool) -> Any:
+    if not last:
+        return None
+    if multi:
+        return f"macro AUC-PR {_fmt(last.get('macro_auc_pr'))} ({last['artifact']})"
+    return f"accuracy {_fmt(last['accuracy'])} ({last['artifact']})"
+
+
+def _weakest_label(weakest) -> Any:
+    if not weakest:
+        return None
+    return (f"{weakest['name']}: F1 {weakest['f1']:.4f}, recall {weakest['recall']:.4f} at threshold "
+            f"{weakest['threshold']:g} on {weakest['support']:,} eval images")
 
 
 def _mix(data: Dict[str, Any]) -> Any:
@@ -103,7 +134,10 @@ def _mix(data: Dict[str, Any]) -> Any:
 def _balancing(balancing) -> Any:
     if not balancing or balancing.get("mode") in (None, "off") and not (balancing.get("imbalance_ratio") or 0) > 3:
         return None
-    how = {"weights": "loss weighted by class", "sampling": "class-balanced batches", "off": "not balanced"}
+    if balancing.get("task") == "multi" or balancing.get("monitor") == "val_auc_pr":
+        how = {"weights": "rare labels' positive examples weighted in the loss", "off": "not weighted"}
+    else:
+        how = {"weights": "loss weighted by class", "sampling": "class-balanced batches", "off": "not balanced"}
     return f"{how.get(balancing['mode'], balancing['mode'])}; the kept epoch followed {balancing.get('monitor')}"
 
 
@@ -114,14 +148,18 @@ def _weakest(weakest) -> Any:
             + ("" if weakest["judged"] else " (too few to judge)"))
 
 
-def _class_gate(gate) -> Any:
+def _class_gate(gate, noun: str = "class") -> Any:
     if not gate:
         return None
     few = gate.get("must_find") or []
-    return (f"blessing needs recall {gate['min_class_recall']:.2f} on each class with at least "
+    at = " at its threshold" if noun == "label" else ""
+    compared = (gate.get("compared_on") or "").replace("_", " ").replace("auc pr", "AUC-PR")
+    return ("blessing needs " + (f"macro AUC-PR at least {gate['min_macro_auc_pr']:.2f} and "
+                                 if gate.get("min_macro_auc_pr") is not None else "")
+            + f"recall {gate['min_class_recall']:.2f}{at} on each {noun} with at least "
             f"{gate['min_eval_examples']} eval images ({len(gate['judged'])} judged)"
             + (f" and one eval image found of each of {len(few)} with fewer" if few else "")
-            + f"; compared with the last blessed model on {gate['compared_on'].replace('_', ' ')}")
+            + (f"; compared with the last blessed model on {compared}" if compared else ""))
 
 
 # Markdown's syntax characters that act inside a line (values are never at a line's start), escaped with a
