@@ -9,7 +9,7 @@ images: ~100 MB), or, for the opt-in `cnn` check, the pixels at most 32 px a sid
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from absl import logging
@@ -37,20 +37,21 @@ class Examples:
         self.keys: List[str] = []
         self.paths: List[str] = []
         self.splits: List[str] = []
-        self.labels: List[int] = []
+        self.labels: List[Any] = []  # class ids; multi-label: each image's list of label ids
         self.stats: List[tuple] = []  # (mean, std, original height, original width)
         self.pixels: List[np.ndarray] = []
         self.vectors: Dict[str, np.ndarray] = {}  # key -> plain feature vector
 
 
-def read(transformed: types.Artifact, features: Optional[types.Artifact], hp, keep_pixels: bool) -> Examples:
+def read(transformed: types.Artifact, features: Optional[types.Artifact], hp, keep_pixels: bool,
+         multi_label: bool = False) -> Examples:
     import tensorflow as tf
 
     from trainer import features as names
 
     found = Examples()
     spec = {names.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
-            names.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+            **names.label_spec(multi_label),
             names.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
             names.FILENAME_KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
             "original_height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
@@ -63,11 +64,13 @@ def read(transformed: types.Artifact, features: Optional[types.Artifact], hp, ke
             pixels = names.decode_pixels(parsed[names.PIXELS_KEY], hp.image_size, hp.channels)
             gray = tf.reduce_mean(pixels, axis=-1)
             means, stds = tf.reduce_mean(gray, axis=[1, 2]).numpy(), tf.math.reduce_std(gray, axis=[1, 2]).numpy()
+            labels = (tf.RaggedTensor.from_sparse(parsed[names.LABELS_KEY]).to_list() if multi_label
+                      else [int(n) for n in parsed[names.LABEL_KEY].numpy()])
             for i, key in enumerate(parsed[names.KEY].numpy()):
                 found.keys.append(key.decode())
                 found.paths.append(parsed[names.FILENAME_KEY][i].numpy().decode("utf-8", "replace"))
                 found.splits.append(split)
-                found.labels.append(int(parsed[names.LABEL_KEY][i]))
+                found.labels.append(labels[i])
                 found.stats.append((float(means[i]), float(stds[i]), int(parsed["original_height"][i]),
                                     int(parsed["original_width"][i])))
             if keep_pixels:  # for the cnn label check, at most CNN_MAX_SIZE a side
@@ -89,12 +92,15 @@ def read(transformed: types.Artifact, features: Optional[types.Artifact], hp, ke
     return found
 
 
-def _class_names(transform_graph: types.Artifact) -> List[str]:
+def _class_names(transform_graph: types.Artifact) -> Tuple[List[str], bool]:
+    """(the class names in id order, whether the examples are multi-label)."""
     import tensorflow_transform as tft
 
     from trainer import features as names
 
-    return [n.decode() for n in tft.TFTransformOutput(transform_graph.uri).vocabulary_by_name(names.LABEL_VOCABULARY)]
+    output = tft.TFTransformOutput(transform_graph.uri)
+    return ([n.decode() for n in output.vocabulary_by_name(names.LABEL_VOCABULARY)],
+            names.is_multi_label(output.transformed_feature_spec()))
 
 
 class Executor(base_executor.BaseExecutor):
@@ -111,10 +117,12 @@ class Executor(base_executor.BaseExecutor):
         health = artifact_utils.get_single_instance(output_dict["health"])
         mode = exec_properties.get("label_check") or "auto"
         check_labels = mode == "on" or (mode == "auto" and features is not None)
-        examples = read(transformed, features, hp, keep_pixels=check_labels and features is None)
-        names = _class_names(input_dict["transform_graph"][0])
-        labels = np.asarray(examples.labels)
-        result: Dict[str, Any] = {"examples": len(labels), "label_check": mode}
+        names, multi_label = _class_names(input_dict["transform_graph"][0])
+        examples = read(transformed, features, hp, keep_pixels=check_labels and features is None,
+                        multi_label=multi_label)
+        labels = np.asarray(examples.labels) if not multi_label else None
+        result: Dict[str, Any] = {"examples": len(examples.labels), "label_check": mode,
+                                  **({"task": "multi"} if multi_label else {})}
 
         # Near-duplicates: found at ingestion; their share of eval is gated here with the rest (None: not searched,
         # --near-duplicates off).
@@ -127,7 +135,10 @@ class Executor(base_executor.BaseExecutor):
         if features is not None and examples.vectors:
             vectors = np.stack([examples.vectors[k] for k in examples.keys])
         suspects: List[label_issues.Suspect] = []
-        if check_labels:
+        issue_rows = []
+        if check_labels and multi_label:
+            issue_rows = _multi_label_issues(examples, names, vectors, hp, result)
+        elif check_labels:
             ids, contiguous = np.unique(labels, return_inverse=True)
             folds, why = label_issues.folds_for(
                 contiguous, label_issues.FOLDS if vectors is not None else label_issues.CNN_FOLDS)
@@ -142,18 +153,19 @@ class Executor(base_executor.BaseExecutor):
                 result["label_check_accuracy"] = round(float((probabilities.argmax(axis=1) == contiguous).mean()), 4)
             else:
                 result["label_check_skipped"] = why
-        result["label_issues"] = len(suspects)
-        result["label_issue_fraction"] = (round(len(suspects) / max(1, len(labels)), 6)
+        issue_rows += [{"rank": str(n), "path": examples.paths[s.index], "split": examples.splits[s.index],
+                        "given": names[s.given], "suggested": names[s.suggested],
+                        "given_probability": f"{s.given_probability:.4f}", "key": examples.keys[s.index]}
+                       for n, s in enumerate(suspects, start=1)]
+        result["label_issues"] = len(issue_rows)
+        result["label_issue_fraction"] = (round(len(issue_rows) / max(1, len(examples.labels)), 6)
                                           if "label_check_method" in result else None)  # None: not checked
-        issue_rows = [{"rank": str(n), "path": examples.paths[s.index], "split": examples.splits[s.index],
-                       "given": names[s.given], "suggested": names[s.suggested],
-                       "given_probability": f"{s.given_probability:.4f}", "key": examples.keys[s.index]}
-                      for n, s in enumerate(suspects, start=1)]
         result["label_issue_examples"] = issue_rows[:SHOWN]
 
         outlier_rows = []
-        far = np.zeros(len(labels), bool)
-        if vectors is not None and len(labels) > 2:
+        far = np.zeros(len(examples.labels), bool)
+        # (multi-label: an image is no one class's, so "far from every class" is not asked)
+        if vectors is not None and labels is not None and len(labels) > 2:
             z = ((vectors - vectors.mean(axis=0)) / (vectors.std(axis=0) + 1e-6)).astype(np.float32)
             far, _ = checks.far_from_every_class(z, labels, np.asarray(examples.splits) == "train")
         for i, (mean, std, height, width) in enumerate(examples.stats):
@@ -161,7 +173,8 @@ class Executor(base_executor.BaseExecutor):
             if far[i]:
                 reasons.append("far from every class (feature space)")
             if reasons:
-                outlier_rows.append({"path": examples.paths[i], "split": examples.splits[i], "label": names[labels[i]],
+                label = (";".join(sorted(names[c] for c in examples.labels[i])) if multi_label else names[labels[i]])
+                outlier_rows.append({"path": examples.paths[i], "split": examples.splits[i], "label": label,
                                      "reasons": "; ".join(reasons), "key": examples.keys[i]})
         result["outliers"] = len(outlier_rows)
         result["outlier_examples"] = outlier_rows[:SHOWN]
@@ -192,11 +205,36 @@ class Executor(base_executor.BaseExecutor):
         for key in ("label_issues", "outliers"):
             health.set_int_custom_property(key, result[key])
         logging.info("DataHealth: %d label issues, %d outliers, near-duplicate eval share %s, feature drift %s",
-                     len(suspects), len(outlier_rows), "not searched" if near is None else f"{near:.3f}", drift)
+                     result["label_issues"], len(outlier_rows), "not searched" if near is None else f"{near:.3f}", drift)
         if found:  # DataHealthGate stops the run on them (or warns), after these files are kept
             logging.warning("DataHealth: %s", checks.describe(found))
         for warning in warnings:
             logging.warning("DataHealth: %s", warning["text"])
+
+
+def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[np.ndarray], hp,
+                        result: Dict[str, Any]) -> List[Dict[str, str]]:
+    """The multi-label label check (label_issues.rank_multi_label): its rows for label_issues.csv, and its method,
+    the accuracy of its model (the share of label bits it gets right) or why it was skipped, into `result`. The
+    given and suggested labels are label sets, ';'-separated (empty: none)."""
+    hot = label_issues.multi_hot(examples.labels, len(names))
+    folds, why = label_issues.multi_label_folds(hot, label_issues.FOLDS if vectors is not None
+                                                else label_issues.CNN_FOLDS)
+    if not folds:
+        result["label_check_skipped"] = why
+        return []
+    if vectors is not None:
+        probabilities = label_issues.multi_label_probabilities_from_features(vectors, hot, folds, hp.seed)
+        result["label_check_method"] = f"{folds}-fold logistic regression per label on backbone features"
+    else:
+        probabilities = label_issues.multi_label_probabilities_from_pixels(np.stack(examples.pixels), hot, folds, hp)
+        result["label_check_method"] = f"{folds}-fold multi-label cnn on pixels"
+    result["label_check_accuracy"] = round(float(((probabilities > 0.5) == (hot > 0.5)).mean()), 4)
+    return [{"rank": str(n), "path": examples.paths[s.index], "split": examples.splits[s.index],
+             "given": ";".join(sorted(names[c] for c in s.given)),
+             "suggested": ";".join(sorted(names[c] for c in s.suggested)),
+             "given_probability": f"{s.quality:.4f}", "key": examples.keys[s.index]}
+            for n, s in enumerate(label_issues.rank_multi_label(examples.labels, probabilities), start=1)]
 
 
 def _read_json(path: str) -> Optional[Dict]:
