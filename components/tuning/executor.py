@@ -109,7 +109,8 @@ class Executor(base_executor.BaseExecutor):
             ordered = _trials_in_order(results.uri)
             scores = [t["score"] for t in ordered if t["score"] is not None]
             record = {**current, "searched_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec="seconds"), "algorithm": tuning.ALGORITHM, "objective": tuning.objective_for(train_counts),
+                timespec="seconds"), "algorithm": tuning.ALGORITHM, "objective": tuning.objective_for(
+                    train_counts, multi_label=summary.get("task") == "multi"),
                 "best": tuning.values_of(best_config), "best_config": best_config,
                 "best_score": max(scores) if scores else None, "results": ordered,
                 "seconds": round(time.monotonic() - started, 2)}
