@@ -113,14 +113,16 @@ def test_import_files_are_told_apart_from_manifests_by_content(tmp_path):
     ("rows.jsonl", json.dumps({"imageGcsUri": "img/a.jpg", "classificationAnnotations": [
         {"displayName": "cat"}, {"displayName": "dog"}]}) + "\n"),
 ])
-def test_a_multi_label_row_is_a_one_line_error(tmp_path, name, text):
+def test_a_multi_label_row_is_multi_label_or_with_task_single_a_one_line_error(tmp_path, name, text):
     write(tmp_path / "img" / "a.jpg", image_bytes())
     write(tmp_path / name, text.encode())
+    listing = sources.list_source(str(tmp_path), str(tmp_path / name), layout="automl")
+    assert listing.task == "multi" and listing.candidates[0].label == "cat;dog"  # tests/test_multi_label.py
     with pytest.raises(sources.DataError) as raised:
-        sources.list_source(str(tmp_path), str(tmp_path / name), layout="automl")
+        sources.list_source(str(tmp_path), str(tmp_path / name), layout="automl", task="single")
     message = str(raised.value)
     assert "\n" not in message and f"{name} line 1: 2 labels ('cat', 'dog')" in message
-    assert "single-label" in message
+    assert "--task single" in message and "--task multi" in message
 
 
 def test_an_import_without_training_rows_is_refused(tmp_path):

@@ -1,0 +1,292 @@
+"""Multi-label classification: several labels an image (none included), from the manifest and AutoML import files
+to the pushed model: a sigmoid per label, a threshold per label chosen on eval, every label judged, the model card,
+`imagepipe predict` listing every label over its threshold, AutoML's batch output, and the label check."""
+
+import collections
+import csv
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bench.multilabel import make_multilabel, read_rows
+from commands import run_imagepipe
+from components import multi_label_evaluation
+from components.data_health import label_issues
+from components.image_example_gen import sources
+from conftest import image_bytes, write
+from prediction import result_files
+from trainer import class_balance
+
+
+# --- sources: which rows are multi-label, and how a row without labels counts ----------------------------------
+
+def _images(root, names):
+    for name in names:
+        write(os.path.join(root, "img", name), image_bytes(seed=hash(name) % 100))
+
+
+def test_a_labels_column_and_automl_multi_label_files_list_label_sets(tmp_path):
+    _images(tmp_path, ["a.jpg", "b.jpg", "c.jpg"])
+    write(tmp_path / "labels.csv", b"path,labels\nimg/a.jpg,dog;person\nimg/b.jpg,\nimg/c.jpg,cat\n")
+    write(tmp_path / "rows.csv", b"TRAINING,img/a.jpg,person,dog\nVALIDATION,img/b.jpg\nimg/c.jpg,cat\n")
+    write(tmp_path / "rows.jsonl", "\n".join(json.dumps(item) for item in [
+        {"imageGcsUri": "img/a.jpg", "classificationAnnotations": [{"displayName": "dog"}, {"displayName": "person"}]},
+        {"imageGcsUri": "img/b.jpg", "classificationAnnotations": []},
+        {"imageGcsUri": "img/c.jpg", "classificationAnnotations": [{"displayName": "cat"}]}]).encode())
+    for name, layout in (("labels.csv", "manifest"), ("rows.csv", "automl"), ("rows.jsonl", "automl")):
+        listing = sources.list_source(str(tmp_path), str(tmp_path / name))
+        sources.check_usable(listing)
+        assert (listing.layout, listing.task) == (layout, "multi")
+        labels = {c.rel_path: c.label for c in listing.candidates}
+        # A row without labels is an image no label applies to (a negative for every label), not a missing label.
+        assert labels["img/b.jpg"] == "" and all(c.problem is None for c in listing.candidates)
+        assert sources.labels_of(labels["img/a.jpg"]) == ["dog", "person"]
+    assert listing.classes == ["cat", "dog", "person"]
+    write(tmp_path / "spelt.csv", b"path,labels\nimg/a.jpg, Dog ;cat;dog\n")
+    manifest = sources.list_source(str(tmp_path), str(tmp_path / "spelt.csv"))
+    assert manifest.candidates[0].label == "Dog;cat;dog"  # each name once, trimmed, as written
+    with pytest.raises(sources.DataError) as caught:  # "Dog" and "dog" would train as two labels
+        sources.check_usable(manifest)
+    assert "differ only by case" in str(caught.value)
+
+
+def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
+    _images(tmp_path, ["a.jpg"])
+    write(tmp_path / "rows.csv", b"img/a.jpg,person,dog\n")
+    with pytest.raises(sources.DataError) as caught:
+        sources.list_source(str(tmp_path), str(tmp_path / "rows.csv"), layout="automl", task="single")
+    message = str(caught.value)
+    assert "\n" not in message and "rows.csv line 1: 2 labels ('person', 'dog')" in message and "--task multi" in message
+    # One label a row, forced multi-label: each row's set has its one label.
+    write(tmp_path / "one.csv", b"img/a.jpg,person\n")
+    forced = sources.list_source(str(tmp_path), str(tmp_path / "one.csv"), layout="automl", task="multi")
+    assert forced.task == "multi" and forced.candidates[0].label == "person"
+    write(tmp_path / "folders" / "cat" / "a.jpg", image_bytes())
+    with pytest.raises(sources.DataError) as caught:
+        sources.list_source(str(tmp_path / "folders"), str(tmp_path / "folders"), task="multi")
+    assert "class folders give each image one label" in str(caught.value) and "\n" not in str(caught.value)
+
+
+# --- training and evaluation figures, plain Python --------------------------------------------------------------
+
+def test_rare_labels_weigh_their_positives_and_start_at_their_share():
+    plan = class_balance.multi_label_plan("auto", [500, 40, 250], 1000, ["person", "dog", "cat"])
+    assert plan["mode"] == "weights" and plan["monitor"] == class_balance.MACRO_AUC_PR
+    # 'dog' is on 40 of 1,000 images: its positives weigh 960 / 40 = 24, capped at MAX_WEIGHT; the others 1.
+    assert plan["positive_weights"] == [1.0, class_balance.MAX_WEIGHT, 1.0]
+    share = 20 * 40 / (20 * 40 + 960)
+    assert plan["initial_bias"][1] == pytest.approx(np.log(share / (1 - share)), rel=1e-9)
+    assert plan["initial_bias"][0] == pytest.approx(0.0, abs=1e-12)
+    off = class_balance.multi_label_plan("off", [500, 40, 250], 1000, ["person", "dog", "cat"])
+    assert off["mode"] == "off" and off["positive_weights"] is None
+
+
+def _matrices(per_threshold):
+    """ConfusionMatrixAtThresholds rows (threshold, tp, fp, tn, fn) from {threshold: (tp, fp, fn)} of 100 images."""
+    return [(t, tp, fp, 100 - tp - fp - fn, fn) for t, (tp, fp, fn) in sorted(per_threshold.items())]
+
+
+def test_each_label_gets_its_own_threshold_and_is_judged_at_it():
+    found = {"example_count": 100, "macro_auc_pr": 0.8, "per_label": {
+        # 'dog': every image positive at 0, best F1 at 0.5, precision 0.9 first reached at 0.75
+        0: {"auc_pr": 0.9, "matrices": _matrices({0.0: (20, 80, 0), 0.25: (20, 20, 0), 0.5: (18, 4, 2),
+                                                  0.75: (9, 1, 11)})},
+        # 'cat': rare, never 0.9 precise
+        1: {"auc_pr": 0.4, "matrices": _matrices({0.0: (12, 88, 0), 0.25: (8, 12, 4), 0.5: (4, 6, 8),
+                                                  0.75: (1, 2, 11)})}}}
+    best = multi_label_evaluation.views(found, ["dog", "cat"])
+    assert best["chosen"]["thresholds"] == {"dog": 0.5, "cat": 0.25}  # best F1, never 0 (every image the label)
+    assert best["at_threshold"]["per_class"]["dog"]["recall"] == pytest.approx(0.9)
+    aimed = multi_label_evaluation.views(found, ["dog", "cat"], target_precision=0.9)
+    assert aimed["chosen"]["thresholds"] == {"dog": 0.75, "cat": 0.25}
+    assert aimed["labels"]["cat"]["chosen"]["target_missed"] and aimed["chosen"]["target_missed"] == ["cat"]
+    gate = multi_label_evaluation.label_gate(["dog", "cat"], {"dog": 20, "cat": 12}, {"dog": 80, "cat": 50},
+                                             0.5, 0.5, False)
+    assert gate["judged"] == [0, 1]
+    assert multi_label_evaluation.label_failures(gate, best) == []
+    failures = multi_label_evaluation.label_failures(gate, aimed)
+    assert failures == ["label 'dog' recall 0.45 < 0.50 at its threshold 0.75 (20 eval images) (--min-class-recall)"]
+    # The test split is scored at the eval split's thresholds.
+    test = multi_label_evaluation.views(found, ["dog", "cat"], given={"dog": 0.75, "cat": 0.5}, how="the eval split's")
+    assert test["chosen"]["thresholds"] == {"dog": 0.75, "cat": 0.5}
+    assert test["labels"]["cat"]["chosen"]["how"] == "the eval split's"
+
+
+def test_multi_label_results_list_every_label_over_its_threshold():
+    result = {"path": "gs://b/x.jpg", "predictions": [("dog", 0.9)], "ids": [2], "labels": [("dog", 0.9), ("cat", 0.4)],
+              "label_ids": [2, 0], "unsure": False}
+    record = json.loads(result_files.automl_record(result, {"dog": 0.5, "cat": 0.3}))
+    assert record == {"instance": {"content": "gs://b/x.jpg", "mimeType": "image/jpeg"},
+                      "prediction": {"ids": ["2", "0"], "displayNames": ["dog", "cat"], "confidences": [0.9, 0.4]}}
+    none = json.loads(result_files.automl_record({**result, "labels": [], "label_ids": []}, {"dog": 0.5}))
+    assert none["prediction"] == {"ids": [], "displayNames": [], "confidences": []}
+    assert result_files.csv_header(1, multi_label=True) == ["path", "class_1", "probability_1", "labels", "unsure",
+                                                             "error"]
+    assert result_files.csv_cells(result, 1, multi_label=True)[3] == "dog;cat"
+    assert json.loads(result_files.json_record(result))["labels"] == [{"label": "dog", "probability": 0.9},
+                                                                        {"label": "cat", "probability": 0.4}]
+
+
+def test_the_multi_label_check_finds_missing_and_extra_labels_on_features():
+    """cleanlab's multi-label confident learning on out-of-sample probabilities from features: images whose label
+    set lost a label or gained one are ranked first."""
+    rng = np.random.default_rng(0)
+    truth = (rng.random((600, 4)) < [0.5, 0.4, 0.3, 0.2]).astype(np.float32)
+    vectors = truth @ rng.normal(size=(4, 32)) * 3 + rng.normal(size=(600, 32))
+    given = [list(np.flatnonzero(row)) for row in truth]
+    flipped = rng.choice(600, 30, replace=False)
+    for i in flipped:
+        label = int(rng.integers(4))
+        given[i] = sorted(set(given[i]) ^ {label})  # a label removed, or one added
+    hot = label_issues.multi_hot(given, 4)
+    folds, why = label_issues.multi_label_folds(hot)
+    assert folds == label_issues.FOLDS and not why
+    probabilities = label_issues.multi_label_probabilities_from_features(vectors, hot, folds, seed=0)
+    suspects = label_issues.rank_multi_label(given, probabilities)
+    found = {s.index for s in suspects[:60]} & set(flipped.tolist())
+    assert len(found) >= 24, f"{len(found)} of 30 flipped label sets among the first 60 suspects"
+    first = suspects[0]
+    assert first.given == given[first.index] and first.suggested != first.given
+
+
+# --- whole runs: a manifest and an AutoML JSON Lines import, through the pushed model ---------------------------
+
+@pytest.fixture(scope="module")
+def colour_set(tmp_path_factory):
+    """600 images with 0-3 of five coloured squares, their labels in labels.csv, import.jsonl and import.csv."""
+    return make_multilabel(str(tmp_path_factory.mktemp("multilabel") / "colours"), images=600, seed=3, kind="colours")
+
+
+RUN = ("--epochs", "20", "--image-size", "48", "--accuracy-threshold", "0.5", "--progress", "json")
+
+
+def _run(data: str, root: str, *extra: str) -> dict:
+    done = run_imagepipe("run", "--root", root, "--data", data, *RUN, *extra, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    outputs = {c["component"]: c["outputs"] for c in events[-1]["components"]}
+    return {"root": root, "outputs": outputs, "events": events}
+
+
+@pytest.fixture(scope="module")
+def manifest_run(colour_set, tmp_path_factory):
+    return _run(os.path.join(colour_set, "labels.csv"), str(tmp_path_factory.mktemp("multilabel-root")))
+
+
+def _json(*parts):
+    with open(os.path.join(*parts)) as f:
+        return json.load(f)
+
+
+@pytest.mark.slow
+def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, colour_set):
+    import tensorflow as tf
+
+    from components.image_example_gen import SUMMARY_FILE, feature_keys
+
+    rows = read_rows(colour_set)
+    report = _json(manifest_run["outputs"]["ImageExampleGen"]["report"][0], SUMMARY_FILE)
+    assert report["task"] == "multi" and report["examples_written"] == 600
+    for split in ("train", "eval", "test"):
+        counted = collections.Counter(n for _, names, s in rows if s == split for n in names)
+        assert report["examples_per_split_and_class"][split] == dict(counted)
+        assert report["examples_without_labels"][split] == sum(1 for _, names, s in rows if s == split and not names)
+    examples = manifest_run["outputs"]["ImageExampleGen"]["examples"][0]
+    truth = {os.path.relpath(path, colour_set): names for path, names, _ in rows}
+    seen = 0
+    for record in tf.data.TFRecordDataset(glob.glob(os.path.join(examples, "Split-eval", "*")), "GZIP"):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        names = [v.decode() for v in feature[feature_keys.LABELS_TEXT].bytes_list.value]
+        assert names == truth[feature[feature_keys.FILENAME].bytes_list.value[0].decode()]
+        assert [report["label_map"][n] for n in names] == list(feature[feature_keys.LABELS].int64_list.value)
+        assert feature_keys.LABEL not in feature
+        seen += 1
+    assert seen == report["examples_per_split"]["eval"]
+
+
+@pytest.mark.slow
+def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(manifest_run):
+    from components.model_card import CARD_JSON, CARD_MD, THRESHOLD_FILE
+    from components.output_files import TRAINING_LOG
+
+    log = _json(manifest_run["outputs"]["Trainer"]["model_run"][0], TRAINING_LOG)
+    assert log["class_balance"]["task"] == "multi" and log["class_balance"]["monitor"] == "val_auc_pr"
+    assert "val_auc_pr" in log["epochs"][-1]
+    evaluation = manifest_run["outputs"]["Evaluator"]["evaluation"][0]
+    views, gate = _json(evaluation, "views.json"), _json(evaluation, "class_gate.json")
+    names = gate["class_names"]
+    assert sorted(names) == ["blue", "green", "magenta", "red", "yellow"] and gate["failures"] == []
+    thresholds = views["chosen"]["thresholds"]
+    for name in names:  # each label: the best F1 of its own curve, and recall at least the floor there
+        curve = views["labels"][name]["curve"]
+        best = max(p["f1"] for p in curve if p["f1"] is not None and p["threshold"] > 0)
+        at = views["at_threshold"]["per_class"][name]
+        assert at["threshold"] == thresholds[name] and at["f1"] == best
+        assert at["recall"] >= gate["min_class_recall"]
+    assert views["at_threshold"]["macro_auc_pr"] > 0.9
+    test_views = _json(evaluation, "test", "views.json")
+    assert test_views["chosen"]["thresholds"] == thresholds
+    serving = sorted(glob.glob(os.path.join(manifest_run["root"], "serving", "*", "*")))[-1]
+    assert _json(serving, THRESHOLD_FILE) == {"task": "multi", "thresholds": thresholds, "how": "best F1 on eval"}
+    card = _json(serving, CARD_JSON)
+    assert card["model"]["task"] == "multi" and card["evaluation"]["label_thresholds"] == thresholds
+    assert card["evaluation"]["blessed"] and "each of the 5 labels" in card["evaluation"]["blessing_reason"]
+    # The Trainer's own export, never pushed, has no threshold.json: each label at 0.5, from its model_info.json.
+    from prediction import predict
+
+    exported = os.path.join(manifest_run["outputs"]["Trainer"]["model"][0], "Format-Serving")
+    assert predict.model_threshold(exported) == ({n: 0.5 for n in names}, "none chosen: 0.5 for every label")
+    markdown = open(os.path.join(serving, CARD_MD)).read()
+    for name in names:
+        row = card["evaluation"]["per_class"][name]
+        assert f"| {name} | {row['threshold']:.4f} | {row['precision']:.4f} | {row['recall']:.4f} |" in markdown
+
+
+@pytest.mark.slow
+def test_predict_lists_every_label_over_its_threshold_and_writes_automl_records(manifest_run, colour_set, tmp_path):
+    rows = [(path, names) for path, names, split in read_rows(colour_set) if split == "test"]
+    done = run_imagepipe("predict", "--root", manifest_run["root"], "--output", str(tmp_path / "out.csv"),
+                         "--automl-output", str(tmp_path / "automl.jsonl"), *[path for path, _ in rows], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    thresholds = _json(sorted(glob.glob(os.path.join(manifest_run["root"], "serving", "*", "*", "threshold.json")))[-1])
+    assert "multi-label: a label applies above its threshold (best F1 on eval)" in done.stderr
+    found = {r["path"]: r for r in csv.DictReader(open(tmp_path / "out.csv", newline=""))}
+    records = [json.loads(line) for line in open(tmp_path / "automl.jsonl")]
+    assert [r["instance"]["content"] for r in records] == [path for path, _ in rows]
+    right = 0
+    for (path, names), record in zip(rows, records):
+        prediction = record["prediction"]
+        assert found[path]["labels"] == ";".join(prediction["displayNames"])
+        assert all(c > thresholds["thresholds"][n] for n, c in zip(prediction["displayNames"], prediction["confidences"]))
+        assert prediction["confidences"] == sorted(prediction["confidences"], reverse=True)
+        right += sorted(prediction["displayNames"]) == names
+    several = sum(len(r["prediction"]["displayNames"]) > 1 for r in records)
+    assert several >= 10 and right >= 0.8 * len(rows), (several, right, len(rows))
+
+
+@pytest.mark.slow
+def test_a_json_lines_import_runs_and_the_label_check_finds_planted_missing_labels(colour_set, tmp_path_factory):
+    """The same images through AutoML's multi-label JSON Lines, 20 train images each with one of its labels left
+    out: the multi-label label check (--label-check on: a multi-label cnn on pixels, out of fold) ranks them."""
+    items = [json.loads(line) for line in open(os.path.join(colour_set, "import.jsonl"))]
+    planted = []
+    for item in items:
+        use = item["dataItemResourceLabels"]["aiplatform.googleapis.com/ml_use"]
+        if use == "training" and len(item["classificationAnnotations"]) >= 2 and len(planted) < 20:
+            item["classificationAnnotations"] = item["classificationAnnotations"][1:]
+            planted.append(item["imageGcsUri"])
+    # Beside the images (a row may name only files below its import file's folder); the other tests' files stay.
+    data = write(os.path.join(colour_set, "planted.jsonl"), "".join(json.dumps(item) + "\n" for item in items).encode())
+    run = _run(data, str(tmp_path_factory.mktemp("multilabel-jsonl-root")), "--label-check", "on")
+    health = run["outputs"]["DataHealth"]["health"][0]
+    result = _json(health, "health.json")
+    assert result["task"] == "multi" and result["label_check_method"].endswith("multi-label cnn on pixels")
+    suspects = list(csv.DictReader(open(os.path.join(health, "label_issues.csv"), newline="")))
+    first = [s["path"] for s in suspects[:40]]
+    hits = [p for p in planted if any(f.endswith(p) for f in first)]
+    assert len(hits) >= 10, f"{len(hits)} of 20 planted missing labels among the first 40 suspects"
+    assert all(set(s["given"].split(";")) != set(s["suggested"].split(";")) for s in suspects[:10])
+    assert _json(run["outputs"]["Evaluator"]["evaluation"][0], "class_gate.json")["task"] == "multi"
