@@ -159,6 +159,16 @@ def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
             return float(found.get("threshold") or 0.0), str(found.get("how") or "")
         except Exception:  # noqa: BLE001 - missing, unreadable (a remote store's own errors) or not JSON: none
             continue
+    # A Trainer's own export (<model>/Format-Serving, never pushed) has no threshold.json; a multi-label one still
+    # lists labels, each at 0.5, from the model_info.json beside it.
+    from components.output_files import INFO_FILE, KERAS_DIR
+
+    try:
+        info = json.loads(fs.read_bytes(fs.join(os.path.dirname(model_dir.rstrip("/")), KERAS_DIR, INFO_FILE)))
+        if info.get("task") == "multi":
+            return {str(name): 0.5 for name in info.get("class_names") or []}, "none chosen: 0.5 for every label"
+    except Exception:  # noqa: BLE001 - as above: no record, single-label
+        pass
     return 0.0, "none"
 
 

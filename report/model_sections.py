@@ -128,13 +128,7 @@ def evaluation(components: Dict[str, Dict]) -> str:
         reasons.append(f"not compared with the last blessed model: {d['baseline_skipped']}")
     elif d["baseline_accuracy"] is None:
         reasons.append("no blessed model to compare with yet")
-    verdict = "BLESSED" if d["blessed"] else "NOT BLESSED"
-    body = (f"<p><b>{verdict}</b>: {esc('; '.join(reasons))}."
-            + (f" Failed checks: {esc('; '.join(d['failures']))}." if d["failures"] else "") + "</p>")
-    pushed = (components.get("Pusher", {}).get("details") or {})
-    if pushed:
-        body += (f"<p>Pushed to <code>{esc(pushed['destination'])}</code>.</p>" if pushed["pushed"]
-                 else "<p>Not pushed: the model was not blessed.</p>")
+    body = _verdict(components, d, "; ".join(reasons))
     body += table(["metric", "value"], [["accuracy", d["accuracy"]],
                                          ["balanced accuracy (mean recall of the classes)", d.get("balanced_accuracy")],
                                          ["eval examples", d["example_count"]],
@@ -166,16 +160,22 @@ def evaluation(components: Dict[str, Dict]) -> str:
     return section("evaluation", "Evaluation", body)
 
 
-def _multi_label_evaluation(components: Dict[str, Dict], d: Dict[str, Any]) -> str:
-    """A multi-label model's evaluation: the verdict, macro AUC-PR and F1, each label at its own threshold, and
-    each label's precision-recall curve with its threshold marked; the test split at the eval split's thresholds."""
+def _verdict(components: Dict[str, Dict], d: Dict[str, Any], why: str) -> str:
+    """Blessed or not and why, the failed checks, and where the Pusher put the model."""
     verdict = "BLESSED" if d["blessed"] else "NOT BLESSED"
-    body = (f"<p><b>{verdict}</b>: {esc(run_text.describe_labels(d))}."
+    body = (f"<p><b>{verdict}</b>: {esc(why)}."
             + (f" Failed checks: {esc('; '.join(d['failures']))}." if d["failures"] else "") + "</p>")
     pushed = (components.get("Pusher", {}).get("details") or {})
     if pushed:
         body += (f"<p>Pushed to <code>{esc(pushed['destination'])}</code>.</p>" if pushed["pushed"]
                  else "<p>Not pushed: the model was not blessed.</p>")
+    return body
+
+
+def _multi_label_evaluation(components: Dict[str, Dict], d: Dict[str, Any]) -> str:
+    """A multi-label model's evaluation: the verdict, macro AUC-PR and F1, each label at its own threshold, and
+    each label's precision-recall curve with its threshold marked; the test split at the eval split's thresholds."""
+    body = _verdict(components, d, run_text.describe_labels(d))
     gate = d.get("gate") or {}
     body += table(["metric", "value"], [["macro AUC-PR (mean over the labels)", d.get("macro_auc_pr")],
                                          ["macro F1 at the labels' thresholds", d.get("macro_f1")],

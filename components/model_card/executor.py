@@ -42,20 +42,22 @@ def _one(input_dict, key: str) -> Optional[types.Artifact]:
 def blessing_reason(blessed: bool, found: Dict[str, Any], threshold: Optional[float], skipped: str) -> str:
     """Why the model was blessed or not, in a sentence, from the evaluation's figures and validation."""
     gate = found.get("gate") or {}
-    if found.get("task") == "multi":
-        return _multi_label_reason(blessed, found, gate, skipped)
-    compared_on = gate.get("compared_on") or "accuracy"
-    accuracy, baseline = found.get(compared_on), found.get(f"baseline_{compared_on}")
     if not blessed:
         return "not blessed: " + ("; ".join(found.get("failures") or []) or "its validation failed")
+    # A multi-label model is blessed on macro AUC-PR (--accuracy-threshold's bound), each label at its threshold.
+    multi = found.get("task") == "multi"
+    measure, bound = ("macro_auc_pr", gate.get("min_macro_auc_pr")) if multi else ("accuracy", threshold)
     parts = []
-    if found.get("accuracy") is not None and threshold is not None:
-        parts.append(f"eval accuracy {found['accuracy']:.4f} reached the threshold {threshold:.4f}")
+    if found.get(measure) is not None and bound is not None:
+        parts.append(f"eval {_shown(measure)} {found[measure]:.4f} reached the threshold {bound:.4f}")
     if gate.get("judged"):
-        parts.append(f"each of the {len(gate['judged'])} classes with at least {gate['min_eval_examples']} eval images "
-                     f"reached recall {gate['min_class_recall']:.2f}")
-    if baseline is not None and accuracy is not None:
-        parts.append(f"{compared_on.replace('_', ' ')} {accuracy:.4f} not below the last blessed model's {baseline:.4f}")
+        parts.append(f"each of the {len(gate['judged'])} {'labels' if multi else 'classes'} with at least "
+                     f"{gate['min_eval_examples']} eval images reached recall {gate['min_class_recall']:.2f}"
+                     + (" at its threshold" if multi else ""))
+    compared_on = measure if multi else gate.get("compared_on") or "accuracy"
+    value, baseline = found.get(compared_on), found.get(f"baseline_{compared_on}")
+    if baseline is not None and value is not None:
+        parts.append(f"{_shown(compared_on)} {value:.4f} not below the last blessed model's {baseline:.4f}")
     elif skipped:
         parts.append(f"not compared with the last blessed model ({skipped})")
     else:
@@ -63,23 +65,8 @@ def blessing_reason(blessed: bool, found: Dict[str, Any], threshold: Optional[fl
     return "blessed: " + "; ".join(parts)
 
 
-def _multi_label_reason(blessed: bool, found: Dict[str, Any], gate: Dict[str, Any], skipped: str) -> str:
-    if not blessed:
-        return "not blessed: " + ("; ".join(found.get("failures") or []) or "its validation failed")
-    parts = []
-    if found.get("macro_auc_pr") is not None and gate.get("min_macro_auc_pr") is not None:
-        parts.append(f"eval macro AUC-PR {found['macro_auc_pr']:.4f} reached the threshold "
-                     f"{gate['min_macro_auc_pr']:.4f}")
-    if gate.get("judged"):
-        parts.append(f"each of the {len(gate['judged'])} labels with at least {gate['min_eval_examples']} eval images "
-                     f"reached recall {gate['min_class_recall']:.2f} at its threshold")
-    if found.get("baseline_macro_auc_pr") is not None and found.get("macro_auc_pr") is not None:
-        parts.append(f"macro AUC-PR not below the last blessed model's {found['baseline_macro_auc_pr']:.4f}")
-    elif skipped:
-        parts.append(f"not compared with the last blessed model ({skipped})")
-    else:
-        parts.append("no blessed model to compare with yet")
-    return "blessed: " + "; ".join(parts)
+def _shown(metric: str) -> str:
+    return "macro AUC-PR" if metric == "macro_auc_pr" else metric.replace("_", " ")
 
 
 def _split_scores(found: Dict[str, Any], views: Optional[Dict[str, Any]]) -> Dict[str, Any]:
