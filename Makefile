@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
-	bench-health bench-tuning bench-imbalance lock clean
+	bench-health bench-tuning bench-imbalance bench-multilabel lock clean
 
 install: $(VENV)/.installed
 
@@ -83,6 +83,9 @@ bench-tuning: install
 # generated sets (2% and 10% defects, a ten-class long tail), presplit, 3 seeds (~35 minutes).
 bench-imbalance: install
 	$(BIN)/python -m bench.imbalance_benchmark --seeds 1,2,3
+
+bench-multilabel: install
+	$(BIN)/python -m bench.multilabel_benchmark --seeds 1,2
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install
