@@ -290,3 +290,21 @@ def test_a_json_lines_import_runs_and_the_label_check_finds_planted_missing_labe
     assert len(hits) >= 10, f"{len(hits)} of 20 planted missing labels among the first 40 suspects"
     assert all(set(s["given"].split(";")) != set(s["suggested"].split(";")) for s in suspects[:10])
     assert _json(run["outputs"]["Evaluator"]["evaluation"][0], "class_gate.json")["task"] == "multi"
+
+
+@pytest.mark.slow
+def test_a_rerun_is_compared_with_the_last_blessed_model_on_macro_auc_pr(manifest_run, colour_set):
+    """The same data again: the Evaluator runs again (a blessed model now exists) and compares the candidate with it
+    on macro AUC-PR; the same model scores the same, so it is blessed again, and the card says what it was compared
+    with."""
+    from components.model_card import CARD_JSON
+
+    again = _run(os.path.join(colour_set, "labels.csv"), manifest_run["root"])
+    evaluation = again["outputs"]["Evaluator"]["evaluation"][0]
+    assert evaluation != manifest_run["outputs"]["Evaluator"]["evaluation"][0]
+    gate = _json(evaluation, "class_gate.json")
+    assert gate["compared_on"] == "macro_auc_pr" and gate["failures"] == []
+    card = _json(again["outputs"]["ModelCard"]["model_card"][0], CARD_JSON)["evaluation"]
+    first = _json(manifest_run["outputs"]["Evaluator"]["evaluation"][0], "views.json")["at_threshold"]["macro_auc_pr"]
+    assert card["blessed"] and card["last_blessed"]["macro_auc_pr"] == pytest.approx(first, rel=1e-6)
+    assert f"macro AUC-PR {card['macro_auc_pr']:.4f} not below the last blessed model's" in card["blessing_reason"]
