@@ -9,6 +9,12 @@
   transform_features  examples -> Transform's outputs, label included (TFMA's preprocessing function; a multi-label
                       model's labels as a multi-hot [batch, classes])
 
+and two functions of the module (not signatures) for explanations (trainer/explain.py), which differentiate the
+serving graph's model with respect to its input pixels:
+
+  image_pixels(image_bytes)         -> uint8 [batch, size, size, channels], Transform's decode and resize
+  pixel_probabilities(pixels)       float32 pixels in 0..255 -> probabilities [batch, classes]
+
 Why a tf.Module: TFT's transform_features_layer() is a tf_keras layer, which a
 Keras 3 functional model cannot hold; a tf.function can call both.
 
@@ -83,6 +89,16 @@ class ServingModule(tf.Module):
         }
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")], autograph=False)
+    def image_pixels(self, image_bytes):
+        transformed = self._transform.apply_transform_model({features.IMAGE_KEY: self._raw_image_feature(image_bytes)})
+        return tf.cast(features.decode_pixels(transformed[features.PIXELS_KEY], self._image_size, self._channels),
+                       tf.uint8)
+
+    @tf.function(autograph=False)
+    def pixel_probabilities(self, pixels):
+        return tf.cast(self._keras.model(pixels, training=False), tf.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")], autograph=False)
     def serve_image_bytes(self, image_bytes):
         # Only the image is known at serving time: Transform's outputs that need the label are pruned.
         transformed = self._transform.apply_transform_model({features.IMAGE_KEY: self._raw_image_feature(image_bytes)})
@@ -108,6 +124,9 @@ class ServingModule(tf.Module):
 
 def export(model, tft_output: tft.TFTransformOutput, hp: HParams, export_dir: str) -> None:
     module = ServingModule(model, tft_output, hp)
+    # Traced for the model's input shape (explanations differentiate it; saved with the module, not as a signature).
+    module.pixel_probabilities.get_concrete_function(
+        tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32, name="pixels"))
     tf.saved_model.save(module, export_dir, signatures={
         "serving_default": module.serve_image_bytes,
         "serving_examples": module.serve_examples,
