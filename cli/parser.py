@@ -104,6 +104,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help=f"bless the model at this eval accuracy (default {d.accuracy_threshold})")
     t.add_argument("--min-class-recall", type=float, help="and only when every class with at least "
                    f"{MIN_EVAL_EXAMPLES} eval images reaches this recall (default {d.min_class_recall}; 0: no check)")
+    t.add_argument("--explanations", type=int, metavar="N", help="show where the model looked on N eval images in "
+                   "the report: the misclassified first, then some of each class, and each class's average map "
+                   f"(integrated gradients; default {d.explanations}; 0: none)")
     t.add_argument("--class-balance", choices=BALANCE_MODES, help="imbalanced classes (the largest over "
                    f"{IMBALANCED_RATIO:g} times the smallest in train): auto (default: loss weights by class, and "
                    "training follows balanced accuracy), weights, sampling (class-balanced batches), off")
@@ -221,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "at or below this (default: the threshold that came with the model, its threshold.json; else none)")
     predict.add_argument("--automl-output", help="also write the results in Vertex AutoML's batch prediction shape "
                          "(JSON Lines: instance, prediction {ids, displayNames, confidences}) to this .jsonl file")
+    predict.add_argument("--explain", metavar="DIR", help="also write, per image, where the model looked for its top "
+                         "class: DIR/NNNNN-<name>.png (the map over the image) and .npy (the map), and DIR/index.csv "
+                         "(integrated gradients on the exported model; DIR new, empty, or written by --explain before)")
     predict.add_argument("--workers", type=int, default=0,
                          help="classify with Beam in this many local processes (RunInference; needs --output); "
                               "default: in this process")

@@ -44,6 +44,7 @@ BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no
 THRESHOLD = "accuracy_threshold"  # the Evaluator's own parameter (components/runtime_settings.py)
 CONFIDENCE, TARGET_PRECISION = "confidence_threshold", "target_precision"  # its parameters for views.json
 MIN_CLASS_RECALL = "min_class_recall"  # its parameter: the recall every judged class must reach
+EXPLANATIONS = "explanations"  # its parameter: eval images explained (components/eval_explanations.py; 0: none)
 CLASS_GATE_FILE = "class_gate.json"  # in the evaluation: the classes judged, their counts, what was compared
 TEST_SPLIT = "test"
 ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (pipeline/pipeline.py)
@@ -217,6 +218,7 @@ class Executor(beam_tuning.EvaluatorExecutor):
             from tfx.utils import io_utils
 
             io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
+        self._explain(candidate, examples, evaluation, exec_properties, multi_label=False)
         if not names:
             return  # a model that does not record its classes (older versions): no views
         found = self._write_views(evaluation.uri, names, exec_properties.get(CONFIDENCE),
@@ -247,12 +249,32 @@ class Executor(beam_tuning.EvaluatorExecutor):
             multi.take_back_blessing(blessing, gate["failures"])
         io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
         io_utils.write_string_file(os.path.join(evaluation.uri, evaluation_views.VIEWS_FILE), json.dumps(found, indent=1))
+        self._explain(artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY]), examples,
+                      evaluation, exec_properties, multi_label=True)
         if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
             self._score_test(input_dict, evaluation.uri, exec_properties)
             folder = os.path.join(evaluation.uri, TEST_SPLIT)
             scored = multi.views(multi.read_metrics(folder), names, given=found["chosen"]["thresholds"],
                                  how=f"the eval split's: {found['chosen']['how']}")
             io_utils.write_string_file(os.path.join(folder, evaluation_views.VIEWS_FILE), json.dumps(scored, indent=1))
+
+    @staticmethod
+    def _explain(candidate, examples, evaluation, exec_properties, multi_label: bool) -> None:
+        """Where the model looked on a sample of eval images (components/eval_explanations.py), for the report. An
+        explanation that fails is logged and left out: it blesses nothing."""
+        from components import eval_explanations
+
+        limit = exec_properties.get(EXPLANATIONS)
+        limit = eval_explanations.LIMIT if limit is None else int(limit)
+        if limit <= 0:
+            return
+        try:
+            found = eval_explanations.explain_eval(
+                os.path.join(candidate.uri, "Format-Serving"), examples.uri,
+                os.path.join(evaluation.uri, eval_explanations.EXPLANATIONS_DIR), limit, multi_label)
+            logging.info("Evaluator: explained %d eval images in %.1f s", len(found["images"]), found["seconds"])
+        except Exception as e:  # noqa: BLE001 - the report says there are none; the evaluation stands
+            logging.warning("Evaluator: no explanations (%s: %s)", type(e).__name__, str(e).splitlines()[0][:200])
 
     @staticmethod
     def _write_views(uri: str, names: List[str], confidence: Optional[float], target: Optional[float],

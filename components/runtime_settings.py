@@ -27,7 +27,8 @@ from components import model_evaluator
 
 TRAINER_SETTINGS = {"epochs": int, "learning_rate": float}  # custom_config keys (trainer/hparams.py)
 EVALUATOR_SETTINGS = {model_evaluator.THRESHOLD: float, model_evaluator.CONFIDENCE: float,
-                      model_evaluator.TARGET_PRECISION: float, model_evaluator.MIN_CLASS_RECALL: float}
+                      model_evaluator.TARGET_PRECISION: float, model_evaluator.MIN_CLASS_RECALL: float,
+                      model_evaluator.EXPLANATIONS: int}
 
 
 def with_settings(exec_properties: Dict[str, Any]) -> Dict[str, Any]:

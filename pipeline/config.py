@@ -12,6 +12,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from components.data_health import LABEL_CHECKS
+from components.eval_explanations import LIMIT as EXPLANATIONS
 from components.image_example_gen import ingest_defaults
 from components.tuning import MODES as TUNE_MODES
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
@@ -124,6 +125,9 @@ class PipelineConfig:
     # one, or the lowest at which the eval split's precision reaches target_precision; none by default.
     confidence_threshold: Optional[float] = None
     target_precision: Optional[float] = None
+    # Eval images the Evaluator explains for the report (where the model looked: components/eval_explanations.py);
+    # 0: none.
+    explanations: int = EXPLANATIONS
     enable_cache: bool = True
     beam_args: List[str] = dataclasses.field(default_factory=list)  # e.g. Dataflow settings
 
@@ -257,6 +261,8 @@ class PipelineConfig:
                               "it must reach)")
         if not 0 <= self.accuracy_threshold <= 1:
             raise ConfigError(f"--accuracy-threshold {self.accuracy_threshold}: use a fraction from 0 to 1")
+        if self.explanations < 0:
+            raise ConfigError(f"--explanations {self.explanations}: give a number of eval images (0: none)")
         if not 0 <= self.min_class_recall <= 1:
             raise ConfigError(f"--min-class-recall {self.min_class_recall}: use a fraction from 0 to 1 (0: no check)")
         if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \

@@ -224,7 +224,9 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         settings={**({"accuracy_threshold": setting("accuracy_threshold")} if platform.compiled else {}),
                   # every class with enough eval images must reach it (components/evaluation_metrics.py)
                   "min_class_recall": setting("min_class_recall"),
-                  "confidence_threshold": config.confidence_threshold, "target_precision": config.target_precision},
+                  "confidence_threshold": config.confidence_threshold, "target_precision": config.target_precision,
+                  # eval images whose maps the report shows (components/eval_explanations.py)
+                  "explanations": config.explanations},
     ).with_id("Evaluator")
 
     # The model's card, from ML Metadata and the artifacts (components/model_card), with the confidence

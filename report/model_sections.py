@@ -2,6 +2,7 @@
 evaluation (per class at the confidence threshold, precision-recall, confusion matrices, misclassified
 images, the test split, the blessing)."""
 
+import os
 from typing import Any, Dict
 
 from components import evaluation_results
@@ -150,6 +151,7 @@ def evaluation(components: Dict[str, Dict]) -> str:
     body += _confusion(names, d.get("confusion"), shares=True)
     body += _confusion(names, d.get("confusion"))
     body += _misclassified(components)
+    body += explanations(d.get("explanations") or {})
     test = d.get("test")
     if test:
         body += (f"<h3 id=\"test\">Test split</h3><p>Scored apart (it blesses nothing): accuracy "
@@ -158,6 +160,33 @@ def evaluation(components: Dict[str, Dict]) -> str:
             body += _threshold_views(test["views"], "test", curves=False)
         body += _confusion(names, test.get("confusion"))
     return section("evaluation", "Evaluation", body)
+
+
+def explanations(found: Dict[str, Any]) -> str:
+    """Where the model looked (components/eval_explanations.py): each class's average map over its correctly
+    classified images, then each explained image's map (misclassified first), true -> predicted (probability)."""
+    if not found.get("images"):
+        return ""
+
+    def src(name: str):
+        try:
+            with open(os.path.join(found["folder"], name), "rb") as f:
+                return thumbnail(f.read(), size=128)
+        except OSError:
+            return None
+
+    body = (f"<h3 id=\"explanations\">Where the model looked</h3><p class=\"muted\">{esc(found['method'])} for the "
+            f"predicted class, brighter where a pixel counts more; {len(found['images'])} of the "
+            f"{found['examined']:,} eval images examined, the misclassified first ({found['seconds']:.1f} s; "
+            "<code>--explanations N</code>, 0: none).</p>")
+    if found.get("classes"):
+        body += "<h4>Each class, on average</h4>" + tiles(
+            {"src": src(c["overlay"]), "caption": f"{c['name']} ({c['images']} images)"} for c in found["classes"])
+    body += "<h4>Eval images</h4>" + tiles(
+        {"src": src(image["overlay"]), "caption": f"{image['actual'] or '(none)'} → {image['predicted']} "
+                                                  f"({image['probability']:.2f})" + ("" if image["correct"] else " ✗")}
+        for image in found["images"])
+    return body
 
 
 def _verdict(components: Dict[str, Dict], d: Dict[str, Any], why: str) -> str:
@@ -192,6 +221,7 @@ def _multi_label_evaluation(components: Dict[str, Dict], d: Dict[str, Any]) -> s
              f"{gate.get('min_class_recall', 0):.2f} at its threshold on each label with at least "
              f"{gate.get('min_eval_examples', 0)} eval images (judged: yes).</p>")
     body += _label_table(d.get("per_class") or {}, judged)
+    body += explanations(d.get("explanations") or {})
     curves = {name: [(p["recall"], p["precision"]) for p in label["curve"]
                      if p["recall"] is not None and p["precision"] is not None]
               for name, label in list((views.get("labels") or {}).items())[:MAX_CURVES]}

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
-from components import evaluation_results
+from components import eval_explanations, evaluation_results
 from components.backbone_features import SUMMARY_FILE as FEATURES_SUMMARY
 from components.data_health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
 from components.baseline import relocate
@@ -247,6 +247,8 @@ def _evaluator(c: Dict[str, Any]) -> Dict[str, Any]:
     blessing = (c["output_properties"].get("blessing") or [{}])[0]
     return {**evaluation_results.metrics(evaluation), "confusion": evaluation_results.confusion_matrix(evaluation),
             "views": evaluation_results.views(evaluation), "test": evaluation_results.test_split(evaluation),
+            # where the model looked on a sample of eval images (components/eval_explanations.py)
+            "explanations": eval_explanations.read_index(evaluation),
             "blessed": bool(blessing.get("blessed")),
             # Set by components/model_evaluator.py when the last blessed model predicts other classes.
             "baseline_skipped": blessing.get("baseline_skipped", "")}

@@ -203,13 +203,22 @@ def describe_labels(d: Dict[str, Any], most: int = 6) -> str:
     return text
 
 
+def describe_explanations(d: Dict[str, Any]) -> str:
+    """'; N eval images explained in S s' (what the explanations cost), or ''."""
+    found = d.get("explanations") or {}
+    if not found.get("images"):
+        return ""
+    return f"; {len(found['images'])} eval images explained in {found['seconds']:.1f} s"
+
+
 def _evaluator(c: Dict[str, Any]) -> str:
     d = c["details"]
     if d.get("task") == "multi":
         text = describe_labels(d)
         if d.get("baseline_skipped"):
             text += f" (not compared: {d['baseline_skipped']}; judged on the threshold alone)"
-        return text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
+        return (text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
+                + describe_explanations(d))
     text = f"accuracy {d['accuracy']:.4f}" if d["accuracy"] is not None else ""
     if d.get("balanced_accuracy") is not None:
         text += f", balanced accuracy {d['balanced_accuracy']:.4f}"
@@ -223,7 +232,8 @@ def _evaluator(c: Dict[str, Any]) -> str:
         text += f" (not compared: {d['baseline_skipped']}; judged on the threshold alone)"
     if d.get("per_class"):
         text += f"; {describe_recalls(d)}"
-    return text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
+    return (text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
+            + describe_explanations(d))
 
 
 def describe_recalls(d: Dict[str, Any], most: int = 6) -> str:
