@@ -50,12 +50,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise image_inputs.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
         if args.workers or args.dataflow:
             return _predict_with_beam(args, config, model_dir, top, threshold)
+        explanations = result_files.ExplanationWriter(args.explain) if args.explain else None
         writer = result_files.ResultWriter(args.output, top, multi_label=multi) if args.output else None
         automl = result_files.ResultWriter(args.automl_output, top, automl_threshold=threshold) if args.automl_output \
             else None
     except (predict.ModelNotFound, predict.ModelUnusable, image_inputs.InputError) as e:
         return fail(EXIT_BAD_INPUT, str(e))
-    writers = [w for w in (writer, automl) if w]
+    writers = [w for w in (writer, automl, explanations) if w]
     if multi:
         print(f"multi-label: a label applies above its threshold ({how}): "
               + ", ".join(f"{result_files.printable(name)} {t:g}" for name, t in threshold.items()), file=sys.stderr)
@@ -68,7 +69,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         for result in predict.classify(model_dir, image_inputs.expand_inputs(args.images),
                                        top=predict.EVERY_CLASS if automl else top, max_pixels=config.max_pixels,
-                                       threshold=threshold):
+                                       threshold=threshold, explain=bool(explanations)):
             seen += 1
             failed += "error" in result
             for w in writers:
@@ -132,19 +133,37 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
             if path:
                 batch_predict.check_local_output(path)
         beam_args = batch_predict.local_args(args.workers)
+    explanations = None
+    if args.explain:
+        if args.dataflow:
+            raise image_inputs.InputError("--explain runs in this process or with --workers (the maps go to a local "
+                                          "folder, moved into place whole); leave out --dataflow, or --explain")
+        from storage.user_files import FolderWriter
+
+        try:
+            explanations = FolderWriter(args.explain, "--explain")
+        except ConfigError as e:
+            raise image_inputs.InputError(str(e)) from None
     try:
         counts = batch_predict.run(model_dir, image_inputs.expand_inputs(args.images), args.output, top,
                                    config.max_pixels, beam_args, temp_dir=temp_dir,
                                    progress=lambda total, stream: result_files.Progress(stream, total),
                                    started=_announce_dataflow_job if args.dataflow else None,
-                                   threshold=threshold, automl_output=args.automl_output)
+                                   threshold=threshold, automl_output=args.automl_output,
+                                   explain_dir=explanations.partial if explanations else None)
     except Exception as e:  # noqa: BLE001 - Beam wraps a worker's exception in its own types
         unusable = batch_predict.worker_error(e)  # the model is loaded by the workers, not here
         if unusable:
             raise predict.ModelUnusable(unusable) from None
         raise
+    finally:
+        if explanations and sys.exc_info()[0] is not None:
+            explanations.close(complete=False)  # a failed job leaves no folder of maps behind
+    if explanations:
+        explanations.close(complete=counts["inputs"] > 0)
     if not counts["inputs"]:
         return fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
     print(f"{counts['inputs']:,} inputs: {counts['classified']:,} classified, {counts['failed']:,} failed; "
-          f"results in {args.output}" + (f" and {args.automl_output}" if args.automl_output else ""))
+          f"results in {args.output}" + (f" and {args.automl_output}" if args.automl_output else "")
+          + (f" and {args.explain}" if args.explain else ""))
     return EXIT_RUN_FAILED if counts["failed"] else 0

@@ -35,24 +35,43 @@ from prediction import image_inputs, predict, result_files
 NAMESPACE = "imagepipe.predict"
 
 
+class _Loaded:
+    """A worker's model: its serving call, and its explainer with --explain (a class of its own: Beam's shared
+    model handle keeps a weak reference to it, which a tuple or SimpleNamespace cannot have)."""
+
+    def __init__(self, serve, explainer):
+        self.serve, self.explainer = serve, explainer
+
+
 class ImageModelHandler(ModelHandler):
     """Loads the model's serving call (a SavedModel's serving_default, or a .tflite file) once per worker;
     a batch is (path, encoded bytes) pairs."""
 
-    def __init__(self, model_dir: str, top: int, threshold: float = 0.0):
+    def __init__(self, model_dir: str, top: int, threshold: float = 0.0, explain_dir: Optional[str] = None):
+        """explain_dir: also explain each image's top class (trainer/explain.py) into this folder (a local one:
+        the driver moves it into place whole)."""
         super().__init__()
         self._model_dir, self._top, self._threshold = model_dir, top, threshold
+        self._explain_dir = explain_dir
 
     def load_model(self):
-        return predict.load_serving(self._model_dir)
+        return _Loaded(predict.load_serving(self._model_dir),
+                       predict.explainer_for(self._model_dir) if self._explain_dir else None)
 
     def run_inference(self, batch: Sequence[Tuple[str, bytes]], model, inference_args=None) -> Iterable[Dict]:
+        serve, explainer = model.serve, model.explainer
         results = []
         # BatchElements bounds a batch's encoded bytes; model calls also take at most 64 images, as in
         # the in-process predict, so small files do not make calls of hundreds of decoded images.
         for chunk in image_inputs.byte_batches(batch, size=lambda item: len(item[1])):
-            labels = predict.label_batch(model, [data for _, data in chunk], self._top, self._threshold)
-            results += [{"path": path, **label} for (path, _), label in zip(chunk, labels)]
+            labels = predict.label_batch(serve, [data for _, data in chunk], self._top, self._threshold)
+            found = [{"path": path, **label} for (path, _), label in zip(chunk, labels)]
+            if explainer is not None:
+                kept = [(r, data) for r, (_, data) in zip(found, chunk) if "error" not in r]
+                predict.explained(explainer, [r for r, _ in kept], [data for _, data in kept])
+                for result in found:
+                    result_files.write_explanation(self._explain_dir, result)
+            results += found
         return results
 
     def get_num_bytes(self, batch: Sequence[Tuple[str, bytes]]) -> int:
@@ -116,16 +135,18 @@ def csv_text(cells: List[str]) -> str:
 
 
 def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: int, max_pixels: int,
-          progress_dir: Optional[str] = None, threshold: float = 0.0, automl_output: Optional[str] = None) -> None:
+          progress_dir: Optional[str] = None, threshold: float = 0.0, automl_output: Optional[str] = None,
+          explain_dir: Optional[str] = None) -> None:
     """The job: every input read, classified and written to `output` (and, with automl_output, in Vertex
-    AutoML's batch prediction shape there too: every class above the confidence threshold)."""
+    AutoML's batch prediction shape there too: every class above the confidence threshold; with explain_dir, each
+    image's map there, and their index.csv)."""
     read = (p
             | "ListInputs" >> beam.io.ReadFromText(input_list, validate=False)  # written just before the job
             | "Spread" >> beam.Reshuffle()  # the list is one file: without this one worker reads every image
             | "ReadImage" >> beam.ParDo(ReadImage(max_pixels, progress_dir)).with_outputs("errors", main="images"))
     labelled = (read.images
                 | "Classify" >> RunInference(ImageModelHandler(
-                    model_dir, predict.EVERY_CLASS if automl_output else top, threshold))
+                    model_dir, predict.EVERY_CLASS if automl_output else top, threshold, explain_dir))
                 | "Count" >> beam.Map(count_result))
     if result_files.output_kind(output) == ".csv":
         multi = predict.is_multi_label(threshold)
@@ -142,6 +163,15 @@ def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: i
         _ = (merged
              | "FormatAutoML" >> beam.Map(lambda result: result_files.automl_record(result, threshold))
              | "WriteAutoML" >> beam.io.WriteToText(automl_output, shard_name_template="", num_shards=1))
+    if explain_dir:
+        _ = (labelled
+             | "Explained" >> beam.Filter(lambda result: "overlay" in result)
+             | "FormatExplained" >> beam.Map(lambda result: csv_text(
+                 [result["path"], result["predictions"][0][0], f"{result['predictions'][0][1]:.6f}",
+                  result["overlay"], result["attribution_file"]]))
+             | "WriteIndex" >> beam.io.WriteToText(fs.join(explain_dir, result_files.EXPLANATIONS_INDEX),
+                                                   shard_name_template="", num_shards=1,
+                                                   header=",".join(result_files.EXPLANATION_COLUMNS)))
 
 
 def local_args(workers: int) -> List[str]:
@@ -159,7 +189,7 @@ def local_args(workers: int) -> List[str]:
 
 def run(model_dir: str, inputs: Iterable[image_inputs.Input], output: str, top: int, max_pixels: int,
         beam_args: List[str], temp_dir: Optional[str] = None, progress=None, started=None, threshold: float = 0.0,
-        automl_output: Optional[str] = None) -> Dict[str, int]:
+        automl_output: Optional[str] = None, explain_dir: Optional[str] = None) -> Dict[str, int]:
     """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
 
     The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
@@ -180,7 +210,8 @@ def run(model_dir: str, inputs: Iterable[image_inputs.Input], output: str, top: 
         with stderr_to(os.path.join(workdir, "workers.log") if local else None) as console:
             with watch_progress(progress_dir, progress(count, console) if progress else None):
                 p = beam.Pipeline(options=PipelineOptions(beam_args))
-                build(p, input_list, model_dir, output, top, max_pixels, progress_dir, threshold, automl_output)
+                build(p, input_list, model_dir, output, top, max_pixels, progress_dir, threshold, automl_output,
+                      explain_dir)
                 result = p.run()
                 if started:
                     started(result)

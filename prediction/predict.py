@@ -173,23 +173,53 @@ def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
 
 
 def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,
-             max_pixels: int = MAX_PIXELS, threshold: Threshold = 0.0) -> Iterator[Dict]:
+             max_pixels: int = MAX_PIXELS, threshold: Threshold = 0.0, explain: bool = False) -> Iterator[Dict]:
     """One result per input, in order, as they are ready: {'path', 'predictions': [(class, probability)...],
-    'ids', 'unsure'} or {'path', 'error'}.
+    'ids', 'unsure'} or {'path', 'error'}; with `explain`, also 'pixels' (what the model saw) and 'attribution'
+    (its map for the top class: trainer/explain.py).
 
     Streams: files are read as their batch fills (at most BATCH_BYTES of encoded images, 64 files),
     so memory does not grow with the number of inputs. The model is loaded at the first readable image.
     """
-    serve = None
+    serve = explainer = None
     inspected = (inspect_input(item, max_pixels) for item in inputs)
     batches = byte_batches(inspected, size=lambda result: len(result.get("data", b"")))
     for window in read_ahead(batches):
         images = [result for result in window if "data" in result]
         if images:
             serve = serve or load_serving(resolve_model_dir(model_dir))
-            for result, labels in zip(images, label_batch(serve, [r.pop("data") for r in images], top, threshold)):
+            data = [r.pop("data") for r in images]
+            for result, labels in zip(images, label_batch(serve, data, top, threshold)):
                 result.update(labels)
+            if explain:
+                explainer = explainer or explainer_for(model_dir)
+                explained(explainer, [r for r in images if "error" not in r],
+                          [d for r, d in zip(images, data) if "error" not in r])
         yield from window
+
+
+def explainer_for(model_dir: str):
+    """An Explainer (trainer/explain.py) of a SavedModel; ModelUnusable for a TFLite file or an older export."""
+    from trainer import explain
+
+    resolved = resolve_model_dir(model_dir)
+    if resolved.endswith(".tflite"):
+        raise ModelUnusable(f"--model {model_dir}: --explain needs the SavedModel (its gradients); give the pushed "
+                            "model folder, not its .tflite file")
+    try:
+        return explain.Explainer(resolved)
+    except explain.ExplanationsUnavailable as e:
+        raise ModelUnusable(str(e)) from None
+
+
+def explained(explainer, results: List[Dict], data: List[bytes]) -> None:
+    """Adds 'pixels' and 'attribution' (the map of each result's top class) to classified results."""
+    if not results:
+        return
+    pixels = explainer.pixels(data)
+    maps, _ = explainer.explain(pixels, [r["ids"][0] for r in results])
+    for result, image, attribution in zip(results, pixels, maps):
+        result.update(pixels=image, attribution=attribution)
 
 
 def read_ahead(batches: Iterable[List]) -> Iterator[List]:

@@ -215,3 +215,76 @@ class ResultWriter:
     def _error(self, e: OSError) -> "InputError":
         return InputError(f"{self._option} {self.path}: cannot write the results ({e.strerror or e}); free space there "
                           "or give a path on a disk with room")
+
+
+EXPLANATIONS_INDEX = "index.csv"
+EXPLANATION_COLUMNS = ("path", "class", "probability", "overlay", "attribution")
+
+
+def safe_stem(path: str, most: int = 60) -> str:
+    """A file name's stem with only letters, digits, '.', '-' and '_' (others '_'): input names may hold anything."""
+    stem = os.path.splitext(path.rstrip("/").rsplit("/", 1)[-1])[0]
+    return "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "_" for ch in stem)[:most] or "image"
+
+
+class ExplanationWriter:
+    """`imagepipe predict --explain DIR`: for each classified image, NNNNN-<name>.png (the map over the image, as
+    the model saw it) and NNNNN-<name>.npy (the map: float32 [size, size], summing to 1), numbered in input order
+    (names never collide, whatever the inputs are called), and index.csv (path, class, probability, overlay,
+    attribution). Written into a temporary folder beside DIR and moved into place whole once every input is done;
+    DIR must be new, empty, or one written here before (replaced)."""
+
+    def __init__(self, out: str, option: str = "--explain", overlay_size: int = 256):
+        try:
+            self._folder = user_files.FolderWriter(out, option)
+        except ConfigError as e:
+            raise InputError(str(e)) from None
+        self.path, self._option, self._size = out, option, overlay_size
+        self._rows: List[Dict[str, str]] = []
+
+    def write(self, result: Dict) -> None:
+        if "attribution" not in result:
+            return
+        try:
+            write_explanation(self._folder.partial, result, f"{len(self._rows) + 1:05d}-{safe_stem(result['path'])}",
+                              self._size)
+        except OSError as e:
+            self.close(complete=False)
+            raise InputError(f"{self._option} {self.path}: cannot write the explanations ({e.strerror or e}); free "
+                             "space there or give a folder on a disk with room") from None
+        name, probability = result["predictions"][0]
+        self._rows.append({"path": result["path"], "class": name, "probability": f"{probability:.6f}",
+                           "overlay": result["overlay"], "attribution": result["attribution_file"]})
+
+    def close(self, complete: bool) -> None:
+        if complete:
+            from components.spreadsheet import csv_text
+
+            with open(os.path.join(self._folder.partial, EXPLANATIONS_INDEX), "w", encoding="utf-8") as f:
+                f.write(csv_text(EXPLANATION_COLUMNS, self._rows))
+        self._folder.close(complete)
+
+
+def write_explanation(folder: str, result: Dict, stem: Optional[str] = None, overlay_size: int = 256) -> None:
+    """A result's map (predict.explained) as folder/<stem>.png (over the image) and <stem>.npy; the result then
+    names them ('overlay', 'attribution_file') instead of holding the arrays. The default stem, for Beam's workers
+    (which know no input order): a hash of the path, then its safe name."""
+    if "attribution" not in result:
+        return
+    import hashlib
+    import io as bytes_io
+
+    import numpy as np
+
+    from trainer import explain
+
+    stem = stem or f"{hashlib.sha1(result['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:12]}-" \
+                   f"{safe_stem(result['path'])}"
+    pixels, attribution = result.pop("pixels"), result.pop("attribution")
+    saved = bytes_io.BytesIO()
+    np.save(saved, attribution)
+    with open(os.path.join(folder, stem + ".npy"), "wb") as f:
+        f.write(saved.getvalue())
+    with open(os.path.join(folder, stem + ".png"), "wb") as f:
+        f.write(explain.overlay_png(pixels, attribution, max(overlay_size, pixels.shape[0])))
+    result.update(overlay=stem + ".png", attribution_file=stem + ".npy")

@@ -100,28 +100,52 @@ def write_folder(out: str, build: Callable[[str], None], option: str, replace: b
     whole (a COMPLETE marker inside). `out` must be new, empty, or a folder made here before: that one is kept as
     it is, or with `replace` made again. A folder holding anything else is the user's, never deleted or written
     into (ConfigError)."""
-    ours = os.path.exists(os.path.join(out, COMPLETE))
-    if ours and not replace:
+    if os.path.exists(os.path.join(out, COMPLETE)) and not replace:
         return out
-    if os.path.lexists(out) and not ours:
-        if not os.path.isdir(out) or os.path.islink(out):
-            raise ConfigError(f"{option} {out}: not a folder; give a new or empty folder")
-        if os.listdir(out):
-            raise ConfigError(f"{option} {out}: the folder holds files imagepipe did not write, which it never "
-                              "deletes or writes among; give a new or empty folder")
-    parent, name = os.path.split(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    partial = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent)
+    folder = FolderWriter(out, option)
     try:
-        build(partial)
-        open(os.path.join(partial, COMPLETE), "w").close()
-        if ours:  # made here before (its marker): replaced
-            shutil.rmtree(out)
-        os.replace(partial, out)  # over an empty folder too (POSIX rename)
+        build(folder.partial)
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)  # the temporary folder made above, nothing else
+        folder.close(complete=False)
         raise
+    folder.close(complete=True)
     return out
+
+
+class FolderWriter:
+    """A folder written as things come (`partial`: a new temporary folder beside `out`), moved into place whole by
+    close(complete=True), with a COMPLETE marker inside; close(complete=False) removes it. `out` must be new, empty,
+    or a folder made here before (replaced); a folder holding anything else is the user's (ConfigError at once)."""
+
+    def __init__(self, out: str, option: str):
+        self.out = out
+        self._ours = os.path.exists(os.path.join(out, COMPLETE))
+        if os.path.lexists(out) and not self._ours:
+            if not os.path.isdir(out) or os.path.islink(out):
+                raise ConfigError(f"{option} {out}: not a folder; give a new or empty folder")
+            if os.listdir(out):
+                raise ConfigError(f"{option} {out}: the folder holds files imagepipe did not write, which it never "
+                                  "deletes or writes among; give a new or empty folder")
+        parent, name = os.path.split(os.path.abspath(out))
+        os.makedirs(parent, exist_ok=True)
+        self.partial = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent)
+        self._closed = False
+
+    def close(self, complete: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if complete:
+                open(os.path.join(self.partial, COMPLETE), "w").close()
+                if self._ours:  # made here before (its marker): replaced
+                    shutil.rmtree(self.out)
+                os.replace(self.partial, self.out)  # over an empty folder too (POSIX rename)
+                return
+        except BaseException:
+            shutil.rmtree(self.partial, ignore_errors=True)
+            raise
+        shutil.rmtree(self.partial, ignore_errors=True)  # the temporary folder made here, nothing else
 
 
 def same_file(a: str, b: str) -> bool:
