@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
-	bench-health bench-tuning bench-imbalance bench-multilabel lock clean
+	bench-health bench-tuning bench-imbalance bench-multilabel bench-explain lock clean
 
 install: $(VENV)/.installed
 
@@ -86,6 +86,9 @@ bench-imbalance: install
 
 bench-multilabel: install
 	$(BIN)/python -m bench.multilabel_benchmark --seeds 1,2
+
+bench-explain: install
+	$(BIN)/python -m bench.explain_benchmark
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install
