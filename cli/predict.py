@@ -40,6 +40,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         result_files.check_outputs(outputs, args.images, None)
         model_dir = predict.resolve_model_dir(model)
         result_files.check_outputs(outputs, args.images, model_dir)
+        if args.explain:
+            result_files.check_explain_folder(args.explain, args.images, list(filter(None, outputs.values())), model_dir)
+            if model_dir.endswith(".tflite"):
+                raise predict.ModelUnusable(f"--model {model_dir}: --explain needs the SavedModel (its gradients); give "
+                                            "the pushed model folder, not its .tflite file")
         threshold, how = predict.model_threshold(model_dir)
         if args.confidence_threshold is not None:  # one for every label of a multi-label model
             threshold = ({name: args.confidence_threshold for name in threshold} if predict.is_multi_label(threshold)
@@ -50,10 +55,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise image_inputs.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
         if args.workers or args.dataflow:
             return _predict_with_beam(args, config, model_dir, top, threshold)
-        explanations = result_files.ExplanationWriter(args.explain) if args.explain else None
         writer = result_files.ResultWriter(args.output, top, multi_label=multi) if args.output else None
         automl = result_files.ResultWriter(args.automl_output, top, automl_threshold=threshold) if args.automl_output \
             else None
+        explanations = result_files.ExplanationWriter(args.explain) if args.explain else None  # last: nothing after
+        # it can fail and leave its temporary folder
     except (predict.ModelNotFound, predict.ModelUnusable, image_inputs.InputError) as e:
         return fail(EXIT_BAD_INPUT, str(e))
     writers = [w for w in (writer, automl, explanations) if w]
@@ -141,7 +147,7 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
         from storage.user_files import FolderWriter
 
         try:
-            explanations = FolderWriter(args.explain, "--explain")
+            explanations = FolderWriter(args.explain, "--explain", result_files.EXPLANATIONS_KIND)
         except ConfigError as e:
             raise image_inputs.InputError(str(e)) from None
     try:

@@ -1,7 +1,8 @@
 """Where the model looked, for a bounded sample of eval images: what the Evaluator adds after TFMA for the report.
 
 The sample: every misclassified eval image first (at most half of `limit`), then correctly classified ones, the
-classes taken in turn, up to `limit` images in all, from the first MAX_EXAMINED eval records. Each image's map is
+classes taken in turn, up to `limit` images in all, from the first MAX_EXAMINED eval records (only the bytes of the
+images the sample may take are kept while they are read). Each image's map is
 integrated gradients for its predicted class on the exported model (trainer/explain.py). Written to the evaluation's
 explanations/ folder:
 
@@ -57,7 +58,8 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
     labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT
     spec = {keys.ENCODED: tf.io.FixedLenFeature([], tf.string), keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
             labels_key: tf.io.VarLenFeature(tf.string)}
-    rows, images = [], []
+    rows, images = [], {}  # images: the encoded bytes of the rows sample() may choose, by row (memory: bounded)
+    wrong, right = 0, {}
     records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(MAX_EXAMINED).batch(64)
     for batch in records:
         parsed = tf.io.parse_example(batch, spec)
@@ -67,10 +69,14 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
         for i, row in enumerate(probabilities):
             names = [n.decode("utf-8", "replace") for n in actual[i]]
             predicted = explainer.class_names[int(row.argmax())]
+            correct = predicted in names
+            if (not correct and wrong < limit) or (correct and right.get(predicted, 0) < limit):
+                images[len(rows)] = encoded[i]
+                wrong += not correct
+                right[predicted] = right.get(predicted, 0) + correct
             rows.append({"path": parsed[keys.FILENAME][i].numpy().decode("utf-8", "replace"),
                          "actual": ";".join(names), "predicted": predicted, "probability": round(float(row.max()), 6),
-                         "correct": predicted in names, "id": int(row.argmax())})
-            images.append(encoded[i])
+                         "correct": correct, "id": int(row.argmax())})
     chosen = sample(rows, limit)
     tf.io.gfile.makedirs(out_dir)  # local or gs:// (the evaluation artifact's folder)
     shown, per_class = [], {}

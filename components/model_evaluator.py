@@ -168,7 +168,7 @@ def with_label_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
     key = standard_component_specs.EVAL_CONFIG_KEY
     config, bound = multi_label_evaluation.eval_config_for(
         proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig()), len(names), compare,
-        exec_properties.get(CONFIDENCE))
+        exec_properties.get(CONFIDENCE), [int(eval_counts.get(name, 0)) for name in names])
     gate = multi_label_evaluation.label_gate(names, eval_counts, train_counts, floor, bound, compare)
     return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
 
@@ -274,7 +274,8 @@ class Executor(beam_tuning.EvaluatorExecutor):
                 os.path.join(evaluation.uri, eval_explanations.EXPLANATIONS_DIR), limit, multi_label)
             logging.info("Evaluator: explained %d eval images in %.1f s", len(found["images"]), found["seconds"])
         except Exception as e:  # noqa: BLE001 - the report says there are none; the evaluation stands
-            logging.warning("Evaluator: no explanations (%s: %s)", type(e).__name__, str(e).splitlines()[0][:200])
+            logging.warning("Evaluator: no explanations (%s: %s)", type(e).__name__,
+                            (str(e).splitlines() or [""])[0][:200])
 
     @staticmethod
     def _write_views(uri: str, names: List[str], confidence: Optional[float], target: Optional[float],

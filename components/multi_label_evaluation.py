@@ -34,9 +34,12 @@ MATRICES = "confusion_matrix_at_thresholds"  # ConfusionMatrixAtThresholds's met
 PLOT_THRESHOLDS = [0.25, 0.5, 0.75]
 
 
-def eval_config_for(config, num_labels: int, compare: bool, confidence_threshold: Optional[float] = None):
+def eval_config_for(config, num_labels: int, compare: bool, confidence_threshold: Optional[float] = None,
+                    eval_support: Optional[Sequence[int]] = None):
     """`config` (pipeline.eval_config's, thresholds set) for a multi-label model of num_labels labels: the labels
-    as the multi-hot LABELS_KEY, and the metrics above. Its accuracy lower bound becomes macro AUC-PR's."""
+    as the multi-hot LABELS_KEY, and the metrics above. Its accuracy lower bound becomes macro AUC-PR's, averaged over
+    the labels with eval images (eval_support: images per label id; a label without any has no precision-recall
+    curve, and TFMA would count it 0)."""
     import tensorflow_model_analysis as tfma
 
     from components.model_evaluator import ACCURACY_METRIC
@@ -64,8 +67,9 @@ def eval_config_for(config, num_labels: int, compare: bool, confidence_threshold
             tfma.MetricConfig(class_name="ConfusionMatrixAtThresholds", config=json.dumps(
                 {"thresholds": thresholds_with(confidence_threshold)}))], binarize=labels),
         tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name=AUC_PR, threshold=threshold)],
-                         aggregate=tfma.AggregationOptions(macro_average=True,
-                                                           class_weights={i: 1.0 for i in range(num_labels)})),
+                         aggregate=tfma.AggregationOptions(macro_average=True, class_weights={
+                             i: 1.0 for i in range(num_labels) if not eval_support or eval_support[i] > 0} or {
+                             i: 1.0 for i in range(num_labels)})),
     ])
     return config, bound
 

@@ -30,6 +30,7 @@ from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from storage import files as fs
+from components.spreadsheet import spreadsheet_safe
 from prediction import image_inputs, predict, result_files
 
 NAMESPACE = "imagepipe.predict"
@@ -166,9 +167,9 @@ def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: i
     if explain_dir:
         _ = (labelled
              | "Explained" >> beam.Filter(lambda result: "overlay" in result)
-             | "FormatExplained" >> beam.Map(lambda result: csv_text(
-                 [result["path"], result["predictions"][0][0], f"{result['predictions'][0][1]:.6f}",
-                  result["overlay"], result["attribution_file"]]))
+             | "FormatExplained" >> beam.Map(lambda result: csv_text([spreadsheet_safe(cell) for cell in (
+                 result["path"], result["predictions"][0][0], f"{result['predictions'][0][1]:.6f}",
+                 result["overlay"], result["attribution_file"])]))  # names are the user's: never formulas
              | "WriteIndex" >> beam.io.WriteToText(fs.join(explain_dir, result_files.EXPLANATIONS_INDEX),
                                                    shard_name_template="", num_shards=1,
                                                    header=",".join(result_files.EXPLANATION_COLUMNS)))

@@ -124,6 +124,19 @@ def check_outputs(outputs: Dict[str, str], inputs: List[str], model_dir: Optiona
         raise InputError(f"--output and --automl-output {given[0][1]}: one file cannot hold both; give two")
 
 
+def check_explain_folder(folder: str, inputs: List[str], outputs: List[str], model_dir: Optional[str]) -> None:
+    """InputError for an --explain folder that is, holds or lies inside an input, a results file or the model's
+    folder: the maps go to a folder of their own."""
+    local = [p for p in [*inputs, *outputs, *([model_dir] if model_dir else [])]
+             if p and not p.startswith("gs://") and os.path.exists(p)]
+    if folder.startswith("gs://"):
+        raise InputError(f"--explain {folder}: give a local folder (the maps are moved into place whole)")
+    for path in local:
+        if user_files.inside(folder, path) or user_files.inside(path, folder):
+            raise InputError(f"--explain {folder}: it is, holds or lies inside {path} (an input, a results file or the "
+                             "model); give a folder of its own for the maps")
+
+
 def output_kind(path: str, option: str = "--output") -> str:
     """'.jsonl' or '.csv' from a results file's name; else InputError (--automl-output: .jsonl only)."""
     kind = os.path.splitext(path)[1].lower()
@@ -218,6 +231,7 @@ class ResultWriter:
 
 
 EXPLANATIONS_INDEX = "index.csv"
+EXPLANATIONS_KIND = "imagepipe predict --explain"  # the folder's marker: only such a folder is ever replaced
 EXPLANATION_COLUMNS = ("path", "class", "probability", "overlay", "attribution")
 
 
@@ -236,7 +250,7 @@ class ExplanationWriter:
 
     def __init__(self, out: str, option: str = "--explain", overlay_size: int = 256):
         try:
-            self._folder = user_files.FolderWriter(out, option)
+            self._folder = user_files.FolderWriter(out, option, EXPLANATIONS_KIND)
         except ConfigError as e:
             raise InputError(str(e)) from None
         self.path, self._option, self._size = out, option, overlay_size

@@ -69,14 +69,17 @@ def training(components: Dict[str, Dict]) -> str:
                  "still falling when the epoch cap ended training, so more epochs would likely give a better "
                  "model.</p>")
     balancing = log.get("class_balance") or {}
+    multi = balancing.get("task") == "multi"
     if balancing.get("imbalanced"):
         body += (f"<p class=\"warn\">The train split is imbalanced ({esc(class_balance.describe_mix(balancing['counts']))}"
                  f"): {esc(run_text.describe_class_balance(balancing))}; early stopping and the kept epoch followed "
-                 "balanced accuracy (<code>--class-balance</code>).</p>")
+                 f"{'macro AUC-PR' if multi else 'balanced accuracy'} (<code>--class-balance</code>).</p>")
     loss = {"train loss": [e.get("loss") for e in epochs], "eval loss": [e.get("val_loss") for e in epochs]}
-    accuracy = {"train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
-                "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs],
-                "eval balanced accuracy": [e.get("val_balanced_accuracy") for e in epochs]}
+    accuracy = {"train macro AUC-PR": [e.get("auc_pr") for e in epochs],
+                "eval macro AUC-PR": [e.get("val_auc_pr") for e in epochs]} if multi else {
+        "train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
+        "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs],
+        "eval balanced accuracy": [e.get("val_balanced_accuracy") for e in epochs]}
     body += f"<div class=\"grid\">{line_chart(loss, 'loss per epoch')}{line_chart(accuracy, 'accuracy per epoch')}</div>"
     body += table(["epoch", "phase", "seconds", "loss", "accuracy", "eval loss", "eval accuracy",
                    "eval balanced accuracy"],

@@ -150,7 +150,8 @@ def describe_class_balance(balancing: Dict[str, Any]) -> str:
     if balancing.get("task") == "multi":
         how = {"weights": "rare labels' positives weighted in the loss",
                "off": "no weighting (--class-balance off)"}[balancing["mode"]]
-        return f"{how} (labels {balancing['imbalance_ratio']:.1f}:1)"
+        ratio = balancing.get("imbalance_ratio")  # None with a single label
+        return how + (f" (labels {ratio:.1f}:1)" if ratio is not None else "")
     how = {"weights": "loss weighted by class", "sampling": "class-balanced batches",
            "off": "no balancing (--class-balance off)"}[balancing["mode"]]
     return f"{how} (imbalanced {balancing['imbalance_ratio']:.1f}:1)"

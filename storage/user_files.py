@@ -92,17 +92,27 @@ def discard(partial: Optional[str]) -> None:
         pass
 
 
-COMPLETE = ".complete"  # the marker of a folder write_folder made (and finished)
+COMPLETE = ".complete"  # the marker of a folder write_folder made (and finished); it holds the folder's kind
 
 
-def write_folder(out: str, build: Callable[[str], None], option: str, replace: bool = False) -> str:
+def _made_here(out: str, kind: str) -> bool:
+    """Whether `out` is a finished folder of this kind made here (its COMPLETE marker names the kind: a folder of
+    sample images is never taken for a folder of maps, and replaced)."""
+    try:
+        with open(os.path.join(out, COMPLETE)) as f:
+            return f.read() == kind
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def write_folder(out: str, build: Callable[[str], None], option: str, replace: bool = False, kind: str = "") -> str:
     """Makes the folder `out` with build(folder) in a new temporary folder beside it, then moves it into place
-    whole (a COMPLETE marker inside). `out` must be new, empty, or a folder made here before: that one is kept as
-    it is, or with `replace` made again. A folder holding anything else is the user's, never deleted or written
-    into (ConfigError)."""
-    if os.path.exists(os.path.join(out, COMPLETE)) and not replace:
+    whole (a COMPLETE marker inside). `out` must be new, empty, or a folder of this `kind` made here before: that
+    one is kept as it is, or with `replace` made again. A folder holding anything else is the user's, never deleted
+    or written into (ConfigError)."""
+    if _made_here(out, kind) and not replace:
         return out
-    folder = FolderWriter(out, option)
+    folder = FolderWriter(out, option, kind)
     try:
         build(folder.partial)
     except BaseException:
@@ -114,12 +124,13 @@ def write_folder(out: str, build: Callable[[str], None], option: str, replace: b
 
 class FolderWriter:
     """A folder written as things come (`partial`: a new temporary folder beside `out`), moved into place whole by
-    close(complete=True), with a COMPLETE marker inside; close(complete=False) removes it. `out` must be new, empty,
-    or a folder made here before (replaced); a folder holding anything else is the user's (ConfigError at once)."""
+    close(complete=True), with a COMPLETE marker naming `kind` inside; close(complete=False) removes it. `out` must
+    be new, empty, or a folder of this kind made here before (replaced); a folder holding anything else is the
+    user's (ConfigError at once)."""
 
-    def __init__(self, out: str, option: str):
-        self.out = out
-        self._ours = os.path.exists(os.path.join(out, COMPLETE))
+    def __init__(self, out: str, option: str, kind: str = ""):
+        self.out, self._kind = out, kind
+        self._ours = _made_here(out, kind)
         if os.path.lexists(out) and not self._ours:
             if not os.path.isdir(out) or os.path.islink(out):
                 raise ConfigError(f"{option} {out}: not a folder; give a new or empty folder")
@@ -137,7 +148,8 @@ class FolderWriter:
         self._closed = True
         try:
             if complete:
-                open(os.path.join(self.partial, COMPLETE), "w").close()
+                with open(os.path.join(self.partial, COMPLETE), "w") as f:
+                    f.write(self._kind)
                 if self._ours:  # made here before (its marker): replaced
                     shutil.rmtree(self.out)
                 os.replace(self.partial, self.out)  # over an empty folder too (POSIX rename)

@@ -141,3 +141,24 @@ def test_a_shortcut_shows_in_the_class_map(tmp_path_factory):
     marked = next(c for c in index["classes"] if c["name"] == "marked")
     average = np.load(os.path.join(index["folder"], marked["map"]))
     assert float(average[:8, :8].sum()) > 0.4 and explain.top_share_inside(average, [0, 0, 8, 8]) > 0.6
+
+
+def test_explanations_never_replace_or_write_among_other_folders(tmp_path):
+    from prediction import image_inputs, result_files
+    from storage import user_files
+    from storage.errors import ConfigError
+
+    sample = user_files.write_folder(str(tmp_path / "sample"), lambda folder: write(os.path.join(folder, "a.png"), b"x"),
+                                     "--out")  # a folder imagepipe made, of another kind (sample images)
+    with pytest.raises(ConfigError, match="did not write"):
+        user_files.FolderWriter(sample, "--explain", result_files.EXPLANATIONS_KIND)
+    assert sorted(os.listdir(sample)) == [".complete", "a.png"]  # untouched
+    maps = user_files.FolderWriter(str(tmp_path / "maps"), "--explain", result_files.EXPLANATIONS_KIND)
+    write(os.path.join(maps.partial, "1.npy"), b"x")
+    maps.close(complete=True)
+    again = user_files.FolderWriter(str(tmp_path / "maps"), "--explain", result_files.EXPLANATIONS_KIND)
+    again.close(complete=True)  # a folder of maps is replaced whole
+    assert sorted(os.listdir(tmp_path / "maps")) == [".complete"]
+    for folder in (sample, str(tmp_path)):  # an input, or a folder holding one
+        with pytest.raises(image_inputs.InputError, match="a folder of its own"):
+            result_files.check_explain_folder(folder, [sample], [], None)

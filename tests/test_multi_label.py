@@ -308,3 +308,21 @@ def test_a_rerun_is_compared_with_the_last_blessed_model_on_macro_auc_pr(manifes
     first = _json(manifest_run["outputs"]["Evaluator"]["evaluation"][0], "views.json")["at_threshold"]["macro_auc_pr"]
     assert card["blessed"] and card["last_blessed"]["macro_auc_pr"] == pytest.approx(first, rel=1e-6)
     assert f"macro AUC-PR {card['macro_auc_pr']:.4f} not below the last blessed model's" in card["blessing_reason"]
+
+
+def test_the_label_check_and_the_macro_average_leave_out_what_cannot_be_scored():
+    # A label on every image (nothing to tell apart) does not stop the check of the others.
+    hot = np.zeros((40, 3), np.float32)
+    hot[:, 0], hot[:20, 1], hot[::4, 2] = 1, 1, 1
+    assert label_issues.multi_label_folds(hot) == (5, "")
+    assert label_issues.multi_label_folds(hot[:, :1])[0] == 0
+    # Macro AUC-PR averages the labels with eval images (TFMA would count a label without any as 0).
+    import tensorflow_model_analysis as tfma
+
+    from pipeline.pipeline import eval_config
+
+    config, bound = multi_label_evaluation.eval_config_for(eval_config(0.7), 3, False, eval_support=[5, 0, 9])
+    macro = [s for s in config.metrics_specs if s.HasField("aggregate")][0]
+    assert dict(macro.aggregate.class_weights) == {0: 1.0, 2: 1.0} and bound == pytest.approx(0.7)
+    assert macro.metrics[0].threshold.value_threshold.lower_bound.value == pytest.approx(0.7)
+    assert isinstance(config, tfma.EvalConfig) and config.model_specs[0].label_key == "labels"

@@ -173,7 +173,8 @@ class Executor(base_executor.BaseExecutor):
             if far[i]:
                 reasons.append("far from every class (feature space)")
             if reasons:
-                label = (";".join(sorted(names[c] for c in examples.labels[i])) if multi_label else names[labels[i]])
+                label = (";".join(sorted(names[c] for c in examples.labels[i] if 0 <= c < len(names))) if multi_label
+                         else names[labels[i]])
                 outlier_rows.append({"path": examples.paths[i], "split": examples.splits[i], "label": label,
                                      "reasons": "; ".join(reasons), "key": examples.keys[i]})
         result["outliers"] = len(outlier_rows)
@@ -217,7 +218,9 @@ def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[
     """The multi-label label check (label_issues.rank_multi_label): its rows for label_issues.csv, and its method,
     the accuracy of its model (the share of label bits it gets right) or why it was skipped, into `result`. The
     given and suggested labels are label sets, ';'-separated (empty: none)."""
-    hot = label_issues.multi_hot(examples.labels, len(names))
+    # A label only eval images have is not in Transform's vocabulary (id -1): no label of the check.
+    known = [[c for c in ids if 0 <= c < len(names)] for ids in examples.labels]
+    hot = label_issues.multi_hot(known, len(names))
     folds, why = label_issues.multi_label_folds(hot, label_issues.FOLDS if vectors is not None
                                                 else label_issues.CNN_FOLDS)
     if not folds:
@@ -234,7 +237,7 @@ def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[
              "given": ";".join(sorted(names[c] for c in s.given)),
              "suggested": ";".join(sorted(names[c] for c in s.suggested)),
              "given_probability": f"{s.quality:.4f}", "key": examples.keys[s.index]}
-            for n, s in enumerate(label_issues.rank_multi_label(examples.labels, probabilities), start=1)]
+            for n, s in enumerate(label_issues.rank_multi_label(known, probabilities), start=1)]
 
 
 def _read_json(path: str) -> Optional[Dict]:
