@@ -290,6 +290,9 @@ def test_a_json_lines_import_runs_and_the_label_check_finds_planted_missing_labe
     assert len(hits) >= 10, f"{len(hits)} of 20 planted missing labels among the first 40 suspects"
     assert all(set(s["given"].split(";")) != set(s["suggested"].split(";")) for s in suspects[:10])
     assert _json(run["outputs"]["Evaluator"]["evaluation"][0], "class_gate.json")["task"] == "multi"
+    # Through the pushed model, as the manifest's run: its thresholds beside it.
+    pushed = glob.glob(os.path.join(run["root"], "serving", "*", "*", "threshold.json"))
+    assert len(pushed) == 1 and _json(pushed[0])["task"] == "multi"
 
 
 @pytest.mark.slow
