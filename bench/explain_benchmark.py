@@ -37,7 +37,7 @@ def measure(data: str, model_dir: str, methods, count: int = 150) -> list:
     rows = []
     for method in methods:
         started = time.perf_counter()
-        maps, probabilities = explainer.explain(pixels, method=method)
+        maps, probabilities = explainer.explain(pixels, method=method)  # no targets: the probabilities come back
         ms = 1000 * (time.perf_counter() - started) / len(rels)
         right = [i for i, r in enumerate(rels) if explainer.class_names[probabilities[i].argmax()] == r.split("/")[0]]
         shares = [explain.top_share_inside(maps[i], boxes[rels[i]]) for i in right]
@@ -52,10 +52,11 @@ def measure(data: str, model_dir: str, methods, count: int = 150) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-class", type=int, default=200)
-    parser.add_argument("--methods", default="ig-blur,ig-black,ig,smoothgrad")
+    from trainer import explain
+
+    parser.add_argument("--methods", default=",".join(explain.METHODS))
     args = parser.parse_args()
     from bench.planted import make_planted
-    from trainer import explain
 
     data = make_planted(os.path.join(OUT, f"patch-{args.per_class}"), "patch", args.per_class)
     with tempfile.TemporaryDirectory(prefix="imagepipe-explain-") as root:

@@ -1,8 +1,8 @@
 """Where the model looked, for a bounded sample of eval images: what the Evaluator adds after TFMA for the report.
 
 The sample: every misclassified eval image first (at most half of `limit`), then correctly classified ones, the
-classes taken in turn, up to `limit` images in all, from the first MAX_EXAMINED eval records (only the bytes of the
-images the sample may take are kept while they are read). Each image's map is
+classes taken in turn, up to `limit` images in all, from the first MAX_EXAMINED eval records (each decoded once; only
+the pixels of the images the sample may take are kept while they are read). Each image's map is
 integrated gradients for its predicted class on the exported model (trainer/explain.py). Written to the evaluation's
 explanations/ folder:
 
@@ -58,20 +58,20 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
     labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT
     spec = {keys.ENCODED: tf.io.FixedLenFeature([], tf.string), keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
             labels_key: tf.io.VarLenFeature(tf.string)}
-    rows, images = [], {}  # images: the encoded bytes of the rows sample() may choose, by row (memory: bounded)
+    rows, images = [], {}  # images: the pixels (as the model sees them) of the rows sample() may choose, by row
     wrong, right = 0, {}
     records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(MAX_EXAMINED).batch(64)
     for batch in records:
         parsed = tf.io.parse_example(batch, spec)
-        encoded = parsed[keys.ENCODED].numpy()
-        probabilities = explainer.probabilities(explainer.pixels(list(encoded)))
+        pixels = explainer.pixels(list(parsed[keys.ENCODED].numpy()))
+        probabilities = explainer.probabilities(pixels)
         actual = tf.RaggedTensor.from_sparse(parsed[labels_key]).to_list()
         for i, row in enumerate(probabilities):
             names = [n.decode("utf-8", "replace") for n in actual[i]]
             predicted = explainer.class_names[int(row.argmax())]
             correct = predicted in names
             if (not correct and wrong < limit) or (correct and right.get(predicted, 0) < limit):
-                images[len(rows)] = encoded[i]
+                images[len(rows)] = pixels[i]
                 wrong += not correct
                 right[predicted] = right.get(predicted, 0) + correct
             rows.append({"path": parsed[keys.FILENAME][i].numpy().decode("utf-8", "replace"),
@@ -82,9 +82,9 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
     shown, per_class = [], {}
     for start in range(0, len(chosen), 32):
         part = chosen[start:start + 32]
-        pixels = explainer.pixels([images[i] for i in part])
-        maps, _ = explainer.explain(pixels, [rows[i]["id"] for i in part])
-        for n, (i, image, attribution) in enumerate(zip(part, pixels, maps), start=start + 1):
+        chosen_pixels = np.stack([images[i] for i in part])
+        maps, _ = explainer.explain(chosen_pixels, [rows[i]["id"] for i in part])
+        for n, (i, image, attribution) in enumerate(zip(part, chosen_pixels, maps), start=start + 1):
             name = f"{n:05d}.png"
             _write(os.path.join(out_dir, name), explain.overlay_png(image, attribution, OVERLAY_SIZE))
             shown.append({**{k: v for k, v in rows[i].items() if k != "id"}, "overlay": name})

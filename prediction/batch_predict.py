@@ -56,8 +56,10 @@ class ImageModelHandler(ModelHandler):
         self._explain_dir = explain_dir
 
     def load_model(self):
-        return _Loaded(predict.load_serving(self._model_dir),
-                       predict.explainer_for(self._model_dir) if self._explain_dir else None)
+        if self._explain_dir:  # one load: the explainer's serving signature classifies too
+            explainer = predict.explainer_for(self._model_dir)
+            return _Loaded(explainer.serving, explainer)
+        return _Loaded(predict.load_serving(self._model_dir), None)
 
     def run_inference(self, batch: Sequence[Tuple[str, bytes]], model, inference_args=None) -> Iterable[Dict]:
         serve, explainer = model.serve, model.explainer

@@ -187,12 +187,14 @@ def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,
     for window in read_ahead(batches):
         images = [result for result in window if "data" in result]
         if images:
+            if explain and explainer is None:  # one load: its serving signature classifies too
+                explainer = explainer_for(model_dir)
+                serve = explainer.serving
             serve = serve or load_serving(resolve_model_dir(model_dir))
             data = [r.pop("data") for r in images]
             for result, labels in zip(images, label_batch(serve, data, top, threshold)):
                 result.update(labels)
             if explain:
-                explainer = explainer or explainer_for(model_dir)
                 explained(explainer, [r for r in images if "error" not in r],
                           [d for r, d in zip(images, data) if "error" not in r])
         yield from window

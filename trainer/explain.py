@@ -45,6 +45,8 @@ class Explainer:
                                           "need (image_pixels, pixel_probabilities); run 'imagepipe run' again to "
                                           "export one")
         self.class_names = [n.decode() for n in self._model.class_names.numpy()]
+        # The same loaded model's serving signature: predict --explain classifies with it (one load, not two).
+        self.serving = self._model.signatures["serving_default"]
 
     def pixels(self, images: Sequence[bytes]) -> np.ndarray:
         """Encoded images -> uint8 [n, size, size, channels], decoded and resized as serving does."""
@@ -58,10 +60,13 @@ class Explainer:
         return self._model.pixel_probabilities(tf.constant(pixels, tf.float32)).numpy()
 
     def explain(self, pixels: np.ndarray, targets: Optional[Sequence[int]] = None,
-                method: str = METHOD) -> Tuple[np.ndarray, np.ndarray]:
+                method: str = METHOD) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         """(maps float32 [n, size, size], each summing to 1 (0 where the model's gradient is 0 everywhere),
-        probabilities [n, classes]) for the `targets` class ids (default: each image's most likely class)."""
-        probabilities = self.probabilities(pixels)
+        probabilities [n, classes] or None) for the `targets` class ids; without targets, each image's most likely
+        class, from the probabilities this returns (a caller that knows its targets pays no extra model call)."""
+        if method not in METHODS:
+            raise ValueError(f"explanation method {method!r}: use one of {', '.join(METHODS)}")
+        probabilities = self.probabilities(pixels) if targets is None else None
         targets = probabilities.argmax(axis=1) if targets is None else np.asarray(targets)
         images = pixels.astype(np.float32)
         if method == "smoothgrad":
