@@ -168,8 +168,8 @@ sys.path.insert(0, {code!r})
 os.chdir({code!r})  # ingestion's workers import from the working directory
 from tfx.types import standard_artifacts
 from tfx.utils import proto_utils
-from components.image_example_gen import executor
-from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
+from components.example_gen import executor
+from components.example_gen.component import ImageExampleGen, ImageIngestionReport
 component = ImageExampleGen(input_base={data!r})
 props = {{k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
           for k, v in component.exec_properties.items() if v is not None}}

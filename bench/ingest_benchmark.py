@@ -78,8 +78,8 @@ def measure_examplegen(corpus, scratch, code_dir=None, **component_args):
     from tfx.types import standard_artifacts
     from tfx.utils import proto_utils
 
-    from components.image_example_gen import executor, ingest_report
-    from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
+    from components.example_gen import executor, ingest_report
+    from components.example_gen.component import ImageExampleGen, ImageIngestionReport
 
     imported = time.monotonic()
     component = ImageExampleGen(input_base=corpus, **component_args)

@@ -4,7 +4,7 @@ import argparse
 
 from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
-from components.image_example_gen.ingest_defaults import LAYOUTS
+from components.example_gen.ingest_defaults import LAYOUTS
 from pipeline.cloud_config import TARGETS, CloudConfig
 from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TASKS, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES

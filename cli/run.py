@@ -28,7 +28,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = with_tuning(config_from_args(args), args, local=True).validate()
     mode = args.progress
     quiet_logs(args.verbose)
-    from components.image_example_gen.sources import DataError
+    from storage.errors import DataError
     from pipeline import local_runner
 
     try:
@@ -118,9 +118,9 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
 
 
 def error_text(error: Exception, root: str = "") -> str:
-    from components.baseline import BaselineError
-    from components.image_example_gen.ingest_report import IngestionError
-    from components.validation_gate import DataValidationError
+    from storage.relocation import BaselineError
+    from components.example_gen.ingest_report import IngestionError
+    from components.validation.gate import DataValidationError
 
     if isinstance(error, (IngestionError, DataValidationError, BaselineError)):
         return str(error)  # written for the user already

@@ -27,14 +27,14 @@ from storage import user_files
 
 @contextlib.contextmanager
 def image_example_gen_driver():
-    """Compiles ImageExampleGen with its own pre-cache driver (components/image_example_gen/vertex_driver.py).
+    """Compiles ImageExampleGen with its own pre-cache driver (components/example_gen/vertex_driver.py).
 
     TFX's step builder names the file-based ExampleGen driver in a module constant, with no
     option to change it; it is swapped for the duration of a compile only.
     """
     from tfx.orchestration.kubeflow.v2 import step_builder
 
-    from components.image_example_gen.vertex_driver import DRIVER_COMMAND
+    from components.example_gen.vertex_driver import DRIVER_COMMAND
 
     original = step_builder._DRIVER_COMMANDS  # pylint: disable=protected-access
     step_builder._DRIVER_COMMANDS = DRIVER_COMMAND  # pylint: disable=protected-access

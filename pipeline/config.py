@@ -11,10 +11,10 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
-from components.data_health import LABEL_CHECKS
-from components.eval_explanations import LIMIT as EXPLANATIONS
-from components.image_example_gen import ingest_defaults
-from components.tuning import MODES as TUNE_MODES
+from components.health import LABEL_CHECKS
+from components.evaluator.explanations import LIMIT as EXPLANATIONS
+from components.example_gen import ingest_defaults
+from components.tuner import MODES as TUNE_MODES
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
 from trainer.class_balance import MIN_CLASS_RECALL
@@ -62,7 +62,7 @@ class PipelineConfig:
     # with the span_window - 1 spans before it.
     span_pattern: Optional[str] = None
     span_window: int = ingest_defaults.SPAN_WINDOW
-    # Ingestion (components/image_example_gen/ingest_defaults.py has the meaning of each).
+    # Ingestion (components/example_gen/ingest_defaults.py has the meaning of each).
     eval_percent: int = ingest_defaults.EVAL_PERCENT
     max_pixels: int = ingest_defaults.MAX_PIXELS
     store_max_pixels: int = ingest_defaults.STORE_MAX_PIXELS
@@ -81,7 +81,7 @@ class PipelineConfig:
     max_size_drift: float = 0.3
     max_format_drift: float = 0.3
     max_count_drop: float = 0.5
-    # Data health (components/data_health): the label check (auto: on for the transfer models, whose
+    # Data health (components/health): the label check (auto: on for the transfer models, whose
     # backbone features make it cheap; on: also a k-fold cnn on pixels; off), and what stops the run like
     # the gate: the share of eval examples with a near-duplicate in train, the share of suspected label
     # errors (1: no check), the shift of the backbone features from the last blessed model's data.
@@ -109,7 +109,7 @@ class PipelineConfig:
     # Split this machine's CPU into this many logical devices and train across them (MirroredStrategy): the
     # multi-replica code runs for real without accelerators (tests, debugging); no faster.
     cpu_replicas: int = 1
-    # Hyperparameter search (components/tuning, trainer/tuning.py): trials per search, 0 for no search step.
+    # Hyperparameter search (components/tuner, trainer/search.py): trials per search, 0 for no search step.
     # tune_mode "search": this run searches (`imagepipe run --tune N`, --retune); "auto": only when the data
     # or settings moved since the last search, else its best values are reused (compiled jobs; local runs
     # of a pipeline that searched before).
@@ -125,7 +125,7 @@ class PipelineConfig:
     # one, or the lowest at which the eval split's precision reaches target_precision; none by default.
     confidence_threshold: Optional[float] = None
     target_precision: Optional[float] = None
-    # Eval images the Evaluator explains for the report (where the model looked: components/eval_explanations.py);
+    # Eval images the Evaluator explains for the report (where the model looked: components/evaluator/explanations.py);
     # 0: none.
     explanations: int = EXPLANATIONS
     enable_cache: bool = True
@@ -157,7 +157,7 @@ class PipelineConfig:
 
     @property
     def feature_cache(self) -> str:
-        """The backbone features cache (components/backbone_features): one per root, shared by its pipelines."""
+        """The backbone features cache (components/features): one per root, shared by its pipelines."""
         return os.path.join(self.root, "cache", "features")
 
     @property
@@ -190,8 +190,8 @@ class PipelineConfig:
                        mixed_precision=self.mixed_precision)
 
     def health_limits(self):
-        """The data health check's thresholds (components.data_health.checks.Limits) from these settings."""
-        from components.data_health.checks import Limits
+        """The data health check's thresholds (components.health.checks.Limits) from these settings."""
+        from components.health.checks import Limits
 
         return Limits(**{field: getattr(self, field) for field in Limits._fields})
 

@@ -26,7 +26,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     Cheap on purpose (no TFX import unless spans must be resolved): bad input is
     reported in a second, before anything is written.
     """
-    from components.image_example_gen import sources
+    from components.example_gen import sources
     from storage import files as fs
 
     config.validate()
@@ -155,13 +155,13 @@ def check_schema(path: str) -> None:
 def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     """A run without --tune of a pipeline that searched before keeps its tuned training: the Tuner step runs
     with the last search's trial count and reuses its best values unless the data or settings moved
-    (components/tuning/decision.py). --retune (tune_mode "search") searches again with that count."""
+    (components/tuner/decision.py). --retune (tune_mode "search") searches again with that count."""
     if config.tune:
         return config
     import json
 
-    from components.baseline import relocate
-    from components.tuning import SEARCH_FILE
+    from storage.relocation import relocate
+    from components.tuner import SEARCH_FILE
     from runs import run_store
 
     trials = 0
@@ -266,7 +266,7 @@ def main() -> int:
 
     from absl import logging
 
-    from components.image_example_gen.sources import DataError
+    from storage.errors import DataError
     from runs import run_text
     from pipeline.config import from_environment
 

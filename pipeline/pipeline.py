@@ -8,76 +8,25 @@ Transform runs after the gate, so nothing consumes data that failed validation. 
 the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compiled job can change them.
 """
 
-import json
-from typing import Optional
-
-import tensorflow_data_validation as tfdv
-import tensorflow_model_analysis as tfma
-from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
-from components import beam_tuning, model_evaluator
-from components import evaluation_views, runtime_settings
-from components.backbone_features.component import BackboneFeatures
-from components.data_health.component import DataHealth
-from components.data_health.gate import DataHealthGate
-from components.image_example_gen.component import ImageExampleGen
-from components.model_card.component import ImagePusher, ModelCard
-from components.tuning.component import ImageTuner, LatestSearch
-from components.validation_gate import DataValidationGate
+from components.beam_settings import tuned
+from components.evaluator.component import ImageEvaluator
+from components.evaluator.eval_config import eval_config
+from components.example_gen.component import ImageExampleGen
+from components.features.component import BackboneFeatures
+from components.health.component import DataHealth
+from components.health.gate import DataHealthGate
+from components.model_card.component import ModelCard
+from components.pusher.component import ImagePusher
+from components.trainer.component import TRAINER_SETTINGS, ImageTrainer
+from components.transform.executor import TransformExecutor
+from components.tuner.component import ImageTuner, LatestSearch
+from components.validation.gate import DataValidationGate
+from components.validation.statistics import StatisticsGenExecutor, stats_options
 from pipeline.config import RUNTIME_PARAMETERS, PipelineConfig, job_has_parameter
 from pipeline.platform import Platform
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
-from trainer.features import IMAGE_KEY, LABEL_KEY
-
-
-def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float] = None) -> tfma.EvalConfig:
-    """Accuracy gates the blessing: above the threshold, and no worse than the baseline.
-
-    The model's own `transform_features` signature turns raw eval examples into its label ids
-    (each model has its own vocabulary), so candidate and baseline are each scored consistently.
-    """
-    accuracy = tfma.MetricConfig(
-        class_name=model_evaluator.ACCURACY_METRIC,  # its lower bound: the accuracy_threshold runtime parameter
-        threshold=tfma.MetricThreshold(
-            value_threshold=tfma.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
-            # Ignored on the first run, when there is no blessed baseline yet.
-            change_threshold=tfma.GenericChangeThreshold(
-                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10})))
-    # Per-class precision and recall come from the confusion matrix (run_summary.per_class_metrics):
-    # binarizing by class id would need the class count before the data is read, and fail when
-    # a class has no valid image.
-    specs = [tfma.MetricsSpec(metrics=[
-        tfma.MetricConfig(class_name="ExampleCount"),
-        accuracy,
-        tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
-        # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
-        # (components/evaluation_views.py; threshold 0 is the plain argmax confusion matrix).
-        tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot", config=json.dumps(
-            {"thresholds": evaluation_views.thresholds_with(confidence_threshold)})),
-    ])]
-    return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(signature_name="serving_examples", label_key=LABEL_KEY,
-                                    prediction_key="probabilities",
-                                    preprocessing_function_names=["transform_features"])],
-        slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=specs)
-
-
-def stats_options() -> tfdv.StatsOptions:
-    """Statistics of every feature, with image/encoded known as an image before any schema exists.
-
-    Semantic domain stats recognise image/encoded as images (format histogram; SchemaGen then
-    writes image_domain). Without a schema, though, TFDV takes every string feature for a
-    categorical one and counts its top values by shuffling each distinct value through a
-    GroupByKey: every image's bytes, the whole corpus through memory (docs/data.md: Full-size photos).
-    Naming image/encoded an image_domain feature makes it a bytes feature (byte-length stats, no
-    top-k), whatever schema the run then uses.
-    """
-    schema = schema_pb2.Schema()
-    feature = schema.feature.add(name=IMAGE_KEY, type=schema_pb2.BYTES)
-    feature.image_domain.SetInParent()
-    return tfdv.StatsOptions(enable_semantic_domain_stats=True, schema=schema)
 
 
 def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connection_config=None) -> tfx.dsl.Pipeline:
@@ -119,10 +68,10 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         example_gen.add_upstream_node(check)
 
     # StatisticsGen, Transform and the Evaluator batch by bytes and check TFRecord checksums fast
-    # (components/beam_tuning.py): a batch of full-size photos weighs what a batch of thumbnails does.
-    statistics_gen = beam_tuning.tuned(tfx.components.StatisticsGen(
+    # (components/beam_settings.py): a batch of full-size photos weighs what a batch of thumbnails does.
+    statistics_gen = tuned(tfx.components.StatisticsGen(
         examples=example_gen.outputs["examples"], stats_options=stats_options()),
-        beam_tuning.StatisticsGenExecutor)
+        StatisticsGenExecutor)
 
     if platform.schema_file:
         schema_gen = tfx.components.ImportSchemaGen(schema_file=platform.schema_file)
@@ -155,26 +104,26 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
 
     hp = config.hparams()
     hparams = hp.to_custom_config()
-    transform = beam_tuning.tuned(tfx.components.Transform(
+    transform = tuned(tfx.components.Transform(
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
-        preprocessing_fn="trainer.preprocessing.preprocessing_fn",
+        preprocessing_fn="components.transform.preprocessing.preprocessing_fn",
         custom_config=hp.transform_config(),  # only what preprocessing_fn reads: training settings keep its cache
         splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
         # Transform's own pre-transform statistics would be a second StatisticsGen pass over
         # every encoded image (its post-transform ones describe serialized pixel tensors);
         # nothing reads either, so they are skipped.
-        disable_statistics=True), beam_tuning.TransformExecutor)
+        disable_statistics=True), TransformExecutor)
     transform.add_upstream_node(gate)  # the gate must pass before any data is consumed
 
     # Transfer models: the frozen backbone runs once per image (cached across runs), and the Trainer's
-    # frozen phase trains the head on its output (components/backbone_features).
+    # frozen phase trains the head on its output (components/features).
     features = None
     if hp.model != "cnn":
         features = BackboneFeatures(transformed_examples=transform.outputs["transformed_examples"],
                                     hparams=hp.features_config(), cache_dir=platform.feature_cache)
     # Likely label errors, outliers, near-duplicates and drift in feature space, before any training
-    # (components/data_health): over a limit it stops the run, as the gate does (or warns).
+    # (components/health): over a limit it stops the run, as the gate does (or warns).
     health = DataHealth(
         ingestion_report=example_gen.outputs["report"], transformed_examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
@@ -184,14 +133,14 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
     health_gate = DataHealthGate(health=health.outputs["health"], fail_on_problems=(config.gate == "fail"))
     training_examples = features.outputs["features"] if features else transform.outputs["transformed_examples"]
 
-    # --tune N: KerasTuner trials (trainer/tuning.py) on what the Trainer trains on (a transfer model's head on
+    # --tune N: KerasTuner trials (trainer/search.py) on what the Trainer trains on (a transfer model's head on
     # the cached features); a run searches again only when the data or settings moved since the last search
-    # (components/tuning/decision.py), found by the resolver, unless asked to (tune_mode "search").
+    # (components/tuner/decision.py), found by the resolver, unless asked to (tune_mode "search").
     tuner, previous_search = None, None
     if config.tune > 0:
         if platform.runs_resolvers:
             previous_search = tfx.dsl.Resolver(
-                # Vertex's compiler knows TFX's strategies only (components/tuning/component.py)
+                # Vertex's compiler knows TFX's strategies only (components/tuner/component.py)
                 strategy_class=tfx.dsl.experimental.LatestArtifactStrategy if platform.compiled else LatestSearch,
                 tuner_results=tfx.dsl.Channel(type=tfx.types.standard_artifacts.TunerResults),
             ).with_id("latest_search_resolver")
@@ -205,27 +154,27 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
             epochs=setting("epochs")).with_id("Tuner")
         tuner.add_upstream_node(health_gate)  # no search on data that failed its health check
 
-    trainer = runtime_settings.ImageTrainer(
+    trainer = ImageTrainer(
         run_fn="trainer.task.run_fn", examples=training_examples,
         transform_graph=transform.outputs["transform_graph"], schema=schema_gen.outputs["schema"],
         base_model=baseline.outputs["model"] if config.warm_start and baseline else None,
         hyperparameters=tuner.outputs["best_hyperparameters"] if tuner else None,
         custom_config={**hparams, **(platform.vertex_training_config or {})},
-        settings={name: setting(name) for name in runtime_settings.TRAINER_SETTINGS} if platform.compiled else {},
+        settings={name: setting(name) for name in TRAINER_SETTINGS} if platform.compiled else {},
         vertex=bool(platform.vertex_training_config)).with_id("Trainer")
     trainer.add_upstream_node(health_gate)  # no training on data that failed its health check
 
-    evaluator = runtime_settings.ImageEvaluator(
+    evaluator = ImageEvaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
         baseline_model=baseline.outputs["model"] if baseline else None,
         eval_config=eval_config(config.accuracy_threshold, config.confidence_threshold),
         example_splits=["eval"],
         settings={**({"accuracy_threshold": setting("accuracy_threshold")} if platform.compiled else {}),
-                  # every class with enough eval images must reach it (components/evaluation_metrics.py)
+                  # every class with enough eval images must reach it (components/evaluator/metrics.py)
                   "min_class_recall": setting("min_class_recall"),
                   "confidence_threshold": config.confidence_threshold, "target_precision": config.target_precision,
-                  # eval images whose maps the report shows (components/eval_explanations.py)
+                  # eval images whose maps the report shows (components/evaluator/explanations.py)
                   "explanations": config.explanations},
     ).with_id("Evaluator")
 

@@ -8,7 +8,7 @@ import posixpath
 
 from tfx.proto import example_gen_pb2
 
-from components.image_example_gen.ingest_defaults import hash_split_output
+from components.example_gen.ingest_defaults import hash_split_output
 from storage.files import is_remote
 from pipeline.config import PipelineConfig
 

@@ -7,8 +7,8 @@ LINES holds, per component kind (run_summary.DETAILS's keys), the text after its
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from components import drift as drift_lib
-from components.data_health import TRUSTED_ACCURACY
-from components.image_example_gen.sources import split_sort_key
+from components.health import TRUSTED_ACCURACY
+from components.example_gen.listing import split_sort_key
 from runs.run_summary import component_kind
 from trainer import class_balance
 
@@ -185,7 +185,7 @@ def still_improving(options: List[str]) -> str:
 
 def describe_labels(d: Dict[str, Any], most: int = 6) -> str:
     """A multi-label evaluation in a phrase: macro AUC-PR and F1, each label's F1 at its threshold, weakest first."""
-    from components.evaluation_results import weakest_label
+    from components.evaluator.results import weakest_label
 
     text = (f"macro AUC-PR {d['macro_auc_pr']:.4f}" if d.get("macro_auc_pr") is not None else "macro AUC-PR -")
     if d.get("macro_f1") is not None:
@@ -239,7 +239,7 @@ def _evaluator(c: Dict[str, Any]) -> str:
 
 def describe_recalls(d: Dict[str, Any], most: int = 6) -> str:
     """Each class's recall (the weakest first), or with many classes the weakest few, naming the weakest."""
-    from components.evaluation_results import weakest_class
+    from components.evaluator.results import weakest_class
 
     rows = sorted(((name, m["recall"]) for name, m in d["per_class"].items() if m.get("recall") is not None),
                   key=lambda kv: (kv[1], kv[0]))
@@ -357,7 +357,7 @@ def data_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
 
 
 def evaluation_weakest(evaluation: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    from components.evaluation_results import weakest_class
+    from components.evaluator.results import weakest_class
 
     return weakest_class(evaluation) if evaluation.get("gate") else None
 

@@ -109,7 +109,7 @@ def test_tf_config_makes_a_multi_worker_plan_and_names_the_chief():
 def test_a_tuner_trial_trains_on_one_machine_whatever_tf_config_says(monkeypatch):
     """The Vertex Tuner extension's replicas run parallel trials: TF_CONFIG names them, but each trial trains
     alone (a multi-worker strategy would wait for the others' collectives)."""
-    from trainer import tuning
+    from trainer import search as tuning
 
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1"]},
                                                 "task": {"type": "worker", "index": 0}}))
@@ -215,7 +215,7 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     model.uri, model_run.uri = str(tmp_path / "model"), str(tmp_path / "model_run")
     command = [sys.executable, "-m", "tfx.scripts.run_executor",
-               "--executor_class_path", "components.runtime_settings.TrainerExecutor",
+               "--executor_class_path", "components.trainer.component.TrainerExecutor",
                "--inputs", artifact_utils.jsonify_artifact_dict({"examples": [examples], "transform_graph": [graph]}),
                "--outputs", artifact_utils.jsonify_artifact_dict({"model": [model], "model_run": [model_run]}),
                "--exec-properties", json.dumps(properties, sort_keys=True)]

@@ -3,7 +3,6 @@ class's average) and from `imagepipe predict --explain`. The maps are checked ag
 planted patch at a random place, and a shortcut (a corner mark on one class only)."""
 
 import csv
-import glob
 import json
 import os
 
@@ -13,7 +12,7 @@ import pytest
 from bench.planted import make_planted
 from browser import open_page
 from commands import run_imagepipe
-from components import eval_explanations
+from components.evaluator import explanations as eval_explanations
 from conftest import write
 from trainer import explain
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from components.image_example_gen.image_check import BadImage, Reason, check_image
+from components.example_gen.image_check import BadImage, Reason, check_image
 from conftest import image_bytes
 
 BUDGET = 50_000_000

@@ -5,8 +5,8 @@ import unicodedata
 
 import pytest
 
-from components.image_example_gen import sources
-from components.image_example_gen.image_check import Reason
+from components.example_gen import sources
+from components.example_gen.image_check import Reason
 from conftest import image_bytes, make_class_tree, write
 
 

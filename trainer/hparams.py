@@ -108,14 +108,14 @@ class HParams:
         return {"image_size": self.image_size, "channels": self.channels}
 
     def features_config(self) -> Dict[str, Any]:
-        """What the features step (components/backbone_features) reads: the backbone, its input and weights
+        """What the features step (components/features) reads: the backbone, its input and weights
         (the seed makes random weights), and the augmented views to cache."""
         return {"model": self.model, "image_size": self.image_size, "channels": self.channels,
                 "weights": self.weights, "seed": self.seed, "augment": self.augment,
                 "augment_views": self.augment_views}
 
     def health_config(self) -> Dict[str, Any]:
-        """What the data health check reads (components/data_health): the input, and for the cnn's opt-in
+        """What the data health check reads (components/health): the input, and for the cnn's opt-in
         k-fold label check the model's training settings."""
         return {"model": self.model, "image_size": self.image_size, "channels": self.channels, "seed": self.seed,
                 "batch_size": self.batch_size, "learning_rate": self.learning_rate}

@@ -23,13 +23,14 @@ import tensorflow_transform as tft
 from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
-from components.baseline import pipeline_root_of, relocate
-from components.backbone_features import PROFILE_FILE, SOURCE_FILE
-from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
-from components.progress_events import progress_event
-from trainer import class_balance, export, features, input_pipeline, models, tflite_export, tuning
+from storage.relocation import pipeline_root_of, relocate
+from storage.output_files import FEATURE_PROFILE_FILE
+from storage.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
+from storage.progress_events import progress_event
+from trainer import class_balance, export, features, input_pipeline, models, search, tflite_export
 from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
+from trainer.training import balance_of, early_stopping, features_source
 from trainer import strategy as strategies
 
 
@@ -100,7 +101,7 @@ def warm_start(model, base_model_dir, info, serving_model_dir: str = "") -> Tupl
     """Loads the base model's weights when it was trained for the same classes and input.
 
     Returns (the weights' folder, "") or (None, why training starts from scratch). The base model is
-    looked for where the root now is (components/baseline.py), from this run's serving_model_dir.
+    looked for where the root now is (storage/relocation.py), from this run's serving_model_dir.
     """
     if not base_model_dir:
         return None, "no blessed model yet"
@@ -144,9 +145,9 @@ def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str
 
 
 def run_fn(fn_args) -> None:
-    # The Tuner's best values (--tune: trainer/tuning.py) replace the settings they searched.
-    tuned = tuning.values_of(getattr(fn_args, "hyperparameters", None))
-    hp = tuning.apply(HParams.from_custom_config(fn_args.custom_config), tuned)
+    # The Tuner's best values (--tune: trainer/search.py) replace the settings they searched.
+    tuned = search.values_of(getattr(fn_args, "hyperparameters", None))
+    hp = search.apply(HParams.from_custom_config(fn_args.custom_config), tuned)
     if tuned:
         logging.info("Trainer: the Tuner's values: %s", tuned)
     keras.utils.set_random_seed(hp.seed)  # Python, NumPy and TensorFlow
@@ -163,51 +164,6 @@ def run_fn(fn_args) -> None:
     finally:
         if not was_deterministic:
             tf_config.disable_op_determinism()
-
-
-def features_source(example_patterns) -> Optional[dict]:
-    """The features step's source.json when the Trainer's examples are its output (transfer models), else None."""
-    uri = os.path.dirname(os.path.dirname(example_patterns[0].rstrip("/")))  # <uri>/Split-train/*
-    path = os.path.join(uri, SOURCE_FILE)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        return {**json.load(f), "uri": uri}
-
-
-def balance_of(hp: HParams, train_files, class_names,
-               multi_label: bool = False) -> Tuple[dict, Optional[input_pipeline.Balance]]:
-    """What training does about its train split's class mix (trainer/class_balance.py): the plan training.json
-    records, and the input pipeline's balancing (None: none; multi-label: rare labels are weighed in the loss)."""
-    if multi_label:
-        counts = input_pipeline.label_counts(train_files, len(class_names), multi_label=True)
-        examples, _ = input_pipeline.measure(input_pipeline.list_files(train_files))
-        balancing = class_balance.multi_label_plan(hp.class_balance, counts, examples, class_names)
-        if balancing["mode"] == "weights":
-            logging.info("Trainer: rare labels (%s of %d images): positive weights %s",
-                         class_balance.describe_mix(balancing["counts"]), examples, balancing["positive_weights"])
-        return balancing, None
-    counts = input_pipeline.label_counts(train_files, len(class_names))
-    balancing = class_balance.plan(hp.class_balance, counts, class_names)
-    if balancing["mode"] == "off":
-        return balancing, None
-    logging.info("Trainer: imbalanced classes (%s): %s", class_balance.describe_mix(balancing["counts"]),
-                 "loss weights by class" if balancing["mode"] == "weights" else "class-balanced batches")
-    return balancing, input_pipeline.Balance(balancing["mode"], balancing["weights"] or (), balancing["shares"] or (),
-                                             counts)
-
-
-def early_stopping(hp: HParams, monitor: str) -> keras.callbacks.Callback:
-    """Within the cap (--epochs), training stops once the eval loss has not improved for --patience epochs.
-
-    On imbalanced data it follows balanced accuracy instead (a lower loss there mostly means the majority class
-    fits better), which moves in steps of a few rare eval images: it waits twice --patience, and only from the
-    end of the first --patience epochs, while a balanced loss is still learning the rare class (measured on
-    bench/imbalanced.py's 2% set: flat for 12 epochs, best at 17; --patience 5 from epoch 1 kept epoch 1)."""
-    if monitor == class_balance.ACCURACY:
-        return keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience)
-    return keras.callbacks.EarlyStopping(monitor=monitor, mode="max", patience=2 * hp.patience,
-                                         start_from_epoch=hp.patience)
 
 
 def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy,
@@ -296,9 +252,9 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
         f.write(json.dumps(info))
     if source:  # the features the model learnt from, in profile: what the next run's drift is measured against
-        profile = os.path.join(source["uri"], PROFILE_FILE)
+        profile = os.path.join(source["uri"], FEATURE_PROFILE_FILE)
         if tf.io.gfile.exists(profile):
-            tf.io.gfile.copy(profile, os.path.join(keras_dir, PROFILE_FILE), overwrite=True)
+            tf.io.gfile.copy(profile, os.path.join(keras_dir, FEATURE_PROFILE_FILE), overwrite=True)
     record = {
         "strategy": plan.describe(replicas), "device_kind": plan.kind, "replicas": replicas,
         # Multi-worker: the cluster's machines (TF_CONFIG), this one the chief.

@@ -17,12 +17,12 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import evaluation_results
-from components.data_health import HEALTH_FILE
-from components.image_example_gen import SUMMARY_FILE as INGESTION_SUMMARY
+from components.evaluator import results as evaluation_results
+from components.health import HEALTH_FILE
+from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.model_card import (CARD_HTML, CARD_JSON, CARD_MD, SCHEMA_VERSION, THRESHOLD_FILE, TO_FILL_IN,
                                    render)
-from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
+from storage.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
 from trainer.epochs import kept_epoch, monitor_of
 
 INPUTS = ("model", "model_run", "evaluation", "blessing", "examples", "ingestion_report")
