@@ -12,8 +12,8 @@ from pipeline.config import PipelineConfig
 
 
 def print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
-    from runs import run_text
     from pipeline.config import pipelines_in_root
+    from runs import run_text
 
     predict = None
     if config is not None:
@@ -28,8 +28,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = with_tuning(config_from_args(args), args, local=True).validate()
     mode = args.progress
     quiet_logs(args.verbose)
-    from storage.errors import DataError
     from pipeline import local_runner
+    from storage.errors import DataError
 
     try:
         found = local_runner.prepare(config)
@@ -118,9 +118,9 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
 
 
 def error_text(error: Exception, root: str = "") -> str:
-    from storage.relocation import BaselineError
     from components.example_gen.ingest_report import IngestionError
     from components.validation.gate import DataValidationError
+    from storage.relocation import BaselineError
 
     if isinstance(error, (IngestionError, DataValidationError, BaselineError)):
         return str(error)  # written for the user already

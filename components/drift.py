@@ -13,6 +13,7 @@ previous statistics, so drift comparators in a schema are ignored.
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+
 class Thresholds(NamedTuple):
     """Largest accepted L-infinity distances, and the largest accepted drop of the example count.
 

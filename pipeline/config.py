@@ -11,9 +11,9 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
-from components.health import LABEL_CHECKS
 from components.evaluator.explanations import LIMIT as EXPLANATIONS
 from components.example_gen import ingest_defaults
+from components.health import LABEL_CHECKS
 from components.tuner import MODES as TUNE_MODES
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
@@ -46,8 +46,14 @@ def default_pipeline_name(data: Optional[str]) -> str:
     return f"{slug}-{hashlib.sha256(location.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
 
 
+# The training settings as HParams declares them (trainer/hparams.py: setting()), each a field of PipelineConfig with
+# the same name, default and help: declared once, there.
+TrainingSettings = dataclasses.make_dataclass("TrainingSettings", [
+    (f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in HParams.user_settings()])
+
+
 @dataclasses.dataclass
-class PipelineConfig:
+class PipelineConfig(TrainingSettings):
     # The pipeline name: its runs, artifacts, metadata and pushed models are kept apart from other
     # pipelines'. None: derived from --data (default_pipeline_name), so each dataset has its own.
     name: Optional[str] = None
@@ -90,22 +96,8 @@ class PipelineConfig:
     max_label_issues: float = 1.0
     max_feature_drift: float = 0.5
 
-    # Training (trainer/hparams.py has the defaults and the meaning of each).
-    model: str = HParams.model
+    # Training: the settings trainer/hparams.py declares (TrainingSettings, above), but for the input side:
     image_size: Optional[int] = None  # None: 32 for the digits sample, else the model's usual size
-    epochs: int = HParams.epochs
-    fine_tune_epochs: int = HParams.fine_tune_epochs
-    patience: int = HParams.patience
-    batch_size: int = HParams.batch_size
-    learning_rate: float = HParams.learning_rate
-    weights: str = HParams.weights
-    augment: str = HParams.augment
-    tflite: str = HParams.tflite
-    seed: int = HParams.seed
-    deterministic: bool = HParams.deterministic
-    warm_start: bool = HParams.warm_start
-    class_balance: str = HParams.class_balance  # imbalanced classes: auto | weights | sampling | off
-    mixed_precision: str = HParams.mixed_precision  # auto (on GPU/TPU) | on | off (trainer/strategy.py)
     # Split this machine's CPU into this many logical devices and train across them (MirroredStrategy): the
     # multi-replica code runs for real without accelerators (tests, debugging); no faster.
     cpu_replicas: int = 1
@@ -182,12 +174,8 @@ class PipelineConfig:
         """The Transform/Trainer hyperparameters for this configuration."""
         size = self.image_size if self.image_size is not None else (
             32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, HParams.image_size))
-        return HParams(model=self.model, image_size=size, epochs=self.epochs,
-                       fine_tune_epochs=self.fine_tune_epochs, patience=self.patience, batch_size=self.batch_size,
-                       learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
-                       tflite=self.tflite, seed=self.seed, deterministic=self.deterministic,
-                       warm_start=self.warm_start, class_balance=self.class_balance,
-                       mixed_precision=self.mixed_precision)
+        given = {f.name: getattr(self, f.name) for f in HParams.user_settings()}
+        return HParams(**{**given, "image_size": size})
 
     def health_limits(self):
         """The data health check's thresholds (components.health.checks.Limits) from these settings."""
@@ -210,6 +198,13 @@ class PipelineConfig:
                 local_or_supported(self.data, f"--data {self.data}")
             except DataError as e:
                 raise ConfigError(str(e)) from None
+        self._validate_ingestion()
+        self._validate_checks()
+        self._validate_evaluation()
+        self._validate_training()
+        return self
+
+    def _validate_ingestion(self) -> None:
         if self.layout not in ingest_defaults.LAYOUTS:
             raise ConfigError(f"--layout {self.layout!r}: use one of {', '.join(ingest_defaults.LAYOUTS)}")
         if not 1 <= self.eval_percent <= 99:
@@ -227,6 +222,15 @@ class PipelineConfig:
             raise ConfigError(f"--task {self.task!r}: use {', '.join(TASKS)}")
         if not 0 <= self.compression_level <= 9:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
+        if self.span_window < 1:
+            raise ConfigError(f"--span-window {self.span_window}: use 1 or more spans")
+        if self.span_window > 1 and not self.span_pattern:
+            raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
+        if self.span_pattern is not None and "{SPAN}" not in self.span_pattern:
+            raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
+
+    def _validate_checks(self) -> None:
+        """The gate, drift and data health settings."""
         if self.gate not in GATE_MODES:
             raise ConfigError(f"--gate {self.gate!r}: use fail or warn")
         for option, value in self.drift_thresholds()._asdict().items():
@@ -240,12 +244,9 @@ class PipelineConfig:
                                   "(1: no check)")
         if not 0 <= self.max_feature_drift:
             raise ConfigError(f"--max-feature-drift {self.max_feature_drift}: use 0 or more (a standardised shift)")
-        if self.span_window < 1:
-            raise ConfigError(f"--span-window {self.span_window}: use 1 or more spans")
-        if self.span_window > 1 and not self.span_pattern:
-            raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
-        if self.span_pattern is not None and "{SPAN}" not in self.span_pattern:
-            raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
+
+    def _validate_evaluation(self) -> None:
+        """The CPU split, the search, and what blesses a model."""
         if not 1 <= self.cpu_replicas <= MAX_CPU_REPLICAS:
             raise ConfigError(f"--cpu-replicas {self.cpu_replicas}: use 1 to {MAX_CPU_REPLICAS} logical CPU devices")
         if not 0 <= self.tune <= MAX_TRIALS:
@@ -265,6 +266,9 @@ class PipelineConfig:
             raise ConfigError(f"--explanations {self.explanations}: give a number of eval images (0: none)")
         if not 0 <= self.min_class_recall <= 1:
             raise ConfigError(f"--min-class-recall {self.min_class_recall}: use a fraction from 0 to 1 (0: no check)")
+
+    def _validate_training(self) -> None:
+        """The training settings (HParams names the option), and what they need of the stored images and schema."""
         if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \
                 and not os.path.isfile(self.weights):
             raise ConfigError(f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
@@ -280,7 +284,7 @@ class PipelineConfig:
         schema = self.schema_path()
         if schema and not is_remote(schema) and not os.path.isfile(schema):
             raise ConfigError(f"--schema {schema}: no such file; give a schema.pbtxt, or leave it out to infer one")
-        return self
+
 
     def check_memory(self, total_bytes: int) -> None:
         """One-line error when decoding images of up to max_pixels cannot fit in total_bytes of memory."""

@@ -8,12 +8,11 @@ import posixpath
 import stat
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
-from components.example_gen.listing import OUTSIDE_ROOT_PROBLEM, is_hidden, manifest_row, read_manifest, walk
 from components.example_gen.batch_ingest import check_file_size, max_file_bytes
 from components.example_gen.image_check import BadImage, Reason, check_image
+from components.example_gen.listing import OUTSIDE_ROOT_PROBLEM, is_hidden, manifest_row, read_manifest, walk
 from storage import files as fs
 from storage.errors import DataError
-
 
 # Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
 # full-size photos stays a handful (the pipeline's Beam batches are bounded the same way).

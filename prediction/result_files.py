@@ -9,10 +9,10 @@ import unicodedata
 from typing import Dict, List, Optional
 
 from components.evaluator.views import given_a_class
-from storage.spreadsheet import spreadsheet_safe
 from prediction.image_inputs import InputError
 from storage import user_files
 from storage.errors import ConfigError
+from storage.spreadsheet import spreadsheet_safe
 
 
 def printable(text: str) -> str:

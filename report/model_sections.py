@@ -11,7 +11,6 @@ from report.report_html import confusion_svg, esc, line_chart, section, table, t
 from runs import run_text
 from trainer import class_balance
 
-
 MAX_EVAL_EXAMPLES = 2000
 
 

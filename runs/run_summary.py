@@ -13,18 +13,18 @@ from typing import Any, Callable, Dict, List, Optional
 from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
-from components.evaluator import explanations as eval_explanations, results as evaluation_results
+from components.evaluator import explanations as eval_explanations
+from components.evaluator import results as evaluation_results
+from components.example_gen import FAILED_DIR, NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
 from components.features import SUMMARY_FILE as FEATURES_SUMMARY
 from components.health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
-from storage.relocation import relocate
-from storage.files import is_remote
-from components.example_gen import FAILED_DIR, NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
-from storage.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
 from components.model_card import CARD_HTML, CARD_JSON, CARD_MD
 from components.tuner import DECISION_FILE as TUNING_FILE
 from runs import run_lock, run_store
+from storage.files import is_remote
+from storage.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
+from storage.relocation import relocate
 from trainer.epochs import kept_epoch, monitor_of
-
 
 
 def artifact_path(uri: str, metadata_path: str) -> str:

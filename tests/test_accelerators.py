@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import expected_strategy_kind, model_dir, run_imagepipe
+
 from trainer import features, input_pipeline, strategy
 from trainer.hparams import HParams
 
@@ -50,8 +50,9 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
     assert weights.sum() == count and (seen[weights == 0] == 0).all()
 
     # A model that calls everything class 0 is right on 1 real example: the padding (class 0) must not count.
-    from trainer import models
     import keras
+
+    from trainer import models
 
     inputs = keras.Input((SIZE, SIZE, 3))
     flat = keras.layers.Flatten()(inputs)
@@ -195,11 +196,11 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     inputs, outputs and properties), in two processes with TF_CONFIG naming a chief and a worker on localhost:
     they train together, and only the chief writes the model, the logs and training.json."""
     from tfx.types import artifact_utils, standard_artifacts
+    from tfx.utils import proto_utils
 
     from pipeline import platform
     from pipeline.config import PipelineConfig
     from pipeline.pipeline import create_pipeline
-    from tfx.utils import proto_utils
 
     root = replica_runs["replicas"]["root"]
     config = PipelineConfig(root=root, data=small_digits, epochs=8, accuracy_threshold=0.0, min_class_recall=0.0)

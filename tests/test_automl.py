@@ -9,14 +9,14 @@ import os
 import shutil
 
 import pytest
-
 from browser import open_page
-from components.evaluator import views as evaluation_views
-from components.example_gen import sources
-from components.example_gen.image_check import Reason
 from commands import run_helper, run_imagepipe
 from conftest import image_bytes, write
 from fake_endpoints import FakeService
+
+from components.evaluator import views as evaluation_views
+from components.example_gen import sources
+from components.example_gen.image_check import Reason
 from prediction import image_inputs, result_files
 
 ML_USES = ["TRAINING"] * 16 + ["VALIDATION"] * 6 + ["TEST"] * 5 + ["UNASSIGNED"] * 3  # per class

@@ -7,13 +7,13 @@ import os
 import struct
 
 import pytest
-
 from commands import run_imagepipe
 from conftest import image_bytes, make_class_tree, write
-from components.example_gen import ingest_report, sources
-from components.example_gen.listing import OUTSIDE_ROOT_PROBLEM
-from components.example_gen.image_check import BadImage, Reason, check_and_store
+
 from cli.main import main as cli_main
+from components.example_gen import ingest_report, sources
+from components.example_gen.image_check import BadImage, Reason, check_and_store
+from components.example_gen.listing import OUTSIDE_ROOT_PROBLEM
 from pipeline.config import PipelineConfig, default_pipeline_name
 
 

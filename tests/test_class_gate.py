@@ -11,7 +11,9 @@ import tensorflow_model_analysis as tfma
 from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
-from components.evaluator import executor as model_evaluator, metrics as evaluation_metrics, results as evaluation_results
+from components.evaluator import executor as model_evaluator
+from components.evaluator import metrics as evaluation_metrics
+from components.evaluator import results as evaluation_results
 from pipeline.pipeline import eval_config
 
 

@@ -7,13 +7,13 @@ import os
 
 import numpy as np
 import pytest
+from conftest import write
+from example_gen_helpers import read_examples, run_executor
 from PIL import Image
 
 from bench.corpus import _photo
-from components.health import checks, label_issues
 from components.example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE
-from conftest import write
-from example_gen_helpers import read_examples, run_executor
+from components.health import checks, label_issues
 
 ORIGINALS = 40  # distinct photos: crops of two sample photos, so many share a scene
 
@@ -309,6 +309,7 @@ def flipped_runs(tmp_path_factory, small_digits):
     """`imagepipe run --label-check on` on the 300 small digits with 15 labels (5%) flipped: first with a
     limit the flips exceed (the run stops before training), then the same with --gate warn."""
     import shutil
+
     from commands import run_imagepipe
 
     data = tmp_path_factory.mktemp("flipped") / "data"

@@ -5,11 +5,11 @@ import os
 
 import pytest
 import tensorflow as tf
-
-from components.example_gen.ingest_report import IngestionError
-from components.example_gen.image_check import Reason
 from conftest import image_bytes, make_class_tree, write
 from example_gen_helpers import by_filename, quarantine, read_examples, run_executor, summary
+
+from components.example_gen.image_check import Reason
+from components.example_gen.ingest_report import IngestionError
 
 GOOD_EXTRA = {
     # path -> (label, format): valid images with odd names, formats and modes

@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from example_gen_helpers import by_filename, read_examples, run_executor, summary
 from PIL import Image
 
 from bench.photos import PHONE, photo
-from example_gen_helpers import by_filename, read_examples, run_executor, summary
 from pipeline import local_runner, platform
 from pipeline.config import PipelineConfig
 
@@ -246,8 +246,8 @@ def test_serving_full_size_bytes_agrees_with_the_evaluation_path(photo_run, phot
     assert confident.sum() >= len(names) // 2  # the check below is not vacuous
     assert (served["predicted_class"].numpy()[confident] == evaluated["predicted_class"].numpy()[confident]).all()
 
-    from prediction.predict import classify
     from prediction.image_inputs import expand_inputs
+    from prediction.predict import classify
 
     answers = list(classify(model_dir, expand_inputs([os.path.join(photo_dir, n) for n in names])))
     assert [a["predictions"][0][0].encode() for a in answers] == list(served["predicted_class"].numpy())

@@ -10,17 +10,16 @@ import os
 
 import numpy as np
 import pytest
+from commands import run_imagepipe
+from conftest import image_bytes, write
 
 from bench.multilabel import make_multilabel, read_rows
-from commands import run_imagepipe
 from components.evaluator import multi_label as multi_label_evaluation
-from components.health import label_issues
 from components.example_gen import sources
 from components.example_gen.listing import labels_of
-from conftest import image_bytes, write
+from components.health import label_issues
 from prediction import result_files
 from trainer import class_balance
-
 
 # --- sources: which rows are multi-label, and how a row without labels counts ----------------------------------
 

@@ -11,21 +11,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
+from commands import run_imagepipe
+from conftest import expected_strategy_kind, image_bytes, write
+from fake_endpoints import FakeService
 from tfx import v1 as tfx
 from tfx.dsl.component.experimental.decorators import component
 from tfx.orchestration import metadata
 
+from cli.main import main as cli_main
 from components.example_gen.ingest_report import IngestionError
 from components.validation.gate import DataValidationError
-from commands import run_imagepipe
-from conftest import expected_strategy_kind, image_bytes, write
-from fake_endpoints import FakeService
-from cli.main import main as cli_main
 from pipeline import local_runner, platform
-from prediction import predict
-from runs import run_summary, run_text
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
+from prediction import predict
+from runs import run_summary, run_text
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 

@@ -14,15 +14,15 @@ import tempfile
 import pytest
 import tensorflow_data_validation as tfdv
 import yaml
+from commands import warm_interpreter
+from conftest import image_bytes, make_class_tree, write
+from fake_endpoints import FakeService
 from google.auth.credentials import AnonymousCredentials
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from commands import warm_interpreter
-from conftest import image_bytes, make_class_tree, write
-from fake_endpoints import FakeService
-from kubeflow import deploy
 from cli.main import main as cli_main
+from kubeflow import deploy
 from pipeline.cloud_config import CloudConfig
 from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, ConfigError, PipelineConfig
 
@@ -237,8 +237,8 @@ def test_dataflow_batch_prediction_is_a_job_on_the_pipeline_image():
     import apache_beam as beam
     from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
 
-    from prediction import batch_predict
     from kubeflow.cloud_platform import dataflow_args
+    from prediction import batch_predict
 
     config, cloud = production(dataflow_max_workers=5)
     model, output = "gs://bucket-1/pipelines/imagepipe/serving/7", "gs://bucket-1/predictions/new.jsonl"

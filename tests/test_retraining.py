@@ -8,8 +8,8 @@ import random
 import shutil
 
 import pytest
-
 from conftest import model_dir
+
 from pipeline import local_runner
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 

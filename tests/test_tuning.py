@@ -6,11 +6,11 @@ import json
 import os
 
 import pytest
-
 from browser import open_page
-from components.tuner import decision
 from commands import run_imagepipe
 from conftest import image_bytes, write
+
+from components.tuner import decision
 from trainer import search as tuning
 from trainer.hparams import HParams
 

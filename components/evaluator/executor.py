@@ -32,16 +32,14 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
+from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
-
-from tfx.components.evaluator import executor as evaluator_executor
 
 from components.beam_settings import Tuned
 from components.evaluator import metrics as evaluation_metrics
 from components.evaluator.eval_config import (ACCURACY_METRIC, BASELINE_SKIPPED, CLASS_GATE_FILE, CONFIDENCE,
-                                              EXPLANATIONS, MIN_CLASS_RECALL, TARGET_PRECISION, TEST_SPLIT,
-                                              THRESHOLD)
+                                              EXPLANATIONS, MIN_CLASS_RECALL, TARGET_PRECISION, TEST_SPLIT, THRESHOLD)
 from components.example_gen import PROFILE_FILE
 from storage.relocation import locate
 from trainer import class_balance
@@ -233,7 +231,8 @@ class Executor(Tuned, evaluator_executor.Executor):
         the eval split's thresholds."""
         from tfx.utils import io_utils
 
-        from components.evaluator import multi_label as multi, views as evaluation_views
+        from components.evaluator import multi_label as multi
+        from components.evaluator import views as evaluation_views
 
         evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
         profile = os.path.join(examples.uri, PROFILE_FILE)
@@ -280,7 +279,8 @@ class Executor(Tuned, evaluator_executor.Executor):
                      how: Optional[str] = None) -> dict:
         from tfx.utils import io_utils
 
-        from components.evaluator import results as evaluation_results, views as evaluation_views
+        from components.evaluator import results as evaluation_results
+        from components.evaluator import views as evaluation_views
 
         found = evaluation_views.views(evaluation_results.matrices(uri), names, confidence, target)
         if how:

@@ -49,8 +49,8 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
     import numpy as np
     import tensorflow as tf
 
-    from trainer import feature_keys as keys
     from trainer import explain
+    from trainer import feature_keys as keys
 
     started = time.monotonic()
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://

@@ -15,15 +15,10 @@ import uuid
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from components.example_gen import example_codec, similarity, stratify, tfrecord_io
+from components.example_gen.image_check import (BadImage, ImageInfo, Reason, check_and_store)
 from components.example_gen.listing import Candidate, labels_of
-from trainer import feature_keys as keys
-from components.example_gen.image_check import (
-    BadImage,
-    ImageInfo,
-    Reason,
-    check_and_store,
-)
 from storage import files as fs
+from trainer import feature_keys as keys
 
 
 class Settings(NamedTuple):

@@ -20,17 +20,12 @@ from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
 from components.example_gen import worker_pool
-from components.example_gen.listing import split_sort_key
-from components.example_gen.batch_ingest import (
-    BatchResult,
-    Meta,
-    Settings,
-    bad_row,
-    ingest_batch_file,
-)
+from components.example_gen.batch_ingest import (BatchResult, Meta, Settings, bad_row, ingest_batch_file)
 from components.example_gen.image_check import Reason
-from storage.progress_events import progress_event
+from components.example_gen.listing import split_sort_key
 from storage import files as fs
+from storage.progress_events import progress_event
+
 
 class InspectAndWrite(beam.DoFn):
     """Ingests the batch file it is given; see batch_ingest.ingest_batch.

@@ -37,10 +37,10 @@ from tfx.proto import example_gen_pb2, range_config_pb2
 from tfx.types import standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from storage.artifact_types import ImageIngestionReport
 from components.example_gen import executor as image_executor
 from components.example_gen import ingest_defaults as defaults
 from components.example_gen import ingest_settings
+from storage.artifact_types import ImageIngestionReport
 
 
 class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):

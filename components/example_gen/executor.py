@@ -19,16 +19,11 @@ import hashlib
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import apache_beam as beam
 from absl import logging
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
-from apache_beam.options.pipeline_options import (
-    DirectOptions,
-    PipelineOptions,
-    StandardOptions,
-)
+from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions, StandardOptions)
 from tfx import types
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
@@ -38,16 +33,16 @@ from tfx.utils import io_utils
 
 from components import drift
 from components.beam_pickler import quiet_pickler_trace
-from components.example_gen.listing import Candidate, split_sort_key
 from components.example_gen import (FAILED_DIR, LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
-                                          SUMMARY_FILE, batch_ingest, beam_steps, near_duplicates, sources,
-                                          stratify, tfrecord_io)
-from components.example_gen import ingest_report
-from components.example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary,
-                                                        log_summary, quarantine_csv)
+                                    SUMMARY_FILE, batch_ingest, beam_steps, ingest_report, near_duplicates, shards,
+                                    sources, stratify)
+from components.example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary, log_summary,
+                                                  quarantine_csv)
 from components.example_gen.ingest_settings import REPORT_KEY, IngestSettings
-from storage.spreadsheet import csv_text
+from components.example_gen.listing import Candidate, Listing, split_sort_key
 from storage import files as fs
+from storage.spreadsheet import csv_text
+
 
 def _write_json(value: Any, path: str) -> None:
     io_utils.write_string_file(path, json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
@@ -67,20 +62,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples = artifact_utils.get_single_instance(output_dict[standard_component_specs.EXAMPLES_KEY])
         report = artifact_utils.get_single_instance(output_dict[REPORT_KEY])
         settings = IngestSettings.from_exec_properties(exec_properties)
-
-        listing = settings.list_inputs()
-        try:
-            sources.check_usable(listing)
-        except sources.DataError as e:
-            # Rows quarantined before any file is read (outside the data root, missing, no label): listed where
-            # the failed run leaves them, for the user to fix.
-            rows = [batch_ingest.bad_row(c.rel_path, *c.problem, c.label, c.split) for c in listing.candidates
-                    if c.problem]
-            if not rows:
-                raise
-            kept = keep_failed(report.uri, rows, None)
-            raise ingest_report.IngestionError(f"{e}; every quarantined file or row, with its reason: {kept}") \
-                from None
+        listing = usable_listing(settings, report.uri)
         hash_splits, buckets = settings.output_splits()
         split_names = sorted(set(hash_splits) | {c.split for c in listing.candidates if c.split},
                              key=split_sort_key)
@@ -90,14 +72,37 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         logging.info("ImageExampleGen: %d files from %s (%s layout, %s-label), %d hidden files skipped, classes %s",
                      len(listing.candidates), listing.source, listing.layout, listing.task, listing.skipped_hidden,
                      label_map)
-
         staging = fs.join(examples.uri, ".staging")
+        shares = stratify.shares(buckets)
+        found, found_pairs, elapsed, search = self._inspect_and_write(listing, settings, staging, label_map,
+                                                                      hash_splits, shares)
+        placed = place_and_finalize(found, found_pairs, settings, hash_splits, shares, examples.uri, split_names)
+        io_utils.delete_dir(staging)
+
+        summary = build_summary(listing, placed.counts, placed.bad, label_map, split_names, found["duplicates"])
+        summary.update(placed.near)
+        summary["split_notes"] = placed.notes
+        summary["store_max_pixels"] = settings.store_max_pixels
+        summary["seconds"] = round(elapsed, 2)
+        summary["near_duplicate_search"] = search
+        summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
+        try:
+            check_summary(summary, settings.max_bad_fraction, listing.source)
+        except ingest_report.IngestionError as e:  # the run stops: its outputs go, so the list is kept apart
+            kept = keep_failed(report.uri, placed.bad, summary)
+            raise ingest_report.IngestionError(f"{e}; every quarantined file, with its reason: {kept}") from None
+        write_outputs(examples, report, listing, label_map, split_names, summary, placed)
+        log_summary(summary)
+
+    def _inspect_and_write(self, listing: Listing, settings: IngestSettings, staging: str, label_map: Dict[str, int],
+                           hash_splits, shares):
+        """Every file inspected and written in one Beam pass (this machine's processes, or Dataflow's workers),
+        and the near-duplicate pairs: (what Beam found, the pairs, seconds, where the search ran)."""
         processes = local_processes(self._beam_pipeline_args, listing.candidates)
         batch_files = []
         for n, batch in enumerate(batches(ingest_order(listing.candidates, settings.seed), processes)):
             batch_files.append(fs.join(staging, "candidates", f"batch-{n:06d}.json"))
             batch_ingest.write_candidates(batch, batch_files[-1])
-        shares = stratify.shares(buckets)
         unsplit = collections.Counter(c.label for c in listing.candidates if not c.split)
         searched = settings.near_duplicates != "off"
         in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
@@ -133,73 +138,95 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                  | "Collect" >> beam.CombineGlobally(beam_steps.CollectResults())
                  | "Save" >> beam.Map(beam_steps.save_json, results_path))
         found = _read_json(results_path)
-        near_seconds = 0.0
         if not searched:
-            found_pairs = []
-        elif in_memory:  # near-duplicates in this process (near_duplicates.py)
-            near_started = time.monotonic()
-            found_pairs = near_duplicates.search_files(found["signatures"], len(listing.candidates))
-            near_seconds = time.monotonic() - near_started
-        else:
-            found_pairs = [(batch_ingest.Meta(*a), batch_ingest.Meta(*b)) for a, b in found["near_pairs"]]
-        elapsed = time.monotonic() - started
+            return found, [], time.monotonic() - started, {"where": "off"}
+        if not in_memory:
+            pairs = [(batch_ingest.Meta(*a), batch_ingest.Meta(*b)) for a, b in found["near_pairs"]]
+            return found, pairs, time.monotonic() - started, {"where": "beam"}
+        near_started = time.monotonic()  # near-duplicates in this process (near_duplicates.py)
+        pairs = near_duplicates.search_files(found["signatures"], len(listing.candidates))
+        near_seconds = time.monotonic() - near_started
+        return found, pairs, time.monotonic() - started, {"where": "memory", "seconds": round(near_seconds, 2)}
 
-        counts = collections.Counter({tuple(k): n for *k, n in found["written"]})  # (split, label, format, copy)
-        sizes = collections.Counter({tuple(k): n for *k, n in found["sizes"]})  # (split, side, bin)
-        rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
-        pending = [batch_ingest.Pending(batch_ingest.Meta(*meta), *rest) for meta, *rest in found["pending"]]
-        placed, notes = place_pending(pending, found["stratified"], rejected, counts, sizes, hash_splits, shares)
-        rejected = [(placed_meta(meta, placed), {**row, "split": placed_meta(meta, placed).split})
-                    for meta, row in rejected]
-        pairs = {(a.rel_path, b.rel_path): (placed_meta(a, placed), placed_meta(b, placed)) for a, b in found_pairs}
-        groups = near_duplicates.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
-        eval_written = sum(n for key, n in counts.items() if key[0] == "eval")
-        near, near_rejected = near_duplicates.decide(groups, settings.near_duplicates, eval_written)
-        if not searched:  # not 0: unknown (the card, the report and data health say so)
-            near.update({key: None for key in near_duplicates.SEARCHED_FIGURES})
-        rejected += near_rejected
-        sizes_of = {(p.meta.shard, p.meta.index): p.record_bytes for p in pending}
-        finalize_shards([batch_ingest.Shard(*s) for s in found["shard"]], rejected, examples.uri, split_names,
-                        settings.compression_level, {k: (split, sizes_of[k]) for k, split in placed.items()},
-                        settings.shard_megabytes << 20)
-        io_utils.delete_dir(staging)
 
-        bad = found["bad"] + [row for _, row in rejected]
-        for meta, _ in rejected:
-            counts[(meta.split, meta.label, meta.format, meta.downscaled)] -= 1
-        summary = build_summary(listing, counts, bad, label_map, split_names, found["duplicates"])
-        summary.update(near)
-        summary["split_notes"] = notes
-        summary["store_max_pixels"] = settings.store_max_pixels
-        summary["seconds"] = round(elapsed, 2)
-        summary["near_duplicate_search"] = {"where": "off"} if not searched else {
-            "where": "memory" if in_memory else "beam", **({"seconds": round(near_seconds, 2)} if in_memory else {})}
-        summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
-        try:
-            check_summary(summary, settings.max_bad_fraction, listing.source)
-        except ingest_report.IngestionError as e:  # the run stops: its outputs go, so the list is kept apart
-            kept = keep_failed(report.uri, bad, summary)
-            raise ingest_report.IngestionError(f"{e}; every quarantined file, with its reason: {kept}") from None
+def usable_listing(settings: IngestSettings, report_uri: str) -> Listing:
+    """The files to ingest, or a one-line error; rows quarantined before any file is read (outside the data root,
+    missing, no label) are then listed where the failed run leaves them, for the user to fix."""
+    listing = settings.list_inputs()
+    try:
+        sources.check_usable(listing)
+    except sources.DataError as e:
+        rows = [batch_ingest.bad_row(c.rel_path, *c.problem, c.label, c.split) for c in listing.candidates
+                if c.problem]
+        if not rows:
+            raise
+        kept = keep_failed(report_uri, rows, None)
+        raise ingest_report.IngestionError(f"{e}; every quarantined file or row, with its reason: {kept}") \
+            from None
+    return listing
 
-        examples.split_names = artifact_utils.encode_split_names(split_names)
-        examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
-        examples_utils.set_file_format(examples, "tfrecords_gzip")
-        _write_json(label_map, os.path.join(examples.uri, LABEL_MAP_FILE))
-        # Size bins count every written example, a rejected duplicate copy included (rare; a bin off
-        # by one does not change a distance).
-        _write_json(drift.make_profile(summary["examples_per_split_and_class"], summary["formats"],
-                                       [[*k, n] for k, n in sizes.items() if n]),
-                    os.path.join(examples.uri, PROFILE_FILE))
-        _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
-        _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))
-        io_utils.write_string_file(os.path.join(report.uri, QUARANTINE_FILE), quarantine_csv(bad))
-        io_utils.write_string_file(os.path.join(report.uri, NEAR_DUPLICATES_FILE),
-                                   csv_text(NEAR_DUPLICATE_COLUMNS, near_duplicates.csv_rows(groups)))
-        for key in ("files_seen", "examples_written", "quarantined", "skipped_hidden", "downscaled"):
-            report.set_int_custom_property(key, summary[key])
-        report.set_string_custom_property("label_map", json.dumps(label_map, ensure_ascii=False))
-        report.set_string_custom_property("layout", listing.layout)
-        log_summary(summary)
+
+class Placed(NamedTuple):
+    """What ingestion wrote, once every example is in its split: counts per (split, label, format, copy), sizes
+    per (split, side, bin), quarantine rows, near-duplicate groups and figures, split notes."""
+    counts: collections.Counter
+    sizes: collections.Counter
+    bad: List[Dict[str, Any]]
+    groups: list
+    near: Dict[str, Any]
+    notes: List[str]
+
+
+def place_and_finalize(found, found_pairs, settings: IngestSettings, hash_splits, shares, examples_uri: str,
+                       split_names: List[str]) -> Placed:
+    """The pending files placed by rank, near-duplicates decided, the shards renamed (or rewritten) into their
+    Split-* folders."""
+    counts = collections.Counter({tuple(k): n for *k, n in found["written"]})  # (split, label, format, copy)
+    sizes = collections.Counter({tuple(k): n for *k, n in found["sizes"]})  # (split, side, bin)
+    rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
+    pending = [batch_ingest.Pending(batch_ingest.Meta(*meta), *rest) for meta, *rest in found["pending"]]
+    placed, notes = shards.place_pending(pending, found["stratified"], rejected, counts, sizes, hash_splits, shares)
+    rejected = [(shards.placed_meta(meta, placed), {**row, "split": shards.placed_meta(meta, placed).split})
+                for meta, row in rejected]
+    pairs = {(a.rel_path, b.rel_path): (shards.placed_meta(a, placed), shards.placed_meta(b, placed))
+             for a, b in found_pairs}
+    groups = near_duplicates.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
+    eval_written = sum(n for key, n in counts.items() if key[0] == "eval")
+    near, near_rejected = near_duplicates.decide(groups, settings.near_duplicates, eval_written)
+    if settings.near_duplicates == "off":  # not 0: unknown (the card, the report and data health say so)
+        near.update({key: None for key in near_duplicates.SEARCHED_FIGURES})
+    rejected += near_rejected
+    sizes_of = {(p.meta.shard, p.meta.index): p.record_bytes for p in pending}
+    shards.finalize_shards([batch_ingest.Shard(*s) for s in found["shard"]], rejected, examples_uri, split_names,
+                           settings.compression_level, {k: (split, sizes_of[k]) for k, split in placed.items()},
+                           settings.shard_megabytes << 20)
+    for meta, _ in rejected:
+        counts[(meta.split, meta.label, meta.format, meta.downscaled)] -= 1
+    return Placed(counts, sizes, found["bad"] + [row for _, row in rejected], groups, near, notes)
+
+
+def write_outputs(examples, report, listing: Listing, label_map: Dict[str, int], split_names: List[str],
+                  summary: Dict[str, Any], placed: Placed) -> None:
+    """The examples' split names, label map and data profile; the report's summary, quarantine and near-duplicate
+    lists, and its properties."""
+    examples.split_names = artifact_utils.encode_split_names(split_names)
+    examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
+    examples_utils.set_file_format(examples, "tfrecords_gzip")
+    _write_json(label_map, os.path.join(examples.uri, LABEL_MAP_FILE))
+    # Size bins count every written example, a rejected duplicate copy included (rare; a bin off
+    # by one does not change a distance).
+    _write_json(drift.make_profile(summary["examples_per_split_and_class"], summary["formats"],
+                                   [[*k, n] for k, n in placed.sizes.items() if n]),
+                os.path.join(examples.uri, PROFILE_FILE))
+    _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
+    _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))
+    io_utils.write_string_file(os.path.join(report.uri, QUARANTINE_FILE), quarantine_csv(placed.bad))
+    io_utils.write_string_file(os.path.join(report.uri, NEAR_DUPLICATES_FILE),
+                               csv_text(NEAR_DUPLICATE_COLUMNS, near_duplicates.csv_rows(placed.groups)))
+    for key in ("files_seen", "examples_written", "quarantined", "skipped_hidden", "downscaled"):
+        report.set_int_custom_property(key, summary[key])
+    report.set_string_custom_property("label_map", json.dumps(label_map, ensure_ascii=False))
+    report.set_string_custom_property("layout", listing.layout)
 
 
 def near_search_in_memory(beam_args: List[str], files: int) -> bool:
@@ -286,108 +313,3 @@ def batches(candidates: List[Candidate], processes: int) -> List[List[Candidate]
     return [candidates[i:i + size] for i in range(0, len(candidates), size)]
 
 
-PlacedKey = Tuple[str, int]  # (staging shard, index): a pending file's record
-
-
-def place_pending(pending: List[batch_ingest.Pending], stratified: List[list],
-                  rejected: List[Tuple[batch_ingest.Meta, dict]], counts: collections.Counter,
-                  sizes: collections.Counter, names: List[str], shares: List[float]) -> Tuple[Dict[PlacedKey, str], List[str]]:
-    """Places the files written to PENDING shards by their rank in their class (stratify.assign), and moves their
-    counts and size bins to their splits. `stratified`: [label, split, n] of the hash-split files the workers
-    wrote straight to a split. Returns ({(shard, index): split}, notes)."""
-    if not pending:
-        return {}, []
-    gone = {(m.shard, m.index) for m, _ in rejected}
-    sure: Dict[str, Dict[str, int]] = collections.defaultdict(dict)
-    for label, split, n in stratified:
-        sure[label][split] = sure[label].get(split, 0) + n
-    for meta, _ in rejected:
-        if meta.split != stratify.PENDING and not meta.preassigned:
-            sure[meta.label][meta.split] -= 1
-    waiting: Dict[str, List[Tuple[str, PlacedKey]]] = collections.defaultdict(list)
-    for meta, *_ in pending:
-        if (meta.shard, meta.index) not in gone:
-            waiting[meta.label].append((meta.sha256, (meta.shard, meta.index)))
-    placed, notes = stratify.assign(names, shares, sure, waiting)
-    split_of_copy = {(label, sha): placed[key] for label, items in waiting.items() for sha, key in items}
-    for meta, width, height, _ in pending:  # a rejected pending file goes where its copies went, or the first split
-        split = placed.setdefault((meta.shard, meta.index), split_of_copy.get((meta.label, meta.sha256), names[0]))
-        kind = (meta.label, meta.format, meta.downscaled)
-        counts[(stratify.PENDING, *kind)] -= 1
-        counts[(split, *kind)] += 1
-        for side, value in (("width", width), ("height", height)):
-            sizes[(stratify.PENDING, side, batch_ingest.size_bucket(value))] -= 1
-            sizes[(split, side, batch_ingest.size_bucket(value))] += 1
-    for note in notes:
-        logging.warning("ImageExampleGen: %s", note)
-    return placed, notes
-
-
-def placed_meta(meta: batch_ingest.Meta, placed: Dict[PlacedKey, str]) -> batch_ingest.Meta:
-    """The meta with its final split (a pending file's, once placed)."""
-    return meta._replace(split=placed[(meta.shard, meta.index)]) if meta.split == stratify.PENDING else meta
-
-
-def finalize_shards(shards: List[batch_ingest.Shard], rejected: List[Tuple[batch_ingest.Meta, dict]],
-                    examples_uri: str, split_names: List[str], level: int,
-                    placed: Optional[Dict[PlacedKey, Tuple[str, int]]] = None, shard_bytes: int = 64 << 20) -> None:
-    """Moves staging shards to Split-<name>/data_tfrecord-NNNNN-of-NNNNN.gz.
-
-    A shard that holds a rejected copy is rewritten without it (rare: it takes
-    the same bytes under two labels or in two splits). PENDING shards are read
-    once, each record written to its split (`placed`: split and record size),
-    into new shards that rotate at shard_bytes, after the split's own.
-    """
-    drop: Dict[str, Set[int]] = collections.defaultdict(set)
-    for meta, _ in rejected:
-        drop[meta.shard].add(meta.index)
-    pending = sorted((s for s in shards if s.split == stratify.PENDING), key=lambda s: s.path)
-    # Where each kept pending record goes: (split, its new shard's number among the split's new shards).
-    routes: Dict[PlacedKey, Tuple[str, int]] = {}
-    filled: Dict[str, List[int]] = {}  # per split, the bytes of each new shard
-    for shard in pending:
-        for index in range(shard.records):
-            if index in drop.get(shard.path, ()):
-                continue
-            split, size = placed[(shard.path, index)]
-            sizes = filled.setdefault(split, [0])
-            if sizes[-1] and sizes[-1] + size > shard_bytes:
-                sizes.append(0)
-            sizes[-1] += size
-            routes[(shard.path, index)] = (split, len(sizes) - 1)
-    writers: Dict[Tuple[str, int], tfrecord_io.GzipTFRecordWriter] = {}
-    for split in split_names:
-        mine = sorted((s for s in shards if s.split == split), key=lambda s: s.path)
-        keep = [s for s in mine if s.records > len(drop.get(s.path, ()))]
-        total = len(keep) + len(filled.get(split, []))
-        split_dir = fs.join(examples_uri, f"Split-{split}")
-        if not fs.is_remote(split_dir):
-            os.makedirs(split_dir, exist_ok=True)  # object stores have no folders to make
-        for i, shard in enumerate(keep):
-            dest = fs.join(split_dir, f"data_tfrecord-{i:05d}-of-{total:05d}.gz")
-            if shard.path not in drop:
-                FileSystems.rename([shard.path], [dest])
-                continue
-            _copy_records(shard.path, dest, level, lambda index, path=shard.path: index not in drop[path])
-        for n in range(len(filled.get(split, []))):
-            writers[(split, n)] = tfrecord_io.GzipTFRecordWriter(FileSystems.create(
-                fs.join(split_dir, f"data_tfrecord-{len(keep) + n:05d}-of-{total:05d}.gz"),
-                compression_type=CompressionTypes.UNCOMPRESSED), level)
-    for shard in pending:  # one pass over them
-        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as src:
-            for index, record in enumerate(tfrecord_io.read_gzip_tfrecords(src)):
-                if (shard.path, index) in routes:
-                    writers[routes[(shard.path, index)]].write(record)
-    for writer in writers.values():
-        writer.close()
-
-
-def _copy_records(source: str, dest: str, level: int, keep) -> None:
-    """The records of one shard whose index `keep` accepts, into a new shard."""
-    with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as src:
-        writer = tfrecord_io.GzipTFRecordWriter(
-            FileSystems.create(dest, compression_type=CompressionTypes.UNCOMPRESSED), level)
-        for index, record in enumerate(tfrecord_io.read_gzip_tfrecords(src)):
-            if keep(index):
-                writer.write(record)
-        writer.close()

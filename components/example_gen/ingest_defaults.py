@@ -5,6 +5,10 @@ leaves out), pipeline/config.py's settings (and so the CLI's help) and `imagepip
 these. Plain Python: the CLI imports it without TFX.
 """
 
+# Files are ingested (and so written, and read by Transform and the Trainer) in an order shuffled with the run's
+# seed (--seed; its one default is trainer/hparams.py's), never in the listing's class-folder order.
+from trainer.hparams import SEED  # noqa: F401
+
 LAYOUT = "auto"  # folders, presplit or manifest, told apart by what the data holds (sources.py)
 LAYOUTS = ("auto", "folders", "presplit", "manifest", "automl")
 # single-label (a class an image) or multi-label (any number of labels an image, none included); auto: multi-label
@@ -27,9 +31,6 @@ DROP_DUPLICATES = False  # keep one copy of identical files (same label)
 NEAR_DUPLICATE_MODES = ("report", "drop", "off")
 NEAR_DUPLICATES = "report"
 SPAN_WINDOW = 1  # spans read: the latest and the SPAN_WINDOW - 1 before it
-# Files are ingested (and so written, and read by Transform and the Trainer) in an order shuffled
-# with this seed, never in the listing's class-folder order; the pipeline passes its --seed.
-SEED = 0
 
 
 def hash_split_output(eval_percent: int = EVAL_PERCENT):

@@ -15,9 +15,9 @@ from absl import logging
 from tfx.utils import io_utils
 
 from components.example_gen import SUMMARY_FILE
+from components.example_gen.image_check import Reason
 from components.example_gen.listing import Listing, labels_of
 from storage.spreadsheet import csv_text
-from components.example_gen.image_check import Reason
 from trainer import class_balance
 
 QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")

@@ -18,7 +18,7 @@ from tfx.utils import proto_utils
 
 from components.example_gen import ingest_defaults as defaults
 from components.example_gen import sources
-from components.example_gen.listing import Listing, SPLIT_ALIASES
+from components.example_gen.listing import SPLIT_ALIASES, Listing
 from storage import files as fs
 
 # The component's own exec properties (beside FileBasedExampleGen's).

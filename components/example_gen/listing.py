@@ -9,10 +9,10 @@ import stat
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterator, List, NamedTuple, Optional, Tuple
+
 from components.example_gen.image_check import Reason
 from storage.errors import DataError
 from storage.files import is_remote, local_or_supported, read_bytes, remote_files
-
 
 SPLIT_ORDER = ("train", "eval", "test")
 

@@ -28,13 +28,12 @@ import unicodedata
 from typing import Dict, List, Optional
 
 from components.example_gen.image_check import Reason
-from components.example_gen.listing import (LABEL_SEPARATOR, OUTSIDE_ROOT_PROBLEM, SPLIT_ALIASES, Candidate, Listing,
-                                            display, is_hidden, label_set, manifest_row, normalize_label,
-                                            read_manifest, relative_to_root, resolve_task, stat_file, walk)
-from storage.errors import DataError
 from components.example_gen.ingest_defaults import LAYOUTS
+from components.example_gen.listing import (LABEL_SEPARATOR, OUTSIDE_ROOT_PROBLEM, SPLIT_ALIASES, Candidate, Listing,
+                                            display, is_hidden, label_set, manifest_row, normalize_label, read_manifest,
+                                            relative_to_root, resolve_task, stat_file, walk)
+from storage.errors import DataError
 from storage.files import exists, is_dir, is_remote, join
-
 
 # File system access (local paths with os, gs:// with Beam's FileSystems) is storage/files.py's.
 

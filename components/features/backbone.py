@@ -148,6 +148,7 @@ def frozen_graph(hp: HParams, backbone) -> bytes:
     """The feature extractor (float32 pixels 0..255 -> pooled vector) as a serialized GraphDef whose
     variables are constants: all a worker needs to compute features, without Keras."""
     import tensorflow as tf
+
     # TensorFlow's own freezing (what tf.compat.v1's graph_util wraps); it has no public TF2 name.
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 

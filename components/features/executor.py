@@ -35,9 +35,9 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import beam_settings
+from components.example_gen import example_codec
 from components.features import SUMMARY_FILE, backbone, feature_cache
 from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
-from components.example_gen import example_codec
 from storage.progress_events import progress_event
 from trainer.hparams import HParams
 

@@ -18,8 +18,8 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from storage.artifact_types import DataHealthReport, ImageIngestionReport
 from components.health import executor
+from storage.artifact_types import DataHealthReport, ImageIngestionReport
 
 
 class DataHealthSpec(types.ComponentSpec):

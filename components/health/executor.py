@@ -19,12 +19,10 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
-from storage.relocation import pipeline_root_of, relocate
-from components.health import (HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, checks,
-                                     label_issues)
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
-from storage.output_files import KERAS_DIR
+from components.health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, checks, label_issues
+from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
+from storage.relocation import pipeline_root_of, relocate
 from storage.spreadsheet import csv_text
 
 SHOWN = 50  # suspects and outliers kept in health.json (all of them are in the CSV files)
@@ -134,60 +132,22 @@ class Executor(base_executor.BaseExecutor):
         vectors = None
         if features is not None and examples.vectors:
             vectors = np.stack([examples.vectors[k] for k in examples.keys])
-        suspects: List[label_issues.Suspect] = []
-        issue_rows = []
-        if check_labels and multi_label:
+        if not check_labels:
+            issue_rows = []
+        elif multi_label:
             issue_rows = _multi_label_issues(examples, names, vectors, hp, result)
-        elif check_labels:
-            ids, contiguous = np.unique(labels, return_inverse=True)
-            folds, why = label_issues.folds_for(
-                contiguous, label_issues.FOLDS if vectors is not None else label_issues.CNN_FOLDS)
-            if folds:
-                probabilities = label_issues.out_of_sample(
-                    contiguous, vectors, np.stack(examples.pixels) if vectors is None else None, hp, folds)
-                suspects = [s._replace(given=int(ids[s.given]), suggested=int(ids[s.suggested]))
-                            for s in label_issues.rank(contiguous, probabilities)]
-                result["label_check_method"] = (f"{folds}-fold logistic regression on backbone features"
-                                                if vectors is not None else f"{folds}-fold cnn on pixels")
-                # How good the check's model is: confident learning ranks well only when it is good.
-                result["label_check_accuracy"] = round(float((probabilities.argmax(axis=1) == contiguous).mean()), 4)
-            else:
-                result["label_check_skipped"] = why
-        issue_rows += [{"rank": str(n), "path": examples.paths[s.index], "split": examples.splits[s.index],
-                        "given": names[s.given], "suggested": names[s.suggested],
-                        "given_probability": f"{s.given_probability:.4f}", "key": examples.keys[s.index]}
-                       for n, s in enumerate(suspects, start=1)]
+        else:
+            issue_rows = _single_label_issues(examples, names, labels, vectors, hp, result)
         result["label_issues"] = len(issue_rows)
         result["label_issue_fraction"] = (round(len(issue_rows) / max(1, len(examples.labels)), 6)
                                           if "label_check_method" in result else None)  # None: not checked
         result["label_issue_examples"] = issue_rows[:SHOWN]
 
-        outlier_rows = []
-        far = np.zeros(len(examples.labels), bool)
-        # (multi-label: an image is no one class's, so "far from every class" is not asked)
-        if vectors is not None and labels is not None and len(labels) > 2:
-            z = ((vectors - vectors.mean(axis=0)) / (vectors.std(axis=0) + 1e-6)).astype(np.float32)
-            far, _ = checks.far_from_every_class(z, labels, np.asarray(examples.splits) == "train")
-        for i, (mean, std, height, width) in enumerate(examples.stats):
-            reasons = checks.poor_image_reasons(mean, std, height, width)
-            if far[i]:
-                reasons.append("far from every class (feature space)")
-            if reasons:
-                label = (";".join(sorted(names[c] for c in examples.labels[i] if 0 <= c < len(names))) if multi_label
-                         else names[labels[i]])
-                outlier_rows.append({"path": examples.paths[i], "split": examples.splits[i], "label": label,
-                                     "reasons": "; ".join(reasons), "key": examples.keys[i]})
+        outlier_rows = _outliers(examples, names, labels, vectors, multi_label)
         result["outliers"] = len(outlier_rows)
         result["outlier_examples"] = outlier_rows[:SHOWN]
 
-        drift = None
-        if features is not None and baseline is not None:
-            current = _read_json(os.path.join(features.uri, FEATURE_PROFILE_FILE))
-            model_dir = relocate(baseline.uri, pipeline_root_of(health.uri))
-            drift = checks.feature_drift(_read_json(os.path.join(model_dir, KERAS_DIR, FEATURE_PROFILE_FILE)), current)
-            result["feature_drift"] = None if drift is None else round(drift, 4)
-            if drift is None:
-                result["feature_drift_skipped"] = "the last blessed model keeps no profile of its features"
+        drift = _feature_drift(features, baseline, health.uri, result)
         limits = checks.Limits(**{f: float(exec_properties[f]) for f in checks.Limits._fields})
         # A weak check's share of suspects (a model that is often wrong suspects many) stops nothing: the
         # summary and the report say that its ranking is unreliable.
@@ -198,19 +158,81 @@ class Executor(base_executor.BaseExecutor):
         result.update(problems=found, warnings=warnings, limits=limits._asdict(),
                       seconds=round(time.monotonic() - started, 2))
 
-        io_utils.write_string_file(os.path.join(health.uri, HEALTH_FILE), json.dumps(result, indent=1))
-        io_utils.write_string_file(os.path.join(health.uri, LABEL_ISSUES_FILE), csv_text(
-            ("rank", "path", "split", "given", "suggested", "given_probability", "key"), issue_rows))
-        io_utils.write_string_file(os.path.join(health.uri, OUTLIERS_FILE), csv_text(
-            ("path", "split", "label", "reasons", "key"), outlier_rows))
-        for key in ("label_issues", "outliers"):
-            health.set_int_custom_property(key, result[key])
+        _write(health, result, issue_rows, outlier_rows)
         logging.info("DataHealth: %d label issues, %d outliers, near-duplicate eval share %s, feature drift %s",
                      result["label_issues"], len(outlier_rows), "not searched" if near is None else f"{near:.3f}", drift)
         if found:  # DataHealthGate stops the run on them (or warns), after these files are kept
             logging.warning("DataHealth: %s", checks.describe(found))
         for warning in warnings:
             logging.warning("DataHealth: %s", warning["text"])
+
+
+def _single_label_issues(examples: Examples, names: List[str], labels: np.ndarray, vectors: Optional[np.ndarray],
+                         hp, result: Dict[str, Any]) -> List[Dict[str, str]]:
+    """The label check (label_issues.rank, confident learning on out-of-sample probabilities): its rows for
+    label_issues.csv, and its method, the accuracy of its model or why it was skipped, into `result`."""
+    ids, contiguous = np.unique(labels, return_inverse=True)
+    folds, why = label_issues.folds_for(
+        contiguous, label_issues.FOLDS if vectors is not None else label_issues.CNN_FOLDS)
+    if not folds:
+        result["label_check_skipped"] = why
+        return []
+    probabilities = label_issues.out_of_sample(
+        contiguous, vectors, np.stack(examples.pixels) if vectors is None else None, hp, folds)
+    suspects = [s._replace(given=int(ids[s.given]), suggested=int(ids[s.suggested]))
+                for s in label_issues.rank(contiguous, probabilities)]
+    result["label_check_method"] = (f"{folds}-fold logistic regression on backbone features"
+                                    if vectors is not None else f"{folds}-fold cnn on pixels")
+    # How good the check's model is: confident learning ranks well only when it is good.
+    result["label_check_accuracy"] = round(float((probabilities.argmax(axis=1) == contiguous).mean()), 4)
+    return [{"rank": str(n), "path": examples.paths[s.index], "split": examples.splits[s.index],
+             "given": names[s.given], "suggested": names[s.suggested],
+             "given_probability": f"{s.given_probability:.4f}", "key": examples.keys[s.index]}
+            for n, s in enumerate(suspects, start=1)]
+
+
+def _outliers(examples: Examples, names: List[str], labels: Optional[np.ndarray], vectors: Optional[np.ndarray],
+              multi_label: bool) -> List[Dict[str, str]]:
+    """outliers.csv's rows: poor images (flat, tiny, extreme), and with features, images far from every class."""
+    outlier_rows = []
+    far = np.zeros(len(examples.labels), bool)
+    # (multi-label: an image is no one class's, so "far from every class" is not asked)
+    if vectors is not None and labels is not None and len(labels) > 2:
+        z = ((vectors - vectors.mean(axis=0)) / (vectors.std(axis=0) + 1e-6)).astype(np.float32)
+        far, _ = checks.far_from_every_class(z, labels, np.asarray(examples.splits) == "train")
+    for i, (mean, std, height, width) in enumerate(examples.stats):
+        reasons = checks.poor_image_reasons(mean, std, height, width)
+        if far[i]:
+            reasons.append("far from every class (feature space)")
+        if reasons:
+            label = (";".join(sorted(names[c] for c in examples.labels[i] if 0 <= c < len(names))) if multi_label
+                     else names[labels[i]])
+            outlier_rows.append({"path": examples.paths[i], "split": examples.splits[i], "label": label,
+                                 "reasons": "; ".join(reasons), "key": examples.keys[i]})
+    return outlier_rows
+
+
+def _feature_drift(features, baseline, health_uri: str, result: Dict[str, Any]) -> Optional[float]:
+    """The standardised shift of the backbone features from the last blessed model's (None: not measured)."""
+    if features is None or baseline is None:
+        return None
+    current = _read_json(os.path.join(features.uri, FEATURE_PROFILE_FILE))
+    model_dir = relocate(baseline.uri, pipeline_root_of(health_uri))
+    drift = checks.feature_drift(_read_json(os.path.join(model_dir, KERAS_DIR, FEATURE_PROFILE_FILE)), current)
+    result["feature_drift"] = None if drift is None else round(drift, 4)
+    if drift is None:
+        result["feature_drift_skipped"] = "the last blessed model keeps no profile of its features"
+    return drift
+
+
+def _write(health, result: Dict[str, Any], issue_rows: List[Dict[str, str]], outlier_rows: List[Dict[str, str]]):
+    io_utils.write_string_file(os.path.join(health.uri, HEALTH_FILE), json.dumps(result, indent=1))
+    io_utils.write_string_file(os.path.join(health.uri, LABEL_ISSUES_FILE), csv_text(
+        ("rank", "path", "split", "given", "suggested", "given_probability", "key"), issue_rows))
+    io_utils.write_string_file(os.path.join(health.uri, OUTLIERS_FILE), csv_text(
+        ("path", "split", "label", "reasons", "key"), outlier_rows))
+    for key in ("label_issues", "outliers"):
+        health.set_int_custom_property(key, result[key])
 
 
 def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[np.ndarray], hp,

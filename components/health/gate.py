@@ -13,8 +13,8 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.utils import io_utils
 
-from storage.artifact_types import DataHealthReport, DataValidationResult
 from components.health import HEALTH_FILE, checks
+from storage.artifact_types import DataHealthReport, DataValidationResult
 
 
 class DataHealthError(RuntimeError):

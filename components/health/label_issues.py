@@ -174,9 +174,7 @@ def multi_label_probabilities_from_pixels(pixels: np.ndarray, hot: np.ndarray, f
     import keras
     from sklearn.model_selection import KFold
 
-    from trainer import models
-
-    from trainer import class_balance
+    from trainer import class_balance, models
 
     hp = dataclasses.replace(hp, model="cnn", image_size=pixels.shape[1])
     out = np.zeros_like(hot)

@@ -14,8 +14,9 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from storage.artifact_types import DataHealthReport, ImageIngestionReport, ModelCard as ModelCardArtifact
 from components.model_card import executor
+from storage.artifact_types import DataHealthReport, ImageIngestionReport
+from storage.artifact_types import ModelCard as ModelCardArtifact
 
 
 class ModelCardSpec(types.ComponentSpec):

@@ -21,8 +21,8 @@ from tfx.types import standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
-from storage.artifact_types import ImageIngestionReport
 from components.tuner import executor
+from storage.artifact_types import ImageIngestionReport
 
 
 class LatestSearch(LatestArtifactStrategy):

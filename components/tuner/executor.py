@@ -26,11 +26,11 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, json_utils
 
-from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
-from components.trainer.component import with_settings
-from storage.relocation import pipeline_root_of, relocate
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
+from components.trainer.component import with_settings
 from components.tuner import DECISION_FILE, SEARCH_FILE, decision
+from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
+from storage.relocation import pipeline_root_of, relocate
 from trainer import search as tuning
 from trainer.hparams import HParams
 

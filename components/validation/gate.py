@@ -16,21 +16,17 @@ from typing import Dict, List, Optional
 
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2
-from tfx.dsl.component.experimental.annotations import (
-    InputArtifact,
-    OutputArtifact,
-    Parameter,
-)
+from tfx.dsl.component.experimental.annotations import (InputArtifact, OutputArtifact, Parameter)
 from tfx.dsl.component.experimental.decorators import component
 from tfx.dsl.io import fileio
 from tfx.types import standard_artifacts
 from tfx.utils import io_utils
 
 from components import drift
-from storage.relocation import locate
-from storage.artifact_types import DataValidationResult
 from components.example_gen import PROFILE_FILE
+from storage.artifact_types import DataValidationResult
 from storage.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE
+from storage.relocation import locate
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes per split
 
