@@ -5,7 +5,8 @@ import math
 import os
 
 from cli.common import config_from_args
-from pipeline.config import ConfigError, PipelineConfig, from_environment
+from pipeline.config import ConfigError, PipelineConfig
+from pipeline.environment import from_environment
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:

@@ -166,7 +166,7 @@ def _add_dataflow_options(c, what: str) -> None:
 
 
 def _add_param_option(p) -> None:
-    from pipeline.config import RUNTIME_PARAMETERS
+    from pipeline.runtime_parameters import RUNTIME_PARAMETERS
 
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a value for the compiled job's runtime parameter NAME, without recompiling (repeatable): "

@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 from components.evaluator.explanations import LIMIT as EXPLANATIONS
 from components.example_gen import ingest_defaults
@@ -296,50 +296,6 @@ class PipelineConfig(TrainingSettings):
                 "--max-pixels (larger images are then quarantined) or run on a bigger machine")
 
 
-# The settings a compiled job's runs can change (pipeline/pipeline.py makes them RuntimeParameters):
-# pipeline parameter name -> (PipelineConfig field, type). tune_trials exists only in a job compiled with
-# --tune, span_window only with --span-pattern.
-RUNTIME_PARAMETERS = {"epochs": ("epochs", int), "learning_rate": ("learning_rate", float),
-                      "accuracy_threshold": ("accuracy_threshold", float),
-                      "min_class_recall": ("min_class_recall", float), "span_window": ("span_window", int),
-                      "tune_trials": ("tune", int)}
-
-
-def runtime_values(config: "PipelineConfig", given: List[str]) -> Dict[str, Any]:
-    """`--param NAME=VALUE` values for the compiled job's runtime parameters, each checked as its setting is:
-    an unknown name, a parameter the job does not have, or a bad value is one line, before anything is sent."""
-    values: Dict[str, Any] = {}
-    known = [n for n in RUNTIME_PARAMETERS if job_has_parameter(config, n)]
-    for item in given:
-        name, sep, raw = item.partition("=")
-        name, raw = name.strip(), raw.strip()
-        if not sep or name not in RUNTIME_PARAMETERS:
-            raise ConfigError(f"--param {item!r}: use NAME=VALUE, NAME one of {', '.join(known)}")
-        if name in values:
-            raise ConfigError(f"--param {name}: given twice ({values[name]} and {raw}); give it once")
-        if name not in known:
-            raise ConfigError(f"--param {name}: this job has no such parameter ("
-                              + ("compile it with --tune N" if name == "tune_trials" else
-                                 "compile it with --span-pattern") + ")")
-        field, kind = RUNTIME_PARAMETERS[name]
-        try:
-            value = kind(raw)
-        except ValueError:
-            raise ConfigError(f"--param {name}={raw!r}: not {'a whole number' if kind is int else 'a number'}") from None
-        if name == "tune_trials" and value < 1:
-            raise ConfigError(f"--param tune_trials={raw}: use 1 or more trials")
-        try:
-            dataclasses.replace(config, **{field: value}).validate()
-        except ConfigError as e:
-            raise ConfigError(f"--param {name}={raw}: {str(e).split(': ', 1)[-1]}") from None
-        values[name] = value
-    return values
-
-
-def job_has_parameter(config: "PipelineConfig", name: str) -> bool:
-    return {"tune_trials": bool(config.tune), "span_window": bool(config.span_pattern)}.get(name, True)
-
-
 def pipelines_in_root(root: str) -> List[str]:
     """The pipelines that have run under `root` (those with an ML Metadata store), sorted."""
     folder = os.path.join(root, "metadata")
@@ -355,53 +311,3 @@ BASE_MEMORY_BYTES = 3 << 30
 
 def machine_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-# Settings whose empty value is a choice: no backbone weights (random), no augmentation, no TFLite export.
-_EMPTY_MEANS_NONE = {"weights", "augment", "tflite"}
-
-
-def _env_value(field: dataclasses.Field, raw: str):
-    kind = str(field.type)  # e.g. "<class 'int'>", "typing.Optional[int]", "typing.List[str]"
-    if "List" in kind:
-        return raw.split()
-    if raw.strip() == "":
-        if "Optional" in kind:
-            return None
-        if field.name not in _EMPTY_MEANS_NONE:
-            raise ValueError("empty")
-    if "int" in kind:
-        return int(raw)
-    if "float" in kind:
-        return float(raw)
-    if "bool" in kind:
-        value = raw.strip().lower()
-        if value not in _TRUE + _FALSE:
-            raise ValueError("not a yes/no value")
-        return value in _TRUE
-    return raw
-
-
-def _env_kind(field: dataclasses.Field) -> str:
-    kind = str(field.type)
-    return ("1 or 0 (true/false, yes/no, on/off)" if "bool" in kind else "a whole number" if "int" in kind
-            else "a number" if "float" in kind else "a value")
-
-
-def from_environment(config, environ=os.environ):
-    """Applies IMAGEPIPE_<FIELD> variables (e.g. IMAGEPIPE_ROOT, IMAGEPIPE_EVAL_PERCENT) to a config.
-
-    A value that is empty (for a setting that has no "unset") or not of the setting's kind is one
-    line naming the variable: never a silent default (IMAGEPIPE_ROOT= would write into the current folder)."""
-    changes = {}
-    for field in dataclasses.fields(config):
-        name = f"IMAGEPIPE_{field.name.upper()}"
-        raw = environ.get(name)
-        if raw is not None:
-            try:
-                changes[field.name] = _env_value(field, raw)
-            except ValueError:
-                raise ConfigError(f"{name}={raw!r}: {'empty' if not raw.strip() else 'not ' + _env_kind(field)}; "
-                                  f"give {_env_kind(field)}, or unset the environment variable") from None
-    return dataclasses.replace(config, **changes)

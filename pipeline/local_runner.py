@@ -266,7 +266,7 @@ def main() -> int:
 
     from absl import logging
 
-    from pipeline.config import from_environment
+    from pipeline.environment import from_environment
     from runs import run_text
     from storage.errors import DataError
 

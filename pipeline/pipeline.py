@@ -24,9 +24,10 @@ from components.transform.executor import TransformExecutor
 from components.tuner.component import ImageTuner, LatestSearch
 from components.validation.gate import DataValidationGate
 from components.validation.statistics import StatisticsGenExecutor, stats_options
-from pipeline.config import RUNTIME_PARAMETERS, PipelineConfig, job_has_parameter
+from pipeline.config import PipelineConfig
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
 from pipeline.platform import Platform
+from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
 
 
 def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connection_config=None) -> tfx.dsl.Pipeline:

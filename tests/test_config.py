@@ -2,7 +2,8 @@
 
 import pytest
 
-from pipeline.config import ConfigError, PipelineConfig, from_environment
+from pipeline.config import ConfigError, PipelineConfig
+from pipeline.environment import from_environment
 
 
 def test_environment_overrides_with_types():

@@ -403,7 +403,7 @@ def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch, caplog,
 def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(monkeypatch, capsys):
     """`imagepipe submit --param epochs=20`: the values go in the request (no recompiling); an unknown name, a
     value out of range or a parameter the job lacks is one line, and nothing is sent."""
-    from pipeline.config import runtime_values
+    from pipeline.runtime_parameters import runtime_values
 
     with FakeService() as fake:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)
