@@ -35,9 +35,9 @@ RUN if [ "$ACCELERATOR" = "tpu" ]; then \
 COPY . .
 RUN uv pip install --system --no-cache --no-deps . \
  && python -c "import components.beam_settings, components.example_gen.executor, \
-      components.example_gen.vertex_driver, components.evaluator.executor, components.validation.gate, \
-      components.features.executor, components.health.executor, components.health.gate, \
-      components.trainer.component, components.tuner.executor, components.model_card.executor, \
-      components.model_card.component, pipeline.run_check, components.transform.preprocessing, trainer.task, \
-      trainer.search, pipeline.pipeline"
+      components.example_gen.vertex_driver, components.validation.statistics, components.validation.gate, \
+      components.transform.executor, components.transform.preprocessing, components.features.executor, \
+      components.health.executor, components.health.gate, components.tuner.executor, \
+      components.trainer.component, components.evaluator.executor, components.model_card.executor, \
+      components.pusher.component, pipeline.run_check, trainer.task, trainer.search, pipeline.pipeline"
 ENV PYTHONPATH=/pipeline

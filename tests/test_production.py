@@ -86,8 +86,9 @@ def test_vertex_spec_runs_this_projects_code_in_the_image(vertex_job):
         "container"]["args"]
     # TFX's data components run with byte-bounded Beam batches (components/beam_settings.py) there too,
     # and StatisticsGen knows image/encoded as image bytes (no top-k shuffle of every image).
-    for name in ("StatisticsGen", "Transform"):
-        assert f"components.beam_settings.{name}Executor" in _executor(spec, name)["container"]["args"], name
+    for name, executor in (("StatisticsGen", "components.validation.statistics.StatisticsGenExecutor"),
+                           ("Transform", "components.transform.executor.TransformExecutor")):
+        assert executor in _executor(spec, name)["container"]["args"], name
     assert "components.evaluator.executor.Executor" in _executor(spec, "Evaluator")["container"]["args"]
     # The gate's drift reference: the latest blessed model's blessing, from the resolver Vertex runs.
     blessing = spec["root"]["dag"]["tasks"]["DataValidationGate"]["inputs"]["artifacts"]["baseline_blessing"]
