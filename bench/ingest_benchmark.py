@@ -79,7 +79,7 @@ def measure_examplegen(corpus, scratch, code_dir=None, **component_args):
     from tfx.types import standard_artifacts
     from tfx.utils import proto_utils
 
-    package = examplegen_package(code_dir or os.path.dirname(OUT))
+    package = examplegen_package(code_dir or os.path.dirname(os.path.dirname(OUT)))  # this checkout
     executor = importlib.import_module(f"{package}.executor")
     ingest_report = importlib.import_module(f"{package}.ingest_report")
     component_module = importlib.import_module(f"{package}.component")

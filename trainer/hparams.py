@@ -26,7 +26,7 @@ DEFAULT_DROPOUT = {"cnn": 0.3}  # the backbones' head: TRANSFER_DROPOUT
 TRANSFER_DROPOUT = 0.2
 
 # Decoding memory. Transform, the Evaluator and serving decode at most this many images at
-# once (preprocessing.py's map_fn), each at most max_pixels. A PNG, GIF or BMP decodes at
+# once (components/transform/preprocessing.py's map_fn), each at most max_pixels. A PNG, GIF or BMP decodes at
 # full size: 3 bytes a pixel, then 12 more as float32 for the antialiased resize (JPEGs decode
 # at a DCT scale and need far less).
 DECODES_IN_FLIGHT = 4

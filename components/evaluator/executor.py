@@ -41,11 +41,12 @@ from components.evaluator import metrics as evaluation_metrics
 from components.evaluator.eval_config import (ACCURACY_METRIC, BASELINE_SKIPPED, CLASS_GATE_FILE, CONFIDENCE,
                                               EXPLANATIONS, MIN_CLASS_RECALL, TARGET_PRECISION, TEST_SPLIT, THRESHOLD)
 from components.example_gen import PROFILE_FILE
+from storage.output_files import INFO_FILE, KERAS_DIR
 from storage.relocation import locate
 from trainer import class_balance
 
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
-MODEL_INFO = os.path.join("keras", "model_info.json")
+MODEL_INFO = os.path.join(KERAS_DIR, INFO_FILE)
 
 
 def model_info(model_uri: str) -> Dict[str, Any]:

@@ -15,8 +15,6 @@ from storage.errors import DataError
 from storage.files import is_remote, local_or_supported, read_bytes, remote_files
 
 SPLIT_ORDER = ("train", "eval", "test")
-
-
 LABEL_SEPARATOR = ";"  # between the labels of a multi-label manifest cell, and in a label set's string
 
 

@@ -35,11 +35,6 @@ from components.example_gen.listing import (LABEL_SEPARATOR, OUTSIDE_ROOT_PROBLE
 from storage.errors import DataError
 from storage.files import exists, is_dir, is_remote, join
 
-# File system access (local paths with os, gs:// with Beam's FileSystems) is storage/files.py's.
-
-
-# ---------------------------------------------------------------------------
-
 
 def detect_layout(source: str) -> str:
     """'automl' for AutoML import files (a .jsonl, a .csv of [ML_USE,]PATH,LABEL rows, or a folder of them),
