@@ -30,14 +30,14 @@ RUN if [ "$ACCELERATOR" = "tpu" ]; then \
    && python -c 'import libtpu, tensorflow; print("TensorFlow", tensorflow.__version__, "TPU build")'; \
     elif [ "$ACCELERATOR" != "cpu" ]; then echo "ACCELERATOR=$ACCELERATOR: use cpu or tpu" && exit 1; fi
 
-# The project itself, referenced by module path (components.image_example_gen.executor.Executor,
-# trainer.task.run_fn, trainer.preprocessing.preprocessing_fn), not as wheels made at compile time.
+# The project itself, referenced by module path (components.example_gen.executor.Executor,
+# trainer.task.run_fn, components.transform.preprocessing.preprocessing_fn), not as wheels made at compile time.
 COPY . .
 RUN uv pip install --system --no-cache --no-deps . \
- && python -c "import components.beam_tuning, components.image_example_gen.executor, \
-      components.image_example_gen.vertex_driver, components.model_evaluator, components.validation_gate, \
-      components.backbone_features.executor, components.data_health.executor, components.data_health.gate, \
-      components.runtime_settings, components.tuning.executor, components.model_card.executor, \
-      components.model_card.component, pipeline.run_check, trainer.preprocessing, trainer.task, \
-      trainer.tuning, pipeline.pipeline"
+ && python -c "import components.beam_settings, components.example_gen.executor, \
+      components.example_gen.vertex_driver, components.validation.statistics, components.validation.gate, \
+      components.transform.executor, components.transform.preprocessing, components.features.executor, \
+      components.health.executor, components.health.gate, components.tuner.executor, \
+      components.trainer.component, components.evaluator.executor, components.model_card.executor, \
+      components.pusher.component, pipeline.run_check, trainer.task, trainer.search, pipeline.pipeline"
 ENV PYTHONPATH=/pipeline

@@ -18,3 +18,10 @@ def measure_in_fresh_process(module: str, args: list) -> dict:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["process_seconds"] = time.monotonic() - started
     return result
+
+
+def examplegen_package(code_dir: str) -> str:
+    """ImageExampleGen's package in the code at `code_dir` (a baseline commit's worktree, or this checkout):
+    components.example_gen, or components.image_example_gen in commits before the house move (docs/layout.md)."""
+    moved = os.path.isdir(os.path.join(code_dir, "components", "example_gen"))
+    return "components.example_gen" if moved else "components.image_example_gen"

@@ -31,6 +31,7 @@ from typing import Dict, List
 import numpy as np
 from PIL import Image
 
+from bench import examplegen_package
 from bench.photo_benchmark import (OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline,
                                    save_results)
 
@@ -168,8 +169,8 @@ sys.path.insert(0, {code!r})
 os.chdir({code!r})  # ingestion's workers import from the working directory
 from tfx.types import standard_artifacts
 from tfx.utils import proto_utils
-from components.image_example_gen import executor
-from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
+from {package}.component import ImageExampleGen, ImageIngestionReport
+from {package} import executor
 component = ImageExampleGen(input_base={data!r})
 props = {{k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
           for k, v in component.exec_properties.items() if v is not None}}
@@ -197,7 +198,8 @@ def near_duplicates_only(names: List[str], codes: List[tuple]) -> int:
             out = os.path.join(HERE, "ingest", f"{name}-{code}")
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out)
-            proc = subprocess.run([sys.executable, "-c", _INGEST.format(code=code_dir, data=data, out=out)],
+            proc = subprocess.run([sys.executable, "-c", _INGEST.format(code=code_dir, data=data, out=out,
+                                                                  package=examplegen_package(code_dir))],
                                   capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
             if proc.returncode:
                 raise RuntimeError(proc.stderr[-3000:])

@@ -23,6 +23,7 @@ Methods:
 """
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -34,7 +35,7 @@ import threading
 import time
 
 from bench import corpus as corpus_lib
-from bench import measure_in_fresh_process
+from bench import examplegen_package, measure_in_fresh_process
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 METHODS = ("classic", "examplegen", "examplegen-off", "decode-full", "decode-draft")
@@ -78,8 +79,11 @@ def measure_examplegen(corpus, scratch, code_dir=None, **component_args):
     from tfx.types import standard_artifacts
     from tfx.utils import proto_utils
 
-    from components.image_example_gen import executor, ingest_report
-    from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
+    package = examplegen_package(code_dir or os.path.dirname(os.path.dirname(OUT)))  # this checkout
+    executor = importlib.import_module(f"{package}.executor")
+    ingest_report = importlib.import_module(f"{package}.ingest_report")
+    component_module = importlib.import_module(f"{package}.component")
+    ImageExampleGen, ImageIngestionReport = component_module.ImageExampleGen, component_module.ImageIngestionReport
 
     imported = time.monotonic()
     component = ImageExampleGen(input_base=corpus, **component_args)

@@ -37,7 +37,7 @@ def _records(corpus, size, workdir):
     import tensorflow as tf
 
     from trainer import features
-    from trainer.preprocessing import decode_and_resize
+    from trainer.decoding import decode_and_resize
 
     raw_path, pixel_path = os.path.join(workdir, "raw.tfrecord.gz"), os.path.join(workdir, f"pixels-{size}.gz")
     if os.path.exists(pixel_path):

@@ -4,7 +4,8 @@ import argparse
 
 from cli.common import EXIT_BAD_INPUT, config_from_args, fail, quiet_logs, with_tuning
 from pipeline.cloud_config import CloudConfig
-from pipeline.config import ConfigError, runtime_values
+from pipeline.config import ConfigError
+from pipeline.runtime_parameters import runtime_values
 
 
 def _cloud_settings(args: argparse.Namespace, need_host: bool = False):

@@ -7,7 +7,8 @@ import os
 import sys
 import warnings
 
-from pipeline.config import ConfigError, PipelineConfig, from_environment
+from pipeline.config import ConfigError, PipelineConfig
+from pipeline.environment import from_environment
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1

@@ -5,7 +5,8 @@ import math
 import os
 
 from cli.common import config_from_args
-from pipeline.config import ConfigError, PipelineConfig, from_environment
+from pipeline.config import ConfigError, PipelineConfig
+from pipeline.environment import from_environment
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:
@@ -26,7 +27,7 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
 def cmd_cache(args: argparse.Namespace) -> int:
     import datetime
 
-    from components.backbone_features import feature_cache
+    from components.features import feature_cache
 
     config = config_from_args(args)
     if args.max_gb is not None and not (math.isfinite(args.max_gb) and args.max_gb >= 0):

@@ -4,13 +4,12 @@ import argparse
 
 from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
-from components.image_example_gen.ingest_defaults import LAYOUTS
+from components.example_gen.ingest_defaults import LAYOUTS
 from pipeline.cloud_config import TARGETS, CloudConfig
 from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TASKS, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
-from trainer.class_balance import IMBALANCED_RATIO, MIN_EVAL_EXAMPLES
-from trainer.class_balance import MODES as BALANCE_MODES
-from trainer.hparams import AUGMENTATIONS, MIXED_PRECISION_MODES, MODELS, TFLITE_KINDS
+from trainer.class_balance import MIN_EVAL_EXAMPLES
+from trainer.hparams import HParams
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,6 +21,24 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     d = PipelineConfig()
+    _add_data_options(p, d)
+    _add_check_options(p, d)
+    t = p.add_argument_group("training")
+    _add_training_options(t)
+    t.add_argument("--cpu-replicas", type=int, metavar="N", help="split this machine's CPU into N logical devices "
+                   "and train across them (MirroredStrategy): runs the multi-replica code without accelerators, "
+                   "for tests and debugging (no faster)")
+    _add_evaluation_options(p.add_argument_group("evaluation and search"), d)
+    p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None,
+                   help="re-run every component")
+    p.add_argument("--beam-arg", dest="beam_args", action="append",
+                   help="extra Beam pipeline argument (repeatable)")
+    p.add_argument("--progress", choices=PROGRESS_MODES, default=PROGRESS_MODES[0],
+                   help="live progress: human (default), json (one JSON object per line), quiet")
+    p.add_argument("--verbose", action="store_true", help="show TFX and Beam logs")
+
+
+def _add_data_options(p, d: PipelineConfig) -> None:
     p.add_argument("--data", help="folder of class subfolders (optionally train/ eval/ inside) or a CSV "
                    "manifest with a path,label[,split] header; default: the digits sample")
     p.add_argument("--root", help=f"where artifacts and ML Metadata go (default {d.root})")
@@ -49,6 +66,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
     p.add_argument("--schema", help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
                    "the sample uses schemas/digits/schema.pbtxt)")
+
+
+def _add_check_options(p, d: PipelineConfig) -> None:
     p.add_argument("--gate", choices=GATE_MODES, help="on anomalies or drift: stop the run (default) or warn")
     drift = p.add_argument_group("drift from the latest blessed model's data (L-infinity distance of shares; "
                                  "1 turns a check off)")
@@ -67,29 +87,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         f"(default {d.max_label_issues}: no check)")
     health.add_argument("--max-feature-drift", type=float, help="largest shift of the backbone features from the "
                         f"last blessed model's data (default {d.max_feature_drift})")
-    t = p.add_argument_group("training")
-    t.add_argument("--model", choices=MODELS,
-                   help="cnn (fast default) or a keras.applications backbone for transfer learning")
-    t.add_argument("--image-size", type=int, help="side of the square model input (default: 32 for the "
-                   "sample, 64 for cnn, 224 for the backbones)")
-    t.add_argument("--epochs", type=int, help="the most training epochs: training stops earlier once the eval loss "
-                   f"has not improved for --patience epochs, keeping the best epoch (default {d.epochs})")
-    t.add_argument("--patience", type=int, help=f"epochs without a lower eval loss before training stops "
-                   f"(default {d.patience})")
-    t.add_argument("--fine-tune-epochs", type=int, help="backbones: then at most this many epochs with the top "
-                   "layers unfrozen")
-    t.add_argument("--batch-size", type=int, help=f"per replica (default {d.batch_size})")
-    t.add_argument("--learning-rate", type=float, help=f"(default {d.learning_rate})")
-    t.add_argument("--weights", help="backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' (random)")
-    t.add_argument("--augment", help=f"training augmentation: any of {','.join(AUGMENTATIONS)}")
-    t.add_argument("--tflite", help=f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
-                   "(scored on the eval split next to the SavedModel)")
-    t.add_argument("--seed", type=int, help=f"(default {d.seed})")
-    t.add_argument("--nondeterministic", dest="deterministic", action="store_false", default=None,
-                   help="allow nondeterministic TensorFlow ops (faster on some GPUs; by default the same data, "
-                   "settings and seed give the same model)")
-    t.add_argument("--warm-start", action="store_true", default=None,
-                   help="start training from the latest blessed model (same classes and model)")
+
+
+def _add_evaluation_options(t, d: PipelineConfig) -> None:
     t.add_argument("--confidence-threshold", type=float, help="the model answers 'unsure' at or below this top "
                    "probability (imagepipe predict; in the model card): the report shows precision, recall and "
                    "coverage at every threshold")
@@ -107,21 +107,19 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--explanations", type=int, metavar="N", help="show where the model looked on N eval images in "
                    "the report: the misclassified first, then some of each class, and each class's average map "
                    f"(integrated gradients; default {d.explanations}; 0: none)")
-    t.add_argument("--class-balance", choices=BALANCE_MODES, help="imbalanced classes (the largest over "
-                   f"{IMBALANCED_RATIO:g} times the smallest in train): auto (default: loss weights by class, and "
-                   "training follows balanced accuracy), weights, sampling (class-balanced batches), off")
-    t.add_argument("--mixed-precision", choices=MIXED_PRECISION_MODES, help="auto (default: float16 on GPUs, "
-                   "bfloat16 on TPUs, none on CPUs), on (bfloat16 on a CPU), off")
-    t.add_argument("--cpu-replicas", type=int, metavar="N", help="split this machine's CPU into N logical devices "
-                   "and train across them (MirroredStrategy): runs the multi-replica code without accelerators, "
-                   "for tests and debugging (no faster)")
-    p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None,
-                   help="re-run every component")
-    p.add_argument("--beam-arg", dest="beam_args", action="append",
-                   help="extra Beam pipeline argument (repeatable)")
-    p.add_argument("--progress", choices=PROGRESS_MODES, default=PROGRESS_MODES[0],
-                   help="live progress: human (default), json (one JSON object per line), quiet")
-    p.add_argument("--verbose", action="store_true", help="show TFX and Beam logs")
+
+
+def _add_training_options(t) -> None:
+    """One option a training setting, made from its declaration (trainer/hparams.py: setting())."""
+    for field in HParams.user_settings():
+        flag = field.metadata["flag"] or "--" + field.name.replace("_", "-")
+        text = field.metadata["help"].format(default=field.default)
+        if field.type is bool:  # a switch away from the default
+            t.add_argument(flag, dest=field.name, action="store_false" if field.default else "store_true",
+                           default=None, help=text)
+        else:
+            t.add_argument(flag, dest=field.name, type=str if field.metadata["choices"] else field.type,
+                           choices=field.metadata["choices"], help=text)
 
 
 def _add_cloud_options(p: argparse.ArgumentParser) -> None:
@@ -168,7 +166,7 @@ def _add_dataflow_options(c, what: str) -> None:
 
 
 def _add_param_option(p) -> None:
-    from pipeline.config import RUNTIME_PARAMETERS
+    from pipeline.runtime_parameters import RUNTIME_PARAMETERS
 
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a value for the compiled job's runtime parameter NAME, without recompiling (repeatable): "

@@ -13,7 +13,6 @@ PREDICT_SHOWN = 10  # `imagepipe predict --output`: results shown on the termina
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from prediction import image_inputs, predict, result_files
-    from storage import files as fs
 
     # An explicit --model needs no pipeline (existing_pipeline asks for --name when the root has several).
     config = config_from_args(args) if args.model_dir else existing_pipeline(args)
@@ -28,28 +27,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.confidence_threshold is not None and not 0 <= args.confidence_threshold < 1:
         raise ConfigError(f"--confidence-threshold {args.confidence_threshold}: use a fraction from 0 to below 1")
     try:
-        try:  # file:// URIs are local paths; a store nothing here reads (s3://, http://) is one line
-            args.images = [fs.local_or_supported(item, item) for item in args.images]
-        except fs.DataError as e:
-            raise image_inputs.InputError(str(e)) from None
-        outputs = {"--output": args.output, "--automl-output": args.automl_output}
-        for option, path in outputs.items():
-            if path:  # before the model loads: a bad output file is one line at once
-                result_files.output_kind(path, option)
-        # Never over an input (a manifest, an import file) or a file predict did not write, nor into the model.
-        result_files.check_outputs(outputs, args.images, None)
-        model_dir = predict.resolve_model_dir(model)
-        result_files.check_outputs(outputs, args.images, model_dir)
-        if args.explain:
-            result_files.check_explain_folder(args.explain, args.images, list(filter(None, outputs.values())), model_dir)
-            if model_dir.endswith(".tflite"):
-                raise predict.ModelUnusable(f"--model {model_dir}: --explain needs the SavedModel (its gradients); give "
-                                            "the pushed model folder, not its .tflite file")
-        threshold, how = predict.model_threshold(model_dir)
-        if args.confidence_threshold is not None:  # one for every label of a multi-label model
-            threshold = ({name: args.confidence_threshold for name in threshold} if predict.is_multi_label(threshold)
-                         else args.confidence_threshold)
-            how = "--confidence-threshold"
+        model_dir, threshold, how = _model_and_outputs(args, model)
         multi = predict.is_multi_label(threshold)
         if args.workers < 0:
             raise image_inputs.InputError(f"--workers {args.workers}: give a number of processes (1 or more)")
@@ -69,7 +47,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     elif threshold:
         print(f"confidence threshold {threshold:g} ({how}): at or below it an image is 'unsure'", file=sys.stderr)
     quiet_logs(verbose=False)
-    show = result_files.printable  # file and class names may hold terminal escape sequences
     progress = result_files.Progress(sys.stderr) if writers else None  # else every result is printed anyway
     seen = failed = 0
     try:
@@ -84,14 +61,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 progress.update(seen)
             if writers and seen > PREDICT_SHOWN:
                 continue
-            if "error" in result:
-                print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
-            elif multi:
-                shown = ", ".join(f"{show(name)} ({p:.3f})" for name, p in result["labels"])
-                print(f"{show(result['path'])}: " + (shown or "no label"))
-            else:
-                shown = ", ".join(f"{show(name)} ({p:.3f})" for name, p in result["predictions"][:top])
-                print(f"{show(result['path'])}: " + (f"unsure (best: {shown})" if result.get("unsure") else shown))
+            _print_result(result, multi, top)
         if progress:
             progress.update(seen, final=True)
         for w in writers:  # a results file appears under its name only when every input is in it
@@ -107,6 +77,51 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"{seen:,} inputs: {seen - failed:,} classified, {failed:,} failed; results in "
               + " and ".join(w.path for w in writers))
     return EXIT_RUN_FAILED if failed else 0
+
+
+def _model_and_outputs(args: argparse.Namespace, model: str):
+    """The model folder and its threshold(s), once the inputs and every output are known to be usable, before
+    anything is classified: (model_dir, threshold, where the threshold came from)."""
+    from prediction import image_inputs, predict, result_files
+    from storage import files as fs
+
+    try:  # file:// URIs are local paths; a store nothing here reads (s3://, http://) is one line
+        args.images = [fs.local_or_supported(item, item) for item in args.images]
+    except fs.DataError as e:
+        raise image_inputs.InputError(str(e)) from None
+    outputs = {"--output": args.output, "--automl-output": args.automl_output}
+    for option, path in outputs.items():
+        if path:  # before the model loads: a bad output file is one line at once
+            result_files.output_kind(path, option)
+    # Never over an input (a manifest, an import file) or a file predict did not write, nor into the model.
+    result_files.check_outputs(outputs, args.images, None)
+    model_dir = predict.resolve_model_dir(model)
+    result_files.check_outputs(outputs, args.images, model_dir)
+    if args.explain:
+        result_files.check_explain_folder(args.explain, args.images, list(filter(None, outputs.values())), model_dir)
+        if model_dir.endswith(".tflite"):
+            raise predict.ModelUnusable(f"--model {model_dir}: --explain needs the SavedModel (its gradients); give "
+                                        "the pushed model folder, not its .tflite file")
+    threshold, how = predict.model_threshold(model_dir)
+    if args.confidence_threshold is not None:  # one for every label of a multi-label model
+        threshold = ({name: args.confidence_threshold for name in threshold} if predict.is_multi_label(threshold)
+                     else args.confidence_threshold)
+        how = "--confidence-threshold"
+    return model_dir, threshold, how
+
+
+def _print_result(result, multi: bool, top: int) -> None:
+    from prediction import result_files
+
+    show = result_files.printable  # file and class names may hold terminal escape sequences
+    if "error" in result:
+        print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
+    elif multi:
+        shown = ", ".join(f"{show(name)} ({p:.3f})" for name, p in result["labels"])
+        print(f"{show(result['path'])}: " + (shown or "no label"))
+    else:
+        shown = ", ".join(f"{show(name)} ({p:.3f})" for name, p in result["predictions"][:top])
+        print(f"{show(result['path'])}: " + (f"unsure (best: {shown})" if result.get("unsure") else shown))
 
 
 def _announce_dataflow_job(result) -> None:

@@ -12,15 +12,15 @@ from pipeline.config import PipelineConfig
 
 
 def print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
-    from runs import run_text
     from pipeline.config import pipelines_in_root
+    from runs import run_text, verdicts
 
     predict = None
     if config is not None:
         root = "" if config.root == PipelineConfig().root else f" --root {config.root}"
         name = f" --name {config.pipeline_name}" if len(pipelines_in_root(config.root)) > 1 else ""
         predict = f"imagepipe predict{root}{name} IMAGE..."
-    for line in run_text.format_summary(summary) + run_text.hints(summary, predict):
+    for line in run_text.format_summary(summary) + verdicts.hints(summary, predict):
         print(line)
 
 
@@ -28,8 +28,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = with_tuning(config_from_args(args), args, local=True).validate()
     mode = args.progress
     quiet_logs(args.verbose)
-    from components.image_example_gen.sources import DataError
     from pipeline import local_runner
+    from storage.errors import DataError
 
     try:
         found = local_runner.prepare(config)
@@ -118,9 +118,9 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
 
 
 def error_text(error: Exception, root: str = "") -> str:
-    from components.baseline import BaselineError
-    from components.image_example_gen.ingest_report import IngestionError
-    from components.validation_gate import DataValidationError
+    from components.example_gen.ingest_report import IngestionError
+    from components.validation.gate import DataValidationError
+    from storage.relocation import BaselineError
 
     if isinstance(error, (IngestionError, DataValidationError, BaselineError)):
         return str(error)  # written for the user already

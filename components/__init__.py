@@ -1,27 +1,29 @@
-"""Custom TFX components and executors.
+"""The stages of the DAG, a folder each, named as the DAG names them (pipeline/pipeline.py assembles them):
 
-image_example_gen/   ImageExampleGen: image files -> tf.Examples, and a profile of the data
-validation_gate.py   DataValidationGate: stops the run on anomalies or drift (drift.py)
-backbone_features/   BackboneFeatures: the transfer models' backbone run once per image, cached
-data_health/         DataHealth: likely label errors, outliers, feature drift; gates on them
-tuning/              ImageTuner: the hyperparameter search, only when the data or settings moved
-runtime_settings.py  the Trainer and Evaluator with the settings a compiled job's runs can change
-model_evaluator.py   the Evaluator's executor: no comparison across class changes, threshold views, test split
-evaluation_metrics.py  per-class recall and precision and balanced accuracy as TFMA metrics; the class gate's specs
-evaluation_views.py  precision, recall and coverage at confidence thresholds (plain Python)
-evaluation_results.py  what the Evaluator found, read back from its artifact
-model_card/          ModelCard: a card with every model, from ML Metadata and the artifacts; ImagePusher
-beam_tuning.py       StatisticsGen, Transform and Evaluator executors tuned for large examples
+example_gen/   ImageExampleGen: image files -> tf.Examples, quarantine, splits, a profile of the data
+validation/    StatisticsGen's settings for images; DataValidationGate: stops the run on anomalies or drift
+transform/     Transform: preprocessing_fn (decode, resize, label ids), records stored undeflated
+features/      BackboneFeatures: the transfer models' backbone run once per image, cached across runs
+health/        DataHealth: likely label errors, outliers, feature drift; DataHealthGate gates on them
+tuner/         ImageTuner: the hyperparameter search (trainer/search.py), only when the data or settings moved
+trainer/       ImageTrainer: TFX's Trainer running trainer/task.py's run_fn, with runtime parameters
+evaluator/     ImageEvaluator: TFMA, every class (or label) judged, thresholds, explanations, test split
+model_card/    ModelCard: a card with every model, from ML Metadata and the artifacts
+pusher/        ImagePusher: a blessed model pushed with its card
+
+Shared by several stages: drift.py (the data profile and its drift), beam_settings.py (TFX's Beam executors on
+examples of megabytes), beam_pickler.py. The model code they run is trainer/; files and artifact types, storage/.
 """
 
 _ARTIFACTS = ("ImageIngestionReport", "DataValidationResult", "DataHealthReport", "ModelCard")
 
 
 def __getattr__(name):
-    # Artifact types resolve as components.<Class> (see artifacts.py), imported only when asked
-    # for: ingestion worker processes import components.* and must not pay for TFX's import.
+    # Artifact types resolve as components.<Class>, the TYPE_NAME that ML Metadata and compiled jobs recorded
+    # (storage/artifact_types.py), imported only when asked for: ingestion worker processes import
+    # components.* and must not pay for TFX's import.
     if name in _ARTIFACTS:
-        from components import artifacts
+        from storage import artifact_types
 
-        return getattr(artifacts, name)
+        return getattr(artifact_types, name)
     raise AttributeError(f"module 'components' has no attribute {name!r}")

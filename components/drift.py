@@ -3,7 +3,7 @@
 ImageExampleGen writes a profile of what it ingested (profile.json beside the
 examples): examples per class, per format, and per power-of-two bin of the
 original width and height. The Evaluator keeps the profile of the data it judged
-a model on with that model's blessing (components/model_evaluator.py), so the
+a model on with that model's blessing (components/evaluator/executor.py), so the
 next run's validation gate can compare its data with the blessed model's: the
 class mix, the size and format distributions (L-infinity distance between the two
 shares, as TFDV's drift comparator measures categorical features), and the drop in
@@ -12,6 +12,7 @@ previous statistics, so drift comparators in a schema are ignored.
 """
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
 
 class Thresholds(NamedTuple):
     """Largest accepted L-infinity distances, and the largest accepted drop of the example count.
@@ -59,7 +60,7 @@ def make_profile(examples_per_split_and_class: Dict[str, Dict[str, int]], format
         counts = width if side == "width" else height
         counts[bucket] = counts.get(bucket, 0) + n
     return {"examples": sum(classes.values()), "classes": dict(sorted(classes.items())),
-            # per split too: the Evaluator judges each class on its eval count (components/model_evaluator.py)
+            # per split too: the Evaluator judges each class on its eval count (components/evaluator/executor.py)
             "classes_per_split": {split: dict(sorted(per_class.items()))
                                   for split, per_class in sorted(examples_per_split_and_class.items())},
             "formats": dict(sorted(formats.items())), "width": width, "height": height}

@@ -27,14 +27,14 @@ from storage import user_files
 
 @contextlib.contextmanager
 def image_example_gen_driver():
-    """Compiles ImageExampleGen with its own pre-cache driver (components/image_example_gen/vertex_driver.py).
+    """Compiles ImageExampleGen with its own pre-cache driver (components/example_gen/vertex_driver.py).
 
     TFX's step builder names the file-based ExampleGen driver in a module constant, with no
     option to change it; it is swapped for the duration of a compile only.
     """
     from tfx.orchestration.kubeflow.v2 import step_builder
 
-    from components.image_example_gen.vertex_driver import DRIVER_COMMAND
+    from components.example_gen.vertex_driver import DRIVER_COMMAND
 
     original = step_builder._DRIVER_COMMANDS  # pylint: disable=protected-access
     step_builder._DRIVER_COMMANDS = DRIVER_COMMAND  # pylint: disable=protected-access
@@ -53,7 +53,7 @@ def run_runner(runner, tfx_pipeline, **kwargs):
 def parameter_defaults(config: PipelineConfig) -> Dict[str, Any]:
     """The job's runtime parameters (pipeline.config RUNTIME_PARAMETERS) with this configuration's values: the
     compiled spec declares only their types, the job's runtimeConfig carries these values."""
-    from pipeline.config import RUNTIME_PARAMETERS, job_has_parameter
+    from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
 
     return {name: kind(getattr(config, field)) for name, (field, kind) in RUNTIME_PARAMETERS.items()
             if job_has_parameter(config, name)}
@@ -213,7 +213,7 @@ def _vertex_job(aiplatform, config: PipelineConfig, cloud: CloudConfig, template
 def submit(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
            credentials=None, parameters: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Starts one run now (with `parameters`: values of the job's runtime parameters, checked by
-    pipeline.config.runtime_values); returns the request (and, when sent, the created run's name)."""
+    pipeline.runtime_parameters.runtime_values); returns the request (and, when sent, the created run's name)."""
     parameters = parameters or {}
     request = _describe(config, cloud, parameters)
     if dry_run:

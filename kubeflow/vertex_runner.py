@@ -21,7 +21,8 @@ import os
 
 from kubeflow import deploy
 from pipeline.cloud_config import CloudConfig
-from pipeline.config import PipelineConfig, from_environment
+from pipeline.config import PipelineConfig
+from pipeline.environment import from_environment
 
 
 def run() -> None:

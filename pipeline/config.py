@@ -9,12 +9,12 @@ import dataclasses
 import hashlib
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
-from components.data_health import LABEL_CHECKS
-from components.eval_explanations import LIMIT as EXPLANATIONS
-from components.image_example_gen import ingest_defaults
-from components.tuning import MODES as TUNE_MODES
+from components.evaluator.explanations import LIMIT as EXPLANATIONS
+from components.example_gen import ingest_defaults
+from components.health import LABEL_CHECKS
+from components.tuner import MODES as TUNE_MODES
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
 from trainer.class_balance import MIN_CLASS_RECALL
@@ -46,8 +46,14 @@ def default_pipeline_name(data: Optional[str]) -> str:
     return f"{slug}-{hashlib.sha256(location.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
 
 
+# The training settings as HParams declares them (trainer/hparams.py: setting()), each a field of PipelineConfig with
+# the same name, default and help: declared once, there.
+TrainingSettings = dataclasses.make_dataclass("TrainingSettings", [
+    (f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in HParams.user_settings()])
+
+
 @dataclasses.dataclass
-class PipelineConfig:
+class PipelineConfig(TrainingSettings):
     # The pipeline name: its runs, artifacts, metadata and pushed models are kept apart from other
     # pipelines'. None: derived from --data (default_pipeline_name), so each dataset has its own.
     name: Optional[str] = None
@@ -62,7 +68,7 @@ class PipelineConfig:
     # with the span_window - 1 spans before it.
     span_pattern: Optional[str] = None
     span_window: int = ingest_defaults.SPAN_WINDOW
-    # Ingestion (components/image_example_gen/ingest_defaults.py has the meaning of each).
+    # Ingestion (components/example_gen/ingest_defaults.py has the meaning of each).
     eval_percent: int = ingest_defaults.EVAL_PERCENT
     max_pixels: int = ingest_defaults.MAX_PIXELS
     store_max_pixels: int = ingest_defaults.STORE_MAX_PIXELS
@@ -81,7 +87,7 @@ class PipelineConfig:
     max_size_drift: float = 0.3
     max_format_drift: float = 0.3
     max_count_drop: float = 0.5
-    # Data health (components/data_health): the label check (auto: on for the transfer models, whose
+    # Data health (components/health): the label check (auto: on for the transfer models, whose
     # backbone features make it cheap; on: also a k-fold cnn on pixels; off), and what stops the run like
     # the gate: the share of eval examples with a near-duplicate in train, the share of suspected label
     # errors (1: no check), the shift of the backbone features from the last blessed model's data.
@@ -90,26 +96,12 @@ class PipelineConfig:
     max_label_issues: float = 1.0
     max_feature_drift: float = 0.5
 
-    # Training (trainer/hparams.py has the defaults and the meaning of each).
-    model: str = HParams.model
+    # Training: the settings trainer/hparams.py declares (TrainingSettings, above), but for the input side:
     image_size: Optional[int] = None  # None: 32 for the digits sample, else the model's usual size
-    epochs: int = HParams.epochs
-    fine_tune_epochs: int = HParams.fine_tune_epochs
-    patience: int = HParams.patience
-    batch_size: int = HParams.batch_size
-    learning_rate: float = HParams.learning_rate
-    weights: str = HParams.weights
-    augment: str = HParams.augment
-    tflite: str = HParams.tflite
-    seed: int = HParams.seed
-    deterministic: bool = HParams.deterministic
-    warm_start: bool = HParams.warm_start
-    class_balance: str = HParams.class_balance  # imbalanced classes: auto | weights | sampling | off
-    mixed_precision: str = HParams.mixed_precision  # auto (on GPU/TPU) | on | off (trainer/strategy.py)
     # Split this machine's CPU into this many logical devices and train across them (MirroredStrategy): the
     # multi-replica code runs for real without accelerators (tests, debugging); no faster.
     cpu_replicas: int = 1
-    # Hyperparameter search (components/tuning, trainer/tuning.py): trials per search, 0 for no search step.
+    # Hyperparameter search (components/tuner, trainer/search.py): trials per search, 0 for no search step.
     # tune_mode "search": this run searches (`imagepipe run --tune N`, --retune); "auto": only when the data
     # or settings moved since the last search, else its best values are reused (compiled jobs; local runs
     # of a pipeline that searched before).
@@ -125,7 +117,7 @@ class PipelineConfig:
     # one, or the lowest at which the eval split's precision reaches target_precision; none by default.
     confidence_threshold: Optional[float] = None
     target_precision: Optional[float] = None
-    # Eval images the Evaluator explains for the report (where the model looked: components/eval_explanations.py);
+    # Eval images the Evaluator explains for the report (where the model looked: components/evaluator/explanations.py);
     # 0: none.
     explanations: int = EXPLANATIONS
     enable_cache: bool = True
@@ -157,7 +149,7 @@ class PipelineConfig:
 
     @property
     def feature_cache(self) -> str:
-        """The backbone features cache (components/backbone_features): one per root, shared by its pipelines."""
+        """The backbone features cache (components/features): one per root, shared by its pipelines."""
         return os.path.join(self.root, "cache", "features")
 
     @property
@@ -182,16 +174,12 @@ class PipelineConfig:
         """The Transform/Trainer hyperparameters for this configuration."""
         size = self.image_size if self.image_size is not None else (
             32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, HParams.image_size))
-        return HParams(model=self.model, image_size=size, epochs=self.epochs,
-                       fine_tune_epochs=self.fine_tune_epochs, patience=self.patience, batch_size=self.batch_size,
-                       learning_rate=self.learning_rate, weights=self.weights, augment=self.augment,
-                       tflite=self.tflite, seed=self.seed, deterministic=self.deterministic,
-                       warm_start=self.warm_start, class_balance=self.class_balance,
-                       mixed_precision=self.mixed_precision)
+        given = {f.name: getattr(self, f.name) for f in HParams.user_settings()}
+        return HParams(**{**given, "image_size": size})
 
     def health_limits(self):
-        """The data health check's thresholds (components.data_health.checks.Limits) from these settings."""
-        from components.data_health.checks import Limits
+        """The data health check's thresholds (components.health.checks.Limits) from these settings."""
+        from components.health.checks import Limits
 
         return Limits(**{field: getattr(self, field) for field in Limits._fields})
 
@@ -210,6 +198,13 @@ class PipelineConfig:
                 local_or_supported(self.data, f"--data {self.data}")
             except DataError as e:
                 raise ConfigError(str(e)) from None
+        self._validate_ingestion()
+        self._validate_checks()
+        self._validate_evaluation()
+        self._validate_training()
+        return self
+
+    def _validate_ingestion(self) -> None:
         if self.layout not in ingest_defaults.LAYOUTS:
             raise ConfigError(f"--layout {self.layout!r}: use one of {', '.join(ingest_defaults.LAYOUTS)}")
         if not 1 <= self.eval_percent <= 99:
@@ -227,6 +222,15 @@ class PipelineConfig:
             raise ConfigError(f"--task {self.task!r}: use {', '.join(TASKS)}")
         if not 0 <= self.compression_level <= 9:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
+        if self.span_window < 1:
+            raise ConfigError(f"--span-window {self.span_window}: use 1 or more spans")
+        if self.span_window > 1 and not self.span_pattern:
+            raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
+        if self.span_pattern is not None and "{SPAN}" not in self.span_pattern:
+            raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
+
+    def _validate_checks(self) -> None:
+        """The gate, drift and data health settings."""
         if self.gate not in GATE_MODES:
             raise ConfigError(f"--gate {self.gate!r}: use fail or warn")
         for option, value in self.drift_thresholds()._asdict().items():
@@ -240,12 +244,9 @@ class PipelineConfig:
                                   "(1: no check)")
         if not 0 <= self.max_feature_drift:
             raise ConfigError(f"--max-feature-drift {self.max_feature_drift}: use 0 or more (a standardised shift)")
-        if self.span_window < 1:
-            raise ConfigError(f"--span-window {self.span_window}: use 1 or more spans")
-        if self.span_window > 1 and not self.span_pattern:
-            raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
-        if self.span_pattern is not None and "{SPAN}" not in self.span_pattern:
-            raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
+
+    def _validate_evaluation(self) -> None:
+        """The CPU split, the search, and what blesses a model."""
         if not 1 <= self.cpu_replicas <= MAX_CPU_REPLICAS:
             raise ConfigError(f"--cpu-replicas {self.cpu_replicas}: use 1 to {MAX_CPU_REPLICAS} logical CPU devices")
         if not 0 <= self.tune <= MAX_TRIALS:
@@ -265,6 +266,9 @@ class PipelineConfig:
             raise ConfigError(f"--explanations {self.explanations}: give a number of eval images (0: none)")
         if not 0 <= self.min_class_recall <= 1:
             raise ConfigError(f"--min-class-recall {self.min_class_recall}: use a fraction from 0 to 1 (0: no check)")
+
+    def _validate_training(self) -> None:
+        """The training settings (HParams names the option), and what they need of the stored images and schema."""
         if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \
                 and not os.path.isfile(self.weights):
             raise ConfigError(f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
@@ -280,7 +284,7 @@ class PipelineConfig:
         schema = self.schema_path()
         if schema and not is_remote(schema) and not os.path.isfile(schema):
             raise ConfigError(f"--schema {schema}: no such file; give a schema.pbtxt, or leave it out to infer one")
-        return self
+
 
     def check_memory(self, total_bytes: int) -> None:
         """One-line error when decoding images of up to max_pixels cannot fit in total_bytes of memory."""
@@ -290,50 +294,6 @@ class PipelineConfig:
                 f"--max-pixels {self.max_pixels:,}: decoding images that large takes up to {needed / 2**30:.1f} GiB "
                 f"(with TensorFlow and Beam), more than this machine's {total_bytes / 2**30:.1f} GiB; lower "
                 "--max-pixels (larger images are then quarantined) or run on a bigger machine")
-
-
-# The settings a compiled job's runs can change (pipeline/pipeline.py makes them RuntimeParameters):
-# pipeline parameter name -> (PipelineConfig field, type). tune_trials exists only in a job compiled with
-# --tune, span_window only with --span-pattern.
-RUNTIME_PARAMETERS = {"epochs": ("epochs", int), "learning_rate": ("learning_rate", float),
-                      "accuracy_threshold": ("accuracy_threshold", float),
-                      "min_class_recall": ("min_class_recall", float), "span_window": ("span_window", int),
-                      "tune_trials": ("tune", int)}
-
-
-def runtime_values(config: "PipelineConfig", given: List[str]) -> Dict[str, Any]:
-    """`--param NAME=VALUE` values for the compiled job's runtime parameters, each checked as its setting is:
-    an unknown name, a parameter the job does not have, or a bad value is one line, before anything is sent."""
-    values: Dict[str, Any] = {}
-    known = [n for n in RUNTIME_PARAMETERS if job_has_parameter(config, n)]
-    for item in given:
-        name, sep, raw = item.partition("=")
-        name, raw = name.strip(), raw.strip()
-        if not sep or name not in RUNTIME_PARAMETERS:
-            raise ConfigError(f"--param {item!r}: use NAME=VALUE, NAME one of {', '.join(known)}")
-        if name in values:
-            raise ConfigError(f"--param {name}: given twice ({values[name]} and {raw}); give it once")
-        if name not in known:
-            raise ConfigError(f"--param {name}: this job has no such parameter ("
-                              + ("compile it with --tune N" if name == "tune_trials" else
-                                 "compile it with --span-pattern") + ")")
-        field, kind = RUNTIME_PARAMETERS[name]
-        try:
-            value = kind(raw)
-        except ValueError:
-            raise ConfigError(f"--param {name}={raw!r}: not {'a whole number' if kind is int else 'a number'}") from None
-        if name == "tune_trials" and value < 1:
-            raise ConfigError(f"--param tune_trials={raw}: use 1 or more trials")
-        try:
-            dataclasses.replace(config, **{field: value}).validate()
-        except ConfigError as e:
-            raise ConfigError(f"--param {name}={raw}: {str(e).split(': ', 1)[-1]}") from None
-        values[name] = value
-    return values
-
-
-def job_has_parameter(config: "PipelineConfig", name: str) -> bool:
-    return {"tune_trials": bool(config.tune), "span_window": bool(config.span_pattern)}.get(name, True)
 
 
 def pipelines_in_root(root: str) -> List[str]:
@@ -351,53 +311,3 @@ BASE_MEMORY_BYTES = 3 << 30
 
 def machine_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-# Settings whose empty value is a choice: no backbone weights (random), no augmentation, no TFLite export.
-_EMPTY_MEANS_NONE = {"weights", "augment", "tflite"}
-
-
-def _env_value(field: dataclasses.Field, raw: str):
-    kind = str(field.type)  # e.g. "<class 'int'>", "typing.Optional[int]", "typing.List[str]"
-    if "List" in kind:
-        return raw.split()
-    if raw.strip() == "":
-        if "Optional" in kind:
-            return None
-        if field.name not in _EMPTY_MEANS_NONE:
-            raise ValueError("empty")
-    if "int" in kind:
-        return int(raw)
-    if "float" in kind:
-        return float(raw)
-    if "bool" in kind:
-        value = raw.strip().lower()
-        if value not in _TRUE + _FALSE:
-            raise ValueError("not a yes/no value")
-        return value in _TRUE
-    return raw
-
-
-def _env_kind(field: dataclasses.Field) -> str:
-    kind = str(field.type)
-    return ("1 or 0 (true/false, yes/no, on/off)" if "bool" in kind else "a whole number" if "int" in kind
-            else "a number" if "float" in kind else "a value")
-
-
-def from_environment(config, environ=os.environ):
-    """Applies IMAGEPIPE_<FIELD> variables (e.g. IMAGEPIPE_ROOT, IMAGEPIPE_EVAL_PERCENT) to a config.
-
-    A value that is empty (for a setting that has no "unset") or not of the setting's kind is one
-    line naming the variable: never a silent default (IMAGEPIPE_ROOT= would write into the current folder)."""
-    changes = {}
-    for field in dataclasses.fields(config):
-        name = f"IMAGEPIPE_{field.name.upper()}"
-        raw = environ.get(name)
-        if raw is not None:
-            try:
-                changes[field.name] = _env_value(field, raw)
-            except ValueError:
-                raise ConfigError(f"{name}={raw!r}: {'empty' if not raw.strip() else 'not ' + _env_kind(field)}; "
-                                  f"give {_env_kind(field)}, or unset the environment variable") from None
-    return dataclasses.replace(config, **changes)

@@ -14,10 +14,10 @@ import tempfile
 import time
 from typing import Any, Dict
 
-from runs import run_lock
 from pipeline import sample_data
 from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input
+from runs import run_lock
 
 
 def preflight(config: PipelineConfig) -> Dict[str, Any]:
@@ -26,7 +26,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     Cheap on purpose (no TFX import unless spans must be resolved): bad input is
     reported in a second, before anything is written.
     """
-    from components.image_example_gen import sources
+    from components.example_gen import sources
     from storage import files as fs
 
     config.validate()
@@ -155,14 +155,14 @@ def check_schema(path: str) -> None:
 def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     """A run without --tune of a pipeline that searched before keeps its tuned training: the Tuner step runs
     with the last search's trial count and reuses its best values unless the data or settings moved
-    (components/tuning/decision.py). --retune (tune_mode "search") searches again with that count."""
+    (components/tuner/decision.py). --retune (tune_mode "search") searches again with that count."""
     if config.tune:
         return config
     import json
 
-    from components.baseline import relocate
-    from components.tuning import SEARCH_FILE
+    from components.tuner import SEARCH_FILE
     from runs import run_store
+    from storage.relocation import relocate
 
     trials = 0
     if os.path.exists(config.metadata_path):
@@ -220,8 +220,8 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
     from tfx.orchestration import metadata
 
     from pipeline import platform
-    from runs import run_store, run_summary
     from pipeline.pipeline import create_pipeline
+    from runs import run_store, run_summary
 
     if config.cpu_replicas > 1:  # before TensorFlow starts in this process (the components run in it)
         from trainer import strategy
@@ -266,9 +266,9 @@ def main() -> int:
 
     from absl import logging
 
-    from components.image_example_gen.sources import DataError
+    from pipeline.environment import from_environment
     from runs import run_text
-    from pipeline.config import from_environment
+    from storage.errors import DataError
 
     logging.set_verbosity(logging.INFO)
     try:

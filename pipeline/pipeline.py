@@ -8,190 +8,181 @@ Transform runs after the gate, so nothing consumes data that failed validation. 
 the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compiled job can change them.
 """
 
-import json
-from typing import Optional
-
-import tensorflow_data_validation as tfdv
-import tensorflow_model_analysis as tfma
-from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 
-from components import beam_tuning, model_evaluator
-from components import evaluation_views, runtime_settings
-from components.backbone_features.component import BackboneFeatures
-from components.data_health.component import DataHealth
-from components.data_health.gate import DataHealthGate
-from components.image_example_gen.component import ImageExampleGen
-from components.model_card.component import ImagePusher, ModelCard
-from components.tuning.component import ImageTuner, LatestSearch
-from components.validation_gate import DataValidationGate
-from pipeline.config import RUNTIME_PARAMETERS, PipelineConfig, job_has_parameter
-from pipeline.platform import Platform
+from components.beam_settings import tuned
+from components.evaluator.component import ImageEvaluator
+from components.evaluator.eval_config import eval_config
+from components.example_gen.component import ImageExampleGen
+from components.features.component import BackboneFeatures
+from components.health.component import DataHealth
+from components.health.gate import DataHealthGate
+from components.model_card.component import ModelCard
+from components.pusher.component import ImagePusher
+from components.trainer.component import TRAINER_SETTINGS, ImageTrainer
+from components.transform.executor import TransformExecutor
+from components.tuner.component import ImageTuner, LatestSearch
+from components.validation.gate import DataValidationGate
+from components.validation.statistics import StatisticsGenExecutor, stats_options
+from pipeline.config import PipelineConfig
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
-from trainer.features import IMAGE_KEY, LABEL_KEY
-
-
-def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float] = None) -> tfma.EvalConfig:
-    """Accuracy gates the blessing: above the threshold, and no worse than the baseline.
-
-    The model's own `transform_features` signature turns raw eval examples into its label ids
-    (each model has its own vocabulary), so candidate and baseline are each scored consistently.
-    """
-    accuracy = tfma.MetricConfig(
-        class_name=model_evaluator.ACCURACY_METRIC,  # its lower bound: the accuracy_threshold runtime parameter
-        threshold=tfma.MetricThreshold(
-            value_threshold=tfma.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
-            # Ignored on the first run, when there is no blessed baseline yet.
-            change_threshold=tfma.GenericChangeThreshold(
-                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10})))
-    # Per-class precision and recall come from the confusion matrix (run_summary.per_class_metrics):
-    # binarizing by class id would need the class count before the data is read, and fail when
-    # a class has no valid image.
-    specs = [tfma.MetricsSpec(metrics=[
-        tfma.MetricConfig(class_name="ExampleCount"),
-        accuracy,
-        tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
-        # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
-        # (components/evaluation_views.py; threshold 0 is the plain argmax confusion matrix).
-        tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot", config=json.dumps(
-            {"thresholds": evaluation_views.thresholds_with(confidence_threshold)})),
-    ])]
-    return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(signature_name="serving_examples", label_key=LABEL_KEY,
-                                    prediction_key="probabilities",
-                                    preprocessing_function_names=["transform_features"])],
-        slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=specs)
-
-
-def stats_options() -> tfdv.StatsOptions:
-    """Statistics of every feature, with image/encoded known as an image before any schema exists.
-
-    Semantic domain stats recognise image/encoded as images (format histogram; SchemaGen then
-    writes image_domain). Without a schema, though, TFDV takes every string feature for a
-    categorical one and counts its top values by shuffling each distinct value through a
-    GroupByKey: every image's bytes, the whole corpus through memory (docs/data.md: Full-size photos).
-    Naming image/encoded an image_domain feature makes it a bytes feature (byte-length stats, no
-    top-k), whatever schema the run then uses.
-    """
-    schema = schema_pb2.Schema()
-    feature = schema.feature.add(name=IMAGE_KEY, type=schema_pb2.BYTES)
-    feature.image_domain.SetInParent()
-    return tfdv.StatsOptions(enable_semantic_domain_stats=True, schema=schema)
+from pipeline.platform import Platform
+from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
 
 
 def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connection_config=None) -> tfx.dsl.Pipeline:
     """The DAG for `config`, on the runner's `platform` (pipeline/platform.py: local, or
-    kubeflow/cloud_platform.py for Vertex AI and Kubeflow Pipelines)."""
+    kubeflow/cloud_platform.py for Vertex AI and Kubeflow Pipelines): the stages in their order."""
+    dag = _Stages(config, platform)
+    check = dag.run_check()
+    example_gen = dag.example_gen(check)
+    statistics_gen, schema_gen, example_validator = dag.validation(example_gen, check)
+    baseline = dag.latest_blessed_model()
+    gate = dag.validation_gate(example_gen, example_validator, baseline)
+    transform = dag.transform(example_gen, schema_gen, gate)
+    features = dag.features(transform)
+    health, health_gate = dag.health(example_gen, transform, features, baseline)
+    # What the Trainer (and the Tuner) train on: a transfer model's head on the cached features, else pixels.
+    training_examples = features.outputs["features"] if features else transform.outputs["transformed_examples"]
+    previous_search, tuner = dag.tuner(example_gen, transform, training_examples, health_gate)
+    trainer = dag.trainer(transform, schema_gen, training_examples, baseline, tuner, health_gate)
+    evaluator = dag.evaluator(example_gen, trainer, baseline)
+    card = dag.model_card(example_gen, health, trainer, evaluator, baseline)
+    pusher = dag.pusher(trainer, evaluator, card)
+    components = [check, example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
+                  transform, features, health, health_gate, previous_search, tuner, trainer, evaluator, card, pusher]
+    return tfx.dsl.Pipeline(
+        pipeline_name=config.pipeline_name,
+        pipeline_root=platform.pipeline_root,
+        components=[c for c in components if c is not None],
+        enable_cache=config.enable_cache,
+        metadata_connection_config=metadata_connection_config,
+        beam_pipeline_args=platform.beam_pipeline_args)
 
-    def setting(name: str):
+
+class _Stages:
+    """Each stage of the DAG made from the configuration, on the platform; a stage that does not run is None."""
+
+    def __init__(self, config: PipelineConfig, platform: Platform):
+        self.config, self.platform = config, platform
+        self.hp = config.hparams()
+
+    def setting(self, name: str):
         """A setting's value, or on a platform that takes them, the runtime parameter that defaults to it."""
         field, ptype = RUNTIME_PARAMETERS[name]
-        value = getattr(config, field)
-        if not platform.compiled or not job_has_parameter(config, name):
+        value = getattr(self.config, field)
+        if not self.platform.compiled or not job_has_parameter(self.config, name):
             return value
         return tfx.dsl.experimental.RuntimeParameter(name=name, ptype=ptype, default=ptype(value))
 
-    # A compiled job checks its runtime parameters and the account it runs as before anything else
-    # (pipeline/run_check.py): a run started with `tfx run create` sends both unchecked.
-    check = None
-    if platform.compiled:
+    def run_check(self):
+        """A compiled job checks its runtime parameters and the account it runs as before anything else
+        (pipeline/run_check.py): a run started with `tfx run create` sends both unchecked."""
+        if not self.platform.compiled:
+            return None
         from pipeline.run_check import RunCheck
 
-        names = [name for name in RUNTIME_PARAMETERS if job_has_parameter(config, name)]
-        check = RunCheck(**{name: setting(name) for name in names}, job_parameters=",".join(names),
-                         service_account=platform.service_account)
-    example_gen = ImageExampleGen(
-        input_base=example_gen_base(config),
-        input_config=example_gen_input(config),
-        output_config=example_gen_output(config),
-        layout=config.layout,
-        max_pixels=config.max_pixels,
-        max_bad_fraction=config.max_bad_fraction,
-        drop_duplicates=config.drop_duplicates,
-        compression_level=config.compression_level,
-        span_window=setting("span_window"),
-        store_max_pixels=config.store_max_pixels,
-        seed=config.seed,
-        near_duplicates=config.near_duplicates,
-        task=config.task)
-    if check is not None:
-        example_gen.add_upstream_node(check)
+        names = [name for name in RUNTIME_PARAMETERS if job_has_parameter(self.config, name)]
+        return RunCheck(**{name: self.setting(name) for name in names}, job_parameters=",".join(names),
+                        service_account=self.platform.service_account)
 
-    # StatisticsGen, Transform and the Evaluator batch by bytes and check TFRecord checksums fast
-    # (components/beam_tuning.py): a batch of full-size photos weighs what a batch of thumbnails does.
-    statistics_gen = beam_tuning.tuned(tfx.components.StatisticsGen(
-        examples=example_gen.outputs["examples"], stats_options=stats_options()),
-        beam_tuning.StatisticsGenExecutor)
+    def example_gen(self, check):
+        config = self.config
+        example_gen = ImageExampleGen(
+            input_base=example_gen_base(config), input_config=example_gen_input(config),
+            output_config=example_gen_output(config), layout=config.layout, max_pixels=config.max_pixels,
+            max_bad_fraction=config.max_bad_fraction, drop_duplicates=config.drop_duplicates,
+            compression_level=config.compression_level, span_window=self.setting("span_window"),
+            store_max_pixels=config.store_max_pixels, seed=config.seed, near_duplicates=config.near_duplicates,
+            task=config.task)
+        if check is not None:
+            example_gen.add_upstream_node(check)
+        return example_gen
 
-    if platform.schema_file:
-        schema_gen = tfx.components.ImportSchemaGen(schema_file=platform.schema_file)
-        if check is not None:  # the other task with no input: it too waits for the check
-            schema_gen.add_upstream_node(check)
-    else:
-        schema_gen = tfx.components.SchemaGen(
-            statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True)
+    def validation(self, example_gen, check):
+        """StatisticsGen, the schema (curated: ImportSchemaGen; else SchemaGen infers it), ExampleValidator.
 
-    example_validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+        StatisticsGen (like Transform and the Evaluator) batches by bytes and checks TFRecord checksums fast
+        (components/beam_settings.py): a batch of full-size photos weighs what a batch of thumbnails does."""
+        statistics_gen = tuned(tfx.components.StatisticsGen(
+            examples=example_gen.outputs["examples"], stats_options=stats_options()), StatisticsGenExecutor)
+        if self.platform.schema_file:
+            schema_gen = tfx.components.ImportSchemaGen(schema_file=self.platform.schema_file)
+            if check is not None:  # the other task with no input: it too waits for the check
+                schema_gen.add_upstream_node(check)
+        else:
+            schema_gen = tfx.components.SchemaGen(
+                statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True)
+        example_validator = tfx.components.ExampleValidator(
+            statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+        return statistics_gen, schema_gen, example_validator
 
-    # The latest blessed model: the Evaluator's baseline, the Trainer's warm start, and (through its
-    # blessing, which keeps the profile of its data) the gate's drift reference. Kubeflow Pipelines'
-    # open-source backend has no resolver executor, so there the threshold alone gates, without drift.
-    baseline = None
-    if platform.runs_resolvers:
-        baseline = tfx.dsl.Resolver(
+    def latest_blessed_model(self):
+        """The latest blessed model: the Evaluator's baseline, the Trainer's warm start, and (through its
+        blessing, which keeps the profile of its data) the gate's drift reference. Kubeflow Pipelines'
+        open-source backend has no resolver executor, so there the threshold alone gates, without drift."""
+        if not self.platform.runs_resolvers:
+            return None
+        return tfx.dsl.Resolver(
             strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
             model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
             model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
         ).with_id("latest_blessed_model_resolver")
 
-    gate = DataValidationGate(
-        anomalies=example_validator.outputs["anomalies"],
-        examples=example_gen.outputs["examples"],
-        baseline_blessing=baseline.outputs["model_blessing"] if baseline else None,
-        fail_on_anomalies=(config.gate == "fail"),
-        **config.drift_thresholds()._asdict())
+    def validation_gate(self, example_gen, example_validator, baseline):
+        return DataValidationGate(
+            anomalies=example_validator.outputs["anomalies"], examples=example_gen.outputs["examples"],
+            baseline_blessing=baseline.outputs["model_blessing"] if baseline else None,
+            fail_on_anomalies=(self.config.gate == "fail"), **self.config.drift_thresholds()._asdict())
 
-    hp = config.hparams()
-    hparams = hp.to_custom_config()
-    transform = beam_tuning.tuned(tfx.components.Transform(
-        examples=example_gen.outputs["examples"],
-        schema=schema_gen.outputs["schema"],
-        preprocessing_fn="trainer.preprocessing.preprocessing_fn",
-        custom_config=hp.transform_config(),  # only what preprocessing_fn reads: training settings keep its cache
-        splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
-        # Transform's own pre-transform statistics would be a second StatisticsGen pass over
-        # every encoded image (its post-transform ones describe serialized pixel tensors);
-        # nothing reads either, so they are skipped.
-        disable_statistics=True), beam_tuning.TransformExecutor)
-    transform.add_upstream_node(gate)  # the gate must pass before any data is consumed
+    def transform(self, example_gen, schema_gen, gate):
+        transform = tuned(tfx.components.Transform(
+            examples=example_gen.outputs["examples"],
+            schema=schema_gen.outputs["schema"],
+            preprocessing_fn="components.transform.preprocessing.preprocessing_fn",
+            # only what preprocessing_fn reads: a change of a training setting keeps Transform's cached output
+            custom_config=self.hp.transform_config(),
+            splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
+            # Transform's own pre-transform statistics would be a second StatisticsGen pass over
+            # every encoded image (its post-transform ones describe serialized pixel tensors);
+            # nothing reads either, so they are skipped.
+            disable_statistics=True), TransformExecutor)
+        transform.add_upstream_node(gate)  # the gate must pass before any data is consumed
+        return transform
 
-    # Transfer models: the frozen backbone runs once per image (cached across runs), and the Trainer's
-    # frozen phase trains the head on its output (components/backbone_features).
-    features = None
-    if hp.model != "cnn":
-        features = BackboneFeatures(transformed_examples=transform.outputs["transformed_examples"],
-                                    hparams=hp.features_config(), cache_dir=platform.feature_cache)
-    # Likely label errors, outliers, near-duplicates and drift in feature space, before any training
-    # (components/data_health): over a limit it stops the run, as the gate does (or warns).
-    health = DataHealth(
-        ingestion_report=example_gen.outputs["report"], transformed_examples=transform.outputs["transformed_examples"],
-        transform_graph=transform.outputs["transform_graph"],
-        features=features.outputs["features"] if features else None,
-        baseline_model=baseline.outputs["model"] if baseline and features else None,  # feature drift only
-        hparams=hp.health_config(), label_check=config.label_check, **config.health_limits()._asdict())
-    health_gate = DataHealthGate(health=health.outputs["health"], fail_on_problems=(config.gate == "fail"))
-    training_examples = features.outputs["features"] if features else transform.outputs["transformed_examples"]
+    def features(self, transform):
+        """Transfer models: the frozen backbone runs once per image (cached across runs), and the Trainer's
+        frozen phase trains the head on its output (components/features)."""
+        if self.hp.model == "cnn":
+            return None
+        return BackboneFeatures(transformed_examples=transform.outputs["transformed_examples"],
+                                hparams=self.hp.features_config(), cache_dir=self.platform.feature_cache)
 
-    # --tune N: KerasTuner trials (trainer/tuning.py) on what the Trainer trains on (a transfer model's head on
-    # the cached features); a run searches again only when the data or settings moved since the last search
-    # (components/tuning/decision.py), found by the resolver, unless asked to (tune_mode "search").
-    tuner, previous_search = None, None
-    if config.tune > 0:
+    def health(self, example_gen, transform, features, baseline):
+        """Likely label errors, outliers, near-duplicates and drift in feature space, before any training
+        (components/health): over a limit it stops the run, as the gate does (or warns)."""
+        health = DataHealth(
+            ingestion_report=example_gen.outputs["report"],
+            transformed_examples=transform.outputs["transformed_examples"],
+            transform_graph=transform.outputs["transform_graph"],
+            features=features.outputs["features"] if features else None,
+            baseline_model=baseline.outputs["model"] if baseline and features else None,  # feature drift only
+            hparams=self.hp.health_config(), label_check=self.config.label_check,
+            **self.config.health_limits()._asdict())
+        gate = DataHealthGate(health=health.outputs["health"], fail_on_problems=(self.config.gate == "fail"))
+        return health, gate
+
+    def tuner(self, example_gen, transform, training_examples, health_gate):
+        """--tune N: KerasTuner trials (trainer/search.py) on what the Trainer trains on; a run searches again
+        only when the data or settings moved since the last search (components/tuner/decision.py), found by
+        the resolver, unless asked to (tune_mode "search")."""
+        config, platform = self.config, self.platform
+        if config.tune <= 0:
+            return None, None
+        previous_search = None
         if platform.runs_resolvers:
             previous_search = tfx.dsl.Resolver(
-                # Vertex's compiler knows TFX's strategies only (components/tuning/component.py)
+                # Vertex's compiler knows TFX's strategies only (components/tuner/component.py)
                 strategy_class=tfx.dsl.experimental.LatestArtifactStrategy if platform.compiled else LatestSearch,
                 tuner_results=tfx.dsl.Channel(type=tfx.types.standard_artifacts.TunerResults),
             ).with_id("latest_search_resolver")
@@ -199,63 +190,59 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
             examples=training_examples, transform_graph=transform.outputs["transform_graph"],
             ingestion_report=example_gen.outputs["report"],
             previous=previous_search.outputs["tuner_results"] if previous_search else None,
-            trials=setting("tune_trials"), mode=config.tune_mode, pipeline=config.pipeline_name, hparams=hparams,
-            max_class_drift=config.max_class_drift, max_feature_drift=config.max_feature_drift,
-            vertex=platform.vertex_tuning_config, parallel_trials=platform.parallel_trials,
-            epochs=setting("epochs")).with_id("Tuner")
+            trials=self.setting("tune_trials"), mode=config.tune_mode, pipeline=config.pipeline_name,
+            hparams=self.hp.to_custom_config(), max_class_drift=config.max_class_drift,
+            max_feature_drift=config.max_feature_drift, vertex=platform.vertex_tuning_config,
+            parallel_trials=platform.parallel_trials, epochs=self.setting("epochs")).with_id("Tuner")
         tuner.add_upstream_node(health_gate)  # no search on data that failed its health check
+        return previous_search, tuner
 
-    trainer = runtime_settings.ImageTrainer(
-        run_fn="trainer.task.run_fn", examples=training_examples,
-        transform_graph=transform.outputs["transform_graph"], schema=schema_gen.outputs["schema"],
-        base_model=baseline.outputs["model"] if config.warm_start and baseline else None,
-        hyperparameters=tuner.outputs["best_hyperparameters"] if tuner else None,
-        custom_config={**hparams, **(platform.vertex_training_config or {})},
-        settings={name: setting(name) for name in runtime_settings.TRAINER_SETTINGS} if platform.compiled else {},
-        vertex=bool(platform.vertex_training_config)).with_id("Trainer")
-    trainer.add_upstream_node(health_gate)  # no training on data that failed its health check
+    def trainer(self, transform, schema_gen, training_examples, baseline, tuner, health_gate):
+        platform = self.platform
+        trainer = ImageTrainer(
+            run_fn="trainer.task.run_fn", examples=training_examples,
+            transform_graph=transform.outputs["transform_graph"], schema=schema_gen.outputs["schema"],
+            base_model=baseline.outputs["model"] if self.config.warm_start and baseline else None,
+            hyperparameters=tuner.outputs["best_hyperparameters"] if tuner else None,
+            custom_config={**self.hp.to_custom_config(), **(platform.vertex_training_config or {})},
+            settings={name: self.setting(name) for name in TRAINER_SETTINGS} if platform.compiled else {},
+            vertex=bool(platform.vertex_training_config)).with_id("Trainer")
+        trainer.add_upstream_node(health_gate)  # no training on data that failed its health check
+        return trainer
 
-    evaluator = runtime_settings.ImageEvaluator(
-        examples=example_gen.outputs["examples"],
-        model=trainer.outputs["model"],
-        baseline_model=baseline.outputs["model"] if baseline else None,
-        eval_config=eval_config(config.accuracy_threshold, config.confidence_threshold),
-        example_splits=["eval"],
-        settings={**({"accuracy_threshold": setting("accuracy_threshold")} if platform.compiled else {}),
-                  # every class with enough eval images must reach it (components/evaluation_metrics.py)
-                  "min_class_recall": setting("min_class_recall"),
-                  "confidence_threshold": config.confidence_threshold, "target_precision": config.target_precision,
-                  # eval images whose maps the report shows (components/eval_explanations.py)
-                  "explanations": config.explanations},
-    ).with_id("Evaluator")
-
-    # The model's card, from ML Metadata and the artifacts (components/model_card), with the confidence
-    # threshold the Evaluator chose; pushed beside the model.
-    card = ModelCard(model=trainer.outputs["model"], model_run=trainer.outputs["model_run"],
-                     evaluation=evaluator.outputs["evaluation"], blessing=evaluator.outputs["blessing"],
-                     examples=example_gen.outputs["examples"], ingestion_report=example_gen.outputs["report"],
-                     health=health.outputs["health"], baseline_model=baseline.outputs["model"] if baseline else None,
-                     pipeline=config.pipeline_name)
-
-    if platform.vertex_serving_config:
-        pusher = tfx.extensions.google_cloud_ai_platform.Pusher(
-            model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
-            custom_config=platform.vertex_serving_config)
-    else:
-        pusher = ImagePusher(
+    def evaluator(self, example_gen, trainer, baseline):
+        config = self.config
+        return ImageEvaluator(
+            examples=example_gen.outputs["examples"],
             model=trainer.outputs["model"],
-            model_blessing=evaluator.outputs["blessing"],
-            model_card=card.outputs["model_card"],
-            push_destination=tfx.proto.PushDestination(
-                filesystem=tfx.proto.PushDestination.Filesystem(base_directory=platform.serving_dir))).with_id("Pusher")
+            baseline_model=baseline.outputs["model"] if baseline else None,
+            eval_config=eval_config(config.accuracy_threshold, config.confidence_threshold),
+            example_splits=["eval"],
+            settings={**({"accuracy_threshold": self.setting("accuracy_threshold")} if self.platform.compiled else {}),
+                      # every class with enough eval images must reach it (components/evaluator/metrics.py)
+                      "min_class_recall": self.setting("min_class_recall"),
+                      "confidence_threshold": config.confidence_threshold, "target_precision": config.target_precision,
+                      # eval images whose maps the report shows (components/evaluator/explanations.py)
+                      "explanations": config.explanations},
+        ).with_id("Evaluator")
 
-    components = [check, example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
-                  transform, features, health, health_gate, previous_search, tuner, trainer, evaluator, card, pusher]
-    components = [c for c in components if c is not None]
-    return tfx.dsl.Pipeline(
-        pipeline_name=config.pipeline_name,
-        pipeline_root=platform.pipeline_root,
-        components=components,
-        enable_cache=config.enable_cache,
-        metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=platform.beam_pipeline_args)
+    def model_card(self, example_gen, health, trainer, evaluator, baseline):
+        """The model's card, from ML Metadata and the artifacts (components/model_card), with the confidence
+        threshold the Evaluator chose; pushed beside the model."""
+        return ModelCard(model=trainer.outputs["model"], model_run=trainer.outputs["model_run"],
+                         evaluation=evaluator.outputs["evaluation"], blessing=evaluator.outputs["blessing"],
+                         examples=example_gen.outputs["examples"], ingestion_report=example_gen.outputs["report"],
+                         health=health.outputs["health"],
+                         baseline_model=baseline.outputs["model"] if baseline else None,
+                         pipeline=self.config.pipeline_name)
+
+    def pusher(self, trainer, evaluator, card):
+        if self.platform.vertex_serving_config:
+            return tfx.extensions.google_cloud_ai_platform.Pusher(
+                model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+                custom_config=self.platform.vertex_serving_config)
+        return ImagePusher(
+            model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+            model_card=card.outputs["model_card"],
+            push_destination=tfx.proto.PushDestination(filesystem=tfx.proto.PushDestination.Filesystem(
+                base_directory=self.platform.serving_dir))).with_id("Pusher")

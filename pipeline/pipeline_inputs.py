@@ -8,9 +8,9 @@ import posixpath
 
 from tfx.proto import example_gen_pb2
 
-from components.image_example_gen.ingest_defaults import hash_split_output
-from storage.files import is_remote
+from components.example_gen.ingest_defaults import hash_split_output
 from pipeline.config import PipelineConfig
+from storage.files import is_remote
 
 
 def example_gen_input(config: PipelineConfig) -> example_gen_pb2.Input:

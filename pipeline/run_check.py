@@ -57,7 +57,8 @@ def running_as(timeout: float = 10.0) -> Optional[str]:
 def check(values: dict, service_account: str = "") -> None:
     """RunSettingsError for the first bad value of `values` ({runtime parameter: value}), each checked as
     `imagepipe submit --param` checks it, or for a run executing as another account than `service_account`."""
-    from pipeline.config import ConfigError, PipelineConfig, runtime_values
+    from pipeline.config import ConfigError, PipelineConfig
+    from pipeline.runtime_parameters import runtime_values
 
     # The job's own settings do not reach this task: only what decides which parameters the job has.
     config = PipelineConfig(tune=1 if values.get("tune_trials") is not None else 0,

@@ -29,9 +29,9 @@ import apache_beam as beam
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from storage import files as fs
-from components.spreadsheet import spreadsheet_safe
 from prediction import image_inputs, predict, result_files
+from storage import files as fs
+from storage.spreadsheet import spreadsheet_safe
 
 NAMESPACE = "imagepipe.predict"
 

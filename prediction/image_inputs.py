@@ -8,12 +8,11 @@ import posixpath
 import stat
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
-from components.image_example_gen import sources
-from components.image_example_gen.batch_ingest import check_file_size, max_file_bytes
-from components.image_example_gen.image_check import BadImage, Reason, check_image
+from components.example_gen.batch_ingest import check_file_size, max_file_bytes
+from components.example_gen.image_check import BadImage, Reason, check_image
+from components.example_gen.listing import OUTSIDE_ROOT_PROBLEM, is_hidden, manifest_row, read_manifest, walk
 from storage import files as fs
 from storage.errors import DataError
-
 
 # Encoded bytes per serving call: a call holds its batch's decoded images too, so a batch of
 # full-size photos stays a handful (the pipeline's Beam batches are bounded the same way).
@@ -88,9 +87,9 @@ def expand_inputs(inputs: List[str]) -> Iterator[Input]:
 def _expand(inputs: List[str]) -> Iterator[Input]:
     for item in inputs:
         if fs.is_dir(item):
-            for rel, size, _, problem in sources.walk(item):
-                if not sources.is_hidden(rel):
-                    reason = Reason.OUTSIDE_ROOT if problem == sources.OUTSIDE_ROOT_PROBLEM else Reason.UNREADABLE
+            for rel, size, _, problem in walk(item):
+                if not is_hidden(rel):
+                    reason = Reason.OUTSIDE_ROOT if problem == OUTSIDE_ROOT_PROBLEM else Reason.UNREADABLE
                     yield Input(fs.join(item, rel), (reason, problem) if problem else None, size)
         elif item.lower().endswith(".csv") and fs.exists(item):
             yield from _manifest_paths(item)
@@ -102,7 +101,7 @@ def _manifest_paths(manifest: str) -> Iterator[Input]:
     """The rows' files, relative to the manifest's folder and, as in ingestion, only below it: a row naming
     /etc/passwd or ../../secret.txt is an error row, never read (it printed the file's first bytes)."""
     try:
-        text = sources.read_manifest(manifest)
+        text = read_manifest(manifest)
     except DataError as e:
         raise InputError(str(e)) from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -113,7 +112,7 @@ def _manifest_paths(manifest: str) -> Iterator[Input]:
         path = (row["path"] or "").strip()
         if path:
             where = f"{posixpath.basename(manifest)} line {line_no}"
-            uri, problem = sources.manifest_row(folder, folder, path, where)
+            uri, problem = manifest_row(folder, folder, path, where)
             yield Input(uri, problem)
 
 

@@ -13,8 +13,8 @@ import queue
 import threading
 from typing import Dict, Iterable, Iterator, List, Tuple, Union
 
-from components.evaluation_views import given_a_class
-from components.image_example_gen.ingest_defaults import MAX_PIXELS
+from components.evaluator.views import given_a_class
+from components.example_gen.ingest_defaults import MAX_PIXELS
 from prediction.image_inputs import Input, byte_batches, inspect_input
 from storage import files as fs
 from storage.errors import DataError
@@ -53,7 +53,7 @@ class TFLiteServing:
     def __init__(self, path: str):
         import tensorflow as tf
 
-        from trainer.preprocessing import decode_and_resize
+        from trainer.decoding import decode_and_resize
         from trainer.tflite_export import LABELS_FILE, TFLiteClassifier
 
         labels = fs.join(os.path.dirname(path), LABELS_FILE)
@@ -161,7 +161,7 @@ def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
             continue
     # A Trainer's own export (<model>/Format-Serving, never pushed) has no threshold.json; a multi-label one still
     # lists labels, each at 0.5, from the model_info.json beside it.
-    from components.output_files import INFO_FILE, KERAS_DIR
+    from storage.output_files import INFO_FILE, KERAS_DIR
 
     try:
         info = json.loads(fs.read_bytes(fs.join(os.path.dirname(model_dir.rstrip("/")), KERAS_DIR, INFO_FILE)))

@@ -8,11 +8,11 @@ import time
 import unicodedata
 from typing import Dict, List, Optional
 
-from components.evaluation_views import given_a_class
-from components.spreadsheet import spreadsheet_safe
+from components.evaluator.views import given_a_class
 from prediction.image_inputs import InputError
 from storage import user_files
 from storage.errors import ConfigError
+from storage.spreadsheet import spreadsheet_safe
 
 
 def printable(text: str) -> str:
@@ -272,7 +272,7 @@ class ExplanationWriter:
 
     def close(self, complete: bool) -> None:
         if complete:
-            from components.spreadsheet import csv_text
+            from storage.spreadsheet import csv_text
 
             with open(os.path.join(self._folder.partial, EXPLANATIONS_INDEX), "w", encoding="utf-8") as f:
                 f.write(csv_text(EXPLANATION_COLUMNS, self._rows))

@@ -1,16 +1,14 @@
 """The report's data sections: data (files, splits, classes, quarantine), validation (anomalies, schema,
 statistics, drift) and data health (near-duplicates, likely label errors, outliers)."""
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from components import drift as drift_lib
-from components.image_example_gen.sources import split_sort_key
+from components.example_gen.listing import split_sort_key
 from report import report_data
-from report.report_html import (esc, histogram_svg, not_reached, section, share_bar, table, thumbnail, tiles,
-                                unfinished)
+from report.report_html import esc, histogram_svg, not_reached, section, share_bar, table, thumbnail, tiles, unfinished
 from runs import run_text
 from trainer import class_balance
-
 
 MAX_QUARANTINE_ROWS = 200
 
@@ -126,6 +124,26 @@ def health(components: Dict[str, Dict]) -> str:
     if components.get("DataHealthGate", {}).get("state") == "FAILED":
         body += ("<p><b>The data health check stopped the run</b> (the Summary has its message; "
                  "<code>--gate warn</code> makes it a warning).</p>")
+    body += _near_duplicates(ingest, tile)
+    if not health:
+        return section("health", "Data health", body + not_reached("DataHealth"))
+    d = health["details"]
+    if not d:
+        return section("health", "Data health", body + "<p>DataHealth did not complete (see Summary).</p>")
+    body += _label_issues(d, tile)
+    body += _outliers(d, tile)
+    body += _feature_drift(d)
+    if d.get("problems"):
+        body += "<h3>Over the limits</h3>" + table(["check", "finding", "option"],
+                                                    [[p["check"], p["text"], p["option"]] for p in d["problems"]])
+    if d.get("warnings"):
+        body += "<h3>Warnings</h3>" + table(["check", "finding"], [[w["check"], w["text"]] for w in d["warnings"]])
+    return section("health", "Data health", body)
+
+
+def _near_duplicates(ingest: Dict[str, Any], tile) -> str:
+    """Near-duplicate groups found at ingestion, with their images."""
+    body = ""
     body += "<h3>Near-duplicates</h3>"
     if ingest.get("near_duplicate_search", {}).get("where") == "off":
         body += "<p>Not searched (<code>--near-duplicates off</code>): eval copies of train images go unseen.</p>"
@@ -145,11 +163,12 @@ def health(components: Dict[str, Dict]) -> str:
             shown = [t for t in (tile(path, f"{path} ({label}, {split})") for path, label, split in group) if t]
             body += (f"<h4>Group {n}: {esc(kind)}</h4>" + (tiles(shown) if shown else table(
                 ["path", "label", "split"], group)))
-    if not health:
-        return section("health", "Data health", body + not_reached("DataHealth"))
-    d = health["details"]
-    if not d:
-        return section("health", "Data health", body + "<p>DataHealth did not complete (see Summary).</p>")
+    return body
+
+
+def _label_issues(d: Dict[str, Any], tile) -> str:
+    """The label check's suspects, most likely first, with their images."""
+    body = ""
     body += "<h3>Likely label errors</h3>"
     if d.get("label_issue_fraction") is None:
         body += ("<p class=\"muted\">Labels were not checked"
@@ -173,6 +192,12 @@ def health(components: Dict[str, Dict]) -> str:
         body += table(["rank", "path", "split", "given", "suggested", "probability of the given label"],
                       [[r["rank"], r["path"], r["split"], r["given"], r["suggested"], r["given_probability"]]
                        for r in rows])
+    return body
+
+
+def _outliers(d: Dict[str, Any], tile) -> str:
+    """Poor images and feature-space outliers."""
+    body = ""
     body += "<h3>Outliers and poor images</h3>"
     if not d["outliers"]:
         body += "<p>None: no nearly blank, very dark or bright, extremely elongated or far-off image.</p>"
@@ -183,6 +208,12 @@ def health(components: Dict[str, Dict]) -> str:
                  + (tiles(shown) if shown else "")
                  + table(["path", "split", "label", "reasons"], [[r["path"], r["split"], r["label"], r["reasons"]]
                                                                   for r in rows]))
+    return body
+
+
+def _feature_drift(d: Dict[str, Any]) -> str:
+    """The features' shift from the last blessed model's data."""
+    body = ""
     body += "<h3>Drift in feature space</h3>"
     if d.get("feature_drift") is not None:
         body += (f"<p>The backbone features of this data moved {d['feature_drift']:.3f} from the last blessed "
@@ -191,12 +222,7 @@ def health(components: Dict[str, Dict]) -> str:
     else:
         body += ("<p class=\"muted\">Not measured: " + esc(d.get("feature_drift_skipped") or
                  "it needs a transfer model's features and a blessed model to compare with") + ".</p>")
-    if d.get("problems"):
-        body += "<h3>Over the limits</h3>" + table(["check", "finding", "option"],
-                                                    [[p["check"], p["text"], p["option"]] for p in d["problems"]])
-    if d.get("warnings"):
-        body += "<h3>Warnings</h3>" + table(["check", "finding"], [[w["check"], w["text"]] for w in d["warnings"]])
-    return section("health", "Data health", body)
+    return body
 
 
 def validation(components: Dict[str, Dict]) -> str:

@@ -5,12 +5,11 @@ images, the test split, the blessing)."""
 import os
 from typing import Any, Dict
 
-from components import evaluation_results
+from components.evaluator import results as evaluation_results
 from report import report_data
 from report.report_html import confusion_svg, esc, line_chart, section, table, thumbnail, tiles, unfinished, xy_chart
 from runs import run_text
 from trainer import class_balance
-
 
 MAX_EVAL_EXAMPLES = 2000
 
@@ -166,7 +165,7 @@ def evaluation(components: Dict[str, Dict]) -> str:
 
 
 def explanations(found: Dict[str, Any]) -> str:
-    """Where the model looked (components/eval_explanations.py): each class's average map over its correctly
+    """Where the model looked (components/evaluator/explanations.py): each class's average map over its correctly
     classified images, then each explained image's map (misclassified first), true -> predicted (probability)."""
     if not found.get("images"):
         return ""
@@ -251,7 +250,7 @@ def _fmt_or_dash(value) -> str:
 
 
 def _every_class(d: Dict[str, Any]) -> str:
-    """Each class's recall and precision on argmax predictions (TFMA: components/evaluation_metrics.py), the
+    """Each class's recall and precision on argmax predictions (TFMA: components/evaluator/metrics.py), the
     weakest class, and which classes the blessing held to --min-class-recall."""
     gate = d.get("gate")
     if not gate or not d.get("per_class"):
@@ -300,7 +299,7 @@ MAX_CURVES = 10  # per-class precision-recall curves drawn (the classes with the
 
 
 def _threshold_views(views: Dict[str, Any], split: str, curves: bool = True) -> str:
-    """AutoML's evaluation views (components/evaluation_views.py, computed by the Evaluator): per class at the
+    """AutoML's evaluation views (components/evaluator/views.py, computed by the Evaluator): per class at the
     chosen confidence threshold, how precision, recall and coverage move with it, precision-recall curves."""
     chosen, at = views["chosen"], views.get("at_threshold") or {}
     body = (f"<h3>Per class at confidence threshold {chosen['threshold']:g}</h3><p>Threshold: {esc(chosen['how'])}."

@@ -27,7 +27,7 @@ from typing import Any, Dict
 from storage.errors import ConfigError
 from report import data_sections, model_sections
 from report.report_html import GENERATOR, document, esc, section, table
-from runs import run_text
+from runs import verdicts
 from storage import user_files
 
 
@@ -65,7 +65,7 @@ class ReportError(OSError):
 
 def _verdict(summary: Dict[str, Any]) -> str:
     cards = []
-    for title, verdict in (("Data", run_text.data_verdict(summary)), ("Model", run_text.model_verdict(summary))):
+    for title, verdict in (("Data", verdicts.data_verdict(summary)), ("Model", verdicts.model_verdict(summary))):
         if verdict:
             kind, text = verdict
             cards.append(f"<div class=\"card {kind}\"><b>{title}</b><br>{esc(text)}</div>")

@@ -9,10 +9,10 @@ import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from components.image_example_gen import feature_keys as keys
-from storage.files import is_remote
 from prediction.image_inputs import byte_batches
-from components.output_files import TRAINING_LOG
+from storage.files import is_remote
+from storage.output_files import TRAINING_LOG
+from trainer import feature_keys as keys
 
 IMAGE_READ_LIMIT = 8 << 20  # bytes of a quarantined file read for its thumbnail
 

@@ -5,7 +5,7 @@ Two sources, both independent of how TFX runs the components:
     (component_started) and changes state when it finishes (component_finished:
     ran, cached or FAILED; a cached one may show up finished without a start);
   - the `imagepipe.progress` logger, to which components report fine-grained
-    progress (files ingested, epochs trained) with components/progress_events.py.
+    progress (files ingested, epochs trained) with storage/progress_events.py.
 
 Output modes: "human" (bars on a terminal, lines elsewhere), "json" (one JSON
 object per line, for scripts) and "quiet" (nothing until the final summary).
@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-from components.progress_events import LOGGER
+from storage.progress_events import LOGGER
 
 MODES = ("human", "json", "quiet")
 

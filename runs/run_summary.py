@@ -13,18 +13,18 @@ from typing import Any, Callable, Dict, List, Optional
 from ml_metadata.proto import metadata_store_pb2
 
 from components import drift as drift_lib
-from components import eval_explanations, evaluation_results
-from components.backbone_features import SUMMARY_FILE as FEATURES_SUMMARY
-from components.data_health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
-from components.baseline import relocate
-from storage.files import is_remote
-from components.image_example_gen import FAILED_DIR, NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
-from components.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
+from components.evaluator import explanations as eval_explanations
+from components.evaluator import results as evaluation_results
+from components.example_gen import FAILED_DIR, NEAR_DUPLICATES_FILE, QUARANTINE_FILE, SUMMARY_FILE
+from components.features import SUMMARY_FILE as FEATURES_SUMMARY
+from components.health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
 from components.model_card import CARD_HTML, CARD_JSON, CARD_MD
-from components.tuning import DECISION_FILE as TUNING_FILE
+from components.tuner import DECISION_FILE as TUNING_FILE
 from runs import run_lock, run_store
+from storage.files import is_remote
+from storage.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
+from storage.relocation import relocate
 from trainer.epochs import kept_epoch, monitor_of
-
 
 
 def artifact_path(uri: str, metadata_path: str) -> str:
@@ -247,10 +247,10 @@ def _evaluator(c: Dict[str, Any]) -> Dict[str, Any]:
     blessing = (c["output_properties"].get("blessing") or [{}])[0]
     return {**evaluation_results.metrics(evaluation), "confusion": evaluation_results.confusion_matrix(evaluation),
             "views": evaluation_results.views(evaluation), "test": evaluation_results.test_split(evaluation),
-            # where the model looked on a sample of eval images (components/eval_explanations.py)
+            # where the model looked on a sample of eval images (components/evaluator/explanations.py)
             "explanations": eval_explanations.read_index(evaluation),
             "blessed": bool(blessing.get("blessed")),
-            # Set by components/model_evaluator.py when the last blessed model predicts other classes.
+            # Set by components/evaluator/executor.py when the last blessed model predicts other classes.
             "baseline_skipped": blessing.get("baseline_skipped", "")}
 
 
@@ -268,7 +268,7 @@ def _pusher(c: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _example_validator(c: Dict[str, Any]) -> Dict[str, Any]:
-    from components.validation_gate import read_anomalies
+    from components.validation.gate import read_anomalies
 
     anomalies = _first(c["outputs"], "anomalies")
     return {"anomalies": read_anomalies(anomalies)} if anomalies else {}
@@ -311,7 +311,7 @@ def _details(c: Dict[str, Any]) -> Dict[str, Any]:
 
 def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
     """The gate's drift result, from its inputs and parameters (its outputs are gone when it failed)."""
-    from components.validation_gate import read_profile
+    from components.validation.gate import read_profile
 
     limits = drift_lib.Thresholds(**{k: float(c["properties"].get(k, 1.0)) for k in drift_lib.Thresholds._fields})
     blessing = _first(c["inputs"], "baseline_blessing")

@@ -11,8 +11,8 @@ import tensorflow as tf
 from tfx.types import standard_artifacts
 from tfx.utils import proto_utils
 
-from components.image_example_gen import QUARANTINE_FILE, executor, ingest_report
-from components.image_example_gen.component import ImageExampleGen, ImageIngestionReport
+from components.example_gen import QUARANTINE_FILE, executor, ingest_report
+from components.example_gen.component import ImageExampleGen, ImageIngestionReport
 
 
 def run_executor(input_base: str, out_dir: str, beam_args=None, **component_args):

@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import expected_strategy_kind, model_dir, run_imagepipe
+
 from trainer import features, input_pipeline, strategy
 from trainer.hparams import HParams
 
@@ -50,8 +50,9 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
     assert weights.sum() == count and (seen[weights == 0] == 0).all()
 
     # A model that calls everything class 0 is right on 1 real example: the padding (class 0) must not count.
-    from trainer import models
     import keras
+
+    from trainer import models
 
     inputs = keras.Input((SIZE, SIZE, 3))
     flat = keras.layers.Flatten()(inputs)
@@ -109,7 +110,7 @@ def test_tf_config_makes_a_multi_worker_plan_and_names_the_chief():
 def test_a_tuner_trial_trains_on_one_machine_whatever_tf_config_says(monkeypatch):
     """The Vertex Tuner extension's replicas run parallel trials: TF_CONFIG names them, but each trial trains
     alone (a multi-worker strategy would wait for the others' collectives)."""
-    from trainer import tuning
+    from trainer import search as tuning
 
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1"]},
                                                 "task": {"type": "worker", "index": 0}}))
@@ -195,11 +196,11 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     inputs, outputs and properties), in two processes with TF_CONFIG naming a chief and a worker on localhost:
     they train together, and only the chief writes the model, the logs and training.json."""
     from tfx.types import artifact_utils, standard_artifacts
+    from tfx.utils import proto_utils
 
     from pipeline import platform
     from pipeline.config import PipelineConfig
     from pipeline.pipeline import create_pipeline
-    from tfx.utils import proto_utils
 
     root = replica_runs["replicas"]["root"]
     config = PipelineConfig(root=root, data=small_digits, epochs=8, accuracy_threshold=0.0, min_class_recall=0.0)
@@ -215,7 +216,7 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     model.uri, model_run.uri = str(tmp_path / "model"), str(tmp_path / "model_run")
     command = [sys.executable, "-m", "tfx.scripts.run_executor",
-               "--executor_class_path", "components.runtime_settings.TrainerExecutor",
+               "--executor_class_path", "components.trainer.component.TrainerExecutor",
                "--inputs", artifact_utils.jsonify_artifact_dict({"examples": [examples], "transform_graph": [graph]}),
                "--outputs", artifact_utils.jsonify_artifact_dict({"model": [model], "model_run": [model_run]}),
                "--exec-properties", json.dumps(properties, sort_keys=True)]

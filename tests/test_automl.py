@@ -9,14 +9,14 @@ import os
 import shutil
 
 import pytest
-
 from browser import open_page
-from components import evaluation_views
-from components.image_example_gen import sources
-from components.image_example_gen.image_check import Reason
 from commands import run_helper, run_imagepipe
 from conftest import image_bytes, write
 from fake_endpoints import FakeService
+
+from components.evaluator import views as evaluation_views
+from components.example_gen import sources
+from components.example_gen.image_check import Reason
 from prediction import image_inputs, result_files
 
 ML_USES = ["TRAINING"] * 16 + ["VALIDATION"] * 6 + ["TEST"] * 5 + ["UNASSIGNED"] * 3  # per class
@@ -271,7 +271,7 @@ def _json(path: str):
 
 @pytest.mark.slow
 def test_import_rows_land_in_their_splits_and_test_is_scored_apart(automl_run):
-    from components.image_example_gen import ingest_report
+    from components.example_gen import ingest_report
 
     ingest = ingest_report.read_report(_uri(automl_run, "ImageExampleGen", "report"))
     assert ingest["layout"] == "automl" and ingest["files_seen"] == ingest["examples_written"] == 300
@@ -296,9 +296,9 @@ def test_import_rows_land_in_their_splits_and_test_is_scored_apart(automl_run):
 def test_model_card_is_pushed_and_every_figure_comes_from_the_run(automl_run):
     import tensorflow_model_analysis as tfma
 
-    from components.image_example_gen import ingest_report
+    from components.example_gen import ingest_report
     from components.model_card import CARD_HTML, CARD_MD, THRESHOLD_FILE, TO_FILL_IN
-    from components.output_files import TRAINING_LOG
+    from storage.output_files import TRAINING_LOG
 
     pushed = _uri(automl_run, "Pusher", "pushed_model")
     destination = sorted(glob.glob(os.path.join(automl_run["root"], "serving", "*", "*")))[-1]

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
-from components.backbone_features import SOURCE_FILE, SUMMARY_FILE, executor, feature_cache
+from components.features import SUMMARY_FILE, executor, feature_cache
+from storage.output_files import FEATURES_SOURCE_FILE
 from trainer import features, models
 from trainer.hparams import HParams
 
@@ -101,7 +102,7 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     assert [len(found["train"]), len(found["eval"])] == [20, 6]
     # What the model's own feature extractor gives for the pixels (the weights as stored in the cache).
     hp = HParams(model="mobilenet_v2", image_size=SIZE)
-    source_info = json.load(open(tmp_path / "a" / SOURCE_FILE))
+    source_info = json.load(open(tmp_path / "a" / FEATURES_SOURCE_FILE))
     assert source_info["transformed_examples"] == source.uri and source_info["dim"] == 1280
     extractor = models.feature_extractor(hp, models.make_backbone(hp, source_info["backbone_weights"]))
     pixels = _pixels(source, "eval")
@@ -203,7 +204,7 @@ def test_the_cache_is_bounded_by_dropping_the_least_recently_used_backbone(tmp_p
 def test_a_known_weights_file_needs_no_backbone_to_find_its_fingerprint(tmp_path, weights, monkeypatch):
     """The first run notes which fingerprint a weights file gave; later runs with the same bytes read the note
     instead of making and hashing a backbone. Other bytes under the same name are another source."""
-    from components.backbone_features import backbone
+    from components.features import backbone
 
     cache = str(tmp_path / "cache")
     path = str(tmp_path / "backbone.weights.h5")
@@ -230,7 +231,7 @@ def test_a_damaged_cache_is_made_whole_again_and_an_unwritable_one_is_one_line(t
     """A backbone.weights.h5 cut short (a copy of the cache, a full disk) failed every later run in h5py: its
     SHA-256 is noted, and a file that does not match is written again from the backbone. A cache folder that
     cannot be written is one line naming it (it was a PermissionError traceback)."""
-    from components.backbone_features import backbone
+    from components.features import backbone
 
     cache = str(tmp_path / "cache")
     hp = HParams(model="mobilenet_v2", image_size=SIZE, weights=weights[0])

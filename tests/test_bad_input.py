@@ -7,12 +7,13 @@ import os
 import struct
 
 import pytest
-
 from commands import run_imagepipe
 from conftest import image_bytes, make_class_tree, write
-from components.image_example_gen import ingest_report, sources
-from components.image_example_gen.image_check import BadImage, Reason, check_and_store
+
 from cli.main import main as cli_main
+from components.example_gen import ingest_report, sources
+from components.example_gen.image_check import BadImage, Reason, check_and_store
+from components.example_gen.listing import OUTSIDE_ROOT_PROBLEM
 from pipeline.config import PipelineConfig, default_pipeline_name
 
 
@@ -137,7 +138,7 @@ def test_symbolic_links_out_of_the_data_root_are_never_read(tmp_path):
     listing = sources.list_source(str(tmp_path / "data"), str(tmp_path / "data"))
     problems = {c.rel_path: c.problem for c in listing.candidates}
     for rel in ("cat/leak.jpg", "dog/environ.jpg", "cat/linked-folder/secret.txt"):
-        assert problems[rel] == (Reason.OUTSIDE_ROOT, sources.OUTSIDE_ROOT_PROBLEM), rel
+        assert problems[rel] == (Reason.OUTSIDE_ROOT, OUTSIDE_ROOT_PROBLEM), rel
     assert problems["cat/inside-link.jpeg"] is None  # a link within the data root is fine
 
 
@@ -423,7 +424,7 @@ def test_class_names_in_the_markdown_model_card_are_text_not_markup():
 ])
 def test_labels_that_read_the_same_are_refused_from_every_source(tmp_path, labels, shown):
     """Class folders, manifest labels and AutoML import labels alike."""
-    from components.image_example_gen import sources
+    from components.example_gen import sources
 
     labels = [*labels, "cat"] * 2
     rows = [f"gs://b/{n}.jpg,{label}" for n, label in enumerate(labels)]
@@ -468,7 +469,7 @@ def test_more_careless_input_is_one_line(capsys, tmp_path, args, expected):
 
 
 def test_a_file_uri_is_a_local_path(tmp_path):
-    from components.image_example_gen import sources
+    from components.example_gen import sources
     from pipeline.config import PipelineConfig
     from storage import files
 
@@ -502,7 +503,7 @@ def test_a_small_transfer_run_checks_its_labels(tmp_path):
     """40 images: PCA was sized from all rows but fitted on a fold's 32 (ValueError: n_components=39)."""
     import numpy as np
 
-    from components.data_health import label_issues
+    from components.health import label_issues
 
     rng = np.random.default_rng(0)
     labels = np.repeat([0, 1], 20)

@@ -1,4 +1,4 @@
-"""The Evaluator's gate on every class (components/evaluation_metrics.py, components/model_evaluator.py): TFMA
+"""The Evaluator's gate on every class (components/evaluator/metrics.py, components/evaluator/executor.py): TFMA
 computes each class's recall and precision and balanced accuracy, and blesses only when every class with enough
 eval images reaches --min-class-recall; run on real TFMA (its Beam pipeline over a DataFrame)."""
 
@@ -11,7 +11,9 @@ import tensorflow_model_analysis as tfma
 from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
-from components import evaluation_metrics, evaluation_results, model_evaluator
+from components.evaluator import executor as model_evaluator
+from components.evaluator import metrics as evaluation_metrics
+from components.evaluator import results as evaluation_results
 from pipeline.pipeline import eval_config
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from pipeline.config import ConfigError, PipelineConfig, from_environment
+from pipeline.config import ConfigError, PipelineConfig
+from pipeline.environment import from_environment
 
 
 def test_environment_overrides_with_types():
@@ -35,3 +36,34 @@ def test_bad_settings_are_one_line_config_errors(changes, message):
     with pytest.raises(ConfigError) as caught:
         PipelineConfig(**changes).validate()
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_training_settings_are_declared_once_and_reach_config_cli_and_trainer():
+    """trainer/hparams.py declares each training setting; the config field, the `imagepipe run` option and the
+    Trainer's value all come from that one declaration, with its default."""
+    import dataclasses
+
+    from cli.common import config_from_args
+    from cli.parser import build_parser
+    from trainer.hparams import HParams
+
+    declared = HParams.user_settings()
+    fields = {f.name: f for f in dataclasses.fields(PipelineConfig)}
+    run = build_parser().parse_args(["run"])
+    options = {a.dest: a for a in build_parser().commands["run"]._actions}
+    for setting in declared:
+        assert setting.name in fields and setting.name in options, setting.name
+        if setting.name != "image_size":  # the config's None: the model's usual input side
+            assert fields[setting.name].default == setting.default == getattr(HParams(), setting.name)
+        assert options[setting.name].help.startswith(setting.metadata["help"].split("{")[0][:20])
+    # Every config field a user sets has an option, and an option's value reaches the Trainer's settings.
+    not_options = {"tune_mode"}  # --retune sets it
+    assert set(fields) - set(options) - not_options == set(), set(fields) - set(options)
+    args = build_parser().parse_args(["run", "--epochs", "7", "--class-balance", "off", "--nondeterministic",
+                                      "--seed", "3"])
+    hp = config_from_args(args).hparams()
+    assert (hp.epochs, hp.class_balance, hp.deterministic, hp.seed) == (7, "off", False, 3)
+    assert run.epochs is None  # not given: the config's default stands
+    # One seed default: ingestion shuffles with the run's seed.
+    from components.example_gen import ingest_defaults
+    assert ingest_defaults.SEED == HParams.seed == PipelineConfig().seed

@@ -7,13 +7,13 @@ import os
 
 import numpy as np
 import pytest
+from conftest import write
+from example_gen_helpers import read_examples, run_executor
 from PIL import Image
 
 from bench.corpus import _photo
-from components.data_health import checks, label_issues
-from components.image_example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE
-from conftest import write
-from example_gen_helpers import read_examples, run_executor
+from components.example_gen import NEAR_DUPLICATES_FILE, QUARANTINE_FILE
+from components.health import checks, label_issues
 
 ORIGINALS = 40  # distinct photos: crops of two sample photos, so many share a scene
 
@@ -120,7 +120,7 @@ def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request,
     look-alike drawings fill the buckets (the limits come from the same sample of signatures either way)."""
     import shutil
 
-    from components.image_example_gen import near_duplicates
+    from components.example_gen import near_duplicates
 
     fixture = request.getfixturevalue(data.split()[0])
     folder, layout = (fixture[0], "presplit") if data.startswith("near_tree") else (fixture, "folders")
@@ -154,7 +154,7 @@ def test_every_pair_within_strict_limits_shares_a_bucket_and_every_bucket_pair_i
     """The bands' promise (similarity.band_bits): with limits of a few bits, limit + 1 disjoint bands, so any two
     pHashes within the limit share a bucket (pigeonhole); and bucket_candidates gives every pair of every bucket,
     in chunks of any size."""
-    from components.image_example_gen import similarity
+    from components.example_gen import similarity
 
     rng = np.random.default_rng(5)
     rows = rng.integers(0, 256, size=(300, similarity.SIGNATURE_BYTES), dtype=np.uint8)
@@ -183,7 +183,7 @@ def test_signatures_hold_imagehash_s_bits():
     rounding of the median: none here, and none on 600 photos with the floating-point weights before)."""
     import imagehash
 
-    from components.image_example_gen import signature, similarity
+    from components.example_gen import signature, similarity
 
     def reference(image):  # what signature.py replaced: ImageHash and Pillow, crop by crop
         thumb = image.convert("RGB").resize((similarity.THUMB, similarity.THUMB), Image.BILINEAR)
@@ -233,7 +233,7 @@ def test_near_duplicates_off_makes_no_signature_and_says_it_was_not_searched(nea
 def _summary(report):
     import json
 
-    from components.image_example_gen import SUMMARY_FILE
+    from components.example_gen import SUMMARY_FILE
 
     return json.load(open(os.path.join(report.uri, SUMMARY_FILE)))
 
@@ -309,6 +309,7 @@ def flipped_runs(tmp_path_factory, small_digits):
     """`imagepipe run --label-check on` on the 300 small digits with 15 labels (5%) flipped: first with a
     limit the flips exceed (the run stops before training), then the same with --gate warn."""
     import shutil
+
     from commands import run_imagepipe
 
     data = tmp_path_factory.mktemp("flipped") / "data"
@@ -366,8 +367,8 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
 
 def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
     """200 blank frames hash alike: one group of 200 from at most 199 pairs, not 19,900."""
-    from components.image_example_gen import near_duplicates, signature, similarity
-    from components.image_example_gen.batch_ingest import Meta
+    from components.example_gen import near_duplicates, signature, similarity
+    from components.example_gen.batch_ingest import Meta
 
     blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
     metas = [Meta(f"{n:064x}", f"blank/{n:03d}.png", "blank", "train", False, "png", "s", n, False, blank)
@@ -386,8 +387,8 @@ def test_a_removed_copy_at_a_group_s_hub_leaves_the_rest_of_the_group():
     """The searches send a spanning set of pairs (a star around one image in memory, a forest per bucket in Beam):
     when an exact duplicate removed at ingestion is the hub, the other copies still form their group (they were
     dropped with it, and the eval copy's leak went uncounted)."""
-    from components.image_example_gen import near_duplicates
-    from components.image_example_gen.batch_ingest import Meta
+    from components.example_gen import near_duplicates
+    from components.example_gen.batch_ingest import Meta
 
     def meta(path, split="train"):
         return Meta(path.ljust(64, "0"), path, "cat", split, False, "jpeg", "s", 0, False, "")

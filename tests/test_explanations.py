@@ -3,18 +3,17 @@ class's average) and from `imagepipe predict --explain`. The maps are checked ag
 planted patch at a random place, and a shortcut (a corner mark on one class only)."""
 
 import csv
-import glob
 import json
 import os
 
 import numpy as np
 import pytest
-
-from bench.planted import make_planted
 from browser import open_page
 from commands import run_imagepipe
-from components import eval_explanations
 from conftest import write
+
+from bench.planted import make_planted
+from components.evaluator import explanations as eval_explanations
 from trainer import explain
 
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
@@ -31,8 +30,9 @@ def test_a_map_finds_a_box_when_its_top_pixels_are_inside():
     uniform = np.random.default_rng(0).random((64, 64)).astype(np.float32)
     assert explain.top_share_inside(uniform, [30, 10, 42, 22]) < 0.2  # chance: the box's share of the image
     png = explain.overlay_png(np.zeros((64, 64, 3), np.uint8), attribution, 128)
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     with Image.open(io.BytesIO(png)) as image:
         assert image.size == (128, 128)

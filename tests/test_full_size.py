@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from example_gen_helpers import by_filename, read_examples, run_executor, summary
 from PIL import Image
 
 from bench.photos import PHONE, photo
-from example_gen_helpers import by_filename, read_examples, run_executor, summary
 from pipeline import local_runner, platform
 from pipeline.config import PipelineConfig
 
@@ -51,7 +51,7 @@ def photo_dir(tmp_path_factory):
 
 
 def test_jpeg_scale_is_the_smallest_that_keeps_the_model_input_sharp():
-    from trainer.preprocessing import JPEG_RATIOS, jpeg_scale_index
+    from trainer.decoding import JPEG_RATIOS, jpeg_scale_index
 
     def ratio(height, width, size):
         return JPEG_RATIOS[int(jpeg_scale_index(tf.constant(height), tf.constant(width), size))]
@@ -65,7 +65,7 @@ def test_jpeg_scale_is_the_smallest_that_keeps_the_model_input_sharp():
 
 def test_scaled_decode_matches_a_full_decode():
     """The DCT-scaled path gives the pixels a full decode + antialiased resize gives, within JPEG noise."""
-    from trainer.preprocessing import decode_and_resize
+    from trainer.decoding import decode_and_resize
 
     data = tf.constant(photo(np.random.default_rng(5), sources()[1]))
     full = tf.io.decode_image(data, channels=3, expand_animations=False)
@@ -120,7 +120,7 @@ def _gradient(mode: str, fmt: str, size=(2000, 1500)) -> bytes:
 @pytest.mark.parametrize("mode, fmt", [("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"), ("RGBA", "PNG"),
                                        ("LA", "PNG"), ("I;16", "PNG"), ("P", "GIF")])
 def test_downscaled_copies_decode_in_tensorflow_like_their_originals(mode, fmt):
-    from components.image_example_gen.image_check import check_and_store
+    from components.example_gen.image_check import check_and_store
 
     original = _gradient(mode, fmt)
     info, stored, stored_info = check_and_store(original, 50_000_000, 1_000_000)
@@ -143,12 +143,15 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     import apache_beam as beam
     from tfx_bsl.coders import batch_util
 
-    from components import beam_tuning, model_evaluator
+    from components import beam_settings
+    from components.evaluator.executor import Executor as EvaluatorExecutor
+    from components.transform.executor import TransformExecutor
+    from components.validation.statistics import StatisticsGenExecutor
     from pipeline.pipeline import create_pipeline
 
-    beam_tuning.tune()
+    beam_settings.tune()
     kwargs = batch_util.GetBatchElementsKwargs(None)
-    assert kwargs["max_batch_size"] == beam_tuning.TARGET_BATCH_BYTES == 20 << 20
+    assert kwargs["max_batch_size"] == beam_settings.TARGET_BATCH_BYTES == 20 << 20
     assert kwargs["element_size_fn"](b"x" * (3 << 20)) == 3 << 20  # a photo counts its bytes
 
     # Beam reads TFRecords written by TensorFlow, each CRC checked with the fast function.
@@ -166,11 +169,11 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     config = PipelineConfig(root=str(tmp_path))
     pipeline = create_pipeline(config, platform.local(config))
     executors = {c.id: c.executor_spec.executor_class for c in pipeline.components if hasattr(c, "executor_spec")}
-    assert executors["StatisticsGen"] is beam_tuning.StatisticsGenExecutor
-    assert executors["Transform"] is beam_tuning.TransformExecutor
+    assert executors["StatisticsGen"] is StatisticsGenExecutor
+    assert executors["Transform"] is TransformExecutor
     # The Evaluator's own executor (class changes, data profile) is a tuned one too.
-    assert executors["Evaluator"] is model_evaluator.Executor
-    assert issubclass(model_evaluator.Executor, beam_tuning.EvaluatorExecutor)
+    assert executors["Evaluator"] is EvaluatorExecutor
+    assert all(issubclass(e, beam_settings.Tuned) for e in (StatisticsGenExecutor, TransformExecutor, EvaluatorExecutor))
 
 
 @pytest.mark.parametrize("args, names", [
@@ -243,8 +246,8 @@ def test_serving_full_size_bytes_agrees_with_the_evaluation_path(photo_run, phot
     assert confident.sum() >= len(names) // 2  # the check below is not vacuous
     assert (served["predicted_class"].numpy()[confident] == evaluated["predicted_class"].numpy()[confident]).all()
 
-    from prediction.predict import classify
     from prediction.image_inputs import expand_inputs
+    from prediction.predict import classify
 
     answers = list(classify(model_dir, expand_inputs([os.path.join(photo_dir, n) for n in names])))
     assert [a["predictions"][0][0].encode() for a in answers] == list(served["predicted_class"].numpy())

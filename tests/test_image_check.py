@@ -7,10 +7,10 @@ import zlib
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import image_bytes
 from PIL import Image
 
-from components.image_example_gen.image_check import BadImage, Reason, check_image
-from conftest import image_bytes
+from components.example_gen.image_check import BadImage, Reason, check_image
 
 BUDGET = 50_000_000
 

@@ -11,7 +11,7 @@ from conftest import image_bytes, write
 from pipeline import local_runner
 from pipeline.config import PipelineConfig
 from report import report
-from runs import run_text
+from runs import run_text, verdicts
 
 pytestmark = pytest.mark.slow  # a whole pipeline run (make test-fast leaves it out)
 
@@ -96,5 +96,5 @@ def test_the_card_and_the_report_show_every_class(majority_only, tmp_path):
     for text in ("Every class", "each row as shares of its class", "imbalanced 53.3:1 in train",
                  "too few eval images", "eval balanced accuracy"):
         assert text in page, text
-    kind, verdict = run_text.model_verdict(summary)
+    kind, verdict = verdicts.model_verdict(summary)
     assert kind == "bad" and "balanced accuracy" in verdict and "weakest class" in verdict

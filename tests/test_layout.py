@@ -1,44 +1,58 @@
-"""The layout's one rule that code can break silently: imports run one way, from the command line down to
-storage. Each folder has one job; a folder may import the folders below it, never one above.
+"""The layout's rules that code can break silently: imports run one way, from the top folder down to storage, a
+folder a layer; the stages of the DAG import each other without a loop; no module imports itself back.
 
-    cli/                     the command line (nothing imports it)
-    kubeflow/                the pipeline compiled, submitted and scheduled on Vertex AI / Kubeflow
-    report/                  a run's HTML report
-    prediction/              classifying images with a pushed model (in process, on Beam)
-    pipeline/                the DAG: create_pipeline, its configuration, the platform, the local runner
-    runs/                    run history in ML Metadata, one run at a time, live progress, the summary
-    components/, trainer/    what runs inside the DAG (in the pipeline image, on Dataflow and Vertex workers)
-    storage/                 files local or in an object store, the one-line errors
-
-components/ and trainer/ share a layer: the trainer reads the features components write, and
-components read the trainer's training log. bench/ sits beside cli/ (it drives the commands).
+    bench/        benchmarks (they drive the commands)
+    cli/          the command line (nothing but bench imports it)
+    kubeflow/     the pipeline compiled, submitted and scheduled on Vertex AI / Kubeflow
+    report/       a run's HTML report
+    prediction/   classifying images with a pushed model (in process, on Beam)
+    pipeline/     the DAG: create_pipeline, its configuration, the platform, the local runner
+    runs/         run history in ML Metadata, one run at a time, live progress, the summary
+    components/   the stages of the DAG, a folder each (what runs in the pipeline image and on workers)
+    trainer/      the model code: hparams, inputs, Keras models, strategy, exports, run_fn (imports no stage)
+    storage/      files local or in an object store, output file names, artifact types, the one-line errors
 """
 
 import ast
 import os
+from typing import Dict, Iterator, Set
 
 import pytest
 
 from pipeline.config import PROJECT_DIR
 
-LAYERS = [("cli", "bench"), ("kubeflow",), ("report",), ("prediction",), ("pipeline",), ("runs",),
-          ("components", "trainer"), ("storage",)]
-LEVEL = {folder: level for level, folders in enumerate(LAYERS) for folder in folders}
+LAYERS = ["bench", "cli", "kubeflow", "report", "prediction", "pipeline", "runs", "components", "trainer", "storage"]
+LEVEL = {folder: level for level, folder in enumerate(LAYERS)}
 
 
-def _imports(path):
+def _imports(path) -> Iterator[str]:
+    """Every module `path` imports, at its top or inside a function (a late import is an import too)."""
     tree = ast.parse(open(path).read(), path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             yield node.module
+            # `from package import module` imports the module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
 
 
-def _modules(folder):
+def _modules(folder) -> Iterator[str]:
     for dirpath, dirs, names in os.walk(os.path.join(PROJECT_DIR, folder)):
         dirs[:] = [d for d in dirs if d not in ("out", "__pycache__")]  # bench/out: copies of older commits
         yield from (os.path.join(dirpath, n) for n in names if n.endswith(".py"))
+
+
+def _module_name(path: str) -> str:
+    name = os.path.relpath(path, PROJECT_DIR)[:-3].replace(os.sep, ".")
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+def _graph() -> Dict[str, Set[str]]:
+    """The project's own modules and the project modules each imports."""
+    paths = [p for folder in LAYERS for p in _modules(folder)]
+    names = {_module_name(p): p for p in paths}
+    return {name: {m for m in _imports(path) if m in names and m != name} for name, path in names.items()}
 
 
 def test_every_python_folder_has_a_layer():
@@ -47,7 +61,7 @@ def test_every_python_folder_has_a_layer():
     assert folders - {"tests"} == set(LEVEL)
 
 
-@pytest.mark.parametrize("folder", sorted(LEVEL))
+@pytest.mark.parametrize("folder", LAYERS)
 def test_imports_run_downwards_only(folder):
     upward = []
     modules = list(_modules(folder))
@@ -63,3 +77,61 @@ def test_storage_imports_nothing_of_the_project_but_itself():
     for path in _modules("storage"):
         others = {m.split(".")[0] for m in _imports(path)} & set(LEVEL) - {"storage"}
         assert not others, f"{path} imports {others}"
+
+
+def _cycle(graph: Dict[str, Set[str]]):
+    """One loop of the graph as a list of nodes, or None."""
+    state: Dict[str, int] = {}
+    stack = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        state[node] = 2
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_module_imports_itself_back():
+    loop = _cycle(_graph())
+    assert loop is None, " -> ".join(loop)
+
+
+def test_the_stages_import_each_other_without_a_loop():
+    """components/<stage>/ folders: a stage may use another's files (the Trainer the features' names, the model
+    card the Evaluator's results), never both ways round, so each stage can be read from the ones below it."""
+    stage_of = lambda module: ".".join(module.split(".")[:2])  # noqa: E731
+    stages: Dict[str, Set[str]] = {}
+    for module, imported in _graph().items():
+        if module.startswith("components."):
+            stages.setdefault(stage_of(module), set()).update(
+                stage_of(m) for m in imported if m.startswith("components.") and stage_of(m) != stage_of(module))
+    loop = _cycle(stages)
+    assert loop is None, " -> ".join(loop)
+
+
+def test_each_stage_of_the_dag_has_its_folder():
+    """The stages as the DAG and the run summary name them, each a folder of components/."""
+    stages = {"example_gen", "validation", "transform", "features", "health", "tuner", "trainer", "evaluator",
+              "model_card", "pusher"}
+    folders = {e.name for e in os.scandir(os.path.join(PROJECT_DIR, "components")) if e.is_dir()} - {"__pycache__"}
+    assert folders == stages
+
+
+def test_the_model_code_imports_no_stage():
+    imported = {m for path in _modules("trainer") for m in _imports(path)}
+    assert not {m for m in imported if m.split(".")[0] in ("components", "pipeline", "runs")}

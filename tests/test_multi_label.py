@@ -10,16 +10,16 @@ import os
 
 import numpy as np
 import pytest
+from commands import run_imagepipe
+from conftest import image_bytes, write
 
 from bench.multilabel import make_multilabel, read_rows
-from commands import run_imagepipe
-from components import multi_label_evaluation
-from components.data_health import label_issues
-from components.image_example_gen import sources
-from conftest import image_bytes, write
+from components.evaluator import multi_label as multi_label_evaluation
+from components.example_gen import sources
+from components.example_gen.listing import labels_of
+from components.health import label_issues
 from prediction import result_files
 from trainer import class_balance
-
 
 # --- sources: which rows are multi-label, and how a row without labels counts ----------------------------------
 
@@ -43,7 +43,7 @@ def test_a_labels_column_and_automl_multi_label_files_list_label_sets(tmp_path):
         labels = {c.rel_path: c.label for c in listing.candidates}
         # A row without labels is an image no label applies to (a negative for every label), not a missing label.
         assert labels["img/b.jpg"] == "" and all(c.problem is None for c in listing.candidates)
-        assert sources.labels_of(labels["img/a.jpg"]) == ["dog", "person"]
+        assert labels_of(labels["img/a.jpg"]) == ["dog", "person"]
     assert listing.classes == ["cat", "dog", "person"]
     write(tmp_path / "spelt.csv", b"path,labels\nimg/a.jpg, Dog ;cat;dog\n")
     manifest = sources.list_source(str(tmp_path), str(tmp_path / "spelt.csv"))
@@ -185,7 +185,8 @@ def _json(*parts):
 def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, colour_set):
     import tensorflow as tf
 
-    from components.image_example_gen import SUMMARY_FILE, feature_keys
+    from components.example_gen import SUMMARY_FILE
+    from trainer import feature_keys
 
     rows = read_rows(colour_set)
     report = _json(manifest_run["outputs"]["ImageExampleGen"]["report"][0], SUMMARY_FILE)
@@ -210,7 +211,7 @@ def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, co
 @pytest.mark.slow
 def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(manifest_run):
     from components.model_card import CARD_JSON, CARD_MD, THRESHOLD_FILE
-    from components.output_files import TRAINING_LOG
+    from storage.output_files import TRAINING_LOG
 
     log = _json(manifest_run["outputs"]["Trainer"]["model_run"][0], TRAINING_LOG)
     assert log["class_balance"]["task"] == "multi" and log["class_balance"]["monitor"] == "val_auc_pr"

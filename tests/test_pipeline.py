@@ -11,21 +11,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
+from commands import run_imagepipe
+from conftest import expected_strategy_kind, image_bytes, write
+from fake_endpoints import FakeService
 from tfx import v1 as tfx
 from tfx.dsl.component.experimental.decorators import component
 from tfx.orchestration import metadata
 
-from components.image_example_gen.ingest_report import IngestionError
-from components.validation_gate import DataValidationError
-from commands import run_imagepipe
-from conftest import expected_strategy_kind, image_bytes, write
-from fake_endpoints import FakeService
 from cli.main import main as cli_main
+from components.example_gen.ingest_report import IngestionError
+from components.validation.gate import DataValidationError
 from pipeline import local_runner, platform
-from prediction import predict
-from runs import run_summary, run_text
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
+from prediction import predict
+from runs import run_summary, run_text
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 
@@ -111,7 +111,7 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
 
 def test_transform_writes_its_pixels_as_stored_gzip_records(sample_runs):
     """Transform's records are gzip TFRecords that every reader takes, in stored (level 0) blocks: deflating
-    resized pixels cost Transform more than it saved its readers (components/beam_tuning.py)."""
+    resized pixels cost Transform more than it saved its readers (components/beam_settings.py)."""
     import glob
     import gzip
 

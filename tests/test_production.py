@@ -14,15 +14,15 @@ import tempfile
 import pytest
 import tensorflow_data_validation as tfdv
 import yaml
+from commands import warm_interpreter
+from conftest import image_bytes, make_class_tree, write
+from fake_endpoints import FakeService
 from google.auth.credentials import AnonymousCredentials
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from commands import warm_interpreter
-from conftest import image_bytes, make_class_tree, write
-from fake_endpoints import FakeService
-from kubeflow import deploy
 from cli.main import main as cli_main
+from kubeflow import deploy
 from pipeline.cloud_config import CloudConfig
 from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, ConfigError, PipelineConfig
 
@@ -79,16 +79,17 @@ def test_vertex_spec_runs_this_projects_code_in_the_image(vertex_job):
     for name in ORDER:
         assert _executor(spec, name)["container"]["image"] == IMAGE, name
     example_gen = _executor(spec, "ImageExampleGen")["container"]
-    assert "components.image_example_gen.executor.Executor" in example_gen["args"]
+    assert "components.example_gen.executor.Executor" in example_gen["args"]
     assert example_gen["lifecycle"]["preCacheCheck"]["command"] == list(
-        ("python", "-m", "components.image_example_gen.vertex_driver"))
-    assert "components.validation_gate.DataValidationGate_Executor" in _executor(spec, "DataValidationGate")[
+        ("python", "-m", "components.example_gen.vertex_driver"))
+    assert "components.validation.gate.DataValidationGate_Executor" in _executor(spec, "DataValidationGate")[
         "container"]["args"]
-    # TFX's data components run with byte-bounded Beam batches (components/beam_tuning.py) there too,
+    # TFX's data components run with byte-bounded Beam batches (components/beam_settings.py) there too,
     # and StatisticsGen knows image/encoded as image bytes (no top-k shuffle of every image).
-    for name in ("StatisticsGen", "Transform"):
-        assert f"components.beam_tuning.{name}Executor" in _executor(spec, name)["container"]["args"], name
-    assert "components.model_evaluator.Executor" in _executor(spec, "Evaluator")["container"]["args"]
+    for name, executor in (("StatisticsGen", "components.validation.statistics.StatisticsGenExecutor"),
+                           ("Transform", "components.transform.executor.TransformExecutor")):
+        assert executor in _executor(spec, name)["container"]["args"], name
+    assert "components.evaluator.executor.Executor" in _executor(spec, "Evaluator")["container"]["args"]
     # The gate's drift reference: the latest blessed model's blessing, from the resolver Vertex runs.
     blessing = spec["root"]["dag"]["tasks"]["DataValidationGate"]["inputs"]["artifacts"]["baseline_blessing"]
     assert blessing["taskOutputArtifact"]["producerTask"] == "latest_blessed_model_resolver-model-blessing-resolver"
@@ -96,7 +97,7 @@ def test_vertex_spec_runs_this_projects_code_in_the_image(vertex_job):
     options = tfdv.StatsOptions.from_json(parameters["stats_options_json"]["runtimeValue"]["constantValue"]["stringValue"])
     encoded = next(f for f in options.schema.feature if f.name == "image/encoded")
     assert encoded.WhichOneof("domain_info") == "image_domain"
-    assert "trainer.preprocessing.preprocessing_fn" in _task_text(spec, "Transform")
+    assert "components.transform.preprocessing.preprocessing_fn" in _task_text(spec, "Transform")
     assert "trainer.task.run_fn" in _task_text(spec, "Trainer")
     # The curated schema is read from the image, where ./Dockerfile copies the repository.
     assert "/pipeline/schemas/digits/schema.pbtxt" in _task_text(spec, "ImportSchemaGen")
@@ -115,7 +116,7 @@ def test_vertex_spec_trains_on_vertex_ai_with_accelerators(vertex_job):
     _, _, spec = vertex_job
     trainer = _executor(spec, "Trainer")["container"]
     # TFX's Vertex Trainer executor, which first writes the runtime parameters into custom_config
-    assert "components.runtime_settings.VertexTrainerExecutor" in trainer["args"]
+    assert "components.trainer.component.VertexTrainerExecutor" in trainer["args"]
     parameter = json.loads(_task_text(spec, "Trainer"))["inputs"]["parameters"]["custom_config"]["runtimeValue"]
     config_json = json.loads(parameter["constantValue"]["stringValue"])
     pool = config_json["ai_platform_training_args"]["job_spec"]["worker_pool_specs"][0]
@@ -186,7 +187,7 @@ def test_vertex_spec_tunes_as_a_vertex_ai_training_job_of_parallel_trials(vertex
     """--tune with --vertex-training: the Tuner step is TFX's Vertex Tuner extension (not CloudTuner), its trials
     on the Trainer's machines, three at once; the Trainer takes its best values, and it finds the last search."""
     _, _, spec = vertex_job
-    assert "components.tuning.executor.Executor" in _executor(spec, "Tuner")["container"]["args"]
+    assert "components.tuner.executor.Executor" in _executor(spec, "Tuner")["container"]["args"]
     task = json.loads(_task_text(spec, "Tuner"))
     parameters = task["inputs"]["parameters"]
     constant = lambda name: parameters[name]["runtimeValue"]["constantValue"]["stringValue"]  # noqa: E731
@@ -197,7 +198,7 @@ def test_vertex_spec_tunes_as_a_vertex_ai_training_job_of_parallel_trials(vertex
     assert pool["container_spec"]["image_uri"] == IMAGE and custom_config["ai_platform_enable_vertex"] is True
     assert custom_config["remote_trials_working_dir"] == f"{ROOT}/imagepipe/tuner"
     assert json.loads(constant("tune_args")) == {"num_parallel_trials": 3}
-    assert constant("tuner_fn") == "trainer.tuning.tuner_fn" and constant("mode") == "auto"  # searches when needed
+    assert constant("tuner_fn") == "trainer.search.tuner_fn" and constant("mode") == "auto"  # searches when needed
     assert parameters["trials"] == {"componentInputParameter": "tune_trials"}
     assert task["inputs"]["artifacts"]["previous"]["taskOutputArtifact"]["producerTask"] == "latest_search_resolver"
     trainer = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["artifacts"]["hyperparameters"]
@@ -237,8 +238,8 @@ def test_dataflow_batch_prediction_is_a_job_on_the_pipeline_image():
     import apache_beam as beam
     from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
 
-    from prediction import batch_predict
     from kubeflow.cloud_platform import dataflow_args
+    from prediction import batch_predict
 
     config, cloud = production(dataflow_max_workers=5)
     model, output = "gs://bucket-1/pipelines/imagepipe/serving/7", "gs://bucket-1/predictions/new.jsonl"
@@ -403,7 +404,7 @@ def test_vertex_submit_and_schedule_through_the_real_client(monkeypatch, caplog,
 def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(monkeypatch, capsys):
     """`imagepipe submit --param epochs=20`: the values go in the request (no recompiling); an unknown name, a
     value out of range or a parameter the job lacks is one line, and nothing is sent."""
-    from pipeline.config import runtime_values
+    from pipeline.runtime_parameters import runtime_values
 
     with FakeService() as fake:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)
@@ -472,7 +473,7 @@ def test_schedule_with_a_bad_cron_is_one_line(capsys):
 def _driver_output(tmp_path, data_root, pattern, span_window=1):
     """Runs the pre-cache driver's entry point with an ExecutorInput naming the span pattern (in this
     process, for speed: test_compiled_vertex_job_runs_offline_task_by_task runs it as Vertex does)."""
-    from components.image_example_gen import vertex_driver
+    from components.example_gen import vertex_driver
 
     window = {"span_window": {"intValue": str(span_window)}, "span_pattern": {"stringValue": pattern}} \
         if span_window > 1 else {}
@@ -576,7 +577,7 @@ def test_the_image_holds_and_imports_what_the_compiled_job_runs(vertex_job):
 
     _, _, spec = vertex_job
     modules = _project_modules(spec)
-    assert "components.image_example_gen.vertex_driver" in modules and "trainer.task" in modules
+    assert "components.example_gen.vertex_driver" in modules and "trainer.task" in modules
     ignored = [p.strip() for p in open(os.path.join(PROJECT_DIR, ".dockerignore")) if p.strip()]
     for module in modules:  # in the build context, and not left out of it
         path = module.replace(".", "/") + ".py"

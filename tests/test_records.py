@@ -7,8 +7,8 @@ import zlib
 import pytest
 import tensorflow as tf
 
-from components.image_example_gen import tfrecord_io
-from components.image_example_gen.example_codec import encode_example
+from components.example_gen import tfrecord_io
+from components.example_gen.example_codec import encode_example
 
 
 def _tf_example(features):

@@ -8,8 +8,8 @@ import random
 import shutil
 
 import pytest
-
 from conftest import model_dir
+
 from pipeline import local_runner
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 
@@ -129,7 +129,7 @@ def test_each_dataset_is_its_own_pipeline(tmp_path, digits_dir, capsys):
 
 
 def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_path, digits_dir):
-    from components.validation_gate import DataValidationError
+    from components.validation.gate import DataValidationError
     from report import report
     from runs import run_summary, run_text
 

@@ -4,10 +4,10 @@ import os
 import unicodedata
 
 import pytest
-
-from components.image_example_gen import sources
-from components.image_example_gen.image_check import Reason
 from conftest import image_bytes, make_class_tree, write
+
+from components.example_gen import sources
+from components.example_gen.image_check import Reason
 
 
 def _by_path(listing):

@@ -11,14 +11,14 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
+from conftest import image_bytes
 from PIL import Image
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
-from components import output_files
-from conftest import image_bytes
+from components.transform.preprocessing import preprocessing_fn
+from storage import output_files
 from trainer import features, input_pipeline, models, strategy
 from trainer.hparams import HParams
-from trainer.preprocessing import preprocessing_fn
 
 SIZE = 16
 

@@ -6,12 +6,12 @@ import json
 import os
 
 import pytest
-
 from browser import open_page
-from components.tuning import decision
 from commands import run_imagepipe
 from conftest import image_bytes, write
-from trainer import tuning
+
+from components.tuner import decision
+from trainer import search as tuning
 from trainer.hparams import HParams
 
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")

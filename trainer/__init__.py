@@ -1,2 +1,3 @@
-"""Model code, referenced by module path from the pipeline: Transform's preprocessing_fn and the
-Trainer's run_fn live here (see the Transform/Trainer issue)."""
+"""The model code: what TFX's Trainer runs (run_fn in task.py), and the Tuner's search (search.py), the
+features step, the Evaluator's explanations and `imagepipe predict` share (the TFX templates' models/).
+It imports no stage: components/ imports it."""

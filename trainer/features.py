@@ -2,26 +2,26 @@
 
 import tensorflow as tf
 
-from components.image_example_gen import feature_keys
+from trainer import feature_keys
 
 # Raw features, as ImageExampleGen writes them.
 IMAGE_KEY = feature_keys.ENCODED
 LABEL_TEXT_KEY = feature_keys.LABEL_TEXT
 LABELS_TEXT_KEY = feature_keys.LABELS_TEXT  # multi-label examples: every label's name, none included
 SHA256_KEY = feature_keys.SHA256
-# Passed through Transform for data health (components/data_health): the file, its size as found.
+# Passed through Transform for data health (components/health): the file, its size as found.
 PASSTHROUGH = {"key": feature_keys.SHA256, "filename": feature_keys.FILENAME,
                "original_height": feature_keys.ORIGINAL_HEIGHT, "original_width": feature_keys.ORIGINAL_WIDTH}
 
 # Transformed features, as Transform materialises them.
-PIXELS_KEY = "pixels"  # the resized image's uint8 pixels, 1 byte each (see preprocessing.py)
+PIXELS_KEY = "pixels"  # the resized image's uint8 pixels, 1 byte each (components/transform/preprocessing.py)
 LABEL_KEY = "label"  # class id from the TFT vocabulary
 LABELS_KEY = "labels"  # multi-label: the ids of the image's labels (VarLen, none included), instead of LABEL_KEY
 LABEL_VOCABULARY = "label"  # the vocabulary file: class names (multi-label: label names) in id order
 KEY = "key"  # the image's content hash (image/key/sha256), passed through: features and data health join on it
 FILENAME_KEY = "filename"
 
-# Backbone features, as the features step (components/backbone_features) writes them beside LABEL_KEY and KEY.
+# Backbone features, as the features step (components/features) writes them beside LABEL_KEY and KEY.
 FEATURES_KEY = "features"  # float32 [views * dim]: the pooled backbone output of the image, then of its augmented views
 
 

@@ -1,14 +1,16 @@
 """Training hyperparameters: what Transform and the Trainer read from their custom_config.
 
-pipeline/config.py builds this dict from the pipeline configuration; here it is
-parsed (with defaults), so that run_fn and preprocessing_fn agree on it.
+The training settings a user gives are declared here once (setting()): PipelineConfig's fields and the
+`imagepipe run` options are made from these declarations. pipeline/config.py builds the custom_config dict from
+the configuration; here it is parsed (with defaults), so that run_fn and preprocessing_fn agree on it.
 """
 
 import dataclasses
 import math
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from trainer.class_balance import IMBALANCED_RATIO
 from trainer.class_balance import MODES as BALANCE_MODES
 
 MODELS = ("cnn", "mobilenet_v2", "efficientnet_b0")
@@ -24,7 +26,7 @@ DEFAULT_DROPOUT = {"cnn": 0.3}  # the backbones' head: TRANSFER_DROPOUT
 TRANSFER_DROPOUT = 0.2
 
 # Decoding memory. Transform, the Evaluator and serving decode at most this many images at
-# once (preprocessing.py's map_fn), each at most max_pixels. A PNG, GIF or BMP decodes at
+# once (components/transform/preprocessing.py's map_fn), each at most max_pixels. A PNG, GIF or BMP decodes at
 # full size: 3 bytes a pixel, then 12 more as float32 for the antialiased resize (JPEGs decode
 # at a DCT scale and need far less).
 DECODES_IN_FLIGHT = 4
@@ -53,41 +55,62 @@ def decode_memory_bytes(max_pixels: int) -> int:
     return DECODES_IN_FLIGHT * DECODE_BYTES_PER_PIXEL * max_pixels
 
 
+SEED = 42  # the one default seed of a run: ingestion's shuffle, the splits' order, weights, augmentation
+
+
+def setting(default, help: str, choices: Optional[Tuple[str, ...]] = None, flag: str = ""):
+    """A training setting the user gives: declared here once, with its help. pipeline/config.py makes its
+    PipelineConfig field (and so its IMAGEPIPE_<NAME> variable) and cli/parser.py its `imagepipe run` option
+    from this declaration (`flag` when the option is not --<name>; `{default}` in the help is the default)."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
+
+
 @dataclasses.dataclass(frozen=True)
 class HParams:
-    model: str = "cnn"
-    image_size: int = 64
+    model: str = setting("cnn", "cnn (fast default) or a keras.applications backbone for transfer learning", MODELS)
+    image_size: int = setting(64, "side of the square model input (default: 32 for the sample, 64 for cnn, 224 for "
+                                  "the backbones)")
     channels: int = 3
     # keras.applications weights for the transfer models: "imagenet" (downloaded), a .h5 or
     # .weights.h5 file (local or gs://), or "" for random initialisation (tests; nothing downloads).
-    weights: str = "imagenet"
+    weights: str = setting("imagenet", "backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' "
+                                       "(random)")
     # The most epochs: training stops earlier, once the eval loss has not improved for `patience` epochs,
     # and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the backbone frozen.
-    epochs: int = 100
-    fine_tune_epochs: int = 0  # transfer models: then at most this many epochs with the top unfrozen
+    epochs: int = setting(100, "the most training epochs: training stops earlier once the eval loss has not "
+                               "improved for --patience epochs, keeping the best epoch (default {default})")
+    fine_tune_epochs: int = setting(0, "backbones: then at most this many epochs with the top layers unfrozen")
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
-    batch_size: int = 64
-    learning_rate: float = 1e-3
+    batch_size: int = setting(64, "per replica (default {default})")
+    learning_rate: float = setting(1e-3, "(default {default})")
     # The head: dropout before the classifier (None: 0.3 for the cnn, 0.2 for the backbones' head), and the
     # width of a hidden ReLU layer before it (0: none, the classifier sits on the features).
     dropout: Optional[float] = None
     head_units: int = 0
     fine_tune_learning_rate: float = 1e-5
-    patience: int = 5  # epochs without a lower eval loss before training stops
-    augment: str = ""  # comma-separated: flip, crop, brightness
+    patience: int = setting(5, "epochs without a lower eval loss before training stops (default {default})")
+    augment: str = setting("", "training augmentation: any of " + ",".join(AUGMENTATIONS))  # comma-separated
     # Transfer models with --augment: augmented views of each training image whose backbone features the
     # features step caches beside the plain one; each epoch of the frozen phase draws one per image.
     augment_views: int = 4
-    tflite: str = ""  # comma-separated TFLite exports beside the SavedModel: float16, int8
-    seed: int = 42
+    tflite: str = setting("", f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
+                              "(scored on the eval split next to the SavedModel)")  # comma-separated
+    seed: int = setting(SEED, "the run's random seed: the order files are ingested in, initial weights, augmentation "
+                                "(default {default})")
     # TensorFlow's op determinism: the same data, settings and seed give the same weights (docs/retraining.md:
     # Reproducible training has its cost); False trades that for speed.
-    deterministic: bool = True
-    warm_start: bool = False  # start from the base model's weights when it has the same classes and shape
+    deterministic: bool = setting(True, "allow nondeterministic TensorFlow ops (faster on some GPUs; by default the "
+                                        "same data, settings and seed give the same model)", flag="--nondeterministic")
+    # Start from the base model's weights when it has the same classes and shape.
+    warm_start: bool = setting(False, "start training from the latest blessed model (same classes and model)")
     # Imbalanced classes (trainer/class_balance.py): auto (loss weights by class when the train split's largest
     # class has over 3 times the images of its smallest), weights, sampling (class-balanced batches), off.
-    class_balance: str = "auto"
-    mixed_precision: str = "auto"  # auto (on for GPU/TPU), on, off (trainer/strategy.py)
+    class_balance: str = setting("auto", f"imbalanced classes (the largest over {IMBALANCED_RATIO:g} times the "
+                                         "smallest in train): auto (default: loss weights by class, and training "
+                                         "follows balanced accuracy), weights, sampling (class-balanced batches), off",
+                                 BALANCE_MODES)
+    mixed_precision: str = setting("auto", "auto (default: float16 on GPUs, bfloat16 on TPUs, none on CPUs), on "
+                                           "(bfloat16 on a CPU), off", MIXED_PRECISION_MODES)  # trainer/strategy.py
     # "tpu": the Trainer was sent to a TPU (--training-tpu), and fails if none is reachable; "": whatever is there.
     required_device: str = ""
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.
@@ -108,14 +131,14 @@ class HParams:
         return {"image_size": self.image_size, "channels": self.channels}
 
     def features_config(self) -> Dict[str, Any]:
-        """What the features step (components/backbone_features) reads: the backbone, its input and weights
+        """What the features step (components/features) reads: the backbone, its input and weights
         (the seed makes random weights), and the augmented views to cache."""
         return {"model": self.model, "image_size": self.image_size, "channels": self.channels,
                 "weights": self.weights, "seed": self.seed, "augment": self.augment,
                 "augment_views": self.augment_views}
 
     def health_config(self) -> Dict[str, Any]:
-        """What the data health check reads (components/data_health): the input, and for the cnn's opt-in
+        """What the data health check reads (components/health): the input, and for the cnn's opt-in
         k-fold label check the model's training settings."""
         return {"model": self.model, "image_size": self.image_size, "channels": self.channels, "seed": self.seed,
                 "batch_size": self.batch_size, "learning_rate": self.learning_rate}
@@ -127,6 +150,11 @@ class HParams:
             return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 / 4
         except (ValueError, OSError, AttributeError):  # pragma: no cover
             return 1024
+
+    @classmethod
+    def user_settings(cls) -> List[dataclasses.Field]:
+        """The settings declared with setting(), in declaration order."""
+        return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
 
     @property
     def head_dropout(self) -> float:

@@ -176,7 +176,7 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
                          batch_size: int = 0, drop_remainder: bool = False,
                          balance: Optional[Balance] = None, multi_hot: int = 0) -> tf.data.Dataset:
     """(features float32 [batch, dim], labels int64 [batch]) from the features step's records
-    (components/backbone_features): what the frozen phase of a transfer model trains its head on.
+    (components/features): what the frozen phase of a transfer model trains its head on.
 
     Small (a few kB an image), so always cached and shuffled over the whole set. A record holds `views`
     vectors (the plain image, then augmented views); training draws one per image each epoch, evaluation

@@ -80,7 +80,7 @@ def build(hp: HParams, num_classes: int, backbone: Optional[keras.Model] = None,
 
 def feature_extractor(hp: HParams, backbone: keras.Model) -> keras.Model:
     """Pixels to the pooled backbone output: the vector the head's first layer takes, which the features step
-    (components/backbone_features) computes once per image. The same scaling and layers as build()."""
+    (components/features) computes once per image. The same scaling and layers as build()."""
     inputs = keras.Input((hp.image_size, hp.image_size, hp.channels), name="pixels")
     pooled = keras.layers.GlobalAveragePooling2D(name="pooled")(backbone(_scaled(hp, inputs), training=False))
     return keras.Model(inputs, pooled, name=f"{hp.model}_features")

@@ -23,14 +23,14 @@ import tensorflow_transform as tft
 from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
-from components.baseline import pipeline_root_of, relocate
-from components.backbone_features import PROFILE_FILE, SOURCE_FILE
-from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
-from components.progress_events import progress_event
-from trainer import class_balance, export, features, input_pipeline, models, tflite_export, tuning
+from storage.output_files import FEATURE_PROFILE_FILE, INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
+from storage.progress_events import progress_event
+from storage.relocation import pipeline_root_of, relocate
+from trainer import class_balance, export, features, input_pipeline, models, search, tflite_export
+from trainer import strategy as strategies
 from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
-from trainer import strategy as strategies
+from trainer.training import balance_of, early_stopping, features_source
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -100,7 +100,7 @@ def warm_start(model, base_model_dir, info, serving_model_dir: str = "") -> Tupl
     """Loads the base model's weights when it was trained for the same classes and input.
 
     Returns (the weights' folder, "") or (None, why training starts from scratch). The base model is
-    looked for where the root now is (components/baseline.py), from this run's serving_model_dir.
+    looked for where the root now is (storage/relocation.py), from this run's serving_model_dir.
     """
     if not base_model_dir:
         return None, "no blessed model yet"
@@ -144,9 +144,9 @@ def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str
 
 
 def run_fn(fn_args) -> None:
-    # The Tuner's best values (--tune: trainer/tuning.py) replace the settings they searched.
-    tuned = tuning.values_of(getattr(fn_args, "hyperparameters", None))
-    hp = tuning.apply(HParams.from_custom_config(fn_args.custom_config), tuned)
+    # The Tuner's best values (--tune: trainer/search.py) replace the settings they searched.
+    tuned = search.values_of(getattr(fn_args, "hyperparameters", None))
+    hp = search.apply(HParams.from_custom_config(fn_args.custom_config), tuned)
     if tuned:
         logging.info("Trainer: the Tuner's values: %s", tuned)
     keras.utils.set_random_seed(hp.seed)  # Python, NumPy and TensorFlow
@@ -163,51 +163,6 @@ def run_fn(fn_args) -> None:
     finally:
         if not was_deterministic:
             tf_config.disable_op_determinism()
-
-
-def features_source(example_patterns) -> Optional[dict]:
-    """The features step's source.json when the Trainer's examples are its output (transfer models), else None."""
-    uri = os.path.dirname(os.path.dirname(example_patterns[0].rstrip("/")))  # <uri>/Split-train/*
-    path = os.path.join(uri, SOURCE_FILE)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        return {**json.load(f), "uri": uri}
-
-
-def balance_of(hp: HParams, train_files, class_names,
-               multi_label: bool = False) -> Tuple[dict, Optional[input_pipeline.Balance]]:
-    """What training does about its train split's class mix (trainer/class_balance.py): the plan training.json
-    records, and the input pipeline's balancing (None: none; multi-label: rare labels are weighed in the loss)."""
-    if multi_label:
-        counts = input_pipeline.label_counts(train_files, len(class_names), multi_label=True)
-        examples, _ = input_pipeline.measure(input_pipeline.list_files(train_files))
-        balancing = class_balance.multi_label_plan(hp.class_balance, counts, examples, class_names)
-        if balancing["mode"] == "weights":
-            logging.info("Trainer: rare labels (%s of %d images): positive weights %s",
-                         class_balance.describe_mix(balancing["counts"]), examples, balancing["positive_weights"])
-        return balancing, None
-    counts = input_pipeline.label_counts(train_files, len(class_names))
-    balancing = class_balance.plan(hp.class_balance, counts, class_names)
-    if balancing["mode"] == "off":
-        return balancing, None
-    logging.info("Trainer: imbalanced classes (%s): %s", class_balance.describe_mix(balancing["counts"]),
-                 "loss weights by class" if balancing["mode"] == "weights" else "class-balanced batches")
-    return balancing, input_pipeline.Balance(balancing["mode"], balancing["weights"] or (), balancing["shares"] or (),
-                                             counts)
-
-
-def early_stopping(hp: HParams, monitor: str) -> keras.callbacks.Callback:
-    """Within the cap (--epochs), training stops once the eval loss has not improved for --patience epochs.
-
-    On imbalanced data it follows balanced accuracy instead (a lower loss there mostly means the majority class
-    fits better), which moves in steps of a few rare eval images: it waits twice --patience, and only from the
-    end of the first --patience epochs, while a balanced loss is still learning the rare class (measured on
-    bench/imbalanced.py's 2% set: flat for 12 epochs, best at 17; --patience 5 from epoch 1 kept epoch 1)."""
-    if monitor == class_balance.ACCURACY:
-        return keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience)
-    return keras.callbacks.EarlyStopping(monitor=monitor, mode="max", patience=2 * hp.patience,
-                                         start_from_epoch=hp.patience)
 
 
 def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy,
@@ -241,24 +196,16 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
             # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
             **({"head_units": hp.head_units} if hp.head_units else {}),
             **({"task": "multi"} if multi_label else {})}  # the Evaluator, predict and the card read it
-    with strategy.scope():
-        backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
-        model = models.build(hp, num_classes, backbone, multi_label)
-        models.set_output_bias(model, balancing["initial_bias"])
-        warm_started, cold_reason = warm_start(model, fn_args.base_model, info, fn_args.serving_model_dir) if hp.warm_start else (None, "")
-        if warm_started:
-            logging.info("Trainer: warm-started from %s", warm_started)
-        elif hp.warm_start:
-            logging.warning("Trainer: not warm-starting (%s); training from scratch", cold_reason)
-        models.compile_model(model, hp.learning_rate, balancing.get("positive_weights"))
-    planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
-    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=monitor)]
+    model, warm_started, cold_reason = _build_model(fn_args, hp, strategy, source, num_classes, multi_label,
+                                                    balancing, info)
     # Each phase keeps the weights of its best epoch (EpochLog). Only the chief writes the pipeline's outputs;
     # another worker of a cluster writes its logs and export to a scratch folder it deletes.
     scratch = None if plan.is_chief else tempfile.mkdtemp(prefix="imagepipe-worker-")
     logs_dir = fn_args.model_run_dir if plan.is_chief else os.path.join(scratch, "logs")
     callbacks = [keras.callbacks.TensorBoard(log_dir=logs_dir), early_stopping(hp, monitor)]
     started = time.monotonic()
+    planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
+    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=monitor)]
     if source:
         _train_head_on_features(model, fn_args, hp, source, strategy, num_classes, batch, static,
                                 callbacks + [phases[0]], balance, balancing, multi_label)
@@ -267,15 +214,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), epochs=hp.epochs,
                   callbacks=callbacks + [phases[0]], verbose=0)
     if hp.model != "cnn" and hp.fine_tune_epochs > 0:
-        with strategy.scope():
-            unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
-            models.compile_model(model, hp.fine_tune_learning_rate, balancing.get("positive_weights"))
-        logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
-        phases.append(EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs", monitor=monitor))
-        done = len(phases[0].epochs)
-        train, steps = input_pipeline.repeated(pixels(training=True))
-        model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), initial_epoch=done,
-                  epochs=done + hp.fine_tune_epochs, callbacks=callbacks + [phases[1]], verbose=0)
+        phases.append(_fine_tune(model, hp, strategy, pixels, callbacks, balancing, planned,
+                                 done=len(phases[0].epochs)))
     seconds = time.monotonic() - started
 
     # Every worker saves (saving a distributed model may take every replica's part: TensorFlow's documented
@@ -285,20 +225,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         shutil.rmtree(scratch, ignore_errors=True)
         wait_for_chief(fn_args, plan)
         return
-    keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
-    tf.io.gfile.makedirs(keras_dir)
-    weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
-    try:
-        on_device = _export_tflite(hp, num_classes, class_names, weights, pixel_files,
-                                   fn_args.serving_model_dir, multi_label) if hp.tflite_kinds else None
-    finally:
-        models.discard_staged(weights)
-    with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
-        f.write(json.dumps(info))
-    if source:  # the features the model learnt from, in profile: what the next run's drift is measured against
-        profile = os.path.join(source["uri"], PROFILE_FILE)
-        if tf.io.gfile.exists(profile):
-            tf.io.gfile.copy(profile, os.path.join(keras_dir, PROFILE_FILE), overwrite=True)
+    on_device = _keep_model_files(fn_args, hp, model, info, pixel_files, source)
     record = {
         "strategy": plan.describe(replicas), "device_kind": plan.kind, "replicas": replicas,
         # Multi-worker: the cluster's machines (TF_CONFIG), this one the chief.
@@ -319,6 +246,59 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
         f.write(json.dumps(record, indent=1))
+
+
+def _build_model(fn_args, hp: HParams, strategy: tf.distribute.Strategy, source: Optional[dict], num_classes: int,
+                 multi_label: bool, balancing: dict, info: dict):
+    """The compiled model in the strategy's scope, warm-started when asked and possible:
+    (model, the model it started from or None, why it did not)."""
+    with strategy.scope():
+        backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
+        model = models.build(hp, num_classes, backbone, multi_label)
+        models.set_output_bias(model, balancing["initial_bias"])
+        warm_started, cold_reason = (warm_start(model, fn_args.base_model, info, fn_args.serving_model_dir)
+                                     if hp.warm_start else (None, ""))
+        if warm_started:
+            logging.info("Trainer: warm-started from %s", warm_started)
+        elif hp.warm_start:
+            logging.warning("Trainer: not warm-starting (%s); training from scratch", cold_reason)
+        models.compile_model(model, hp.learning_rate, balancing.get("positive_weights"))
+    return model, warm_started, cold_reason
+
+
+def _fine_tune(model, hp: HParams, strategy: tf.distribute.Strategy, pixels, callbacks, balancing: dict,
+               planned: int, done: int) -> EpochLog:
+    """Transfer models' second phase: the backbone's top layers unfrozen, on pixels, after `done` epochs."""
+    with strategy.scope():
+        unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
+        models.compile_model(model, hp.fine_tune_learning_rate, balancing.get("positive_weights"))
+    logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
+    phase = EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs", monitor=balancing["monitor"])
+    train, steps = input_pipeline.repeated(pixels(training=True))
+    model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), initial_epoch=done,
+              epochs=done + hp.fine_tune_epochs, callbacks=callbacks + [phase], verbose=0)
+    return phase
+
+
+def _keep_model_files(fn_args, hp: HParams, model, info: dict, pixel_files, source: Optional[dict]):
+    """Beside the SavedModel (the chief only): the Keras weights and what they fit (warm starts, TFLite), the
+    TFLite exports, the features' profile; returns the TFLite scores."""
+    keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
+    tf.io.gfile.makedirs(keras_dir)
+    weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
+    multi_label = info.get("task") == "multi"
+    try:
+        on_device = _export_tflite(hp, len(info["class_names"]), info["class_names"], weights, pixel_files,
+                                   fn_args.serving_model_dir, multi_label) if hp.tflite_kinds else None
+    finally:
+        models.discard_staged(weights)
+    with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
+        f.write(json.dumps(info))
+    if source:  # the features the model learnt from, in profile: what the next run's drift is measured against
+        profile = os.path.join(source["uri"], FEATURE_PROFILE_FILE)
+        if tf.io.gfile.exists(profile):
+            tf.io.gfile.copy(profile, os.path.join(keras_dir, FEATURE_PROFILE_FILE), overwrite=True)
+    return on_device
 
 
 CHIEF_WAIT_SECONDS = 6 * 3600  # a worker waits this long at most for the chief's model (a TFLite export included)

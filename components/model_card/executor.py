@@ -17,12 +17,11 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import evaluation_results
-from components.data_health import HEALTH_FILE
-from components.image_example_gen import SUMMARY_FILE as INGESTION_SUMMARY
-from components.model_card import (CARD_HTML, CARD_JSON, CARD_MD, SCHEMA_VERSION, THRESHOLD_FILE, TO_FILL_IN,
-                                   render)
-from components.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
+from components.evaluator import results as evaluation_results
+from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
+from components.health import HEALTH_FILE
+from components.model_card import CARD_HTML, CARD_JSON, CARD_MD, SCHEMA_VERSION, THRESHOLD_FILE, TO_FILL_IN, render
+from storage.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
 from trainer.epochs import kept_epoch, monitor_of
 
 INPUTS = ("model", "model_run", "evaluation", "blessing", "examples", "ingestion_report")
@@ -88,96 +87,119 @@ def _split_scores(found: Dict[str, Any], views: Optional[Dict[str, Any]]) -> Dic
 def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed: bool, baseline_skipped: str,
                examples: types.Artifact, report_uri: str, health_uri: Optional[str],
                baseline: Optional[types.Artifact], pipeline: str, run: Optional[str]) -> Dict[str, Any]:
-    import keras
-    import tensorflow as tf
-    import tfx
-
     info = _json(os.path.join(model_uri, KERAS_DIR, INFO_FILE)) or {}
     log = _json(os.path.join(model_run_uri, TRAINING_LOG)) or {}
     ingest = _json(os.path.join(report_uri, INGESTION_SUMMARY)) or {}
     health = _json(os.path.join(health_uri, HEALTH_FILE)) if health_uri else None
-    found = evaluation_results.metrics(evaluation_uri)
-    views = evaluation_results.views(evaluation_uri)
-    test = evaluation_results.test_split(evaluation_uri)
-    hparams = log.get("hparams") or {}
-    epochs = log.get("epochs") or []
     span = examples.get_int_custom_property("span") if examples.has_custom_property("span") else None
     if span is None and examples.has_property("span"):
         span = examples.span
-    kept = kept_epoch(epochs, monitor_of(log))  # the weights it has
-    chosen = (views or {}).get("chosen")
     return {
         "schema_version": SCHEMA_VERSION,
-        "model": {
-            "name": pipeline, "architecture": info.get("model") or hparams.get("model"),
-            "image_size": info.get("image_size") or hparams.get("image_size"),
-            "classes": info.get("class_names") or log.get("class_names") or [],
-            # multi: any number of the classes (labels) an image, each with its own probability and threshold
-            "task": info.get("task") or "single",
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "framework": {"tensorflow": tf.__version__, "tfx": tfx.__version__, "keras": keras.__version__},
-            "artifact": model_uri,
-            "signature": "serving_default: image_bytes [batch] encoded JPEG/PNG/GIF/BMP -> probabilities, "
-                         "class_names, predicted_class, predicted_probability",
-        },
-        "data": {
-            "sources": [ingest.get("source")] if ingest.get("source") else [], "layout": ingest.get("layout"),
-            "span": span, "files_seen": ingest.get("files_seen"), "examples": ingest.get("examples_written"),
-            "per_split": ingest.get("examples_per_split"),
-            "per_class_and_split": ingest.get("examples_per_split_and_class"),
-            "examples_without_labels": ingest.get("examples_without_labels"),  # multi-label: images no label fits
-            "imbalance_ratio": ingest.get("imbalance_ratio"),
-            "classes_with_few_eval_examples": ingest.get("classes_with_few_eval_examples"),
-            "quarantined": ingest.get("quarantined"), "quarantine_reasons": ingest.get("quarantine_reasons"),
-            "duplicate_files": ingest.get("duplicate_files"),
-            "near_duplicate_groups": ingest.get("near_duplicate_groups"),
-            "eval_with_near_duplicate_in_train": ingest.get("near_duplicate_eval_leak_fraction"),
-            "likely_label_errors": (health or {}).get("label_issues") if (health or {}).get(
-                "label_issue_fraction") is not None else None,
-        },
-        "training": {
-            "settings": hparams, "tuned": log.get("tuned"), "epochs": len(epochs),
-            "kept_epoch": kept.get("epoch") if kept else None, "device": log.get("strategy"),
-            "seconds": log.get("train_seconds"), "warm_started_from": log.get("warm_started_from"),
-            "class_balance": {k: (log.get("class_balance") or {}).get(k)
-                              for k in ("mode", "imbalance_ratio", "monitor", "task", "positive_weights")}
-            if log.get("class_balance") else None,
-            "lineage": {"pipeline": pipeline, "run": run, "span": span,
-                        "base_model": {"artifact": baseline.uri, "id": baseline.id} if baseline else None},
-        },
-        "evaluation": {
-            "split": "eval", **_split_scores(found, views),
-            "task": "multi" if found.get("task") == "multi" else "single",
-            # single-label: one threshold; multi-label: a threshold per label (the labels' own)
-            "confidence_threshold": chosen if found.get("task") != "multi" else None,
-            "label_thresholds": (chosen or {}).get("thresholds") if found.get("task") == "multi" else None,
-            "label_thresholds_how": (chosen or {}).get("how") if found.get("task") == "multi" else None,
-            "class_gate": {"min_class_recall": found["gate"]["min_class_recall"],
-                           "min_eval_examples": found["gate"]["min_eval_examples"],
-                           "judged": [found["gate"]["class_names"][i] for i in found["gate"]["judged"]],
-                           "must_find": [found["gate"]["class_names"][i] for i in found["gate"].get("must_find", [])],
-                           "compared_on": found["gate"]["compared_on"],
-                           **({"min_macro_auc_pr": found["gate"].get("min_macro_auc_pr")}
-                              if found.get("task") == "multi" else {})} if found.get("gate") else None,
-            "blessed": blessed,
-            "blessing_reason": blessing_reason(blessed, found, evaluation_results.accuracy_threshold(evaluation_uri),
-                                               baseline_skipped),
-            "last_blessed": {"accuracy": found.get("baseline_accuracy"),
-                             "balanced_accuracy": found.get("baseline_balanced_accuracy"),
-                             **({"macro_auc_pr": found["baseline_macro_auc_pr"]}
-                                if found.get("baseline_macro_auc_pr") is not None else {}), "artifact": baseline.uri}
-            if baseline and (found.get("baseline_accuracy") is not None
-                             or found.get("baseline_macro_auc_pr") is not None) else None,
-            "test": _split_scores(test, test.get("views")) if test else None,
-        },
-        "to_fill_in": {
-            "intended_use": f"{TO_FILL_IN}: who uses the model, for what, and what it must not be used for",
-            "limitations": f"{TO_FILL_IN}: where it fails (kinds of images, classes, conditions) and what the "
-                           "eval split does not cover",
-            "ethical_considerations": f"{TO_FILL_IN}: people in the images, consent, harms of a wrong answer",
-            "contact": f"{TO_FILL_IN}: who owns the model and answers questions about it",
-        },
+        "model": _model(model_uri, info, log, pipeline),
+        "data": _data(ingest, health, span),
+        "training": _training(log, pipeline, run, span, baseline),
+        "evaluation": _evaluation(evaluation_uri, blessed, baseline_skipped, baseline),
+        "to_fill_in": dict(TO_FILL_IN_SECTIONS),
     }
+
+
+def _model(model_uri: str, info: Dict[str, Any], log: Dict[str, Any], pipeline: str) -> Dict[str, Any]:
+    import keras
+    import tensorflow as tf
+    import tfx
+
+    hparams = log.get("hparams") or {}
+    return {
+        "name": pipeline, "architecture": info.get("model") or hparams.get("model"),
+        "image_size": info.get("image_size") or hparams.get("image_size"),
+        "classes": info.get("class_names") or log.get("class_names") or [],
+        # multi: any number of the classes (labels) an image, each with its own probability and threshold
+        "task": info.get("task") or "single",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "framework": {"tensorflow": tf.__version__, "tfx": tfx.__version__, "keras": keras.__version__},
+        "artifact": model_uri,
+        "signature": "serving_default: image_bytes [batch] encoded JPEG/PNG/GIF/BMP -> probabilities, "
+                     "class_names, predicted_class, predicted_probability",
+    }
+
+
+def _data(ingest: Dict[str, Any], health: Optional[Dict[str, Any]], span: Optional[int]) -> Dict[str, Any]:
+    return {
+        "sources": [ingest.get("source")] if ingest.get("source") else [], "layout": ingest.get("layout"),
+        "span": span, "files_seen": ingest.get("files_seen"), "examples": ingest.get("examples_written"),
+        "per_split": ingest.get("examples_per_split"),
+        "per_class_and_split": ingest.get("examples_per_split_and_class"),
+        "examples_without_labels": ingest.get("examples_without_labels"),  # multi-label: images no label fits
+        "imbalance_ratio": ingest.get("imbalance_ratio"),
+        "classes_with_few_eval_examples": ingest.get("classes_with_few_eval_examples"),
+        "quarantined": ingest.get("quarantined"), "quarantine_reasons": ingest.get("quarantine_reasons"),
+        "duplicate_files": ingest.get("duplicate_files"),
+        "near_duplicate_groups": ingest.get("near_duplicate_groups"),
+        "eval_with_near_duplicate_in_train": ingest.get("near_duplicate_eval_leak_fraction"),
+        "likely_label_errors": (health or {}).get("label_issues") if (health or {}).get(
+            "label_issue_fraction") is not None else None,
+    }
+
+
+def _training(log: Dict[str, Any], pipeline: str, run: Optional[str], span: Optional[int],
+              baseline: Optional[types.Artifact]) -> Dict[str, Any]:
+    hparams = log.get("hparams") or {}
+    epochs = log.get("epochs") or []
+    kept = kept_epoch(epochs, monitor_of(log))  # the weights it has
+    return {
+        "settings": hparams, "tuned": log.get("tuned"), "epochs": len(epochs),
+        "kept_epoch": kept.get("epoch") if kept else None, "device": log.get("strategy"),
+        "seconds": log.get("train_seconds"), "warm_started_from": log.get("warm_started_from"),
+        "class_balance": {k: (log.get("class_balance") or {}).get(k)
+                          for k in ("mode", "imbalance_ratio", "monitor", "task", "positive_weights")}
+        if log.get("class_balance") else None,
+        "lineage": {"pipeline": pipeline, "run": run, "span": span,
+                    "base_model": {"artifact": baseline.uri, "id": baseline.id} if baseline else None},
+    }
+
+
+def _evaluation(evaluation_uri: str, blessed: bool, baseline_skipped: str,
+                baseline: Optional[types.Artifact]) -> Dict[str, Any]:
+    found = evaluation_results.metrics(evaluation_uri)
+    views = evaluation_results.views(evaluation_uri)
+    test = evaluation_results.test_split(evaluation_uri)
+    chosen = (views or {}).get("chosen")
+    return {
+        "split": "eval", **_split_scores(found, views),
+        "task": "multi" if found.get("task") == "multi" else "single",
+        # single-label: one threshold; multi-label: a threshold per label (the labels' own)
+        "confidence_threshold": chosen if found.get("task") != "multi" else None,
+        "label_thresholds": (chosen or {}).get("thresholds") if found.get("task") == "multi" else None,
+        "label_thresholds_how": (chosen or {}).get("how") if found.get("task") == "multi" else None,
+        "class_gate": {"min_class_recall": found["gate"]["min_class_recall"],
+                       "min_eval_examples": found["gate"]["min_eval_examples"],
+                       "judged": [found["gate"]["class_names"][i] for i in found["gate"]["judged"]],
+                       "must_find": [found["gate"]["class_names"][i] for i in found["gate"].get("must_find", [])],
+                       "compared_on": found["gate"]["compared_on"],
+                       **({"min_macro_auc_pr": found["gate"].get("min_macro_auc_pr")}
+                          if found.get("task") == "multi" else {})} if found.get("gate") else None,
+        "blessed": blessed,
+        "blessing_reason": blessing_reason(blessed, found, evaluation_results.accuracy_threshold(evaluation_uri),
+                                           baseline_skipped),
+        "last_blessed": {"accuracy": found.get("baseline_accuracy"),
+                         "balanced_accuracy": found.get("baseline_balanced_accuracy"),
+                         **({"macro_auc_pr": found["baseline_macro_auc_pr"]}
+                            if found.get("baseline_macro_auc_pr") is not None else {}), "artifact": baseline.uri}
+        if baseline and (found.get("baseline_accuracy") is not None
+                         or found.get("baseline_macro_auc_pr") is not None) else None,
+        "test": _split_scores(test, test.get("views")) if test else None,
+    }
+
+
+# What the pipeline cannot know: the team writes it into the card.
+TO_FILL_IN_SECTIONS = {
+    "intended_use": f"{TO_FILL_IN}: who uses the model, for what, and what it must not be used for",
+    "limitations": f"{TO_FILL_IN}: where it fails (kinds of images, classes, conditions) and what the "
+                   "eval split does not cover",
+    "ethical_considerations": f"{TO_FILL_IN}: people in the images, consent, harms of a wrong answer",
+    "contact": f"{TO_FILL_IN}: who owns the model and answers questions about it",
+}
 
 
 class Executor(base_executor.BaseExecutor):

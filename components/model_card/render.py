@@ -18,86 +18,102 @@ def _fmt(value) -> str:
 
 def _sections(card: Dict[str, Any]) -> List[tuple]:
     """[(title, [lines of (label, value)], [tables of (headers, rows)])] for every format."""
-    model, data, training, evaluation = card["model"], card["data"], card["training"], card["evaluation"]
-    lineage = training["lineage"]
-    base = lineage.get("base_model") or {}
-    threshold = evaluation.get("confidence_threshold") or {}
-    at = evaluation.get("at_threshold") or {}
-    splits = sorted(data.get("per_split") or {})
-    per_class_rows = [[name] + [(data.get("per_class_and_split") or {}).get(s, {}).get(name, 0) for s in splits]
-                      for name in model["classes"]]
-    multi = evaluation.get("task") == "multi"
-    noun = "label" if multi else "class"
-    sections = [
-        ("Model", [("name", model["name"]), ("architecture", model["architecture"]),
-                   ("input", f"{model['image_size']} x {model['image_size']} pixels"),
-                   ("task", "multi-label: any number of the labels an image, each at its own threshold" if multi
-                    else None),
-                   ("labels" if multi else "classes", ", ".join(model["classes"])), ("created", model["created"]),
-                   ("framework", ", ".join(f"{k} {v}" for k, v in model["framework"].items())),
-                   ("serving", model["signature"]), ("artifact", model["artifact"])], []),
-        ("Data", [("sources", ", ".join(data["sources"]) or None), ("layout", data["layout"]), ("span", data["span"]),
-                  ("files seen", data["files_seen"]), ("examples", data["examples"]),
-                  ("quarantined", data["quarantined"]),
-                  ("quarantine reasons", ", ".join(f"{k} {v}" for k, v in (data["quarantine_reasons"] or {}).items())
-                   or None),
-                  ("class mix", _mix(data)),
-                  ("images without any label", ", ".join(f"{s} {n:,}" for s, n in
-                                                         (data.get("examples_without_labels") or {}).items())
-                   or None),
-                  ("classes with too few eval images to judge", ", ".join(data.get("classes_with_few_eval_examples")
-                                                                          or []) or None),
-                  ("duplicate files", data["duplicate_files"]), ("near-duplicate groups", data["near_duplicate_groups"]),
-                  ("eval examples with a near-duplicate in train", data["eval_with_near_duplicate_in_train"]),
-                  ("likely label errors", data["likely_label_errors"])],
-         [([noun] + splits, per_class_rows)]),
-        ("Training", [("settings", ", ".join(f"{k} {'-' if v in (None, '') else v}"
-                                             for k, v in sorted(training["settings"].items())
-                                             if k in ("model", "image_size", "epochs", "batch_size", "learning_rate",
-                                                      "dropout", "head_units", "fine_tune_epochs", "augment",
-                                                      "weights", "seed"))),
-                      ("tuned by the search", ", ".join(f"{k} {v}" for k, v in (training["tuned"] or {}).items())
-                       or None),
-                      ("epochs trained", training["epochs"]), ("kept epoch", training["kept_epoch"]),
-                      ("device", training["device"]),
-                      ("seconds", None if training["seconds"] is None else f"{training['seconds']:.1f}"),
-                      ("warm-started from", training["warm_started_from"]),
-                      ("imbalanced classes", _balancing(training.get("class_balance"))),
-                      ("pipeline", lineage["pipeline"]), ("run", lineage["run"]), ("span", lineage["span"]),
-                      ("base model (last blessed)", f"{base.get('artifact')} (ML Metadata id {base.get('id')})"
-                       if base else None)], []),
-        ("Evaluation", [("split", f"{evaluation['split']} ({_fmt(evaluation['examples'])} examples)"),
-                        ("macro AUC-PR (mean over the labels)", evaluation.get("macro_auc_pr")) if multi else
-                        ("accuracy", evaluation["accuracy"]),
-                        ("macro F1 at the labels' thresholds", evaluation.get("macro_f1")) if multi else ("", None),
-                        ("weakest label (F1)", _weakest_label(evaluation.get("weakest_label"))) if multi else ("", None),
-                        ("label thresholds", evaluation.get("label_thresholds_how")) if multi else ("", None),
-                        ("balanced accuracy (mean recall of the classes)", evaluation.get("balanced_accuracy")),
-                        ("weakest class", _weakest(evaluation.get("weakest_class"))),
-                        (f"every {noun}", _class_gate(evaluation.get("class_gate"), noun)),
-                        ("confidence threshold", f"{threshold.get('threshold', 0):g}: {threshold.get('how', '')}"
-                         if threshold else None),
-                        ("at the threshold", ", ".join(f"{k} {_fmt(at.get(k))}" for k in
-                                                       ("precision", "recall", "coverage")) if at else None),
-                        ("blessed", evaluation["blessed"]), ("why", evaluation["blessing_reason"]),
-                        ("last blessed model", _last_blessed(evaluation.get("last_blessed"), multi))],
-         [_per_class_table(evaluation["per_class"], multi)]),
-    ]
-    test = evaluation.get("test")
+    multi = card["evaluation"].get("task") == "multi"
+    sections = [_model_section(card["model"], multi), _data_section(card["data"], card["model"], multi),
+                _training_section(card["training"]), _evaluation_section(card["evaluation"], multi)]
+    test = card["evaluation"].get("test")
     if test:
-        test_at = test.get("at_threshold") or {}
-        sections.append(("Test split", [("examples", test["examples"]), ("accuracy", test["accuracy"]),
-                                         ("balanced accuracy", test.get("balanced_accuracy")),
-                                         ("weakest class", _weakest(test.get("weakest_class"))),
-                                         ("at the threshold", ", ".join(f"{k} {_fmt(test_at.get(k))}" for k in
-                                                                        ("precision", "recall", "coverage"))
-                                          if test_at else None),
-                                         ("macro AUC-PR", test.get("macro_auc_pr")),
-                                         ("macro F1 at the eval split's thresholds", test.get("macro_f1"))],
-                         [_per_class_table(test["per_class"], multi)]))
+        sections.append(_test_section(test, multi))
     sections.append(("For a person to write", [(key.replace("_", " "), value)
                                                for key, value in card["to_fill_in"].items()], []))
     return sections
+
+
+def _model_section(model: Dict[str, Any], multi: bool) -> tuple:
+    return ("Model", [("name", model["name"]), ("architecture", model["architecture"]),
+                      ("input", f"{model['image_size']} x {model['image_size']} pixels"),
+                      ("task", "multi-label: any number of the labels an image, each at its own threshold" if multi
+                       else None),
+                      ("labels" if multi else "classes", ", ".join(model["classes"])), ("created", model["created"]),
+                      ("framework", ", ".join(f"{k} {v}" for k, v in model["framework"].items())),
+                      ("serving", model["signature"]), ("artifact", model["artifact"])], [])
+
+
+def _data_section(data: Dict[str, Any], model: Dict[str, Any], multi: bool) -> tuple:
+    noun = "label" if multi else "class"
+    splits = sorted(data.get("per_split") or {})
+    per_class_rows = [[name] + [(data.get("per_class_and_split") or {}).get(s, {}).get(name, 0) for s in splits]
+                      for name in model["classes"]]
+    return ("Data", [("sources", ", ".join(data["sources"]) or None), ("layout", data["layout"]), ("span", data["span"]),
+                     ("files seen", data["files_seen"]), ("examples", data["examples"]),
+                     ("quarantined", data["quarantined"]),
+                     ("quarantine reasons", ", ".join(f"{k} {v}" for k, v in (data["quarantine_reasons"] or {}).items())
+                      or None),
+                     ("class mix", _mix(data)),
+                     ("images without any label", ", ".join(f"{s} {n:,}" for s, n in
+                                                            (data.get("examples_without_labels") or {}).items())
+                      or None),
+                     ("classes with too few eval images to judge", ", ".join(data.get("classes_with_few_eval_examples")
+                                                                             or []) or None),
+                     ("duplicate files", data["duplicate_files"]), ("near-duplicate groups", data["near_duplicate_groups"]),
+                     ("eval examples with a near-duplicate in train", data["eval_with_near_duplicate_in_train"]),
+                     ("likely label errors", data["likely_label_errors"])],
+            [([noun] + splits, per_class_rows)])
+
+
+def _training_section(training: Dict[str, Any]) -> tuple:
+    lineage = training["lineage"]
+    base = lineage.get("base_model") or {}
+    return ("Training", [("settings", ", ".join(f"{k} {'-' if v in (None, '') else v}"
+                                                for k, v in sorted(training["settings"].items())
+                                                if k in ("model", "image_size", "epochs", "batch_size", "learning_rate",
+                                                         "dropout", "head_units", "fine_tune_epochs", "augment",
+                                                         "weights", "seed"))),
+                         ("tuned by the search", ", ".join(f"{k} {v}" for k, v in (training["tuned"] or {}).items())
+                          or None),
+                         ("epochs trained", training["epochs"]), ("kept epoch", training["kept_epoch"]),
+                         ("device", training["device"]),
+                         ("seconds", None if training["seconds"] is None else f"{training['seconds']:.1f}"),
+                         ("warm-started from", training["warm_started_from"]),
+                         ("imbalanced classes", _balancing(training.get("class_balance"))),
+                         ("pipeline", lineage["pipeline"]), ("run", lineage["run"]), ("span", lineage["span"]),
+                         ("base model (last blessed)", f"{base.get('artifact')} (ML Metadata id {base.get('id')})"
+                          if base else None)], [])
+
+
+def _evaluation_section(evaluation: Dict[str, Any], multi: bool) -> tuple:
+    noun = "label" if multi else "class"
+    threshold = evaluation.get("confidence_threshold") or {}
+    at = evaluation.get("at_threshold") or {}
+    return ("Evaluation", [("split", f"{evaluation['split']} ({_fmt(evaluation['examples'])} examples)"),
+                           ("macro AUC-PR (mean over the labels)", evaluation.get("macro_auc_pr")) if multi else
+                           ("accuracy", evaluation["accuracy"]),
+                           ("macro F1 at the labels' thresholds", evaluation.get("macro_f1")) if multi else ("", None),
+                           ("weakest label (F1)", _weakest_label(evaluation.get("weakest_label"))) if multi else ("", None),
+                           ("label thresholds", evaluation.get("label_thresholds_how")) if multi else ("", None),
+                           ("balanced accuracy (mean recall of the classes)", evaluation.get("balanced_accuracy")),
+                           ("weakest class", _weakest(evaluation.get("weakest_class"))),
+                           (f"every {noun}", _class_gate(evaluation.get("class_gate"), noun)),
+                           ("confidence threshold", f"{threshold.get('threshold', 0):g}: {threshold.get('how', '')}"
+                            if threshold else None),
+                           ("at the threshold", ", ".join(f"{k} {_fmt(at.get(k))}" for k in
+                                                          ("precision", "recall", "coverage")) if at else None),
+                           ("blessed", evaluation["blessed"]), ("why", evaluation["blessing_reason"]),
+                           ("last blessed model", _last_blessed(evaluation.get("last_blessed"), multi))],
+            [_per_class_table(evaluation["per_class"], multi)])
+
+
+def _test_section(test: Dict[str, Any], multi: bool) -> tuple:
+    test_at = test.get("at_threshold") or {}
+    return ("Test split", [("examples", test["examples"]), ("accuracy", test["accuracy"]),
+                            ("balanced accuracy", test.get("balanced_accuracy")),
+                            ("weakest class", _weakest(test.get("weakest_class"))),
+                            ("at the threshold", ", ".join(f"{k} {_fmt(test_at.get(k))}" for k in
+                                                           ("precision", "recall", "coverage"))
+                             if test_at else None),
+                            ("macro AUC-PR", test.get("macro_auc_pr")),
+                            ("macro F1 at the eval split's thresholds", test.get("macro_f1"))],
+            [_per_class_table(test["per_class"], multi)])
 
 
 def _per_class_table(per_class, multi: bool) -> tuple:

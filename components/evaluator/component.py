@@ -1,0 +1,41 @@
+"""The Evaluator: TFX's (tuned and made class-aware in executor.py), with the settings a compiled job's runs can
+change as parameters of its own (see components/trainer/component.py for why):
+
+    ImageEvaluator(..., settings={"accuracy_threshold": RuntimeParameter(...), "min_class_recall": ...})
+      -> eval_config's threshold, the class gate, views.json's threshold, the explanations
+"""
+
+from typing import Any, Dict, List, Optional
+
+from tfx import types
+from tfx.dsl.components.base import base_beam_component, executor_spec
+from tfx.types import standard_artifacts, standard_component_specs
+from tfx.types.component_spec import ExecutionParameter
+from tfx.utils import json_utils
+
+from components.evaluator import eval_config as settings
+from components.evaluator.executor import Executor
+
+EVALUATOR_SETTINGS = {settings.THRESHOLD: float, settings.CONFIDENCE: float,
+                      settings.TARGET_PRECISION: float, settings.MIN_CLASS_RECALL: float,
+                      settings.EXPLANATIONS: int}
+
+
+class ImageEvaluatorSpec(standard_component_specs.EvaluatorSpec):
+    PARAMETERS = {**standard_component_specs.EvaluatorSpec.PARAMETERS,
+                  **{k: ExecutionParameter(type=t, optional=True) for k, t in EVALUATOR_SETTINGS.items()}}
+
+
+class ImageEvaluator(base_beam_component.BaseBeamComponent):
+    """TFX's Evaluator (tuned and made class-aware in executor.py) with `accuracy_threshold`."""
+
+    SPEC_CLASS = ImageEvaluatorSpec
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
+
+    def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, eval_config,
+                 example_splits: List[str], settings: Dict[str, Any], baseline_model: Optional[types.BaseChannel] = None):
+        super().__init__(spec=ImageEvaluatorSpec(
+            examples=examples, model=model, baseline_model=baseline_model, eval_config=eval_config,
+            example_splits=json_utils.dumps(example_splits), fairness_indicator_thresholds=json_utils.dumps(None),
+            **settings, evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
+            blessing=types.Channel(type=standard_artifacts.ModelBlessing)))

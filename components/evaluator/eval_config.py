@@ -1,0 +1,52 @@
+"""The Evaluator's settings: its parameters' names, and the TFMA configuration of a single-label model (a
+multi-label model's is rewritten from it: multi_label.eval_config_for)."""
+
+import json
+from typing import Optional
+
+import tensorflow_model_analysis as tfma
+
+from components.evaluator import views as evaluation_views
+from trainer.features import LABEL_KEY
+
+BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no baseline was compared
+THRESHOLD = "accuracy_threshold"  # the Evaluator's own parameter (components/trainer/component.py)
+CONFIDENCE, TARGET_PRECISION = "confidence_threshold", "target_precision"  # its parameters for views.json
+MIN_CLASS_RECALL = "min_class_recall"  # its parameter: the recall every judged class must reach
+EXPLANATIONS = "explanations"  # its parameter: eval images explained (components/evaluator/explanations.py; 0: none)
+CLASS_GATE_FILE = "class_gate.json"  # in the evaluation: the classes judged, their counts, what was compared
+TEST_SPLIT = "test"
+ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (eval_config below)
+
+
+def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float] = None) -> tfma.EvalConfig:
+    """Accuracy gates the blessing: above the threshold, and no worse than the baseline.
+
+    The model's own `transform_features` signature turns raw eval examples into its label ids
+    (each model has its own vocabulary), so candidate and baseline are each scored consistently.
+    """
+    accuracy = tfma.MetricConfig(
+        class_name=ACCURACY_METRIC,  # its lower bound: the accuracy_threshold runtime parameter
+        threshold=tfma.MetricThreshold(
+            value_threshold=tfma.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
+            # Ignored on the first run, when there is no blessed baseline yet.
+            change_threshold=tfma.GenericChangeThreshold(
+                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10})))
+    # Per-class precision and recall come from the confusion matrix (run_summary.per_class_metrics):
+    # binarizing by class id would need the class count before the data is read, and fail when
+    # a class has no valid image.
+    specs = [tfma.MetricsSpec(metrics=[
+        tfma.MetricConfig(class_name="ExampleCount"),
+        accuracy,
+        tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
+        # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
+        # (components/evaluator/views.py; threshold 0 is the plain argmax confusion matrix).
+        tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot", config=json.dumps(
+            {"thresholds": evaluation_views.thresholds_with(confidence_threshold)})),
+    ])]
+    return tfma.EvalConfig(
+        model_specs=[tfma.ModelSpec(signature_name="serving_examples", label_key=LABEL_KEY,
+                                    prediction_key="probabilities",
+                                    preprocessing_function_names=["transform_features"])],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=specs)

@@ -1,0 +1,306 @@
+"""The Evaluator's executor: TFX's (tuned, components/beam_settings.py), with additions for retraining and for
+the views teams coming from Vertex AutoML expect.
+
+- A baseline trained on other classes is not compared with. The latest blessed model of a
+  pipeline may predict other classes than the candidate (a class added, removed or renamed in a
+  later span): TFMA cannot score both on one label set (it fails inside a metric update), and the
+  comparison would mean nothing. The candidate is then judged on the threshold alone, as on a first
+  run, and the blessing's `baseline_skipped` property says why.
+- The accuracy threshold can be a parameter of its own (`accuracy_threshold`, components/trainer/component.py:
+  a compiled job's runtime parameter); it replaces the lower bound of SparseCategoricalAccuracy's threshold
+  in eval_config before TFMA reads it.
+- Every class is judged (components/evaluator/metrics.py): TFMA computes each class's recall and precision
+  and balanced accuracy, and blesses only a model whose recall reaches `min_class_recall` on every class with
+  at least class_balance.MIN_EVAL_EXAMPLES eval images, and that finds some eval image of every class with at
+  least class_balance.MIN_EVAL_TO_FIND. On an imbalanced train split (class_balance.py) the
+  candidate is compared with the last blessed model on balanced accuracy instead of accuracy. class_gate.json
+  in the evaluation says which classes were judged, on what counts, and what was compared.
+- views.json (components/evaluator/views.py): precision, recall and coverage as the confidence threshold
+  moves, overall and per class, and the threshold chosen for the model (`confidence_threshold`, or the
+  lowest reaching `target_precision`), from TFMA's confusion matrices at thresholds.
+- A `test` split (an AutoML import's TEST rows, a test/ folder) is scored too, apart: TFX's executor runs
+  again on it, into the evaluation's test/ folder, with views at the eval split's chosen threshold. It
+  blesses nothing: the blessing is the eval split's.
+- The blessing keeps the data profile of the examples the model was judged on (ImageExampleGen's
+  profile.json, train and eval). The next run's validation gate resolves the latest blessed model's
+  blessing and compares its new data with this profile (components/drift.py): a reference that
+  travels with the model, which works on Vertex AI, whose resolvers cannot look up older spans.
+"""
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from absl import logging
+from tfx.components.evaluator import executor as evaluator_executor
+from tfx.dsl.io import fileio
+from tfx.types import artifact_utils, standard_component_specs
+
+from components.beam_settings import Tuned
+from components.evaluator import metrics as evaluation_metrics
+from components.evaluator.eval_config import (ACCURACY_METRIC, BASELINE_SKIPPED, CLASS_GATE_FILE, CONFIDENCE,
+                                              EXPLANATIONS, MIN_CLASS_RECALL, TARGET_PRECISION, TEST_SPLIT, THRESHOLD)
+from components.example_gen import PROFILE_FILE
+from storage.output_files import INFO_FILE, KERAS_DIR
+from storage.relocation import locate
+from trainer import class_balance
+
+# Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
+MODEL_INFO = os.path.join(KERAS_DIR, INFO_FILE)
+
+
+def model_info(model_uri: str) -> Dict[str, Any]:
+    """What the Trainer recorded of a Model artifact (class_names, task...); {} when it records nothing."""
+    path = os.path.join(model_uri, MODEL_INFO)
+    if not fileio.exists(path):
+        return {}
+    with fileio.open(path, "r") as f:
+        return json.loads(f.read())
+
+
+def model_classes(model_uri: str) -> Optional[List[str]]:
+    """The class names a Model artifact predicts, in id order; None when it does not record them."""
+    return model_info(model_uri).get("class_names")
+
+
+def class_change(baseline: Optional[List[str]], candidate: Optional[List[str]]) -> str:
+    """Why these two models cannot be compared, or "" when they predict the same classes (or a model does
+    not record its classes, as versions before model_info.json did: then TFMA compares them, and fails
+    loudly if it cannot; never is such a candidate blessed uncompared)."""
+    if baseline is None or candidate is None or baseline == candidate:
+        return ""
+    added = [c for c in candidate if c not in baseline]
+    removed = [c for c in baseline if c not in candidate]
+    parts = ([f"added {_names(added)}"] if added else []) + ([f"removed {_names(removed)}"] if removed else [])
+    return ("the last blessed model was trained on other classes ("
+            + (", ".join(parts) if parts else "same classes, other order") + ")")
+
+
+def _names(names: List[str], most: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def with_threshold(exec_properties):
+    """exec_properties with eval_config's accuracy lower bound set to the `accuracy_threshold` parameter, if given."""
+    threshold = exec_properties.get(THRESHOLD)
+    if threshold is None:
+        return exec_properties
+    import tensorflow_model_analysis as tfma
+    from tfx.utils import proto_utils
+
+    key = standard_component_specs.EVAL_CONFIG_KEY
+    config = proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig())
+    for spec in config.metrics_specs:
+        for metric in spec.metrics:
+            if metric.class_name == ACCURACY_METRIC:
+                metric.threshold.value_threshold.lower_bound.value = float(threshold)
+    return {**exec_properties, key: proto_utils.proto_to_json(config)}
+
+
+def split_class_counts(examples, split: str) -> Dict[str, int]:
+    """Examples per class name in a split of ImageExampleGen's output: from its profile.json, or for examples
+    written before the profile kept splits apart, counted from the records (class names only)."""
+    profile_path = os.path.join(examples.uri, PROFILE_FILE)
+    if fileio.exists(profile_path):
+        with fileio.open(profile_path, "r") as f:
+            per_split = json.loads(f.read()).get("classes_per_split")
+        if per_split is not None:
+            return dict(per_split.get(split, {}))
+    import tensorflow as tf
+
+    from trainer import features
+
+    files = fileio.glob(os.path.join(artifact_utils.get_split_uri([examples], split), "*"))
+    counts: Dict[str, int] = {}
+    spec = {features.LABEL_TEXT_KEY: tf.io.FixedLenFeature([], tf.string, default_value="")}
+    for batch in tf.data.TFRecordDataset(files, compression_type=features.compression(files)).batch(1024):
+        for name in tf.io.parse_example(batch, spec)[features.LABEL_TEXT_KEY].numpy():
+            counts[name.decode("utf-8", "replace")] = counts.get(name.decode("utf-8", "replace"), 0) + 1
+    return counts
+
+
+def with_class_checks(exec_properties, names: List[str], eval_counts: Dict[str, int],
+                      train_counts: Dict[str, int]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """exec_properties with eval_config's per-class metrics and floors (components/evaluator/metrics.py), and
+    what class_gate.json records: which classes are judged, on what counts, and what the baseline is compared on."""
+    import tensorflow_model_analysis as tfma
+    from tfx.utils import proto_utils
+
+    floor = exec_properties.get(MIN_CLASS_RECALL)
+    floor = class_balance.MIN_CLASS_RECALL if floor is None else float(floor)
+    support = [int(eval_counts.get(name, 0)) for name in names]
+    judged = [c for c, n in enumerate(support) if n >= class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
+    must_find = [c for c, n in enumerate(support)
+                 if class_balance.MIN_EVAL_TO_FIND <= n < class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
+    imbalanced = class_balance.is_imbalanced(train_counts)
+    key = standard_component_specs.EVAL_CONFIG_KEY
+    config = proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig())
+    if imbalanced:  # the baseline is compared on balanced accuracy instead
+        for spec in config.metrics_specs:
+            for metric in spec.metrics:
+                if metric.class_name == ACCURACY_METRIC:
+                    metric.threshold.ClearField("change_threshold")
+    config.metrics_specs.extend(evaluation_metrics.class_specs(support, judged, floor, compare_balanced=imbalanced,
+                                                               must_find=must_find))
+    gate = {"class_names": names, "eval_examples": support, "train_examples": [int(train_counts.get(n, 0)) for n in names],
+            "min_class_recall": floor, "min_eval_examples": class_balance.MIN_EVAL_EXAMPLES, "judged": judged,
+            "must_find": must_find, "min_eval_to_find": class_balance.MIN_EVAL_TO_FIND,
+            "imbalance_ratio": class_balance.imbalance_ratio(train_counts), "imbalanced": imbalanced,
+            "compared_on": "balanced_accuracy" if imbalanced else "accuracy"}
+    return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
+
+
+def with_label_checks(exec_properties, names: List[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
+                      compare: bool) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """exec_properties with a multi-label eval config (components/evaluator/multi_label.py), and what
+    class_gate.json records: which labels are judged at their thresholds, on what counts, and the macro bound."""
+    import tensorflow_model_analysis as tfma
+    from tfx.utils import proto_utils
+
+    from components.evaluator import multi_label as multi_label_evaluation
+
+    floor = exec_properties.get(MIN_CLASS_RECALL)
+    floor = class_balance.MIN_CLASS_RECALL if floor is None else float(floor)
+    key = standard_component_specs.EVAL_CONFIG_KEY
+    config, bound = multi_label_evaluation.eval_config_for(
+        proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig()), len(names), compare,
+        exec_properties.get(CONFIDENCE), [int(eval_counts.get(name, 0)) for name in names])
+    gate = multi_label_evaluation.label_gate(names, eval_counts, train_counts, floor, bound, compare)
+    return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
+
+
+class Executor(Tuned, evaluator_executor.Executor):
+    def Do(self, input_dict, output_dict, exec_properties):
+        exec_properties = with_threshold(exec_properties)
+        key = standard_component_specs.BASELINE_MODEL_KEY
+        skipped = ""
+        if input_dict.get(key):
+            candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+            baseline = input_dict[key][0]
+            # Never judged on the threshold alone because the baseline's folder moved or went: read it
+            # where the root now is, or stop (storage/relocation.py).
+            baseline.uri = locate(baseline.uri, candidate.uri, "model")
+            skipped = class_change(model_classes(baseline.uri), model_classes(candidate.uri))
+            tasks = [model_info(uri).get("task") or "single" for uri in (baseline.uri, candidate.uri)]
+            if not skipped and tasks[0] != tasks[1]:  # one scores each class alone, the other one class of all
+                skipped = f"the last blessed model is {tasks[0]}-label, this one {tasks[1]}-label"
+            if skipped:
+                logging.warning("Evaluator: not comparing with the last blessed model: %s; blessing on the "
+                                "threshold alone", skipped)
+                input_dict = {**input_dict, key: []}  # TFX then ignores change thresholds (rubber stamp)
+        examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
+        candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+        names = model_classes(candidate.uri)
+        multi_label = model_info(candidate.uri).get("task") == "multi"
+        gate = None
+        if names and multi_label:  # each label judged at its own threshold (components/evaluator/multi_label.py)
+            exec_properties, gate = with_label_checks(exec_properties, names, split_class_counts(examples, "eval"),
+                                                      split_class_counts(examples, "train"), bool(input_dict.get(key)))
+        elif names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
+            exec_properties, gate = with_class_checks(exec_properties, names, split_class_counts(examples, "eval"),
+                                                      split_class_counts(examples, "train"))
+        super().Do(input_dict, output_dict, exec_properties)
+        blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
+        if skipped:
+            blessing.set_string_custom_property(BASELINE_SKIPPED, skipped)
+        if multi_label and names:
+            self._judge_labels(blessing, output_dict, examples, input_dict, exec_properties, names, gate)
+            return
+        profile = os.path.join(examples.uri, PROFILE_FILE)
+        if fileio.exists(profile):
+            fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
+        evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
+        if gate:
+            from tfx.utils import io_utils
+
+            io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
+        self._explain(candidate, examples, evaluation, exec_properties, multi_label=False)
+        if not names:
+            return  # a model that does not record its classes (older versions): no views
+        found = self._write_views(evaluation.uri, names, exec_properties.get(CONFIDENCE),
+                                  exec_properties.get(TARGET_PRECISION))
+        if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
+            self._score_test(input_dict, evaluation.uri, exec_properties)
+            self._write_views(os.path.join(evaluation.uri, TEST_SPLIT), names, found["chosen"]["threshold"], None,
+                              how=f"the eval split's: {found['chosen']['how']}")
+
+    def _judge_labels(self, blessing, output_dict, examples, input_dict, exec_properties, names: List[str],
+                      gate: Dict[str, Any]) -> None:
+        """A multi-label model, after TFMA: a threshold per label (views.json), every label judged at its own
+        (class_gate.json; a failure takes the blessing back), the data profile kept, the test split scored apart at
+        the eval split's thresholds."""
+        from tfx.utils import io_utils
+
+        from components.evaluator import multi_label as multi
+        from components.evaluator import views as evaluation_views
+
+        evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
+        profile = os.path.join(examples.uri, PROFILE_FILE)
+        if fileio.exists(profile):
+            fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
+        found = multi.views(multi.read_metrics(evaluation.uri), names, exec_properties.get(CONFIDENCE),
+                            exec_properties.get(TARGET_PRECISION))
+        gate["failures"] = multi.label_failures(gate, found)
+        if gate["failures"] and blessing.get_int_custom_property("blessed"):
+            logging.warning("Evaluator: not blessed: %s", "; ".join(gate["failures"]))
+            multi.take_back_blessing(blessing, gate["failures"])
+        io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
+        io_utils.write_string_file(os.path.join(evaluation.uri, evaluation_views.VIEWS_FILE), json.dumps(found, indent=1))
+        self._explain(artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY]), examples,
+                      evaluation, exec_properties, multi_label=True)
+        if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
+            self._score_test(input_dict, evaluation.uri, exec_properties)
+            folder = os.path.join(evaluation.uri, TEST_SPLIT)
+            scored = multi.views(multi.read_metrics(folder), names, given=found["chosen"]["thresholds"],
+                                 how=f"the eval split's: {found['chosen']['how']}")
+            io_utils.write_string_file(os.path.join(folder, evaluation_views.VIEWS_FILE), json.dumps(scored, indent=1))
+
+    @staticmethod
+    def _explain(candidate, examples, evaluation, exec_properties, multi_label: bool) -> None:
+        """Where the model looked on a sample of eval images (components/evaluator/explanations.py), for the report. An
+        explanation that fails is logged and left out: it blesses nothing."""
+        from components.evaluator import explanations as eval_explanations
+
+        limit = exec_properties.get(EXPLANATIONS)
+        limit = eval_explanations.LIMIT if limit is None else int(limit)
+        if limit <= 0:
+            return
+        try:
+            found = eval_explanations.explain_eval(
+                os.path.join(candidate.uri, "Format-Serving"), examples.uri,
+                os.path.join(evaluation.uri, eval_explanations.EXPLANATIONS_DIR), limit, multi_label)
+            logging.info("Evaluator: explained %d eval images in %.1f s", len(found["images"]), found["seconds"])
+        except Exception as e:  # noqa: BLE001 - the report says there are none; the evaluation stands
+            logging.warning("Evaluator: no explanations (%s: %s)", type(e).__name__,
+                            (str(e).splitlines() or [""])[0][:200])
+
+    @staticmethod
+    def _write_views(uri: str, names: List[str], confidence: Optional[float], target: Optional[float],
+                     how: Optional[str] = None) -> dict:
+        from tfx.utils import io_utils
+
+        from components.evaluator import results as evaluation_results
+        from components.evaluator import views as evaluation_views
+
+        found = evaluation_views.views(evaluation_results.matrices(uri), names, confidence, target)
+        if how:
+            found["chosen"]["how"] = how
+        io_utils.write_string_file(os.path.join(uri, evaluation_views.VIEWS_FILE), json.dumps(found, indent=1))
+        return found
+
+    def _score_test(self, input_dict, evaluation_uri: str, exec_properties) -> None:
+        """TFX's Evaluator once more, on the test split alone, into <evaluation>/test (blessing nothing)."""
+        import tempfile
+
+        from tfx.types import standard_artifacts
+
+        scored = standard_artifacts.ModelEvaluation()
+        scored.uri = os.path.join(evaluation_uri, TEST_SPLIT)
+        unused = standard_artifacts.ModelBlessing()
+        inputs = {k: v for k, v in input_dict.items() if k != standard_component_specs.BASELINE_MODEL_KEY}
+        properties = {**exec_properties, standard_component_specs.EXAMPLE_SPLITS_KEY: json.dumps([TEST_SPLIT])}
+        logging.info("Evaluator: scoring the test split apart, into %s", scored.uri)
+        with tempfile.TemporaryDirectory(prefix="imagepipe-test-blessing-") as unused.uri:
+            super().Do(inputs, {standard_component_specs.EVALUATION_KEY: [scored],
+                                standard_component_specs.BLESSING_KEY: [unused]}, properties)

@@ -1,0 +1,125 @@
+"""Where the model looked, for a bounded sample of eval images: what the Evaluator adds after TFMA for the report.
+
+The sample: every misclassified eval image first (at most half of `limit`), then correctly classified ones, the
+classes taken in turn, up to `limit` images in all, from the first MAX_EXAMINED eval records (each decoded once; only
+the pixels of the images the sample may take are kept while they are read). Each image's map is
+integrated gradients for its predicted class on the exported model (trainer/explain.py). Written to the evaluation's
+explanations/ folder:
+
+  index.json          {"images": [{path, actual, predicted, probability, correct, overlay}], "classes": [{name,
+                       images, overlay}], "method", "seconds", "examined", "limit"}
+  NNNNN.png           each image's map over the image as the model saw it (grey)
+  class-NNN.png       per predicted class, the mean map of its correctly classified images: "where the model looks"
+
+A multi-label model's image is explained for its most likely label, correct when that label is one of its own.
+"""
+
+import io
+import json
+import os
+import time
+from typing import Any, Dict, List
+
+EXPLANATIONS_DIR = "explanations"
+INDEX_FILE = "index.json"
+MAX_EXAMINED = 2000  # eval records classified to find the sample (full-size photos: streamed, batch by batch)
+LIMIT = 24  # images explained by default (--explanations; 0: none)
+OVERLAY_SIZE = 128
+
+
+def sample(rows: List[Dict[str, Any]], limit: int) -> List[int]:
+    """Indices into `rows` ({correct, predicted}) to explain: misclassified first (at most half of limit), then
+    correct ones class by class in turn (each class's first ones), `limit` in all."""
+    wrong = [i for i, r in enumerate(rows) if not r["correct"]][:limit // 2 if limit > 1 else limit]
+    by_class: Dict[str, List[int]] = {}
+    for i, r in enumerate(rows):
+        if r["correct"]:
+            by_class.setdefault(r["predicted"], []).append(i)
+    chosen, queues = list(wrong), [list(v) for _, v in sorted(by_class.items())]
+    while len(chosen) < limit and any(queues):
+        for q in queues:
+            if q and len(chosen) < limit:
+                chosen.append(q.pop(0))
+    return chosen
+
+
+def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, multi_label: bool = False) -> Dict:
+    """Explains up to `limit` eval images of `examples_uri` (ImageExampleGen's output) with the SavedModel at
+    model_dir into out_dir; returns index.json's dict."""
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer import explain
+    from trainer import feature_keys as keys
+
+    started = time.monotonic()
+    files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
+    explainer = explain.Explainer(model_dir)
+    labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT
+    spec = {keys.ENCODED: tf.io.FixedLenFeature([], tf.string), keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
+            labels_key: tf.io.VarLenFeature(tf.string)}
+    rows, images = [], {}  # images: the pixels (as the model sees them) of the rows sample() may choose, by row
+    wrong, right = 0, {}
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(MAX_EXAMINED).batch(64)
+    for batch in records:
+        parsed = tf.io.parse_example(batch, spec)
+        pixels = explainer.pixels(list(parsed[keys.ENCODED].numpy()))
+        probabilities = explainer.probabilities(pixels)
+        actual = tf.RaggedTensor.from_sparse(parsed[labels_key]).to_list()
+        for i, row in enumerate(probabilities):
+            names = [n.decode("utf-8", "replace") for n in actual[i]]
+            predicted = explainer.class_names[int(row.argmax())]
+            correct = predicted in names
+            if (not correct and wrong < limit) or (correct and right.get(predicted, 0) < limit):
+                images[len(rows)] = pixels[i]
+                wrong += not correct
+                right[predicted] = right.get(predicted, 0) + correct
+            rows.append({"path": parsed[keys.FILENAME][i].numpy().decode("utf-8", "replace"),
+                         "actual": ";".join(names), "predicted": predicted, "probability": round(float(row.max()), 6),
+                         "correct": correct, "id": int(row.argmax())})
+    chosen = sample(rows, limit)
+    tf.io.gfile.makedirs(out_dir)  # local or gs:// (the evaluation artifact's folder)
+    shown, per_class = [], {}
+    for start in range(0, len(chosen), 32):
+        part = chosen[start:start + 32]
+        chosen_pixels = np.stack([images[i] for i in part])
+        maps, _ = explainer.explain(chosen_pixels, [rows[i]["id"] for i in part])
+        for n, (i, image, attribution) in enumerate(zip(part, chosen_pixels, maps), start=start + 1):
+            name = f"{n:05d}.png"
+            _write(os.path.join(out_dir, name), explain.overlay_png(image, attribution, OVERLAY_SIZE))
+            shown.append({**{k: v for k, v in rows[i].items() if k != "id"}, "overlay": name})
+            if rows[i]["correct"]:
+                per_class.setdefault(rows[i]["predicted"], []).append((image, attribution))
+    classes = []
+    for c, (name, items) in enumerate(sorted(per_class.items())):
+        average = explain.class_average([m for _, m in items])
+        backdrop = np.mean(np.stack([image for image, _ in items]).astype(np.float32), axis=0)
+        overlay = f"class-{c:03d}.png"
+        _write(os.path.join(out_dir, overlay), explain.overlay_png(backdrop, average, OVERLAY_SIZE))
+        saved = io.BytesIO()
+        np.save(saved, average)
+        _write(os.path.join(out_dir, f"class-{c:03d}.npy"), saved.getvalue())
+        classes.append({"name": name, "images": len(items), "overlay": overlay, "map": f"class-{c:03d}.npy"})
+    index = {"method": f"integrated gradients ({explain.METHOD}, {explain.STEPS} steps)", "images": shown,
+             "classes": classes, "examined": len(rows), "limit": limit,
+             "seconds": round(time.monotonic() - started, 2)}
+    _write(os.path.join(out_dir, INDEX_FILE), json.dumps(index, indent=1).encode())
+    return index
+
+
+def _write(path: str, data: bytes) -> None:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(data)
+
+
+def read_index(evaluation_uri: str) -> Dict[str, Any]:
+    """index.json of an evaluation's explanations (with "folder": where its images are), or {} when it has none
+    (--explanations 0, an older run). Local files only: what the run summary and the report read."""
+    folder = os.path.join(evaluation_uri, EXPLANATIONS_DIR)
+    path = os.path.join(folder, INDEX_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {**json.load(f), "folder": folder}

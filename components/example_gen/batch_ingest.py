@@ -1,0 +1,267 @@
+"""Ingests one batch of files: read, validate, hash, encode, append to staging shards.
+
+This is the per-file work of ImageExampleGen. It runs inside the Beam DoFn, or
+in the DoFn's worker processes when ingesting locally (see beam_steps.py), so it
+imports neither Beam nor TensorFlow, so a fresh worker process starts at once.
+
+Each file is read once. Only small metadata (Meta) leaves this module, so the
+memory of a run does not grow with the bytes of the corpus.
+"""
+
+import collections
+import hashlib
+import json
+import uuid
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from components.example_gen import example_codec, similarity, stratify, tfrecord_io
+from components.example_gen.image_check import (BadImage, ImageInfo, Reason, check_and_store)
+from components.example_gen.listing import Candidate, labels_of
+from storage import files as fs
+from trainer import feature_keys as keys
+
+
+class Settings(NamedTuple):
+    """What a worker needs to ingest a batch; picklable and small."""
+
+    staging_dir: str
+    label_ids: Dict[str, int]
+    hash_splits: List[str]
+    max_pixels: int
+    compression_level: int
+    shard_bytes: int
+    store_max_pixels: int = 0  # images above this are stored as a downscaled copy; 0: originals only
+    # Per class, the positions whose split is only known once every file is read (stratify.py): such files
+    # are written to stratify.PENDING staging shards.
+    bands: Dict[str, Tuple[float, float]] = {}
+    # The near-duplicate search runs in the executor's memory (near_duplicates.search_files): each batch writes
+    # its signatures to a file of its own, and its Metas leave without them (lighter through Beam's shuffle).
+    signatures_in_files: bool = False
+    sign: bool = True  # perceptual signatures for the near-duplicate search (False: --near-duplicates off)
+    multi_label: bool = False  # candidates' labels are label sets (label_set): written as keys.LABELS
+
+
+class Meta(NamedTuple):
+    """A written example, without its bytes: enough to find duplicates and count."""
+
+    sha256: str
+    rel_path: str
+    label: str
+    split: str
+    preassigned: bool  # split came from the layout, not from the hash
+    format: str
+    shard: str  # staging shard that holds the record
+    index: int  # position of the record in that shard
+    downscaled: bool = False  # stored as a copy within store_max_pixels
+    signature: str = ""  # hex of the perceptual signature (similarity.py); "" when none could be made
+
+
+class Pending(NamedTuple):
+    """A file written to a PENDING shard (stratify.py): its Meta, and what placing it after the run needs. Only
+    these files carry it: three more fields on every Meta cost the executor ~30 kB a file in Beam (measured:
+    8,000 files, peak 1,035 -> 1,327 MB)."""
+
+    meta: Meta
+    width: int  # of the file as found: its size bins are counted once its split is known
+    height: int
+    record_bytes: int  # of its serialized example: its new shard is sized from it
+
+
+class Shard(NamedTuple):
+    split: str
+    path: str
+    records: int
+
+
+class BatchResult(NamedTuple):
+    metas: List[Meta]
+    bad: List[Dict[str, str]]  # quarantine rows
+    shards: List[Shard]
+    written: Dict[Tuple[str, str, str, bool], int]  # examples per (split, label, format, downscaled)
+    sizes: Dict[Tuple[str, str, str], int]  # examples per (split, "width" or "height", size_bucket(original))
+    stratified: Dict[Tuple[str, str], int]  # hash-split examples written straight to a split, per (label, split)
+    pending: List[Pending]  # the files written to PENDING shards
+    signature_files: List[str]  # with Settings.signatures_in_files: the batch's file of signatures
+
+
+def size_bucket(side: int) -> str:
+    """Power-of-two bins of an image side, for the data profile: "<=32", "<=64", ... "<=4096", ">4096"."""
+    bound = 32
+    while side > bound and bound < 4096:
+        bound *= 2
+    return f"<={bound}" if side <= bound else ">4096"
+
+
+def label_features(label: str, settings: Settings) -> Dict[str, object]:
+    """The example's label features: the class, or a multi-label image's labels (none: empty lists)."""
+    if settings.multi_label:
+        names = labels_of(label)
+        return {keys.LABELS: [settings.label_ids[n] for n in names], keys.LABELS_TEXT: example_codec.BytesValues(names)}
+    return {keys.LABEL: settings.label_ids[label], keys.LABEL_TEXT: label}
+
+
+def bad_row(rel_path: str, reason: str, detail: str, label=None, split=None) -> Dict[str, str]:
+    return {"path": rel_path, "reason": reason, "detail": detail,
+            "label": label or "", "split": split or ""}
+
+
+class ShardWriter:
+    """Appends records to staging shards of one split, starting a new shard past max_bytes."""
+
+    def __init__(self, staging_dir: str, split: str, level: int, max_bytes: int, batch_key: str):
+        self._dir, self._split, self._level, self._max_bytes = staging_dir, split, level, max_bytes
+        self._batch_key = batch_key
+        self._stream = None
+        self.closed: List[Shard] = []
+
+    def write(self, record: bytes) -> Tuple[str, int]:
+        """Returns (shard path, index of the record in that shard)."""
+        if self._stream is not None and self._bytes >= self._max_bytes:
+            self.close()
+        if self._stream is None:
+            # Final shards are numbered in the order of these names: the batch and the shard's place in
+            # it make that order (so the examples' order, and training) the same on every run; the
+            # random part keeps a retried batch from writing over a first attempt still running.
+            name = f"{self._batch_key}-{len(self.closed):05d}-{uuid.uuid4().hex[:8]}.gz"
+            self._path = fs.join(self._dir, self._split, name)
+            self._stream = tfrecord_io.GzipTFRecordWriter(fs.open_for_write(self._path), self._level)
+            self._records = self._bytes = 0
+        self._stream.write(record)
+        self._records += 1
+        self._bytes += len(record)
+        return self._path, self._records - 1
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+            self.closed.append(Shard(self._split, self._path, self._records))
+
+
+def max_file_bytes(max_pixels: int) -> int:
+    """No image within the pixel budget is bigger: 4 bytes a pixel (32-bit BMP) plus headroom."""
+    return int(max_pixels * 4 * 1.01) + (1 << 20)
+
+
+def check_file_size(size: int, max_pixels: int) -> None:
+    """BadImage for a file bigger than any image within max_pixels can be: such a file is never read."""
+    if size > max_file_bytes(max_pixels):
+        raise BadImage(Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels could be; "
+                                              "not read")
+
+
+class Inspected(NamedTuple):
+    """One file, read and validated: a quarantine row, or its bytes and what to store."""
+
+    bad: Optional[Dict[str, str]] = None
+    data: bytes = b""  # the file's bytes
+    info: Optional[ImageInfo] = None
+    stored: bytes = b""  # data, or a downscaled copy above store_max_pixels (image_check.check_and_store)
+    stored_info: Optional[ImageInfo] = None
+
+
+def inspect(c: Candidate, max_pixels: int, store_max_pixels: int = 0, sign: bool = True) -> Inspected:
+    """Reads and validates one file."""
+    def bad(reason: str, detail: str) -> Inspected:
+        return Inspected(bad_row(c.rel_path, reason, detail, c.label, c.split))
+
+    if c.problem:
+        return bad(*c.problem)
+    try:
+        check_file_size(c.size, max_pixels)
+    except BadImage as e:
+        return bad(e.reason, e.detail)
+    try:
+        data = fs.read_bytes(c.uri)
+    except FileNotFoundError:
+        return bad(Reason.MISSING_FILE, "file does not exist")
+    except Exception as e:  # noqa: BLE001 - remote file systems raise their own types (e.g. NotFound)
+        if type(e).__name__ == "NotFound":
+            return bad(Reason.MISSING_FILE, "object does not exist")
+        return bad(Reason.UNREADABLE, f"cannot read: {e}")
+    try:
+        info, stored, stored_info = check_and_store(data, max_pixels, store_max_pixels, sign)
+    except BadImage as e:
+        return bad(e.reason, e.detail)
+    return Inspected(None, data, info, stored, stored_info)
+
+
+def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult:
+    """Validates every candidate and writes the good ones, as tf.Examples, to staging shards."""
+    writers: Dict[str, ShardWriter] = {}
+    result = BatchResult([], [], [], collections.Counter(), collections.Counter(), collections.Counter(), [], [])
+    batch_key = hashlib.sha256(candidates[0].rel_path.encode("utf-8", "surrogateescape")).hexdigest()[:16] \
+        if candidates else "empty"
+    for c in candidates:
+        bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels,
+                                                       settings.sign)
+        if bad:
+            result.bad.append(bad)
+            continue
+        sha = hashlib.sha256(data).hexdigest()  # of the original: splits and duplicates follow the file
+        # The layout's split, or the class's stratified split by content hash (stratify.py: or PENDING when the
+        # file's place in its class decides it): identical bytes always land in the same split.
+        split = c.split or stratify.zone(sha, settings.hash_splits, settings.bands.get(c.label))
+        record = example_codec.encode_example({
+            keys.ENCODED: stored,  # the original bytes, or the downscaled copy above store_max_pixels
+            keys.FORMAT: stored_info.format,
+            keys.HEIGHT: stored_info.height,
+            keys.WIDTH: stored_info.width,
+            keys.CHANNELS: stored_info.channels,
+            keys.ORIGINAL_HEIGHT: info.height,
+            keys.ORIGINAL_WIDTH: info.width,
+            **label_features(c.label, settings),
+            keys.FILENAME: c.rel_path,
+            keys.SHA256: sha,
+            keys.SIGNATURE: similarity.hashes_only(info.signature).hex() if info.signature else "",
+        })
+        if split not in writers:
+            writers[split] = ShardWriter(settings.staging_dir, split, settings.compression_level,
+                                         settings.shard_bytes, batch_key)
+        shard, index = writers[split].write(record)
+        downscaled = stored is not data
+        result.metas.append(Meta(sha, c.rel_path, c.label, split, c.split is not None, info.format, shard, index,
+                                 downscaled, info.signature.hex()))
+        if split == stratify.PENDING:
+            result.pending.append(Pending(result.metas[-1], info.width, info.height, len(record)))
+        result.written[(split, c.label, info.format, downscaled)] += 1
+        if not c.split and split != stratify.PENDING:
+            result.stratified[(c.label, split)] += 1
+        result.sizes[(split, "width", size_bucket(info.width))] += 1
+        result.sizes[(split, "height", size_bucket(info.height))] += 1
+    for writer in writers.values():
+        writer.close()
+        result.shards.extend(writer.closed)
+    if settings.signatures_in_files:
+        signed = [m for m in result.metas if m.signature]
+        if signed:
+            result.signature_files.append(write_signatures(signed, settings.staging_dir, batch_key))
+        result.metas[:] = [m._replace(signature="") for m in result.metas]
+    return result
+
+
+SIGNATURES_DIR = "signatures"  # in the staging folder: a batch's signatures (near_duplicates.search_files)
+SIGNATURE_ROW = similarity.SIGNATURE_BYTES + 32  # a signature, then the SHA-256 of the file's bytes
+
+
+def write_signatures(metas: List[Meta], staging_dir: str, batch_key: str) -> str:
+    """Writes the metas' signatures and content hashes (SIGNATURE_ROW bytes each) to <name>.bin and the metas
+    without them to <name>.json; returns the .bin's path. The random part keeps a retried batch apart."""
+    path = fs.join(staging_dir, SIGNATURES_DIR, f"{batch_key}-{uuid.uuid4().hex[:8]}.bin")
+    fs.write_bytes(path, b"".join(bytes.fromhex(m.signature) + bytes.fromhex(m.sha256) for m in metas))
+    fs.write_bytes(path[:-len(".bin")] + ".json", json.dumps([list(m[:-1]) for m in metas]).encode("ascii"))
+    return path
+
+
+def ingest_batch_file(batch_file: str, settings: Settings) -> BatchResult:
+    return ingest_batch(read_candidates(batch_file), settings)
+
+
+def write_candidates(candidates: List[Candidate], path: str) -> None:
+    # ASCII escapes keep file names with undecodable bytes (surrogates) intact.
+    fs.write_bytes(path, json.dumps([list(c) for c in candidates]).encode("ascii"))
+
+
+def read_candidates(path: str) -> List[Candidate]:
+    rows = json.loads(fs.read_bytes(path).decode("ascii"))
+    return [Candidate(*row[:6], problem=tuple(row[6]) if row[6] else None) for row in rows]

@@ -1,0 +1,166 @@
+"""ImageExampleGen's report of a run: the summary (counts per split and class, quarantine reasons,
+duplicates), the checks that make a run fail with one line (every file accounted for, the bad-file
+limit, two classes, every split and class trained), and the quarantine CSV.
+
+The executor (executor.py) builds these from what its Beam graph returns and writes them to the
+component's `report` output; runs/run_summary.py reads them back.
+"""
+
+import collections
+import json
+import os
+from typing import Any, Dict, List
+
+from absl import logging
+from tfx.utils import io_utils
+
+from components.example_gen import SUMMARY_FILE
+from components.example_gen.image_check import Reason
+from components.example_gen.listing import Listing, labels_of
+from storage.spreadsheet import csv_text
+from trainer import class_balance
+
+QUARANTINE_COLUMNS = ("path", "reason", "detail", "label", "split")
+NEAR_DUPLICATE_COLUMNS = ("group", "path", "label", "split")
+
+
+class IngestionError(RuntimeError):
+    """The run cannot produce usable examples; one line that says why and what to do."""
+
+
+def build_summary(listing: Listing, counts: Dict[tuple, int], bad: List[Dict[str, str]],
+                  label_map: Dict[str, int], split_names: List[str],
+                  duplicates: List[List[str]]) -> Dict[str, Any]:
+    """Everything a person or a test wants to know about the run, as plain JSON."""
+    multi = listing.task == "multi"
+    per_split: Dict[str, Dict[str, int]] = {s: {} for s in split_names}  # multi-label: images per label
+    examples: Dict[str, int] = {s: 0 for s in split_names}
+    without_labels: Dict[str, int] = {s: 0 for s in split_names}  # multi-label: images no label applies to
+    label_sets: Dict[str, int] = collections.Counter()  # multi-label: images per set of labels, in train
+    formats: Dict[str, int] = collections.Counter()
+    written = downscaled = 0
+    for (split, label, fmt, is_copy), n in sorted(counts.items()):
+        if n == 0:
+            continue
+        classes = per_split.setdefault(split, {})
+        for name in labels_of(label) if multi else [label]:
+            classes[name] = classes.get(name, 0) + n
+        examples[split] = examples.get(split, 0) + n
+        if multi and not label:
+            without_labels[split] = without_labels.get(split, 0) + n
+        if multi and split == "train":
+            label_sets[label] += n
+        formats[fmt] += n
+        written += n
+        downscaled += n if is_copy else 0
+    reasons = collections.Counter(row["reason"] for row in bad)
+    return {
+        "source": listing.source,
+        "layout": listing.layout,
+        "task": listing.task,  # single- or multi-label (sources.py)
+        "files_seen": len(listing.candidates),
+        "examples_written": written,
+        "downscaled": downscaled,  # examples holding a copy within store_max_pixels
+        "quarantined": len(bad),
+        "skipped_hidden": listing.skipped_hidden,
+        # Copies dropped on request (--drop-duplicates, --near-duplicates drop) are quarantined, but they
+        # are not bad files.
+        "bad_fraction": round((len(bad) - dropped_copies(reasons)) / max(1, len(listing.candidates)), 6),
+        "quarantine_reasons": dict(sorted(reasons.items())),
+        "examples_per_split": examples,
+        "examples_per_split_and_class": per_split,  # multi-label: images per label (an image counts for each)
+        # Multi-label: images with no label (negatives for every label), and the most common label sets in train.
+        **({"examples_without_labels": without_labels,
+            "label_sets_in_train": dict(sorted(label_sets.items(), key=lambda kv: (-kv[1], kv[0]))[:20]),
+            "label_cooccurrence_in_train": cooccurrence(label_sets)} if multi else {}),
+        # Largest / smallest class in train (trainer/class_balance.py): above 3 training balances the classes.
+        "imbalance_ratio": class_balance.imbalance_ratio(per_split.get("train", {})),
+        # Classes with some eval images but too few to judge the model on (the Evaluator does not hold them to
+        # --min-class-recall; data health names them).
+        "classes_with_few_eval_examples": sorted(
+            label for label, n in per_split.get("eval", {}).items() if 0 < n < class_balance.MIN_EVAL_EXAMPLES),
+        "formats": dict(sorted(formats.items())),
+        "label_map": label_map,
+        "classes_without_examples": sorted(
+            set(label_map) - {label for c in per_split.values() for label, n in c.items() if n}),
+        "label_conflicts": reasons.get(Reason.LABEL_CONFLICT, 0),
+        # Groups of files with identical bytes (each group in one split, or quarantined).
+        "duplicate_groups": len(duplicates),
+        "duplicate_files": sum(len(g) for g in duplicates),
+        "duplicate_examples": sorted(duplicates)[:20],
+    }
+
+
+def cooccurrence(label_sets: Dict[str, int]) -> Dict[str, Dict[str, int]]:
+    """{label: {other label: images with both}} from the images per label set (only pairs that occur)."""
+    pairs: Dict[str, Dict[str, int]] = {}
+    for label_set, n in label_sets.items():
+        names = labels_of(label_set)
+        for a in names:
+            for b in names:
+                if a != b:
+                    pairs.setdefault(a, {})[b] = pairs.get(a, {}).get(b, 0) + n
+    return {a: dict(sorted(others.items())) for a, others in sorted(pairs.items())}
+
+
+def dropped_copies(reasons: Dict[str, int]) -> int:
+    return reasons.get(Reason.DUPLICATE, 0) + reasons.get(Reason.NEAR_DUPLICATE, 0)
+
+
+def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str) -> None:
+    """Enforces the accounting invariant and the user's limits; raises IngestionError."""
+    seen, written, bad = summary["files_seen"], summary["examples_written"], summary["quarantined"]
+    if seen != written + bad:
+        raise IngestionError(f"internal error: {seen} files seen but {written} written + {bad} quarantined")
+    top = ", ".join(f"{r} {n}" for r, n in sorted(summary["quarantine_reasons"].items(), key=lambda kv: -kv[1]))
+    if written == 0:
+        raise IngestionError(
+            f"{source}: no valid image among {seen} files (quarantined: {top}); "
+            "check that the path holds JPEG, PNG, GIF or BMP images")
+    if summary["bad_fraction"] > max_bad_fraction:
+        bad -= dropped_copies(summary["quarantine_reasons"])
+        raise IngestionError(
+            f"{source}: {bad} of {seen} files ({summary['bad_fraction']:.1%}) were quarantined ({top}), "
+            f"over the limit of {max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")
+    with_examples = sorted(set(summary["label_map"]) - set(summary["classes_without_examples"]))
+    if len(with_examples) < 2:
+        raise IngestionError(
+            f"{source}: valid images in only one class ({', '.join(with_examples)}); "
+            "a classifier needs at least two")
+    for split, n in summary["examples_per_split"].items():
+        if n == 0:
+            raise IngestionError(
+                f"{source}: split {split!r} has no valid examples; add images (or a {split}/ folder) "
+                "or change the split ratios")
+    train = summary["examples_per_split_and_class"].get("train", {})
+    untrained = sorted(label for label in with_examples if not train.get(label))
+    if untrained:
+        # The model learns its classes from train: these would have no output, and their eval labels no id.
+        raise IngestionError(
+            f"{source}: classes with no training example: {', '.join(untrained)}; add images of them "
+            "(a class needs at least a few to land some in train), or remove them")
+    if summary["classes_without_examples"]:
+        # The model would silently not know them: the user listed them as classes.
+        names = ", ".join(repr(n) for n in summary["classes_without_examples"][:5])
+        raise IngestionError(
+            f"{source}: classes with no valid image (every file of theirs was quarantined): {names}; fix or "
+            "replace their files, or remove the classes")
+
+
+def quarantine_csv(rows: List[Dict[str, str]]) -> str:
+    return csv_text(QUARANTINE_COLUMNS, sorted(rows, key=lambda r: (r["path"], r["reason"])))
+
+
+
+
+def log_summary(summary: Dict[str, Any]) -> None:
+    logging.info(
+        "ImageExampleGen: %d files seen, %d examples written %s, %d quarantined %s, %d hidden skipped",
+        summary["files_seen"], summary["examples_written"], summary["examples_per_split"],
+        summary["quarantined"], summary["quarantine_reasons"], summary["skipped_hidden"])
+
+
+def read_report(report_uri: str) -> Dict[str, Any]:
+    """The summary a run wrote (for the CLI and tests)."""
+    return json.loads(io_utils.read_string_file(os.path.join(report_uri, SUMMARY_FILE)))
+

@@ -1,0 +1,169 @@
+"""ImageExampleGen's parameters, parsed once: which files a run reads.
+
+The executor, the local driver (component.py) and the Vertex pre-cache driver (vertex_driver.py) all
+build an IngestSettings from the exec properties and ask it for the input: the latest span (resolved
+here when no driver did), the window of spans before it, and the listing whose fingerprint decides
+whether a cached ingestion is still valid. Nothing here runs Beam.
+"""
+
+import re
+from typing import Any, Dict, List, NamedTuple, Tuple
+
+from absl import logging
+from tfx.components.example_gen import utils as example_gen_utils
+from tfx.dsl.io import fileio
+from tfx.proto import example_gen_pb2, range_config_pb2
+from tfx.types import standard_component_specs
+from tfx.utils import proto_utils
+
+from components.example_gen import ingest_defaults as defaults
+from components.example_gen import sources
+from components.example_gen.listing import SPLIT_ALIASES, Listing
+from storage import files as fs
+
+# The component's own exec properties (beside FileBasedExampleGen's).
+REPORT_KEY = "report"
+LAYOUT_KEY = "layout"
+MAX_PIXELS_KEY = "max_pixels"
+MAX_BAD_FRACTION_KEY = "max_bad_fraction"
+DROP_DUPLICATES_KEY = "drop_duplicates"
+COMPRESSION_LEVEL_KEY = "compression_level"
+SHARD_MEGABYTES_KEY = "shard_megabytes"
+SPAN_WINDOW_KEY = "span_window"
+SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills in {SPAN}
+STORE_MAX_PIXELS_KEY = "store_max_pixels"
+SEED_KEY = "seed"
+NEAR_DUPLICATES_KEY = "near_duplicates"
+TASK_KEY = "task"
+
+
+class IngestSettings(NamedTuple):
+    """The component's parameters, parsed once from exec_properties."""
+
+    input_base: str
+    input_config: example_gen_pb2.Input
+    output_config: example_gen_pb2.Output
+    layout: str
+    max_pixels: int
+    max_bad_fraction: float
+    drop_duplicates: bool
+    compression_level: int
+    shard_megabytes: int
+    span: int  # resolved by the driver, else by from_exec_properties (0 without {SPAN})
+    span_window: int
+    span_pattern: str
+    store_max_pixels: int  # 0: store every original
+    seed: int  # the order files are ingested in (ingest_order)
+    near_duplicates: str  # report | drop | off (near_duplicates.py)
+    task: str = defaults.TASK  # auto | single | multi (sources.py)
+
+    @classmethod
+    def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
+        input_config = example_gen_pb2.Input()
+        proto_utils.json_to_proto(props[standard_component_specs.INPUT_CONFIG_KEY], input_config)
+        span = props.get(example_gen_utils.SPAN_PROPERTY_NAME)
+        if any(re.search(r"\{(SPAN|VERSION|YYYY|MM|DD)", s.pattern) for s in input_config.splits):
+            # No driver resolved the span (Kubeflow Pipelines' open-source backend does not run
+            # Vertex's pre-cache driver hook): resolve the latest span here, as the driver would.
+            # TFX's function also writes the resolved span into input_config's patterns.
+            range_config = None
+            if props.get(standard_component_specs.RANGE_CONFIG_KEY):
+                range_config = range_config_pb2.RangeConfig()
+                proto_utils.json_to_proto(props[standard_component_specs.RANGE_CONFIG_KEY], range_config)
+            _, span, _ = example_gen_utils.calculate_splits_fingerprint_span_and_version(
+                props[standard_component_specs.INPUT_BASE_KEY], input_config.splits, range_config)
+        output_config = example_gen_pb2.Output()
+        proto_utils.json_to_proto(props[standard_component_specs.OUTPUT_CONFIG_KEY], output_config)
+        return cls(
+            input_base=props[standard_component_specs.INPUT_BASE_KEY],
+            input_config=input_config, output_config=output_config,
+            layout=props.get(LAYOUT_KEY) or defaults.LAYOUT,
+            max_pixels=int(props.get(MAX_PIXELS_KEY) or defaults.MAX_PIXELS),
+            max_bad_fraction=float(_given(props.get(MAX_BAD_FRACTION_KEY), defaults.MAX_BAD_FRACTION)),
+            drop_duplicates=bool(props.get(DROP_DUPLICATES_KEY) or defaults.DROP_DUPLICATES),
+            compression_level=int(props.get(COMPRESSION_LEVEL_KEY) or defaults.COMPRESSION_LEVEL),
+            shard_megabytes=int(props.get(SHARD_MEGABYTES_KEY) or defaults.SHARD_MEGABYTES),
+            span=int(span or 0),
+            span_window=int(props.get(SPAN_WINDOW_KEY) or defaults.SPAN_WINDOW),
+            span_pattern=props.get(SPAN_PATTERN_KEY) or "",
+            # 0 is a setting (store every original): only a missing or unset parameter falls back.
+            store_max_pixels=int(_given(props.get(STORE_MAX_PIXELS_KEY), defaults.STORE_MAX_PIXELS)),
+            seed=int(_given(props.get(SEED_KEY), defaults.SEED)),
+            near_duplicates=props.get(NEAR_DUPLICATES_KEY) or defaults.NEAR_DUPLICATES,
+            task=props.get(TASK_KEY) or defaults.TASK)
+
+    def list_inputs(self) -> Listing:
+        """Lists every input split's (span-resolved) pattern into one listing.
+
+        With span_window > 1, the latest span comes with the span_window - 1 spans before it.
+        """
+        splits = self.input_config.splits
+        spans = self.window_spans()  # one listing of the span folders, for every split
+        merged = None
+        for split in splits:
+            for pattern in self._window(split.pattern, spans):
+                pattern = pattern.rstrip("*").rstrip("/")  # 'train/*' names the folder 'train'
+                source = fs.join(self.input_base, pattern) if pattern not in ("", ".") else self.input_base
+                named = None if len(splits) == 1 else SPLIT_ALIASES.get(split.name.lower(), split.name)
+                listing = sources.list_source(self.input_base, source, self.layout, split=named, task=self.task)
+                if merged is None:
+                    merged = listing
+                else:
+                    # One task for the whole input: a single-label source's classes are one-label sets.
+                    merged.task = "multi" if "multi" in (merged.task, listing.task) else "single"
+                    merged.candidates += listing.candidates
+                    merged.skipped_hidden += listing.skipped_hidden
+        if len(merged.candidates) and self.span_window > 1:
+            merged.source = f"{self.input_base} spans {', '.join(map(str, spans))}"
+        return merged
+
+    def window_spans(self) -> List[int]:
+        """The spans read: the resolved one and the span_window - 1 largest below it."""
+        pattern = self.span_pattern.rstrip("*").rstrip("/")  # 'span-{SPAN}/*' names the folder 'span-{SPAN}'
+        if self.span_window <= 1 or not re.search(r"\{SPAN(:\d+)?\}", pattern):
+            return [self.span]
+        glob_pattern = fs.join(self.input_base, re.sub(r"\{SPAN(:\d+)?\}", "*", pattern))
+        literal_parts = re.split(r"\{SPAN(?::\d+)?\}", fs.join(self.input_base, pattern))
+        regex = r"(?P<span>\d+)".join(re.escape(part) for part in literal_parts)
+        found = set()
+        for path in fileio.glob(glob_pattern):
+            match = re.fullmatch(regex, path.rstrip("/"))
+            if match and int(match.group("span")) <= self.span:
+                found.add(int(match.group("span")))
+        window = sorted(found)[-self.span_window:] or [self.span]
+        if len(window) < self.span_window:
+            logging.warning("ImageExampleGen: span_window is %d but only spans %s exist up to span %d",
+                            self.span_window, window, self.span)
+        return window
+
+    def _window(self, resolved: str, spans: List[int]) -> List[str]:
+        if spans == [self.span]:
+            return [resolved]
+        # Replace the resolved span's number in the pattern by each span of the window.
+        return [re.sub(r"\{SPAN(:\d+)?\}", lambda m: _zero_pad(span, m.group(1)), self.span_pattern)
+                for span in spans]
+
+    def output_splits(self) -> Tuple[List[str], List[int]]:
+        """Names and cumulative hash buckets of the hash-assigned splits (default: train, then eval)."""
+        splits = self.output_config.split_config.splits
+        if not splits:
+            if len(self.input_config.splits) > 1:
+                return [SPLIT_ALIASES.get(s.name.lower(), s.name) for s in self.input_config.splits], \
+                    list(range(1, len(self.input_config.splits) + 1))
+            splits = defaults.hash_split_output().split_config.splits
+        names, buckets, total = [], [], 0
+        for s in splits:
+            total += s.hash_buckets
+            names.append(s.name)
+            buckets.append(total)
+        return names, buckets
+
+
+def _zero_pad(span: int, width_spec) -> str:
+    """{SPAN:2} means a zero-padded width of 2, as in TFX's own span specs."""
+    return str(span).zfill(int(width_spec[1:])) if width_spec else str(span)
+
+
+def _given(value, default):
+    """An exec property's value, or the default when the compiled pipeline left it out or unset."""
+    return default if value is None else value

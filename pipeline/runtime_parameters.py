@@ -1,0 +1,51 @@
+"""The settings a compiled job's runs can change without recompiling: pipeline/pipeline.py makes them
+RuntimeParameters, `imagepipe submit --param NAME=VALUE` and `tfx run create --runtime_parameter` give values, and
+pipeline/run_check.py checks those values as the settings are checked, in the job's first task."""
+
+import dataclasses
+from typing import Any, Dict, List
+
+from pipeline.config import PipelineConfig
+from storage.errors import ConfigError
+
+# Pipeline parameter name -> (PipelineConfig field, type). tune_trials exists only in a job compiled with
+# --tune, span_window only with --span-pattern.
+RUNTIME_PARAMETERS = {"epochs": ("epochs", int), "learning_rate": ("learning_rate", float),
+                      "accuracy_threshold": ("accuracy_threshold", float),
+                      "min_class_recall": ("min_class_recall", float), "span_window": ("span_window", int),
+                      "tune_trials": ("tune", int)}
+
+
+def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
+    """`--param NAME=VALUE` values for the compiled job's runtime parameters, each checked as its setting is:
+    an unknown name, a parameter the job does not have, or a bad value is one line, before anything is sent."""
+    values: Dict[str, Any] = {}
+    known = [n for n in RUNTIME_PARAMETERS if job_has_parameter(config, n)]
+    for item in given:
+        name, sep, raw = item.partition("=")
+        name, raw = name.strip(), raw.strip()
+        if not sep or name not in RUNTIME_PARAMETERS:
+            raise ConfigError(f"--param {item!r}: use NAME=VALUE, NAME one of {', '.join(known)}")
+        if name in values:
+            raise ConfigError(f"--param {name}: given twice ({values[name]} and {raw}); give it once")
+        if name not in known:
+            raise ConfigError(f"--param {name}: this job has no such parameter ("
+                              + ("compile it with --tune N" if name == "tune_trials" else
+                                 "compile it with --span-pattern") + ")")
+        field, kind = RUNTIME_PARAMETERS[name]
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ConfigError(f"--param {name}={raw!r}: not {'a whole number' if kind is int else 'a number'}") from None
+        if name == "tune_trials" and value < 1:
+            raise ConfigError(f"--param tune_trials={raw}: use 1 or more trials")
+        try:
+            dataclasses.replace(config, **{field: value}).validate()
+        except ConfigError as e:
+            raise ConfigError(f"--param {name}={raw}: {str(e).split(': ', 1)[-1]}") from None
+        values[name] = value
+    return values
+
+
+def job_has_parameter(config: PipelineConfig, name: str) -> bool:
+    return {"tune_trials": bool(config.tune), "span_window": bool(config.span_pattern)}.get(name, True)

@@ -1,0 +1,67 @@
+"""A root made by an earlier version keeps working after the house move (components/ regrouped by stage, artifact
+modules under storage/): its run history is listed and summarised, the next run compares with its blessed model,
+warm-starts from it and measures drift against its data. The earlier version runs for real, from this clone's git
+history, in a process of its own."""
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from conftest import model_dir
+
+from pipeline import local_runner
+from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, PipelineConfig
+from runs import run_summary
+
+pytestmark = pytest.mark.slow  # two whole pipeline runs
+
+# The last commit before the move (docs/layout.md: Moving from an earlier layout).
+BEFORE_THE_MOVE = "6c9dea2e7f5183009c69fda13748a3f68db221a4"
+IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
+
+
+def _earlier_version(folder) -> str:
+    archive = subprocess.run(["git", "-C", PROJECT_DIR, "archive", BEFORE_THE_MOVE], capture_output=True)
+    assert archive.returncode == 0, (f"the code before the move ({BEFORE_THE_MOVE[:7]}) is not in this clone's "
+                                     f"history: clone without --depth ({archive.stderr.decode()[-300:]})")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder)
+    return str(folder)
+
+
+def _details(summary, name):
+    return next(c["details"] for c in summary["components"] if c["component"] == name)
+
+
+def test_a_root_made_before_the_move_keeps_its_history_baseline_and_warm_start(tmp_path, small_digits):
+    earlier = _earlier_version(tmp_path / "earlier")
+    root = str(tmp_path / "root")
+    settings = ["--root", root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "3",
+                "--accuracy-threshold", "0.2", "--min-class-recall", "0"]
+    # The earlier version's modules ahead of this tree's (the console script is the same entry point).
+    env = {**os.environ, "PYTHONPATH": earlier}
+    first = subprocess.run([IMAGEPIPE, "run", *settings, "--progress", "quiet"], cwd=earlier, env=env,
+                           capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    config = PipelineConfig(root=root, data=small_digits, schema=SAMPLE_SCHEMA, epochs=3, accuracy_threshold=0.2,
+                            min_class_recall=0.0, warm_start=True)
+    [earlier_run] = run_summary.list_runs(config.metadata_path)
+    assert earlier_run["status"] == "complete" and earlier_run["blessed"], earlier_run
+
+    second = local_runner.run(config)
+
+    # The history: both runs listed, the earlier one summarised by this code as it was recorded.
+    runs = run_summary.list_runs(config.metadata_path)
+    assert [r["run_id"] for r in runs][1:] == [earlier_run["run_id"]] and runs[0]["status"] == "complete"
+    before = run_summary.summarize(config.metadata_path, earlier_run["run_id"])
+    assert _details(before, "ImageExampleGen")["files_seen"] == 300
+    assert _details(before, "Evaluator")["blessed"] and _details(before, "Pusher")["pushed"]
+    # The baseline: the Evaluator compared with the earlier blessed model, the Trainer started from its weights,
+    # and the gate measured drift against the data it was judged on.
+    assert _details(second, "Evaluator")["baseline_accuracy"] is not None
+    assert _details(second, "Trainer")["warm_started_from"] == os.path.join(model_dir(before), "keras")
+    drift = _details(second, "DataValidationGate")["drift"]
+    assert "skipped" not in drift and drift["checks"], drift
