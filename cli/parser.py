@@ -1,9 +1,11 @@
 """The `imagepipe` argument parser: every command and option, with its help."""
 
 import argparse
+import dataclasses
 
 from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
+from components.health import Limits
 from components.example_gen.ingest_defaults import LAYOUTS
 from pipeline.cloud_config import TARGETS, CloudConfig
 from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TASKS, PipelineConfig
@@ -24,7 +26,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     _add_data_options(p, d)
     _add_check_options(p, d)
     t = p.add_argument_group("training")
-    _add_training_options(t)
+    _add_declared_options(t, HParams.user_settings())
     t.add_argument("--cpu-replicas", type=int, metavar="N", help="split this machine's CPU into N logical devices "
                    "and train across them (MirroredStrategy): runs the multi-replica code without accelerators, "
                    "for tests and debugging (no faster)")
@@ -81,12 +83,7 @@ def _add_check_options(p, d: PipelineConfig) -> None:
     health = p.add_argument_group("data health (each over its limit stops the run, or warns with --gate warn)")
     health.add_argument("--label-check", choices=LABEL_CHECKS, help="look for likely label errors: auto (default: "
                         "with the transfer models' features), on (also a k-fold cnn on pixels, ~one more training), off")
-    health.add_argument("--max-eval-near-duplicates", type=float, help="largest share of eval examples with a "
-                        f"near-duplicate in train (default {d.max_eval_near_duplicates}: no check)")
-    health.add_argument("--max-label-issues", type=float, help="largest share of suspected label errors "
-                        f"(default {d.max_label_issues}: no check)")
-    health.add_argument("--max-feature-drift", type=float, help="largest shift of the backbone features from the "
-                        f"last blessed model's data (default {d.max_feature_drift})")
+    _add_declared_options(health, dataclasses.fields(Limits))
 
 
 def _add_evaluation_options(t, d: PipelineConfig) -> None:
@@ -109,9 +106,9 @@ def _add_evaluation_options(t, d: PipelineConfig) -> None:
                    f"(integrated gradients; default {d.explanations}; 0: none)")
 
 
-def _add_training_options(t) -> None:
-    """One option a training setting, made from its declaration (trainer/hparams.py: setting())."""
-    for field in HParams.user_settings():
+def _add_declared_options(t, fields) -> None:
+    """One option a declared setting (trainer/hparams.py: setting()), made from its declaration."""
+    for field in fields:
         flag = field.metadata["flag"] or "--" + field.name.replace("_", "-")
         text = field.metadata["help"].format(default=field.default)
         if field.type is bool:  # a switch away from the default

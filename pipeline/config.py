@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from components.evaluator.explanations import LIMIT as EXPLANATIONS
 from components.example_gen import ingest_defaults
-from components.health import LABEL_CHECKS
+from components.health import LABEL_CHECKS, Limits
 from components.tuner import MODES as TUNE_MODES
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
@@ -46,14 +46,19 @@ def default_pipeline_name(data: Optional[str]) -> str:
     return f"{slug}-{hashlib.sha256(location.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
 
 
-# The training settings as HParams declares them (trainer/hparams.py: setting()), each a field of PipelineConfig with
-# the same name, default and help: declared once, there.
-TrainingSettings = dataclasses.make_dataclass("TrainingSettings", [
-    (f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in HParams.user_settings()])
+def _declared(name: str, fields: List[dataclasses.Field]):
+    """A dataclass of these declared settings (trainer/hparams.py: setting()), each with its name, default and
+    help, as a base of PipelineConfig: a setting is declared once, where its code reads it."""
+    return dataclasses.make_dataclass(name, [
+        (f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in fields])
+
+
+TrainingSettings = _declared("TrainingSettings", HParams.user_settings())
+HealthLimits = _declared("HealthLimits", dataclasses.fields(Limits))  # data health's limits (components/health)
 
 
 @dataclasses.dataclass
-class PipelineConfig(TrainingSettings):
+class PipelineConfig(HealthLimits, TrainingSettings):
     # The pipeline name: its runs, artifacts, metadata and pushed models are kept apart from other
     # pipelines'. None: derived from --data (default_pipeline_name), so each dataset has its own.
     name: Optional[str] = None
@@ -88,13 +93,8 @@ class PipelineConfig(TrainingSettings):
     max_format_drift: float = 0.3
     max_count_drop: float = 0.5
     # Data health (components/health): the label check (auto: on for the transfer models, whose
-    # backbone features make it cheap; on: also a k-fold cnn on pixels; off), and what stops the run like
-    # the gate: the share of eval examples with a near-duplicate in train, the share of suspected label
-    # errors (1: no check), the shift of the backbone features from the last blessed model's data.
+    # backbone features make it cheap; on: also a k-fold cnn on pixels; off); its limits are HealthLimits (above).
     label_check: str = "auto"
-    max_eval_near_duplicates: float = 1.0
-    max_label_issues: float = 1.0
-    max_feature_drift: float = 0.5
 
     # Training: the settings trainer/hparams.py declares (TrainingSettings, above), but for the input side:
     image_size: Optional[int] = None  # None: 32 for the digits sample, else the model's usual size
@@ -177,11 +177,9 @@ class PipelineConfig(TrainingSettings):
         given = {f.name: getattr(self, f.name) for f in HParams.user_settings()}
         return HParams(**{**given, "image_size": size})
 
-    def health_limits(self):
-        """The data health check's thresholds (components.health.checks.Limits) from these settings."""
-        from components.health.checks import Limits
-
-        return Limits(**{field: getattr(self, field) for field in Limits._fields})
+    def health_limits(self) -> Limits:
+        """The data health check's limits from these settings."""
+        return Limits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Limits)})
 
     def drift_thresholds(self):
         """The gate's drift thresholds (components.drift.Thresholds) from these settings."""
@@ -238,12 +236,10 @@ class PipelineConfig(TrainingSettings):
                 raise ConfigError(f"--{option.replace('_', '-')} {value}: use a fraction from 0 to 1 (1: no check)")
         if self.label_check not in LABEL_CHECKS:
             raise ConfigError(f"--label-check {self.label_check!r}: use {', '.join(LABEL_CHECKS)}")
-        for option in ("max_eval_near_duplicates", "max_label_issues"):
-            if not 0 <= getattr(self, option) <= 1:
-                raise ConfigError(f"--{option.replace('_', '-')} {getattr(self, option)}: use a fraction from 0 to 1 "
-                                  "(1: no check)")
-        if not 0 <= self.max_feature_drift:
-            raise ConfigError(f"--max-feature-drift {self.max_feature_drift}: use 0 or more (a standardised shift)")
+        try:
+            self.health_limits().validate()
+        except ValueError as e:
+            raise ConfigError(str(e)) from None  # Limits names the option
 
     def _validate_evaluation(self) -> None:
         """The CPU split, the search, and what blesses a model."""

@@ -168,7 +168,7 @@ class _Stages:
             features=features.outputs["features"] if features else None,
             baseline_model=baseline.outputs["model"] if baseline and features else None,  # feature drift only
             hparams=self.hp.health_config(), label_check=self.config.label_check,
-            **self.config.health_limits()._asdict())
+            limits=self.config.health_limits())
         gate = DataHealthGate(health=health.outputs["health"], fail_on_problems=(self.config.gate == "fail"))
         return health, gate
 

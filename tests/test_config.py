@@ -67,3 +67,23 @@ def test_training_settings_are_declared_once_and_reach_config_cli_and_trainer():
     # One seed default: ingestion shuffles with the run's seed.
     from components.example_gen import ingest_defaults
     assert ingest_defaults.SEED == HParams.seed == PipelineConfig().seed
+
+
+def test_data_health_limits_are_declared_once_and_reach_config_cli_and_the_component():
+    """components/health declares each limit; the config field, the option and DataHealth's parameter follow."""
+    import dataclasses
+
+    from cli.common import config_from_args
+    from cli.parser import build_parser
+    from components.health import Limits
+    from components.health.component import DataHealthSpec
+
+    options = {a.dest: a for a in build_parser().commands["run"]._actions}
+    fields = {f.name: f for f in dataclasses.fields(PipelineConfig)}
+    for limit in dataclasses.fields(Limits):
+        assert fields[limit.name].default == limit.default and limit.name in options
+        assert limit.name in DataHealthSpec.PARAMETERS
+    config = config_from_args(build_parser().parse_args(["run", "--max-label-issues", "0.05"]))
+    assert config.health_limits() == Limits(max_label_issues=0.05)
+    with pytest.raises(ConfigError, match=r"^--max-label-issues 2.0: use a fraction from 0 to 1"):
+        dataclasses.replace(config, max_label_issues=2.0).validate()

@@ -12,6 +12,10 @@ component reads ImageExampleGen's summary for their share of eval and gates on i
 Files of the `health` output, read by the run summary and the report without TFX:
 """
 
+import dataclasses
+
+from trainer.hparams import setting
+
 HEALTH_FILE = "health.json"  # counts, checks against their thresholds, the first suspects
 LABEL_ISSUES_FILE = "label_issues.csv"  # every suspected label error, most likely first
 OUTLIERS_FILE = "outliers.csv"  # poor images and feature-space outliers, with reasons
@@ -21,3 +25,26 @@ LABEL_CHECKS = ("auto", "on", "off")  # auto: with the transfer models' features
 # so, and --max-label-issues does not act on it): on the shapes set (bench/shapes.py), where the check's
 # cnn reaches 0.18, it found 14 of 95 flips among the first 190 suspects.
 TRUSTED_ACCURACY = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What stops the run like the validation gate (or warns, --gate warn): each limit declared once, here.
+    PipelineConfig's field, its IMAGEPIPE_<NAME> variable, the `imagepipe run --<name>` option and DataHealth's
+    parameter are made from these declarations; checks.problems() says what each finding is."""
+
+    max_eval_near_duplicates: float = setting(1.0, "largest share of eval examples with a near-duplicate in train "
+                                                   "(default {default}: no check)")
+    max_label_issues: float = setting(1.0, "largest share of suspected label errors (default {default}: no check)")
+    max_feature_drift: float = setting(0.5, "largest shift of the backbone features from the last blessed model's "
+                                            "data (default {default})")
+
+    def validate(self) -> "Limits":
+        """One-line errors that name the option."""
+        for name in ("max_eval_near_duplicates", "max_label_issues"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: use a fraction from 0 to 1 "
+                                 "(1: no check)")
+        if not 0 <= self.max_feature_drift:
+            raise ValueError(f"--max-feature-drift {self.max_feature_drift}: use 0 or more (a standardised shift)")
+        return self

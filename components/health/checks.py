@@ -2,9 +2,11 @@
 feature space, and the thresholds that turn findings into problems (fail or warn, like the gate).
 """
 
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
+
+from components.health import Limits
 
 # Poor images, on the resized pixels (0..255): nearly one colour, nearly black, nearly white; and a
 # file much wider than tall (or the reverse), which the square model input squashes.
@@ -51,14 +53,6 @@ def feature_drift(reference: Optional[Dict], current: Optional[Dict]) -> Optiona
         return None
     shift = (np.asarray(current["mean"]) - np.asarray(reference["mean"])) / (np.asarray(reference["std"]) + 1e-6)
     return float(np.sqrt(np.mean(shift ** 2)))
-
-
-class Limits(NamedTuple):
-    """The largest accepted shares and distance; named as the settings (--max-eval-near-duplicates, ...)."""
-
-    max_eval_near_duplicates: float
-    max_label_issues: float
-    max_feature_drift: float
 
 
 def problems(near_duplicate_eval: Optional[float], label_issues: Optional[float], drift: Optional[float],

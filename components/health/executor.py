@@ -6,6 +6,7 @@ are kept for the label check and the outliers. Memory: about 5 kB an image with 
 images: ~100 MB), or, for the opt-in `cnn` check, the pixels at most 32 px a side (3 kB an image).
 """
 
+import dataclasses
 import json
 import os
 import time
@@ -20,7 +21,8 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
-from components.health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, checks, label_issues
+from components.health import (HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, Limits, checks,
+                               label_issues)
 from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
 from storage.relocation import pipeline_root_of, relocate
 from storage.spreadsheet import csv_text
@@ -148,14 +150,14 @@ class Executor(base_executor.BaseExecutor):
         result["outlier_examples"] = outlier_rows[:SHOWN]
 
         drift = _feature_drift(features, baseline, health.uri, result)
-        limits = checks.Limits(**{f: float(exec_properties[f]) for f in checks.Limits._fields})
+        limits = Limits(**{f.name: float(exec_properties[f.name]) for f in dataclasses.fields(Limits)})
         # A weak check's share of suspects (a model that is often wrong suspects many) stops nothing: the
         # summary and the report say that its ranking is unreliable.
         trusted = result.get("label_check_accuracy", 1.0) >= TRUSTED_ACCURACY
         found = checks.problems(near, result["label_issue_fraction"] if trusted else None, drift, limits)
         # The class mix: warned about, never stopping the run (the Evaluator judges every class it can).
         warnings = checks.class_warnings(ingestion.get("examples_per_split_and_class") or {})
-        result.update(problems=found, warnings=warnings, limits=limits._asdict(),
+        result.update(problems=found, warnings=warnings, limits=dataclasses.asdict(limits),
                       seconds=round(time.monotonic() - started, 2))
 
         _write(health, result, issue_rows, outlier_rows)
