@@ -164,7 +164,7 @@ def test_every_pair_within_strict_limits_shares_a_bucket_and_every_bucket_pair_i
         bits[rng.choice(64, n % 4, replace=False)] ^= 1
         copies[n, 2, :8] = np.packbits(bits)
     rows = np.concatenate([rows, copies.reshape(100, -1)])
-    limits = similarity.Limits(phash_bits=3, dhash_bits=64, colour=255)
+    limits = similarity.NearDuplicateLimits(phash_bits=3, dhash_bits=64, colour=255)
     flat, image = similarity.buckets(similarity.band_codes(rows, similarity.band_bits(limits, len(rows))))
     for most in (1, 7, 1 << 18):
         pairs = {(int(a), int(b)) for i, j in similarity.bucket_candidates(flat, image, most) for a, b in zip(i, j)}
@@ -373,11 +373,11 @@ def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
     blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
     metas = [Meta(f"{n:064x}", f"blank/{n:03d}.png", "blank", "train", False, "png", "s", n, False, blank)
              for n in range(200)]
-    buckets = dict(near_duplicates.band_items(metas[:120], similarity.Limits(), 200))
+    buckets = dict(near_duplicates.band_items(metas[:120], similarity.NearDuplicateLimits(), 200))
     key = next(iter(buckets))
     assert len(buckets[key]) == 120  # every blank frame in every bucket
-    more = dict(near_duplicates.band_items(metas[120:], similarity.Limits(), 200))
-    pairs = list(near_duplicates.bucket_pairs((key, [buckets[key], more[key]]), similarity.Limits()))
+    more = dict(near_duplicates.band_items(metas[120:], similarity.NearDuplicateLimits(), 200))
+    pairs = list(near_duplicates.bucket_pairs((key, [buckets[key], more[key]]), similarity.NearDuplicateLimits()))
     assert len(pairs) == 199
     groups = near_duplicates.group([(Meta(*a), Meta(*b)) for a, b in pairs])
     assert [len(g) for g in groups] == [200]

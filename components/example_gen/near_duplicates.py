@@ -62,7 +62,7 @@ class Joined:
         return list(self._parent)
 
 
-def band_items(metas: List[Meta], limits: similarity.Limits,
+def band_items(metas: List[Meta], limits: similarity.NearDuplicateLimits,
                images: int) -> Iterable[Tuple[Tuple[int, int], List[Item]]]:
     """(bucket, the items of `metas` in it) for each bucket a batch of images goes into (similarity.band_bits):
     a batch sends each bucket once instead of an element per image and bucket through Beam's shuffle (measured
@@ -87,11 +87,11 @@ def sample_key(meta: Meta) -> str:
     return meta.sha256  # the sample is the signed Metas of the SAMPLE smallest content hashes
 
 
-def limits_from(sample: List[Meta]) -> similarity.Limits:
+def limits_from(sample: List[Meta]) -> similarity.NearDuplicateLimits:
     return similarity.thresholds([bytes.fromhex(m.signature) for m in sample if m.signature])
 
 
-def bucket_pairs(element, limits: similarity.Limits) -> Iterable[Tuple[tuple, tuple]]:
+def bucket_pairs(element, limits: similarity.NearDuplicateLimits) -> Iterable[Tuple[tuple, tuple]]:
     """Near-duplicate pairs of one bucket (Beam's way), each as (first, second) by path, as the Meta fields but the
     signature: only the pairs that join two groups of the bucket (a spanning forest), so a bucket of n look-alike
     images (a folder of blank frames) sends at most n - 1 pairs, not n^2 / 2."""
@@ -109,7 +109,7 @@ def bucket_pairs(element, limits: similarity.Limits) -> Iterable[Tuple[tuple, tu
 
 
 def _near_pairs(h: similarity.Hashes, content: np.ndarray, i: np.ndarray, j: np.ndarray,
-                limits: similarity.Limits) -> Tuple[List[int], List[int]]:
+                limits: similarity.NearDuplicateLimits) -> Tuple[List[int], List[int]]:
     """The candidate pairs that are near-duplicates; copies of the same bytes (one content hash) are exact
     duplicates, handled apart."""
     found = similarity.near(h, i, j, limits) & (content[i] != content[j])
@@ -124,7 +124,8 @@ MEMORY_MAX_IMAGES = 2_000_000
 LARGE_BUCKET = 32  # buckets of more images are tested as matrix products (similarity.near_in_group)
 
 
-def search(rows: np.ndarray, content: np.ndarray, limits: similarity.Limits, images: int) -> List[Tuple[int, int]]:
+def search(rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplicateLimits,
+           images: int) -> List[Tuple[int, int]]:
     """The near-duplicate groups among rows [n, SIGNATURE_BYTES] uint8 (content: their SHA-256 digests), as pairs
     (the first image of each group with each other one), in one vectorised pass: every image's buckets at once,
     every pair of images sharing a bucket tested (the pairs Beam's way tests, bucket by bucket): those of the small

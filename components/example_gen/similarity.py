@@ -5,7 +5,7 @@ the same scene are not. An image's signature is taken from its centre at three s
 92%, 84%), so that a copy cropped by a few percent a side lines up with one of the original's centre
 crops; at each scale it holds ImageHash's pHash (DCT) and dHash (gradients), 64 bits each, and the
 mean colour of a 4x4 grid. Two images are near-duplicates when, at some pair of their scales, the
-pHashes and dHashes differ in at most a few bits (Limits) and the colour grids by at most
+pHashes and dHashes differ in at most a few bits (NearDuplicateLimits) and the colour grids by at most
 COLOUR_DIFFERENCE on average: the hashes see the structure in grey, the grid tells apart two
 pictures on one background, and look-alike drawings. Measured on planted copies (resized to 50-80%,
 recompressed at JPEG quality 40-70, cropped 3-6% a side; bench/health_benchmark.py): shapes on photo
@@ -47,7 +47,7 @@ SIGNATURE_BYTES = len(SCALES) * SCALE_BYTES
 BANDS = 8
 
 
-class Limits(NamedTuple):
+class NearDuplicateLimits(NamedTuple):
     phash_bits: int = PHASH_BITS
     dhash_bits: int = DHASH_BITS
     colour: float = COLOUR_DIFFERENCE
@@ -98,17 +98,17 @@ def hash_distances(a: Parsed, b: Parsed) -> Tuple[np.ndarray, np.ndarray, np.nda
             best)
 
 
-def thresholds(sample) -> Limits:
+def thresholds(sample) -> NearDuplicateLimits:
     """Bit limits for this data: PHASH_BITS and DHASH_BITS, or less where its images' typical distances
     are small (mean minus 4 and 3 standard deviations, from a sample), so that look-alike images are
     not taken for copies of each other."""
     if len(sample) < 50:
-        return Limits()
+        return NearDuplicateLimits()
     parsed = parse(sample)
     p, d, _ = hash_distances(parsed, parsed)
     upper = np.triu_indices(len(sample), 1)
     p, d = p[upper], d[upper]
-    return Limits(int(np.clip(p.mean() - 4 * p.std(), 2, PHASH_BITS)),
+    return NearDuplicateLimits(int(np.clip(p.mean() - 4 * p.std(), 2, PHASH_BITS)),
                   int(np.clip(d.mean() - 3 * d.std(), 2, DHASH_BITS)))
 
 
@@ -117,7 +117,7 @@ def band_width(images: int) -> int:
     return int(min(16, max(8, np.ceil(np.log2(max(images, 2))) - 6)))
 
 
-def band_bits(limits: Limits, images: int) -> List[np.ndarray]:
+def band_bits(limits: NearDuplicateLimits, images: int) -> List[np.ndarray]:
     """The pHash bits of each band. Where the data's limit is strict enough that limit + 1 disjoint bands are each
     as wide as the LSH bands for this many images would be, those (exact: two pHashes within the limit agree on
     at least one of them, by pigeonhole, so every such pair shares a bucket); else BANDS bands of band_width bits
@@ -164,7 +164,7 @@ def _popcount(x: np.ndarray) -> np.ndarray:
     return _POPCOUNT16[x.view(np.uint16)].reshape(*x.shape, 4).sum(axis=-1, dtype=np.int32)
 
 
-def near(h: Hashes, i: np.ndarray, j: np.ndarray, limits: Limits) -> np.ndarray:
+def near(h: Hashes, i: np.ndarray, j: np.ndarray, limits: NearDuplicateLimits) -> np.ndarray:
     """[len(i)] bool: whether images i[k] and j[k] are near-duplicates: at some pair of their scales, pHashes within
     limits.phash_bits, dHashes within limits.dhash_bits and colour grids within limits.colour."""
     a, b = h.words[i], h.words[j]  # [m, scales, 2]
@@ -177,7 +177,8 @@ def near(h: Hashes, i: np.ndarray, j: np.ndarray, limits: Limits) -> np.ndarray:
     return found
 
 
-def near_in_group(parsed: Parsed, limits: Limits, block: int = 64) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+def near_in_group(parsed: Parsed, limits: NearDuplicateLimits,
+                  block: int = 64) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
     """The pairs (i < j) of near-duplicates among a group of signatures (a large bucket), the test of near() as
     matrix products: a block of rows' +1/-1 bits against all, for every scale pair at once (measured on the
     benchmark's 40,000 look-alike photos, whose buckets hold hundreds: 10.7 s against 46 s with near())."""
