@@ -26,6 +26,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                           f"and the model (~0.7 GB); use at most {cores}, or --dataflow for more machines")
     if args.confidence_threshold is not None and not 0 <= args.confidence_threshold < 1:
         raise ConfigError(f"--confidence-threshold {args.confidence_threshold}: use a fraction from 0 to below 1")
+    writer = automl = None
     try:
         model_dir, threshold, how = _model_and_outputs(args, model)
         multi = predict.is_multi_label(threshold)
@@ -39,6 +40,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         explanations = result_files.ExplanationWriter(args.explain) if args.explain else None  # last: nothing after
         # it can fail and leave its temporary folder
     except (predict.ModelNotFound, predict.ModelUnusable, image_inputs.InputError) as e:
+        for opened in (writer, automl):  # their temporary files go: nothing was classified
+            if opened:
+                opened.close(complete=False)
         return fail(EXIT_BAD_INPUT, str(e))
     writers = [w for w in (writer, automl, explanations) if w]
     if multi:
@@ -61,7 +65,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 progress.update(seen)
             if writers and seen > PREDICT_SHOWN:
                 continue
-            _print_result(result, multi, top)
+            _print_result(result, multi, top, result_files.printable)
         if progress:
             progress.update(seen, final=True)
         for w in writers:  # a results file appears under its name only when every input is in it
@@ -110,10 +114,8 @@ def _model_and_outputs(args: argparse.Namespace, model: str):
     return model_dir, threshold, how
 
 
-def _print_result(result, multi: bool, top: int) -> None:
-    from prediction import result_files
-
-    show = result_files.printable  # file and class names may hold terminal escape sequences
+def _print_result(result, multi: bool, top: int, show) -> None:
+    """One result on the terminal; `show` makes file and class names printable (no escape sequences)."""
     if "error" in result:
         print(f"{show(result['path'])}: error: {show(result['error'])}", file=sys.stderr)
     elif multi:

@@ -47,9 +47,10 @@ def check(reference: Optional[Dict[str, Any]], current: Optional[Dict[str, Any]]
     return compare(reference, current, limits)
 
 
-def make_profile(examples_per_split_and_class: Dict[str, Dict[str, int]], formats: Dict[str, int],
+def make_profile(examples: int, examples_per_split_and_class: Dict[str, Dict[str, int]], formats: Dict[str, int],
                  sizes: List[list]) -> Dict[str, Any]:
-    """The profile of one ingestion (all splits): counts per class, format, width bin and height bin."""
+    """The profile of one ingestion (all splits): the examples (images: a multi-label image counts once, under
+    every label it has in `classes`), counts per class, format, width bin and height bin."""
     classes: Dict[str, int] = {}
     for per_class in examples_per_split_and_class.values():
         for label, n in per_class.items():
@@ -59,7 +60,7 @@ def make_profile(examples_per_split_and_class: Dict[str, Dict[str, int]], format
     for _split, side, bucket, n in sizes:
         counts = width if side == "width" else height
         counts[bucket] = counts.get(bucket, 0) + n
-    return {"examples": sum(classes.values()), "classes": dict(sorted(classes.items())),
+    return {"examples": examples, "classes": dict(sorted(classes.items())),
             # per split too: the Evaluator judges each class on its eval count (components/evaluator/executor.py)
             "classes_per_split": {split: dict(sorted(per_class.items()))
                                   for split, per_class in sorted(examples_per_split_and_class.items())},

@@ -51,7 +51,7 @@ def run_runner(runner, tfx_pipeline, **kwargs):
 
 
 def parameter_defaults(config: PipelineConfig) -> Dict[str, Any]:
-    """The job's runtime parameters (pipeline.config RUNTIME_PARAMETERS) with this configuration's values: the
+    """The job's runtime parameters (pipeline/runtime_parameters.py RUNTIME_PARAMETERS) with this configuration's values: the
     compiled spec declares only their types, the job's runtimeConfig carries these values."""
     from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
 
@@ -201,7 +201,7 @@ def _vertex_init(cloud: CloudConfig, credentials=None):
 def _vertex_job(aiplatform, config: PipelineConfig, cloud: CloudConfig, template: str, parameters: Dict[str, Any]):
     return aiplatform.PipelineJob(
         display_name=config.pipeline_name, template_path=template,
-        parameter_values=parameters or None,  # the compiled job's runtime parameters (pipeline.config RUNTIME_PARAMETERS)
+        parameter_values=parameters or None,  # the compiled job's runtime parameters (RUNTIME_PARAMETERS)
         pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
         # With caching (the default), a scheduled run without a new span reuses every component
         # instead of silently retraining on the data it already learned from.

@@ -1,4 +1,5 @@
-"""Every setting of the pipeline, in one place.
+"""Every setting of the pipeline, and its checks (the training settings and data health's limits are declared where
+their code reads them: trainer/hparams.py, components/health; their fields are made here from those declarations).
 
 `PipelineConfig` holds the defaults; the CLI (`imagepipe run --...`) and the
 environment (`IMAGEPIPE_<FIELD>`) override them. `create_pipeline(config, platform)` is
@@ -198,6 +199,7 @@ class PipelineConfig(HealthLimits, TrainingSettings):
                 raise ConfigError(str(e)) from None
         self._validate_ingestion()
         self._validate_checks()
+        self._validate_spans()
         self._validate_evaluation()
         self._validate_training()
         return self
@@ -220,12 +222,6 @@ class PipelineConfig(HealthLimits, TrainingSettings):
             raise ConfigError(f"--task {self.task!r}: use {', '.join(TASKS)}")
         if not 0 <= self.compression_level <= 9:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
-        if self.span_window < 1:
-            raise ConfigError(f"--span-window {self.span_window}: use 1 or more spans")
-        if self.span_window > 1 and not self.span_pattern:
-            raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
-        if self.span_pattern is not None and "{SPAN}" not in self.span_pattern:
-            raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
 
     def _validate_checks(self) -> None:
         """The gate, drift and data health settings."""
@@ -240,6 +236,14 @@ class PipelineConfig(HealthLimits, TrainingSettings):
             self.health_limits().validate()
         except ValueError as e:
             raise ConfigError(str(e)) from None  # Limits names the option
+
+    def _validate_spans(self) -> None:
+        if self.span_window < 1:
+            raise ConfigError(f"--span-window {self.span_window}: use 1 or more spans")
+        if self.span_window > 1 and not self.span_pattern:
+            raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
+        if self.span_pattern is not None and "{SPAN}" not in self.span_pattern:
+            raise ConfigError(f"--span-pattern {self.span_pattern!r}: it must contain {{SPAN}}, e.g. span-{{SPAN}}")
 
     def _validate_evaluation(self) -> None:
         """The CPU split, the search, and what blesses a model."""

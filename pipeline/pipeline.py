@@ -66,6 +66,7 @@ class _Stages:
     def __init__(self, config: PipelineConfig, platform: Platform):
         self.config, self.platform = config, platform
         self.hp = config.hparams()
+        self.hparams = self.hp.to_custom_config()  # the Tuner's and the Trainer's custom_config
 
     def setting(self, name: str):
         """A setting's value, or on a platform that takes them, the runtime parameter that defaults to it."""
@@ -191,7 +192,7 @@ class _Stages:
             ingestion_report=example_gen.outputs["report"],
             previous=previous_search.outputs["tuner_results"] if previous_search else None,
             trials=self.setting("tune_trials"), mode=config.tune_mode, pipeline=config.pipeline_name,
-            hparams=self.hp.to_custom_config(), max_class_drift=config.max_class_drift,
+            hparams=self.hparams, max_class_drift=config.max_class_drift,
             max_feature_drift=config.max_feature_drift, vertex=platform.vertex_tuning_config,
             parallel_trials=platform.parallel_trials, epochs=self.setting("epochs")).with_id("Tuner")
         tuner.add_upstream_node(health_gate)  # no search on data that failed its health check
@@ -204,7 +205,7 @@ class _Stages:
             transform_graph=transform.outputs["transform_graph"], schema=schema_gen.outputs["schema"],
             base_model=baseline.outputs["model"] if self.config.warm_start and baseline else None,
             hyperparameters=tuner.outputs["best_hyperparameters"] if tuner else None,
-            custom_config={**self.hp.to_custom_config(), **(platform.vertex_training_config or {})},
+            custom_config={**self.hparams, **(platform.vertex_training_config or {})},
             settings={name: self.setting(name) for name in TRAINER_SETTINGS} if platform.compiled else {},
             vertex=bool(platform.vertex_training_config)).with_id("Trainer")
         trainer.add_upstream_node(health_gate)  # no training on data that failed its health check

@@ -129,10 +129,11 @@ def label_batch(serve, images: List[bytes], top: int, threshold: Threshold = 0.0
     names = [n.decode() for n in out["class_names"].numpy()[0]]
     found = []
     for row in probabilities:
-        best = row.argsort()[::-1][:top or len(names)]
+        ranked = row.argsort()[::-1]
+        best = ranked[:top or len(names)]
         result = {"predictions": [(names[j], float(row[j])) for j in best], "ids": [int(j) for j in best]}
         if is_multi_label(threshold):
-            applying = [j for j in row.argsort()[::-1] if given_a_class(row[j], threshold.get(names[j], 0.5))]
+            applying = [j for j in ranked if given_a_class(row[j], threshold.get(names[j], 0.5))]
             result.update(labels=[(names[j], float(row[j])) for j in applying], label_ids=[int(j) for j in applying],
                           unsure=False)
         else:

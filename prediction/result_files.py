@@ -9,6 +9,7 @@ import unicodedata
 from typing import Dict, List, Optional
 
 from components.evaluator.views import given_a_class
+from components.example_gen.listing import LABEL_SEPARATOR
 from prediction.image_inputs import InputError
 from storage import user_files
 from storage.errors import ConfigError
@@ -70,7 +71,8 @@ def csv_cells(result: Dict, top: int, multi_label: bool = False) -> List[str]:
     """A result as a CSV row under csv_header(top, multi_label): empty class/probability cells where there are fewer."""
     cells = [value for name, p in result.get("predictions", [])[:top] for value in (name, f"{p:.6f}")]
     unsure = "" if "error" in result else ("yes" if result.get("unsure") else "no")
-    labels = [";".join(name for name, _ in result.get("labels", []))] if multi_label else []
+    # the labels over their thresholds, most probable first
+    labels = [LABEL_SEPARATOR.join(name for name, _ in result.get("labels", []))] if multi_label else []
     row = [result["path"], *cells, *[""] * (2 * top - len(cells)), *labels, unsure, result.get("error", "")]
     return [spreadsheet_safe(cell) for cell in row]  # names are the user's (or an attacker's): never formulas
 
@@ -127,8 +129,10 @@ def check_outputs(outputs: Dict[str, str], inputs: List[str], model_dir: Optiona
 def check_explain_folder(folder: str, inputs: List[str], outputs: List[str], model_dir: Optional[str]) -> None:
     """InputError for an --explain folder that is, holds or lies inside an input, a results file or the model's
     folder: the maps go to a folder of their own."""
-    local = [p for p in [*inputs, *outputs, *([model_dir] if model_dir else [])]
+    # A results file counts whether or not it exists yet: one written inside the folder would go with it.
+    local = [p for p in [*inputs, *([model_dir] if model_dir else [])]
              if p and not p.startswith("gs://") and os.path.exists(p)]
+    local += [p for p in outputs if p and not p.startswith("gs://")]
     if folder.startswith("gs://"):
         raise InputError(f"--explain {folder}: give a local folder (the maps are moved into place whole)")
     for path in local:

@@ -4,7 +4,7 @@ statistics, drift) and data health (near-duplicates, likely label errors, outlie
 from typing import Any, Dict, List, Optional
 
 from components import drift as drift_lib
-from components.example_gen.listing import split_sort_key
+from components.example_gen.listing import labels_of, split_sort_key
 from report import report_data
 from report.report_html import esc, histogram_svg, not_reached, section, share_bar, table, thumbnail, tiles, unfinished
 from runs import run_text
@@ -74,7 +74,7 @@ def _label_mix(d: Dict, labels: List[str]) -> str:
     sets = d.get("label_sets_in_train") or {}
     if sets:
         body += "<h4>Most common label sets in train</h4>" + table(
-            ["labels", "images"], [[name.replace(";", ", ") or "(none)", n]
+            ["labels", "images"], [[", ".join(labels_of(name)) or "(none)", n]
                                    for name, n in sorted(sets.items(), key=lambda kv: (-kv[1], kv[0]))], numeric=[1])
     pairs = d.get("label_cooccurrence_in_train") or {}
     if pairs:
@@ -143,8 +143,7 @@ def health(components: Dict[str, Dict]) -> str:
 
 def _near_duplicates(ingest: Dict[str, Any], tile) -> str:
     """Near-duplicate groups found at ingestion, with their images."""
-    body = ""
-    body += "<h3>Near-duplicates</h3>"
+    body = "<h3>Near-duplicates</h3>"
     if ingest.get("near_duplicate_search", {}).get("where") == "off":
         body += "<p>Not searched (<code>--near-duplicates off</code>): eval copies of train images go unseen.</p>"
     elif not ingest.get("near_duplicate_groups"):
@@ -168,8 +167,7 @@ def _near_duplicates(ingest: Dict[str, Any], tile) -> str:
 
 def _label_issues(d: Dict[str, Any], tile) -> str:
     """The label check's suspects, most likely first, with their images."""
-    body = ""
-    body += "<h3>Likely label errors</h3>"
+    body = "<h3>Likely label errors</h3>"
     if d.get("label_issue_fraction") is None:
         body += ("<p class=\"muted\">Labels were not checked"
                  + (f": {esc(d['label_check_skipped'])}" if d.get("label_check_skipped") else
@@ -197,8 +195,7 @@ def _label_issues(d: Dict[str, Any], tile) -> str:
 
 def _outliers(d: Dict[str, Any], tile) -> str:
     """Poor images and feature-space outliers."""
-    body = ""
-    body += "<h3>Outliers and poor images</h3>"
+    body = "<h3>Outliers and poor images</h3>"
     if not d["outliers"]:
         body += "<p>None: no nearly blank, very dark or bright, extremely elongated or far-off image.</p>"
     else:
@@ -213,8 +210,7 @@ def _outliers(d: Dict[str, Any], tile) -> str:
 
 def _feature_drift(d: Dict[str, Any]) -> str:
     """The features' shift from the last blessed model's data."""
-    body = ""
-    body += "<h3>Drift in feature space</h3>"
+    body = "<h3>Drift in feature space</h3>"
     if d.get("feature_drift") is not None:
         body += (f"<p>The backbone features of this data moved {d['feature_drift']:.3f} from the last blessed "
                  f"model's (standardised mean shift; limit {d['limits']['max_feature_drift']:.3f}, "

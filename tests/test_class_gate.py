@@ -14,6 +14,7 @@ from tfx.utils import proto_utils
 from components.evaluator import executor as model_evaluator
 from components.evaluator import metrics as evaluation_metrics
 from components.evaluator import results as evaluation_results
+from components.evaluator.eval_config import MIN_CLASS_RECALL
 from pipeline.pipeline import eval_config
 
 
@@ -30,7 +31,7 @@ def test_a_class_below_the_floor_fails_the_blessing_in_one_line_naming_it(tmp_pa
     config = eval_config(accuracy_threshold=0.9)
     config.model_specs[0].CopyFrom(tfma.ModelSpec(label_key="label", prediction_key="prediction"))
     properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config),
-                  model_evaluator.MIN_CLASS_RECALL: 0.5}
+                  MIN_CLASS_RECALL: 0.5}
     properties, gate = model_evaluator.with_class_checks(properties, names, counts, {"ok": 1600, "defect": 64,
                                                                                       "scratch": 16})
     assert gate["judged"] == [0, 1]  # scratch: 4 eval images, too few to judge its recall...
@@ -62,7 +63,7 @@ def test_a_class_below_the_floor_fails_the_blessing_in_one_line_naming_it(tmp_pa
 def test_balanced_data_keeps_comparing_on_accuracy_and_a_zero_floor_judges_no_class():
     config = eval_config(accuracy_threshold=0.9)
     properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config),
-                  model_evaluator.MIN_CLASS_RECALL: 0.0}
+                  MIN_CLASS_RECALL: 0.0}
     properties, gate = model_evaluator.with_class_checks(properties, ["a", "b"], {"a": 50, "b": 48},
                                                          {"a": 200, "b": 190})
     assert (gate["judged"], gate["must_find"], gate["imbalanced"], gate["compared_on"]) == ([], [], False, "accuracy")

@@ -162,3 +162,6 @@ def test_explanations_never_replace_or_write_among_other_folders(tmp_path):
     for folder in (sample, str(tmp_path)):  # an input, or a folder holding one
         with pytest.raises(image_inputs.InputError, match="a folder of its own"):
             result_files.check_explain_folder(folder, [sample], [], None)
+    # A results file named inside the maps folder, not yet written, would go with the folder: refused up front.
+    with pytest.raises(image_inputs.InputError, match="a folder of its own"):
+        result_files.check_explain_folder(str(tmp_path / "maps"), [], [str(tmp_path / "maps" / "results.csv")], None)

@@ -206,6 +206,10 @@ def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, co
         assert feature_keys.LABEL not in feature
         seen += 1
     assert seen == report["examples_per_split"]["eval"]
+    # The data profile the next run's drift is measured against counts images, not label occurrences.
+    from components.example_gen import PROFILE_FILE
+
+    assert _json(examples, PROFILE_FILE)["examples"] == 600
 
 
 @pytest.mark.slow

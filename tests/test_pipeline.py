@@ -111,7 +111,7 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
 
 def test_transform_writes_its_pixels_as_stored_gzip_records(sample_runs):
     """Transform's records are gzip TFRecords that every reader takes, in stored (level 0) blocks: deflating
-    resized pixels cost Transform more than it saved its readers (components/beam_settings.py)."""
+    resized pixels cost Transform more than it saved its readers (components/transform/executor.py)."""
     import glob
     import gzip
 

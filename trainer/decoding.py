@@ -1,5 +1,5 @@
 """The one pixel decoding of every path: Transform's preprocessing_fn (so training and evaluation), the
-serving signature (through Transform's graph) and `imagepipe predict`'s explanations.
+serving signature (through Transform's graph) and `imagepipe predict` of a TFLite model.
 
 Decoding memory is bounded by the caller (hparams.DECODES_IN_FLIGHT images at once).
 """

@@ -6,8 +6,8 @@ graph that serves, never on a copy of the model.
 
 Integrated gradients (Sundararajan et al., 2017) from a blurred baseline: the gradient of the explained class's
 probability, averaged along the straight path from the image blurred to the image, times the difference between
-them, summed over the colour channels (absolute values). STEPS points a path; MAX_BATCH points through the model at a
-time, so memory is bounded whatever the batch. Chosen by measurement (docs/benchmarks.md, Explanations): on
+them, summed over the colour channels (absolute values). STEPS points a path; at most MAX_BATCH points (fewer for
+large inputs: MAX_PIXELS_A_CALL) through the model at a time, so memory is bounded whatever the batch or the model. Chosen by measurement (docs/benchmarks.md, Explanations): on
 bench/planted.py's patch set (150 images, all classified right), the patch held most of the map's top pixels (as
 many as the patch has) in 100% of the images with the blurred baseline, 0% with a black one (it credits every bright
 pixel: the patch's black half counts for nothing), 95% with both averaged and 65% with SmoothGrad; and it costs half
@@ -26,9 +26,17 @@ import numpy as np
 
 STEPS = 24  # points on each path from a baseline to the image (Riemann sum, midpoints)
 MAX_BATCH = 256  # path points through the model at once (images x STEPS): bounds memory
+# ... and at most this many input pixels a call: the gradient keeps every point's activations (MobileNetV2 at 224
+# px: 20 points a call, about the export's MODEL_CHUNK images' worth of forward activations, trainer/export.py).
+MAX_PIXELS_A_CALL = 256 * 64 * 64
 BLUR_SIGMA = 0.08  # the blurred baseline's Gaussian, as a share of the image side
 METHODS = ("ig-blur", "ig-black", "ig", "smoothgrad")  # ig: both baselines, averaged
 METHOD = "ig-blur"
+
+
+def batch_for(pixels: np.ndarray) -> int:
+    """Points (images) through the model in one call, for images of this shape [n, height, width, channels]."""
+    return max(1, min(MAX_BATCH, MAX_PIXELS_A_CALL // max(1, pixels.shape[1] * pixels.shape[2])))
 
 
 class ExplanationsUnavailable(RuntimeError):
@@ -57,7 +65,10 @@ class Explainer:
     def probabilities(self, pixels: np.ndarray) -> np.ndarray:
         import tensorflow as tf
 
-        return self._model.pixel_probabilities(tf.constant(pixels, tf.float32)).numpy()
+        step = batch_for(pixels)
+        parts = [self._model.pixel_probabilities(tf.constant(pixels[start:start + step], tf.float32)).numpy()
+                 for start in range(0, len(pixels), step)]
+        return np.concatenate(parts) if parts else np.zeros((0, len(self.class_names)), np.float32)
 
     def explain(self, pixels: np.ndarray, targets: Optional[Sequence[int]] = None,
                 method: str = METHOD) -> Tuple[np.ndarray, Optional[np.ndarray]]:
@@ -78,24 +89,25 @@ class Explainer:
         return (raw / np.where(totals > 0, totals, 1.0)[:, None, None]).astype(np.float32), probabilities
 
     def _gradients(self, points: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """d probability[target] / d pixels at each point, MAX_BATCH points a call."""
+        """d probability[target] / d pixels at each point, batch_for() points a call."""
         import tensorflow as tf
 
         out = np.zeros_like(points)
-        for start in range(0, len(points), MAX_BATCH):
-            chunk = tf.constant(points[start:start + MAX_BATCH])
-            chosen = tf.constant(targets[start:start + MAX_BATCH], tf.int32)
+        step = batch_for(points)
+        for start in range(0, len(points), step):
+            chunk = tf.constant(points[start:start + step])
+            chosen = tf.constant(targets[start:start + step], tf.int32)
             with tf.GradientTape() as tape:
                 tape.watch(chunk)
                 probabilities = self._model.pixel_probabilities(chunk)
                 score = tf.gather(probabilities, chosen, axis=1, batch_dims=1)
-            out[start:start + MAX_BATCH] = tape.gradient(score, chunk).numpy()
+            out[start:start + step] = tape.gradient(score, chunk).numpy()
         return out
 
     def _integrated(self, images: np.ndarray, baselines: np.ndarray, targets: np.ndarray) -> np.ndarray:
         alphas = (np.arange(STEPS, dtype=np.float32) + 0.5) / STEPS
         maps = np.zeros(images.shape[:3], np.float32)
-        per_call = max(1, MAX_BATCH // STEPS)  # images whose whole path fits one call
+        per_call = max(1, batch_for(images) // STEPS)  # images whose whole path fits one call
         for start in range(0, len(images), per_call):
             x, x0 = images[start:start + per_call], baselines[start:start + per_call]
             points = (x0[:, None] + alphas[None, :, None, None, None] * (x - x0)[:, None]).reshape(-1, *x.shape[1:])
@@ -108,7 +120,7 @@ class Explainer:
         """SmoothGrad (Smilkov et al., 2017), for comparison: absolute gradients averaged over STEPS noisy copies."""
         rng = np.random.default_rng(0)
         maps = np.zeros(images.shape[:3], np.float32)
-        per_call = max(1, MAX_BATCH // STEPS)
+        per_call = max(1, batch_for(images) // STEPS)
         for start in range(0, len(images), per_call):
             x = images[start:start + per_call]
             noisy = x[:, None] + rng.normal(0, noise * 255.0, size=(len(x), STEPS, *x.shape[1:])).astype(np.float32)

@@ -61,8 +61,9 @@ class EpochLog(keras.callbacks.Callback):
             self._best_weights = self.model.get_weights()
         logging.info("Trainer: epoch %d (%s) %s", epoch + 1, self.phase,
                      ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if isinstance(v, float)))
+        # what training follows besides the loss (balanced accuracy, or multi-label's macro AUC-PR), by its name
         followed = {} if self.monitor not in entry or self.monitor == class_balance.ACCURACY else {
-            "val_auc_pr" if self.monitor == class_balance.MACRO_AUC_PR else "val_balanced_accuracy": entry[self.monitor]}
+            self.monitor: entry[self.monitor]}
         progress_event("train", epoch + 1, self.total_epochs, loss=entry.get("loss", 0.0),  # for `imagepipe run`
                        val_accuracy=entry.get("val_sparse_categorical_accuracy", entry.get("val_binary_accuracy", 0.0)),
                        **followed)
@@ -225,7 +226,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         shutil.rmtree(scratch, ignore_errors=True)
         wait_for_chief(fn_args, plan)
         return
-    on_device = _keep_model_files(fn_args, hp, model, info, pixel_files, source)
+    on_device = _keep_model_files(fn_args, hp, model, info, class_names, multi_label, pixel_files, source)
     record = {
         "strategy": plan.describe(replicas), "device_kind": plan.kind, "replicas": replicas,
         # Multi-worker: the cluster's machines (TF_CONFIG), this one the chief.
@@ -280,15 +281,15 @@ def _fine_tune(model, hp: HParams, strategy: tf.distribute.Strategy, pixels, cal
     return phase
 
 
-def _keep_model_files(fn_args, hp: HParams, model, info: dict, pixel_files, source: Optional[dict]):
+def _keep_model_files(fn_args, hp: HParams, model, info: dict, class_names, multi_label: bool, pixel_files,
+                      source: Optional[dict]):
     """Beside the SavedModel (the chief only): the Keras weights and what they fit (warm starts, TFLite), the
     TFLite exports, the features' profile; returns the TFLite scores."""
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
     weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
-    multi_label = info.get("task") == "multi"
     try:
-        on_device = _export_tflite(hp, len(info["class_names"]), info["class_names"], weights, pixel_files,
+        on_device = _export_tflite(hp, len(class_names), class_names, weights, pixel_files,
                                    fn_args.serving_model_dir, multi_label) if hp.tflite_kinds else None
     finally:
         models.discard_staged(weights)

@@ -26,7 +26,7 @@ from typing import Dict, Iterable, List
 import numpy as np
 import tensorflow as tf
 
-from trainer import features, input_pipeline, models
+from trainer import input_pipeline, models
 from trainer.hparams import TFLITE_KINDS, HParams
 
 TFLITE_DIR = "tflite"
@@ -113,15 +113,16 @@ def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:
     if kind == "float16":
         converter.target_spec.supported_types = [tf.float16]
     else:
-        converter.representative_dataset = lambda: _calibration(train_files, hp)
+        # multi-label records parse only with a multi_hot (any count will do: the labels are not used)
+        multi_hot = 1 if models.is_multi_label(model) else 0
+        converter.representative_dataset = lambda: _calibration(train_files, hp, multi_hot)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.inference_input_type = tf.uint8  # pixels as the app has them; the output stays float
     return converter.convert()
 
 
-def _calibration(train_files: List[str], hp: HParams) -> Iterable[List[np.ndarray]]:
-    dataset = input_pipeline.make_dataset(train_files, hp, training=False, batch_size=1,
-                                          multi_hot=_labels_in(train_files))
+def _calibration(train_files: List[str], hp: HParams, multi_hot: int) -> Iterable[List[np.ndarray]]:
+    dataset = input_pipeline.make_dataset(train_files, hp, training=False, batch_size=1, multi_hot=multi_hot)
     for images, _ in dataset.take(CALIBRATION_SAMPLES):
         yield [images.numpy()]
 
@@ -132,14 +133,6 @@ def _correct(probabilities: np.ndarray, labels: np.ndarray) -> float:
     if labels.ndim == 2:
         return float(((probabilities > 0.5) == (labels > 0.5)).mean(axis=1).sum())
     return float((probabilities.argmax(1) == labels).sum())
-
-
-def _labels_in(files: List[str]) -> int:
-    """make_dataset's multi_hot for these records: multi-label records parse only with it (any count will do when
-    the labels are not used)."""
-    first = input_pipeline.list_files(files)[:1]
-    record = next(iter(tf.data.TFRecordDataset(first, compression_type=features.compression(first)).take(1)))
-    return 1 if features.LABELS_KEY in tf.train.Example.FromString(record.numpy()).features.feature else 0
 
 
 def score(model, classifiers: Dict[str, TFLiteClassifier], eval_files: List[str], hp: HParams,

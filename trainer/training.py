@@ -29,8 +29,7 @@ def balance_of(hp: HParams, train_files, class_names,
     """What training does about its train split's class mix (trainer/class_balance.py): the plan training.json
     records, and the input pipeline's balancing (None: none; multi-label: rare labels are weighed in the loss)."""
     if multi_label:
-        counts = input_pipeline.label_counts(train_files, len(class_names), multi_label=True)
-        examples, _ = input_pipeline.measure(input_pipeline.list_files(train_files))
+        counts, examples = input_pipeline.multi_label_counts(train_files, len(class_names))
         balancing = class_balance.multi_label_plan(hp.class_balance, counts, examples, class_names)
         if balancing["mode"] == "weights":
             logging.info("Trainer: rare labels (%s of %d images): positive weights %s",

@@ -2,15 +2,13 @@
 multi-label model's is rewritten from it: multi_label.eval_config_for)."""
 
 import json
-from typing import Optional
-
-import tensorflow_model_analysis as tfma
+from typing import Any, Dict, Optional, Sequence
 
 from components.evaluator import views as evaluation_views
-from trainer.features import LABEL_KEY
+from trainer import class_balance
 
 BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no baseline was compared
-THRESHOLD = "accuracy_threshold"  # the Evaluator's own parameter (components/trainer/component.py)
+THRESHOLD = "accuracy_threshold"  # the Evaluator's own parameter (components/evaluator/component.py)
 CONFIDENCE, TARGET_PRECISION = "confidence_threshold", "target_precision"  # its parameters for views.json
 MIN_CLASS_RECALL = "min_class_recall"  # its parameter: the recall every judged class must reach
 EXPLANATIONS = "explanations"  # its parameter: eval images explained (components/evaluator/explanations.py; 0: none)
@@ -19,12 +17,17 @@ TEST_SPLIT = "test"
 ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (eval_config below)
 
 
-def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float] = None) -> tfma.EvalConfig:
-    """Accuracy gates the blessing: above the threshold, and no worse than the baseline.
+def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float] = None):
+    """Accuracy gates the blessing: above the threshold, and no worse than the baseline (a tfma.EvalConfig).
 
     The model's own `transform_features` signature turns raw eval examples into its label ids
     (each model has its own vocabulary), so candidate and baseline are each scored consistently.
     """
+    # Here, not at the top: the constants above are read by plain-Python code (multi_label's gate, the summary)
+    import tensorflow_model_analysis as tfma
+
+    from trainer.features import LABEL_KEY
+
     accuracy = tfma.MetricConfig(
         class_name=ACCURACY_METRIC,  # its lower bound: the accuracy_threshold runtime parameter
         threshold=tfma.MetricThreshold(
@@ -50,3 +53,26 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
                                     preprocessing_function_names=["transform_features"])],
         slicing_specs=[tfma.SlicingSpec()],
         metrics_specs=specs)
+
+
+def min_class_recall(exec_properties) -> float:
+    """The recall every judged class (or label) must reach: the Evaluator's parameter, or its default."""
+    floor = exec_properties.get(MIN_CLASS_RECALL)
+    return class_balance.MIN_CLASS_RECALL if floor is None else float(floor)
+
+
+def class_gate(names: Sequence[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
+               floor: float) -> Dict[str, Any]:
+    """class_gate.json's record of what is judged, for classes or labels alike: the eval and train counts, the ones
+    judged on their recall (class_balance.MIN_EVAL_EXAMPLES eval images or more) and the small ones that must be
+    found at least once (MIN_EVAL_TO_FIND or more); none when the floor is 0."""
+    support = [int(eval_counts.get(name, 0)) for name in names]
+    judged = [c for c, n in enumerate(support) if n >= class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
+    must_find = [c for c, n in enumerate(support)
+                 if class_balance.MIN_EVAL_TO_FIND <= n < class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
+    return {"class_names": list(names), "eval_examples": support,
+            "train_examples": [int(train_counts.get(n, 0)) for n in names], "min_class_recall": floor,
+            "min_eval_examples": class_balance.MIN_EVAL_EXAMPLES, "judged": judged, "must_find": must_find,
+            "min_eval_to_find": class_balance.MIN_EVAL_TO_FIND,
+            "imbalance_ratio": class_balance.imbalance_ratio(train_counts),
+            "imbalanced": class_balance.is_imbalanced(train_counts)}

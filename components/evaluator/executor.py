@@ -6,7 +6,7 @@ the views teams coming from Vertex AutoML expect.
   later span): TFMA cannot score both on one label set (it fails inside a metric update), and the
   comparison would mean nothing. The candidate is then judged on the threshold alone, as on a first
   run, and the blessing's `baseline_skipped` property says why.
-- The accuracy threshold can be a parameter of its own (`accuracy_threshold`, components/trainer/component.py:
+- The accuracy threshold can be a parameter of its own (`accuracy_threshold`, components/evaluator/component.py:
   a compiled job's runtime parameter); it replaces the lower bound of SparseCategoricalAccuracy's threshold
   in eval_config before TFMA reads it.
 - Every class is judged (components/evaluator/metrics.py): TFMA computes each class's recall and precision
@@ -39,11 +39,11 @@ from tfx.types import artifact_utils, standard_component_specs
 from components.beam_settings import Tuned
 from components.evaluator import metrics as evaluation_metrics
 from components.evaluator.eval_config import (ACCURACY_METRIC, BASELINE_SKIPPED, CLASS_GATE_FILE, CONFIDENCE,
-                                              EXPLANATIONS, MIN_CLASS_RECALL, TARGET_PRECISION, TEST_SPLIT, THRESHOLD)
+                                              EXPLANATIONS, TARGET_PRECISION, TEST_SPLIT, THRESHOLD, class_gate,
+                                              min_class_recall)
 from components.example_gen import PROFILE_FILE
 from storage.output_files import INFO_FILE, KERAS_DIR
 from storage.relocation import locate
-from trainer import class_balance
 
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
 MODEL_INFO = os.path.join(KERAS_DIR, INFO_FILE)
@@ -127,13 +127,9 @@ def with_class_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
     import tensorflow_model_analysis as tfma
     from tfx.utils import proto_utils
 
-    floor = exec_properties.get(MIN_CLASS_RECALL)
-    floor = class_balance.MIN_CLASS_RECALL if floor is None else float(floor)
-    support = [int(eval_counts.get(name, 0)) for name in names]
-    judged = [c for c, n in enumerate(support) if n >= class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
-    must_find = [c for c, n in enumerate(support)
-                 if class_balance.MIN_EVAL_TO_FIND <= n < class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
-    imbalanced = class_balance.is_imbalanced(train_counts)
+    floor = min_class_recall(exec_properties)
+    gate = class_gate(names, eval_counts, train_counts, floor)
+    imbalanced = gate["imbalanced"]
     key = standard_component_specs.EVAL_CONFIG_KEY
     config = proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig())
     if imbalanced:  # the baseline is compared on balanced accuracy instead
@@ -141,13 +137,9 @@ def with_class_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
             for metric in spec.metrics:
                 if metric.class_name == ACCURACY_METRIC:
                     metric.threshold.ClearField("change_threshold")
-    config.metrics_specs.extend(evaluation_metrics.class_specs(support, judged, floor, compare_balanced=imbalanced,
-                                                               must_find=must_find))
-    gate = {"class_names": names, "eval_examples": support, "train_examples": [int(train_counts.get(n, 0)) for n in names],
-            "min_class_recall": floor, "min_eval_examples": class_balance.MIN_EVAL_EXAMPLES, "judged": judged,
-            "must_find": must_find, "min_eval_to_find": class_balance.MIN_EVAL_TO_FIND,
-            "imbalance_ratio": class_balance.imbalance_ratio(train_counts), "imbalanced": imbalanced,
-            "compared_on": "balanced_accuracy" if imbalanced else "accuracy"}
+    config.metrics_specs.extend(evaluation_metrics.class_specs(
+        gate["eval_examples"], gate["judged"], floor, compare_balanced=imbalanced, must_find=gate["must_find"]))
+    gate["compared_on"] = "balanced_accuracy" if imbalanced else "accuracy"
     return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
 
 
@@ -160,8 +152,7 @@ def with_label_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
 
     from components.evaluator import multi_label as multi_label_evaluation
 
-    floor = exec_properties.get(MIN_CLASS_RECALL)
-    floor = class_balance.MIN_CLASS_RECALL if floor is None else float(floor)
+    floor = min_class_recall(exec_properties)
     key = standard_component_specs.EVAL_CONFIG_KEY
     config, bound = multi_label_evaluation.eval_config_for(
         proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig()), len(names), compare,
@@ -174,15 +165,18 @@ class Executor(Tuned, evaluator_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         exec_properties = with_threshold(exec_properties)
         key = standard_component_specs.BASELINE_MODEL_KEY
+        candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+        info = model_info(candidate.uri)  # read once: the classes (labels) and the task the candidate predicts
+        names, multi_label = info.get("class_names"), info.get("task") == "multi" and bool(info.get("class_names"))
         skipped = ""
         if input_dict.get(key):
-            candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
             baseline = input_dict[key][0]
             # Never judged on the threshold alone because the baseline's folder moved or went: read it
             # where the root now is, or stop (storage/relocation.py).
             baseline.uri = locate(baseline.uri, candidate.uri, "model")
-            skipped = class_change(model_classes(baseline.uri), model_classes(candidate.uri))
-            tasks = [model_info(uri).get("task") or "single" for uri in (baseline.uri, candidate.uri)]
+            baseline_info = model_info(baseline.uri)
+            skipped = class_change(baseline_info.get("class_names"), names)
+            tasks = [i.get("task") or "single" for i in (baseline_info, info)]
             if not skipped and tasks[0] != tasks[1]:  # one scores each class alone, the other one class of all
                 skipped = f"the last blessed model is {tasks[0]}-label, this one {tasks[1]}-label"
             if skipped:
@@ -190,11 +184,8 @@ class Executor(Tuned, evaluator_executor.Executor):
                                 "threshold alone", skipped)
                 input_dict = {**input_dict, key: []}  # TFX then ignores change thresholds (rubber stamp)
         examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
-        candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
-        names = model_classes(candidate.uri)
-        multi_label = model_info(candidate.uri).get("task") == "multi"
         gate = None
-        if names and multi_label:  # each label judged at its own threshold (components/evaluator/multi_label.py)
+        if multi_label:  # each label judged at its own threshold (components/evaluator/multi_label.py)
             exec_properties, gate = with_label_checks(exec_properties, names, split_class_counts(examples, "eval"),
                                                       split_class_counts(examples, "train"), bool(input_dict.get(key)))
         elif names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
@@ -204,57 +195,56 @@ class Executor(Tuned, evaluator_executor.Executor):
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
         if skipped:
             blessing.set_string_custom_property(BASELINE_SKIPPED, skipped)
-        if multi_label and names:
-            self._judge_labels(blessing, output_dict, examples, input_dict, exec_properties, names, gate)
-            return
         profile = os.path.join(examples.uri, PROFILE_FILE)
         if fileio.exists(profile):
             fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
         evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
+        found = self._judge_labels(blessing, evaluation.uri, names, gate, exec_properties) if multi_label else None
         if gate:
             from tfx.utils import io_utils
 
             io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
-        self._explain(candidate, examples, evaluation, exec_properties, multi_label=False)
+        self._explain(candidate, examples, evaluation, exec_properties, multi_label=multi_label)
         if not names:
             return  # a model that does not record its classes (older versions): no views
-        found = self._write_views(evaluation.uri, names, exec_properties.get(CONFIDENCE),
-                                  exec_properties.get(TARGET_PRECISION))
+        if not multi_label:
+            found = self._write_views(evaluation.uri, names, exec_properties.get(CONFIDENCE),
+                                      exec_properties.get(TARGET_PRECISION))
         if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
             self._score_test(input_dict, evaluation.uri, exec_properties)
-            self._write_views(os.path.join(evaluation.uri, TEST_SPLIT), names, found["chosen"]["threshold"], None,
-                              how=f"the eval split's: {found['chosen']['how']}")
+            how = f"the eval split's: {found['chosen']['how']}"
+            if multi_label:
+                self._write_label_views(os.path.join(evaluation.uri, TEST_SPLIT), names,
+                                        given=found["chosen"]["thresholds"], how=how)
+            else:
+                self._write_views(os.path.join(evaluation.uri, TEST_SPLIT), names, found["chosen"]["threshold"], None,
+                                  how=how)
 
-    def _judge_labels(self, blessing, output_dict, examples, input_dict, exec_properties, names: List[str],
-                      gate: Dict[str, Any]) -> None:
-        """A multi-label model, after TFMA: a threshold per label (views.json), every label judged at its own
-        (class_gate.json; a failure takes the blessing back), the data profile kept, the test split scored apart at
-        the eval split's thresholds."""
+    def _judge_labels(self, blessing, evaluation_uri: str, names: List[str], gate: Dict[str, Any],
+                      exec_properties) -> Dict[str, Any]:
+        """A multi-label model, after TFMA: a threshold per label (views.json), and every label judged at its own
+        (into `gate`: a failure takes the blessing back). Returns the views."""
+        from components.evaluator import multi_label as multi
+
+        found = self._write_label_views(evaluation_uri, names, confidence_threshold=exec_properties.get(CONFIDENCE),
+                                        target_precision=exec_properties.get(TARGET_PRECISION))
+        gate["failures"] = multi.label_failures(gate, found)
+        if gate["failures"] and blessing.get_int_custom_property("blessed"):
+            logging.warning("Evaluator: not blessed: %s", "; ".join(gate["failures"]))
+            multi.take_back_blessing(blessing, gate["failures"])
+        return found
+
+    @staticmethod
+    def _write_label_views(folder: str, names: List[str], **how) -> Dict[str, Any]:
+        """views.json of a multi-label evaluation (components/evaluator/multi_label.py views), from TFMA's metrics."""
         from tfx.utils import io_utils
 
         from components.evaluator import multi_label as multi
         from components.evaluator import views as evaluation_views
 
-        evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
-        profile = os.path.join(examples.uri, PROFILE_FILE)
-        if fileio.exists(profile):
-            fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
-        found = multi.views(multi.read_metrics(evaluation.uri), names, exec_properties.get(CONFIDENCE),
-                            exec_properties.get(TARGET_PRECISION))
-        gate["failures"] = multi.label_failures(gate, found)
-        if gate["failures"] and blessing.get_int_custom_property("blessed"):
-            logging.warning("Evaluator: not blessed: %s", "; ".join(gate["failures"]))
-            multi.take_back_blessing(blessing, gate["failures"])
-        io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
-        io_utils.write_string_file(os.path.join(evaluation.uri, evaluation_views.VIEWS_FILE), json.dumps(found, indent=1))
-        self._explain(artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY]), examples,
-                      evaluation, exec_properties, multi_label=True)
-        if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
-            self._score_test(input_dict, evaluation.uri, exec_properties)
-            folder = os.path.join(evaluation.uri, TEST_SPLIT)
-            scored = multi.views(multi.read_metrics(folder), names, given=found["chosen"]["thresholds"],
-                                 how=f"the eval split's: {found['chosen']['how']}")
-            io_utils.write_string_file(os.path.join(folder, evaluation_views.VIEWS_FILE), json.dumps(scored, indent=1))
+        found = multi.views(multi.read_metrics(folder), names, **how)
+        io_utils.write_string_file(os.path.join(folder, evaluation_views.VIEWS_FILE), json.dumps(found, indent=1))
+        return found
 
     @staticmethod
     def _explain(candidate, examples, evaluation, exec_properties, multi_label: bool) -> None:
@@ -266,9 +256,11 @@ class Executor(Tuned, evaluator_executor.Executor):
         limit = eval_explanations.LIMIT if limit is None else int(limit)
         if limit <= 0:
             return
+        from tfx.utils import path_utils
+
         try:
             found = eval_explanations.explain_eval(
-                os.path.join(candidate.uri, "Format-Serving"), examples.uri,
+                path_utils.serving_model_path(candidate.uri), examples.uri,
                 os.path.join(evaluation.uri, eval_explanations.EXPLANATIONS_DIR), limit, multi_label)
             logging.info("Evaluator: explained %d eval images in %.1f s", len(found["images"]), found["seconds"])
         except Exception as e:  # noqa: BLE001 - the report says there are none; the evaluation stands

@@ -53,6 +53,8 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
     from trainer import feature_keys as keys
 
     started = time.monotonic()
+    from trainer import features
+
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
     explainer = explain.Explainer(model_dir)
     labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT
@@ -60,7 +62,7 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
             labels_key: tf.io.VarLenFeature(tf.string)}
     rows, images = [], {}  # images: the pixels (as the model sees them) of the rows sample() may choose, by row
     wrong, right = 0, {}
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(MAX_EXAMINED).batch(64)
+    records = tf.data.TFRecordDataset(files, compression_type=features.compression(files)).take(MAX_EXAMINED).batch(64)
     for batch in records:
         parsed = tf.io.parse_example(batch, spec)
         pixels = explainer.pixels(list(parsed[keys.ENCODED].numpy()))

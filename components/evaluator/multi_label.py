@@ -26,9 +26,8 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from components.evaluator.eval_config import ACCURACY_METRIC
+from components.evaluator.eval_config import ACCURACY_METRIC, class_gate
 from components.evaluator.views import THRESHOLDS, thresholds_with
-from trainer import class_balance
 
 AUC_PR = "AUCPrecisionRecall"
 MATRICES = "confusion_matrix_at_thresholds"  # ConfusionMatrixAtThresholds's metric name
@@ -37,7 +36,7 @@ PLOT_THRESHOLDS = [0.25, 0.5, 0.75]
 
 def eval_config_for(config, num_labels: int, compare: bool, confidence_threshold: Optional[float] = None,
                     eval_support: Optional[Sequence[int]] = None):
-    """`config` (pipeline.eval_config's, thresholds set) for a multi-label model of num_labels labels: the labels
+    """`config` (eval_config.eval_config's, thresholds set) for a multi-label model of num_labels labels: the labels
     as the multi-hot LABELS_KEY, and the metrics above. Its accuracy lower bound becomes macro AUC-PR's, averaged over
     the labels with eval images (eval_support: images per label id; a label without any has no precision-recall
     curve, and TFMA would count it 0)."""
@@ -181,17 +180,9 @@ def views(found: Dict[str, Any], names: Sequence[str], confidence_threshold: Opt
 
 def label_gate(names: Sequence[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
                floor: float, bound: float, compared: bool) -> Dict[str, Any]:
-    """class_gate.json's record of what is judged: as single-label's (executor.with_class_checks), for labels."""
-    support = [int(eval_counts.get(name, 0)) for name in names]
-    judged = [c for c, n in enumerate(support) if n >= class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
-    must_find = [c for c, n in enumerate(support)
-                 if class_balance.MIN_EVAL_TO_FIND <= n < class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
-    return {"task": "multi", "class_names": list(names), "eval_examples": support,
-            "train_examples": [int(train_counts.get(n, 0)) for n in names], "min_class_recall": floor,
-            "min_eval_examples": class_balance.MIN_EVAL_EXAMPLES, "judged": judged, "must_find": must_find,
-            "min_eval_to_find": class_balance.MIN_EVAL_TO_FIND,
-            "imbalance_ratio": class_balance.imbalance_ratio(train_counts),
-            "imbalanced": class_balance.is_imbalanced(train_counts), "min_macro_auc_pr": bound,
+    """class_gate.json's record of what is judged: as single-label's (eval_config.class_gate), for labels, with the
+    macro AUC-PR bound and what the last blessed model is compared on."""
+    return {"task": "multi", **class_gate(names, eval_counts, train_counts, floor), "min_macro_auc_pr": bound,
             "compared_on": "macro_auc_pr" if compared else None}
 
 

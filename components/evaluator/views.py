@@ -10,7 +10,7 @@ whose top probability is at or below t has no prediction (TFMA's predicted class
 
 and the confidence threshold that goes with the model (imagepipe predict answers "unsure" at or below it):
 --confidence-threshold, or the lowest t whose precision reaches --target-precision, or none (0).
-Plain Python over the counts (evaluation_results.py reads them from TFMA's plots): the Evaluator writes
+Plain Python over the counts (results.py reads them from TFMA's plots): the Evaluator writes
 views.json with the evaluation; the report, the model card and predict read it.
 """
 

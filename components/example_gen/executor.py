@@ -215,8 +215,8 @@ def write_outputs(examples, report, listing: Listing, label_map: Dict[str, int],
     _write_json(label_map, os.path.join(examples.uri, LABEL_MAP_FILE))
     # Size bins count every written example, a rejected duplicate copy included (rare; a bin off
     # by one does not change a distance).
-    _write_json(drift.make_profile(summary["examples_per_split_and_class"], summary["formats"],
-                                   [[*k, n] for k, n in placed.sizes.items() if n]),
+    _write_json(drift.make_profile(summary["examples_written"], summary["examples_per_split_and_class"],
+                                   summary["formats"], [[*k, n] for k, n in placed.sizes.items() if n]),
                 os.path.join(examples.uri, PROFILE_FILE))
     _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
     _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))

@@ -10,7 +10,7 @@ Four layouts, detected from the source itself (or forced with `layout=`):
 
 Multi-label listings (Listing.task "multi") give each candidate its label set as one string, the names sorted and
 joined by LABEL_SEPARATOR ("" when no label applies: such an image is a negative for every label, not a row
-without a label); labels_of() splits it.
+without a label); listing.labels_of() splits it.
 
 Only listing happens here: no file is opened except the CSV. Problems that are
 known from the listing alone (a manifest row whose file escapes the data root, a

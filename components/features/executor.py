@@ -86,6 +86,7 @@ class ComputeFeatures(beam.DoFn):
         self._backbone_thread = ThreadPoolExecutor(1)
         self._writer = ThreadPoolExecutor(1)
         self._done = 0
+        self._multi_label = None  # known from the first record (every record of a run is of one task)
 
     def teardown(self):
         self._backbone_thread.shutdown()
@@ -105,7 +106,9 @@ class ComputeFeatures(beam.DoFn):
             return
         hp, dim = self._hp, self._prepared.dim
         # Multi-label records carry their labels' ids (features.LABELS_KEY), which go through as they are.
-        multi_label = features.LABELS_KEY in tf.train.Example.FromString(records[0]).features.feature
+        if self._multi_label is None:
+            self._multi_label = features.LABELS_KEY in tf.train.Example.FromString(records[0]).features.feature
+        multi_label = self._multi_label
         parsed = tf.io.parse_example(tf.constant(records, tf.string), {
             features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
             **features.label_spec(multi_label),

@@ -21,6 +21,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
+from components.example_gen.listing import label_set
 from components.health import (HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, Limits, checks,
                                label_issues)
 from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
@@ -207,7 +208,7 @@ def _outliers(examples: Examples, names: List[str], labels: Optional[np.ndarray]
         if far[i]:
             reasons.append("far from every class (feature space)")
         if reasons:
-            label = (";".join(sorted(names[c] for c in examples.labels[i] if 0 <= c < len(names))) if multi_label
+            label = (label_set(names[c] for c in examples.labels[i] if 0 <= c < len(names)) if multi_label
                      else names[labels[i]])
             outlier_rows.append({"path": examples.paths[i], "split": examples.splits[i], "label": label,
                                  "reasons": "; ".join(reasons), "key": examples.keys[i]})
@@ -258,8 +259,8 @@ def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[
         result["label_check_method"] = f"{folds}-fold multi-label cnn on pixels"
     result["label_check_accuracy"] = round(float(((probabilities > 0.5) == (hot > 0.5)).mean()), 4)
     return [{"rank": str(n), "path": examples.paths[s.index], "split": examples.splits[s.index],
-             "given": ";".join(sorted(names[c] for c in s.given)),
-             "suggested": ";".join(sorted(names[c] for c in s.suggested)),
+             "given": label_set(names[c] for c in s.given),
+             "suggested": label_set(names[c] for c in s.suggested),
              "given_probability": f"{s.quality:.4f}", "key": examples.keys[s.index]}
             for n, s in enumerate(label_issues.rank_multi_label(known, probabilities), start=1)]
 
