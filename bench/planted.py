@@ -5,6 +5,9 @@
   shortcut  two classes of plain photo crops, told apart only by a small mark in the top-left corner of every image
             of one class (a shortcut a model takes, as a watermark or a ruler): boxes.json gives the mark's box
 
+With --scale K, every size is K times larger (a 192 px photo crop with a 36 px patch at --scale 3: photo-sized,
+where --model auto takes the pretrained backbone; bench/transfer_benchmark.py's `marked` set).
+
 Written as class folders, `<out>/images/<class>/NNNNN.png` (PNG: the patch keeps its pixels; --data <out>/images),
 with <out>/boxes.json ({"<class>/NNNNN.png": [x0, y0, x1, y1]}). Deterministic for a given seed.
 
@@ -26,11 +29,11 @@ SHORTCUT_CLASSES = ("marked", "plain")
 MARK = 8  # the shortcut's corner mark, px
 
 
-def _background(rng: np.random.Generator, sources) -> np.ndarray:
+def _background(rng: np.random.Generator, sources, size: int = SIZE) -> np.ndarray:
     src = sources[int(rng.integers(len(sources)))]
     side = int(rng.integers(80, min(src.shape[:2])))
     y, x = int(rng.integers(0, src.shape[0] - side)), int(rng.integers(0, src.shape[1] - side))
-    crop = Image.fromarray(src[y:y + side, x:x + side]).resize((SIZE, SIZE), Image.BILINEAR)
+    crop = Image.fromarray(src[y:y + side, x:x + side]).resize((size, size), Image.BILINEAR)
     return np.asarray(crop, np.float32) * rng.uniform(0.7, 1.2, size=3)
 
 
@@ -45,25 +48,26 @@ def _pattern(name: str) -> np.ndarray:
     return ((r > 2.5) & (r < 5.0)).astype(np.float32)
 
 
-def image(kind: str, name: str, rng: np.random.Generator, sources):
-    """(PNG bytes, the box of what decides the class)."""
-    pixels = _background(rng, sources)
+def image(kind: str, name: str, rng: np.random.Generator, sources, scale: int = 1):
+    """(PNG bytes, the box of what decides the class); every size `scale` times larger."""
+    size, patch, mark = SIZE * scale, PATCH * scale, MARK * scale
+    pixels = _background(rng, sources, size)
     if kind == "patch":
-        x, y = (int(v) for v in rng.integers(0, SIZE - PATCH + 1, size=2))
-        pattern = _pattern(name)[..., None]
-        pixels[y:y + PATCH, x:x + PATCH] = pattern * 255.0 + (1 - pattern) * 0.0
-        box = [x, y, x + PATCH, y + PATCH]
+        x, y = (int(v) for v in rng.integers(0, size - patch + 1, size=2))
+        pattern = np.kron(_pattern(name), np.ones((scale, scale), np.float32))[..., None]
+        pixels[y:y + patch, x:x + patch] = pattern * 255.0 + (1 - pattern) * 0.0
+        box = [x, y, x + patch, y + patch]
     else:
-        box = [0, 0, MARK, MARK]
+        box = [0, 0, mark, mark]
         if name == "marked":
-            pixels[:MARK, :MARK] = (255.0, 0.0, 255.0)
+            pixels[:mark, :mark] = (255.0, 0.0, 255.0)
     out = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
     data = io.BytesIO()
     out.save(data, "PNG")
     return data.getvalue(), box
 
 
-def make_planted(out: str, kind: str = "patch", per_class: int = 200, seed: int = 0) -> str:
+def make_planted(out: str, kind: str = "patch", per_class: int = 200, seed: int = 0, scale: int = 1) -> str:
     """Writes the set to `out` (a new or empty folder; one made before is kept); returns `out`."""
     from sklearn.datasets import load_sample_images
 
@@ -75,7 +79,7 @@ def make_planted(out: str, kind: str = "patch", per_class: int = 200, seed: int 
         for c, name in enumerate(PATCH_CLASSES if kind == "patch" else SHORTCUT_CLASSES):
             os.makedirs(os.path.join(tmp, "images", name))
             for n in range(per_class):
-                data, box = image(kind, name, np.random.default_rng([seed, c, n]), sources)
+                data, box = image(kind, name, np.random.default_rng([seed, c, n]), sources, scale)
                 rel = f"{name}/{n:05d}.png"
                 with open(os.path.join(tmp, "images", rel), "wb") as f:
                     f.write(data)
@@ -92,8 +96,9 @@ def main() -> None:
     parser.add_argument("--kind", choices=("patch", "shortcut"), default="patch")
     parser.add_argument("--per-class", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=int, default=1, help="every size this many times larger")
     args = parser.parse_args()
-    print(make_planted(args.out, args.kind, args.per_class, args.seed))
+    print(make_planted(args.out, args.kind, args.per_class, args.seed, args.scale))
 
 
 if __name__ == "__main__":

@@ -35,11 +35,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         found = local_runner.prepare(config)
     except DataError as e:
         return fail(EXIT_BAD_INPUT, str(e))
+    from pipeline import model_choice
+    from trainer.hparams import describe_model
+
+    config = model_choice.resolved(config, found["model_choice"])  # --model auto: chosen from the images
     config = local_runner.with_earlier_search(config)  # tuned before: the Tuner step again (reusing, or searching)
     if mode == "human":
         sample = " (the digits sample)" if config.uses_sample_data else ""
         print(f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "
               f"{found['files']:,} files, {len(found['classes'])} classes, {found['layout']} layout")
+        print(f"  model:     {describe_model(config.model, config.weights, config.model_choice)}")
         print(f"  artifacts: {config.pipeline_root}\n  metadata:  {config.metadata_path}", flush=True)
     from runs import run_lock
 

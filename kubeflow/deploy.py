@@ -94,8 +94,10 @@ def never_cached(job: Dict[str, Any]) -> Dict[str, Any]:
 def build_job(config: PipelineConfig, cloud: CloudConfig, output_filename: Optional[str] = None) -> Dict[str, Any]:
     """The compiled PipelineJob, as a dict (Vertex's format); also written to output_filename if given."""
     from kubeflow import cloud_platform
+    from pipeline import model_choice
     from pipeline.pipeline import create_pipeline
 
+    config = model_choice.resolved(config, model_choice.for_compiled_job())  # --model auto
     return run_runner(make_runner(cloud, output_filename),
                       create_pipeline(config, cloud_platform.platform(config, cloud)),
                       parameter_values=parameter_defaults(config), write_out=output_filename is not None)

@@ -97,6 +97,8 @@ class PipelineConfig(HealthLimits, TrainingSettings):
     # backbone features make it cheap; on: also a k-fold cnn on pixels; off); its limits are HealthLimits (above).
     label_check: str = "auto"
 
+    # Why the model is the one it is when --model auto chose it (pipeline/model_choice.py sets it; "" otherwise).
+    model_choice: str = ""
     # Training: the settings trainer/hparams.py declares (TrainingSettings, above), but for the input side:
     image_size: Optional[int] = None  # None: 32 for the digits sample, else the model's usual size
     # Split this machine's CPU into this many logical devices and train across them (MirroredStrategy): the
@@ -176,7 +178,7 @@ class PipelineConfig(HealthLimits, TrainingSettings):
         size = self.image_size if self.image_size is not None else (
             32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, HParams.image_size))
         given = {f.name: getattr(self, f.name) for f in HParams.user_settings()}
-        return HParams(**{**given, "image_size": size})
+        return HParams(**{**given, "image_size": size, "model_choice": self.model_choice})
 
     def health_limits(self) -> Limits:
         """The data health check's limits from these settings."""
@@ -272,7 +274,7 @@ class PipelineConfig(HealthLimits, TrainingSettings):
         if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \
                 and not os.path.isfile(self.weights):
             raise ConfigError(f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
-                              "'imagenet' (downloaded) or '' (random initialisation)")
+                              "'imagenet' or '' (random initialisation)")
         try:
             side = self.hparams().validate().image_size
         except ValueError as e:

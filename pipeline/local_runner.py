@@ -14,10 +14,11 @@ import tempfile
 import time
 from typing import Any, Dict
 
-from pipeline import sample_data
+from pipeline import model_choice, sample_data
 from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input
 from runs import run_lock
+from trainer.hparams import AUTO, BACKBONES
 
 
 def preflight(config: PipelineConfig) -> Dict[str, Any]:
@@ -32,7 +33,6 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     config.validate()
     config.check_memory(machine_memory_bytes())
     check_local_beam_args(config.beam_args)
-    check_imagenet_weights(config)
     schema = config.schema_path()
     if schema and not fs.is_remote(schema):
         check_schema(schema)
@@ -58,8 +58,11 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     source = base if pattern in (".", "") else fs.join(base, pattern)
     listing = sources.list_source(base, source, config.layout)
     sources.check_usable(listing)
+    choice = model_choice.choose([c.uri for c in listing.candidates if not c.problem]) \
+        if config.model == AUTO else None
+    check_imagenet_weights(model_choice.resolved(config, choice))
     return {"source": source, "layout": listing.layout, "files": len(listing.candidates),
-            "classes": listing.classes}
+            "classes": listing.classes, "model_choice": choice}
 
 
 # Beam runners that run on this machine (LocalDagRunner's components run Beam in-process).
@@ -80,15 +83,24 @@ def check_local_beam_args(beam_args) -> None:
 
 
 def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None:
-    """--weights imagenet (the transfer models' default) where Keras cannot download them is one early line,
-    not a traceback from the features step after ingestion and validation."""
+    """--weights imagenet (the transfer models' default) where Keras cannot download them, or where the installed
+    package's file is missing or not the expected one, is one early line, not a traceback from the features step
+    after ingestion and validation."""
     hp = config.hparams()
-    if hp.model == "cnn" or hp.weights != "imagenet":
+    if hp.model not in BACKBONES or hp.weights != "imagenet":
         return
     import socket
     import urllib.parse
 
-    from trainer.hparams import imagenet_weights, imagenet_weights_path
+    from trainer import efficientnet_lite
+    from trainer.hparams import PACKAGED_WEIGHTS, imagenet_weights, imagenet_weights_path
+
+    if hp.model in PACKAGED_WEIGHTS:
+        try:
+            efficientnet_lite.check_packaged(imagenet_weights_path(hp.model, hp.image_size))
+        except efficientnet_lite.WeightsError as e:
+            raise ConfigError(f"--weights imagenet: {e}") from None
+        return
 
     _, url = imagenet_weights(hp.model, hp.image_size)
     cached = imagenet_weights_path(hp.model, hp.image_size)
@@ -207,8 +219,8 @@ def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int
     Runs of one pipeline take turns (runs/run_lock.py); `locked`: the caller holds the lock.
     """
     if not prepared:
-        prepare(config)  # before importing TFX: bad input fails in a second
-    config = with_earlier_search(config)
+        prepared = prepare(config)  # before importing TFX: bad input fails in a second
+    config = with_earlier_search(model_choice.resolved(config, prepared.get("model_choice")))
     if locked:
         return _run(config, started_ms or int(time.time() * 1000))
     with run_lock.hold(config.metadata_path, on_wait=lambda message: print(f"imagepipe: {message}", flush=True)):

@@ -28,6 +28,7 @@ from pipeline.config import PipelineConfig
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
 from pipeline.platform import Platform
 from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
+from trainer.hparams import AUTO
 
 
 def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connection_config=None) -> tfx.dsl.Pipeline:
@@ -64,6 +65,8 @@ class _Stages:
     """Each stage of the DAG made from the configuration, on the platform; a stage that does not run is None."""
 
     def __init__(self, config: PipelineConfig, platform: Platform):
+        if config.model == AUTO:  # a runner resolves it first (pipeline/model_choice.py): Transform's size follows
+            raise ValueError("create_pipeline: --model auto is chosen by the runner from the images first")
         self.config, self.platform = config, platform
         self.hp = config.hparams()
         self.hparams = self.hp.to_custom_config()  # the Tuner's and the Trainer's custom_config

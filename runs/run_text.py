@@ -10,7 +10,7 @@ from components import drift as drift_lib
 from components.example_gen.listing import split_sort_key
 from components.health import TRUSTED_ACCURACY
 from runs.run_summary import component_kind
-from trainer import class_balance
+from trainer import class_balance, hparams
 
 
 def format_summary(summary: Dict[str, Any]) -> List[str]:
@@ -130,7 +130,7 @@ def _trainer(c: Dict[str, Any]) -> str:
     accuracy = d["kept_eval_accuracy"]
     balanced = d.get("monitor") == class_balance.BALANCED_ACCURACY and d.get("kept_balanced_accuracy") is not None
     multi = d.get("monitor") == class_balance.MACRO_AUC_PR and d.get("kept_macro_auc_pr") is not None
-    return (f"{d['epochs']} epochs on {d['strategy']}"
+    return (describe_model(d) + f"{d['epochs']} epochs on {d['strategy']}"
             + (f", kept epoch {d['kept_epoch']} (best eval macro AUC-PR): {d['kept_macro_auc_pr']:.4f}" if multi
                else f", kept epoch {d['kept_epoch']} (best balanced accuracy): balanced accuracy "
                f"{d['kept_balanced_accuracy']:.4f}, eval accuracy {accuracy:.4f}" if balanced and accuracy is not None
@@ -143,6 +143,13 @@ def _trainer(c: Dict[str, Any]) -> str:
             + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
             + (f"; {still_improving(d['still_improving'])}" if d.get("still_improving") else "")
             + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else ""))
+
+
+def describe_model(d: Dict[str, Any]) -> str:
+    """The model trained, and why when --model auto chose it: 'efficientnet_lite0, pretrained ... (--model auto: ...), '."""
+    if not d.get("model"):
+        return ""  # a training log written before the model was recorded here
+    return hparams.describe_model(d["model"], d.get("weights", ""), d.get("model_choice") or "") + ", "
 
 
 def describe_class_balance(balancing: Dict[str, Any]) -> str:

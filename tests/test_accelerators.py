@@ -40,7 +40,7 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
     387 eval images in one batch of 512 (drop_remainder gave none), and the metrics count the real ones only."""
     labels = [0] + [1] * (count - 1)  # the first is copied as padding: class 0
     files = [_write_records(str(tmp_path / "eval.gz"), labels)]
-    hp = HParams(image_size=SIZE)
+    hp = HParams(model="cnn", image_size=SIZE)
     evaluation = input_pipeline.make_dataset(files, hp, training=False, batch_size=512, drop_remainder=True)
     batches = list(evaluation)
     assert len(batches) == -(-count // 512) == int(evaluation.cardinality())
@@ -198,12 +198,13 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     from tfx.types import artifact_utils, standard_artifacts
     from tfx.utils import proto_utils
 
-    from pipeline import platform
+    from pipeline import local_runner, model_choice, platform
     from pipeline.config import PipelineConfig
     from pipeline.pipeline import create_pipeline
 
     root = replica_runs["replicas"]["root"]
     config = PipelineConfig(root=root, data=small_digits, epochs=8, accuracy_threshold=0.0, min_class_recall=0.0)
+    config = model_choice.resolved(config, local_runner.preflight(config)["model_choice"])  # as the runner does
     trainer = next(c for c in create_pipeline(config, platform.local(config)).components if c.id == "Trainer")
     properties = {k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
                   for k, v in trainer.exec_properties.items() if v is not None}

@@ -17,17 +17,22 @@ from trainer import features, models
 from trainer.hparams import HParams
 
 SIZE = 32
+MODEL = "efficientnet_lite0"
 
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
-    """Two different random MobileNetV2 weights files, BatchNorm calibrated (bench/backbones.py)."""
-    from bench.backbones import calibrated_weights
-
+    """Two weights files of the pretrained backbone: EfficientNet-Lite0's ImageNet weights (from the installed
+    package) as a Keras weights file, and the same with every weight nudged by 1%: two sources of weights."""
     folder = tmp_path_factory.mktemp("weights")
-    images = np.random.default_rng(0).integers(0, 256, size=(32, SIZE, SIZE, 3))
-    return [calibrated_weights("mobilenet_v2", SIZE, images, str(folder / f"w{n}.weights.h5"), seed=n)
-            for n in range(2)]
+    backbone = models.make_backbone(HParams(model=MODEL, image_size=SIZE))  # --weights imagenet
+    paths = [str(folder / "imagenet.weights.h5"), str(folder / "nudged.weights.h5")]
+    backbone.save_weights(paths[0])
+    rng = np.random.default_rng(0)
+    for weight in backbone.weights:
+        weight.assign(weight.numpy() * (1 + 0.01 * rng.standard_normal(weight.shape)).astype("float32"))
+    backbone.save_weights(paths[1])
+    return paths
 
 
 def transformed(folder, counts=(("train", 20), ("eval", 6)), seed=0):
@@ -54,7 +59,7 @@ def run(source, out_dir, cache, weights_file, **hparams):
     """Executor.Do as the TFX launcher runs it; returns (summary, {split: [(key, features, label)]})."""
     output = standard_artifacts.Examples()
     output.uri = str(out_dir)
-    hp = HParams(model="mobilenet_v2", image_size=SIZE, weights=weights_file, **hparams)
+    hp = HParams(model=MODEL, image_size=SIZE, weights=weights_file, **hparams)
     context = executor.Executor.Context(beam_pipeline_args=[], tmp_dir=str(out_dir))
     executor.Executor(context).Do({executor.INPUT_KEY: [source]}, {executor.OUTPUT_KEY: [output]},
                                   {executor.HPARAMS_KEY: json.dumps(hp.features_config()), executor.CACHE_KEY: str(cache)})
@@ -101,7 +106,7 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     assert len(made) == 1  # prepare(), to fingerprint the weights and freeze the graph the workers load
     assert [len(found["train"]), len(found["eval"])] == [20, 6]
     # What the model's own feature extractor gives for the pixels (the weights as stored in the cache).
-    hp = HParams(model="mobilenet_v2", image_size=SIZE)
+    hp = HParams(model=MODEL, image_size=SIZE)
     source_info = json.load(open(tmp_path / "a" / FEATURES_SOURCE_FILE))
     assert source_info["transformed_examples"] == source.uri and source_info["dim"] == 1280
     extractor = models.feature_extractor(hp, models.make_backbone(hp, source_info["backbone_weights"]))
@@ -210,7 +215,7 @@ def test_a_known_weights_file_needs_no_backbone_to_find_its_fingerprint(tmp_path
     path = str(tmp_path / "backbone.weights.h5")
     with open(path, "wb") as f:
         f.write(open(weights[0], "rb").read())
-    hp = HParams(model="mobilenet_v2", image_size=SIZE, weights=path)
+    hp = HParams(model=MODEL, image_size=SIZE, weights=path)
     first = backbone.prepare(hp, cache)
     assert os.listdir(os.path.join(cache, feature_cache.SOURCES_DIR)) == [backbone.source_key(hp) + ".json"]
 
@@ -234,7 +239,7 @@ def test_a_damaged_cache_is_made_whole_again_and_an_unwritable_one_is_one_line(t
     from components.features import backbone
 
     cache = str(tmp_path / "cache")
-    hp = HParams(model="mobilenet_v2", image_size=SIZE, weights=weights[0])
+    hp = HParams(model=MODEL, image_size=SIZE, weights=weights[0])
     first = backbone.prepare(hp, cache)
     whole = open(first.weights_file, "rb").read()
     with open(first.weights_file, "r+b") as f:

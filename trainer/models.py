@@ -4,9 +4,13 @@ Every model takes float32 pixels in 0..255 and scales them itself, so training,
 evaluation and serving share one scaling. Outputs are class probabilities (softmax), or for a multi-label
 model each label's probability (sigmoid: any number of labels may apply, none included).
 
-  cnn              a small CNN: the fast default (the digits sample trains in seconds)
-  mobilenet_v2     keras.applications backbones for transfer learning, trained in two
-  efficientnet_b0  phases: head on a frozen backbone, then the top layers unfrozen
+  cnn                 a small CNN: small images' model (the digits sample trains in seconds)
+  efficientnet_lite0  photos' model: EfficientNet-Lite0 pretrained on ImageNet, its weights installed with a package
+                      (trainer/efficientnet_lite.py)
+  mobilenet_v2        keras.applications backbones (their ImageNet weights downloaded by Keras)
+  efficientnet_b0
+The backbones are trained in two phases: a head on the frozen backbone's cached features, then (with
+--fine-tune-epochs) the top layers unfrozen, on pixels.
 """
 
 import contextlib
@@ -17,7 +21,8 @@ from typing import Iterator, Optional
 import keras
 
 from storage.files import is_remote
-from trainer.hparams import HParams
+from trainer import efficientnet_lite
+from trainer.hparams import MODELS, HParams
 
 
 def staged_path(path: str) -> str:
@@ -67,6 +72,9 @@ def build(hp: HParams, num_classes: int, backbone: Optional[keras.Model] = None,
           multi_label: bool = False) -> keras.Model:
     """The whole model, pixels to probabilities. For the transfer models: scaling, the backbone (made here,
     or `backbone`, e.g. with the weights the features step used), global average pooling, then the head."""
+    if hp.model not in MODELS:
+        raise ValueError(f"model {hp.model!r}: --model auto is chosen from the images before training "
+                         "(pipeline/model_choice.py)")
     inputs = keras.Input((hp.image_size, hp.image_size, hp.channels), name="pixels")
     if hp.model == "cnn":
         outputs = _cnn(inputs, num_classes, hp, multi_label)
@@ -138,7 +146,7 @@ def _cnn(inputs, num_classes, hp: HParams, multi_label: bool = False):
 
 
 def make_backbone(hp: HParams, weights_file: Optional[str] = None) -> keras.Model:
-    """The frozen keras.applications backbone, with hp.weights ("imagenet", a file, or "" for random
+    """The frozen backbone, with hp.weights ("imagenet", a file, or "" for random
     initialisation), or with `weights_file` (local or gs://), the weights the features step saved."""
     weights = weights_file or hp.weights or None
     if weights and weights != "imagenet":
@@ -149,7 +157,9 @@ def make_backbone(hp: HParams, weights_file: Optional[str] = None) -> keras.Mode
 
 def _backbone(hp: HParams, weights: Optional[str]) -> keras.Model:
     shape = (hp.image_size, hp.image_size, hp.channels)
-    if hp.model == "mobilenet_v2":
+    if hp.model == efficientnet_lite.NAME:
+        backbone = _efficientnet_lite(shape, weights)
+    elif hp.model == "mobilenet_v2":
         backbone = keras.applications.MobileNetV2(input_shape=shape, include_top=False, weights=weights)
     else:
         backbone = keras.applications.EfficientNetB0(input_shape=shape, include_top=False, weights=weights)
@@ -157,8 +167,25 @@ def _backbone(hp: HParams, weights: Optional[str]) -> keras.Model:
     return backbone
 
 
+def _efficientnet_lite(shape, weights: Optional[str]) -> keras.Model:
+    """EfficientNet-Lite0 with weights: "imagenet" (the installed package's file, its checksum checked), a .pth
+    file of the same network, or a Keras weights file (the features cache's)."""
+    backbone = efficientnet_lite.build(shape)
+    if weights == "imagenet":
+        weights = efficientnet_lite.packaged_weights()
+        efficientnet_lite.check_packaged(weights)
+    if weights and weights.endswith(".pth"):
+        efficientnet_lite.load_pth(backbone, weights)
+    elif weights:
+        backbone.load_weights(weights)
+    return backbone
+
+
 def _scaled(hp: HParams, inputs):
     """Pixels in 0..255 as the backbone expects them: part of the model, so serving scales the same way."""
+    if hp.model == efficientnet_lite.NAME:  # the reference's (x - 127) / 128
+        return keras.layers.Rescaling(1 / efficientnet_lite.STDDEV,
+                                      offset=-efficientnet_lite.MEAN / efficientnet_lite.STDDEV)(inputs)
     if hp.model == "mobilenet_v2":
         return keras.layers.Rescaling(1 / 127.5, offset=-1.0)(inputs)  # MobileNetV2 wants -1..1
     return inputs  # EfficientNet rescales and normalises inside

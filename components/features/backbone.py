@@ -28,7 +28,8 @@ from storage import files as fs
 from trainer.hparams import HParams, imagenet_weights_path
 
 # What turns pixels into the backbone's input (trainer/models.py _scaled), by model: part of the fingerprint.
-SCALING = {"mobilenet_v2": "rescale 1/127.5 offset -1", "efficientnet_b0": "inside the backbone"}
+SCALING = {"efficientnet_lite0": "(x - 127) / 128", "mobilenet_v2": "rescale 1/127.5 offset -1",
+           "efficientnet_b0": "inside the backbone"}
 
 
 class Prepared(NamedTuple):

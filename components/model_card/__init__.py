@@ -22,7 +22,8 @@ TO_FILL_IN = "TO FILL IN"
 #   schema_version      2 (2 added the class mix and every class's figures: data.imbalance_ratio,
 #                       data.classes_with_few_eval_examples, training.class_balance, evaluation.balanced_accuracy,
 #                       evaluation.weakest_class, evaluation.class_gate, last_blessed.balanced_accuracy)
-#   model               name (the pipeline), architecture (cnn | mobilenet_v2 | efficientnet_b0), image_size,
+#   model               name (the pipeline), architecture (cnn | efficientnet_lite0 | mobilenet_v2 | efficientnet_b0),
+#                       architecture_detail (its weights, and why --model auto chose it), image_size,
 #                       classes [names, in id order], created (UTC), framework {tensorflow, tfx, keras},
 #                       artifact (the Trainer's model URI), signature (serving_default input and outputs)
 #   data                sources [the ingested folder or file], layout, span, files_seen, examples,

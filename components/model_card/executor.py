@@ -23,6 +23,7 @@ from components.health import HEALTH_FILE
 from components.model_card import CARD_HTML, CARD_JSON, CARD_MD, SCHEMA_VERSION, THRESHOLD_FILE, TO_FILL_IN, render
 from storage.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
 from trainer.epochs import kept_epoch, monitor_of
+from trainer.hparams import describe_model
 
 INPUTS = ("model", "model_run", "evaluation", "blessing", "examples", "ingestion_report")
 OPTIONAL = ("health", "baseline_model")
@@ -112,6 +113,9 @@ def _model(model_uri: str, info: Dict[str, Any], log: Dict[str, Any], pipeline: 
     hparams = log.get("hparams") or {}
     return {
         "name": pipeline, "architecture": info.get("model") or hparams.get("model"),
+        # the weights it started from, and why --model auto chose it
+        "architecture_detail": describe_model(info.get("model") or hparams.get("model") or "", hparams.get(
+            "weights", ""), hparams.get("model_choice") or ""),
         "image_size": info.get("image_size") or hparams.get("image_size"),
         "classes": info.get("class_names") or log.get("class_names") or [],
         # multi: any number of the classes (labels) an image, each with its own probability and threshold

@@ -30,7 +30,7 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
 
 
 def _model_section(model: Dict[str, Any], multi: bool) -> tuple:
-    return ("Model", [("name", model["name"]), ("architecture", model["architecture"]),
+    return ("Model", [("name", model["name"]), ("architecture", model.get("architecture_detail") or model["architecture"]),
                       ("input", f"{model['image_size']} x {model['image_size']} pixels"),
                       ("task", "multi-label: any number of the labels an image, each at its own threshold" if multi
                        else None),
