@@ -278,9 +278,17 @@ class ExplanationWriter:
         if complete:
             from storage.spreadsheet import csv_text
 
-            with open(os.path.join(self._folder.partial, EXPLANATIONS_INDEX), "w", encoding="utf-8") as f:
-                f.write(csv_text(EXPLANATION_COLUMNS, self._rows))
-        self._folder.close(complete)
+            try:
+                with open(os.path.join(self._folder.partial, EXPLANATIONS_INDEX), "w", encoding="utf-8") as f:
+                    f.write(csv_text(EXPLANATION_COLUMNS, self._rows))
+            except OSError as e:
+                self._folder.close(complete=False)
+                raise InputError(f"{self._option} {self.path}: cannot write the explanations ({e.strerror or e}); "
+                                 "free space there or give a folder on a disk with room") from None
+        try:
+            self._folder.close(complete)
+        except ConfigError as e:
+            raise InputError(str(e)) from None
 
 
 def write_explanation(folder: str, result: Dict, stem: Optional[str] = None, overlay_size: int = 256) -> None:

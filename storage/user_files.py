@@ -8,11 +8,14 @@ moved into place whole, so a full disk leaves no partial file behind. Every prob
 option (a ConfigError: exit status 2).
 """
 
+import contextlib
+import fcntl
+import json
 import os
 import shutil
 import stat
 import tempfile
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, List, NamedTuple, Optional
 
 from storage.errors import ConfigError
 
@@ -92,24 +95,41 @@ def discard(partial: Optional[str]) -> None:
         pass
 
 
-COMPLETE = ".complete"  # the marker of a folder write_folder made (and finished); it holds the folder's kind
+COMPLETE = ".complete"  # the marker of a folder write_folder made (and finished): its kind and the files it wrote
+
+
+class _Marker(NamedTuple):
+    kind: str
+    files: Optional[List[str]]  # relative paths of the files imagepipe wrote there; None: an earlier marker
+
+
+def _marker(out: str) -> Optional[_Marker]:
+    """The COMPLETE marker of a finished folder made here (JSON: its kind and files; an earlier one held only the
+    kind), or None."""
+    try:
+        with open(os.path.join(out, COMPLETE), encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
+        found = json.loads(text)
+        return _Marker(str(found["kind"]), [str(name) for name in found["files"]])
+    except (ValueError, KeyError, TypeError):
+        return _Marker(text, None)
 
 
 def _made_here(out: str, kind: str) -> bool:
     """Whether `out` is a finished folder of this kind made here (its COMPLETE marker names the kind: a folder of
     sample images is never taken for a folder of maps, and replaced)."""
-    try:
-        with open(os.path.join(out, COMPLETE)) as f:
-            return f.read() == kind
-    except (OSError, UnicodeDecodeError):
-        return False
+    marker = _marker(out)
+    return marker is not None and marker.kind == kind and not os.path.islink(out)
 
 
 def write_folder(out: str, build: Callable[[str], None], option: str, replace: bool = False, kind: str = "") -> str:
     """Makes the folder `out` with build(folder) in a new temporary folder beside it, then moves it into place
     whole (a COMPLETE marker inside). `out` must be new, empty, or a folder of this `kind` made here before: that
-    one is kept as it is, or with `replace` made again. A folder holding anything else is the user's, never deleted
-    or written into (ConfigError)."""
+    one is kept as it is, or with `replace` made again (only what imagepipe wrote in it is replaced). Anything else
+    is the user's, never deleted or written into (ConfigError)."""
     if _made_here(out, kind) and not replace:
         return out
     folder = FolderWriter(out, option, kind)
@@ -124,23 +144,49 @@ def write_folder(out: str, build: Callable[[str], None], option: str, replace: b
 
 class FolderWriter:
     """A folder written as things come (`partial`: a new temporary folder beside `out`), moved into place whole by
-    close(complete=True), with a COMPLETE marker naming `kind` inside; close(complete=False) removes it. `out` must
-    be new, empty, or a folder of this kind made here before (replaced); a folder holding anything else is the
-    user's (ConfigError at once)."""
+    close(complete=True), with a COMPLETE marker inside naming `kind` and listing the files written;
+    close(complete=False) removes it. `out` must be new, empty, or a folder of this kind made here before. That one
+    is replaced in what imagepipe wrote there only (its marker's list): a file the user added to it is kept, moved
+    into the new folder (refused, at close, if the new folder writes a file of that name). Writers of one parent
+    folder take turns at close (a lock on the parent), so two runs into one new folder leave the last one's whole.
+    Every problem is one line naming the option (ConfigError)."""
 
     def __init__(self, out: str, option: str, kind: str = ""):
-        self.out, self._kind = out, kind
-        self._ours = _made_here(out, kind)
-        if os.path.lexists(out) and not self._ours:
-            if not os.path.isdir(out) or os.path.islink(out):
-                raise ConfigError(f"{option} {out}: not a folder; give a new or empty folder")
-            if os.listdir(out):
-                raise ConfigError(f"{option} {out}: the folder holds files imagepipe did not write, which it never "
-                                  "deletes or writes among; give a new or empty folder")
+        self.out, self._option, self._kind = out, option, kind
+        self._check(_marker(out))
         parent, name = os.path.split(os.path.abspath(out))
-        os.makedirs(parent, exist_ok=True)
-        self.partial = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            self.partial = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent)
+        except OSError as e:
+            raise ConfigError(f"{option} {out}: cannot write there ({e.strerror or e}); give a folder you can "
+                              "write to") from None
         self._closed = False
+
+    def _check(self, marker: Optional[_Marker]) -> bool:
+        """Whether `out` is a folder of ours to replace (False: new or empty); ConfigError when it cannot be."""
+        out, option = self.out, self._option
+        if os.path.islink(out):
+            raise ConfigError(f"{option} {out}: a symbolic link, which is never written through; give the folder's "
+                              "own path (new, empty, or one imagepipe wrote)")
+        if not os.path.lexists(out):
+            return False
+        if not os.path.isdir(out):
+            raise ConfigError(f"{option} {out}: not a folder; give a new or empty folder")
+        if marker is not None and marker.kind == self._kind:
+            if marker.files is None:
+                raise ConfigError(f"{option} {out}: written by an earlier imagepipe that did not list its files, so "
+                                  "files of yours there cannot be told from its own; give a new folder (or empty "
+                                  "this one first)")
+            return True
+        try:
+            empty = not os.listdir(out)
+        except OSError as e:
+            raise ConfigError(f"{option} {out}: cannot read it ({e.strerror}); give a new or empty folder") from None
+        if not empty:
+            raise ConfigError(f"{option} {out}: the folder holds files imagepipe did not write, which it never "
+                              "deletes or writes among; give a new or empty folder")
+        return False
 
     def close(self, complete: bool) -> None:
         if self._closed:
@@ -148,16 +194,94 @@ class FolderWriter:
         self._closed = True
         try:
             if complete:
-                with open(os.path.join(self.partial, COMPLETE), "w") as f:
-                    f.write(self._kind)
-                if self._ours:  # made here before (its marker): replaced
-                    shutil.rmtree(self.out)
-                os.replace(self.partial, self.out)  # over an empty folder too (POSIX rename)
+                written = _files_under(self.partial)
+                with open(os.path.join(self.partial, COMPLETE), "w", encoding="utf-8") as f:
+                    json.dump({"kind": self._kind, "files": written}, f)
+                with _parent_locked(self.out):
+                    self._move_into_place(set(written))
                 return
+        except OSError as e:
+            shutil.rmtree(self.partial, ignore_errors=True)
+            raise ConfigError(f"{self._option} {self.out}: cannot write there ({e.strerror or e}); give a folder you "
+                              "can write to, on a disk with room") from None
         except BaseException:
             shutil.rmtree(self.partial, ignore_errors=True)
             raise
         shutil.rmtree(self.partial, ignore_errors=True)  # the temporary folder made here, nothing else
+
+    def _move_into_place(self, written: set) -> None:
+        marker = _marker(self.out)  # again: another writer may have finished since __init__
+        if not self._check(marker):
+            os.replace(self.partial, self.out)  # new, or over an empty folder (POSIX rename)
+            return
+        ours = set(marker.files)
+        theirs = [rel for rel in _entries_under(self.out) if rel not in ours and rel != COMPLETE]
+        clash = next((rel for rel in theirs if rel in written or any(w.startswith(rel + "/") for w in written)), None)
+        if clash:
+            raise ConfigError(f"{self._option} {self.out}: {clash} is not a file imagepipe wrote, and this run writes "
+                              "one of that name; move it away, or give another folder")
+        for rel in theirs:  # the user's files go on living in the folder: moved, never copied or deleted
+            target = os.path.join(self.partial, rel)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(os.path.join(self.out, rel), target)
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(self.out))}.", suffix=".old",
+                               dir=os.path.dirname(os.path.abspath(self.out)))
+        os.rename(self.out, os.path.join(old, "folder"))
+        os.replace(self.partial, self.out)
+        _remove_listed(os.path.join(old, "folder"), ours | {COMPLETE}, self.out)
+        os.rmdir(old)
+
+
+def _files_under(folder: str) -> List[str]:
+    """The relative '/'-separated paths of every file (not folder) under `folder`, sorted."""
+    found = []
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            found.append(os.path.relpath(os.path.join(dirpath, name), folder).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def _entries_under(folder: str) -> List[str]:
+    """Every file, link and empty folder under `folder` (relative, '/'-separated): what a user may have put there."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        rel = os.path.relpath(dirpath, folder).replace(os.sep, "/")
+        found += [name if rel == "." else f"{rel}/{name}" for name in filenames]
+        found += [name if rel == "." else f"{rel}/{name}" for name in dirnames
+                  if os.path.islink(os.path.join(dirpath, name)) or not os.listdir(os.path.join(dirpath, name))]
+    return sorted(found)
+
+
+def _remove_listed(folder: str, listed: set, keep_in: str) -> None:
+    """Removes the listed files of a replaced folder, then its empty folders; anything else (a file that appeared
+    meanwhile) is moved into `keep_in`, never deleted."""
+    for rel in _entries_under(folder):
+        path = os.path.join(folder, rel)
+        if rel in listed:
+            os.remove(path)
+        elif not (os.path.isdir(path) and not os.path.islink(path)):
+            target = os.path.join(keep_in, rel)
+            if not os.path.lexists(target):
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.rename(path, target)
+    for dirpath, _, _ in sorted(os.walk(folder, topdown=False), key=lambda w: -len(w[0])):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass  # not empty: something of the user's that could not be moved stays where it is
+
+
+@contextlib.contextmanager
+def _parent_locked(out: str):
+    """An exclusive lock on the folder that holds `out` (flock on the folder itself: no lock file is left behind),
+    for a writer's check-and-move."""
+    parent = os.path.dirname(os.path.abspath(out))
+    handle = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
 
 
 def same_file(a: str, b: str) -> bool:

@@ -159,6 +159,41 @@ def test_explanations_never_replace_or_write_among_other_folders(tmp_path):
     again = user_files.FolderWriter(str(tmp_path / "maps"), "--explain", result_files.EXPLANATIONS_KIND)
     again.close(complete=True)  # a folder of maps is replaced whole
     assert sorted(os.listdir(tmp_path / "maps")) == [".complete"]
+    # What the user puts in a folder of maps is theirs: the next --explain replaces only what imagepipe wrote.
+    write(os.path.join(str(tmp_path / "maps"), "notes.txt"), b"mine")
+    write(os.path.join(str(tmp_path / "maps"), "review", "sheet.csv"), b"mine too")
+    os.makedirs(tmp_path / "maps" / "empty")
+    third = user_files.FolderWriter(str(tmp_path / "maps"), "--explain", result_files.EXPLANATIONS_KIND)
+    write(os.path.join(third.partial, "2.npy"), b"y")
+    third.close(complete=True)
+    assert sorted(os.listdir(tmp_path / "maps")) == [".complete", "2.npy", "empty", "notes.txt", "review"]
+    assert (tmp_path / "maps" / "review" / "sheet.csv").read_bytes() == b"mine too"
+    clashing = user_files.FolderWriter(str(tmp_path / "maps"), "--explain", result_files.EXPLANATIONS_KIND)
+    write(os.path.join(clashing.partial, "notes.txt"), b"a map's name")  # would overwrite the user's file
+    with pytest.raises(ConfigError, match="notes.txt is not a file imagepipe wrote, and this run writes one"):
+        clashing.close(complete=True)
+    assert (tmp_path / "maps" / "notes.txt").read_bytes() == b"mine" and (tmp_path / "maps" / "2.npy").exists()
+    assert not [n for n in os.listdir(tmp_path) if n.endswith((".partial", ".old"))]
+    # Two runs into one new folder at once: they take turns at the end, and the last one's maps are there, whole.
+    first, second = (user_files.FolderWriter(str(tmp_path / "new"), "--explain", result_files.EXPLANATIONS_KIND)
+                     for _ in range(2))
+    write(os.path.join(first.partial, "a.npy"), b"1")
+    write(os.path.join(second.partial, "b.npy"), b"2")
+    first.close(complete=True)
+    second.close(complete=True)
+    assert sorted(os.listdir(tmp_path / "new")) == [".complete", "b.npy"]
+    # A link, a path under a file, a folder no one may write, and an earlier imagepipe's folder whose marker does
+    # not list its files: one line each, nothing written.
+    os.symlink(tmp_path / "maps", tmp_path / "link")
+    write(tmp_path / "a-file", b"x")
+    earlier = tmp_path / "earlier"
+    write(earlier / "1.npy", b"x")
+    write(earlier / ".complete", result_files.EXPLANATIONS_KIND.encode())
+    for out, message in ((tmp_path / "link", "a symbolic link"), (tmp_path / "a-file" / "maps", "cannot write there"),
+                         ("/proc/maps-here", "cannot write there"), (earlier, "did not list its files")):
+        with pytest.raises(ConfigError, match=message) as caught:
+            user_files.FolderWriter(str(out), "--explain", result_files.EXPLANATIONS_KIND)
+        assert "\n" not in str(caught.value)
     for folder in (sample, str(tmp_path)):  # an input, or a folder holding one
         with pytest.raises(image_inputs.InputError, match="a folder of its own"):
             result_files.check_explain_folder(folder, [sample], [], None)
