@@ -78,7 +78,7 @@ class TFLiteServing:
 
 def resolve_model_dir(path: str) -> str:
     """A SavedModel folder, a .tflite file, or a Pusher destination holding numbered SavedModel versions
-    (the newest wins); local or gs://."""
+    (the newest complete one wins: components/pusher); local or gs://."""
     if fs.is_remote(path):
         import tensorflow as tf
 
@@ -92,10 +92,13 @@ def resolve_model_dir(path: str) -> str:
     if exists(fs.join(path, "saved_model.pb")) or (path.endswith(".tflite") and exists(path)):
         return path
     if isdir(path):
-        versions = [v.rstrip("/") for v in listdir(path)]
-        versions = [v for v in versions if v.isdigit() and exists(fs.join(path, v, "saved_model.pb"))]
-        if versions:
-            return fs.join(path, max(versions, key=int))
+        from components.pusher import complete_version
+
+        # The newest whole version: one cut short (a Pusher killed mid-copy) is never served.
+        versions = sorted((v.rstrip("/") for v in listdir(path) if v.rstrip("/").isdigit()), key=int, reverse=True)
+        complete = next((v for v in versions if complete_version(fs.join(path, v), exists)), None)
+        if complete:
+            return fs.join(path, complete)
     raise ModelNotFound(f"--model {path}: no SavedModel there (nor numbered versions of one, nor a .tflite file); "
                         "give a pushed model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
 

@@ -104,6 +104,12 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
         evaluation["accuracy"], abs=1.01 / evaluation["example_count"])
     pushed = details(first, "Pusher")
     assert pushed["pushed"] and pushed["destination"].startswith(config.serving_dir)
+    from components.pusher import PUSH_COMPLETE
+
+    # The version appeared whole (made in a staging folder, PUSH_COMPLETE last, then moved), and nothing else.
+    assert os.path.exists(os.path.join(pushed["destination"], PUSH_COMPLETE))
+    assert os.path.exists(os.path.join(pushed["destination"], "threshold.json"))
+    assert all(name.isdigit() for name in os.listdir(config.serving_dir))
     lines = run_text.format_summary(first)
     assert any("1,797 files -> 1,797 examples" in line for line in lines)
     assert any("BLESSED" in line for line in lines)
@@ -228,11 +234,23 @@ def test_failed_ingestion_publishes_nothing(tmp_path, small_digits):
     shutil.copytree(small_digits, data)
     for n in range(60):
         write(data / "3" / f"bad-{n}.jpg", b"not a jpeg")
+    from PIL import Image
+
+    for name in sorted(os.listdir(data / "1"))[:3]:  # near-duplicates: recompressed copies
+        Image.open(data / "1" / name).convert("L").save(data / "1" / f"copy-{name}.jpg", quality=80)
     config = PipelineConfig(root=str(tmp_path / "out"), data=str(data), schema=SAMPLE_SCHEMA)
-    with pytest.raises(IngestionError, match="60 of 360 files"):
+    with pytest.raises(IngestionError, match="60 of 363 files"):
         local_runner.run(config)
     summary = run_summary.summarize(config.metadata_path)
     assert states(summary) == {"ImageExampleGen": "FAILED"}
+    # What it found is still said, and the report made (a KeyError on the near-duplicates list lost both).
+    from report import report
+    from runs import verdicts
+
+    assert details(summary, "ImageExampleGen")["near_duplicate_groups"] >= 3
+    assert any("60 of 363" in line or "quarantined" in line for line in run_text.format_summary(summary))
+    assert verdicts.hints(summary, None)[0].startswith("quarantined files, with reasons: ")
+    assert os.path.exists(report.build(summary, str(tmp_path / "report.html"), pipeline_name=config.pipeline_name))
     # No half-written examples or report left behind looking complete.
     for output in ("examples", "report"):
         folder = os.path.join(config.pipeline_root, "ImageExampleGen", output)
@@ -269,6 +287,27 @@ def test_predict_command_labels_files_with_the_pushed_model(sample_runs, tmp_pat
         assert 1 >= float(p1) >= float(p2) >= 0
         correct += first == label
     assert correct >= 9, lines
+
+
+def test_predict_never_serves_a_version_cut_short(sample_runs, tmp_path):
+    """A Pusher killed mid-copy (an older release, or a copy by hand) leaves a newer version with its SavedModel but
+    no threshold.json: predict serves the newest whole version, never that one."""
+    from components.pusher import PUSH_COMPLETE
+
+    config, first, _ = sample_runs
+    pushed = details(first, "Pusher")["destination"]
+    serving = tmp_path / "serving"
+    shutil.copytree(pushed, serving / "1000")
+    cut = serving / "2000"
+    shutil.copytree(pushed, cut)
+    for name in (PUSH_COMPLETE, "threshold.json"):
+        os.remove(cut / name)
+    assert predict.resolve_model_dir(str(serving)) == str(serving / "1000")
+    os.remove(serving / "1000" / PUSH_COMPLETE)  # a version pushed before the marker: whole by its files
+    assert predict.resolve_model_dir(str(serving)) == str(serving / "1000")
+    os.remove(serving / "1000" / "threshold.json")
+    with pytest.raises(predict.ModelNotFound):
+        predict.resolve_model_dir(str(serving))
 
 
 def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_runs, tmp_path):
