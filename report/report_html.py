@@ -9,6 +9,8 @@ import html
 import io
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from components.example_gen.ingest_defaults import MAX_PIXELS
+
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2433;background:#f6f7f9}
 header{background:#1d2433;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:20px}
@@ -57,12 +59,13 @@ def _fmt(value) -> str:
     return "" if value is None else str(value)
 
 
-def thumbnail(data: bytes, size: int = 80) -> Optional[str]:
-    """A data: URL of a small PNG of the image, or None when it does not decode."""
-    from PIL import Image
+def thumbnail(data: bytes, size: int = 80, max_pixels: int = MAX_PIXELS) -> Optional[str]:
+    """A data: URL of a small PNG of the image, or None when it does not decode or is over the pixel bound that
+    ingestion applies (image_check.open_bounded: a quarantined decompression bomb is never decoded here)."""
+    from components.example_gen.image_check import open_bounded
 
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with open_bounded(data, max_pixels) as image:
             image.draft("RGB", (size * 2, size * 2))
             image = image.convert("RGB")
             image.thumbnail((size, size))

@@ -149,3 +149,38 @@ def test_a_huge_declared_size_is_refused_before_decoding():
     with pytest.raises(BadImage) as caught:
         check_image(header + chunk, BUDGET)
     assert caught.value.reason == Reason.TOO_MANY_PIXELS
+
+
+BOMBS = """
+import resource, struct, zlib
+from report.report_html import thumbnail
+
+def png(width, height):
+    chunk = lambda kind, data: struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = zlib.compress(bytes(width * 3 + 1) * 8)
+    return (b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+
+gif = (b"GIF89a" + struct.pack("<HH", 65535, 65535) + b"\\x00\\x00\\x00" + b"," + bytes(4)
+       + struct.pack("<HH", 65535, 65535) + b"\\x00\\x02\\x02D\\x01\\x00;")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+found = [thumbnail(png(30000, 30000)), thumbnail(gif), thumbnail(png(64, 64)) is not None]
+print(found, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def test_report_thumbnails_never_decode_a_decompression_bomb():
+    """The report shows quarantined files as thumbnails: a 30000x30000 PNG of a few kB and a 29-byte GIF declaring
+    65535x65535 were decoded (5.1 and 17.6 GB). They go through ingestion's pixel bound now: no thumbnail, and the
+    process stays small; an ordinary image still gets one."""
+    import subprocess
+    import sys
+
+    from pipeline.config import PROJECT_DIR
+
+    done = subprocess.run([sys.executable, "-c", BOMBS], capture_output=True, text=True, cwd=PROJECT_DIR,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found, megabytes = done.stdout.strip().rsplit(" ", 1)
+    assert found == "[None, None, True]"
+    assert int(megabytes) < 100  # what the thumbnails added to the peak: 0 measured; either bomb takes gigabytes

@@ -25,7 +25,7 @@ from PIL import Image
 
 from components.example_gen import signature, similarity
 
-# Our own budget replaces Pillow's decompression-bomb check.
+# Our own budget (open_bounded, --max-pixels) replaces Pillow's decompression-bomb check.
 Image.MAX_IMAGE_PIXELS = None
 
 SUPPORTED_FORMATS = ("jpeg", "png", "gif", "bmp")
@@ -188,6 +188,23 @@ def _dct_size(info: ImageInfo, max_pixels: int) -> Tuple[int, int]:
     return size
 
 
+def open_bounded(data: bytes, max_pixels: int, fmt: Optional[str] = None) -> Image.Image:
+    """The image opened (its header read, nothing decoded yet), or BadImage when its size times its frames is over
+    max_pixels: the one pixel bound every decode of a file goes through (ingestion, predict's input check, the
+    report's thumbnails), where Pillow's own decompression-bomb guard is off (it would refuse what --max-pixels
+    allows)."""
+    image = Image.open(io.BytesIO(data))
+    width, height = image.size
+    frames = getattr(image, "n_frames", 1) if (fmt or sniff_format(data)) == "gif" else 1
+    if width <= 0 or height <= 0:
+        raise BadImage(Reason.CORRUPT, f"invalid size {width}x{height}")
+    pixels = width * height * frames
+    if pixels > max_pixels:
+        raise BadImage(Reason.TOO_MANY_PIXELS, f"{width}x{height}" + (f"x{frames} frames" if frames > 1 else "")
+                       + f" = {pixels:,} pixels, over the budget of {max_pixels:,} (--max-pixels)")
+    return image
+
+
 def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
             sign: bool = False) -> Tuple[ImageInfo, Optional[Image.Image]]:
     """Decodes `data` (checks first); returns its info (with its perceptual signature when `sign`) and,
@@ -201,17 +218,8 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            image = Image.open(io.BytesIO(data))
+            image = open_bounded(data, max_pixels, fmt)
             width, height = image.size
-            frames = getattr(image, "n_frames", 1) if fmt == "gif" else 1
-            if width <= 0 or height <= 0:
-                raise BadImage(Reason.CORRUPT, f"invalid size {width}x{height}")
-            pixels = width * height * frames
-            if pixels > max_pixels:
-                raise BadImage(
-                    Reason.TOO_MANY_PIXELS,
-                    f"{width}x{height}" + (f"x{frames} frames" if frames > 1 else "")
-                    + f" = {pixels:,} pixels, over the budget of {max_pixels:,} (--max-pixels)")
             info = ImageInfo(format=fmt, height=height, width=width, channels=bmp_channels or _tf_channels(fmt, image))
             copy_due = bool(store_max_pixels) and width * height > store_max_pixels
             if fmt == "jpeg":
