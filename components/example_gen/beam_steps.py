@@ -106,6 +106,9 @@ def key_by_hash(m: Meta) -> Tuple[str, Meta]:
     return m.sha256, m
 
 
+CONFLICTS_SHOWN = 3  # other copies a label-conflict row names (then "and N more")
+
+
 class Resolve(beam.DoFn):
     """For one content hash seen more than once, decides which written copies must go.
 
@@ -123,19 +126,22 @@ class Resolve(beam.DoFn):
             return
         yield "duplicates", [m.rel_path for m in metas]
         if len({m.label for m in metas}) > 1:
-            # The same bytes under two labels: no way to know which one is right.
+            # The same bytes under two labels: no way to know which one is right. Each row names a few of the
+            # others (a manifest naming one file 5,000 times made rows of 5,000 paths each: quadratic).
             for m in metas:
-                others = ", ".join(f"{o.rel_path} ({o.label})" for o in metas if o is not m)
-                yield "rejected", (m, bad_row(m.rel_path, Reason.LABEL_CONFLICT, f"same content as {others}",
+                others = [o for o in metas[:CONFLICTS_SHOWN + 1] if o is not m][:CONFLICTS_SHOWN]
+                more = len(metas) - 1 - len(others)
+                named = ", ".join(f"{o.rel_path} ({o.label})" for o in others) + (f" and {more:,} more" if more else "")
+                yield "rejected", (m, bad_row(m.rel_path, Reason.LABEL_CONFLICT, f"same content as {named}",
                                               m.label, m.split))
             return
         # Keep copies in one split only: the first pre-assigned split, else the hash split.
         preassigned = sorted({m.split for m in metas if m.preassigned}, key=split_sort_key)
         keep_split = preassigned[0] if preassigned else metas[0].split
+        anchor = next(o for o in metas if o.split == keep_split)
         kept: List[Meta] = []
         for m in metas:
             if m.split != keep_split:
-                anchor = next(o for o in metas if o.split == keep_split)
                 yield "rejected", (m, bad_row(
                     m.rel_path, Reason.DUPLICATE_ACROSS_SPLITS,
                     f"same content as {anchor.rel_path} in split {keep_split!r}; kept there only",

@@ -99,13 +99,22 @@ def bucket_pairs(element, limits: similarity.NearDuplicateLimits) -> Iterable[Tu
     items = sorted((item for part in parts for item in part), key=lambda item: item[0][1])  # by path
     if len(items) < 2:
         return
-    h = similarity.hashes([signature for _, signature in items])
-    content = np.array([bytes.fromhex(fields[0]) for fields, _ in items])
+    # Exact copies (one content hash) are tested once, as search() does: then each copy joins its image's group.
+    first_of: Dict[str, int] = {}
+    for k, (fields, _) in enumerate(items):
+        first_of.setdefault(fields[0], k)
+    distinct = sorted(first_of.values())
+    h = similarity.hashes([items[k][1] for k in distinct])
+    content = np.array([bytes.fromhex(items[k][0][0]) for k in distinct])
     joined = Joined()
-    for i, j in similarity.bucket_candidates(np.zeros(len(items), np.int64), np.arange(len(items))):
+    for i, j in similarity.bucket_candidates(np.zeros(len(distinct), np.int64), np.arange(len(distinct))):
         for a, b in zip(*_near_pairs(h, content, i, j, limits)):
             if joined.join(a, b):
-                yield items[a][0], items[b][0]
+                yield items[distinct[a]][0], items[distinct[b]][0]
+    grouped = {distinct[a] for a in joined.members()}
+    for k, (fields, _) in enumerate(items):
+        if first_of[fields[0]] != k and first_of[fields[0]] in grouped:
+            yield items[first_of[fields[0]]][0], items[k][0]
 
 
 def _near_pairs(h: similarity.Hashes, content: np.ndarray, i: np.ndarray, j: np.ndarray,
@@ -127,10 +136,28 @@ LARGE_BUCKET = 32  # buckets of more images are tested as matrix products (simil
 def search(rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplicateLimits,
            images: int) -> List[Tuple[int, int]]:
     """The near-duplicate groups among rows [n, SIGNATURE_BYTES] uint8 (content: their SHA-256 digests), as pairs
-    (the first image of each group with each other one), in one vectorised pass: every image's buckets at once,
-    every pair of images sharing a bucket tested (the pairs Beam's way tests, bucket by bucket): those of the small
-    buckets in chunks, each large bucket (look-alike images) as matrix products; the passing pairs joined into
-    groups."""
+    (the first image of each group with each other one). Exact copies (one content hash) are searched once: the
+    search runs on one image per content, then each copy of an image in a group joins it (a manifest naming two
+    files 5,000 times made buckets of 2,500 copies, every pair of them tested and then skipped: quadratic)."""
+    distinct, first, inverse = np.unique(content, return_index=True, return_inverse=True)
+    if len(distinct) == len(content):
+        return _search(rows, content, limits, images)
+    pairs = [(int(first[a]), int(first[b])) for a, b in _search(rows[first], content[first], limits, images)]
+    grouped = {k for pair in pairs for k in pair}
+    order = np.argsort(inverse, kind="stable")  # the copies of each content together, in image order
+    bounds = np.r_[0, np.cumsum(np.bincount(inverse, minlength=len(distinct)))]
+    for u in range(len(distinct)):
+        representative = int(first[u])
+        if representative in grouped:
+            pairs += [(representative, int(k)) for k in order[bounds[u]:bounds[u + 1]] if k != representative]
+    return pairs
+
+
+def _search(rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplicateLimits,
+            images: int) -> List[Tuple[int, int]]:
+    """search() on rows of distinct contents, in one vectorised pass: every image's buckets at once, every pair of
+    images sharing a bucket tested (the pairs Beam's way tests, bucket by bucket): those of the small buckets in
+    chunks, each large bucket (look-alike images) as matrix products; the passing pairs joined into groups."""
     h = similarity.hashes(rows)
     joined = Joined()
     flat, image = similarity.buckets(similarity.band_codes(rows, similarity.band_bits(limits, images)))
