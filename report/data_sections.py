@@ -151,8 +151,9 @@ def _near_duplicates(ingest: Dict[str, Any], tile) -> str:
                  "each other.</p>" if ingest else not_reached("ImageExampleGen"))
     else:
         body += (f"<p>{esc(run_text.describe_near_duplicates(ingest))}; "
-                 f"{ingest['near_duplicate_within_class']:,} groups stay within a class. Every group is in "
-                 f"<code>{esc(ingest['near_duplicates_csv'])}</code>"
+                 f"{ingest['near_duplicate_within_class']:,} groups stay within a class. "
+                 + (f"Every group is in <code>{esc(ingest['near_duplicates_csv'])}</code>"
+                    if ingest.get("near_duplicates_csv") else "The ingestion failed before listing every group")
                  + ("; with <code>--near-duplicates drop</code> one copy of each group with one label is kept."
                     if not ingest.get("near_duplicates_dropped") else ".") + "</p>")
         for n, group in enumerate(ingest["near_duplicate_examples"][:MAX_NEAR_DUPLICATE_GROUPS], start=1):

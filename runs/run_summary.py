@@ -188,7 +188,9 @@ def _failed_ingestion(c: Dict[str, Any], metadata_path: str) -> Dict[str, Any]:
     if not os.path.exists(path):
         return {}
     with open(path) as f:
-        return {**json.load(f), "quarantine_csv": os.path.join(folder, QUARANTINE_FILE), "failed": True}
+        # no near_duplicates.csv: a failed ingestion keeps its quarantine list only
+        return {**json.load(f), "quarantine_csv": os.path.join(folder, QUARANTINE_FILE), "near_duplicates_csv": None,
+                "failed": True}
 
 
 def _gate(c: Dict[str, Any]) -> Dict[str, Any]:

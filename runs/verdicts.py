@@ -22,7 +22,8 @@ def hints(summary: Dict[str, Any], predict_command: Optional[str] = None) -> Lis
     out = []
     if details.get("ImageExampleGen", {}).get("quarantined"):
         out.append(f"quarantined files, with reasons: {details['ImageExampleGen']['quarantine_csv']}")
-    if details.get("ImageExampleGen", {}).get("near_duplicate_groups"):
+    if details.get("ImageExampleGen", {}).get("near_duplicate_groups") and \
+            details["ImageExampleGen"].get("near_duplicates_csv"):  # a failed ingestion keeps no list of them
         out.append(f"near-duplicate groups: {details['ImageExampleGen']['near_duplicates_csv']}")
     for key, what in (("label_issues", "likely label errors, most likely first"), ("outliers", "outliers")):
         if details.get("DataHealth", {}).get(key):
