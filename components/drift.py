@@ -48,9 +48,9 @@ def check(reference: Optional[Dict[str, Any]], current: Optional[Dict[str, Any]]
 
 
 def make_profile(examples: int, examples_per_split_and_class: Dict[str, Dict[str, int]], formats: Dict[str, int],
-                 sizes: List[list]) -> Dict[str, Any]:
+                 sizes: List[list], examples_per_split: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """The profile of one ingestion (all splits): the examples (images: a multi-label image counts once, under
-    every label it has in `classes`), counts per class, format, width bin and height bin."""
+    every label it has in `classes`; per split too), counts per class, format, width bin and height bin."""
     classes: Dict[str, int] = {}
     for per_class in examples_per_split_and_class.values():
         for label, n in per_class.items():
@@ -61,6 +61,7 @@ def make_profile(examples: int, examples_per_split_and_class: Dict[str, Dict[str
         counts = width if side == "width" else height
         counts[bucket] = counts.get(bucket, 0) + n
     return {"examples": examples, "classes": dict(sorted(classes.items())),
+            **({"examples_per_split": dict(sorted(examples_per_split.items()))} if examples_per_split else {}),
             # per split too: the Evaluator judges each class on its eval count (components/evaluator/executor.py)
             "classes_per_split": {split: dict(sorted(per_class.items()))
                                   for split, per_class in sorted(examples_per_split_and_class.items())},

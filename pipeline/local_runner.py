@@ -56,7 +56,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
                                     "check the pattern against the span folder names") from None
         pattern = splits[0].pattern  # now with the latest span filled in
     source = base if pattern in (".", "") else fs.join(base, pattern)
-    listing = sources.list_source(base, source, config.layout)
+    listing = sources.list_source(base, source, config.layout, task=config.task)
     sources.check_usable(listing)
     choice = model_choice.choose([c.uri for c in listing.candidates if not c.problem]) \
         if config.model == AUTO else None

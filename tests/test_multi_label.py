@@ -68,6 +68,25 @@ def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
     with pytest.raises(sources.DataError) as caught:
         sources.list_source(str(tmp_path / "folders"), str(tmp_path / "folders"), task="multi")
     assert "class folders give each image one label" in str(caught.value) and "\n" not in str(caught.value)
+    # The run's pre-flight check knows the task: each of these was a recorded run failing in ImageExampleGen.
+    from pipeline import local_runner
+    from pipeline.config import PipelineConfig
+
+    for n in range(4):
+        write(tmp_path / "img" / f"{n}.jpg", image_bytes(seed=n))
+    write(tmp_path / "multi.csv", b"path,labels\nimg/0.jpg,dog;cat\nimg/1.jpg,cat\nimg/2.jpg,\nimg/3.jpg,dog\n")
+    write(tmp_path / "lone.csv", b"path,labels\nimg/0.jpg,dog\nimg/1.jpg,\nimg/2.jpg,dog\nimg/3.jpg,\n")
+    write(tmp_path / "late.csv", b"path,labels,split\nimg/0.jpg,dog,train\nimg/1.jpg,cat,train\n"
+                                 b"img/2.jpg,bird,eval\nimg/3.jpg,dog;cat,test\n")
+    for data, task, expected in (("multi.csv", "single", "--task multi"),
+                                 ("folders", "multi", "class folders give each image one label"),
+                                 ("lone.csv", "multi", "a multi-label set with one label ('dog'); that is a yes/no "
+                                                       "question: give it as two classes"),
+                                 ("late.csv", "multi", "label 'bird' only on eval or test rows")):
+        config = PipelineConfig(data=str(tmp_path / data), task=task, root=str(tmp_path / "root"))
+        with pytest.raises(sources.DataError) as caught:
+            local_runner.preflight(config)
+        assert expected in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
 
 
 # --- training and evaluation figures, plain Python --------------------------------------------------------------
@@ -115,6 +134,36 @@ def test_each_label_gets_its_own_threshold_and_is_judged_at_it():
     assert test["labels"]["cat"]["chosen"]["how"] == "the eval split's"
 
 
+def test_a_label_at_chance_level_fails_its_gate_and_one_on_every_image_is_left_out_of_the_macro_figure():
+    """A label given at random ('coin', in no pixel) scores its base rate, and its best-F1 threshold gives it to every
+    image: it fails its own gate in one line naming it. A label on every image ('photo') scores a perfect AUC-PR
+    whatever the model does: it lifts no macro figure."""
+    found = {"example_count": 100, "macro_auc_pr": 0.9, "per_label": {
+        0: {"auc_pr": 0.9, "matrices": _matrices({0.0: (20, 80, 0), 0.25: (20, 20, 0), 0.5: (18, 4, 2)})},
+        1: {"auc_pr": 0.51, "matrices": _matrices({0.0: (50, 50, 0), 0.25: (50, 50, 0), 0.5: (26, 24, 24)})},
+        2: {"auc_pr": 1.0, "matrices": _matrices({0.0: (100, 0, 0), 0.25: (100, 0, 0), 0.5: (97, 0, 3)})},
+        3: {"auc_pr": 0.45, "matrices": _matrices({0.0: (16, 84, 0), 0.25: (12, 30, 4), 0.5: (6, 12, 10)})}}}
+    names = ["dog", "coin", "photo", "rare"]
+    views = multi_label_evaluation.views(found, names)
+    assert views["at_threshold"]["uninformative"] == ["photo"]
+    assert views["at_threshold"]["macro_f1"] == pytest.approx(
+        sum(views["at_threshold"]["per_class"][n]["f1"] for n in ("dog", "coin", "rare")) / 3)
+    gate = multi_label_evaluation.label_gate(names, {"dog": 20, "coin": 50, "photo": 100, "rare": 16},
+                                             {"dog": 80, "coin": 200, "photo": 400, "rare": 64}, 0.5, 0.5, False, 100)
+    failures = multi_label_evaluation.label_failures(gate, views)
+    assert failures == ["label 'coin' AUC-PR 0.51 at its base rate 0.50 (50 of 100 eval images): the model cannot "
+                        "tell it from chance; check its labels, or leave it out"]
+    views["at_threshold"]["per_class"]["coin"]["auc_pr"] = 0.8  # a curve that looks fine, a threshold that says yes
+    assert "given to every eval image at its threshold 0.25" in multi_label_evaluation.label_failures(gate, views)[0]
+    # TFMA's macro AUC-PR, the figure blessing reads, weighs the informative labels only.
+    from pipeline.pipeline import eval_config
+
+    config, _ = multi_label_evaluation.eval_config_for(eval_config(0.7), 4, False, eval_support=[20, 50, 100, 16],
+                                                       eval_images=100)
+    macro = [s for s in config.metrics_specs if s.HasField("aggregate")][0]
+    assert dict(macro.aggregate.class_weights) == {0: 1.0, 1: 1.0, 3: 1.0}
+
+
 def test_multi_label_results_list_every_label_over_its_threshold():
     result = {"path": "gs://b/x.jpg", "predictions": [("dog", 0.9)], "ids": [2], "labels": [("dog", 0.9), ("cat", 0.4)],
               "label_ids": [2, 0], "unsure": False}
@@ -160,7 +209,9 @@ def colour_set(tmp_path_factory):
     return make_multilabel(str(tmp_path_factory.mktemp("multilabel") / "colours"), images=600, seed=3, kind="colours")
 
 
-RUN = ("--epochs", "20", "--image-size", "48", "--accuracy-threshold", "0.5", "--progress", "json")
+# The small CNN: these runs are about multi-label mechanics on 96 px coloured squares (--model auto would take the
+# pretrained backbone for their size, which a 48 px input does not suit).
+RUN = ("--model", "cnn", "--epochs", "20", "--image-size", "48", "--accuracy-threshold", "0.5", "--progress", "json")
 
 
 def _run(data: str, root: str, *extra: str) -> dict:
@@ -251,6 +302,31 @@ def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(
 
 
 @pytest.mark.slow
+def test_a_noise_label_is_never_blessed_and_a_label_on_every_image_lifts_nothing(colour_set, tmp_path):
+    """The fourth hardening round's case: a label given at random ('coin', in no pixel) was blessed and pushed
+    (macro AUC-PR 0.93), the model giving it to every image. Now it fails its own gate, in one line naming it, and
+    the run pushes nothing; a label on every image ('photo') is left out of the macro figure."""
+    rng = np.random.default_rng(11)
+    rows = list(csv.DictReader(open(os.path.join(colour_set, "labels.csv"))))
+    for row in rows:
+        row["labels"] = ";".join([n for n in row["labels"].split(";") if n] + ["photo"]
+                                 + (["coin"] if rng.random() < 0.5 else []))
+    noisy = os.path.join(colour_set, "noisy.csv")
+    with open(noisy, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["path", "labels", "split"])
+        writer.writeheader()
+        writer.writerows(rows)
+    run = _run(noisy, str(tmp_path / "root"))
+    evaluation = run["outputs"]["Evaluator"]["evaluation"][0]
+    views, gate = _json(evaluation, "views.json"), _json(evaluation, "class_gate.json")
+    assert [f.split(" (")[0].split(" AUC-PR")[0].split(" given")[0] for f in gate["failures"]] == ["label 'coin'"], \
+        gate["failures"]
+    assert "the model cannot tell it from chance" in gate["failures"][0]
+    assert views["at_threshold"]["uninformative"] == ["photo"]
+    assert not glob.glob(os.path.join(run["root"], "serving", "*", "*"))  # nothing pushed
+
+
+@pytest.mark.slow
 def test_predict_lists_every_label_over_its_threshold_and_writes_automl_records(manifest_run, colour_set, tmp_path):
     rows = [(path, names) for path, names, split in read_rows(colour_set) if split == "test"]
     done = run_imagepipe("predict", "--root", manifest_run["root"], "--output", str(tmp_path / "out.csv"),
@@ -334,3 +410,38 @@ def test_the_label_check_and_the_macro_average_leave_out_what_cannot_be_scored()
     assert dict(macro.aggregate.class_weights) == {0: 1.0, 2: 1.0} and bound == pytest.approx(0.7)
     assert macro.metrics[0].threshold.value_threshold.lower_bound.value == pytest.approx(0.7)
     assert isinstance(config, tfma.EvalConfig) and config.model_specs[0].label_key == "labels"
+
+
+def test_multi_label_splits_honour_the_eval_percent_per_label(tmp_path):
+    """Stratified by their whole label set, multi-label files made strata of one or two: 500 labels on 60 images put
+    none in eval (the run failed), and pairs of images put one of each pair there (19 of 60 at 20%). By the rarest
+    label, small strata pooled, the eval share is --eval-percent's, overall and for each common label."""
+    from example_gen_helpers import read_examples, run_executor
+    from tfx.proto import example_gen_pb2
+
+    from pipeline.pipeline_inputs import hash_split_output
+
+    rng = np.random.default_rng(2)
+    names = [f"l{n:03d}" for n in range(500)]
+    cases = {"many": [";".join(rng.choice(names, size=6, replace=False)) for _ in range(60)],
+             "pairs": [f"a{n // 2};b" for n in range(60)],
+             "common": [";".join(["sky"] + (["dog"] if n % 3 == 0 else []) + (["cat"] if n % 4 == 0 else []))
+                        for n in range(400)]}
+    for case, label_sets in cases.items():
+        folder = tmp_path / case
+        rows = ["path,labels"]
+        for n, labels in enumerate(label_sets):
+            write(folder / "img" / f"{n}.png", image_bytes("PNG", size=(8, 8), seed=1000 * len(case) + n))
+            rows.append(f"img/{n}.png,{labels}")
+        (folder / "labels.csv").write_text("\n".join(rows) + "\n")
+        single = example_gen_pb2.Input(splits=[example_gen_pb2.Input.Split(name="single_split", pattern="labels.csv")])
+        examples, _ = run_executor(str(folder), tmp_path / f"out-{case}", input_config=single,
+                                   output_config=hash_split_output(20), task="multi", near_duplicates="off")
+        written = read_examples(examples.uri)
+        total = len(label_sets)
+        assert len(written["eval"]) == pytest.approx(0.2 * total, abs=2), (case, len(written["eval"]))
+        if case == "common":
+            for label in ("dog", "cat"):
+                having = sum(label in s.split(";") for s in label_sets)
+                in_eval = sum(label.encode() in e["image/labels/text"] for e in written["eval"])
+                assert in_eval == pytest.approx(0.2 * having, abs=max(3, 0.05 * having)), (label, in_eval, having)

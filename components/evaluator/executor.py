@@ -98,6 +98,17 @@ def with_threshold(exec_properties):
     return {**exec_properties, key: proto_utils.proto_to_json(config)}
 
 
+def split_examples(examples, split: str) -> Optional[int]:
+    """The images in a split of ImageExampleGen's output (its profile.json; None for a profile written before it
+    counted them)."""
+    profile_path = os.path.join(examples.uri, PROFILE_FILE)
+    if not fileio.exists(profile_path):
+        return None
+    with fileio.open(profile_path, "r") as f:
+        found = (json.loads(f.read()).get("examples_per_split") or {}).get(split)
+    return None if found is None else int(found)
+
+
 def split_class_counts(examples, split: str) -> Dict[str, int]:
     """Examples per class name in a split of ImageExampleGen's output: from its profile.json, or for examples
     written before the profile kept splits apart, counted from the records (class names only)."""
@@ -144,7 +155,7 @@ def with_class_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
 
 
 def with_label_checks(exec_properties, names: List[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
-                      compare: bool) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+                      compare: bool, eval_images: Optional[int] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """exec_properties with a multi-label eval config (components/evaluator/multi_label.py), and what
     class_gate.json records: which labels are judged at their thresholds, on what counts, and the macro bound."""
     import tensorflow_model_analysis as tfma
@@ -156,8 +167,8 @@ def with_label_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
     key = standard_component_specs.EVAL_CONFIG_KEY
     config, bound = multi_label_evaluation.eval_config_for(
         proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig()), len(names), compare,
-        exec_properties.get(CONFIDENCE), [int(eval_counts.get(name, 0)) for name in names])
-    gate = multi_label_evaluation.label_gate(names, eval_counts, train_counts, floor, bound, compare)
+        exec_properties.get(CONFIDENCE), [int(eval_counts.get(name, 0)) for name in names], eval_images)
+    gate = multi_label_evaluation.label_gate(names, eval_counts, train_counts, floor, bound, compare, eval_images)
     return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
 
 
@@ -187,7 +198,8 @@ class Executor(Tuned, evaluator_executor.Executor):
         gate = None
         if multi_label:  # each label judged at its own threshold (components/evaluator/multi_label.py)
             exec_properties, gate = with_label_checks(exec_properties, names, split_class_counts(examples, "eval"),
-                                                      split_class_counts(examples, "train"), bool(input_dict.get(key)))
+                                                      split_class_counts(examples, "train"), bool(input_dict.get(key)),
+                                                      split_examples(examples, "eval"))
         elif names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
             exec_properties, gate = with_class_checks(exec_properties, names, split_class_counts(examples, "eval"),
                                                       split_class_counts(examples, "train"))

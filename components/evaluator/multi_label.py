@@ -6,8 +6,9 @@ TFMA computes (the eval config is rewritten once the model is known, as for sing
   per label        (binarize class_ids: the label's column of the multi-hot labels and of the probabilities)
                    AUCPrecisionRecall, Precision and Recall at 0.5, and ConfusionMatrixAtThresholds at
                    evaluation_views.THRESHOLDS (the curves, and the threshold chosen)
-  macro AUC-PR     AUCPrecisionRecall macro-averaged over the labels (aggregate macro_average, every label
-                   weighted 1): what blessing asks to reach the --accuracy-threshold bound, and to be no worse than
+  macro AUC-PR     AUCPrecisionRecall macro-averaged over the informative labels (aggregate macro_average, each
+                   weighted 1; a label on every eval image scores 1 whatever the model does, one on none has no
+                   curve): what blessing asks to reach the --accuracy-threshold bound, and to be no worse than
                    the last blessed model's
   the plot         MultiLabelConfusionMatrixPlot at a few thresholds (which labels are given for which)
 
@@ -17,8 +18,9 @@ label's precision reaches it (a label that never does keeps its best-F1 threshol
 best F1 on eval. views.json records the curves, the thresholds and every label's precision, recall and F1 at its
 own. And every label is judged as single-label's classes are: recall at its threshold at least --min-class-recall
 for a label on at least class_balance.MIN_EVAL_EXAMPLES eval images, some image found for one on at least
-MIN_EVAL_TO_FIND; a model that fails it is not blessed (the blessing TFMA gave is taken back, and class_gate.json
-says which label failed and why).
+MIN_EVAL_TO_FIND, and no label judged may be at chance level (its AUC-PR within MIN_AUC_PR_LIFT of its base rate,
+or its threshold giving it to every eval image: a label in no pixel); a model that fails it is not blessed (the
+blessing TFMA gave is taken back, and class_gate.json says which label failed and why).
 """
 
 import json
@@ -34,12 +36,24 @@ MATRICES = "confusion_matrix_at_thresholds"  # ConfusionMatrixAtThresholds's met
 PLOT_THRESHOLDS = [0.25, 0.5, 0.75]
 
 
+# A label the model tells from chance lifts its AUC-PR above its base rate p (a model that knows nothing scores p):
+# (AUC-PR - p) / (1 - p) under this fails the label's gate. Measured on 600 images of coloured squares (the small CNN,
+# 120 eval images): the five colours 0.94-1.00, a label given at random to half the images -0.02.
+MIN_AUC_PR_LIFT = 0.1
+
+
+def informative(support: int, images: Optional[int]) -> bool:
+    """Whether a label's eval images can tell anything about the model: some, and not every one (a label on every
+    image scores a perfect AUC-PR whatever the model does; one on none has no curve)."""
+    return support > 0 and (images is None or support < images)
+
+
 def eval_config_for(config, num_labels: int, compare: bool, confidence_threshold: Optional[float] = None,
-                    eval_support: Optional[Sequence[int]] = None):
+                    eval_support: Optional[Sequence[int]] = None, eval_images: Optional[int] = None):
     """`config` (eval_config.eval_config's, thresholds set) for a multi-label model of num_labels labels: the labels
     as the multi-hot LABELS_KEY, and the metrics above. Its accuracy lower bound becomes macro AUC-PR's, averaged over
-    the labels with eval images (eval_support: images per label id; a label without any has no precision-recall
-    curve, and TFMA would count it 0)."""
+    the informative labels (eval_support: images per label id, of eval_images; a label on no eval image has no
+    precision-recall curve, and TFMA would count it 0; one on every eval image scores 1 whatever the model does)."""
     import tensorflow_model_analysis as tfma
 
     from trainer.features import LABELS_KEY
@@ -67,7 +81,8 @@ def eval_config_for(config, num_labels: int, compare: bool, confidence_threshold
                 {"thresholds": thresholds_with(confidence_threshold)}))], binarize=labels),
         tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name=AUC_PR, threshold=threshold)],
                          aggregate=tfma.AggregationOptions(macro_average=True, class_weights={
-                             i: 1.0 for i in range(num_labels) if not eval_support or eval_support[i] > 0} or {
+                             i: 1.0 for i in range(num_labels)
+                             if not eval_support or informative(eval_support[i], eval_images)} or {
                              i: 1.0 for i in range(num_labels)})),
     ])
     return config, bound
@@ -160,7 +175,8 @@ def views(found: Dict[str, Any], names: Sequence[str], confidence_threshold: Opt
         at = {k: point.get(k) for k in ("precision", "recall", "f1", "support", "predicted")}
         labels[name] = {"auc_pr": figures.get("auc_pr"), "chosen": chosen, "curve": curve}
         per_class[name] = {**at, "threshold": chosen["threshold"], "auc_pr": figures.get("auc_pr")}
-    with_images = [m for m in per_class.values() if m.get("support")]
+    images = found.get("example_count")
+    with_images = [m for m in per_class.values() if informative(m.get("support") or 0, images)]
 
     def macro(key: str) -> Optional[float]:
         values = [m[key] for m in with_images if m.get(key) is not None]
@@ -175,34 +191,61 @@ def views(found: Dict[str, Any], names: Sequence[str], confidence_threshold: Opt
                        **({"target_missed": missed} if missed else {})},
             "at_threshold": {"examples": found.get("example_count"), "per_class": per_class,
                              "macro_precision": macro("precision"), "macro_recall": macro("recall"),
-                             "macro_f1": macro("f1"), "macro_auc_pr": found.get("macro_auc_pr")}}
+                             "macro_f1": macro("f1"), "macro_auc_pr": found.get("macro_auc_pr"),
+                             # on every eval image: no figure of theirs says anything of the model (left out above)
+                             "uninformative": [name for name, m in per_class.items()
+                                               if images and (m.get("support") or 0) >= images]}}
 
 
 def label_gate(names: Sequence[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
-               floor: float, bound: float, compared: bool) -> Dict[str, Any]:
+               floor: float, bound: float, compared: bool, eval_images: Optional[int] = None) -> Dict[str, Any]:
     """class_gate.json's record of what is judged: as single-label's (eval_config.class_gate), for labels, with the
-    macro AUC-PR bound and what the last blessed model is compared on."""
+    macro AUC-PR bound (over the informative labels), what the last blessed model is compared on, and the least
+    lift of a judged label's AUC-PR over its base rate."""
     return {"task": "multi", **class_gate(names, eval_counts, train_counts, floor), "min_macro_auc_pr": bound,
-            "compared_on": "macro_auc_pr" if compared else None}
+            "compared_on": "macro_auc_pr" if compared else None, "eval_images": eval_images,
+            "min_auc_pr_lift": MIN_AUC_PR_LIFT}
 
 
 def label_failures(gate: Dict[str, Any], found_views: Dict[str, Any]) -> List[str]:
-    """One line per judged label that fails at its threshold: recall under --min-class-recall, or none of a small
-    label's eval images found."""
+    """One line per judged label that fails at its threshold: recall under --min-class-recall, none of a small
+    label's eval images found, or (a label on enough eval images to tell) no better than chance: its AUC-PR hardly
+    above its base rate, or its threshold giving it to every eval image."""
     failures = []
     per_class = found_views["at_threshold"]["per_class"]
+    images = found_views["at_threshold"].get("examples") or gate.get("eval_images")
     for label_id in gate["judged"] + gate["must_find"]:
         name = gate["class_names"][label_id]
         figures = per_class.get(name, {})
         recall, threshold = figures.get("recall") or 0.0, figures.get("threshold")
-        images = gate["eval_examples"][label_id]
+        support = gate["eval_examples"][label_id]
+        chance = _chance_level(figures, support, images) if label_id in gate["judged"] else None
+        if chance:
+            failures.append(f"label {name!r} {chance} ({support:,} of {images:,} eval images): the model cannot tell it "
+                            "from chance; check its labels, or leave it out")
+            continue
+        images_of_label = support
         if label_id in gate["judged"] and recall < gate["min_class_recall"]:
             failures.append(f"label {name!r} recall {recall:.2f} < {gate['min_class_recall']:.2f} at its threshold "
-                            f"{threshold:g} ({images:,} eval images) (--min-class-recall)")
+                            f"{threshold:g} ({images_of_label:,} eval images) (--min-class-recall)")
         elif label_id in gate["must_find"] and recall <= 0:
-            failures.append(f"label {name!r} recall 0.00 at its threshold {threshold:g}: none of its {images:,} eval "
-                            "images found (--min-class-recall)")
+            failures.append(f"label {name!r} recall 0.00 at its threshold {threshold:g}: none of its "
+                            f"{images_of_label:,} eval images found (--min-class-recall)")
     return failures
+
+
+def _chance_level(figures: Dict[str, Any], support: int, images: Optional[int]) -> str:
+    """What says a label is at chance level ("" when nothing does): its AUC-PR within MIN_AUC_PR_LIFT of its base
+    rate, or its threshold predicting it for every eval image while some lack it. A label on every eval image is
+    not judged so (nothing to tell apart: it is left out of the macro figure instead)."""
+    if not images or not informative(support, images):
+        return ""
+    base, auc_pr = support / images, figures.get("auc_pr")
+    if auc_pr is not None and (auc_pr - base) / (1 - base) < MIN_AUC_PR_LIFT:
+        return f"AUC-PR {auc_pr:.2f} at its base rate {base:.2f}"
+    if (figures.get("predicted") or 0) >= images:
+        return f"given to every eval image at its threshold {figures.get('threshold'):g}"
+    return ""
 
 
 def take_back_blessing(blessing, failures: List[str]) -> None:

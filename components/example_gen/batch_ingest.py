@@ -34,6 +34,7 @@ class Settings(NamedTuple):
     # Per class, the positions whose split is only known once every file is read (stratify.py): such files
     # are written to stratify.PENDING staging shards.
     bands: Dict[str, Tuple[float, float]] = {}
+    strata: Optional[stratify.LabelStrata] = None  # multi-label: how label sets are stratified (None: by class)
     # The near-duplicate search runs in the executor's memory (near_duplicates.search_files): each batch writes
     # its signatures to a file of its own, and its Metas leave without them (lighter through Beam's shuffle).
     signatures_in_files: bool = False
@@ -201,7 +202,8 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
         sha = hashlib.sha256(data).hexdigest()  # of the original: splits and duplicates follow the file
         # The layout's split, or the class's stratified split by content hash (stratify.py: or PENDING when the
         # file's place in its class decides it): identical bytes always land in the same split.
-        split = c.split or stratify.zone(sha, settings.hash_splits, settings.bands.get(c.label))
+        stratum = stratify.stratum(c.label, settings.strata)
+        split = c.split or stratify.zone(sha, settings.hash_splits, settings.bands.get(stratum))
         record = example_codec.encode_example({
             keys.ENCODED: stored,  # the original bytes, or the downscaled copy above store_max_pixels
             keys.FORMAT: stored_info.format,
@@ -226,7 +228,7 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
             result.pending.append(Pending(result.metas[-1], info.width, info.height, len(record)))
         result.written[(split, c.label, info.format, downscaled)] += 1
         if not c.split and split != stratify.PENDING:
-            result.stratified[(c.label, split)] += 1
+            result.stratified[(stratum, split)] += 1
         result.sizes[(split, "width", size_bucket(info.width))] += 1
         result.sizes[(split, "height", size_bucket(info.height))] += 1
     for writer in writers.values():

@@ -74,9 +74,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                      label_map)
         staging = fs.join(examples.uri, ".staging")
         shares = stratify.shares(buckets)
+        strata = stratify.label_strata((c.label for c in listing.candidates if not c.split), shares) \
+            if listing.task == "multi" else None  # multi-label files are split by their rarest label
         found, found_pairs, elapsed, search = self._inspect_and_write(listing, settings, staging, label_map,
-                                                                      hash_splits, shares)
-        placed = place_and_finalize(found, found_pairs, settings, hash_splits, shares, examples.uri, split_names)
+                                                                      hash_splits, shares, strata)
+        placed = place_and_finalize(found, found_pairs, settings, hash_splits, shares, examples.uri, split_names,
+                                    strata)
         io_utils.delete_dir(staging)
 
         summary = build_summary(listing, placed.counts, placed.bad, label_map, split_names, found["duplicates"])
@@ -95,7 +98,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         log_summary(summary)
 
     def _inspect_and_write(self, listing: Listing, settings: IngestSettings, staging: str, label_map: Dict[str, int],
-                           hash_splits, shares):
+                           hash_splits, shares, strata: Optional[stratify.LabelStrata] = None):
         """Every file inspected and written in one Beam pass (this machine's processes, or Dataflow's workers),
         and the near-duplicate pairs: (what Beam found, the pairs, seconds, where the search ran)."""
         processes = local_processes(self._beam_pipeline_args, listing.candidates)
@@ -103,14 +106,14 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for n, batch in enumerate(batches(ingest_order(listing.candidates, settings.seed), processes)):
             batch_files.append(fs.join(staging, "candidates", f"batch-{n:06d}.json"))
             batch_ingest.write_candidates(batch, batch_files[-1])
-        unsplit = collections.Counter(c.label for c in listing.candidates if not c.split)
+        unsplit = collections.Counter(stratify.stratum(c.label, strata) for c in listing.candidates if not c.split)
         searched = settings.near_duplicates != "off"
         in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
         ingest_settings = batch_ingest.Settings(
             staging_dir=staging, label_ids=label_map, hash_splits=hash_splits,
             max_pixels=settings.max_pixels, compression_level=settings.compression_level,
             shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels,
-            bands=stratify.bands(dict(unsplit), shares), signatures_in_files=in_memory, sign=searched,
+            bands=stratify.bands(dict(unsplit), shares), strata=strata, signatures_in_files=in_memory, sign=searched,
             multi_label=listing.task == "multi")
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
@@ -178,14 +181,15 @@ class Placed(NamedTuple):
 
 
 def place_and_finalize(found, found_pairs, settings: IngestSettings, hash_splits, shares, examples_uri: str,
-                       split_names: List[str]) -> Placed:
+                       split_names: List[str], strata: Optional[stratify.LabelStrata] = None) -> Placed:
     """The pending files placed by rank, near-duplicates decided, the shards renamed (or rewritten) into their
     Split-* folders."""
     counts = collections.Counter({tuple(k): n for *k, n in found["written"]})  # (split, label, format, copy)
     sizes = collections.Counter({tuple(k): n for *k, n in found["sizes"]})  # (split, side, bin)
     rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
     pending = [batch_ingest.Pending(batch_ingest.Meta(*meta), *rest) for meta, *rest in found["pending"]]
-    placed, notes = shards.place_pending(pending, found["stratified"], rejected, counts, sizes, hash_splits, shares)
+    placed, notes = shards.place_pending(pending, found["stratified"], rejected, counts, sizes, hash_splits, shares,
+                                         strata)
     rejected = [(shards.placed_meta(meta, placed), {**row, "split": shards.placed_meta(meta, placed).split})
                 for meta, row in rejected]
     pairs = {(a.rel_path, b.rel_path): (shards.placed_meta(a, placed), shards.placed_meta(b, placed))
@@ -216,7 +220,8 @@ def write_outputs(examples, report, listing: Listing, label_map: Dict[str, int],
     # Size bins count every written example, a rejected duplicate copy included (rare; a bin off
     # by one does not change a distance).
     _write_json(drift.make_profile(summary["examples_written"], summary["examples_per_split_and_class"],
-                                   summary["formats"], [[*k, n] for k, n in placed.sizes.items() if n]),
+                                   summary["formats"], [[*k, n] for k, n in placed.sizes.items() if n],
+                                   summary["examples_per_split"]),
                 os.path.join(examples.uri, PROFILE_FILE))
     _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
     _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))

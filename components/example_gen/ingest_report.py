@@ -134,7 +134,13 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
                 "or change the split ratios")
     train = summary["examples_per_split_and_class"].get("train", {})
     untrained = sorted(label for label in with_examples if not train.get(label))
-    if untrained:
+    if untrained and summary.get("task") == "multi":
+        # A label on a file or two, all in eval: the model cannot learn it, the other labels it can (a long tail of
+        # tags is common): said in the summary; training sets nothing for it (features.label_target).
+        summary["split_notes"] = summary.get("split_notes", []) + [
+            f"{len(untrained):,} labels only in eval or test, which the model does not learn: "
+            + ", ".join(untrained[:5]) + (f" and {len(untrained) - 5:,} more" if len(untrained) > 5 else "")]
+    elif untrained:
         # The model learns its classes from train: these would have no output, and their eval labels no id.
         raise IngestionError(
             f"{source}: classes with no training example: {', '.join(untrained)}; add images of them "

@@ -18,10 +18,12 @@ PlacedKey = Tuple[str, int]  # (staging shard, index): a pending file's record
 
 def place_pending(pending: List[batch_ingest.Pending], stratified: List[list],
                   rejected: List[Tuple[batch_ingest.Meta, dict]], counts: collections.Counter,
-                  sizes: collections.Counter, names: List[str], shares: List[float]) -> Tuple[Dict[PlacedKey, str], List[str]]:
-    """Places the files written to PENDING shards by their rank in their class (stratify.assign), and moves their
-    counts and size bins to their splits. `stratified`: [label, split, n] of the hash-split files the workers
-    wrote straight to a split. Returns ({(shard, index): split}, notes)."""
+                  sizes: collections.Counter, names: List[str], shares: List[float],
+                  strata: Optional[stratify.LabelStrata] = None) -> Tuple[Dict[PlacedKey, str], List[str]]:
+    """Places the files written to PENDING shards by their rank in their stratum (stratify.assign: their class, or
+    a multi-label file's stratify.stratum), and moves their counts and size bins to their splits. `stratified`:
+    [stratum, split, n] of the hash-split files the workers wrote straight to a split. Returns
+    ({(shard, index): split}, notes)."""
     if not pending:
         return {}, []
     gone = {(m.shard, m.index) for m, _ in rejected}
@@ -30,15 +32,16 @@ def place_pending(pending: List[batch_ingest.Pending], stratified: List[list],
         sure[label][split] = sure[label].get(split, 0) + n
     for meta, _ in rejected:
         if meta.split != stratify.PENDING and not meta.preassigned:
-            sure[meta.label][meta.split] -= 1
+            sure[stratify.stratum(meta.label, strata)][meta.split] -= 1
     waiting: Dict[str, List[Tuple[str, PlacedKey]]] = collections.defaultdict(list)
     for meta, *_ in pending:
         if (meta.shard, meta.index) not in gone:
-            waiting[meta.label].append((meta.sha256, (meta.shard, meta.index)))
+            waiting[stratify.stratum(meta.label, strata)].append((meta.sha256, (meta.shard, meta.index)))
     placed, notes = stratify.assign(names, shares, sure, waiting)
     split_of_copy = {(label, sha): placed[key] for label, items in waiting.items() for sha, key in items}
     for meta, width, height, _ in pending:  # a rejected pending file goes where its copies went, or the first split
-        split = placed.setdefault((meta.shard, meta.index), split_of_copy.get((meta.label, meta.sha256), names[0]))
+        split = placed.setdefault((meta.shard, meta.index), split_of_copy.get(
+            (stratify.stratum(meta.label, strata), meta.sha256), names[0]))
         kind = (meta.label, meta.format, meta.downscaled)
         counts[(stratify.PENDING, *kind)] -= 1
         counts[(split, *kind)] += 1

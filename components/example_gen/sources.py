@@ -30,8 +30,8 @@ from typing import Dict, List, Optional
 from components.example_gen.image_check import Reason
 from components.example_gen.ingest_defaults import LAYOUTS
 from components.example_gen.listing import (LABEL_SEPARATOR, OUTSIDE_ROOT_PROBLEM, SPLIT_ALIASES, Candidate, Listing,
-                                            display, is_hidden, label_set, manifest_row, normalize_label, read_manifest,
-                                            relative_to_root, resolve_task, stat_file, walk)
+                                            display, is_hidden, label_set, labels_of, manifest_row, normalize_label,
+                                            read_manifest, relative_to_root, resolve_task, stat_file, walk)
 from storage.errors import DataError
 from storage.files import exists, is_dir, is_remote, join
 
@@ -229,6 +229,23 @@ def printable_label(name: str) -> str:
                          for ch in name).replace("'", "\\'") + "'"
 
 
+def _check_multi_label(listing: Listing, labels: List[str]) -> None:
+    """A multi-label set must have something to learn per label: two labels or more (one label, on some images and
+    not others, is a yes/no question: two classes), and train rows for every label (the model learns a label
+    from train only)."""
+    if len(labels) < 2:
+        raise DataError(f"{listing.source}: a multi-label set with one label ({labels[0]!r}); that is a yes/no "
+                        f"question: give it as two classes (a label column of {labels[0]!r} and another value, or "
+                        "two class folders), or add more labels")
+    in_train = {n for c in listing.candidates if not c.problem and c.split in (None, "train")
+                for n in labels_of(c.label)}
+    missing = [n for n in labels if n not in in_train]
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:5]) + (f" and {len(missing) - 5:,} more" if len(missing) > 5 else "")
+        raise DataError(f"{listing.source}: label {shown} only on eval or test rows: the model learns a label from "
+                        "the train split; give it train rows (or leave the split column empty to split by hash)")
+
+
 def check_usable(listing: Listing) -> None:
     """Fails fast, before any decoding, on a source that cannot train a classifier."""
     classes = listing.classes
@@ -252,7 +269,9 @@ def check_usable(listing: Listing) -> None:
         raise DataError(
             f"{listing.source}: no file has a label; put images in class subfolders "
             "(<data>/<class>/<image>) or give a label column in the manifest")
-    if len(classes) < 2:
+    if listing.task == "multi":
+        _check_multi_label(listing, classes)
+    elif len(classes) < 2:
         raise DataError(
             f"{listing.source}: found only one class ({classes[0]!r}); a classifier needs at least "
             "two, so add a folder (or manifest label) per class")

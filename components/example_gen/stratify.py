@@ -12,13 +12,23 @@ workers write a file straight into its split when its position is far from the b
 size (`band`: five standard deviations of where the boundary can fall), and into PENDING staging shards when it
 is near it; after the run, `assign` places the pending files by rank, and only those shards are rewritten. For a
 class of 10,000 files the band holds ~3% of them; a class of a hundred is pending whole (it is small).
+A multi-label file has a label set, not a class: it is stratified by its rarest label (the images of a common
+label are spread over the strata of the rarer ones, each split by hash), and the files whose rarest label has
+fewer than LabelStrata.smallest files, or no label, share one pooled stratum (a stratum of one or two files cannot
+be split by a percentage: 500 labels on 60 images put none in eval). So each label's eval share follows
+--eval-percent, within a file or two.
+
 Plain Python: the workers import it.
 """
 
+import collections
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from components.example_gen.listing import labels_of
 
 PENDING = "_pending"  # the staging split of files near a class's boundary, placed after the run
+POOLED = "\0pooled"  # a multi-label stratum: the files whose rarest label is too rare to be split on its own
 Z = 5.0  # the band's half-width in standard deviations of a class's boundary position
 
 
@@ -90,10 +100,34 @@ def assign(names: Sequence[str], split_shares: Sequence[float], sure: Dict[str, 
         count = low + len(ordered) + high
         ends = [sum(quotas(count, split_shares)[:i + 1]) for i in range(len(names))]
         if low > ends[0] or count - high < ends[-2]:
-            notes.append(f"class {label!r}: its split is off its quota by files far from the boundary")
+            what = "the files of labels too rare to split alone" if label == POOLED else f"class {label!r}"
+            notes.append(f"{what}: its split is off its quota by files far from the boundary")
         first_of: Dict[str, str] = {}  # identical bytes follow the first copy's split
         for offset, (sha, key) in enumerate(ordered):
             rank = low + offset
             split = names[next((j for j, end in enumerate(ends) if rank < end), len(names) - 1)]
             placed[key] = first_of.setdefault(sha, split)
     return placed, notes
+
+
+class LabelStrata(NamedTuple):
+    """How multi-label files are stratified: the hash-split files per label, and the fewest a label's stratum
+    takes (twice the files that give the smallest split one)."""
+
+    counts: Dict[str, int]
+    smallest: int
+
+
+def label_strata(label_sets: Iterable[str], split_shares: Sequence[float]) -> LabelStrata:
+    """The strata of the hash-split files of a multi-label listing (their label sets)."""
+    counts = collections.Counter(name for label in label_sets for name in labels_of(label))
+    least = min((share for share in split_shares if share > 0), default=1.0)
+    return LabelStrata(dict(counts), math.ceil(2 / least))
+
+
+def stratum(label: str, strata: Optional[LabelStrata]) -> str:
+    """The stratum a file is split in: its class, or (multi-label) its rarest label, or POOLED."""
+    if strata is None:
+        return label
+    rarest = min(labels_of(label), key=lambda name: (strata.counts.get(name, 0), name), default=None)
+    return rarest if rarest is not None and strata.counts.get(rarest, 0) >= strata.smallest else POOLED
