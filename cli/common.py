@@ -9,6 +9,7 @@ import warnings
 
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.environment import from_environment
+from storage.errors import one_line
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
@@ -38,7 +39,7 @@ def existing_pipeline(args: argparse.Namespace) -> PipelineConfig:
 
 
 def fail(code: int, message: str) -> int:
-    print(f"imagepipe: error: {message}", file=sys.stderr)
+    print(f"imagepipe: error: {one_line(message)}", file=sys.stderr)
     return code
 
 

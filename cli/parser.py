@@ -10,6 +10,7 @@ from components.example_gen.ingest_defaults import LAYOUTS
 from pipeline.cloud_config import TARGETS, CloudConfig
 from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TASKS, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
+from storage.errors import one_line
 from trainer.class_balance import MIN_EVAL_EXAMPLES
 from trainer.hparams import HParams
 
@@ -18,7 +19,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but errors are one line that says where to look."""
 
     def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n")
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:

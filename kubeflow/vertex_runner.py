@@ -18,6 +18,7 @@ reads. The DAG is create_pipeline(), as for the local runner.
 """
 
 import os
+import sys
 
 from kubeflow import deploy
 from pipeline.cloud_config import CloudConfig
@@ -34,4 +35,9 @@ def run() -> None:
 
 
 if __name__ == "__main__":
-    run()
+    from storage.errors import ConfigError, DataError, one_line
+
+    try:
+        run()
+    except (ConfigError, DataError) as e:  # the TFX CLI runs this file in its process: one line, not a traceback
+        sys.exit(f"imagepipe: error: {one_line(str(e))}")

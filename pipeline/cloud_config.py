@@ -8,10 +8,18 @@ import re
 from typing import Optional
 
 from pipeline.config import ConfigError, PipelineConfig
+from storage.errors import shown
 from storage.files import is_remote
 
 TARGETS = ("vertex", "kubeflow")
 MAX_TRAINING_REPLICAS = 64
+# What Vertex AI Training accepts (aiplatform_v1.AcceleratorType; tests/test_production.py keeps these in step with
+# it): GPUs by type and count a machine; TPUs as a cloud-tpu machine of 8 cores (kubeflow/cloud_platform.py).
+GPU_TYPES = ("NVIDIA_TESLA_T4", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_P4", "NVIDIA_TESLA_K80",
+             "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_L4", "NVIDIA_H100_80GB", "NVIDIA_H100_MEGA_80GB",
+             "NVIDIA_H200_141GB", "NVIDIA_B200")
+GPU_COUNTS = (1, 2, 4, 8, 16)
+TPU_TYPES = ("TPU_V2", "TPU_V3")
 # Inside the pipeline image (./Dockerfile), the project is copied here.
 IMAGE_PROJECT_DIR = "/pipeline"
 
@@ -87,6 +95,19 @@ class CloudConfig:
                 raise ConfigError(f"--{option} {path!r}: not a Cloud Storage path; give gs://BUCKET/PATH (a bucket "
                                   "name is 3-63 lower-case letters, digits, dots, dashes or underscores)")
 
+    def _check_accelerators(self) -> None:
+        """Accelerator types and counts Vertex AI Training accepts, checked when compiling (a bad one failed at
+        Vertex's Trainer step, after ingestion and Transform)."""
+        if self.training_accelerator and self.training_accelerator not in GPU_TYPES:
+            raise ConfigError(f"--training-accelerator {shown(self.training_accelerator)!r}: use one of "
+                              f"{', '.join(GPU_TYPES)} (or --training-tpu for a TPU)")
+        if self.training_accelerator and self.training_accelerator_count not in GPU_COUNTS:
+            raise ConfigError(f"--training-accelerator-count {self.training_accelerator_count}: Vertex AI attaches "
+                              f"{', '.join(map(str, GPU_COUNTS))} GPUs to a machine")
+        if self.training_tpu and self.training_tpu not in TPU_TYPES:
+            raise ConfigError(f"--training-tpu {shown(self.training_tpu)!r}: use one of {', '.join(TPU_TYPES)} (a "
+                              "cloud-tpu machine of 8 cores)")
+
     def validate(self, config: PipelineConfig, need_host: bool = False) -> "CloudConfig":
         """One-line errors for everything that would make a compiled pipeline fail remotely."""
         self.check_names()
@@ -125,6 +146,7 @@ class CloudConfig:
             raise ConfigError("--vertex-training needs --project")
         if self.training_accelerator and self.training_tpu:
             raise ConfigError("--training-accelerator and --training-tpu: choose one")
+        self._check_accelerators()
         if (self.training_accelerator or self.training_tpu) and not self.vertex_training:
             raise ConfigError("--training-accelerator/--training-tpu apply to --vertex-training; add it")
         if not 1 <= self.training_replicas <= MAX_TRAINING_REPLICAS:

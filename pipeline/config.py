@@ -200,6 +200,7 @@ class PipelineConfig(HealthLimits, TrainingSettings):
             except DataError as e:
                 raise ConfigError(str(e)) from None
         self._validate_ingestion()
+        check_beam_args(self.beam_args)
         self._validate_checks()
         self._validate_spans()
         self._validate_evaluation()
@@ -254,7 +255,8 @@ class PipelineConfig(HealthLimits, TrainingSettings):
         if not 0 <= self.tune <= MAX_TRIALS:
             raise ConfigError(f"--tune {self.tune}: use a number of trials from 1 to {MAX_TRIALS:,} (0: no search)")
         if self.tune_mode not in TUNE_MODES:
-            raise ConfigError(f"tune_mode {self.tune_mode!r}: use {' or '.join(TUNE_MODES)}")
+            raise ConfigError(f"tune mode {self.tune_mode!r} (IMAGEPIPE_TUNE_MODE; --retune sets it to search): use "
+                              f"{' or '.join(TUNE_MODES)}")
         for option, value in (("confidence-threshold", self.confidence_threshold),
                               ("target-precision", self.target_precision)):
             if value is not None and not 0 <= value < 1:
@@ -296,6 +298,30 @@ class PipelineConfig(HealthLimits, TrainingSettings):
                 f"--max-pixels {self.max_pixels:,}: decoding images that large takes up to {needed / 2**30:.1f} GiB "
                 f"(with TensorFlow and Beam), more than this machine's {total_bytes / 2**30:.1f} GiB; lower "
                 "--max-pixels (larger images are then quarantined) or run on a bigger machine")
+
+
+def check_beam_args(beam_args: List[str]) -> None:
+    """Beam's own options parsed here, once: a bad one is one line naming it (Beam's parser printed its 107-line
+    usage from inside a component, then failed the run)."""
+    if not beam_args:
+        return
+    import contextlib
+    import io
+    import warnings
+
+    with warnings.catch_warnings():  # Google's client libraries warn about Python 3.10 on import
+        warnings.simplefilter("ignore")
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            PipelineOptions(list(beam_args)).get_all_options()
+    except SystemExit:
+        reason = next((line.split("error: ", 1)[1] for line in reversed(printed.getvalue().splitlines())
+                       if "error: " in line), "not an option Beam accepts")
+        raise ConfigError(f"--beam-arg {' '.join(beam_args)}: {reason}; see Beam's pipeline options "
+                          "(python -m apache_beam.examples.wordcount --help lists them)") from None
 
 
 def pipelines_in_root(root: str) -> List[str]:

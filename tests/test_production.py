@@ -330,6 +330,12 @@ def test_kubeflow_cannot_warm_start():
     ({"vertex_training": True, "training_tpu": "TPU_V3"}, "--training-tpu needs the TPU build of the pipeline image"),
     ({"vertex_training": True, "training_tpu": "TPU_V3", "training_image": IMAGE, "training_replicas": 2},
      "--training-tpu with --training-replicas"),
+    # Accelerators Vertex would refuse only at the Trainer, after ingestion and Transform:
+    ({"vertex_training": True, "training_tpu": "TPU_V99", "training_image": IMAGE},
+     "--training-tpu 'TPU_V99': use one of TPU_V2, TPU_V3"),
+    ({"vertex_training": True, "training_accelerator": "NVIDIA_TESLA_T4", "training_accelerator_count": 0},
+     "--training-accelerator-count 0: Vertex AI attaches 1, 2, 4, 8, 16 GPUs"),
+    ({"vertex_training": True, "training_accelerator": "GTX_1080"}, "--training-accelerator 'GTX_1080': use one of"),
     # Accepted as they were, into job specs, requests and Dataflow command lines:
     ({"pipeline_root": "gs://"}, "--pipeline-root 'gs://': not a Cloud Storage path"),
     ({"project": 'p"; rm -rf /'}, """--project 'p"; rm -rf /': not a valid GCP project ID"""),
@@ -344,6 +350,14 @@ def test_bad_production_settings_fail_before_compiling(changes, message):
     with pytest.raises(ConfigError) as caught:
         CloudConfig(**settings).validate(config)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_accelerators_accepted_are_vertex_ai_s():
+    from google.cloud.aiplatform_v1.types import AcceleratorType
+
+    from pipeline.cloud_config import GPU_TYPES, TPU_TYPES
+
+    assert set(GPU_TYPES + TPU_TYPES) <= set(AcceleratorType.__members__)
 
 
 def test_local_data_cannot_be_compiled_for_vertex():
@@ -599,11 +613,11 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     comparing it with the first run's blessed model."""
     from vertex_offline import OfflineVertex, TaskFailed
 
-    # A transfer model, so the features step runs too (random weights: nothing downloads; the thresholds given
-    # at run time are 0 because uncalibrated random features tell digits apart poorly: the compiled 0.9 and
-    # every class's recall of 0.5 would not bless).
-    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, model="mobilenet_v2", weights="",
-                            epochs=30, image_size=32, tune=2).validate()
+    # The pretrained backbone (a compiled job's --model auto: its ImageNet weights come installed in the image),
+    # so the features step runs too; the thresholds given at run time are 0 because 3 epochs on 32 px digits
+    # through a backbone made for photos may not reach the compiled 0.9 and every class's recall of 0.5.
+    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=30, image_size=32,
+                            tune=2).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
     job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))
     vertex = OfflineVertex(str(tmp_path / "vertex"), warm_interpreter("pipeline"))  # run_imagepipe's
@@ -700,6 +714,19 @@ def test_the_tfx_cli_creates_updates_and_starts_the_pipeline_on_vertex(monkeypat
             bad = _cli("run", "create", "--engine=vertex", "--project", "proj-1", "--region", "europe-west4",
                        "--pipeline_name", "pets", "--runtime_parameter", "epochs=0")
             assert bad.exit_code == 0  # the TFX CLI sends a value out of range: the job's first task stops it
+            # A bad setting in the runner file's environment is one line, not the TFX CLI's traceback around it.
+            for variable, value, message in (("EPOCHS", "abc", "IMAGEPIPE_EPOCHS='abc': not a whole number"),
+                                             ("DATA", "/local/images", "upload the images and give --data gs://"),
+                                             ("TRAINING_REPLICAS", "0", "--training-replicas 0: use 1 to 64")):
+                with monkeypatch.context() as bad_setting:
+                    bad_setting.setenv(f"IMAGEPIPE_{variable}", value)
+                    if variable == "TRAINING_REPLICAS":
+                        bad_setting.setenv("IMAGEPIPE_VERTEX_TRAINING", "1")
+                    refused = _cli("pipeline", "update", "--engine=vertex",
+                                   "--pipeline_path=kubeflow/vertex_runner.py")
+                lines = [line for line in refused.output.splitlines() if line.strip()]
+                assert refused.exit_code != 0 and lines[-1].startswith("imagepipe: error: "), refused.output
+                assert message in lines[-1] and "Traceback" not in refused.output, refused.output
         finally:
             aiplatform.init(api_endpoint=None)
             aiplatform.initializer.global_config._api_endpoint = None  # noqa: SLF001 - other tests' clients

@@ -12,6 +12,7 @@ kubeflow/deploy.py compiles the pipeline with this module as ImageExampleGen's
 driver command.
 """
 
+import sys
 from typing import Any, Dict, Optional
 
 from absl import app
@@ -26,6 +27,7 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from components.example_gen.ingest_settings import IngestSettings
+from storage.errors import ConfigError, DataError, one_line
 
 DRIVER_COMMAND = ("python", "-m", "components.example_gen.vertex_driver")
 
@@ -62,7 +64,10 @@ def main(args) -> None:
     # TFX's driver builds its input processor from this module attribute; this process exists
     # only to run that driver, so swapping the class here affects nothing else.
     tfx_driver.input_processor.FileBasedInputProcessor = WindowInputProcessor
-    tfx_driver.main(args)
+    try:
+        tfx_driver.main(args)
+    except (ConfigError, DataError) as e:  # the task's log ends in one line, not a traceback around it
+        sys.exit(f"imagepipe: error: {one_line(str(e))}")
 
 
 if __name__ == "__main__":
