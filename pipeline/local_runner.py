@@ -33,6 +33,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     config.validate()
     config.check_memory(machine_memory_bytes())
     check_local_beam_args(config.beam_args)
+    check_no_cluster()
     schema = config.schema_path()
     if schema and not fs.is_remote(schema):
         check_schema(schema)
@@ -80,6 +81,26 @@ def check_local_beam_args(beam_args) -> None:
             raise ConfigError(f"--beam-arg --runner={runner}: `imagepipe run` runs Beam on this machine "
                               f"({', '.join(LOCAL_RUNNERS[:3])}); for Dataflow, run the pipeline on Vertex AI "
                               "with `imagepipe submit --dataflow`")
+
+
+def check_no_cluster(environ=os.environ) -> None:
+    """A TF_CONFIG naming several training machines cannot train in `imagepipe run`: its Trainer runs in this
+    process after the other steps have started TensorFlow, and MultiWorkerMirroredStrategy must be made before
+    ("Collective ops must be configured at program startup", after ingestion and Transform). One line, at once."""
+    if not environ.get("TF_CONFIG"):
+        return
+    from trainer import strategy
+
+    try:
+        cluster = strategy.training_cluster(environ)
+    except strategy.TrainingDeviceError as e:
+        raise ConfigError(str(e)) from None
+    if cluster:
+        machines = sum(len(cluster["cluster"].get(k, [])) for k in ("chief", "worker"))
+        raise ConfigError(f"TF_CONFIG names a cluster of {machines} training machines, which `imagepipe run` cannot "
+                          "train on (its Trainer shares this process with the other steps); unset TF_CONFIG to train "
+                          "here, or train on several machines with `imagepipe submit --vertex-training "
+                          f"--training-replicas {machines}` (docs/training.md)")
 
 
 def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None:

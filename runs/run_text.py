@@ -250,10 +250,14 @@ def describe_recalls(d: Dict[str, Any], most: int = 6) -> str:
 
     rows = sorted(((name, m["recall"]) for name, m in d["per_class"].items() if m.get("recall") is not None),
                   key=lambda kv: (kv[1], kv[0]))
+    unseen = sorted(name for name, m in d["per_class"].items() if m.get("recall") is None)  # no eval image
     if not rows:
         return ""
     shown = ", ".join(f"{name} {recall:.2f}" for name, recall in rows[:most])
     text = f"recall {shown}" + (f" and {len(rows) - most} more classes" if len(rows) > most else "")
+    if unseen:
+        text += "; no eval images of " + ", ".join(unseen[:most]) + (
+            f" and {len(unseen) - most} more" if len(unseen) > most else "")
     weakest = weakest_class(d)
     if weakest:
         text += (f"; weakest class {weakest['name']!r} ({weakest['support']:,} eval images"

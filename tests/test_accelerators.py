@@ -84,6 +84,29 @@ def test_a_tpu_asked_for_and_unreachable_stops_the_trainer_in_one_line():
         HParams(required_device="gpu").validate()
 
 
+def test_a_tpu_name_that_does_not_answer_is_a_warning_and_the_next_device(monkeypatch):
+    """docs/training.md promises a warning and the next device for a TPU_NAME that does not answer; TensorFlow's
+    resolver raised a URLError (an OSError), which failed the run."""
+    monkeypatch.setenv("TPU_NAME", "no-such-tpu.invalid")
+    assert strategy.plan(gpus=[], cpus=["/cpu:0"]).kind == "cpu"
+
+
+def test_a_cluster_tf_config_on_a_local_run_is_one_line_before_it_starts(tmp_path):
+    """`imagepipe run` with a TF_CONFIG of two machines failed in the Trainer ("Collective ops must be configured
+    at program startup") after ingestion and Transform; a one-machine TF_CONFIG (Vertex sets one) is fine."""
+    from pipeline import local_runner
+    from pipeline.config import ConfigError
+
+    two = {"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "chief",
+                                                                                             "index": 0}})}
+    with pytest.raises(ConfigError, match=r"^TF_CONFIG names a cluster of 2 training machines, which `imagepipe run` "
+                                          r"cannot train on .*--training-replicas 2"):
+        local_runner.check_no_cluster(two)
+    local_runner.check_no_cluster({"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"]},
+                                                            "task": {"type": "chief", "index": 0}})})
+    local_runner.check_no_cluster({})
+
+
 def test_tf_config_makes_a_multi_worker_plan_and_names_the_chief():
     def config(cluster, task):
         return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}

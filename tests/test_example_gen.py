@@ -484,3 +484,21 @@ def test_rows_that_are_all_quarantined_name_the_commonest_reason(tmp_path):
     assert "no file has a label" not in message and "\n" not in message
     kept = message.rsplit("with its reason: ", 1)[1]
     assert len(open(kept).read().splitlines()) == 7  # the header and the six rows
+
+
+def test_a_class_with_no_eval_image_is_named_as_too_few_to_judge(tmp_path):
+    """A class of one image (in train, none in eval) was left out of 'too few eval images to judge' (the card and
+    data health read it) and of the Evaluator's recall line: both name it now."""
+    from runs.run_text import describe_recalls
+
+    data = tmp_path / "data"
+    for c, (label, n) in enumerate({"cat": 60, "dog": 60, "lone": 1}.items()):
+        for i in range(n):
+            write(data / label / f"{i}.png", image_bytes("PNG", size=(6, 6), seed=c * 10_000 + i))
+    _, report = run_executor(data, tmp_path / "out")
+    found = summary(report.uri)
+    assert found["examples_per_split_and_class"]["eval"].get("lone", 0) == 0
+    assert found["classes_with_few_eval_examples"] == ["lone"]
+    line = describe_recalls({"per_class": {"cat": {"recall": 0.9, "support": 12}, "dog": {"recall": 0.8, "support": 12},
+                                           "lone": {"recall": None, "support": 0}}})
+    assert line.startswith("recall dog 0.80, cat 0.90; no eval images of lone")

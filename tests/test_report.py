@@ -107,4 +107,3 @@ def test_the_report_shows_the_tflite_exports_or_why_there_are_none():
     assert "On-device (TFLite)" in html and "0.9791" in html and "tflite/model_float16.tflite" in html
     assert "Export failed: exit status 134: LLVM ERROR" in _on_device({"error": "exit status 134: LLVM ERROR"})
     assert _on_device(None) == ""
-

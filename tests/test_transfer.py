@@ -120,3 +120,22 @@ def test_the_exported_model_serves_what_the_head_gave_on_features(transfer_runs)
     # The backbone as served (pixels in) against the head on the cached features: oneDNN's rounding differs by
     # batch size and CPU; probabilities agree to 1e-3 anywhere, and a wrong graph misses by far more.
     np.testing.assert_allclose(served, head, atol=1e-3)
+
+
+def test_the_head_trains_across_three_replicas(transfer_runs):
+    """`--cpu-replicas 3`: the features' last batches split unevenly over the replicas, which Keras 3 failed to add
+    up ("AddN ... [27,1280] != [26,1280]"); every batch now has one shape (the eval batch padded with weightless
+    examples), and the run trains and is scored as on one replica."""
+    from commands import run_imagepipe
+    from runs import run_summary
+
+    config, _, _ = transfer_runs
+    done = run_imagepipe("run", "--root", config.root, "--data", config.data, "--cpu-replicas", "3", "--epochs", "3",
+                         "--progress", "quiet", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = run_summary.summarize(config.metadata_path)
+    trainer = details(summary, "Trainer")
+    assert trainer["strategy"].startswith("multi-cpu (3 replicas") and trainer["epochs"] == 3
+    evaluation = details(summary, "Evaluator")
+    # The padding counts nowhere: the Trainer's eval accuracy (padded batches) is the Evaluator's (TFMA, unpadded).
+    assert trainer["kept_eval_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1.01 / evaluation["example_count"])

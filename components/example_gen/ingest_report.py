@@ -75,10 +75,11 @@ def build_summary(listing: Listing, counts: Dict[tuple, int], bad: List[Dict[str
             "label_cooccurrence_in_train": cooccurrence(label_sets)} if multi else {}),
         # Largest / smallest class in train (trainer/class_balance.py): above 3 training balances the classes.
         "imbalance_ratio": class_balance.imbalance_ratio(per_split.get("train", {})),
-        # Classes with some eval images but too few to judge the model on (the Evaluator does not hold them to
-        # --min-class-recall; data health names them).
+        # Classes with too few eval images to judge the model on, none included (the Evaluator does not hold them to
+        # --min-class-recall; data health and the model card name them).
         "classes_with_few_eval_examples": sorted(
-            label for label, n in per_split.get("eval", {}).items() if 0 < n < class_balance.MIN_EVAL_EXAMPLES),
+            label for label in label_map if any(c.get(label) for c in per_split.values())
+            and per_split.get("eval", {}).get(label, 0) < class_balance.MIN_EVAL_EXAMPLES),
         "formats": dict(sorted(formats.items())),
         "label_map": label_map,
         "classes_without_examples": sorted(
