@@ -1,6 +1,7 @@
 """Bad input from a careless user or an attacker: each gets one early line (exit 2) that names the
 option or file and the fix, or is quarantined at ingestion, or escaped where it is written."""
 
+import contextlib
 import csv
 import io
 import os
@@ -36,11 +37,31 @@ def run_cli(capsys, *args):
     ("--seed", "-1", "--seed -1: use a whole number from 0 to 4,294,967,295"),
     ("--seed", "99999999999999", "--seed 99999999999999: use a whole number from 0 to 4,294,967,295"),
     ("--patience", "0", "--patience 0: use a whole number of epochs from 1 to 10,000"),
+    # Echoed whole (a 100 kB line) before the fourth hardening round; argparse's usage dump from Beam's parser.
+    ("--model", "m" * 100_000, "argument --model: invalid choice: 'mmmm"),
+    ("--seed", "9" * 100_000, "argument --seed: invalid int value: '9999"),
+    ("--beam-arg=--direct_num_workers=abc", None, "--beam-arg --direct_num_workers=abc: argument "
+                                                  "--direct_num_workers: invalid int value: 'abc'"),
 ])
 def test_bad_training_settings_are_one_line_before_anything_runs(capsys, tmp_path, option, value, expected):
-    code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"), option, value)
+    with pytest.raises(SystemExit) if value and len(value) > 1000 else contextlib.nullcontext():
+        code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"), option, *([value] if value else []))
+    if value and len(value) > 1000:  # refused by the parser itself (it exits)
+        code, err = 2, capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and expected in err[0], err
+    assert len(err[0]) < 700  # a readable line, whatever it echoes
     assert not os.path.exists(tmp_path / "root")  # nothing written
+
+
+def test_long_or_unknown_values_from_the_environment_are_one_readable_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEPIPE_NAME", "n" * 100_000)
+    code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"))
+    assert code == 2 and len(err) == 1 and err[0].startswith("imagepipe: error: --name 'nnnn") and len(err[0]) < 700
+    monkeypatch.delenv("IMAGEPIPE_NAME")
+    monkeypatch.setenv("IMAGEPIPE_TUNE_MODE", "maybe")
+    code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"))
+    assert code == 2 and err == ["imagepipe: error: tune mode 'maybe' (IMAGEPIPE_TUNE_MODE; --retune sets it to "
+                                 "search): use search or auto"]
 
 
 @pytest.mark.parametrize("content", [b"just some notes\n", image_bytes("JPEG"), b""])
