@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
-	bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer lock clean
+	bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-scale lock clean
 
 install: $(VENV)/.installed
 
@@ -96,6 +96,12 @@ bench-explain: install
 bench-transfer: install
 	$(BIN)/python -m bench.transfer_benchmark --seeds 1,2
 	$(BIN)/python -m bench.transfer_benchmark --seeds 1 --sizes 160,192,224 --no-default --no-baselines
+
+# The whole DAG at 10,000, 30,000 and 100,000 diverse photo-like images (bench/scale_set.py, ~1.6 GB at 100,000):
+# each stage's seconds and the peak memory of the whole process tree; the default run, then the cnn (~4 hours).
+bench-scale: install
+	$(BIN)/python -m bench.scale_benchmark --sizes 10000,30000,100000
+	$(BIN)/python -m bench.scale_benchmark --sizes 10000,30000,100000 --extra=--model --extra=cnn --name cnn
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install

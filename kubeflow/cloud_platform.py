@@ -15,7 +15,7 @@ from tfx import v1 as tfx
 from storage.files import is_remote
 from pipeline.cloud_config import IMAGE_PROJECT_DIR, CloudConfig
 from pipeline.config import PROJECT_DIR, ConfigError, PipelineConfig
-from pipeline.platform import Platform
+from pipeline.platform import Platform, StepMachine
 
 
 def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
@@ -33,7 +33,31 @@ def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
         # With --vertex-training, the Tuner's trials run there too, --parallel-trials machines at once.
         vertex_tuning_config=vertex_tuning_config(config, cloud) if cloud.vertex_training else None,
         parallel_trials=cloud.parallel_trials, compiled=True,
-        service_account=(cloud.service_account or "") if cloud.target == "vertex" else "")
+        service_account=(cloud.service_account or "") if cloud.target == "vertex" else "",
+        step_machines=dict(STEP_MACHINES),
+        step_beam_args={step: list(args) for step, args in DATAFLOW_STEP_ARGS.items()} if cloud.dataflow else {})
+
+
+# Each step's container on Vertex AI Pipelines, sized for a million images (docs/scale.md has the per-image costs
+# they come from): the steps that run Beam launch Dataflow with --dataflow and need little themselves, but run
+# in their container without it; DataHealth holds a listing (~300 bytes an image) and a bounded sample; the
+# Evaluator runs TFMA and the explanations; the Trainer's machine is Vertex AI Training's with --vertex-training.
+STEP_MACHINES = {
+    "ImageExampleGen": StepMachine(8, 32),
+    "StatisticsGen": StepMachine(8, 32),
+    "Transform": StepMachine(8, 32),
+    "BackboneFeatures": StepMachine(8, 32),
+    "DataHealth": StepMachine(4, 16),
+    "Tuner": StepMachine(8, 32),
+    "Trainer": StepMachine(8, 32),
+    "Evaluator": StepMachine(8, 32),
+}
+# On Dataflow, the steps whose per-image work is heavy get workers of their own size: the backbone runs once per
+# image in BackboneFeatures (compute-bound: more cores a worker), and the Evaluator runs the whole model.
+DATAFLOW_STEP_ARGS = {
+    "BackboneFeatures": ["--machine_type=n1-standard-8"],
+    "Evaluator": ["--machine_type=n1-standard-8"],
+}
 
 
 def schema_in_image(schema_file: str) -> str:

@@ -19,6 +19,7 @@ import tempfile
 from typing import Any, Dict, Iterator, Optional
 
 import yaml
+from google.protobuf import json_format
 
 from pipeline.cloud_config import CloudConfig
 from pipeline.config import ConfigError, PipelineConfig
@@ -70,6 +71,7 @@ def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
             # The TFX CLI patches the base class's run to choose the output folder: it is called, then the file
             # written here, where TFX would write it.
             job = never_cached(super().run(pipeline, parameter_values=parameter_values, write_out=False))
+            job = with_example_gen_machine(job, pipeline)
             if write_out:  # where the TFX CLI keeps the pipeline (or the runner's own folder): whole, then renamed
                 path = os.path.join(self._output_dir, self._output_filename)
                 partial = user_files.partial_path(path)
@@ -80,6 +82,20 @@ def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
 
     return Runner(config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image),
                   output_filename=output_filename)
+
+
+def with_example_gen_machine(job: Dict[str, Any], pipeline) -> Dict[str, Any]:
+    """`job` with ImageExampleGen's machine (its platform_config, as every step's: pipeline.py size_steps) in its
+    executor's container: TFX's compiler builds an ExampleGen's container apart, and leaves it out."""
+    example_gen = next((c for c in pipeline.components if c.id == "ImageExampleGen"), None)
+    if example_gen is None or not example_gen.platform_config:
+        return job
+    spec = job["pipelineSpec"]
+    task = spec["root"]["dag"]["tasks"]["ImageExampleGen"]
+    label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+    container = spec["deploymentSpec"]["executors"][label]["container"]
+    container["resources"] = json_format.MessageToDict(example_gen.platform_config)
+    return job
 
 
 def never_cached(job: Dict[str, Any]) -> Dict[str, Any]:

@@ -52,6 +52,7 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
     pusher = dag.pusher(trainer, evaluator, card)
     components = [check, example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
                   transform, features, health, health_gate, previous_search, tuner, trainer, evaluator, card, pusher]
+    dag.size_steps([c for c in components if c is not None])
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=platform.pipeline_root,
@@ -70,6 +71,22 @@ class _Stages:
         self.config, self.platform = config, platform
         self.hp = config.hparams()
         self.hparams = self.hp.to_custom_config()  # the Tuner's and the Trainer's custom_config
+
+    def size_steps(self, components) -> None:
+        """A compiled job's machine for each step (ImageExampleGen's is set in its executor spec by
+        kubeflow/deploy.py: TFX's compiler leaves an ExampleGen's out), and Beam options of a step's own."""
+        from kfp.pipeline_spec import pipeline_spec_pb2
+
+        resources = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
+        for component in components:
+            machine = self.platform.step_machines.get(component.id)
+            if machine is not None:
+                spec = resources(cpu_limit=machine.cpus, memory_limit=machine.memory_gb)
+                if machine.accelerator:
+                    spec.accelerator.type, spec.accelerator.count = machine.accelerator, machine.accelerator_count
+                component.with_platform_config(spec)
+            if self.platform.step_beam_args.get(component.id):
+                component.with_beam_pipeline_args(self.platform.step_beam_args[component.id])
 
     def setting(self, name: str):
         """A setting's value, or on a platform that takes them, the runtime parameter that defaults to it."""

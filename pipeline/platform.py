@@ -34,6 +34,20 @@ class Platform:
     # Vertex AI: the service account runs execute as (--service-account); the compiled job's first task
     # (pipeline/run_check.py) refuses to run as another.
     service_account: str = ""
+    # A compiled job's machine for each step (by component id: StepMachine), and Beam options of its own for a step
+    # that runs Beam (on Dataflow: its workers' machine type); a local run has neither.
+    step_machines: Dict[str, "StepMachine"] = dataclasses.field(default_factory=dict)
+    step_beam_args: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMachine:
+    """What a step's container asks of Vertex AI Pipelines: CPUs, memory (GB), and an accelerator."""
+
+    cpus: float
+    memory_gb: float
+    accelerator: str = ""  # e.g. NVIDIA_TESLA_T4
+    accelerator_count: int = 0
 
 
 def local(config: PipelineConfig) -> Platform:

@@ -88,7 +88,9 @@ def describe_label_model(accuracy: float) -> str:
 def _health(c: Dict[str, Any]) -> str:
     d = c["details"]
     if d.get("label_issue_fraction") is not None:
-        text = f"{d['label_issues']:,} likely label errors of {d['examples']:,} examples"
+        text = (f"{d['label_issues']:,} likely label errors of {d['examples']:,} examples" if not d.get(
+            "label_check_sampled") else f"{d['label_issues']:,} likely label errors in a sample of "
+            f"{d['label_check_sampled']:,} of {d['examples']:,} examples ({d['label_issue_fraction']:.1%} estimated)")
         if d.get("label_check_accuracy") is not None:
             text += f" ({describe_label_model(d['label_check_accuracy'])})"
     else:

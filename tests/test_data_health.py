@@ -433,3 +433,30 @@ def test_exact_copies_are_searched_once_and_grouped_in_linear_time():
                 ((k, v) for k, v in Resolve(drop_duplicates=False).process(("d", conflict)) if k == "rejected")]
     assert len(rejected) == 5_000 and max(len(row["detail"]) for row in rejected) < 200
     assert rejected[0]["detail"].endswith("and 4,996 more")
+
+
+def test_the_label_check_holds_a_bounded_sample_stratified_by_class():
+    """Above LABEL_CHECK_SAMPLE images the label check holds a sample: every class in proportion, a small class
+    at least MIN_SAMPLED_PER_CLASS (or all of it), chosen by content hash (the same images each run); the share
+    of suspects is estimated class by class. At or below the bound every image is checked, as before."""
+    import hashlib
+
+    from components.health import executor as health
+
+    counts = {0: 900_000, 1: 99_000, 2: 1_000, 3: 30}
+    sample = health.Sample(counts, multi_label=False)
+    keys = [hashlib.sha256(str(n).encode()).hexdigest() for n in range(200_000)]
+    kept = {c: sum(sample.keeps(k, c) for k in keys) for c in counts}  # each class's share, on 200,000 keys
+    expected = {c: min(1.0, max(health.MIN_SAMPLED_PER_CLASS, health.LABEL_CHECK_SAMPLE * n / sum(counts.values()))
+                       / n) * len(keys) for c, n in counts.items()}
+    for c in counts:
+        assert kept[c] == pytest.approx(expected[c], rel=0.05, abs=30), (c, kept[c], expected[c])
+    assert [sample.keeps(k, 0) for k in keys[:1000]] == [sample.keeps(k, 0) for k in keys[:1000]]  # the same
+    assert all(health.Sample({0: 10_000, 1: 10_000}, False).keeps(k, 0) for k in keys[:100])  # at the bound: all
+    # The estimate weighs each class's suspects by its images: 2 of 10 sampled in a class of 100 -> 20.
+    examples = health.Examples()
+    examples.keys = [f"k{n}" for n in range(120)]
+    examples.labels = [0] * 100 + [1] * 20
+    examples.sampled = list(range(10)) + list(range(100, 120))
+    rows = [{"key": "k0"}, {"key": "k1"}, {"key": "k100"}]
+    assert health._issue_fraction(examples, rows, multi_label=False) == pytest.approx((20 + 1) / 120, abs=1e-6)

@@ -352,6 +352,26 @@ def test_bad_production_settings_fail_before_compiling(changes, message):
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_each_step_of_the_compiled_job_has_its_machine_and_the_heavy_beam_steps_their_workers(vertex_job):
+    """Every step that touches per-image data asks Vertex AI Pipelines for its machine (ImageExampleGen's too, which
+    TFX's compiler leaves out), and on Dataflow the features step and the Evaluator get larger workers: the last
+    --machine_type of a step's arguments is the one Beam takes."""
+    from kubeflow.cloud_platform import DATAFLOW_STEP_ARGS, STEP_MACHINES
+
+    _, _, spec = vertex_job
+    tasks = spec["root"]["dag"]["tasks"]
+    for name, machine in STEP_MACHINES.items():
+        if name not in tasks:
+            continue
+        container = _executor(spec, name)["container"]
+        assert container["resources"]["cpuLimit"] == machine.cpus, name
+        assert container["resources"]["memoryLimit"] == machine.memory_gb, name
+        machine_types = [a for a in container.get("args", []) if a.startswith("--machine_type=")]
+        expected = DATAFLOW_STEP_ARGS.get(name, ["--machine_type=n1-standard-4"])[-1]
+        assert machine_types and machine_types[-1] == expected, (name, machine_types)
+    assert {"ImageExampleGen", "Transform", "DataHealth", "Evaluator"} <= set(tasks) & set(STEP_MACHINES)
+
+
 def test_the_accelerators_accepted_are_vertex_ai_s():
     from google.cloud.aiplatform_v1.types import AcceleratorType
 

@@ -167,6 +167,24 @@ def test_shuffle_buffer_is_sized_from_the_data():
     assert input_pipeline.shuffle_buffer(0, 0.0, cached=False, hp=hp) == 1
 
 
+def test_features_past_the_cache_budget_stream_through_a_bounded_buffer(tmp_path):
+    """The head's features were always cached in memory (out of memory near 2.5 million images): past the budget
+    they stream from shuffled files through a bounded buffer, every record once an epoch, as pixels do."""
+    from components.features.executor import feature_example
+
+    dim, count = 8, 600
+    for shard in range(3):
+        with tf.io.TFRecordWriter(str(tmp_path / f"features-{shard}.tfrecord")) as writer:
+            for n in range(shard, count, 3):
+                writer.write(feature_example(np.full(dim, n, np.float32), n % 4, f"{n:04d}".encode()))
+    for budget, cached in ((100, True), (0.01, False)):  # megabytes (the records are ~30 kB in all)
+        hp = HParams(model="efficientnet_lite0", cache_megabytes=budget, batch_size=50, seed=2)
+        assert (input_pipeline.measure(input_pipeline.list_files([str(tmp_path / "*")]))[1] <= budget) == cached
+        dataset = input_pipeline.make_feature_dataset([str(tmp_path / "*")], hp, dim, 1, training=True)
+        seen = np.concatenate([x[:, 0].numpy() for x, _ in dataset]).astype(int)
+        assert sorted(seen.tolist()) == list(range(count)) and seen.tolist() != sorted(seen.tolist())
+
+
 @pytest.mark.parametrize("kind", ["flip", "crop", "brightness"])
 def test_each_augmentation_changes_images_and_keeps_shapes_and_range(kind):
     images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(16, SIZE, SIZE, 3)), tf.float32)

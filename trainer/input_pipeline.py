@@ -178,20 +178,30 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
     """(features float32 [batch, dim], labels int64 [batch]) from the features step's records
     (components/features): what the frozen phase of a transfer model trains its head on.
 
-    Small (a few kB an image), so always cached and shuffled over the whole set. A record holds `views`
-    vectors (the plain image, then augmented views); training draws one per image each epoch, evaluation
-    takes the plain one.
+    Small (a few kB an image), so cached and shuffled over the whole set when they fit the cache budget (the
+    pixels' rule: HParams.cache_limit_megabytes); past it (a few million images) streamed from shuffled files
+    through a bounded shuffle buffer. A record holds `views` vectors (the plain image, then augmented views);
+    training draws one per image each epoch, evaluation takes the plain one.
     """
     files = list_files(file_patterns)
     batch_size = batch_size or hp.batch_size
-    records, _ = measure(files)
-    dataset = tf.data.TFRecordDataset(files, compression_type=features.compression(files),
-                                      num_parallel_reads=AUTOTUNE)
-    if training and balance is not None and balance.mode == "sampling":
-        dataset = class_balanced(dataset, balance, max(1, records), records, hp.seed, cache=True)
-    elif training:
-        dataset = dataset.cache().shuffle(max(1, records), seed=hp.seed, reshuffle_each_iteration=True)
+    records, megabytes = measure(files)
+    cached = megabytes <= hp.cache_limit_megabytes()
+    if cached:
+        dataset = tf.data.TFRecordDataset(files, compression_type=features.compression(files),
+                                          num_parallel_reads=AUTOTUNE)
     else:
+        dataset = tf.data.Dataset.from_tensor_slices(files)
+        if training:
+            dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
+        dataset = dataset.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
+                                     cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)
+    buffer = max(1, records) if cached else shuffle_buffer(records, megabytes, False, hp)
+    if training and balance is not None and balance.mode == "sampling":
+        dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)
+    elif training:
+        dataset = (dataset.cache() if cached else dataset).shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
+    elif cached:
         dataset = dataset.cache()
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
     spec = {features.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),

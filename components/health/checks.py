@@ -35,14 +35,29 @@ def poor_image_reasons(mean: float, std: float, height: int, width: int) -> List
 
 def far_from_every_class(z: np.ndarray, labels: np.ndarray, train: np.ndarray) -> np.ndarray:
     """Per image, whether it is far from every class centre of the training split (z: standardised,
-    reduced features [n, d]); and the distances."""
+    reduced features [n, d]); and the distances. (DataHealth streams the same: nearest_centre batch by batch,
+    then far_out.)"""
     classes = np.unique(labels[train])
     centres = np.stack([z[train & (labels == c)].mean(axis=0) for c in classes])
+    nearest = nearest_centre(z, centres)
+    return far_out(nearest), nearest
+
+
+def nearest_centre(z: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Each row's distance to the nearest of the centres (both standardised features)."""
     # |z - c|^2 = |z|^2 - 2 z.c + |c|^2: [n, classes] at most, never [n, classes, d].
     squared = (z ** 2).sum(axis=1)[:, None] - 2 * z @ centres.T + (centres ** 2).sum(axis=1)[None]
-    nearest = np.sqrt(np.maximum(squared, 0).min(axis=1))
-    q1, q3 = np.percentile(nearest, [25, 75])
-    return nearest > q3 + OUTLIER_IQRS * (q3 - q1), nearest
+    return np.sqrt(np.maximum(squared, 0).min(axis=1))
+
+
+def far_out(nearest: np.ndarray) -> np.ndarray:
+    """Whether each distance is beyond the fence of all of them (a distance not measured, NaN: never)."""
+    measured = nearest[np.isfinite(nearest)]
+    if not len(measured):
+        return np.zeros(len(nearest), bool)
+    q1, q3 = np.percentile(measured, [25, 75])
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(nearest, nan=-np.inf) > q3 + OUTLIER_IQRS * (q3 - q1)
 
 
 def feature_drift(reference: Optional[Dict], current: Optional[Dict]) -> Optional[float]:
