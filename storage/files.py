@@ -116,3 +116,12 @@ def remote_files(root: str, limit: Optional[int] = None) -> List[Tuple[str, int,
     (match,) = FileSystems.match([prefix + "**"], limits=[limit] if limit else None)
     return [(m.path[len(prefix):], m.size_in_bytes, int(m.last_updated_in_seconds * 1e9))
             for m in match.metadata_list]
+
+
+def remote_top_files(root: str) -> List[str]:
+    """The names of the objects directly under a gs:// folder (one level: no recursive listing)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    prefix = root.rstrip("/") + "/"
+    (match,) = FileSystems.match([prefix + "*"])
+    return [m.path[len(prefix):] for m in match.metadata_list if "/" not in m.path[len(prefix):]]

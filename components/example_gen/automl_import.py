@@ -31,9 +31,9 @@ from typing import List, NamedTuple, Optional, Tuple
 from components.example_gen.image_check import Reason
 from components.example_gen.listing import (LABEL_SEPARATOR, Candidate, Listing, display, is_hidden, label_set,
                                             manifest_row, normalize_label, read_manifest, relative_to_root,
-                                            resolve_task, stat_file, walk)
+                                            resolve_task, stat_file)
 from storage.errors import DataError
-from storage.files import is_dir, is_remote, join
+from storage.files import is_dir, is_remote, join, remote_top_files
 
 ML_USE = {"training": "train", "train": "train", "validation": "eval", "test": "test", "unassigned": None}
 ML_USE_LABEL = "aiplatform.googleapis.com/ml_use"
@@ -59,8 +59,8 @@ def import_files(source: str) -> List[str]:
     and .jsonl import files (the images may be in its subfolders); [] for any other folder."""
     if not is_dir(source):
         return [source]
-    if is_remote(source):
-        top = [rel for rel, _, _, _ in walk(source) if "/" not in rel and not is_hidden(rel)]
+    if is_remote(source):  # the top level only, as locally (a recursive listing of millions of objects is minutes)
+        top = sorted(rel for rel in remote_top_files(source) if not is_hidden(rel))
     else:  # only the top level: no walk of a large class-folder tree to rule this layout out
         top = sorted(e.name for e in os.scandir(source) if e.is_file() and not is_hidden(e.name))
     if not top or not all(rel.lower().endswith(SUFFIXES) for rel in top):

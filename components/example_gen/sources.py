@@ -52,8 +52,12 @@ def detect_layout(source: str) -> str:
             "Vertex AI AutoML import file")
     if automl_import.import_files(source):
         return "automl"
-    top = {rel.split("/", 1)[0] for rel, _, _, _ in walk(source)
-           if "/" in rel and not is_hidden(rel)}
+    return _tree_layout(walk(source))
+
+
+def _tree_layout(entries) -> str:
+    """'presplit' when the top folders of a tree's files (walk's entries) are split names, else 'folders'."""
+    top = {rel.split("/", 1)[0] for rel, _, _, _ in entries if "/" in rel and not is_hidden(rel)}
     if top and all(t.lower() in SPLIT_ALIASES for t in top) and any(
             SPLIT_ALIASES[t.lower()] == "train" for t in top):
         return "presplit"
@@ -76,8 +80,15 @@ def list_source(data_root: str, source: str, layout: str = "auto",
         raise DataError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     if not exists(source):
         raise DataError(f"{source}: no such file or folder; check the --data path")
+    entries = None
     if layout == "auto":
-        layout = detect_layout(source)
+        from components.example_gen import automl_import
+
+        if not is_dir(source) or automl_import.import_files(source):
+            layout = detect_layout(source)
+        else:  # a tree: walked once, for its layout and its files (a walk of millions of files is minutes)
+            entries = list(walk(source, boundary=data_root))
+            layout = _tree_layout(entries)
     if layout == "manifest":
         listing = _list_manifest(data_root, source, task)
     elif layout == "automl":
@@ -89,7 +100,7 @@ def list_source(data_root: str, source: str, layout: str = "auto",
             raise DataError(f"{source}: class folders give each image one label, so --task multi cannot read them; "
                             "list the images in a path,labels manifest (labels separated by ';') or an AutoML "
                             "multi-label import file")
-        listing = _list_tree(data_root, source, presplit=(layout == "presplit"))
+        listing = _list_tree(data_root, source, presplit=(layout == "presplit"), entries=entries)
     if split is not None:
         listing.candidates = [
             c._replace(split=c.split or split) for c in listing.candidates]
@@ -100,12 +111,12 @@ def list_source(data_root: str, source: str, layout: str = "auto",
     return listing
 
 
-def _list_tree(data_root: str, source: str, presplit: bool) -> Listing:
+def _list_tree(data_root: str, source: str, presplit: bool, entries=None) -> Listing:
     listing = Listing(layout="presplit" if presplit else "folders", source=source)
     prefix = relative_to_root(data_root, source)
     prefix = "" if prefix in (".", "") else prefix + "/"
     folders = {}  # class name -> the folder names that give it
-    for rel, size, mtime, unreadable in walk(source, boundary=data_root):
+    for rel, size, mtime, unreadable in entries if entries is not None else walk(source, boundary=data_root):
         if is_hidden(rel):
             listing.skipped_hidden += 1
             continue
