@@ -15,8 +15,9 @@ class DataError(ValueError):
     """Input the user must fix. The message is one line: the path, the problem, the fix."""
 
 
-LONGEST_WORD = 120  # characters of a value shown whole in an error; a longer one is cut in its middle
-LONGEST_LINE = 600
+# Characters of a value shown whole in an error (a long path fits); a longer one is cut in its middle.
+LONGEST_WORD = 300
+LONGEST_LINE = 1500
 
 
 def shown(value: str, most: int = LONGEST_WORD) -> str:

@@ -277,7 +277,7 @@ def test_report_out_to_a_folder_is_one_line_and_leaves_nothing(capsys, tmp_path)
 @pytest.mark.parametrize("args, expected", [
     (["export-schema", "--out", "{tmp}"], "--out {tmp}: a folder; give a file name"),
     (["sample-data", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt: not a folder; give a folder"),
-    (["sample-data", "--out", "/proc/imagepipe-sample"], "--out /proc/imagepipe-sample: cannot write the images"),
+    (["sample-data", "--out", "/proc/imagepipe-sample"], "--out /proc/imagepipe-sample: cannot write there"),
 ])
 def test_export_schema_and_sample_data_outputs_are_one_line(capsys, tmp_path, args, expected):
     """These were tracebacks (a folder, an existing file, a read-only file system)."""

@@ -114,10 +114,12 @@ def sharded_by_data(dataset: tf.data.Dataset) -> tf.data.Dataset:
 def batched(records: tf.data.Dataset, count: int, batch_size: int, drop_remainder: bool,
             training: bool) -> Tuple[tf.data.Dataset, bool]:
     """(`count` records in batches of a known number, whether they were padded). With drop_remainder (static
-    shapes: TPU), training drops its last partial batch, and evaluation drops none: its batches are (records,
-    weights), each record weight 1, then copies of the first at weight 0 up to a whole batch. The Keras metrics
-    weigh the copies 0 (models.compile_model), and the loss's sum leaves them out, so val_loss is the eval mean
-    times count / (batches x batch_size), the same factor every epoch (early stopping picks the same epoch)."""
+    shapes: a TPU, several replicas), every batch is whole: training's epoch is the records repeated and cut into
+    ceil(count / batch_size) batches (its last batch goes on into the next shuffled pass, so each epoch sees every
+    record: dropping the remainder lost half of a small set each epoch), and evaluation drops none: its batches are
+    (records, weights), each record weight 1, then copies of the first at weight 0 up to a whole batch. The Keras
+    metrics weigh the copies 0 (models.compile_model), and the loss's sum leaves them out, so val_loss is the eval
+    mean times count / (batches x batch_size), the same factor every epoch (early stopping picks the same epoch)."""
     padded = drop_remainder and not training
     missing = -count % batch_size if padded else 0
     if padded:
@@ -125,6 +127,9 @@ def batched(records: tf.data.Dataset, count: int, batch_size: int, drop_remainde
         if missing:
             weighted = weighted.concatenate(records.take(1).repeat(missing).map(lambda r: (r, tf.constant(0.0))))
         records = weighted
+    if drop_remainder and training:
+        batches = -(-count // batch_size)
+        return records.repeat().batch(batch_size, drop_remainder=True).take(batches), padded
     batches = (count + missing) // batch_size if drop_remainder else -(-count // batch_size)
     return records.batch(batch_size, drop_remainder=drop_remainder).apply(
         tf.data.experimental.assert_cardinality(batches)), padded
