@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
-	bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-scale lock clean
+	bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-scale bench-exports lock clean
 
 install: $(VENV)/.installed
 
@@ -102,6 +102,11 @@ bench-transfer: install
 bench-scale: install
 	$(BIN)/python -m bench.scale_benchmark --sizes 10000,30000,100000
 	$(BIN)/python -m bench.scale_benchmark --sizes 10000,30000,100000 --extra=--model --extra=cnn --name cnn
+
+# Each export's size and latency per image (SavedModel, TFLite, ONNX; Core ML's size), on a photo model and the
+# digits' cnn (~5 minutes).
+bench-exports: install
+	$(BIN)/python -m bench.export_benchmark
 
 # Regenerate the lock after changing dependencies in pyproject.toml.
 lock: install

@@ -9,6 +9,7 @@
     imagepipe schedule --cron "0 3 * * 1" ... [--dry-run]
     imagepipe runs [--failed]                      # the history, from ML Metadata
     imagepipe report [RUN]                         # a run's HTML report
+    imagepipe export --format onnx --out model.onnx  # the newest pushed model for another runtime
     imagepipe sample-data --out DIR
     imagepipe export-schema --out schemas/pets/schema.pbtxt
 
@@ -26,6 +27,7 @@ from typing import List, Optional
 from cli.cloud import cmd_compile, cmd_schedule, cmd_submit
 from cli.common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, fail
 from cli.data import cmd_cache, cmd_sample_data
+from cli.export import cmd_export
 from cli.history import cmd_export_schema, cmd_report, cmd_runs
 from cli.parser import build_parser
 from cli.predict import cmd_predict
@@ -41,7 +43,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         commands = {"run": cmd_run, "predict": cmd_predict, "sample-data": cmd_sample_data,
                     "export-schema": cmd_export_schema, "compile": cmd_compile, "submit": cmd_submit,
-                    "schedule": cmd_schedule, "report": cmd_report, "runs": cmd_runs, "cache": cmd_cache}
+                    "schedule": cmd_schedule, "report": cmd_report, "runs": cmd_runs, "cache": cmd_cache,
+                    "export": cmd_export}
         return commands[args.command](args)
     except ConfigError as e:
         return fail(EXIT_BAD_INPUT, str(e))

@@ -230,6 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gcp_options(c)
     _add_dataflow_options(c, "classify on Dataflow workers that run the pipeline image (gs:// --model, "
                              "--output and inputs)")
+    exporting = commands.add_parser("export", help="a pushed model for another runtime: ONNX or Core ML")
+    exporting.add_argument("--format", required=True, help="onnx (onnxruntime and others) or coreml (an .mlpackage "
+                           "for Apple's systems)")
+    exporting.add_argument("--out", required=True, help="the file to write (.onnx), or the package (.mlpackage)")
+    exporting.add_argument("--model", dest="model_dir", help="a pushed model folder or SavedModel (default: the newest "
+                           "pushed model of --root/--name)")
+    exporting.add_argument("--root", help="the run's --root (to find the pushed model)")
+    exporting.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     cache = commands.add_parser("cache", help="the backbone features cache under --root: list, bound or clear it")
     cache.add_argument("--root", help="the runs' --root")
     cache.add_argument("--max-gb", type=float, help="remove the least recently used backbones' features until the "

@@ -26,6 +26,8 @@ components/transform/executor.py, components/evaluator/executor.py):
   (components/beam_pickler.py, which ImageExampleGen's executor also uses).
 """
 
+import contextlib
+
 import google_crc32c
 from absl import flags
 from apache_beam.io import tfrecordio
@@ -54,6 +56,25 @@ class Tuned:
     def Do(self, input_dict, output_dict, exec_properties):
         tune()
         return super().Do(input_dict, output_dict, exec_properties)
+
+
+# The Evaluator decodes each batch it reads whole (the model's transform_features, TFMA's preprocessing): 20 MiB of
+# small JPEGs is thousands of images, float32 at the model's input (10,000 photo-like images at 224 px: the run's
+# peak, 4.5 GB). Its batches are bounded by count too (and its model called on eval_config.INFERENCE_BATCH images).
+EVALUATOR_BATCH_BYTES = 8 << 20
+EVALUATOR_BATCH_RECORDS = 256
+
+
+@contextlib.contextmanager
+def smaller_batches(batch_bytes: int = EVALUATOR_BATCH_BYTES, records: int = EVALUATOR_BATCH_RECORDS):
+    """tfx-bsl's byte-bounded batches, at most `batch_bytes` and `records`, while the block builds a Beam graph (its
+    batching reads these two constants then); restored after (the local runner's other stages share the process)."""
+    before = batch_util._TARGET_BATCH_BYTES_SIZE, batch_util._BATCH_SIZE_CAP_WITH_BYTE_TARGET  # noqa: SLF001
+    batch_util._TARGET_BATCH_BYTES_SIZE, batch_util._BATCH_SIZE_CAP_WITH_BYTE_TARGET = batch_bytes, records
+    try:
+        yield
+    finally:
+        batch_util._TARGET_BATCH_BYTES_SIZE, batch_util._BATCH_SIZE_CAP_WITH_BYTE_TARGET = before
 
 
 def tuned(component, executor_class):

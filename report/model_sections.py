@@ -87,6 +87,7 @@ def training(components: Dict[str, Dict]) -> str:
                    for e in epochs],
                   numeric=[0, 2, 3, 4, 5, 6, 7])
     body += _on_device(log.get("tflite"))
+    body += _other_runtimes(log.get("exports"))
     body += "<h3>Hyperparameters</h3>"
     if log.get("tuned"):
         body += f"<p>From the search (see Tuning): {esc(run_text.describe_values(log['tuned']))}.</p>"
@@ -106,6 +107,20 @@ def _on_device(record) -> str:
     return (f"<h3>On-device (TFLite)</h3><p>Accuracy on the same {record['examples']:,} eval examples; "
             "the TFLite models take uint8 pixels resized to the model's input, with <code>tflite/labels.txt</code>.</p>"
             + table(["model", "eval accuracy", "KB", "file in the pushed model"], rows, numeric=[1, 2]))
+
+
+def _other_runtimes(record) -> str:
+    """The ONNX and Core ML exports (--exports): size, input, and how each agrees with the SavedModel."""
+    if not record:
+        return ""
+    from components.model_card.render import export_rows
+
+    rows = [[e["name"], e.get("file") or "-", "-" if e.get("bytes") is None else f"{e['bytes'] / 2**20:.1f}",
+             e.get("input") or "-", e.get("error") or e.get("agreement") or "-"]
+            for e in export_rows({"exports": record})[1:]]
+    return ("<h3>Other runtimes (ONNX, Core ML)</h3><p>Beside the SavedModel in every pushed model; they take the "
+            "image already resized to the model's input (docs/prediction.md shows how to serve each).</p>"
+            + table(["export", "file", "MB", "input", "agreement with the SavedModel"], rows, numeric=[2]))
 
 
 def evaluation(components: Dict[str, Dict]) -> str:

@@ -235,6 +235,7 @@ def _trainer(c: Dict[str, Any]) -> Dict[str, Any]:
             "warm_started_from": log.get("warm_started_from"),
             "warm_start_skipped": log.get("warm_start_skipped") or "",
             "model_run": model_run, "class_names": log["class_names"], "tflite": log.get("tflite"),
+            "exports": log.get("exports"),
             "still_improving": log.get("still_improving") or [], "tuned": log.get("tuned"),
             "model": log["hparams"].get("model"), "weights": log["hparams"].get("weights", ""),
             "model_choice": log["hparams"].get("model_choice") or ""}

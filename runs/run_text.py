@@ -144,7 +144,8 @@ def _trainer(c: Dict[str, Any]) -> str:
             + (", warm-started" if d.get("warm_started_from") else "")
             + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
             + (f"; {still_improving(d['still_improving'])}" if d.get("still_improving") else "")
-            + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else ""))
+            + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else "")
+            + (f"; {describe_exports(d['exports'])}" if d.get("exports") else ""))
 
 
 def describe_model(d: Dict[str, Any]) -> str:
@@ -286,6 +287,20 @@ def describe_card(d: Dict[str, Any]) -> str:
     if test.get("accuracy") is not None:
         text += f"; test split accuracy {test['accuracy']:.4f} on {test['examples'] or 0:,} examples"
     return text
+
+
+def describe_exports(record: Dict[str, Any]) -> str:
+    """ONNX and Core ML in a phrase: each one's size and agreement with the SavedModel, or why it was not made."""
+    parts = []
+    for kind, export in record.items():
+        if export.get("error"):
+            parts.append(f"{kind} failed: {export['error']}")
+        elif export.get("agreement") is not None:
+            parts.append(f"ONNX {export['bytes'] / 2**20:.1f} MB, top-1 as the SavedModel on {export['agreement']:.1%} of "
+                         f"{export['examples']:,} eval images")
+        else:
+            parts.append(f"Core ML {export['bytes'] / 2**20:.1f} MB (spec checked)")
+    return ", ".join(parts)
 
 
 def describe_tflite(record: Dict[str, Any]) -> str:

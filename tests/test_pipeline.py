@@ -77,8 +77,8 @@ ALL_COMPONENTS = ("ImageExampleGen", "ImportSchemaGen", "StatisticsGen", "Exampl
 
 @pytest.fixture(scope="module")
 def sample_runs(tmp_path_factory):
-    """`make run` twice: the default configuration on the digits sample, with the TFLite exports."""
-    config = PipelineConfig(root=str(tmp_path_factory.mktemp("sample")), tflite="float16,int8")
+    """`make run` twice: the default configuration on the digits sample, with the TFLite, ONNX and Core ML exports."""
+    config = PipelineConfig(root=str(tmp_path_factory.mktemp("sample")), tflite="float16,int8", exports="onnx,coreml")
     first = local_runner.run(config)
     second = local_runner.run(config)
     return config, first, second
@@ -430,6 +430,58 @@ def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_r
     savedmodel, tflite = answers.values()
     assert sum(p["class"] == os.path.basename(os.path.dirname(path)) for p, path in zip(tflite, chosen)) >= 27
     assert sum(a["class"] == b["class"] for a, b in zip(savedmodel, tflite)) >= 29  # float16: the same answers
+
+
+def test_onnx_and_core_ml_exports_agree_with_the_savedmodel_and_are_listed(sample_runs, tmp_path):
+    """The exports where users deploy, checked as a user would: onnxruntime on the pushed model's ONNX file gives
+    the SavedModel's top class on every eval image (the images decoded and resized by the SavedModel's own
+    image_pixels), its probabilities within 1e-4 (measured: 1e-7 here; float sums differ by CPU); the Core ML
+    package's spec, read back, takes a 32x32 RGB image and names every class. The card and the summary list them,
+    and `imagepipe export` makes the ONNX file of a pushed model again."""
+    import glob as globbing
+
+    from components.model_card import CARD_JSON
+    from trainer import model_exports
+
+    config, first, _ = sample_runs
+    trainer = details(first, "Trainer")
+    record = trainer["exports"]
+    assert record["onnx"]["examples"] == 359 and record["onnx"]["agreement"] >= 0.995, record
+    pushed = details(first, "Pusher")["destination"]
+    examples = next(c for c in first["components"] if c["component"] == "ImageExampleGen")
+    files = globbing.glob(os.path.join(examples["outputs"]["examples"][0], "Split-eval", "*"))
+    images = [tf.train.Example.FromString(r.numpy()).features.feature["image/encoded"].bytes_list.value[0]
+              for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    assert len(images) == examples["details"]["examples_per_split"]["eval"]
+    saved = tf.saved_model.load(pushed)
+    probabilities = np.concatenate([saved.signatures["serving_default"](image_bytes=tf.constant(images[i:i + 64]))[
+        "probabilities"].numpy() for i in range(0, len(images), 64)])
+    decoded = np.concatenate([saved.image_pixels(tf.constant(images[i:i + 64])).numpy()
+                              for i in range(0, len(images), 64)]).astype(np.float32)
+    onnx = model_exports.OnnxClassifier(open(os.path.join(pushed, "onnx", "model.onnx"), "rb").read())
+    assert onnx.class_names == trainer["class_names"]
+    served = onnx.probabilities(decoded)
+    assert (served.argmax(1) == probabilities.argmax(1)).mean() >= 0.995
+    np.testing.assert_allclose(served, probabilities, atol=1e-4)
+
+    spec = model_exports.describe_coreml(os.path.join(pushed, "coreml", "model.mlpackage"))
+    assert spec["input"] == {"name": "pixels", "image": True, "width": 32, "height": 32, "color": "RGB"}
+    assert spec["outputs"] == ["classLabel", "classLabel_probs"] and spec["class_names"] == trainer["class_names"]
+    card = json.load(open(os.path.join(pushed, CARD_JSON)))
+    assert [e["name"] for e in card["exports"]] == ["SavedModel", "TFLite float16", "TFLite int8", "onnx", "coreml"]
+    line = next(line for line in run_text.format_summary(first) if "Trainer" in line)
+    assert "ONNX" in line and "top-1 as the SavedModel on" in line and "Core ML" in line
+
+    out = tmp_path / "again.onnx"
+    done = run_imagepipe("export", "--root", config.root, "--format", "onnx", "--out", str(out), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = model_exports.OnnxClassifier(out.read_bytes())
+    np.testing.assert_allclose(again.probabilities(decoded[:16]), served[:16], atol=1e-4)
+    write(tmp_path / "mine.onnx", b"a file of mine")
+    refused = run_imagepipe("export", "--root", config.root, "--format", "onnx", "--out", str(tmp_path / "mine.onnx"),
+                            timeout=300)
+    assert refused.returncode == 2 and "is never overwritten" in refused.stderr
+    assert (tmp_path / "mine.onnx").read_bytes() == b"a file of mine"
 
 
 def test_predict_reads_images_in_cloud_storage(sample_runs, tmp_path):

@@ -19,6 +19,7 @@ BACKBONES = MODELS[1:]  # pretrained backbones: features cached, a head trained 
 AUTO = "auto"
 AUGMENTATIONS = ("flip", "crop", "brightness")
 TFLITE_KINDS = ("float16", "int8")  # on-device exports (trainer/tflite_export.py)
+EXPORT_KINDS = ("onnx", "coreml")  # exports for other runtimes (trainer/model_exports.py)
 MIXED_PRECISION_MODES = ("auto", "on", "off")  # trainer/strategy.py
 # Input side each model is usually trained at; the sample digits use 32.
 DEFAULT_IMAGE_SIZE = {"cnn": 64, "efficientnet_lite0": 224, "mobilenet_v2": 224, "efficientnet_b0": 224}
@@ -124,6 +125,8 @@ class HParams:
     augment_views: int = 4
     tflite: str = setting("", f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
                               "(scored on the eval split next to the SavedModel)")  # comma-separated
+    exports: str = setting("", f"also export the model for other runtimes: any of {','.join(EXPORT_KINDS)} (beside the "
+                               "SavedModel; ONNX scored on the eval split next to it)")  # comma-separated
     seed: int = setting(SEED, "the run's random seed: the order files are ingested in, initial weights, augmentation "
                                 "(default {default})")
     # TensorFlow's op determinism: the same data, settings and seed give the same weights (docs/retraining.md:
@@ -197,6 +200,10 @@ class HParams:
     def tflite_kinds(self):
         return [k.strip() for k in self.tflite.split(",") if k.strip()]
 
+    @property
+    def export_kinds(self):
+        return [k.strip() for k in self.exports.split(",") if k.strip()]
+
     def validate(self) -> "HParams":
         """One-line errors that name the option (as `imagepipe run` spells it) and the accepted range."""
         if self.model not in (AUTO,) + MODELS:
@@ -215,6 +222,9 @@ class HParams:
         unknown = set(self.tflite_kinds) - set(TFLITE_KINDS)
         if unknown:
             raise ValueError(f"--tflite {','.join(sorted(unknown))}: use {', '.join(TFLITE_KINDS)}")
+        unknown = set(self.export_kinds) - set(EXPORT_KINDS)
+        if unknown:
+            raise ValueError(f"--exports {','.join(sorted(unknown))}: use {', '.join(EXPORT_KINDS)}")
         if self.class_balance not in BALANCE_MODES:
             raise ValueError(f"--class-balance {self.class_balance!r}: use one of {', '.join(BALANCE_MODES)}")
         if self.mixed_precision not in MIXED_PRECISION_MODES:

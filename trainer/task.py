@@ -129,18 +129,20 @@ def _load_weights(model, folder: str) -> None:
         model.load_weights(local)
 
 
-def _export_tflite(hp: HParams, num_classes: int, class_names, weights_file: str, pixel_files, serving_model_dir,
-                   multi_label: bool = False) -> dict:
-    """The TFLite models and their accuracy, or {'error'}: the SavedModel is what the pipeline serves,
-    so a conversion that fails (an op TFLite lacks) is reported, not a reason to discard the training."""
+def _export_on_device(hp: HParams, num_classes: int, class_names, weights_file: str, pixel_files, serving_model_dir,
+                      multi_label: bool = False) -> dict:
+    """{"tflite": the TFLite models and their accuracy, "exports": ONNX and Core ML (trainer/model_exports.py)}, each
+    {'error'} when the child failed: the SavedModel is what the pipeline serves, so a conversion that fails (an op
+    a converter lacks) is reported, not a reason to discard the training."""
     try:
         record = tflite_export.export_in_child(hp, num_classes, class_names, weights_file,
                                                pixel_files["train"], pixel_files["eval"], serving_model_dir,
                                                multi_label)
     except tflite_export.TFLiteExportError as e:
-        logging.warning("Trainer: TFLite export failed: %s", e)
-        return {"error": str(e)}
-    logging.info("Trainer: TFLite %s", record)
+        logging.warning("Trainer: the exports failed: %s", e)
+        return {**({"tflite": {"error": str(e)}} if hp.tflite_kinds else {}),
+                **({"exports": {kind: {"error": str(e)} for kind in hp.export_kinds}} if hp.export_kinds else {})}
+    logging.info("Trainer: exports %s", record)
     return record
 
 
@@ -238,7 +240,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         "train_seconds": round(seconds, 2), "epochs": [e for p in phases for e in p.epochs],
         # The options whose epoch cap ended a phase that was still improving (raise them).
         "still_improving": [p.option for p in phases if p.still_improving()],
-        "tflite": on_device,
+        "tflite": on_device.get("tflite"),
+        "exports": on_device.get("exports"),  # ONNX, Core ML (trainer/model_exports.py)
         # The train split's class mix and what training did about it (trainer/class_balance.py).
         "class_balance": balancing,
         # Transfer models: the frozen phase trained the head on the features step's cached features.
@@ -284,13 +287,14 @@ def _fine_tune(model, hp: HParams, strategy: tf.distribute.Strategy, pixels, cal
 def _keep_model_files(fn_args, hp: HParams, model, info: dict, class_names, multi_label: bool, pixel_files,
                       source: Optional[dict]):
     """Beside the SavedModel (the chief only): the Keras weights and what they fit (warm starts, TFLite), the
-    TFLite exports, the features' profile; returns the TFLite scores."""
+    TFLite and other exports, the features' profile; returns the exports' record ({"tflite", "exports"})."""
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
     weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
     try:
-        on_device = _export_tflite(hp, len(class_names), class_names, weights, pixel_files,
-                                   fn_args.serving_model_dir, multi_label) if hp.tflite_kinds else None
+        on_device = _export_on_device(hp, len(class_names), class_names, weights, pixel_files,
+                                      fn_args.serving_model_dir, multi_label) \
+            if hp.tflite_kinds or hp.export_kinds else {}
     finally:
         models.discard_staged(weights)
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:

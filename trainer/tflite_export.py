@@ -47,7 +47,7 @@ class TFLiteClassifier:
     """
 
     def __init__(self, content: bytes):
-        self._interpreter = tf.lite.Interpreter(model_content=content, num_threads=os.cpu_count())
+        self._interpreter = interpreter(content)
         self._interpreter.allocate_tensors()
         self._input = self._interpreter.get_input_details()[0]
         self._output = self._interpreter.get_output_details()[0]
@@ -62,6 +62,16 @@ class TFLiteClassifier:
             rows.append(self._interpreter.get_tensor(self._output["index"])[0].astype(np.float32))
         out = np.stack(rows) if rows else np.zeros((0, 0), np.float32)
         return (out - zero_point) * scale if scale else out
+
+
+def interpreter(content: bytes):
+    """A TFLite interpreter of the model: LiteRT's (ai-edge-litert, in the lock: tf.lite.Interpreter is deprecated
+    from TF 2.19), or TensorFlow's where LiteRT is not installed."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        Interpreter = tf.lite.Interpreter
+    return Interpreter(model_content=content, num_threads=os.cpu_count())
 
 
 def _quantize(pixels: np.ndarray, detail: Dict) -> np.ndarray:
@@ -161,7 +171,7 @@ class TFLiteExportError(RuntimeError):
 def export_in_child(hp: HParams, num_classes: int, class_names: List[str], weights_file: str,
                     train_files: List[str], eval_files: List[str], serving_model_dir: str,
                     multi_label: bool = False) -> Dict:
-    """export() in a fresh process, from the saved weights; its record, or TFLiteExportError."""
+    """main() in a fresh process, from the saved weights: {"tflite": ..., "exports": ...}, or TFLiteExportError."""
     job = {"hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
            "multi_label": multi_label,
            "weights_file": weights_file, "train_files": train_files, "eval_files": eval_files,
@@ -181,15 +191,39 @@ def export_in_child(hp: HParams, num_classes: int, class_names: List[str], weigh
 
 
 def main(job_file: str, result_file: str) -> None:
+    """The child's work: the TFLite models (--tflite), then the other runtimes' exports (--exports:
+    trainer/model_exports.py), from the saved weights; {"tflite": record, "exports": record}."""
+    from trainer import model_exports
+
     with open(job_file) as f:
         job = json.load(f)
     hp = HParams.from_custom_config(job["hparams"])
-    model = models.build(hp, job["num_classes"], multi_label=job.get("multi_label", False))
+    multi_label = job.get("multi_label", False)
+    model = models.build(hp, job["num_classes"], multi_label=multi_label)
     with models.local_file(job["weights_file"]) as local:
         model.load_weights(local)
-    record = export(model, hp, job["class_names"], job["train_files"], job["eval_files"], job["serving_model_dir"])
+    record = {}
+    if hp.tflite_kinds:
+        record["tflite"] = export(model, hp, job["class_names"], job["train_files"], job["eval_files"],
+                                  job["serving_model_dir"])
+    if hp.export_kinds:
+        record["exports"] = model_exports.export(
+            model, hp.image_size, hp.channels, job["class_names"], hp.export_kinds, job["serving_model_dir"],
+            eval_pixels(job["eval_files"], hp, len(job["class_names"]) if multi_label else 0), multi_label)
     with open(result_file, "w") as f:
         json.dump(record, f)
+
+
+def eval_pixels(eval_files: List[str], hp: HParams, multi_hot: int = 0) -> np.ndarray:
+    """The first EVAL_LIMIT eval images as the model takes them (float32 0..255): what the exports are scored on."""
+    batches = []
+    seen = 0
+    for images, _ in input_pipeline.make_dataset(eval_files, hp, training=False, batch_size=64, multi_hot=multi_hot):
+        batches.append(images.numpy()[:EVAL_LIMIT - seen])
+        seen += len(batches[-1])
+        if seen >= EVAL_LIMIT:
+            break
+    return np.concatenate(batches) if batches else np.zeros((0, hp.image_size, hp.image_size, hp.channels), np.float32)
 
 
 if __name__ == "__main__":

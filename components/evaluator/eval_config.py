@@ -7,6 +7,8 @@ from typing import Any, Dict, Optional, Sequence
 from components.evaluator import views as evaluation_views
 from trainer import class_balance
 
+INFERENCE_BATCH = 64  # eval images TFMA gives a model call (each call decodes its images whole)
+
 BASELINE_SKIPPED = "baseline_skipped"  # custom property of the blessing: why no baseline was compared
 THRESHOLD = "accuracy_threshold"  # the Evaluator's own parameter (components/evaluator/component.py)
 CONFIDENCE, TARGET_PRECISION = "confidence_threshold", "target_precision"  # its parameters for views.json
@@ -50,7 +52,8 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
     return tfma.EvalConfig(
         model_specs=[tfma.ModelSpec(signature_name="serving_examples", label_key=LABEL_KEY,
                                     prediction_key="probabilities",
-                                    preprocessing_function_names=["transform_features"])],
+                                    preprocessing_function_names=["transform_features"],
+                                    inference_batch_size=INFERENCE_BATCH)],  # images a model call decodes at once
         slicing_specs=[tfma.SlicingSpec()],
         metrics_specs=specs)
 

@@ -36,7 +36,7 @@ from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
-from components.beam_settings import Tuned
+from components.beam_settings import Tuned, smaller_batches
 from components.evaluator import metrics as evaluation_metrics
 from components.evaluator.eval_config import (ACCURACY_METRIC, BASELINE_SKIPPED, CLASS_GATE_FILE, CONFIDENCE,
                                               EXPLANATIONS, TARGET_PRECISION, TEST_SPLIT, THRESHOLD, class_gate,
@@ -203,7 +203,8 @@ class Executor(Tuned, evaluator_executor.Executor):
         elif names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
             exec_properties, gate = with_class_checks(exec_properties, names, split_class_counts(examples, "eval"),
                                                       split_class_counts(examples, "train"))
-        super().Do(input_dict, output_dict, exec_properties)
+        with smaller_batches():  # bounded by count too: each batch is decoded whole
+            super().Do(input_dict, output_dict, exec_properties)
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
         if skipped:
             blessing.set_string_custom_property(BASELINE_SKIPPED, skipped)

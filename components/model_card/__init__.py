@@ -42,4 +42,6 @@ TO_FILL_IN = "TO FILL IN"
 #                       must_find [names with a few eval images, one of which must be found], compared_on}, blessed,
 #                       blessing_reason, last_blessed {accuracy, balanced_accuracy, artifact} or null,
 #                       test {examples, accuracy, balanced_accuracy, weakest_class, per_class, at_threshold} or null
+#   exports             [{name, file, format, bytes, input, agreement | error}]: the SavedModel, then the TFLite models
+#                       (--tflite) and ONNX and Core ML (--exports), each with how it agrees with the SavedModel
 #   to_fill_in          intended_use, limitations, ethical_considerations, contact: "TO FILL IN: ..."

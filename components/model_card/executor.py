@@ -101,8 +101,10 @@ def build_card(model_uri: str, model_run_uri: str, evaluation_uri: str, blessed:
         "data": _data(ingest, health, span),
         "training": _training(log, pipeline, run, span, baseline),
         "evaluation": _evaluation(evaluation_uri, blessed, baseline_skipped, baseline),
+        "exports": render.export_rows(log),
         "to_fill_in": dict(TO_FILL_IN_SECTIONS),
     }
+
 
 
 def _model(model_uri: str, info: Dict[str, Any], log: Dict[str, Any], pipeline: str) -> Dict[str, Any]:

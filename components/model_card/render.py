@@ -24,6 +24,8 @@ def _sections(card: Dict[str, Any]) -> List[tuple]:
     test = card["evaluation"].get("test")
     if test:
         sections.append(_test_section(test, multi))
+    if len(card.get("exports") or []) > 1:
+        sections.append(_exports_section(card["exports"]))
     sections.append(("For a person to write", [(key.replace("_", " "), value)
                                                for key, value in card["to_fill_in"].items()], []))
     return sections
@@ -59,6 +61,14 @@ def _data_section(data: Dict[str, Any], model: Dict[str, Any], multi: bool) -> t
                      ("eval examples with a near-duplicate in train", data["eval_with_near_duplicate_in_train"]),
                      ("likely label errors", data["likely_label_errors"])],
             [([noun] + splits, per_class_rows)])
+
+
+def _exports_section(exports: List[Dict[str, Any]]) -> tuple:
+    """The forms the model ships in, beside its SavedModel (docs/prediction.md: how to serve each)."""
+    rows = [[e["name"], e.get("file") or "-", e.get("format") or "-",
+             "-" if e.get("bytes") is None else f"{e['bytes'] / 2**20:.1f} MB", e.get("input") or "-",
+             e.get("error") or e.get("agreement") or "-"] for e in exports]
+    return ("Exports", [], [(("export", "file", "format", "size", "input", "agreement with the SavedModel"), rows)])
 
 
 def _training_section(training: Dict[str, Any]) -> tuple:
@@ -231,3 +241,28 @@ def html(card: Dict[str, Any]) -> str:
     return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>Model card: "
             f"{_html.escape(card['model']['name'])}</title><style>{style}</style></head><body>"
             + "".join(parts) + "</body></html>\n")
+
+
+def export_rows(log: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Each form the model ships in (the SavedModel, then the --tflite and --exports ones): its file, format, size,
+    input, and how it agrees with the SavedModel on eval (or why it was not made)."""
+    rows = [{"name": "SavedModel", "file": ".", "format": "TensorFlow SavedModel (serving_default)",
+             "input": "encoded images (JPEG, PNG, GIF, BMP) as bytes", "agreement": "the reference"}]
+    tflite = log.get("tflite") or {}
+    if tflite.get("error"):
+        rows.append({"name": "TFLite", "error": tflite["error"]})
+    for kind, model in (tflite.get("models") or {}).items():
+        rows.append({"name": f"TFLite {kind}", "file": model["file"], "format": "TensorFlow Lite", "bytes": model["bytes"],
+                     "input": "uint8 RGB pixels, resized", "agreement": f"eval accuracy {model['accuracy']:.4f} "
+                     f"(SavedModel {tflite.get('savedmodel_accuracy')}) on {tflite.get('examples')} images"})
+    for kind, export in (log.get("exports") or {}).items():
+        if export.get("error"):
+            rows.append({"name": kind, "error": export["error"]})
+        elif export.get("agreement") is not None:
+            rows.append({**{k: export.get(k) for k in ("file", "format", "bytes", "input")}, "name": kind,
+                         "agreement": f"top-1 {export['agreement']:.2%} of {export['examples']:,} eval images, "
+                                      f"probabilities within {export['max_difference']:.1e}"})
+        else:
+            rows.append({**{k: export.get(k) for k in ("file", "format", "bytes", "input")}, "name": kind,
+                         "agreement": export.get("checked") or "not scored"})
+    return rows

@@ -1,0 +1,71 @@
+"""`imagepipe export --format onnx|coreml --out PATH`: a pushed model for another runtime (trainer/model_exports.py).
+
+The model is the newest pushed one of --root/--name, or --model DIR: its pixel classifier (the SavedModel's
+pixel_probabilities: float32 RGB pixels 0..255, resized to its input) is converted. The file (or the Core ML
+package, a folder) is written aside and moved into place whole, and never over anything imagepipe did not write.
+"""
+
+import argparse
+import os
+
+from cli.common import config_from_args, existing_pipeline, quiet_logs
+from pipeline.config import ConfigError
+from storage import user_files
+
+FORMATS = ("onnx", "coreml")
+# An ONNX file tf2onnx wrote (its producer is named in the file's first bytes).
+ONNX_FILE = user_files.Kind("an ONNX model", lambda head: b"tf2onnx" in head)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from prediction import predict
+    from trainer import model_exports
+
+    if args.format not in FORMATS:
+        raise ConfigError(f"--format {args.format!r}: use {' or '.join(FORMATS)}")
+    config = config_from_args(args) if args.model_dir else existing_pipeline(args)
+    out = os.path.abspath(args.out)
+    if args.format == "coreml" and not out.endswith(".mlpackage"):
+        raise ConfigError(f"--out {args.out}: a Core ML package is a folder named .mlpackage; give e.g. model.mlpackage")
+    if args.format == "coreml":
+        _check_package_target(out)
+    else:
+        user_files.check_target(out, "--out", ONNX_FILE)
+    quiet_logs(False)
+    model_dir = predict.resolve_model_dir(args.model_dir or config.serving_dir)
+    if model_dir.endswith(".tflite"):
+        raise ConfigError(f"--model {model_dir}: a TFLite model; give the SavedModel folder it came with")
+    threshold, _ = predict.model_threshold(model_dir)
+    multi_label = predict.is_multi_label(threshold)
+    try:
+        frozen, size, channels, names = model_exports.of_saved_model(model_dir, batch=1 if args.format == "coreml"
+                                                                     else None)
+        if args.format == "onnx":
+            content = model_exports.onnx_bytes(frozen, size, names, multi_label)
+            user_files.write_whole(out, content, "--out", ONNX_FILE)
+            size_bytes = len(content)
+        else:
+            model_exports.write_coreml(frozen, size, names, multi_label, out)
+            size_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
+    except model_exports.ExportError as e:
+        raise ConfigError(f"--format {args.format}: {e}") from None
+    print(f"{args.format}: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes float32 RGB pixels 0..255 "
+          f"resized to {size}x{size}" if args.format == "onnx" else
+          f"coreml: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes an RGB image of {size}x{size}; "
+          f"{len(names)} class labels")
+    return 0
+
+
+def _check_package_target(out: str) -> None:
+    """A Core ML package is written only where none is, or over one this command wrote (its metadata says so)."""
+    if not os.path.lexists(out):
+        return
+    from trainer import model_exports
+
+    try:
+        ours = os.path.isdir(out) and not os.path.islink(out) and bool(model_exports.describe_coreml(out)["class_names"])
+    except Exception:  # noqa: BLE001 - not a package coremltools reads: not ours
+        ours = False
+    if not ours:
+        raise ConfigError(f"--out {out}: exists and is not a Core ML package imagepipe wrote, so it is never "
+                          "replaced; give a new path")
