@@ -13,8 +13,8 @@ from pipeline.config import ConfigError
 from storage import user_files
 
 FORMATS = ("onnx", "coreml")
-# An ONNX file tf2onnx wrote (its producer is named in the file's first bytes).
-ONNX_FILE = user_files.Kind("an ONNX model", lambda head: b"tf2onnx" in head)
+# An ONNX file imagepipe wrote (its producer is named in the file's first bytes: trainer/model_exports.PRODUCER).
+ONNX_FILE = user_files.Kind("an ONNX model", lambda head: b"\x12\x09imagepipe" in head)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -63,7 +63,8 @@ def _check_package_target(out: str) -> None:
     from trainer import model_exports
 
     try:
-        ours = os.path.isdir(out) and not os.path.islink(out) and bool(model_exports.describe_coreml(out)["class_names"])
+        ours = os.path.isdir(out) and not os.path.islink(out) and \
+            model_exports.describe_coreml(out)["producer"] == model_exports.PRODUCER
     except Exception:  # noqa: BLE001 - not a package coremltools reads: not ours
         ours = False
     if not ours:

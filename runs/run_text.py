@@ -295,9 +295,10 @@ def describe_exports(record: Dict[str, Any]) -> str:
     for kind, export in record.items():
         if export.get("error"):
             parts.append(f"{kind} failed: {export['error']}")
-        elif export.get("agreement") is not None:
-            parts.append(f"ONNX {export['bytes'] / 2**20:.1f} MB, top-1 as the SavedModel on {export['agreement']:.1%} of "
-                         f"{export['examples']:,} eval images")
+        elif kind == "onnx":
+            parts.append(f"ONNX {export['bytes'] / 2**20:.1f} MB" + (
+                f", top-1 as the SavedModel on {export['agreement']:.1%} of {export['examples']:,} eval images"
+                if export.get("agreement") is not None else ""))
         else:
             parts.append(f"Core ML {export['bytes'] / 2**20:.1f} MB (spec checked)")
     return ", ".join(parts)

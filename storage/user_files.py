@@ -215,21 +215,41 @@ class FolderWriter:
             os.replace(self.partial, self.out)  # new, or over an empty folder (POSIX rename)
             return
         ours = set(marker.files)
-        theirs = [rel for rel in _entries_under(self.out) if rel not in ours and rel != COMPLETE]
-        clash = next((rel for rel in theirs if rel in written or any(w.startswith(rel + "/") for w in written)), None)
+        folders_of_ours = {rel.rsplit("/", i)[0] for rel in ours for i in range(1, rel.count("/") + 1)}
+        theirs = [rel for rel in _entries_under(self.out)
+                  if rel not in ours and rel != COMPLETE and rel not in folders_of_ours]  # an emptied folder of ours
+        # Every clash first, both ways (a file of theirs where this run writes one, or under a name it writes as a
+        # file), before anything is moved.
+        clash = next((rel for rel in theirs if rel in written or any(w.startswith(rel + "/") for w in written)
+                      or any(rel.startswith(w + "/") for w in written)), None)
         if clash:
             raise ConfigError(f"{self._option} {self.out}: {clash} is not a file imagepipe wrote, and this run writes "
                               "one of that name; move it away, or give another folder")
-        for rel in theirs:  # the user's files go on living in the folder: moved, never copied or deleted
-            target = os.path.join(self.partial, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            os.rename(os.path.join(self.out, rel), target)
+        moved: List[str] = []
         old = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(self.out))}.", suffix=".old",
                                dir=os.path.dirname(os.path.abspath(self.out)))
-        os.rename(self.out, os.path.join(old, "folder"))
-        os.replace(self.partial, self.out)
-        _remove_listed(os.path.join(old, "folder"), ours | {COMPLETE}, self.out)
-        os.rmdir(old)
+        aside = os.path.join(old, "folder")
+        try:
+            for rel in theirs:  # the user's files go on living in the folder: moved, never copied or deleted
+                target = os.path.join(self.partial, rel)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.rename(os.path.join(self.out, rel), target)
+                moved.append(rel)
+            os.rename(self.out, aside)
+            os.replace(self.partial, self.out)
+        except BaseException:  # a failed replace leaves the folder as it was, the user's files back in it
+            if os.path.lexists(aside) and not os.path.lexists(self.out):
+                os.rename(aside, self.out)
+            for rel in reversed(moved):
+                os.makedirs(os.path.dirname(os.path.join(self.out, rel)), exist_ok=True)
+                os.rename(os.path.join(self.partial, rel), os.path.join(self.out, rel))
+            shutil.rmtree(old, ignore_errors=True)  # empty, or the folder as it was when it could not go back
+            raise
+        _remove_listed(aside, ours | {COMPLETE}, self.out)
+        try:
+            os.rmdir(old)
+        except OSError:  # a file that appeared meanwhile under a name the new folder has: kept there, never deleted
+            pass
 
 
 def _files_under(folder: str) -> List[str]:

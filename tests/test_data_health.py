@@ -452,6 +452,12 @@ def test_the_label_check_holds_a_bounded_sample_stratified_by_class():
     for c in counts:
         assert kept[c] == pytest.approx(expected[c], rel=0.05, abs=30), (c, kept[c], expected[c])
     assert [sample.keeps(k, 0) for k in keys[:1000]] == [sample.keeps(k, 0) for k in keys[:1000]]  # the same
+    # Train and eval alike: the split takes a class's lowest content-hash positions for train (stratify.position),
+    # and a sample by those would hold train only; the sample's share is the same among eval's positions.
+    from components.example_gen.stratify import position
+
+    evals = [k for k in keys if position(k) >= 0.8]
+    assert sum(sample.keeps(k, 0) for k in evals) == pytest.approx(expected[0] / len(keys) * len(evals), rel=0.1)
     assert all(health.Sample({0: 10_000, 1: 10_000}, False).keeps(k, 0) for k in keys[:100])  # at the bound: all
     # The estimate weighs each class's suspects by its images: 2 of 10 sampled in a class of 100 -> 20.
     examples = health.Examples()

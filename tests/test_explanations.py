@@ -174,6 +174,23 @@ def test_explanations_never_replace_or_write_among_other_folders(tmp_path):
         clashing.close(complete=True)
     assert (tmp_path / "maps" / "notes.txt").read_bytes() == b"mine" and (tmp_path / "maps" / "2.npy").exists()
     assert not [n for n in os.listdir(tmp_path) if n.endswith((".partial", ".old"))]
+    # A folder of the user's under a name this run writes as a file: refused before anything moves, nothing lost.
+    write(tmp_path / "maps" / "2.npy.d" / "keep.txt", b"kept")
+    under = user_files.FolderWriter(str(tmp_path / "maps"), "--explain", result_files.EXPLANATIONS_KIND)
+    write(os.path.join(under.partial, "2.npy.d"), b"a file where the user has a folder")
+    with pytest.raises(ConfigError, match="2.npy.d/keep.txt is not a file imagepipe wrote"):
+        under.close(complete=True)
+    assert (tmp_path / "maps" / "2.npy.d" / "keep.txt").read_bytes() == b"kept"
+    assert (tmp_path / "maps" / "notes.txt").read_bytes() == b"mine"
+    # A folder of maps the user emptied (its files deleted, the folder kept) is still imagepipe's to replace.
+    sub = user_files.FolderWriter(str(tmp_path / "nested"), "--explain", result_files.EXPLANATIONS_KIND)
+    write(os.path.join(sub.partial, "cat", "1.npy"), b"1")
+    sub.close(complete=True)
+    os.remove(tmp_path / "nested" / "cat" / "1.npy")
+    again_nested = user_files.FolderWriter(str(tmp_path / "nested"), "--explain", result_files.EXPLANATIONS_KIND)
+    write(os.path.join(again_nested.partial, "cat", "2.npy"), b"2")
+    again_nested.close(complete=True)
+    assert os.listdir(tmp_path / "nested" / "cat") == ["2.npy"]
     # Two runs into one new folder at once: they take turns at the end, and the last one's maps are there, whole.
     first, second = (user_files.FolderWriter(str(tmp_path / "new"), "--explain", result_files.EXPLANATIONS_KIND)
                      for _ in range(2))

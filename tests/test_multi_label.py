@@ -153,8 +153,14 @@ def test_a_label_at_chance_level_fails_its_gate_and_one_on_every_image_is_left_o
     failures = multi_label_evaluation.label_failures(gate, views)
     assert failures == ["label 'coin' AUC-PR 0.51 at its base rate 0.50 (50 of 100 eval images): the model cannot "
                         "tell it from chance; check its labels, or leave it out"]
-    views["at_threshold"]["per_class"]["coin"]["auc_pr"] = 0.8  # a curve that looks fine, a threshold that says yes
+    # No curve's area to read, and a threshold that says yes to every image (given with --confidence-threshold):
+    views["at_threshold"]["per_class"]["coin"].update(auc_pr=None, predicted=100, threshold=0.25)
     assert "given to every eval image at its threshold 0.25" in multi_label_evaluation.label_failures(gate, views)[0]
+    # A label most images have, that the model tells apart: its best F1 is at a threshold that says yes to all (F1
+    # 0.95 here), which tells nothing; the threshold chosen is the best of those that do not.
+    frequent = multi_label_evaluation.views({"example_count": 100, "per_label": {0: {"auc_pr": 0.99, "matrices": _matrices(
+        {0.0: (90, 10, 0), 0.1: (90, 10, 0), 0.5: (84, 1, 6), 0.75: (70, 0, 20)})}}}, ["sky"])
+    assert frequent["chosen"]["thresholds"] == {"sky": 0.5}
     # TFMA's macro AUC-PR, the figure blessing reads, weighs the informative labels only.
     from pipeline.pipeline import eval_config
 

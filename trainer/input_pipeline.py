@@ -68,9 +68,10 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     "weights" per-example loss weights [batch]. Multi-label records (multi_hot: their number of labels): the
     labels are multi-hot, float32 [batch, multi_hot] (their balance is in the loss: models.compile_model).
 
-    drop_remainder gives every batch the same shape, which TPUs (XLA) need. Training then drops its last,
-    partial batch (another epoch draws those examples); evaluation drops none: its last batch is padded with
-    examples of weight 0, and every batch has weights [batch] (batched).
+    drop_remainder gives every batch the same shape, which TPUs (XLA) and several replicas need. Training's epoch
+    is then the records repeated and cut into whole batches (its last one goes on into the next shuffled pass);
+    evaluation drops none: its last batch is padded with examples of weight 0, and every batch has weights [batch]
+    (batched).
     """
     files = list_files(file_patterns)
     batch_size = batch_size or hp.batch_size

@@ -28,6 +28,7 @@ ONNX_FILE = os.path.join("onnx", "model.onnx")
 COREML_PACKAGE = os.path.join("coreml", "model.mlpackage")
 ONNX_OPSET = 17
 INPUT = "pixels"  # the input's name in both formats
+PRODUCER = "imagepipe"  # the ONNX model's producer, the Core ML package's "producer" metadata
 
 
 class ExportError(RuntimeError):
@@ -82,6 +83,7 @@ def onnx_bytes(frozen, image_size: int, class_names: Sequence[str], multi_label:
     except Exception as e:  # noqa: BLE001 - tf2onnx raises many types for an op it lacks
         raise ExportError(f"onnx: the model cannot be converted ({type(e).__name__}: "
                           f"{(str(e).splitlines() or [''])[0][:200]})") from None
+    model_proto.producer_name = PRODUCER  # near the file's start: how `imagepipe export` knows a file as its own
     for key, value in (("class_names", json.dumps(list(class_names))), ("image_size", str(image_size)),
                        ("task", "multi" if multi_label else "single"),
                        ("input", f"float32 RGB pixels 0..255 [batch, {image_size}, {image_size}, 3], resized")):
@@ -120,6 +122,7 @@ def write_coreml(frozen_one, image_size: int, class_names: Sequence[str], multi_
                           f"{(str(e).splitlines() or [''])[0][:200]})") from None
     model.short_description = "imagepipe image classifier"
     model.user_defined_metadata["class_names"] = json.dumps(list(class_names))
+    model.user_defined_metadata["producer"] = PRODUCER
     model.user_defined_metadata["task"] = "multi" if multi_label else "single"
     model.input_description[INPUT] = f"RGB image resized to {image_size}x{image_size}"
     folder = tempfile.mkdtemp(prefix=".coreml-", dir=os.path.dirname(os.path.abspath(path)) or ".")
@@ -145,7 +148,25 @@ def describe_coreml(path: str) -> Dict:
                       "color": ct.proto.FeatureTypes_pb2.ImageFeatureType.ColorSpace.Name(image.colorSpace)},
             "outputs": [o.name for o in spec.description.output],
             "class_names": json.loads(spec.description.metadata.userDefined.get("class_names", "[]")),
+            "producer": spec.description.metadata.userDefined.get("producer", ""),
             "type": spec.WhichOneof("Type")}
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """A file beside the SavedModel, local or gs:// (TensorFlow's file system, as the TFLite models are written)."""
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(data)
+
+
+def _copy_folder(local: str, target: str) -> None:
+    """A local folder's files to `target` (local or gs://)."""
+    for folder, _, files in os.walk(local):
+        for name in files:
+            source = os.path.join(folder, name)
+            _write_file(os.path.join(target, os.path.relpath(source, local)), open(source, "rb").read())
 
 
 def _folder_bytes(path: str) -> int:
@@ -165,23 +186,24 @@ def export(model, image_size: int, channels: int, class_names: Sequence[str], ki
         try:
             if kind == "onnx":
                 content = onnx_bytes(of_keras(model, image_size, channels), image_size, class_names, multi_label)
-                path = os.path.join(serving_model_dir, ONNX_FILE)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as f:
-                    f.write(content)
+                _write_file(os.path.join(serving_model_dir, ONNX_FILE), content)
                 got = OnnxClassifier(content).probabilities(eval_pixels) if len(eval_pixels) else expected
                 record[kind] = {"file": ONNX_FILE, "bytes": len(content), "format": f"ONNX (opset {ONNX_OPSET})",
                                 "input": f"float32 RGB pixels 0..255 [batch, {image_size}, {image_size}, 3]",
                                 **agreement(expected, got, multi_label)}
             elif kind == "coreml":
-                path = os.path.join(serving_model_dir, COREML_PACKAGE)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                write_coreml(of_keras(model, image_size, channels, batch=1), image_size, class_names, multi_label,
-                             path)
-                record[kind] = {"file": COREML_PACKAGE, "bytes": _folder_bytes(path),
-                                "format": "Core ML ML program (iOS 15+, macOS 12+)",
-                                "input": f"RGB image {image_size}x{image_size}", "spec": describe_coreml(path),
-                                "checked": "its spec (Core ML runs on Apple's systems only)"}
+                local = tempfile.mkdtemp(prefix="imagepipe-coreml-")  # made here, then copied (the model may be on gs://)
+                try:
+                    path = os.path.join(local, os.path.basename(COREML_PACKAGE))
+                    write_coreml(of_keras(model, image_size, channels, batch=1), image_size, class_names, multi_label,
+                                 path)
+                    record[kind] = {"file": COREML_PACKAGE, "bytes": _folder_bytes(path),
+                                    "format": "Core ML ML program (iOS 15+, macOS 12+)",
+                                    "input": f"RGB image {image_size}x{image_size}", "spec": describe_coreml(path),
+                                    "checked": "its spec (Core ML runs on Apple's systems only)"}
+                    _copy_folder(path, os.path.join(serving_model_dir, COREML_PACKAGE))
+                finally:
+                    shutil.rmtree(local, ignore_errors=True)
         except ExportError as e:
             record[kind] = {"error": str(e)}
     return record

@@ -134,21 +134,24 @@ def _rates(tp: float, fp: float, fn: float) -> Dict[str, Optional[float]]:
     return {"precision": precision, "recall": recall, "f1": f1, "support": int(tp + fn), "predicted": int(tp + fp)}
 
 
-def _best_f1(curve: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """The point of highest F1 (ties: the lower threshold) above threshold 0 (which gives every image the label);
-    threshold 0.5 when no point has an F1."""
+def _best_f1(curve: List[Dict[str, Any]], images: Optional[int] = None) -> Dict[str, Any]:
+    """The point of highest F1 (ties: the lower threshold) among those that do not give every image the label
+    (threshold 0, and on a label most images have, the low thresholds where every image is over it: their F1 is
+    high and they tell nothing); threshold 0.5 when no point has an F1."""
     scored = [p for p in curve if p["f1"] is not None and p["threshold"] > 0]
+    telling = [p for p in scored if not images or (p.get("predicted") or 0) < images]
     if not scored:
         return {"threshold": 0.5}
-    return max(scored, key=lambda p: (p["f1"], -p["threshold"]))
+    return max(telling or scored, key=lambda p: (p["f1"], -p["threshold"]))
 
 
 def choose(curve: List[Dict[str, Any]], confidence_threshold: Optional[float],
-           target_precision: Optional[float]) -> Dict[str, Any]:
-    """One label's threshold, and how it was chosen (its curve: precision, recall and F1 at each threshold)."""
+           target_precision: Optional[float], images: Optional[int] = None) -> Dict[str, Any]:
+    """One label's threshold, and how it was chosen (its curve: precision, recall and F1 at each threshold; images:
+    the eval images)."""
     if confidence_threshold is not None:
         return {"threshold": confidence_threshold, "how": f"--confidence-threshold {confidence_threshold:g}"}
-    best = _best_f1(curve)
+    best = _best_f1(curve, images)
     if target_precision is not None:
         reaching = [p for p in curve if p["precision"] is not None and p["recall"]
                     and p["precision"] >= target_precision - 1e-12]
@@ -170,7 +173,7 @@ def views(found: Dict[str, Any], names: Sequence[str], confidence_threshold: Opt
         figures = found["per_label"].get(label_id, {})
         curve = [{"threshold": t, **_rates(tp, fp, fn)} for t, tp, fp, _tn, fn in figures.get("matrices", [])]
         chosen = ({"threshold": given[name], "how": how or "given"} if given and name in given
-                  else choose(curve, confidence_threshold, target_precision))
+                  else choose(curve, confidence_threshold, target_precision, found.get("example_count")))
         point = min(curve, key=lambda p: abs(p["threshold"] - chosen["threshold"])) if curve else {}
         at = {k: point.get(k) for k in ("precision", "recall", "f1", "support", "predicted")}
         labels[name] = {"auc_pr": figures.get("auc_pr"), "chosen": chosen, "curve": curve}
@@ -236,14 +239,15 @@ def label_failures(gate: Dict[str, Any], found_views: Dict[str, Any]) -> List[st
 
 def _chance_level(figures: Dict[str, Any], support: int, images: Optional[int]) -> str:
     """What says a label is at chance level ("" when nothing does): its AUC-PR within MIN_AUC_PR_LIFT of its base
-    rate, or its threshold predicting it for every eval image while some lack it. A label on every eval image is
-    not judged so (nothing to tell apart: it is left out of the macro figure instead)."""
+    rate, or, with no AUC-PR to read, its threshold predicting it for every eval image while some lack it (a label
+    whose curve tells images apart gets a threshold that does not: _best_f1). A label on every eval image is not
+    judged so (nothing to tell apart: it is left out of the macro figure instead)."""
     if not images or not informative(support, images):
         return ""
     base, auc_pr = support / images, figures.get("auc_pr")
     if auc_pr is not None and (auc_pr - base) / (1 - base) < MIN_AUC_PR_LIFT:
         return f"AUC-PR {auc_pr:.2f} at its base rate {base:.2f}"
-    if (figures.get("predicted") or 0) >= images:
+    if auc_pr is None and (figures.get("predicted") or 0) >= images:
         return f"given to every eval image at its threshold {figures.get('threshold'):g}"
     return ""
 

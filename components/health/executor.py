@@ -5,9 +5,9 @@ kept of every example is what its rows need: its key, path, split and labels, an
 spread for poor images, its original size): about 300 bytes an image, a listing's worth. The features are
 streamed twice (the outliers: their moments and each training class's centre, then each image's distance to the
 nearest centre, 4 bytes an image). The label check runs on at most LABEL_CHECK_SAMPLE images, a sample stratified
-by class (every class at least MIN_SAMPLED_PER_CLASS, or all its images) and chosen by content hash, so the same
-images each run: only their features (~5 kB an image at 1,280 values) or, for the opt-in `cnn` check, their pixels
-at most 32 px a side are held. On sets of up to LABEL_CHECK_SAMPLE images every image is checked, as before; above,
+by class (every class at least MIN_SAMPLED_PER_CLASS, or all its images) and chosen by content hash (bits the split
+does not use: train and eval alike), so the same images each run: only their features (~5 kB an image at 1,280
+values) or, for the opt-in `cnn` check, their pixels at most 32 px a side are held. On sets of up to LABEL_CHECK_SAMPLE images every image is checked, as before; above,
 health.json says how many were, and the share of suspects is estimated class by class.
 """
 
@@ -28,7 +28,6 @@ from tfx.utils import io_utils
 
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.example_gen.listing import label_set
-from components.example_gen.stratify import position
 from components.health import (HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, Limits, checks,
                                label_issues)
 from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
@@ -81,7 +80,13 @@ class Sample:
 
     def keeps(self, key: str, label: Any) -> bool:
         share = self.uniform if not self.shares else self.shares.get(label, 1.0)
-        return share >= 1.0 or position(key) < share
+        return share >= 1.0 or sample_position(key) < share
+
+
+def sample_position(key: str) -> float:
+    """Where an image falls in the sample's order: the content hash's second 64 bits (the first place it in its
+    split, example_gen/stratify.py: a sample by those would hold the train split only)."""
+    return int(key[16:32], 16) / 2.0 ** 64
 
 
 def read(transformed: types.Artifact, features: Optional[types.Artifact], hp, sample: Sample, keep_pixels: bool,
@@ -149,11 +154,24 @@ def _feature_batches(features: types.Artifact):
             yield [k.decode() for k in parsed[names.KEY].numpy()], parsed[names.FEATURES_KEY].numpy()[:, :dim]
 
 
+class _Aligned:
+    """Each feature record's example (its index in reading order), by key: copies of one image (identical pixels in
+    one split) are examples each, and records each, matched one to one."""
+
+    def __init__(self, keys: List[str]):
+        self._left: Dict[str, List[int]] = {}
+        for i in range(len(keys) - 1, -1, -1):
+            self._left.setdefault(keys[i], []).append(i)
+
+    def rows(self, keys: List[str]) -> List[int]:
+        return [self._left[k].pop() if self._left.get(k) else -1 for k in keys]
+
+
 def _read_features(found: Examples, features: types.Artifact, multi_label: bool) -> None:
     """The sample's vectors; and, for the outliers (one class an image), every image's distance to the nearest
     training class centre in standardised features, from two streaming passes: the features' moments and the
     classes' sums, then the distances."""
-    index = {key: i for i, key in enumerate(found.keys)}
+    first_pass, second_pass = _Aligned(found.keys), _Aligned(found.keys)
     sampled = {found.keys[i] for i in found.sampled}
     labels = None if multi_label else np.asarray(found.labels, np.int64)
     train = np.asarray([s == "train" for s in found.splits]) if labels is not None else None
@@ -168,8 +186,7 @@ def _read_features(found: Examples, features: types.Artifact, multi_label: bool)
         total = wide.sum(axis=0) if total is None else total + wide.sum(axis=0)
         squares = (wide ** 2).sum(axis=0) if squares is None else squares + (wide ** 2).sum(axis=0)
         count += len(wide)
-        rows = np.asarray([index.get(k, -1) for k in keys])
-        for j, i in enumerate(rows):
+        for j, i in enumerate(first_pass.rows(keys)):
             if i >= 0 and train[i]:
                 c = int(labels[i])
                 class_sums[c] = class_sums.get(c, 0.0) + wide[j]
@@ -182,9 +199,9 @@ def _read_features(found: Examples, features: types.Artifact, multi_label: bool)
         np.float32)
     found.nearest = np.full(len(found.keys), np.nan, np.float32)
     for keys, vectors in _feature_batches(features):
-        z = ((vectors - mean) / scale).astype(np.float32)
-        rows = np.asarray([index.get(k, -1) for k in keys])
-        found.nearest[rows[rows >= 0]] = checks.nearest_centre(z, centres)[rows >= 0]
+        rows = np.asarray(second_pass.rows(keys))
+        distances = checks.nearest_centre(((vectors - mean) / scale).astype(np.float32), centres)
+        found.nearest[rows[rows >= 0]] = distances[rows >= 0]
 
 
 def _class_names(transform_graph: types.Artifact) -> Tuple[List[str], bool]:

@@ -8,6 +8,7 @@ On Vertex AI serving the pipeline uses TFX's Vertex Pusher instead (pipeline/pip
 
 import json
 import os
+import re
 import uuid
 from typing import Optional
 
@@ -64,8 +65,12 @@ def _move_version(staged: str, final: str, version: str) -> None:
     marker = json.dumps({"version": version}).encode()
     if fileio.exists(final):
         return
-    if "://" in final:
-        io_utils.copy_dir(staged, final)
+    if "://" in final:  # the files a reader looks for come last: the SavedModel's graph and the card's files
+        last = ["saved_model.pb", *FILES]
+        io_utils.copy_dir(staged, final, deny_regex_patterns=[re.escape(f"{staged}/{name}") + "$" for name in last])
+        for name in last:
+            if fileio.exists(f"{staged}/{name}"):
+                io_utils.copy_file(f"{staged}/{name}", f"{final}/{name}")
         io_utils.write_bytes_file(f"{final}/{PUSH_COMPLETE}", marker)
         return
     io_utils.write_bytes_file(f"{staged}/{PUSH_COMPLETE}", marker)
