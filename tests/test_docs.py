@@ -102,6 +102,9 @@ def test_the_readmes_using_the_model_commands_run(cli_runs, small_digits, tmp_pa
         done = run_imagepipe(*argv, "--root", cli_runs["root"], "--name", name, timeout=300, cwd=tmp_path)
         assert done.returncode == 0, f"{code}: {done.stderr[-2000:]}"
         ran.append(argv[0])
-    assert ran == ["predict", "predict", "predict", "runs", "report"]
+    assert ran == ["predict", "predict", "predict", "runs", "report", "export"]
+    import onnx
+
+    assert onnx.load(str(tmp_path / "model.onnx")).producer_name == "imagepipe"  # export --format onnx --out model.onnx
     assert sum(1 for _ in open(tmp_path / "results.jsonl")) == len(os.listdir(os.path.join(small_digits, "7")))
     assert len(open(tmp_path / "maps" / "index.csv").read().splitlines()) == 2  # predict --explain: cat.jpg's map
