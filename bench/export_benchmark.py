@@ -5,7 +5,7 @@
 
 Two models, each from `imagepipe run --tflite float16,int8 --exports onnx,coreml` in a fresh root: the default
 model on a photo-like set (bench/imbalanced.py's defect scenes, 300 images, 160-240 px: EfficientNet-Lite0 at
-224 px) and the cnn on the digits sample (32 px). Each export classifies the same 200 eval images, one image a
+224 px) and the cnn on the digits sample (32 px). Each export classifies the same 200 images of its set, one image a
 call (what an app does) and in batches of 32 where the format takes a batch, after a warm-up: the median of 3
 rounds, in milliseconds an image. The SavedModel takes encoded bytes (its decode included); the others the
 pixels decoded and resized beforehand (as they are served). Core ML runs only on Apple's systems: its size only.

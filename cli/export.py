@@ -24,6 +24,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
         raise ConfigError(f"--format {args.format!r}: use {' or '.join(FORMATS)}")
     config = config_from_args(args) if args.model_dir else existing_pipeline(args)
+    if "://" in args.out:
+        raise ConfigError(f"--out {args.out}: a local path only; write it here, then copy it (gsutil cp -r)")
     out = os.path.abspath(args.out)
     if args.format == "coreml" and not out.endswith(".mlpackage"):
         raise ConfigError(f"--out {args.out}: a Core ML package is a folder named .mlpackage; give e.g. model.mlpackage")
@@ -32,7 +34,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         user_files.check_target(out, "--out", ONNX_FILE)
     quiet_logs(False)
-    model_dir = predict.resolve_model_dir(args.model_dir or config.serving_dir)
+    try:
+        model_dir = predict.resolve_model_dir(args.model_dir or config.serving_dir)
+    except (predict.ModelNotFound, predict.ModelUnusable) as e:
+        raise ConfigError(str(e)) from None
     if model_dir.endswith(".tflite"):
         raise ConfigError(f"--model {model_dir}: a TFLite model; give the SavedModel folder it came with")
     threshold, _ = predict.model_threshold(model_dir)
@@ -40,11 +45,25 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         frozen, size, channels, names = model_exports.of_saved_model(model_dir, batch=1 if args.format == "coreml"
                                                                      else None)
+    except model_exports.ExportError as e:
+        raise ConfigError(f"--model {model_dir}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a damaged SavedModel: TensorFlow raises many types
+        raise ConfigError(f"--model {model_dir}: cannot load the SavedModel ({type(e).__name__}: "
+                          f"{(str(e).splitlines() or [''])[0][:200]}); give a model folder imagepipe pushed") from None
+    if channels != 3:
+        raise ConfigError(f"--model {model_dir}: a {channels}-channel model; ONNX and Core ML exports are made for "
+                          "RGB (3-channel) models only")
+    try:
         if args.format == "onnx":
             content = model_exports.onnx_bytes(frozen, size, names, multi_label)
             user_files.write_whole(out, content, "--out", ONNX_FILE)
             size_bytes = len(content)
         else:
+            try:
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+            except OSError as e:
+                raise ConfigError(f"--out {args.out}: cannot make its folder ({e.strerror or e}); give a path you "
+                                  "can write to") from None
             model_exports.write_coreml(frozen, size, names, multi_label, out)
             size_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
     except model_exports.ExportError as e:

@@ -8,7 +8,7 @@ from storage.errors import ConfigError
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 # Settings whose empty value is a choice: no backbone weights (random), no augmentation, no TFLite export.
-_EMPTY_MEANS_NONE = {"weights", "augment", "tflite"}
+_EMPTY_MEANS_NONE = {"weights", "augment", "tflite", "exports"}
 
 
 def _env_value(field: dataclasses.Field, raw: str):

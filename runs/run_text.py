@@ -297,7 +297,8 @@ def describe_exports(record: Dict[str, Any]) -> str:
             parts.append(f"{kind} failed: {export['error']}")
         elif kind == "onnx":
             parts.append(f"ONNX {export['bytes'] / 2**20:.1f} MB" + (
-                f", top-1 as the SavedModel on {export['agreement']:.1%} of {export['examples']:,} eval images"
+                f", {export.get('agreement_on', 'top-1')} as the SavedModel on {export['agreement']:.1%} of "
+                f"{export['examples']:,} eval images"
                 if export.get("agreement") is not None else ""))
         else:
             parts.append(f"Core ML {export['bytes'] / 2**20:.1f} MB (spec checked)")

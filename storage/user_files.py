@@ -60,6 +60,11 @@ def head(path: str) -> bytes:
         return b""
 
 
+def _real_folder(path: str) -> bool:
+    """A folder, not a link to one (nor a file of the same name as a folder imagepipe wrote)."""
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
 def partial_path(path: str) -> str:
     """A new temporary file beside `path` (hidden, unique: never a file that was already there) to write into
     before it is moved into place."""
@@ -217,7 +222,8 @@ class FolderWriter:
         ours = set(marker.files)
         folders_of_ours = {rel.rsplit("/", i)[0] for rel in ours for i in range(1, rel.count("/") + 1)}
         theirs = [rel for rel in _entries_under(self.out)
-                  if rel not in ours and rel != COMPLETE and rel not in folders_of_ours]  # an emptied folder of ours
+                  if rel not in ours and rel != COMPLETE
+                  and not (rel in folders_of_ours and _real_folder(os.path.join(self.out, rel)))]  # emptied, ours
         # Every clash first, both ways (a file of theirs where this run writes one, or under a name it writes as a
         # file), before anything is moved.
         clash = next((rel for rel in theirs if rel in written or any(w.startswith(rel + "/") for w in written)

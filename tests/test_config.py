@@ -9,9 +9,11 @@ from pipeline.environment import from_environment
 def test_environment_overrides_with_types():
     config = from_environment(PipelineConfig(), {
         "IMAGEPIPE_IMAGE_SIZE": "64", "IMAGEPIPE_EVAL_PERCENT": "25", "IMAGEPIPE_DROP_DUPLICATES": "true",
-        "IMAGEPIPE_MAX_BAD_FRACTION": "0.2", "IMAGEPIPE_BEAM_ARGS": "--a=1 --b=2", "IMAGEPIPE_WEIGHTS": ""})
+        "IMAGEPIPE_MAX_BAD_FRACTION": "0.2", "IMAGEPIPE_BEAM_ARGS": "--a=1 --b=2", "IMAGEPIPE_WEIGHTS": "",
+        "IMAGEPIPE_TFLITE": "", "IMAGEPIPE_EXPORTS": ""})  # empty: none, as leaving the option out
     assert (config.image_size, config.eval_percent, config.drop_duplicates) == (64, 25, True)
     assert (config.max_bad_fraction, config.beam_args, config.weights) == (0.2, ["--a=1", "--b=2"], "")
+    assert (config.tflite, config.exports) == ("", "")
     with pytest.raises(ConfigError, match="IMAGEPIPE_EPOCHS='many'"):
         from_environment(PipelineConfig(), {"IMAGEPIPE_EPOCHS": "many"})
 

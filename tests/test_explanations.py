@@ -5,6 +5,7 @@ planted patch at a random place, and a shortcut (a corner mark on one class only
 import csv
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -191,6 +192,14 @@ def test_explanations_never_replace_or_write_among_other_folders(tmp_path):
     write(os.path.join(again_nested.partial, "cat", "2.npy"), b"2")
     again_nested.close(complete=True)
     assert os.listdir(tmp_path / "nested" / "cat") == ["2.npy"]
+    # ... but a file of the user's in that folder's place is theirs: refused, kept where it is.
+    shutil.rmtree(tmp_path / "nested" / "cat")
+    write(tmp_path / "nested" / "cat", b"the user's file")
+    in_place = user_files.FolderWriter(str(tmp_path / "nested"), "--explain", result_files.EXPLANATIONS_KIND)
+    write(os.path.join(in_place.partial, "cat", "3.npy"), b"3")
+    with pytest.raises(ConfigError, match="cat is not a file imagepipe wrote"):
+        in_place.close(complete=True)
+    assert (tmp_path / "nested" / "cat").read_bytes() == b"the user's file"
     # Two runs into one new folder at once: they take turns at the end, and the last one's maps are there, whole.
     first, second = (user_files.FolderWriter(str(tmp_path / "new"), "--explain", result_files.EXPLANATIONS_KIND)
                      for _ in range(2))

@@ -171,11 +171,11 @@ def _read_features(found: Examples, features: types.Artifact, multi_label: bool)
     """The sample's vectors; and, for the outliers (one class an image), every image's distance to the nearest
     training class centre in standardised features, from two streaming passes: the features' moments and the
     classes' sums, then the distances."""
-    first_pass, second_pass = _Aligned(found.keys), _Aligned(found.keys)
     sampled = {found.keys[i] for i in found.sampled}
     labels = None if multi_label else np.asarray(found.labels, np.int64)
     train = np.asarray([s == "train" for s in found.splits]) if labels is not None else None
     count, total, squares, class_sums, class_counts = 0, None, None, {}, {}
+    first_pass = _Aligned(found.keys) if labels is not None else None  # one map of keys at a time (~200 B an image)
     for keys, vectors in _feature_batches(features):
         for key, vector in zip(keys, vectors):
             if key in sampled:
@@ -191,6 +191,7 @@ def _read_features(found: Examples, features: types.Artifact, multi_label: bool)
                 c = int(labels[i])
                 class_sums[c] = class_sums.get(c, 0.0) + wide[j]
                 class_counts[c] = class_counts.get(c, 0) + 1
+    first_pass = None
     if labels is None or count <= 2 or not class_sums:
         return
     mean = total / count
@@ -198,6 +199,7 @@ def _read_features(found: Examples, features: types.Artifact, multi_label: bool)
     centres = np.stack([(class_sums[c] / class_counts[c] - mean) / scale for c in sorted(class_sums)]).astype(
         np.float32)
     found.nearest = np.full(len(found.keys), np.nan, np.float32)
+    second_pass = _Aligned(found.keys)
     for keys, vectors in _feature_batches(features):
         rows = np.asarray(second_pass.rows(keys))
         distances = checks.nearest_centre(((vectors - mean) / scale).astype(np.float32), centres)
