@@ -78,6 +78,7 @@ bench-health: install
 # cached features) and on the shapes set (the cnn, trials on pixels) (~15 minutes).
 bench-tuning: install
 	$(BIN)/python -m bench.tuning_benchmark
+	$(BIN)/python -m bench.tuner_input_benchmark
 
 # Imbalanced classes: imagepipe's defaults against the plain Keras script and the Keras class_weight recipe on
 # generated sets (2% and 10% defects, a ten-class long tail), presplit, 3 seeds (~35 minutes).

@@ -1,8 +1,10 @@
 """Transform's preprocessing_fn (through TFT's Beam implementation), the input pipeline,
 strategy selection and the models, on real images and real records."""
 
+import dataclasses
 import io
 import os
+import shutil
 import tempfile
 
 import keras
@@ -183,6 +185,42 @@ def test_features_past_the_cache_budget_stream_through_a_bounded_buffer(tmp_path
         dataset = input_pipeline.make_feature_dataset([str(tmp_path / "*")], hp, dim, 1, training=True)
         seen = np.concatenate([x[:, 0].numpy() for x, _ in dataset]).astype(int)
         assert sorted(seen.tolist()) == list(range(count)) and seen.tolist() != sorted(seen.tolist())
+
+
+def test_records_read_once_serve_every_dataset_built_on_them(tmp_path):
+    """The Tuner's trials share one count and one in-memory copy of a split (input_pipeline.read_records): after
+    the first dataset's whole pass, the next ones (another batch size, another shuffle) read no file, and see
+    every record. Past the cache budget nothing is held, and each dataset streams from the files."""
+    from components.features.executor import feature_example
+
+    os.makedirs(tmp_path / "pixels")
+    _write_transformed(str(tmp_path / "pixels" / "part-0.gz"), 40)
+    dim, count = 4, 90
+    os.makedirs(tmp_path / "features")
+    with tf.io.TFRecordWriter(str(tmp_path / "features" / "part-0.tfrecord")) as writer:
+        for n in range(count):
+            writer.write(feature_example(np.full(dim, n, np.float32), n % 3, f"{n:04d}".encode()))
+    hp = HParams(model="cnn", image_size=SIZE, batch_size=16, seed=3)
+    pixels = input_pipeline.read_records([str(tmp_path / "pixels" / "*")], hp)
+    features_read = input_pipeline.read_records([str(tmp_path / "features" / "*")], hp)
+    assert (pixels.count, features_read.count) == (40, 90) and pixels.in_memory is not None
+    first = input_pipeline.make_dataset([], hp, training=True, shared_records=pixels)
+    assert sum(len(y) for _, y in first) == 40
+    seen = lambda d: sorted(np.concatenate([x[:, 0].numpy() for x, _ in d]).astype(int).tolist())  # noqa: E731
+    assert seen(input_pipeline.make_feature_dataset([], hp, dim, 1, training=False,
+                                                    shared_records=features_read)) == list(range(count))
+    shutil.rmtree(tmp_path / "pixels")
+    shutil.rmtree(tmp_path / "features")  # every later dataset reads the copy in memory
+    for batch_size in (8, 32):
+        again = input_pipeline.make_dataset([], dataclasses.replace(hp, batch_size=batch_size), training=True,
+                                            shared_records=pixels)
+        assert [len(y) for _, y in again][:1] == [batch_size] and sum(len(y) for _, y in again) == 40
+        trial = input_pipeline.make_feature_dataset([], dataclasses.replace(hp, batch_size=batch_size), dim, 1,
+                                                    training=True, shared_records=features_read)
+        assert seen(trial) == list(range(count))
+    small = HParams(model="cnn", image_size=SIZE, cache_megabytes=0.001)
+    _write_transformed(str(tmp_path / "streamed.gz"), 10)
+    assert input_pipeline.read_records([str(tmp_path / "streamed.gz")], small).in_memory is None
 
 
 @pytest.mark.parametrize("kind", ["flip", "crop", "brightness"])

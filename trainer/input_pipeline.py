@@ -53,6 +53,31 @@ def measure(files: List[str]) -> Tuple[int, float]:
     return int(count), int(size) / 2**20
 
 
+class Records(NamedTuple):
+    """One split's records, counted once, and held in memory once when they fit the cache budget: every dataset
+    built on them (the Tuner's trials, each with its batch size) shares that cache and reads no file again."""
+
+    files: List[str]
+    count: int
+    megabytes: float
+    in_memory: Optional[tf.data.Dataset]  # the serialized records, cached on their first whole pass; None: streamed
+
+
+def read_records(file_patterns: List[str], hp: HParams) -> Records:
+    counted = _counted(file_patterns)
+    if counted.megabytes > hp.cache_limit_megabytes():
+        return counted
+    return counted._replace(in_memory=tf.data.TFRecordDataset(
+        counted.files, compression_type=features.compression(counted.files), num_parallel_reads=AUTOTUNE).cache())
+
+
+def _counted(file_patterns: List[str]) -> Records:
+    """These files' records counted, nothing held: a dataset that reads and caches them for itself."""
+    files = list_files(file_patterns)
+    count, megabytes = measure(files)
+    return Records(files, count, megabytes, None)
+
+
 def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) -> int:
     """Every record when they are cached; else as many as SHUFFLE_SHARE of the cache budget holds."""
     if cached or not records:
@@ -63,7 +88,7 @@ def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) ->
 
 def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
                  batch_size: int = 0, drop_remainder: bool = False, balance: Optional[Balance] = None,
-                 multi_hot: int = 0) -> tf.data.Dataset:
+                 multi_hot: int = 0, shared_records: Optional[Records] = None) -> tf.data.Dataset:
     """(images float32 [batch, size, size, channels] in 0..255, labels int64 [batch]), and with balance
     "weights" per-example loss weights [batch]. Multi-label records (multi_hot: their number of labels): the
     labels are multi-hot, float32 [batch, multi_hot] (their balance is in the loss: models.compile_model).
@@ -72,22 +97,27 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     is then the records repeated and cut into whole batches (its last one goes on into the next shuffled pass);
     evaluation drops none: its last batch is padded with examples of weight 0, and every batch has weights [batch]
     (batched).
+
+    `shared_records` (read_records of these files): the records counted and cached once for several datasets (the
+    Tuner's trials); without, each call counts them and caches its own.
     """
-    files = list_files(file_patterns)
     batch_size = batch_size or hp.batch_size
-    records, megabytes = measure(files)
-    cached = megabytes <= hp.cache_limit_megabytes()
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    if training:
-        dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
-    dataset = dataset.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
-        cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)  # seeds reproduce
-    # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
-    # (docs/benchmarks.md: Training input). So cache whenever they fit.
     sampling = training and balance is not None and balance.mode == "sampling"
-    if cached and not sampling:  # class-balanced batches cache each class's records instead (class_balanced)
-        dataset = dataset.cache()
+    files, records, megabytes, shared = shared_records or _counted(file_patterns)
+    cached = megabytes <= hp.cache_limit_megabytes()
+    if cached and shared is not None and not sampling:
+        dataset = shared
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(files)
+        if training:
+            dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
+        dataset = dataset.interleave(
+            lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
+            cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)  # seeds reproduce
+        # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
+        # (docs/benchmarks.md: Training input). So cache whenever they fit.
+        if cached and not sampling:  # class-balanced batches cache each class's records instead (class_balanced)
+            dataset = dataset.cache()
     buffer = shuffle_buffer(records, megabytes, cached, hp)
     if sampling:
         dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)
@@ -180,20 +210,24 @@ def class_balanced(records: tf.data.Dataset, balance: Balance, buffer: int, coun
 
 def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views: int, training: bool,
                          batch_size: int = 0, drop_remainder: bool = False,
-                         balance: Optional[Balance] = None, multi_hot: int = 0) -> tf.data.Dataset:
+                         balance: Optional[Balance] = None, multi_hot: int = 0,
+                         shared_records: Optional[Records] = None) -> tf.data.Dataset:
     """(features float32 [batch, dim], labels int64 [batch]) from the features step's records
     (components/features): what the frozen phase of a transfer model trains its head on.
 
     Small (a few kB an image), so cached and shuffled over the whole set when they fit the cache budget (the
     pixels' rule: HParams.cache_limit_megabytes); past it (a few million images) streamed from shuffled files
     through a bounded shuffle buffer. A record holds `views` vectors (the plain image, then augmented views);
-    training draws one per image each epoch, evaluation takes the plain one.
+    training draws one per image each epoch, evaluation takes the plain one. `shared_records`: as make_dataset's.
     """
-    files = list_files(file_patterns)
     batch_size = batch_size or hp.batch_size
-    records, megabytes = measure(files)
+    files, records, megabytes, shared = shared_records or _counted(file_patterns)
     cached = megabytes <= hp.cache_limit_megabytes()
-    if cached:
+    sampling = training and balance is not None and balance.mode == "sampling"
+    reused = cached and shared is not None and not sampling  # class-balanced batches cache each class's records
+    if reused:
+        dataset = shared
+    elif cached:
         dataset = tf.data.TFRecordDataset(files, compression_type=features.compression(files),
                                           num_parallel_reads=AUTOTUNE)
     else:
@@ -203,11 +237,12 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
         dataset = dataset.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
                                      cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)
     buffer = max(1, records) if cached else shuffle_buffer(records, megabytes, False, hp)
-    if training and balance is not None and balance.mode == "sampling":
+    if sampling:
         dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)
     elif training:
-        dataset = (dataset.cache() if cached else dataset).shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
-    elif cached:
+        dataset = (dataset.cache() if cached and not reused else dataset).shuffle(buffer, seed=hp.seed,
+                                                                                  reshuffle_each_iteration=True)
+    elif cached and not reused:
         dataset = dataset.cache()
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
     spec = {features.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),

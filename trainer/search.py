@@ -113,6 +113,7 @@ class _Trials:
                                                        self.multi_label)
         self.positive_weights = self.balancing.get("positive_weights")
         self.objective = self.balancing["monitor"]
+        self._records = {}  # (split, on features) -> input_pipeline.Records: one count and one cache for all trials
 
     def pixel_files(self, split: str):
         import os
@@ -121,22 +122,40 @@ class _Trials:
             return self.train_files if split == "train" else self.eval_files
         return [os.path.join(self.source["transformed_examples"], f"Split-{split}", "*")]
 
+    def records(self, split: str, on_features: bool):
+        """A split's records, counted once and held in memory once (when they fit) for every trial: the features,
+        or the cnn's pixels. A transfer model's fine-tune phase reads its pixels trial by trial, as before (held
+        beside the features, they would take a second cache budget)."""
+        from trainer import input_pipeline
+
+        if not on_features and self.source:
+            return None
+        key = (split, on_features)
+        if key not in self._records:
+            files = (self.train_files if split == "train" else self.eval_files) if on_features \
+                else self.pixel_files(split)
+            self._records[key] = input_pipeline.read_records(files, self.hp)
+        return self._records[key]
+
     def datasets(self, hp: HParams, on_features: bool):
         from trainer import input_pipeline
 
         shape = {"batch_size": hp.batch_size * self.strategy.num_replicas_in_sync,
                  "drop_remainder": self.plan.static_shapes}
+        train_records, eval_records = self.records("train", on_features), self.records("eval", on_features)
         if on_features:
             views = self.source["views"].get("train", 0) + 1
             train = input_pipeline.make_feature_dataset(self.train_files, hp, self.source["dim"], views, training=True,
-                                                        balance=self.balance, multi_hot=self.multi_hot, **shape)
+                                                        balance=self.balance, multi_hot=self.multi_hot,
+                                                        shared_records=train_records, **shape)
             evaluation = input_pipeline.make_feature_dataset(self.eval_files, hp, self.source["dim"], 1,
-                                                             training=False, multi_hot=self.multi_hot, **shape)
+                                                             training=False, multi_hot=self.multi_hot,
+                                                             shared_records=eval_records, **shape)
         else:
             train = input_pipeline.make_dataset(self.pixel_files("train"), hp, training=True, balance=self.balance,
-                                                multi_hot=self.multi_hot, **shape)
+                                                multi_hot=self.multi_hot, shared_records=train_records, **shape)
             evaluation = input_pipeline.make_dataset(self.pixel_files("eval"), hp, training=False,
-                                                     multi_hot=self.multi_hot, **shape)
+                                                     multi_hot=self.multi_hot, shared_records=eval_records, **shape)
         train, steps = input_pipeline.repeated(train)
         return train, steps, evaluation
 
