@@ -260,8 +260,9 @@ def export_rows(log: Dict[str, Any]) -> List[Dict[str, Any]]:
             rows.append({"name": kind, "error": export["error"]})
         elif export.get("agreement") is not None:
             rows.append({**{k: export.get(k) for k in ("file", "format", "bytes", "input")}, "name": kind,
-                         "agreement": f"{export.get('agreement_on', 'top-1')} {export['agreement']:.2%} of {export['examples']:,} eval images, "
-                                      f"probabilities within {export['max_difference']:.1e}"})
+                         "agreement": f"{export.get('agreement_on', 'top-1')} {export['agreement']:.2%} of "
+                                      f"{export['examples']:,} eval images, probabilities within "
+                                      f"{export['max_difference']:.1e}"})
         else:
             rows.append({**{k: export.get(k) for k in ("file", "format", "bytes", "input")}, "name": kind,
                          "agreement": export.get("checked") or "not scored"})
