@@ -108,3 +108,16 @@ def test_the_readmes_using_the_model_commands_run(cli_runs, small_digits, tmp_pa
     assert onnx.load(str(tmp_path / "model.onnx")).producer_name == "imagepipe"  # export --format onnx --out model.onnx
     assert sum(1 for _ in open(tmp_path / "results.jsonl")) == len(os.listdir(os.path.join(small_digits, "7")))
     assert len(open(tmp_path / "maps" / "index.csv").read().splitlines()) == 2  # predict --explain: cat.jpg's map
+
+
+def test_the_cloud_pages_machine_table_is_the_compiled_jobs():
+    """docs/cloud.md's table of each step's machine says what kubeflow/cloud_platform.py asks for."""
+    from kubeflow.cloud_platform import DATAFLOW_STEP_ARGS, STEP_MACHINES
+
+    rows = {cells[0]: cells[1:] for cells in (
+        [c.strip() for c in line.strip("|").split("|")] for line in _text("docs/cloud.md").splitlines()
+        if line.startswith("| ") and line.count("|") == 5)}
+    for step, machine in STEP_MACHINES.items():
+        assert rows[step][:2] == [f"{machine.cpus:g}", f"{machine.memory_gb:g}"], step
+    for step, args in DATAFLOW_STEP_ARGS.items():
+        assert rows[step][2] == args[0].split("=", 1)[1], step
