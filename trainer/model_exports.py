@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -193,23 +193,27 @@ def _folder_bytes(path: str) -> int:
 
 
 def export(model, image_size: int, channels: int, class_names: Sequence[str], kinds: Sequence[str],
-           serving_model_dir: str, eval_pixels: np.ndarray, multi_label: bool = False) -> Dict:
+           serving_model_dir: str, eval_batches: Callable[[], Iterable[Tuple[np.ndarray, Any]]],
+           multi_label: bool = False) -> Dict:
     """Writes the `kinds` exports of the Keras model beside its SavedModel; returns training.json's record: each
-    export's file, size and input, ONNX's agreement with the Keras model on `eval_pixels` (top-1, and the largest
-    difference of a probability), Core ML's spec as read back; or a format's {"error"}."""
+    export's file, size and input, ONNX's agreement with the Keras model on the images of `eval_batches()` (batches
+    of (pixels, labels), one in memory at a time: top-1, and the largest difference of a probability), Core ML's spec
+    as read back; or a format's {"error"}."""
     record: Dict[str, Dict] = {}
     if channels != 3:
         return {kind: {"error": f"{kind}: exported for 3-channel (RGB) models only"} for kind in kinds}
-    expected = model.predict(eval_pixels, verbose=0, batch_size=64) if len(eval_pixels) else np.zeros((0, 0))
     for kind in kinds:
         try:
             if kind == "onnx":
                 content = onnx_bytes(of_keras(model, image_size, channels), image_size, class_names, multi_label)
                 _write_file(os.path.join(serving_model_dir, ONNX_FILE), content)
-                got = OnnxClassifier(content).probabilities(eval_pixels) if len(eval_pixels) else expected
+                onnx = OnnxClassifier(content)
+                compared = Agreement(multi_label)
+                for pixels, _ in eval_batches():
+                    compared.add(model(pixels, training=False).numpy(), onnx.probabilities(pixels))
                 record[kind] = {"file": ONNX_FILE, "bytes": len(content), "format": f"ONNX (opset {ONNX_OPSET})",
                                 "input": f"float32 RGB pixels 0..255 [batch, {image_size}, {image_size}, 3]",
-                                **agreement(expected, got, multi_label)}
+                                **compared.record()}
             elif kind == "coreml":
                 local = tempfile.mkdtemp(prefix="imagepipe-coreml-")  # made here, then copied (the model may be on gs://)
                 try:
@@ -230,12 +234,24 @@ def export(model, image_size: int, channels: int, class_names: Sequence[str], ki
     return record
 
 
-def agreement(expected: np.ndarray, got: np.ndarray, multi_label: bool = False) -> Dict:
-    """How an export agrees with the Keras model on the same images: the share whose top class (multi-label: every
-    label at 0.5) is the same, and the largest difference of a probability."""
-    if not len(expected):
-        return {"examples": 0, "agreement": None, "max_difference": None}
-    same = ((got > 0.5) == (expected > 0.5)).all(axis=1) if multi_label else got.argmax(1) == expected.argmax(1)
-    return {"examples": int(len(expected)), "agreement": round(float(same.mean()), 6),
-            "agreement_on": "every label at 0.5" if multi_label else "top-1",
-            "max_difference": float(np.abs(got - expected).max())}
+class Agreement:
+    """How an export agrees with the Keras model, batch by batch: the share of images whose top class (multi-label:
+    every label at 0.5) is the same, and the largest difference of a probability."""
+
+    def __init__(self, multi_label: bool = False):
+        self.multi_label, self.examples, self.same, self.max_difference = multi_label, 0, 0, 0.0
+
+    def add(self, expected: np.ndarray, got: np.ndarray) -> None:
+        same = ((got > 0.5) == (expected > 0.5)).all(axis=1) if self.multi_label \
+            else got.argmax(1) == expected.argmax(1)
+        self.examples += len(expected)
+        self.same += int(same.sum())
+        if len(expected):
+            self.max_difference = max(self.max_difference, float(np.abs(got - expected).max()))
+
+    def record(self) -> Dict:
+        if not self.examples:
+            return {"examples": 0, "agreement": None, "max_difference": None}
+        return {"examples": self.examples, "agreement": round(self.same / self.examples, 6),
+                "agreement_on": "every label at 0.5" if self.multi_label else "top-1",
+                "max_difference": self.max_difference}
