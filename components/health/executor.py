@@ -159,12 +159,25 @@ class _Aligned:
     one split) are examples each, and records each, matched one to one."""
 
     def __init__(self, keys: List[str]):
-        self._left: Dict[str, List[int]] = {}
-        for i in range(len(keys) - 1, -1, -1):
-            self._left.setdefault(keys[i], []).append(i)
+        self._next: Dict[str, int] = {}  # each key's first example not yet matched (an int an image, as an index)
+        self._copies: Dict[str, List[int]] = {}  # the later examples of a key met more than once (rare)
+        for i, key in enumerate(keys):
+            if key in self._next:
+                self._copies.setdefault(key, []).append(i)
+            else:
+                self._next[key] = i
 
     def rows(self, keys: List[str]) -> List[int]:
-        return [self._left[k].pop() if self._left.get(k) else -1 for k in keys]
+        return [self._match(k) for k in keys]
+
+    def _match(self, key: str) -> int:
+        row = self._next.pop(key, -1)
+        later = self._copies.get(key)
+        if row >= 0 and later:
+            self._next[key] = later.pop(0)
+            if not later:
+                del self._copies[key]
+        return row
 
 
 def _read_features(found: Examples, features: types.Artifact, multi_label: bool) -> None:
@@ -175,7 +188,7 @@ def _read_features(found: Examples, features: types.Artifact, multi_label: bool)
     labels = None if multi_label else np.asarray(found.labels, np.int64)
     train = np.asarray([s == "train" for s in found.splits]) if labels is not None else None
     count, total, squares, class_sums, class_counts = 0, None, None, {}, {}
-    first_pass = _Aligned(found.keys) if labels is not None else None  # one map of keys at a time (~200 B an image)
+    first_pass = _Aligned(found.keys) if labels is not None else None  # one map of keys at a time (~50-70 B an image)
     for keys, vectors in _feature_batches(features):
         for key, vector in zip(keys, vectors):
             if key in sampled:
