@@ -13,8 +13,16 @@ from pipeline.config import ConfigError
 from storage import user_files
 
 FORMATS = ("onnx", "coreml")
-# An ONNX file imagepipe wrote (its producer is named in the file's first bytes: trainer/model_exports.PRODUCER).
-ONNX_FILE = user_files.Kind("an ONNX model", lambda head: b"\x12\x09imagepipe" in head)
+
+
+def _onnx_of_ours(head: bytes) -> bool:
+    """An ONNX file imagepipe wrote: its producer_name (field 2, near the start) is trainer/model_exports.PRODUCER."""
+    from trainer.model_exports import PRODUCER  # numpy: not on every command's start
+
+    return b"\x12" + bytes([len(PRODUCER)]) + PRODUCER.encode() in head
+
+
+ONNX_FILE = user_files.Kind("an ONNX model", _onnx_of_ours)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -170,24 +170,6 @@ def describe_coreml(path: str) -> Dict:
             "type": spec.WhichOneof("Type")}
 
 
-def _write_file(path: str, data: bytes) -> None:
-    """A file beside the SavedModel, local or gs:// (TensorFlow's file system, as the TFLite models are written)."""
-    import tensorflow as tf
-
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    with tf.io.gfile.GFile(path, "wb") as f:
-        f.write(data)
-
-
-def _copy_folder(local: str, target: str) -> None:
-    """A local folder's files to `target` (local or gs://)."""
-    for folder, _, files in os.walk(local):
-        for name in files:
-            source = os.path.join(folder, name)
-            with open(source, "rb") as f:
-                _write_file(os.path.join(target, os.path.relpath(source, local)), f.read())
-
-
 def _folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
@@ -199,6 +181,8 @@ def export(model, image_size: int, channels: int, class_names: Sequence[str], ki
     export's file, size and input, ONNX's agreement with the Keras model on the images of `eval_batches()` (batches
     of (pixels, labels), one in memory at a time: top-1, and the largest difference of a probability), Core ML's spec
     as read back; or a format's {"error"}."""
+    from tfx.utils import io_utils  # TFX's file system: the serving model may be on gs://
+
     record: Dict[str, Dict] = {}
     if channels != 3:
         return {kind: {"error": f"{kind}: exported for 3-channel (RGB) models only"} for kind in kinds}
@@ -206,7 +190,7 @@ def export(model, image_size: int, channels: int, class_names: Sequence[str], ki
         try:
             if kind == "onnx":
                 content = onnx_bytes(of_keras(model, image_size, channels), image_size, class_names, multi_label)
-                _write_file(os.path.join(serving_model_dir, ONNX_FILE), content)
+                io_utils.write_bytes_file(os.path.join(serving_model_dir, ONNX_FILE), content)  # local or gs://
                 onnx = OnnxClassifier(content)
                 compared = Agreement(multi_label)
                 for pixels, _ in eval_batches():
@@ -224,7 +208,7 @@ def export(model, image_size: int, channels: int, class_names: Sequence[str], ki
                                     "format": "Core ML ML program (iOS 15+, macOS 12+)",
                                     "input": f"RGB image {image_size}x{image_size}", "spec": describe_coreml(path),
                                     "checked": "its spec (Core ML runs on Apple's systems only)"}
-                    _copy_folder(path, os.path.join(serving_model_dir, COREML_PACKAGE))
+                    io_utils.copy_dir(path, os.path.join(serving_model_dir, COREML_PACKAGE))
                 finally:
                     shutil.rmtree(local, ignore_errors=True)
         except ExportError as e:
