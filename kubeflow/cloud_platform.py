@@ -40,7 +40,7 @@ def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
 
 # Each step's container on Vertex AI Pipelines, sized for a million images (docs/scale.md has the per-image costs
 # they come from): the steps that run Beam launch Dataflow with --dataflow and need little themselves, but run
-# in their container without it; DataHealth holds a listing (~300 bytes an image) and a bounded sample; the
+# in their container without it; DataHealth's container runs the label check on a bounded sample; the
 # Evaluator runs TFMA and the explanations; the Trainer's machine is Vertex AI Training's with --vertex-training.
 STEP_MACHINES = {
     "ImageExampleGen": StepMachine(8, 32),

@@ -460,9 +460,92 @@ def test_the_label_check_holds_a_bounded_sample_stratified_by_class():
     assert sum(sample.keeps(k, 0) for k in evals) == pytest.approx(expected[0] / len(keys) * len(evals), rel=0.1)
     assert all(health.Sample({0: 10_000, 1: 10_000}, False).keeps(k, 0) for k in keys[:100])  # at the bound: all
     # The estimate weighs each class's suspects by its images: 2 of 10 sampled in a class of 100 -> 20.
-    examples = health.Examples()
-    examples.keys = [f"k{n}" for n in range(120)]
-    examples.labels = [0] * 100 + [1] * 20
-    examples.sampled = list(range(10)) + list(range(100, 120))
+    examples = health.Examples(keys=[f"k{n}" for n in list(range(10)) + list(range(100, 120))],
+                               labels=[0] * 10 + [1] * 20, per_class={0: 100, 1: 20})  # 10 of 100, 20 of 20
     rows = [{"key": "k0"}, {"key": "k1"}, {"key": "k100"}]
     assert health._issue_fraction(examples, rows, multi_label=False) == pytest.approx((20 + 1) / 120, abs=1e-6)
+
+
+def _health_inputs(folder, rng, image_size=8):
+    """Transform-like examples (gzip) and features-step records for 300 images of three classes: two poor
+    images (one blank, one dark), two far from every class in feature space (one in eval), copies of one image in
+    train; with the reference findings of checks.py's in-memory functions on the same numbers."""
+    import hashlib
+
+    import tensorflow as tf
+
+    def feature(value):
+        if isinstance(value, bytes):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+        if isinstance(value, np.ndarray):
+            return tf.train.Feature(float_list=tf.train.FloatList(value=value.tolist()))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    n, dim = 300, 16
+    centres = rng.normal(0, 10, size=(3, dim))
+    labels = np.arange(n) % 3
+    vectors = np.stack([centres[c] + rng.normal(0, 1, size=dim) for c in labels]).astype(np.float32)
+    vectors[7] += 40
+    vectors[250] -= 40
+    pixels = rng.integers(40, 220, size=(n, image_size, image_size, 3)).astype(np.uint8)
+    pixels[11] = 128  # blank
+    pixels[260] = 5  # dark
+    keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(n)]
+    keys[21], pixels[21], vectors[21] = keys[20], pixels[20], vectors[20]  # a copy: one key, two examples
+    splits = ["train" if i < 240 else "eval" for i in range(n)]
+    for split in ("train", "eval"):
+        os.makedirs(folder / "examples" / f"Split-{split}")
+        os.makedirs(folder / "features" / f"Split-{split}")
+        rows = [i for i in range(n) if splits[i] == split]
+        with tf.io.TFRecordWriter(str(folder / "examples" / f"Split-{split}" / "part.gz"), "GZIP") as out:
+            for i in rows:
+                out.write(tf.train.Example(features=tf.train.Features(feature={
+                    "pixels": feature(tf.io.serialize_tensor(pixels[i]).numpy()), "label": feature(int(labels[i])),
+                    "key": feature(keys[i].encode()), "filename": feature(f"{labels[i]}/{i:03d}.png".encode()),
+                    "original_height": feature(64), "original_width": feature(64)})).SerializeToString())
+        with tf.io.TFRecordWriter(str(folder / "features" / f"Split-{split}" / "part.tfrecord")) as out:
+            for i in rows:
+                out.write(tf.train.Example(features=tf.train.Features(feature={
+                    "features": feature(vectors[i]), "label": feature(int(labels[i])),
+                    "key": feature(keys[i].encode())})).SerializeToString())
+    train = np.asarray(splits) == "train"
+    mean, scale = vectors.astype(np.float64).mean(axis=0), vectors.astype(np.float64).std(axis=0) + 1e-6
+    far, _ = checks.far_from_every_class(((vectors - mean) / scale).astype(np.float32), labels, train)
+    gray = pixels.astype(np.float32).mean(axis=-1)
+    expected = {}
+    for i in range(n):
+        reasons = checks.poor_image_reasons(float(gray[i].mean()), float(gray[i].std()), 64, 64)
+        reasons += ["far from every class (feature space)"] if far[i] else []
+        if reasons:
+            expected[f"{labels[i]}/{i:03d}.png"] = "; ".join(reasons)
+    return keys, labels, expected
+
+
+@pytest.mark.parametrize("mode", ["in_memory", "multi_processing"])
+def test_data_health_s_passes_run_as_beam_and_find_what_the_in_memory_checks_find(tmp_path, mode):
+    """DataHealth's graph (passes.py) on Beam's local runner, in one process and in two worker processes (as
+    Dataflow would run it, pickled): the poor and far images that checks.py's in-memory functions find on the same
+    numbers, a class count per class, every image of the label check's sample with its vector (copies: one)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from components.health import passes
+    from components.health.sample import Sample
+    from trainer.hparams import HParams
+
+    keys, labels, expected = _health_inputs(tmp_path, np.random.default_rng(5))
+    assert {"2/011.png", "2/260.png", "1/007.png", "1/250.png"} <= set(expected)  # the planted ones, and so on
+    examples = {s: str(tmp_path / "examples" / f"Split-{s}" / "*") for s in ("train", "eval")}
+    features = {"dim": 16, "views": {}, "files": {s: str(tmp_path / "features" / f"Split-{s}" / "*")
+                                                  for s in ("train", "eval")}}
+    hp = HParams(model="cnn", image_size=8)
+    options = PipelineOptions(["--direct_running_mode=" + mode, "--direct_num_workers=2"])
+    with beam.Pipeline(options=options) as pipeline:
+        passes.build(pipeline, examples, features, hp, ["0", "1", "2"], Sample({0: 100, 1: 100, 2: 100}, False),
+                     keep_pixels=False, multi_label=False, out_dir=str(tmp_path / "out"))
+    found = passes.read(str(tmp_path / "out"))
+    assert {row["path"]: row["reasons"] for row in found["rows"]} == expected
+    assert all(row["label"] == row["path"].split("/")[0] for row in found["rows"])
+    assert found["counts"] == {0: 100, 1: 100, 2: 100}
+    assert len(found["sample"]) == 300 and set(found["vectors"]) == set(keys)
+    assert sorted(r[3] for r in found["sample"]) == sorted(labels.tolist())

@@ -52,12 +52,20 @@ def nearest_centre(z: np.ndarray, centres: np.ndarray) -> np.ndarray:
 
 def far_out(nearest: np.ndarray) -> np.ndarray:
     """Whether each distance is beyond the fence of all of them (a distance not measured, NaN: never)."""
+    limit = fence(nearest)
+    if limit is None:
+        return np.zeros(len(nearest), bool)
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(nearest, nan=-np.inf) > limit
+
+
+def fence(nearest: np.ndarray) -> Optional[float]:
+    """The far-out fence of these distances (those not measured, NaN, left out; None: none measured)."""
     measured = nearest[np.isfinite(nearest)]
     if not len(measured):
-        return np.zeros(len(nearest), bool)
+        return None
     q1, q3 = np.percentile(measured, [25, 75])
-    with np.errstate(invalid="ignore"):
-        return np.nan_to_num(nearest, nan=-np.inf) > q3 + OUTLIER_IQRS * (q3 - q1)
+    return float(q3 + OUTLIER_IQRS * (q3 - q1))
 
 
 def feature_drift(reference: Optional[Dict], current: Optional[Dict]) -> Optional[float]:

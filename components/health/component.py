@@ -40,7 +40,7 @@ class DataHealthSpec(types.ComponentSpec):
 
 class DataHealth(base_component.BaseComponent):
     SPEC_CLASS = DataHealthSpec
-    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, ingestion_report: types.BaseChannel, transformed_examples: types.BaseChannel,
                  transform_graph: types.BaseChannel, hparams: Dict[str, Any], label_check: str, limits: Limits,

@@ -1,17 +1,17 @@
-"""DataHealth's executor: reads Transform's examples (and the features), runs the checks, writes the report.
+"""DataHealth's executor: one Beam graph over Transform's examples and the features (passes.py: Beam's local
+runner here, Dataflow with --dataflow), then the label check on its sample, then the report.
 
-Memory is bounded whatever the number of images (the scale benchmark measures it: docs/benchmarks.md). What is
-kept of every example is what its rows need: its key, path, split and labels, and four numbers (pixel mean and
-spread for poor images, its original size): about 300 bytes an image, a listing's worth. The features are
-streamed twice (the outliers: their moments and each training class's centre, then each image's distance to the
-nearest centre, 4 bytes an image). The label check runs on at most LABEL_CHECK_SAMPLE images, a sample stratified
-by class (every class at least MIN_SAMPLED_PER_CLASS, or all its images) and chosen by content hash (bits the split
+Memory is bounded whatever the number of images (the scale benchmark measures it: docs/benchmarks.md). Every image
+streams through the graph: its poor-image statistics, its distance to the nearest training class (4 bytes an image
+combined for the far-out fence), its class. What this process holds is what the graph leaves: the rows of the
+flagged images, the images a class, and the label check's sample, at most LABEL_CHECK_SAMPLE images stratified by
+class (every class at least MIN_SAMPLED_PER_CLASS, or all its images) and chosen by content hash (bits the split
 does not use: train and eval alike), so the same images each run: only their features (~5 kB an image at 1,280
-values) or, for the opt-in `cnn` check, their pixels at most 32 px a side are held. On sets of up to LABEL_CHECK_SAMPLE images every image is checked, as before; above,
-health.json says how many were, and the share of suspects is estimated class by class.
+values) or, for the opt-in `cnn` check, their pixels at most 32 px a side. On sets of up to LABEL_CHECK_SAMPLE
+images every image is checked; above, health.json says how many were, and the share of suspects is estimated class
+by class.
 """
 
-import array
 import dataclasses
 import json
 import os
@@ -21,202 +21,76 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from absl import logging
 from tfx import types
-from tfx.dsl.components.base import base_executor
+from tfx.dsl.components.base import base_beam_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
+from components import beam_settings
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.example_gen.listing import label_set
 from components.health import (HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, Limits, checks,
-                               label_issues)
+                               label_issues, passes)
+from components.health.sample import LABEL_CHECK_SAMPLE, MIN_SAMPLED_PER_CLASS, Sample  # noqa: F401 (the bounds)
 from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
 from storage.relocation import pipeline_root_of, relocate
 from storage.spreadsheet import csv_text
 
 SHOWN = 50  # suspects and outliers kept in health.json (all of them are in the CSV files)
-# The label check's sample: ~100 MB of 1,280-value features (or ~60 MB of 32 px pixels), and k-fold fits of a few
-# minutes at most; every class at least this many of its images (or all of them).
-LABEL_CHECK_SAMPLE = 20_000
-MIN_SAMPLED_PER_CLASS = 50
+_SPLITS = ("train", "eval")
 
 
+@dataclasses.dataclass
 class Examples:
-    """What the checks need of every example, in reading order, train then eval; and of the label check's sample,
-    its features (or pixels)."""
+    """The label check's sample (its images' keys, paths, splits, labels: class ids, or multi-label each image's
+    list of label ids; and their features by key, or pixels), and the images of every class (multi-label: {None:
+    all of them})."""
 
-    def __init__(self):
-        self.keys: List[str] = []
-        self.paths: List[str] = []
-        self.splits: List[str] = []
-        self.labels: List[Any] = []  # class ids; multi-label: each image's list of label ids
-        # pixel mean and spread, original height and width
-        self.means, self.stds = array.array("f"), array.array("f")
-        self.heights, self.widths = array.array("l"), array.array("l")
-        self.sampled: List[int] = []  # the label check's sample: indices into the above
-        self.pixels: List[np.ndarray] = []  # the sample's, for the cnn label check
-        self.vectors: Dict[str, np.ndarray] = {}  # the sample's plain feature vectors, by key
-        self.nearest: Optional[np.ndarray] = None  # each image's distance to the nearest train class (features)
+    keys: List[str] = dataclasses.field(default_factory=list)
+    paths: List[str] = dataclasses.field(default_factory=list)
+    splits: List[str] = dataclasses.field(default_factory=list)
+    labels: List[Any] = dataclasses.field(default_factory=list)
+    pixels: List[np.ndarray] = dataclasses.field(default_factory=list)
+    vectors: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    per_class: Dict[Any, int] = dataclasses.field(default_factory=dict)
 
-    def stats(self, i: int) -> tuple:
-        return float(self.means[i]), float(self.stds[i]), int(self.heights[i]), int(self.widths[i])
+    @property
+    def total(self) -> int:
+        return sum(self.per_class.values())
 
 
-class Sample:
-    """Which images the label check holds: per class the share that keeps LABEL_CHECK_SAMPLE images in all (a
-    multi-label image: one share for all), an image kept when its content hash's position is under its share."""
-
-    def __init__(self, counts: Dict[Any, int], multi_label: bool, most: int = LABEL_CHECK_SAMPLE):
-        total = sum(counts.values())
-        self.total = total
-        if total <= most:
-            self.shares: Dict[Any, float] = {}
-            self.uniform = 1.0
-        elif multi_label:
-            self.shares, self.uniform = {}, most / total
-        else:
-            self.shares = {c: min(1.0, max(MIN_SAMPLED_PER_CLASS, most * n / total) / n) for c, n in counts.items() if n}
-            self.uniform = 1.0
-
-    def keeps(self, key: str, label: Any) -> bool:
-        share = self.uniform if not self.shares else self.shares.get(label, 1.0)
-        return share >= 1.0 or sample_position(key) < share
-
-
-def sample_position(key: str) -> float:
-    """Where an image falls in the sample's order: the content hash's second 64 bits (the first place it in its
-    split, example_gen/stratify.py: a sample by those would hold the train split only)."""
-    return int(key[16:32], 16) / 2.0 ** 64
-
-
-def read(transformed: types.Artifact, features: Optional[types.Artifact], hp, sample: Sample, keep_pixels: bool,
-         multi_label: bool = False) -> Examples:
-    import tensorflow as tf
-
-    from trainer import features as names
-
-    found = Examples()
-    spec = {names.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
-            **names.label_spec(multi_label),
-            names.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
-            names.FILENAME_KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
-            "original_height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
-            "original_width": tf.io.FixedLenFeature([], tf.int64, default_value=0)}
-    for split in ("train", "eval"):
-        files = fileio.glob(os.path.join(artifact_utils.get_split_uri([transformed], split), "*"))
-        records = tf.data.TFRecordDataset(files, compression_type="GZIP").batch(256)
-        for batch in records:
-            parsed = tf.io.parse_example(batch, spec)
-            pixels = names.decode_pixels(parsed[names.PIXELS_KEY], hp.image_size, hp.channels)
-            gray = tf.reduce_mean(pixels, axis=-1)
-            means, stds = tf.reduce_mean(gray, axis=[1, 2]).numpy(), tf.math.reduce_std(gray, axis=[1, 2]).numpy()
-            labels = (tf.RaggedTensor.from_sparse(parsed[names.LABELS_KEY]).to_list() if multi_label
-                      else [int(n) for n in parsed[names.LABEL_KEY].numpy()])
-            kept = []
-            for i, key in enumerate(parsed[names.KEY].numpy()):
-                key = key.decode()
-                if sample.keeps(key, None if multi_label else labels[i]):
-                    found.sampled.append(len(found.keys))
-                    kept.append(i)
-                found.keys.append(key)
-                found.paths.append(parsed[names.FILENAME_KEY][i].numpy().decode("utf-8", "replace"))
-                found.splits.append(split)
-                found.labels.append(labels[i])
-                found.means.append(float(means[i]))
-                found.stds.append(float(stds[i]))
-                found.heights.append(int(parsed["original_height"][i]))
-                found.widths.append(int(parsed["original_width"][i]))
-            if keep_pixels and kept:  # for the cnn label check, at most CNN_MAX_SIZE a side
-                chosen = tf.gather(pixels, kept)
-                if hp.image_size > label_issues.CNN_MAX_SIZE:
-                    chosen = tf.image.resize(chosen, [label_issues.CNN_MAX_SIZE] * 2, antialias=True)
-                found.pixels.extend(np.clip(chosen.numpy(), 0, 255).astype(np.uint8))
-    if features is not None:
-        _read_features(found, features, multi_label)
-    return found
-
-
-def _feature_batches(features: types.Artifact):
-    """(keys, plain vectors [n, dim]) of the features step's output, batch by batch."""
-    import tensorflow as tf
-
-    from trainer import features as names
-
+def _inputs(transformed: types.Artifact, features: Optional[types.Artifact]):
+    """(split -> file pattern of the examples, the features' description for passes.build or None): splits with
+    files only."""
+    examples = {}
+    for split in _SPLITS:
+        uri = artifact_utils.get_split_uri([transformed], split)
+        if fileio.glob(os.path.join(uri, "*")):
+            examples[split] = io_utils.all_files_pattern(uri)
+    if features is None:
+        return examples, None
     source = json.loads(io_utils.read_string_file(os.path.join(features.uri, FEATURES_SOURCE_FILE)))
-    dim = source["dim"]
-    for split in ("train", "eval"):
-        views = source["views"].get(split, 0) + 1
-        files = fileio.glob(os.path.join(artifact_utils.get_split_uri([features], split), "*"))
-        fspec = {names.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),
-                 names.KEY: tf.io.FixedLenFeature([], tf.string)}
-        for batch in tf.data.TFRecordDataset(files, compression_type=names.compression(files)).batch(1024):
-            parsed = tf.io.parse_example(batch, fspec)
-            yield [k.decode() for k in parsed[names.KEY].numpy()], parsed[names.FEATURES_KEY].numpy()[:, :dim]
+    files = {}
+    for split in _SPLITS:
+        uri = artifact_utils.get_split_uri([features], split)
+        if fileio.glob(os.path.join(uri, "*")):
+            files[split] = io_utils.all_files_pattern(uri)
+    return examples, {"dim": source["dim"], "views": source["views"], "files": files}
 
 
-class _Aligned:
-    """Each feature record's example (its index in reading order), by key: copies of one image (identical pixels in
-    one split) are examples each, and records each, matched one to one."""
-
-    def __init__(self, keys: List[str]):
-        self._next: Dict[str, int] = {}  # each key's first example not yet matched (an int an image, as an index)
-        self._copies: Dict[str, List[int]] = {}  # the later examples of a key met more than once (rare)
-        for i, key in enumerate(keys):
-            if key in self._next:
-                self._copies.setdefault(key, []).append(i)
-            else:
-                self._next[key] = i
-
-    def rows(self, keys: List[str]) -> List[int]:
-        return [self._match(k) for k in keys]
-
-    def _match(self, key: str) -> int:
-        row = self._next.pop(key, -1)
-        later = self._copies.get(key)
-        if row >= 0 and later:
-            self._next[key] = later.pop(0)
-            if not later:
-                del self._copies[key]
-        return row
-
-
-def _read_features(found: Examples, features: types.Artifact, multi_label: bool) -> None:
-    """The sample's vectors; and, for the outliers (one class an image), every image's distance to the nearest
-    training class centre in standardised features, from two streaming passes: the features' moments and the
-    classes' sums, then the distances."""
-    sampled = {found.keys[i] for i in found.sampled}
-    labels = None if multi_label else np.asarray(found.labels, np.int64)
-    train = np.asarray([s == "train" for s in found.splits]) if labels is not None else None
-    count, total, squares, class_sums, class_counts = 0, None, None, {}, {}
-    first_pass = _Aligned(found.keys) if labels is not None else None  # one map of keys at a time (~50-70 B an image)
-    for keys, vectors in _feature_batches(features):
-        for key, vector in zip(keys, vectors):
-            if key in sampled:
-                found.vectors[key] = vector.astype(np.float32)
-        if labels is None:
-            continue
-        wide = vectors.astype(np.float64)
-        total = wide.sum(axis=0) if total is None else total + wide.sum(axis=0)
-        squares = (wide ** 2).sum(axis=0) if squares is None else squares + (wide ** 2).sum(axis=0)
-        count += len(wide)
-        for j, i in enumerate(first_pass.rows(keys)):
-            if i >= 0 and train[i]:
-                c = int(labels[i])
-                class_sums[c] = class_sums.get(c, 0.0) + wide[j]
-                class_counts[c] = class_counts.get(c, 0) + 1
-    first_pass = None
-    if labels is None or count <= 2 or not class_sums:
-        return
-    mean = total / count
-    scale = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0)) + 1e-6
-    centres = np.stack([(class_sums[c] / class_counts[c] - mean) / scale for c in sorted(class_sums)]).astype(
-        np.float32)
-    found.nearest = np.full(len(found.keys), np.nan, np.float32)
-    second_pass = _Aligned(found.keys)
-    for keys, vectors in _feature_batches(features):
-        rows = np.asarray(second_pass.rows(keys))
-        distances = checks.nearest_centre(((vectors - mean) / scale).astype(np.float32), centres)
-        found.nearest[rows[rows >= 0]] = distances[rows >= 0]
+def _examples(found: Dict[str, Any]) -> Examples:
+    """The sample in a fixed order (train then eval, by path: Beam's order is not), with its vectors."""
+    ordered = sorted(found["sample"], key=lambda r: (_SPLITS.index(r[2]), r[1], r[0]))
+    examples = Examples(per_class=found["counts"])
+    for key, path, split, labels, pixels in ordered:
+        examples.keys.append(key)
+        examples.paths.append(path)
+        examples.splits.append(split)
+        examples.labels.append(labels)
+        if pixels is not None:
+            examples.pixels.append(pixels)
+    examples.vectors = found["vectors"]
+    return examples
 
 
 def _class_names(transform_graph: types.Artifact) -> Tuple[List[str], bool]:
@@ -230,7 +104,7 @@ def _class_names(transform_graph: types.Artifact) -> Tuple[List[str], bool]:
             names.is_multi_label(output.transformed_feature_spec()))
 
 
-class Executor(base_executor.BaseExecutor):
+class Executor(base_beam_executor.BaseBeamExecutor):
     def Do(self, input_dict: Dict[str, List[types.Artifact]], output_dict: Dict[str, List[types.Artifact]],
            exec_properties: Dict[str, Any]) -> None:
         from trainer.hparams import HParams
@@ -247,10 +121,10 @@ class Executor(base_executor.BaseExecutor):
         names, multi_label = _class_names(input_dict["transform_graph"][0])
         ingestion = json.loads(io_utils.read_string_file(os.path.join(report.uri, INGESTION_SUMMARY)))
         sample = Sample(_class_counts(ingestion, names, multi_label), multi_label)
-        examples = read(transformed, features, hp, sample, keep_pixels=check_labels and features is None,
-                        multi_label=multi_label)
-        labels = np.asarray(examples.labels) if not multi_label else None
-        result: Dict[str, Any] = {"examples": len(examples.labels), "label_check": mode,
+        examples, outlier_rows = self._passes(transformed, features, hp, names, sample,
+                                              keep_pixels=check_labels and features is None,
+                                              keep_vectors=check_labels, multi_label=multi_label)
+        result: Dict[str, Any] = {"examples": examples.total, "label_check": mode,
                                   **({"task": "multi"} if multi_label else {})}
 
         # Near-duplicates: found at ingestion; their share of eval is gated here with the rest (None: not searched,
@@ -262,18 +136,17 @@ class Executor(base_executor.BaseExecutor):
         if not check_labels:
             issue_rows = []
         else:
-            vectors = np.stack([examples.vectors[examples.keys[i]] for i in examples.sampled]) \
-                if features is not None else None
+            vectors = np.stack([examples.vectors[key] for key in examples.keys]) \
+                if features is not None and examples.keys else None
             issue_rows = (_multi_label_issues if multi_label else _single_label_issues)(
                 examples, names, vectors, hp, result)
         result["label_issues"] = len(issue_rows)
         result["label_issue_fraction"] = (_issue_fraction(examples, issue_rows, multi_label)
                                           if "label_check_method" in result else None)  # None: not checked
         result["label_issue_examples"] = issue_rows[:SHOWN]
-        if check_labels and len(examples.sampled) < len(examples.keys):
-            result["label_check_sampled"] = len(examples.sampled)  # of result["examples"]
+        if check_labels and len(examples.keys) < examples.total:
+            result["label_check_sampled"] = len(examples.keys)  # of result["examples"]
 
-        outlier_rows = _outliers(examples, names, labels, multi_label)
         result["outliers"] = len(outlier_rows)
         result["outlier_examples"] = outlier_rows[:SHOWN]
 
@@ -296,6 +169,22 @@ class Executor(base_executor.BaseExecutor):
         for warning in warnings:
             logging.warning("DataHealth: %s", warning["text"])
 
+    def _passes(self, transformed, features, hp, names: List[str], sample: Sample, keep_pixels: bool,
+                keep_vectors: bool, multi_label: bool) -> Tuple[Examples, List[Dict[str, str]]]:
+        """The Beam graph's run: (the label check's sample, outliers.csv's rows in a fixed order)."""
+        beam_settings.tune()  # fast TFRecord checksums
+        examples, feature_source = _inputs(transformed, features)
+        if multi_label and not keep_vectors:
+            feature_source = None  # multi-label: the features serve the label check only
+        out_dir = os.path.join(self._get_tmp_dir(), "data_health")
+        with self._make_beam_pipeline() as pipeline:
+            passes.build(pipeline, examples, feature_source, hp, names, sample, keep_pixels, multi_label, out_dir)
+        found = passes.read(out_dir)
+        if fileio.exists(out_dir):
+            fileio.rmtree(out_dir)
+        rows = sorted(found["rows"], key=lambda r: (_SPLITS.index(r["split"]), r["path"], r["key"]))
+        return _examples(found), rows
+
 
 def _class_counts(ingestion: Dict[str, Any], names: List[str], multi_label: bool) -> Dict[Any, int]:
     """Images per class id in train and eval (multi-label: {None: images}), from ingestion's summary: the label
@@ -314,21 +203,18 @@ def _class_counts(ingestion: Dict[str, Any], names: List[str], multi_label: bool
 def _issue_fraction(examples: Examples, issue_rows: List[Dict[str, str]], multi_label: bool) -> float:
     """The share of images that look mislabelled: of all of them when every image was checked; else estimated
     from the sample, class by class (each class's share of suspects in its sample, weighed by its images)."""
-    total = len(examples.keys)
-    if len(examples.sampled) == total or multi_label:
-        return round(len(issue_rows) / max(1, len(examples.sampled)), 6)
+    total = examples.total
+    if len(examples.keys) == total or multi_label:
+        return round(len(issue_rows) / max(1, len(examples.keys)), 6)
     sampled_per_class: Dict[int, int] = {}
-    for i in examples.sampled:
-        sampled_per_class[examples.labels[i]] = sampled_per_class.get(examples.labels[i], 0) + 1
-    all_per_class: Dict[int, int] = {}
     for label in examples.labels:
-        all_per_class[label] = all_per_class.get(label, 0) + 1
+        sampled_per_class[label] = sampled_per_class.get(label, 0) + 1
     suspects: Dict[int, int] = {}
-    index = {examples.keys[i]: i for i in examples.sampled}
+    index = {key: i for i, key in enumerate(examples.keys)}
     for row in issue_rows:
         label = examples.labels[index[row["key"]]]
         suspects[label] = suspects.get(label, 0) + 1
-    estimate = sum(n / sampled_per_class[c] * all_per_class[c] for c, n in suspects.items()) / total
+    estimate = sum(n / sampled_per_class[c] * examples.per_class.get(c, 0) for c, n in suspects.items()) / total
     return round(estimate, 6)
 
 
@@ -336,8 +222,8 @@ def _single_label_issues(examples: Examples, names: List[str], vectors: Optional
                          result: Dict[str, Any]) -> List[Dict[str, str]]:
     """The label check on the sample (label_issues.rank, confident learning on out-of-sample probabilities): its
     rows for label_issues.csv, and its method, the accuracy of its model or why it was skipped, into `result`."""
-    chosen = examples.sampled
-    labels = np.asarray([examples.labels[i] for i in chosen], np.int64)
+    chosen = range(len(examples.keys))
+    labels = np.asarray(examples.labels, np.int64)
     ids, contiguous = np.unique(labels, return_inverse=True)
     folds, why = label_issues.folds_for(
         contiguous, label_issues.FOLDS if vectors is not None else label_issues.CNN_FOLDS)
@@ -356,24 +242,6 @@ def _single_label_issues(examples: Examples, names: List[str], vectors: Optional
              "given": names[s.given], "suggested": names[s.suggested],
              "given_probability": f"{s.given_probability:.4f}", "key": examples.keys[chosen[s.index]]}
             for n, s in enumerate(suspects, start=1)]
-
-
-def _outliers(examples: Examples, names: List[str], labels: Optional[np.ndarray],
-              multi_label: bool) -> List[Dict[str, str]]:
-    """outliers.csv's rows: poor images (flat, tiny, extreme), and with features, images far from every class
-    (multi-label: an image is no one class's, so that is not asked)."""
-    outlier_rows = []
-    far = checks.far_out(examples.nearest) if examples.nearest is not None else np.zeros(len(examples.keys), bool)
-    for i in range(len(examples.keys)):
-        reasons = checks.poor_image_reasons(*examples.stats(i))
-        if far[i]:
-            reasons.append("far from every class (feature space)")
-        if reasons:
-            label = (label_set(names[c] for c in examples.labels[i] if 0 <= c < len(names)) if multi_label
-                     else names[labels[i]])
-            outlier_rows.append({"path": examples.paths[i], "split": examples.splits[i], "label": label,
-                                 "reasons": "; ".join(reasons), "key": examples.keys[i]})
-    return outlier_rows
 
 
 def _feature_drift(features, baseline, health_uri: str, result: Dict[str, Any]) -> Optional[float]:
@@ -404,9 +272,9 @@ def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[
     """The multi-label label check on the sample (label_issues.rank_multi_label): its rows for label_issues.csv,
     and its method, the accuracy of its model (the share of label bits it gets right) or why it was skipped, into
     `result`. The given and suggested labels are label sets, ';'-separated (empty: none)."""
-    chosen = examples.sampled
+    chosen = range(len(examples.keys))
     # A label only eval images have is not in Transform's vocabulary (id -1): no label of the check.
-    known = [[c for c in examples.labels[i] if 0 <= c < len(names)] for i in chosen]
+    known = [[c for c in labels if 0 <= c < len(names)] for labels in examples.labels]
     hot = label_issues.multi_hot(known, len(names))
     folds, why = label_issues.multi_label_folds(hot, label_issues.FOLDS if vectors is not None
                                                 else label_issues.CNN_FOLDS)

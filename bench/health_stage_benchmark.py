@@ -1,0 +1,81 @@
+"""DataHealth alone, on the artifacts of a finished run: its seconds, the peak memory of its process tree, and its
+findings, so two versions of the stage can be compared on the same inputs, side by side.
+
+    python -m bench.health_stage_benchmark --root bench/out/scale/root-final-10000
+    PYTHONPATH=/tmp/old python -m bench.health_stage_benchmark --root ... --code /tmp/old   # another commit's stage
+
+The inputs and parameters are those of the root's last DataHealth execution (read from its ML Metadata); the
+output goes to a fresh folder under /tmp. One JSON line: seconds, peak_gb (RSS of this process and its children,
+sampled five times a second), examples, label_issues, outliers, label_check_sampled.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+
+from bench.scale_benchmark import TreeSampler
+
+
+def last_execution(root: str):
+    """(input_dict, exec_properties) of the last DataHealth execution under this root."""
+    import glob
+
+    from ml_metadata.metadata_store import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+    from tfx.types import artifact_utils
+
+    [db] = glob.glob(os.path.join(root, "metadata", "*", "metadata.db"))
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = db
+    store = metadata_store.MetadataStore(config)
+    execution = [e for e in store.get_executions()
+                 if store.get_execution_types_by_id([e.type_id])[0].name.endswith("DataHealth")][-1]
+    inputs = {}
+    for event in store.get_events_by_execution_ids([execution.id]):
+        if event.type != metadata_store_pb2.Event.INPUT:
+            continue
+        [artifact] = store.get_artifacts_by_id([event.artifact_id])
+        [kind] = store.get_artifact_types_by_id([artifact.type_id])
+        inputs.setdefault(event.path.steps[0].key, []).append(artifact_utils.deserialize_artifact(kind, artifact))
+    properties = {name: getattr(value, value.WhichOneof("value")) for name, value in
+                  execution.custom_properties.items() if not name.startswith("__")}
+    return inputs, properties
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--code", default="", help="another checkout's tree whose stage to run (else this one's)")
+    args = parser.parse_args()
+    if args.code:
+        sys.path.insert(0, args.code)
+    from tfx.dsl.components.base import base_beam_executor
+
+    from storage.artifact_types import DataHealthReport
+
+    executor = importlib.import_module("components.health.executor")
+    inputs, properties = last_execution(args.root)
+    out = tempfile.mkdtemp(prefix="health-stage-")
+    health = DataHealthReport()
+    health.uri = out
+    context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=[], tmp_dir=os.path.join(out, ".tmp"),
+                                                          unique_id="bench")
+    sampler = TreeSampler(os.getpid())
+    sampler.start()
+    started = time.monotonic()
+    executor.Executor(context).Do(inputs, {"health": [health]}, properties)
+    seconds = time.monotonic() - started
+    sampler.stop()
+    result = json.load(open(os.path.join(out, "health.json")))
+    print(json.dumps({"code": args.code or "this", "seconds": round(seconds, 1),
+                      "peak_gb": round(sampler.peak() / 1e9, 2), "examples": result["examples"],
+                      "label_issues": result["label_issues"], "outliers": result["outliers"],
+                      "label_check_sampled": result.get("label_check_sampled")}))
+
+
+if __name__ == "__main__":
+    main()
