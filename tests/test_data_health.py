@@ -549,3 +549,35 @@ def test_data_health_s_passes_run_as_beam_and_find_what_the_in_memory_checks_fin
     assert found["counts"] == {0: 100, 1: 100, 2: 100}
     assert len(found["sample"]) == 300 and set(found["vectors"]) == set(keys)
     assert sorted(r[3] for r in found["sample"]) == sorted(labels.tolist())
+
+
+def test_data_health_s_passes_gather_the_same_sample_from_examples_and_features_and_run_without_features(tmp_path):
+    """Above the bound the examples' pass and the features' pass keep the same images (the label check joins them
+    by key); without features (the cnn's runs) only the poor images are found, and the sample carries pixels."""
+    import apache_beam as beam
+
+    from components.health import passes
+    from components.health.sample import Sample
+    from trainer.hparams import HParams
+
+    keys, labels, expected = _health_inputs(tmp_path, np.random.default_rng(5))
+    examples = {s: str(tmp_path / "examples" / f"Split-{s}" / "*") for s in ("train", "eval")}
+    features = {"dim": 16, "views": {}, "files": {s: str(tmp_path / "features" / f"Split-{s}" / "*")
+                                                  for s in ("train", "eval")}}
+    sample = Sample({0: 100, 1: 100, 2: 100}, False, most=60)
+    chosen = {k for k, c in zip(keys, labels) if sample.keeps(k, int(c))}
+    assert 100 < len(chosen) < 200  # MIN_SAMPLED_PER_CLASS (50) of each class of 100, by hash
+    hp = HParams(model="cnn", image_size=8)
+    for name, given, pixels in (("with", features, False), ("without", None, True)):
+        with beam.Pipeline() as pipeline:
+            passes.build(pipeline, examples, given, hp, ["0", "1", "2"], sample, keep_pixels=pixels,
+                         multi_label=False, out_dir=str(tmp_path / name))
+        found = passes.read(str(tmp_path / name))
+        assert {r[0] for r in found["sample"]} == chosen
+        if given is not None:
+            assert set(found["vectors"]) == chosen
+        else:
+            assert found["vectors"] == {} and all(r[4].shape == (8, 8, 3) for r in found["sample"])
+            poor = {path: why for path, why in expected.items() if "feature space" not in why}
+            assert {row["path"]: row["reasons"] for row in found["rows"]} == poor
+

@@ -176,12 +176,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples, feature_source = _inputs(transformed, features)
         if multi_label and not keep_vectors:
             feature_source = None  # multi-label: the features serve the label check only
+        if not keep_vectors and not keep_pixels:
+            sample = Sample.nothing()  # no label check: no sample gathered
         out_dir = os.path.join(self._get_tmp_dir(), "data_health")
-        with self._make_beam_pipeline() as pipeline:
-            passes.build(pipeline, examples, feature_source, hp, names, sample, keep_pixels, multi_label, out_dir)
-        found = passes.read(out_dir)
-        if fileio.exists(out_dir):
-            fileio.rmtree(out_dir)
+        try:
+            with self._make_beam_pipeline() as pipeline:
+                passes.build(pipeline, examples, feature_source, hp, names, sample, keep_pixels, multi_label,
+                             out_dir)
+            found = passes.read(out_dir)
+        finally:
+            if fileio.exists(out_dir):
+                fileio.rmtree(out_dir)
         rows = sorted(found["rows"], key=lambda r: (_SPLITS.index(r["split"]), r["path"], r["key"]))
         return _examples(found), rows
 

@@ -25,6 +25,13 @@ class Sample:
             self.shares = {c: min(1.0, max(MIN_SAMPLED_PER_CLASS, most * n / total) / n) for c, n in counts.items() if n}
             self.uniform = 1.0
 
+    @classmethod
+    def nothing(cls) -> "Sample":
+        """No image: no label check runs."""
+        empty = cls({}, multi_label=True)
+        empty.uniform = 0.0
+        return empty
+
     def keeps(self, key: str, label: Any) -> bool:
         share = self.uniform if not self.shares else self.shares.get(label, 1.0)
         return share >= 1.0 or sample_position(key) < share
