@@ -7,19 +7,27 @@ import json
 from cli.common import EXIT_BAD_INPUT, config_from_args, existing_pipeline, fail, quiet_logs
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    quiet_logs(verbose=False)
+def summary_of_run(args: argparse.Namespace):
+    """(the config of the run's pipeline, run_summary.summarize of the newest run or of args.run); raises
+    run_store.NoMetadata."""
     from pipeline.config import pipelines_in_root
-    from report import report
     from runs import run_store, run_summary
 
+    config = config_from_args(args)
+    if not config.name:  # the pipeline of the newest run (or of RUN) in --root
+        config = dataclasses.replace(config, name=run_store.pipeline_of_run(config.root, {
+            name: dataclasses.replace(config, name=name).metadata_path
+            for name in pipelines_in_root(config.root)}, args.run))
+    return config, run_summary.summarize(config.metadata_path, args.run)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    quiet_logs(verbose=False)
+    from report import report
+    from runs import run_store
+
     try:
-        if not config.name:  # the pipeline of the newest run (or of RUN) in --root
-            config = dataclasses.replace(config, name=run_store.pipeline_of_run(config.root, {
-                name: dataclasses.replace(config, name=name).metadata_path
-                for name in pipelines_in_root(config.root)}, args.run))
-        summary = run_summary.summarize(config.metadata_path, args.run)
+        config, summary = summary_of_run(args)
     except run_store.NoMetadata as e:
         return fail(EXIT_BAD_INPUT, str(e))
     out = args.out or report.report_path(config.root, config.pipeline_name, summary["run_id"])

@@ -31,6 +31,7 @@ from cli.export import cmd_export
 from cli.history import cmd_export_schema, cmd_report, cmd_runs
 from cli.parser import build_parser
 from cli.predict import cmd_predict
+from cli.review import cmd_review
 from cli.run import cmd_run
 from pipeline.config import ConfigError
 
@@ -44,7 +45,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         commands = {"run": cmd_run, "predict": cmd_predict, "sample-data": cmd_sample_data,
                     "export-schema": cmd_export_schema, "compile": cmd_compile, "submit": cmd_submit,
                     "schedule": cmd_schedule, "report": cmd_report, "runs": cmd_runs, "cache": cmd_cache,
-                    "export": cmd_export}
+                    "export": cmd_export, "review": cmd_review}
         return commands[args.command](args)
     except ConfigError as e:
         return fail(EXIT_BAD_INPUT, str(e))

@@ -62,6 +62,8 @@ def _add_data_options(p, d: PipelineConfig) -> None:
     p.add_argument("--near-duplicates", choices=NEAR_DUPLICATE_MODES, help="near-duplicate images (resized, "
                    "recompressed, slightly cropped copies): report them (default), drop all but one copy of each "
                    "group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked)")
+    p.add_argument("--review", help="a review file (`imagepipe review` writes it): relabelled images train with "
+                   "their new label, excluded ones are quarantined (excluded_by_review); matched by content hash")
     p.add_argument("--task", choices=TASKS, help="single-label (a class an image) or multi-label (any number of "
                    "labels an image, none included); auto (default): multi-label when a manifest has a labels "
                    "column (path,labels, separated by ';'), a row names several labels, or the import file is "
@@ -200,6 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--root", help="the run's --root")
     report.add_argument("--name", help="the run's --name (default: the pipeline of the newest run in --root)")
     report.add_argument("--out", help="HTML file to write (default <root>/reports/<name>/<run>.html)")
+    reviewing = commands.add_parser("review", help="a local page to keep, relabel or exclude what a run flags")
+    reviewing.add_argument("run", nargs="?", help="run id, as 'imagepipe runs' lists them (default: the newest)")
+    reviewing.add_argument("--root", help="the run's --root")
+    reviewing.add_argument("--name", help="the run's --name (default: the pipeline of the newest run in --root)")
+    reviewing.add_argument("--review-file", help="the CSV decisions are appended to (default "
+                                                 "<root>/review/<name>.csv); give it to `imagepipe run --review`")
+    reviewing.add_argument("--predictions", help="`imagepipe predict --output` results: their unsure images too")
+    reviewing.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: any free one)")
     runs = commands.add_parser("runs", help="list the runs recorded in ML Metadata, newest first")
     runs.add_argument("--root", help="the runs' --root")
     runs.add_argument("--name", help="the runs' --name (default: every pipeline in --root)")

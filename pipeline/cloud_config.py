@@ -120,6 +120,9 @@ class CloudConfig:
         if config.model != "cnn" and weights not in ("", "imagenet") and not weights.startswith("gs://"):
             raise ConfigError(f"--weights {weights}: a local file is not in the pipeline's containers; upload it "
                               "and give a gs:// path, or use imagenet")
+        if config.review and not config.review.startswith("gs://"):
+            raise ConfigError(f"--review {config.review}: a local file is not in the pipeline's containers; upload it "
+                              "and give a gs:// path")
         if config.warm_start and not self.runs_resolvers:
             raise ConfigError("--warm-start needs the latest blessed model, which TFX resolves with a resolver "
                               "node that Kubeflow Pipelines' open-source backend cannot run; use --target vertex")

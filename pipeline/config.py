@@ -82,6 +82,7 @@ class PipelineConfig(HealthLimits, TrainingSettings):
     drop_duplicates: bool = ingest_defaults.DROP_DUPLICATES
     near_duplicates: str = ingest_defaults.NEAR_DUPLICATES  # report | drop
     task: str = ingest_defaults.TASK  # auto | single | multi (multi-label)
+    review: str = ""  # a review file (`imagepipe review`): its relabels and exclusions apply, by content hash
     compression_level: int = ingest_defaults.COMPRESSION_LEVEL
     # A curated schema (schemas/<dataset>/schema.pbtxt) for ImportSchemaGen; None: SchemaGen infers.
     schema: Optional[str] = None
@@ -225,6 +226,13 @@ class PipelineConfig(HealthLimits, TrainingSettings):
             raise ConfigError(f"--task {self.task!r}: use {', '.join(TASKS)}")
         if not 0 <= self.compression_level <= 9:
             raise ConfigError(f"--compression-level {self.compression_level}: use 0 (none) to 9")
+        if self.review:
+            from storage import review_file
+
+            if not is_remote(self.review) and not os.path.isfile(self.review):
+                raise ConfigError(f"--review {self.review}: no such file; give the file `imagepipe review` "
+                                  "wrote (it says where)")
+            review_file.read(self.review)  # a file that is not a review file: one line
 
     def _validate_checks(self) -> None:
         """The gate, drift and data health settings."""

@@ -25,7 +25,7 @@ from components.tuner.component import ImageTuner, LatestSearch
 from components.validation.gate import DataValidationGate
 from components.validation.statistics import StatisticsGenExecutor, stats_options
 from pipeline.config import PipelineConfig
-from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output
+from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output, review_file
 from pipeline.platform import Platform
 from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
 from trainer.hparams import AUTO
@@ -115,7 +115,7 @@ class _Stages:
             max_bad_fraction=config.max_bad_fraction, drop_duplicates=config.drop_duplicates,
             compression_level=config.compression_level, span_window=self.setting("span_window"),
             store_max_pixels=config.store_max_pixels, seed=config.seed, near_duplicates=config.near_duplicates,
-            task=config.task)
+            task=config.task, review=review_file(config))
         if check is not None:
             example_gen.add_upstream_node(check)
         return example_gen

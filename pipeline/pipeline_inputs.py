@@ -37,6 +37,13 @@ def example_gen_base(config: PipelineConfig) -> str:
     return data
 
 
+def review_file(config: PipelineConfig) -> str:
+    """The review file ImageExampleGen applies, absolute ("" for none): the executor may run in another folder."""
+    if not config.review or is_remote(config.review):
+        return config.review
+    return os.path.abspath(os.path.expanduser(config.review))
+
+
 def example_gen_output(config: PipelineConfig) -> example_gen_pb2.Output:
     """Hash buckets in percent: train (100 - eval_percent) / eval (eval_percent)."""
     return hash_split_output(config.eval_percent)

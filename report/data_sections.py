@@ -125,6 +125,7 @@ def health(components: Dict[str, Dict]) -> str:
         body += ("<p><b>The data health check stopped the run</b> (the Summary has its message; "
                  "<code>--gate warn</code> makes it a warning).</p>")
     body += _near_duplicates(ingest, tile)
+    body += _review(ingest)
     if not health:
         return section("health", "Data health", body + not_reached("DataHealth"))
     d = health["details"]
@@ -139,6 +140,19 @@ def health(components: Dict[str, Dict]) -> str:
     if d.get("warnings"):
         body += "<h3>Warnings</h3>" + table(["check", "finding"], [[w["check"], w["text"]] for w in d["warnings"]])
     return section("health", "Data health", body)
+
+
+def _review(ingest: Dict[str, Any]) -> str:
+    """What the review file given with --review changed (imagepipe review), and the decisions not applied."""
+    review = ingest.get("review")
+    if not review:
+        return ""
+    body = f"<h3>Review decisions</h3><p>{esc(run_text.describe_review(review))}.</p>"
+    if review["not_applied"]:
+        body += table(["path", "decision", "why not applied"],
+                      [[row["path"], f"{row['action']} {row['new_label']}".strip(), row["why"]]
+                       for row in review["not_applied"][:50]])
+    return body
 
 
 def _near_duplicates(ingest: Dict[str, Any], tile) -> str:

@@ -52,6 +52,17 @@ def _ingestion(c: Dict[str, Any]) -> str:
         text += f", {d['downscaled']:,} stored downscaled (above {d['store_max_pixels']:,} pixels)"
     if d.get("near_duplicate_groups"):
         text += f", {describe_near_duplicates(d)}"
+    if d.get("review"):
+        text += f"; {describe_review(d['review'])}"
+    return text
+
+
+def describe_review(review: Dict[str, Any]) -> str:
+    """What a review file changed, in a phrase (the report and the card say the same)."""
+    text = (f"review {review['file']}: {review['relabelled']:,} relabelled, {review['excluded']:,} excluded")
+    if review["not_applied"]:
+        whys = sorted({row["why"] for row in review["not_applied"]})
+        text += f", {len(review['not_applied']):,} not applied ({'; '.join(whys)})"
     return text
 
 

@@ -7,6 +7,7 @@ unless IMAGEPIPE_REQUIRE_BROWSER is set (as CI sets it).
 """
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
@@ -62,8 +63,9 @@ class _Page:
         self._ws.close()
 
 
-def open_page(url: str, check_js: str, screenshot: str) -> Dict[str, Any]:
-    """Loads `url`, runs `check_js` (an expression returning JSON-able data), saves a screenshot."""
+@contextlib.contextmanager
+def _chromium_page():
+    """A page of a fresh headless Chromium, its domains enabled; the browser is gone after."""
     browser = chromium_or_skip()
     profile = tempfile.mkdtemp(prefix="chromium-")
     proc = subprocess.Popen([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
@@ -81,25 +83,66 @@ def open_page(url: str, check_js: str, screenshot: str) -> Dict[str, Any]:
         try:
             for domain in ("Page", "Runtime", "Log", "Network"):
                 page.call(f"{domain}.enable")
-            page.call("Page.navigate", url=url)
-            page.wait_for("Page.loadEventFired")
-            checked = page.call("Runtime.evaluate", expression=check_js, returnByValue=True)
-            size = page.call("Runtime.evaluate", returnByValue=True,
-                             expression="[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-            width, height = size["result"]["value"]
-            page.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                      mobile=False)
-            shot = page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-            os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
-            with open(screenshot, "wb") as f:
-                f.write(base64.b64decode(shot["data"]))
-            events = page.events
+            yield page
         finally:
             page.close()
     finally:
         proc.kill()
         proc.wait()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _screenshot(page: _Page, screenshot: str) -> None:
+    size = page.call("Runtime.evaluate", returnByValue=True,
+                     expression="[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+    width, height = size["result"]["value"]
+    page.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+    shot = page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
+    with open(screenshot, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+
+
+def open_page(url: str, check_js: str, screenshot: str) -> Dict[str, Any]:
+    """Loads `url`, runs `check_js` (an expression returning JSON-able data), saves a screenshot."""
+    with _chromium_page() as page:
+        page.call("Page.navigate", url=url)
+        page.wait_for("Page.loadEventFired")
+        checked = page.call("Runtime.evaluate", expression=check_js, returnByValue=True)
+        _screenshot(page, screenshot)
+        events = page.events
+    return {**_seen(events, checked), "screenshot": screenshot}
+
+
+def drive_page(url: str, steps: List[tuple], check_js: str, screenshot: str) -> Dict[str, Any]:
+    """Loads `url` and plays `steps` as a person at the keyboard would: ("wait", JS expression that becomes true),
+    ("key", a key name as KeyboardEvent.key gives it); then runs `check_js` and saves a screenshot."""
+    with _chromium_page() as page:
+        page.call("Page.navigate", url=url)
+        page.wait_for("Page.loadEventFired")
+        for kind, value in steps:
+            if kind == "wait":
+                deadline = time.monotonic() + 30
+                while not page.call("Runtime.evaluate", expression=f"Boolean({value})",
+                                    returnByValue=True)["result"].get("value"):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"the page never showed {value}")
+                    time.sleep(0.1)
+            else:
+                text = value if len(value) == 1 else ""
+                for event in ("keyDown", "keyUp"):
+                    page.call("Input.dispatchKeyEvent", type=event, key=value, text=text if event == "keyDown"
+                              else "", code=_KEY_CODES.get(value, ""))
+        checked = page.call("Runtime.evaluate", expression=check_js, returnByValue=True)
+        _screenshot(page, screenshot)
+        events = page.events
+    return {**_seen(events, checked), "screenshot": screenshot}
+
+
+_KEY_CODES = {"Enter": "Enter", "Escape": "Escape", "ArrowRight": "ArrowRight", "ArrowLeft": "ArrowLeft"}
+
+
+def _seen(events, checked) -> Dict[str, Any]:
     console_errors = [e["params"]["args"] for e in events if e.get("method") == "Runtime.consoleAPICalled"
                       and e["params"]["type"] in ("error", "assert")]
     log_errors = [e["params"]["entry"]["text"] for e in events
@@ -108,4 +151,4 @@ def open_page(url: str, check_js: str, screenshot: str) -> Dict[str, Any]:
     failed_loads = [e["params"] for e in events if e.get("method") == "Network.loadingFailed"]
     requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
     return {"errors": console_errors + log_errors + exceptions + failed_loads, "requests": requests,
-            "check": checked["result"].get("value"), "screenshot": screenshot}
+            "check": checked["result"].get("value")}

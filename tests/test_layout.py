@@ -5,6 +5,7 @@ folder a layer; the stages of the DAG import each other without a loop; no modul
     cli/          the command line (nothing but bench imports it)
     kubeflow/     the pipeline compiled, submitted and scheduled on Vertex AI / Kubeflow
     report/       a run's HTML report
+    review/       `imagepipe review`: what a run flags, on a local page, decided by a person
     prediction/   classifying images with a pushed model (in process, on Beam)
     pipeline/     the DAG: create_pipeline, its configuration, the platform, the local runner
     runs/         run history in ML Metadata, one run at a time, live progress, the summary
@@ -21,7 +22,8 @@ import pytest
 
 from pipeline.config import PROJECT_DIR
 
-LAYERS = ["bench", "cli", "kubeflow", "report", "prediction", "pipeline", "runs", "components", "trainer", "storage"]
+LAYERS = ["bench", "cli", "kubeflow", "report", "review", "prediction", "pipeline", "runs", "components", "trainer",
+          "storage"]
 LEVEL = {folder: level for level, folder in enumerate(LAYERS)}
 
 

@@ -40,6 +40,9 @@ class Settings(NamedTuple):
     signatures_in_files: bool = False
     sign: bool = True  # perceptual signatures for the near-duplicate search (False: --near-duplicates off)
     multi_label: bool = False  # candidates' labels are label sets (label_set): written as keys.LABELS
+    # --review: content hash -> (action, new label, the review file) of each decision that changes something
+    # (storage/review_file.py): applied to the file with those exact bytes, before its split is chosen.
+    review: Dict[str, Tuple[str, str, str]] = {}
 
 
 class Meta(NamedTuple):
@@ -83,6 +86,7 @@ class BatchResult(NamedTuple):
     stratified: Dict[Tuple[str, str], int]  # hash-split examples written straight to a split, per (label, split)
     pending: List[Pending]  # the files written to PENDING shards
     signature_files: List[str]  # with Settings.signatures_in_files: the batch's file of signatures
+    reviewed: List[Tuple[str, str]]  # (content hash, action) of each review decision applied
 
 
 def size_bucket(side: int) -> str:
@@ -190,7 +194,8 @@ def inspect(c: Candidate, max_pixels: int, store_max_pixels: int = 0, sign: bool
 def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult:
     """Validates every candidate and writes the good ones, as tf.Examples, to staging shards."""
     writers: Dict[str, ShardWriter] = {}
-    result = BatchResult([], [], [], collections.Counter(), collections.Counter(), collections.Counter(), [], [])
+    result = BatchResult([], [], [], collections.Counter(), collections.Counter(), collections.Counter(), [], [],
+                         [])
     batch_key = hashlib.sha256(candidates[0].rel_path.encode("utf-8", "surrogateescape")).hexdigest()[:16] \
         if candidates else "empty"
     for c in candidates:
@@ -200,6 +205,15 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
             result.bad.append(bad)
             continue
         sha = hashlib.sha256(data).hexdigest()  # of the original: splits and duplicates follow the file
+        decided = settings.review.get(sha)
+        if decided:
+            action, new_label, review_file = decided
+            result.reviewed.append((sha, action))
+            if action == "exclude":
+                result.bad.append(bad_row(c.rel_path, Reason.EXCLUDED_BY_REVIEW, f"excluded by {review_file}",
+                                          c.label, c.split))
+                continue
+            c = c._replace(label=new_label)
         # The layout's split, or the class's stratified split by content hash (stratify.py: or PENDING when the
         # file's place in its class decides it): identical bytes always land in the same split.
         stratum = stratify.stratum(c.label, settings.strata)

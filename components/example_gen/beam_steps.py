@@ -95,6 +95,8 @@ class InspectAndWrite(beam.DoFn):
             yield beam.pvalue.TaggedOutput("results", ("pending", [list(pending.meta), *pending[1:]]))
         for path in result.signature_files:  # the near-duplicate search in the executor reads them
             yield beam.pvalue.TaggedOutput("results", ("signatures", path))
+        for reviewed in result.reviewed:
+            yield beam.pvalue.TaggedOutput("results", ("reviewed", list(reviewed)))
         yield from result.metas
 
 
@@ -156,7 +158,7 @@ class Resolve(beam.DoFn):
 class CollectResults(beam.CombineFn):
     """Gathers the small results of the run into one dict (lists, and counts of written examples)."""
 
-    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "pending", "signatures")
+    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "pending", "signatures", "reviewed")
     COUNTS = ("written", "sizes", "stratified")  # [*key, n] rows, summed by key
 
     def create_accumulator(self):

@@ -22,6 +22,7 @@ resolution works the same locally and on Vertex, and adds:
                       off: no search (faster; eval leaks of near-duplicates go unchecked)
   task                auto (default), single or multi: multi-label examples carry image/labels/id and
                       image/labels/text (every label of the image, none included) instead of the class
+  review              a review file (`imagepipe review`): its relabels and exclusions apply, by content hash
   span_window         with {SPAN} patterns: ingest the latest span and the span_window - 1
                       spans before it together (a rolling window for retraining)
 """
@@ -58,6 +59,7 @@ class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
         ingest_settings.SEED_KEY: ExecutionParameter(type=int, optional=True),
         ingest_settings.NEAR_DUPLICATES_KEY: ExecutionParameter(type=str, optional=True),
         ingest_settings.TASK_KEY: ExecutionParameter(type=str, optional=True),
+        ingest_settings.REVIEW_KEY: ExecutionParameter(type=str, optional=True),
     }
     OUTPUTS = {
         **standard_component_specs.FileBasedExampleGenSpec.OUTPUTS,
@@ -78,7 +80,7 @@ class ImageFileDriver(example_gen_driver.FileBasedDriver):
                                 component_info) -> Dict[str, Any]:
         exec_properties = super().resolve_exec_properties(exec_properties, pipeline_info, component_info)
         settings = ingest_settings.IngestSettings.from_exec_properties(exec_properties)
-        exec_properties[example_gen_utils.FINGERPRINT_PROPERTY_NAME] = settings.list_inputs().fingerprint()
+        exec_properties[example_gen_utils.FINGERPRINT_PROPERTY_NAME] = settings.input_fingerprint()
         return exec_properties
 
 
@@ -104,7 +106,8 @@ class ImageExampleGen(FileBasedExampleGen):
                  store_max_pixels: int = defaults.STORE_MAX_PIXELS,
                  seed: int = defaults.SEED,
                  near_duplicates: str = defaults.NEAR_DUPLICATES,
-                 task: str = defaults.TASK):
+                 task: str = defaults.TASK,
+                 review: str = ""):
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])
         if output_config is None:
@@ -129,6 +132,7 @@ class ImageExampleGen(FileBasedExampleGen):
             seed=seed,
             near_duplicates=near_duplicates,
             task=task,
+            review=review or None,
             # The driver fills {SPAN} into input_config; the window needs the pattern as written (kept whatever
             # the window: span_window may be a runtime parameter of a compiled job).
             span_pattern=input_config.splits[0].pattern if "{SPAN" in input_config.splits[0].pattern else None,

@@ -39,7 +39,8 @@ from components.example_gen import (FAILED_DIR, LABEL_MAP_FILE, NEAR_DUPLICATES_
 from components.example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary, log_summary,
                                                   quarantine_csv)
 from components.example_gen.ingest_settings import REPORT_KEY, IngestSettings
-from components.example_gen.listing import Candidate, Listing, split_sort_key
+from components.example_gen.listing import Candidate, Listing, labels_of, split_sort_key
+from storage import review_file
 from storage import files as fs
 from storage.spreadsheet import csv_text
 
@@ -76,8 +77,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         shares = stratify.shares(buckets)
         strata = stratify.label_strata((c.label for c in listing.candidates if not c.split), shares) \
             if listing.task == "multi" else None  # multi-label files are split by their rarest label
+        review = review_decisions(settings.review, listing)
         found, found_pairs, elapsed, search = self._inspect_and_write(listing, settings, staging, label_map,
-                                                                      hash_splits, shares, strata)
+                                                                      hash_splits, shares, strata, review)
         placed = place_and_finalize(found, found_pairs, settings, hash_splits, shares, examples.uri, split_names,
                                     strata)
         io_utils.delete_dir(staging)
@@ -89,6 +91,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         summary["seconds"] = round(elapsed, 2)
         summary["near_duplicate_search"] = search
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
+        if settings.review:
+            summary["review"] = review_summary(settings.review, review, found["reviewed"], listing)
         try:
             check_summary(summary, settings.max_bad_fraction, listing.source)
         except ingest_report.IngestionError as e:  # the run stops: its outputs go, so the list is kept apart
@@ -98,7 +102,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         log_summary(summary)
 
     def _inspect_and_write(self, listing: Listing, settings: IngestSettings, staging: str, label_map: Dict[str, int],
-                           hash_splits, shares, strata: Optional[stratify.LabelStrata] = None):
+                           hash_splits, shares, strata: Optional[stratify.LabelStrata] = None,
+                           review: Optional[Dict[str, Any]] = None):
         """Every file inspected and written in one Beam pass (this machine's processes, or Dataflow's workers),
         and the near-duplicate pairs: (what Beam found, the pairs, seconds, where the search ran)."""
         processes = local_processes(self._beam_pipeline_args, listing.candidates)
@@ -114,7 +119,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             max_pixels=settings.max_pixels, compression_level=settings.compression_level,
             shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels,
             bands=stratify.bands(dict(unsplit), shares), strata=strata, signatures_in_files=in_memory, sign=searched,
-            multi_label=listing.task == "multi")
+            multi_label=listing.task == "multi", review=(review or {}).get("apply", {}))
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()
@@ -150,6 +155,44 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         pairs = near_duplicates.search_files(found["signatures"], len(listing.candidates))
         near_seconds = time.monotonic() - near_started
         return found, pairs, time.monotonic() - started, {"where": "memory", "seconds": round(near_seconds, 2)}
+
+
+def review_decisions(path: str, listing: Listing) -> Dict[str, Any]:
+    """A review file's decisions that change something: {"apply": content hash -> (action, new label, file) for
+    batch_ingest.Settings.review, "paths": content hash -> the path it was reviewed at, "refused": [row]: relabels
+    to a label this data does not have}."""
+    if not path:
+        return {}
+    apply, paths, refused = {}, {}, []
+    classes = set(listing.classes)
+    for key, d in review_file.changes(review_file.read(path)).items():
+        unknown = sorted(set(labels_of(d.new_label) if listing.task == "multi" else [d.new_label]) - classes) \
+            if d.action == "relabel" else []
+        if unknown:
+            refused.append({"path": d.path, "key": key, "action": d.action, "new_label": d.new_label,
+                            "why": f"{', '.join(unknown)} is not a class of this data"})
+        else:
+            apply[key] = (d.action, d.new_label, os.path.basename(path))
+            paths[key] = d.path
+    return {"apply": apply, "paths": paths, "refused": refused}
+
+
+def review_summary(path: str, review: Dict[str, Any], reviewed: List[List[str]], listing: Listing) -> Dict:
+    """What a review file changed: relabelled and excluded images, and the decisions not applied (the image is
+    gone, or changed since it was reviewed: its content hash differs; or its new label is not a class)."""
+    applied = dict(reviewed)  # content hash -> action, of the files met with those bytes
+    listed = {c.rel_path for c in listing.candidates}
+    not_applied = list(review["refused"])
+    for key, (action, new_label, _) in sorted(review["apply"].items(), key=lambda kv: review["paths"][kv[0]]):
+        if key not in applied:
+            where = review["paths"][key]
+            not_applied.append({"path": where, "key": key, "action": action, "new_label": new_label,
+                                "why": "changed since the review (its content hash differs)" if where in listed
+                                else "not in this data"})
+    return {"file": path, "decisions": len(review["apply"]) + len(review["refused"]),
+            "relabelled": sum(a == "relabel" for a in applied.values()),
+            "excluded": sum(a == "exclude" for a in applied.values()),
+            "not_applied": not_applied}
 
 
 def usable_listing(settings: IngestSettings, report_uri: str) -> Listing:

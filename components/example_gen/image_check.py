@@ -50,6 +50,7 @@ class Reason:
     DUPLICATE_ACROSS_SPLITS = "duplicate_across_splits"
     DUPLICATE = "duplicate"
     NEAR_DUPLICATE = "near_duplicate"  # with --near-duplicates drop
+    EXCLUDED_BY_REVIEW = "excluded_by_review"  # with --review: a person decided to leave the image out
 
 
 class BadImage(Exception):

@@ -105,7 +105,9 @@ def cooccurrence(label_sets: Dict[str, int]) -> Dict[str, Dict[str, int]]:
 
 
 def dropped_copies(reasons: Dict[str, int]) -> int:
-    return reasons.get(Reason.DUPLICATE, 0) + reasons.get(Reason.NEAR_DUPLICATE, 0)
+    """Files quarantined on request (copies dropped, images a review excluded): not bad files."""
+    return (reasons.get(Reason.DUPLICATE, 0) + reasons.get(Reason.NEAR_DUPLICATE, 0)
+            + reasons.get(Reason.EXCLUDED_BY_REVIEW, 0))
 
 
 def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str) -> None:

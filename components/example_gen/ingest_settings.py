@@ -35,6 +35,7 @@ STORE_MAX_PIXELS_KEY = "store_max_pixels"
 SEED_KEY = "seed"
 NEAR_DUPLICATES_KEY = "near_duplicates"
 TASK_KEY = "task"
+REVIEW_KEY = "review"
 
 
 class IngestSettings(NamedTuple):
@@ -56,6 +57,7 @@ class IngestSettings(NamedTuple):
     seed: int  # the order files are ingested in (ingest_order)
     near_duplicates: str  # report | drop | off (near_duplicates.py)
     task: str = defaults.TASK  # auto | single | multi (sources.py)
+    review: str = ""  # a review file (review/review_file.py) whose decisions apply; "" for none
 
     @classmethod
     def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
@@ -90,7 +92,16 @@ class IngestSettings(NamedTuple):
             store_max_pixels=int(_given(props.get(STORE_MAX_PIXELS_KEY), defaults.STORE_MAX_PIXELS)),
             seed=int(_given(props.get(SEED_KEY), defaults.SEED)),
             near_duplicates=props.get(NEAR_DUPLICATES_KEY) or defaults.NEAR_DUPLICATES,
-            task=props.get(TASK_KEY) or defaults.TASK)
+            task=props.get(TASK_KEY) or defaults.TASK,
+            review=props.get(REVIEW_KEY) or "")
+
+    def input_fingerprint(self) -> str:
+        """What decides whether a cached ingestion still holds: every file of the listing, and the review file's
+        decisions (a new decision makes a new ingestion)."""
+        from storage import review_file
+
+        review = review_file.fingerprint(self.review)
+        return self.list_inputs().fingerprint() + (f"\n{review}" if review else "")
 
     def list_inputs(self) -> Listing:
         """Lists every input split's (span-resolved) pattern into one listing.

@@ -38,7 +38,7 @@ def input_fingerprint(exec_properties: Dict[str, Any], splits, span: int) -> str
     resolved[standard_component_specs.INPUT_CONFIG_KEY] = proto_utils.proto_to_json(
         example_gen_pb2.Input(splits=splits))
     resolved[example_gen_utils.SPAN_PROPERTY_NAME] = span
-    return IngestSettings.from_exec_properties(resolved).list_inputs().fingerprint()
+    return IngestSettings.from_exec_properties(resolved).input_fingerprint()
 
 
 class WindowInputProcessor(input_processor.FileBasedInputProcessor):

@@ -142,6 +142,8 @@ def _data(ingest: Dict[str, Any], health: Optional[Dict[str, Any]], span: Option
         "quarantined": ingest.get("quarantined"), "quarantine_reasons": ingest.get("quarantine_reasons"),
         "duplicate_files": ingest.get("duplicate_files"),
         "near_duplicate_groups": ingest.get("near_duplicate_groups"),
+        "review": ({k: ingest["review"][k] for k in ("file", "relabelled", "excluded")}
+                   | {"not_applied": len(ingest["review"]["not_applied"])}) if ingest.get("review") else None,
         "eval_with_near_duplicate_in_train": ingest.get("near_duplicate_eval_leak_fraction"),
         "likely_label_errors": (health or {}).get("label_issues") if (health or {}).get(
             "label_issue_fraction") is not None else None,

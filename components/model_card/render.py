@@ -3,7 +3,7 @@ What a person must write is shown as such ("TO FILL IN"), never left out."""
 
 import html as _html
 import re
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 
 def _fmt(value) -> str:
@@ -57,6 +57,7 @@ def _data_section(data: Dict[str, Any], model: Dict[str, Any], multi: bool) -> t
                       or None),
                      ("classes with too few eval images to judge", ", ".join(data.get("classes_with_few_eval_examples")
                                                                              or []) or None),
+                     ("review decisions applied", _review(data.get("review"))),
                      ("duplicate files", data["duplicate_files"]), ("near-duplicate groups", data["near_duplicate_groups"]),
                      ("eval examples with a near-duplicate in train", data["eval_with_near_duplicate_in_train"]),
                      ("likely label errors", data["likely_label_errors"])],
@@ -267,3 +268,12 @@ def export_rows(log: Dict[str, Any]) -> List[Dict[str, Any]]:
             rows.append({**{k: export.get(k) for k in ("file", "format", "bytes", "input")}, "name": kind,
                          "agreement": export.get("checked") or "not scored"})
     return rows
+
+
+def _review(review) -> Optional[str]:
+    """`imagepipe run --review`: how many images a person relabelled or excluded, and from which file."""
+    if not review:
+        return None
+    text = f"{review['relabelled']:,} relabelled, {review['excluded']:,} excluded (from {review['file']})"
+    return text + (f"; {review['not_applied']:,} decisions not applied (images gone or changed)"
+                   if review["not_applied"] else "")

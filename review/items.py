@@ -1,0 +1,122 @@
+"""What a run lists for review, most useful first: an image once, with every reason it is listed.
+
+Order: likely label errors (DataHealth's confident-learning rank: the most likely first), near-duplicate groups
+whose copies disagree on the label or straddle train and eval, misclassified eval images (the Evaluator's
+explained sample), outliers and poor images, then, given `imagepipe predict`'s output, the predictions it was
+unsure of. Each item: its image (a file under the run's data root, or a predicted file as predict listed it), the
+label it was given, what the model or the check suggests and how sure, why it is listed.
+"""
+
+import csv
+import io
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from storage import files as fs
+
+LABEL_SUSPECT, CONFLICT, MISCLASSIFIED, OUTLIER, UNSURE = (
+    "label suspect", "near-duplicate conflict", "misclassified", "outlier", "unsure prediction")
+KINDS = (LABEL_SUSPECT, CONFLICT, MISCLASSIFIED, OUTLIER, UNSURE)
+PLURALS = {LABEL_SUSPECT: "label suspects", CONFLICT: "near-duplicate conflicts", MISCLASSIFIED: "misclassified eval "
+           "images", OUTLIER: "outliers", UNSURE: "unsure predictions"}
+
+
+class Items:
+    """Items in order, by path; each a dict: id, path (as shown), file (where the server reads it), key (content
+    hash, "" when the run did not record it), split, given, suggested, confidence, kinds, reasons."""
+
+    def __init__(self, data_root: str):
+        self.data_root = data_root
+        self.items: List[Dict[str, Any]] = []
+        self._by_path: Dict[str, Dict[str, Any]] = {}
+
+    def add(self, kind: str, path: str, reason: str, file: str = "", **fields) -> None:
+        item = self._by_path.get(path)
+        if item is None:
+            item = {"id": len(self.items), "path": path, "file": file or fs.join(self.data_root, path), "key": "",
+                    "split": "", "given": "", "suggested": "", "confidence": None, "kinds": [], "reasons": []}
+            self.items.append(item)
+            self._by_path[path] = item
+        for name, value in fields.items():
+            if value not in ("", None) and item.get(name) in ("", None):
+                item[name] = value
+        if kind not in item["kinds"]:
+            item["kinds"].append(kind)
+        item["reasons"].append(reason)
+
+
+def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Items:
+    """The items of a run (run_summary.summarize's output) and of a predictions file."""
+    components = {c["component"]: c for c in summary["components"]}
+    ingestion = components.get("ImageExampleGen") or {}
+    data_root = str((ingestion.get("properties") or {}).get("input_base") or "")
+    found = Items(data_root)
+    health = _output(components.get("DataHealth"), "health")
+    for row in _csv(health, "label_issues.csv"):
+        probability = float(row["given_probability"] or 0)
+        found.add(LABEL_SUSPECT, row["path"],
+                  f"likely label error: the check suggests {row['suggested']} (the given label's probability "
+                  f"{probability:.2f})", key=row.get("key", ""), split=row["split"], given=row["given"],
+                  suggested=row["suggested"], confidence=round(1 - probability, 4))
+    report = _output(ingestion, "report")
+    groups: Dict[str, List[Dict[str, str]]] = {}
+    for row in _csv(report, "near_duplicates.csv"):
+        groups.setdefault(row["group"], []).append(row)
+    for members in groups.values():
+        labels, splits = {m["label"] for m in members}, {m["split"] for m in members}
+        if len(labels) > 1 or len(splits) > 1:
+            why = (f"near-duplicates labelled {' / '.join(sorted(labels))}" if len(labels) > 1
+                   else f"near-duplicates in {' and '.join(sorted(splits))}")
+            for m in members:
+                others = ", ".join(o["path"] for o in members if o is not m)[:300]
+                found.add(CONFLICT, m["path"], f"{why}: {others}", split=m["split"], given=m["label"])
+    evaluation = _output(components.get("Evaluator"), "evaluation")
+    index = _json(evaluation, os.path.join("explanations", "index.json")) or {}
+    for image in index.get("images", []):
+        if not image.get("correct", True):
+            found.add(MISCLASSIFIED, image["path"],
+                      f"misclassified in eval: the model says {image['predicted']} at {image['probability']:.2f}",
+                      split="eval", given=image["actual"], suggested=image["predicted"],
+                      confidence=image["probability"])
+    for row in _csv(health, "outliers.csv"):
+        found.add(OUTLIER, row["path"], f"outlier: {row['reasons']}", key=row.get("key", ""), split=row["split"],
+                  given=row["label"])
+    if predictions:
+        for record in _predictions(predictions):
+            best = (record.get("predictions") or [{}])[0]
+            found.add(UNSURE, record["path"], f"unsure prediction: best {best.get('class')} at "
+                      f"{best.get('probability', 0):.2f}", file=record["path"], suggested=best.get("class", ""),
+                      confidence=best.get("probability"))
+    return found
+
+
+def _output(component: Optional[Dict[str, Any]], name: str) -> Optional[str]:
+    if not component or component.get("missing"):
+        return None
+    uris = (component.get("outputs") or {}).get(name) or []
+    return uris[0] if uris else None
+
+
+def _csv(folder: Optional[str], name: str) -> List[Dict[str, str]]:
+    if not folder or not fs.exists(fs.join(folder, name)):
+        return []
+    return list(csv.DictReader(io.StringIO(fs.read_bytes(fs.join(folder, name)).decode("utf-8"))))
+
+
+def _json(folder: Optional[str], name: str) -> Optional[Dict[str, Any]]:
+    if not folder or not fs.exists(fs.join(folder, name)):
+        return None
+    return json.loads(fs.read_bytes(fs.join(folder, name)))
+
+
+def _predictions(path: str) -> List[Dict[str, Any]]:
+    """The unsure records of `imagepipe predict --output` (JSON Lines or CSV)."""
+    text = fs.read_bytes(path).decode("utf-8")
+    if path.endswith(".csv"):
+        rows = list(csv.DictReader(io.StringIO(text)))
+        return [{"path": r["path"], "predictions": [{"class": r.get("class") or r.get("label", ""),
+                                                     "probability": float(r.get("probability") or 0)}]}
+                for r in rows if str(r.get("unsure", "")).lower() in ("true", "1", "yes")]
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [r for r in records if r.get("unsure")]

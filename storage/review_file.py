@@ -1,0 +1,122 @@
+"""The review file: a CSV of decisions about images (keep, relabel, exclude), appended one whole line at a time.
+
+    time,key,path,action,old_label,new_label,reason
+    2026-11-27T00:41:07Z,3f5a...,cats/0042.jpg,relabel,cat,dog,likely label error (suggested dog at 0.91)
+
+`key` is the image's content hash (SHA-256 of its bytes, as ingestion writes it), so a decision follows the image
+whatever its name, and does not apply to a file that changed since. The last decision about an image is the one
+that counts ("keep" undoes an earlier relabel). A line is written with its newline in one write and flushed to
+disk before the page hears it was kept: a closed tab or a killed server loses nothing, and a line without its
+newline (a machine that stopped mid-write) is never read back. `imagepipe run --review FILE` applies them
+(components/example_gen/batch_ingest.py); `imagepipe review` writes them (review/server.py).
+"""
+
+import csv
+import datetime
+import io
+import os
+from typing import Dict, NamedTuple
+
+from storage import files as fs
+from storage.errors import ConfigError
+
+COLUMNS = ("time", "key", "path", "action", "old_label", "new_label", "reason")
+HEADER = ",".join(COLUMNS) + "\n"
+ACTIONS = ("keep", "relabel", "exclude")
+
+
+class Decision(NamedTuple):
+    time: str
+    key: str
+    path: str
+    action: str  # keep | relabel | exclude
+    old_label: str
+    new_label: str  # relabel: the class (multi-label: the label set, ';'-separated); else ""
+    reason: str  # why the image was listed for review
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read(path: str) -> Dict[str, Decision]:
+    """The last decision about each image (by content hash); {} when the file does not exist yet. A file that is
+    not a review file is refused in one line (imagepipe never appends to a file it did not write)."""
+    if not fs.exists(path):
+        return {}
+    text = fs.read_bytes(path).decode("utf-8", "replace")
+    if not text:
+        return {}
+    if not text.startswith(HEADER):
+        raise ConfigError(f"--review {path}: not a review file (its first line is not {HEADER.strip()!r}); "
+                          "give a file `imagepipe review` wrote, or a new path")
+    whole = text[:text.rfind("\n") + 1]  # a last line without its newline was cut short: never read
+    found: Dict[str, Decision] = {}
+    for n, row in enumerate(csv.DictReader(io.StringIO(whole)), start=2):
+        if row.get("action") not in ACTIONS or not row.get("key"):
+            raise ConfigError(f"--review {path}: line {n} has no key or an action other than "
+                              f"{', '.join(ACTIONS)}; fix or remove that line")
+        found[row["key"]] = Decision(*(row.get(c) or "" for c in COLUMNS))
+    return found
+
+
+def changes(decisions: Dict[str, Decision]) -> Dict[str, Decision]:
+    """The decisions that change something (relabel, exclude), by content hash."""
+    return {key: d for key, d in decisions.items() if d.action != "keep"}
+
+
+def fingerprint(path: str) -> str:
+    """What decides whether a cached ingestion still holds: the review file's decisions ("" without one)."""
+    import hashlib
+
+    if not path:
+        return ""
+    found = changes(read(path))
+    lines = sorted(f"{k}\t{d.action}\t{d.new_label}" for k, d in found.items())
+    return "review:" + hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+class Log:
+    """Appends decisions to a local review file, and holds it: one server a file (a second gets a one-line
+    error). The file is created with its header; an existing file must be a review file."""
+
+    def __init__(self, path: str):
+        import fcntl
+
+        if fs.is_remote(path):
+            raise ConfigError(f"--review-file {path}: the review page writes a file on this machine; give a local "
+                              "path (copy it to gs:// for a scheduled run)")
+        self.path = os.path.abspath(path)
+        read(self.path)  # refuses a file that is not a review file
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._file = open(self.path, "a+b")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._file.close()
+            raise ConfigError(f"--review-file {path}: another `imagepipe review` is serving this file; close it "
+                              "first (or give another --review-file)") from None
+        if self._file.seek(0, os.SEEK_END) == 0:
+            self._write(HEADER)
+        else:  # a last line cut short by a stop (this program's own): dropped, as read() drops it
+            self._file.seek(0)
+            whole = self._file.read()
+            self._file.truncate(whole.rfind(b"\n") + 1)
+
+    def append(self, decision: Decision) -> None:
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerow(decision)
+        self._write(out.getvalue())
+
+    def _write(self, text: str) -> None:
+        self._file.write(text.encode("utf-8"))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def default_path(root: str, pipeline_name: str) -> str:
+    """Where `imagepipe review` keeps decisions unless told: under --root, never inside the user's data."""
+    return os.path.join(root, "review", f"{pipeline_name}.csv")

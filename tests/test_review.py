@@ -1,0 +1,207 @@
+"""The review loop: `imagepipe review`'s page on a run with planted label flips, driven from the keyboard in headless
+Chromium; its decisions file; and the next run with --review trained on them. Then the review file's and the
+server's guarantees on their own (whole lines, the last decision counts, one server a file, token, host, files)."""
+
+import csv
+import glob
+import json
+import os
+import shutil
+import signal
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+from example_gen_helpers import by_filename, read_examples
+
+from storage import review_file
+from storage.errors import ConfigError
+
+ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
+
+
+@pytest.fixture(scope="module")
+def flipped_run(tmp_path_factory, small_digits):
+    """The 300 small digits with 15 labels flipped (seeded), run once with the label check on (warn only)."""
+    from commands import run_imagepipe
+
+    data = tmp_path_factory.mktemp("review") / "data"
+    files = sorted((label, name) for label in os.listdir(small_digits) if not label.startswith(".")
+                   for name in os.listdir(os.path.join(small_digits, label)))
+    rng = np.random.default_rng(3)
+    flipped = set(rng.choice(len(files), size=15, replace=False).tolist())
+    for n, (label, name) in enumerate(files):
+        given = str((int(label) + 1 + int(rng.integers(9))) % 10) if n in flipped else label
+        os.makedirs(data / given, exist_ok=True)
+        shutil.copy(os.path.join(small_digits, label, name), data / given / name)
+    root = str(tmp_path_factory.mktemp("review-root"))
+    args = ["run", "--root", root, "--data", str(data), "--label-check", "on", "--gate", "warn", "--epochs", "2",
+            "--accuracy-threshold", "0"]
+    first = run_imagepipe(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    return root, str(data), args
+
+
+def _serve(*args):
+    from commands import StartedCommand
+
+    server = StartedCommand(["review", *args])
+    lines = server.lines(timeout=120)
+    listed, opened = next(lines), next(lines)
+    return server, listed.strip(), opened.split()[1]
+
+
+@pytest.mark.slow
+def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flipped_run):
+    from browser import drive_page
+    from commands import run_imagepipe
+
+    root, data, args = flipped_run
+    server, listed, url = _serve("--root", root)
+    try:
+        assert listed.startswith("review of run ") and "label suspects" in listed
+        review_file = listed.rsplit("decisions appended to ", 1)[1].strip()
+        progress = "document.getElementById('progress').textContent"
+        seen = drive_page(url, [
+            ("wait", "document.body.dataset.ready"),
+            ("key", "r"), ("key", "Enter"), ("wait", f"{progress}.startsWith('1 of')"),  # relabel: the suggestion
+            ("key", "s"), ("wait", f"{progress}.startsWith('2 of')"),  # take the suggestion at once
+            ("key", "x"), ("wait", f"{progress}.startsWith('3 of')"),  # exclude
+        ], "({progress: " + progress + ", badges: [...document.querySelectorAll('.decision')].slice(0, 3)"
+           ".map(b => b.textContent), paths: [...document.querySelectorAll('.path')].slice(0, 3)"
+           ".map(p => p.textContent), images: [...document.querySelectorAll('img')].slice(0, 3)"
+           ".map(i => i.complete && i.naturalWidth > 0)})", os.path.join(ARTIFACTS, "review-page.png"))
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+    assert server.returncode == 0
+    assert seen["errors"] == [], seen["errors"]
+    check = seen["check"]
+    assert check["progress"].startswith("3 of ") and check["progress"].endswith(" reviewed")
+    assert check["badges"][0].startswith("relabelled to ") and check["badges"][1].startswith("relabelled to ")
+    assert check["badges"][2] == "excluded" and all(check["images"])
+    with open(review_file, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["action"] for r in rows] == ["relabel", "relabel", "exclude"]
+    assert [r["path"] for r in rows] == check["paths"]
+    suspects = list(csv.DictReader(open(glob.glob(os.path.join(root, "pipelines", "*", "DataHealth", "health", "*",
+                                                               "label_issues.csv"))[0], newline="")))
+    suggested = {s["path"]: s["suggested"] for s in suspects}
+    assert all(r["new_label"] == suggested[r["path"]] and len(r["key"]) == 64 for r in rows[:2])
+
+    # Reopened: what was decided is shown.
+    again, _, url = _serve("--root", root, "--review-file", review_file)
+    try:
+        reopened = drive_page(url, [("wait", "document.body.dataset.ready")], progress,
+                              os.path.join(ARTIFACTS, "review-page-reopened.png"))
+    finally:
+        again.send_signal(signal.SIGINT)
+        again.wait(timeout=60)
+    assert reopened["check"].startswith("3 of ")
+
+    second = run_imagepipe(*args, "--review", review_file)
+    assert second.returncode == 0, second.stderr[-3000:]
+    line = next(x for x in second.stdout.splitlines() if x.strip().startswith("ImageExampleGen") and "ran" in x)
+    assert f"review {review_file}: 2 relabelled, 1 excluded" in line, line
+    report_dirs = sorted(glob.glob(os.path.join(root, "pipelines", "*", "ImageExampleGen", "report", "*")),
+                         key=lambda p: int(os.path.basename(p)))
+    quarantine = list(csv.DictReader(open(os.path.join(report_dirs[-1], "quarantine.csv"), newline="")))
+    assert [(q["path"], q["reason"]) for q in quarantine] == [(rows[2]["path"], "excluded_by_review")]
+    examples_dirs = sorted(glob.glob(os.path.join(root, "pipelines", "*", "ImageExampleGen", "examples", "*")),
+                           key=lambda p: int(os.path.basename(p)))
+    written = by_filename(read_examples(examples_dirs[-1]))
+    for row in rows[:2]:
+        assert written[row["path"]]["image/class/text"].decode() == row["new_label"]
+    assert rows[2]["path"] not in written
+    summary = json.load(open(os.path.join(report_dirs[-1], "summary.json")))
+    assert summary["review"]["not_applied"] == [] and summary["examples_written"] == 299
+
+
+def test_the_review_file_keeps_whole_lines_and_the_last_decision(tmp_path):
+    path = str(tmp_path / "review_file.csv")
+    log = review_file.Log(path)
+    log.append(review_file.Decision("t1", "a" * 64, "cat/1.jpg", "relabel", "cat", "dog", "likely label error"))
+    log.append(review_file.Decision("t2", "b" * 64, 'odd, "name".jpg', "exclude", "cat", "", "outlier"))
+    log.append(review_file.Decision("t3", "a" * 64, "cat/1.jpg", "keep", "cat", "", "likely label error"))
+    with pytest.raises(ConfigError, match="another `imagepipe review` is serving this file"):
+        review_file.Log(path)
+    log.close()
+    with open(path, "a") as f:
+        f.write("t4," + "c" * 64 + ",cat/3.jpg,excl")  # a machine that stopped mid-line
+    found = review_file.read(path)
+    assert {k[0]: d.action for k, d in found.items()} == {"a": "keep", "b": "exclude"}  # the cut line: never read
+    assert found["b" * 64].path == 'odd, "name".jpg'
+    assert set(review_file.changes(found)) == {"b" * 64}
+    review_file.Log(path).close()  # reopened: the cut line is dropped, the next one starts clean
+    assert open(path).read().endswith('outlier\nt3,' + "a" * 64 + ",cat/1.jpg,keep,cat,,likely label error\n")
+    user_file = tmp_path / "mine.csv"
+    user_file.write_text("name,score\nx,1\n")
+    with pytest.raises(ConfigError, match=r"mine\.csv: not a review file"):
+        review_file.Log(str(user_file))
+    assert user_file.read_text() == "name,score\nx,1\n"  # never appended to
+
+
+def test_the_review_server_answers_only_its_token_and_host_and_serves_only_listed_files(tmp_path):
+    import threading
+
+    from review import items, server
+
+    data = tmp_path / "data"
+    (data / "cat").mkdir(parents=True)
+    from PIL import Image
+
+    Image.new("RGB", (64, 48), (200, 10, 10)).save(data / "cat" / "1.jpg")
+    (tmp_path / "secret.jpg").write_bytes((data / "cat" / "1.jpg").read_bytes())
+    os.symlink(tmp_path / "secret.jpg", data / "cat" / "link.jpg")  # a link out of the data root
+    found = items.Items(str(data))
+    found.add(items.OUTLIER, "cat/1.jpg", "outlier: <b>very dark</b>", given="cat")
+    found.add(items.OUTLIER, "cat/link.jpg", "outlier", given="cat")
+    review = server.Review(found, ["cat", "dog"], review_file.Log(str(tmp_path / "r.csv")))
+    page = server.serve(review)
+    threading.Thread(target=page.serve_forever, daemon=True).start()
+    base, token = page.url.split("/?token=")
+
+    def status(url, data=None, host=None):
+        request = urllib.request.Request(url, data=data)
+        if host:
+            request.add_header("Host", host)
+        try:
+            with urllib.request.urlopen(request) as answer:
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    try:
+        assert status(f"{base}/state")[0] == 403
+        assert status(f"{base}/state?token={token[:-1]}x")[0] == 403
+        assert status(f"{base}/state?token={token}", host="evil.example:80")[0] == 403  # DNS rebinding
+        code, body = status(f"{base}/state?token={token}")
+        assert code == 200 and json.loads(body)["items"][0]["reasons"] == ["outlier: <b>very dark</b>"]
+        assert "file" not in json.loads(body)["items"][0]  # where files are stays on the server
+        assert status(f"{base}/image/0?token={token}")[0] == 200
+        assert status(f"{base}/image/1?token={token}")[0] == 404  # resolves outside the data root
+        assert status(f"{base}/image/2?token={token}")[0] == 404 and status(f"{base}/image/..%2F?token={token}")[0] == 404
+        code, body = status(f"{base}/decide?token={token}", json.dumps({"item": 0, "action": "relabel",
+                                                                       "new_label": "bird"}).encode())
+        assert code == 400 and b"not one of the run's classes" in body
+        assert status(f"{base}/decide?token={token}", json.dumps({"item": 0, "action": "relabel",
+                                                                 "new_label": "dog"}).encode())[0] == 200
+        headers = urllib.request.urlopen(f"{base}/?token={token}").headers
+        assert "default-src 'none'" in headers["Content-Security-Policy"]
+    finally:
+        page.shutdown()
+        page.server_close()
+        review.log.close()
+    assert review_file.read(str(tmp_path / "r.csv"))[list(review_file.read(str(tmp_path / "r.csv")))[0]].new_label == "dog"
+
+
+def test_a_compiled_job_takes_its_review_file_from_cloud_storage(tmp_path):
+    from pipeline.cloud_config import CloudConfig
+    from pipeline.config import PipelineConfig
+
+    local = tmp_path / "review.csv"
+    local.write_text(review_file.HEADER)
+    config = PipelineConfig(data="gs://bucket/pets", review=str(local))
+    with pytest.raises(ConfigError, match=r"--review .*review\.csv: a local file is not in the pipeline's containers"):
+        CloudConfig(project="proj-1", pipeline_root="gs://bucket/root", image="gcr.io/p/i:1").validate(config)
