@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
-	bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-scale bench-exports lock clean
+	bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-scale bench-exports bench-review lock clean
 
 install: $(VENV)/.installed
 
@@ -100,6 +100,11 @@ bench-transfer: install
 
 # The whole DAG at 10,000, 30,000 and 100,000 diverse photo-like images (bench/scale_set.py, ~1.6 GB at 100,000):
 # each stage's seconds and the peak memory of the whole process tree; the default run, then the cnn (~4 hours).
+# The review loop: a run on 2,000 photo-like images with 15% of labels flipped, one review of its top suspects
+# (decided from the truth), the run after it; both models on a clean test set (docs/benchmarks.md, Review).
+bench-review: install
+	$(BIN)/python -m bench.review_benchmark
+
 bench-scale: install
 	$(BIN)/python -m bench.scale_benchmark --sizes 10000,30000,100000
 	$(BIN)/python -m bench.scale_benchmark --sizes 10000,30000,100000 --extra=--model --extra=cnn --name cnn

@@ -2,11 +2,12 @@
 findings, so two versions of the stage can be compared on the same inputs, side by side.
 
     python -m bench.health_stage_benchmark --root bench/out/scale/root-final-10000
-    PYTHONPATH=/tmp/old python -m bench.health_stage_benchmark --root ... --code /tmp/old   # another commit's stage
+    python -m bench.health_stage_benchmark --root ... --code /tmp/old     # another checkout's stage (git worktree)
 
 The inputs and parameters are those of the root's last DataHealth execution (read from its ML Metadata); the
 output goes to a fresh folder under /tmp. One JSON line: seconds, peak_gb (RSS of this process and its children,
-sampled five times a second), examples, label_issues, outliers, label_check_sampled.
+sampled five times a second), examples, label_issues, outliers, label_check_sampled, and the executor module's file
+(which tree ran).
 """
 
 import argparse
@@ -17,7 +18,6 @@ import sys
 import tempfile
 import time
 
-from bench.scale_benchmark import TreeSampler
 
 
 def last_execution(root: str):
@@ -51,9 +51,13 @@ def main() -> None:
     parser.add_argument("--root", required=True)
     parser.add_argument("--code", default="", help="another checkout's tree whose stage to run (else this one's)")
     args = parser.parse_args()
-    if args.code:
-        sys.path.insert(0, args.code)
+    if args.code:  # before any of the project's modules is imported
+        sys.path.insert(0, os.path.abspath(args.code))
+        for name in [m for m in sys.modules if m.split(".")[0] in ("bench", "components", "storage", "trainer")]:
+            del sys.modules[name]
     from tfx.dsl.components.base import base_beam_executor
+
+    from bench.scale_benchmark import TreeSampler
 
     from storage.artifact_types import DataHealthReport
 
@@ -70,8 +74,9 @@ def main() -> None:
     executor.Executor(context).Do(inputs, {"health": [health]}, properties)
     seconds = time.monotonic() - started
     sampler.stop()
-    result = json.load(open(os.path.join(out, "health.json")))
-    print(json.dumps({"code": args.code or "this", "seconds": round(seconds, 1),
+    with open(os.path.join(out, "health.json")) as f:
+        result = json.load(f)
+    print(json.dumps({"code": executor.__file__, "seconds": round(seconds, 1),
                       "peak_gb": round(sampler.peak() / 1e9, 2), "examples": result["examples"],
                       "label_issues": result["label_issues"], "outliers": result["outliers"],
                       "label_check_sampled": result.get("label_check_sampled")}))

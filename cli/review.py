@@ -33,8 +33,10 @@ def cmd_review(args: argparse.Namespace) -> int:
           f"{log.path}", flush=True)
     print(f"open {page.url}  (this machine only; Ctrl-C stops the server, every decision is already kept)",
           flush=True)
-    print(f"then: imagepipe run --data {found.data_root or 'DATA'} --review {log.path}", file=sys.stderr,
-          flush=True)
+    data = ingestion.get("source") or ""
+    data = data if data and " spans " not in data else "DATA"  # a window of spans: the --data the run was given
+    print(f"then: imagepipe run --data {data} --root {config.root} --name {config.pipeline_name} --review {log.path}",
+          file=sys.stderr, flush=True)
     try:
         page.serve_forever()
     except KeyboardInterrupt:

@@ -3,7 +3,7 @@
 "use strict";
 const token = new URLSearchParams(location.search).get("token");
 const api = (path) => path + (path.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token);
-let state = null, shown = [], current = 0, picking = null;
+let state = null, shown = [], current = 0, picking = null, chosen = new Set();
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -58,32 +58,61 @@ function mark() {
   if (node) node.scrollIntoView({block: "nearest"});
 }
 
-async function decide(action, newLabel) {
-  const it = shown[current];
+let queue = Promise.resolve();  // one decision at a time, in the order they were made
+
+function decide(action, newLabel) {
+  // The image and its card are taken when the key is pressed; the page moves on at once, and the server hears
+  // the decisions one after another (each is appended to the review file before it answers).
+  const it = shown[current], card = document.querySelectorAll(".item")[current];
   if (!it) return;
-  const answer = await fetch(api("decide"), {method: "POST", headers: {"Content-Type": "application/json"},
-                                            body: JSON.stringify({item: it.id, action: action, new_label: newLabel || ""})});
-  const body = await answer.json();
-  if (!answer.ok) { alert(body.error); return; }
-  it.decision = body;
-  const card = document.querySelectorAll(".item")[current];
-  const badge = card.querySelector(".decision");
-  badge.textContent = decisionText(body);
-  badge.className = "decision " + body.action;
+  const badge = card.querySelector(".decision"), before = it.decision;
+  it.decision = {action: action, new_label: newLabel || ""};
+  badge.textContent = "saving: " + decisionText(it.decision);
+  badge.className = "decision " + action;
   progress();
   const next = shown.findIndex((x, n) => n > current && !x.decision);
   current = next >= 0 ? next : Math.min(current + 1, shown.length - 1);
   mark();
+  queue = queue.then(async () => {
+    const answer = await fetch(api("decide"), {method: "POST", headers: {"Content-Type": "application/json"},
+                                              body: JSON.stringify({item: it.id, action: action, new_label: newLabel || ""})});
+    const body = await answer.json();
+    if (!answer.ok) throw new Error(body.error);
+    it.decision = body;
+    badge.textContent = decisionText(body);
+  }).catch((error) => {
+    it.decision = before;
+    badge.textContent = "not kept: " + error.message;
+    badge.className = "decision";
+    progress();
+  });
 }
 
 function openPicker() {
+  // Single-label: one class, the suggestion first in line. Multi-label: the image's labels, each toggled on or off.
   const it = shown[current];
   if (!it) return;
   picking = Math.max(0, state.classes.indexOf(it.suggested));
+  chosen = new Set(state.multi_label ? (it.given || "").split(";").filter((x) => x) : []);
+  drawPicker();
+  document.getElementById("picker").style.display = "block";
+}
+
+function drawPicker() {
   const list = document.getElementById("choices");
   list.replaceChildren();
-  state.classes.forEach((name, n) => list.append(el("li", name, n === picking ? "chosen" : "")));
-  document.getElementById("picker").style.display = "block";
+  state.classes.forEach((name, n) => {
+    const text = state.multi_label ? (chosen.has(name) ? "[x] " : "[ ] ") + name : name;
+    list.append(el("li", text, n === picking ? "chosen" : ""));
+  });
+}
+
+function pick(n) {
+  const name = state.classes[n];
+  if (!state.multi_label) { closeOverlays(); decide("relabel", name); return; }
+  if (chosen.has(name)) chosen.delete(name); else chosen.add(name);
+  picking = n;
+  drawPicker();
 }
 
 function closeOverlays() {
@@ -103,17 +132,14 @@ document.addEventListener("keydown", (event) => {
   if (event.target.tagName === "SELECT") return;
   if (picking !== null) {
     if (event.key === "Escape") closeOverlays();
-    else if (/^[1-9]$/.test(event.key) && Number(event.key) <= state.classes.length) {
-      const name = state.classes[Number(event.key) - 1];
-      closeOverlays();
-      decide("relabel", name);
-    } else if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+    else if (/^[1-9]$/.test(event.key) && Number(event.key) <= state.classes.length) pick(Number(event.key) - 1);
+    else if (event.key === "ArrowDown" || event.key === "ArrowUp") {
       picking = (picking + (event.key === "ArrowDown" ? 1 : state.classes.length - 1)) % state.classes.length;
-      document.querySelectorAll("#choices li").forEach((li, n) => li.className = n === picking ? "chosen" : "");
-    } else if (event.key === "Enter") {
-      const name = state.classes[picking];
-      closeOverlays();
-      decide("relabel", name);
+      drawPicker();
+    } else if (event.key === " " && state.multi_label) pick(picking);
+    else if (event.key === "Enter") {
+      if (!state.multi_label) pick(picking);
+      else { const labels = [...chosen].sort().join(";"); closeOverlays(); decide("relabel", labels); }
     }
     event.preventDefault();
     return;
@@ -124,7 +150,13 @@ document.addEventListener("keydown", (event) => {
     k: () => decide("keep"),
     x: () => decide("exclude"),
     r: openPicker,
-    s: () => { const it = shown[current]; if (it && it.suggested) decide("relabel", it.suggested); },
+    s: () => {  // the suggestion: the class; multi-label: the image's labels and the suggested one
+      const it = shown[current];
+      if (!it || !it.suggested) return;
+      const labels = new Set(state.multi_label ? (it.given || "").split(";").filter((x) => x) : []);
+      labels.add(it.suggested);
+      decide("relabel", [...labels].sort().join(";"));
+    },
     " ": () => (document.getElementById("large").style.display === "block" ? closeOverlays() : enlarge()),
     Escape: closeOverlays,
   };

@@ -52,11 +52,16 @@ class Review:
     def decide(self, number: int, action: str, new_label: str = "") -> Dict[str, Any]:
         if action not in review_file.ACTIONS:
             raise ValueError(f"action {action!r}: use {', '.join(review_file.ACTIONS)}")
+        from components.example_gen.listing import label_set, labels_of
+
         item = self.items.items[number]
         if action == "relabel":
-            labels = [n for n in new_label.split(";") if n] if self.multi_label else [new_label]
-            if not labels or any(label not in self.classes for label in labels):
+            labels = labels_of(new_label) if self.multi_label else [new_label]
+            if any(label not in self.classes for label in labels) or not (labels or self.multi_label):
                 raise ValueError(f"relabel to {new_label!r}: not one of the run's classes")
+            new_label = label_set(labels) if self.multi_label else new_label  # multi-label: none is a label set
+        if not item["key"] and not self._readable(item["file"]):
+            raise ValueError("this image is outside the data root")
         key = item["key"] or hashlib.sha256(fs.read_bytes(item["file"])).hexdigest()
         decision = review_file.Decision(review_file.now(), key, item["path"], action, item["given"],
                                       new_label if action == "relabel" else "", "; ".join(item["reasons"])[:500])
@@ -156,7 +161,12 @@ def serve(review: Review, port: int = 0) -> http.server.ThreadingHTTPServer:
                 self._send(404, b"not found", "text/plain")
                 return
             try:
-                asked = json.loads(self.rfile.read(min(int(self.headers.get("Content-Length") or 0), 65536)))
+                length = int(self.headers.get("Content-Length") or 0)
+                if not 0 < length <= 65536:
+                    raise ValueError("a decision is a small JSON object")
+                asked = json.loads(self.rfile.read(length))
+                if not isinstance(asked, dict):
+                    raise ValueError("a decision is a JSON object: item, action, new_label")
                 number = _number(str(asked.get("item")), len(review.items.items))
                 if number is None:
                     raise ValueError("no such item")

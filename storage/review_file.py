@@ -15,7 +15,7 @@ import csv
 import datetime
 import io
 import os
-from typing import Dict, NamedTuple
+from typing import Dict, NamedTuple, Optional
 
 from storage import files as fs
 from storage.errors import ConfigError
@@ -50,14 +50,47 @@ def read(path: str) -> Dict[str, Decision]:
     if not text.startswith(HEADER):
         raise ConfigError(f"--review {path}: not a review file (its first line is not {HEADER.strip()!r}); "
                           "give a file `imagepipe review` wrote, or a new path")
-    whole = text[:text.rfind("\n") + 1]  # a last line without its newline was cut short: never read
     found: Dict[str, Decision] = {}
-    for n, row in enumerate(csv.DictReader(io.StringIO(whole)), start=2):
-        if row.get("action") not in ACTIONS or not row.get("key"):
-            raise ConfigError(f"--review {path}: line {n} has no key or an action other than "
-                              f"{', '.join(ACTIONS)}; fix or remove that line")
-        found[row["key"]] = Decision(*(row.get(c) or "" for c in COLUMNS))
+    for line, decision, _ in _records(path, text):
+        if decision is None:
+            raise ConfigError(f"--review {path}: line {line} is not a decision (a content hash, and an action of "
+                              f"{', '.join(ACTIONS)}); fix or remove that line")
+        found[decision.key] = decision
     return found
+
+
+def _records(path: str, text: str):
+    """(line number, the decision or None when the row is not one, offset after it) of each row after the header.
+    A last row without its newline is a whole decision (saved by an editor) or was cut short mid-write: left out."""
+    lines = text.splitlines(keepends=True)
+    consumed = [0]
+
+    def feed():
+        for line in lines[1:]:
+            consumed[0] += len(line)
+            yield line
+
+    reader = csv.reader(feed())
+    start = len(lines[0]) if lines else 0
+    found = []
+    try:
+        for cells in reader:
+            found.append((reader.line_num + 1, _decision(cells), start + consumed[0]))
+    except csv.Error as e:
+        raise ConfigError(f"--review {path}: not a CSV file ({e}); give a file `imagepipe review` wrote") from None
+    if found and not text.endswith("\n") and found[-1][1] is None:
+        found.pop()  # cut short
+    return found
+
+
+def _decision(cells) -> Optional[Decision]:
+    if len(cells) != len(COLUMNS):
+        return None
+    decision = Decision(*cells)
+    if decision.action not in ACTIONS or len(decision.key) != 64 or any(c not in "0123456789abcdef"
+                                                                         for c in decision.key):
+        return None
+    return decision
 
 
 def changes(decisions: Dict[str, Decision]) -> Dict[str, Decision]:
@@ -98,10 +131,16 @@ class Log:
                               "first (or give another --review-file)") from None
         if self._file.seek(0, os.SEEK_END) == 0:
             self._write(HEADER)
-        else:  # a last line cut short by a stop (this program's own): dropped, as read() drops it
+        else:  # a last row without its newline: ended if whole (read() reads it), dropped if cut short mid-write
             self._file.seek(0)
-            whole = self._file.read()
-            self._file.truncate(whole.rfind(b"\n") + 1)
+            text = self._file.read().decode("utf-8", "replace")
+            if not text.endswith("\n"):
+                rows = _records(self.path, text)
+                kept = rows[-1][2] if rows else len(HEADER)
+                if kept >= len(text):
+                    self._write("\n")
+                else:
+                    self._file.truncate(len(text[:kept].encode("utf-8")))
 
     def append(self, decision: Decision) -> None:
         out = io.StringIO()

@@ -61,13 +61,14 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
     server, listed, url = _serve("--root", root)
     try:
         assert listed.startswith("review of run ") and "label suspects" in listed
-        review_file = listed.rsplit("decisions appended to ", 1)[1].strip()
+        review_path = listed.rsplit("decisions appended to ", 1)[1].strip()
         progress = "document.getElementById('progress').textContent"
         seen = drive_page(url, [
             ("wait", "document.body.dataset.ready"),
             ("key", "r"), ("key", "Enter"), ("wait", f"{progress}.startsWith('1 of')"),  # relabel: the suggestion
             ("key", "s"), ("wait", f"{progress}.startsWith('2 of')"),  # take the suggestion at once
             ("key", "x"), ("wait", f"{progress}.startsWith('3 of')"),  # exclude
+            ("wait", "![...document.querySelectorAll('.decision')].some(b => b.textContent.startsWith('saving'))"),
         ], "({progress: " + progress + ", badges: [...document.querySelectorAll('.decision')].slice(0, 3)"
            ".map(b => b.textContent), paths: [...document.querySelectorAll('.path')].slice(0, 3)"
            ".map(p => p.textContent), images: [...document.querySelectorAll('img')].slice(0, 3)"
@@ -81,7 +82,7 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
     assert check["progress"].startswith("3 of ") and check["progress"].endswith(" reviewed")
     assert check["badges"][0].startswith("relabelled to ") and check["badges"][1].startswith("relabelled to ")
     assert check["badges"][2] == "excluded" and all(check["images"])
-    with open(review_file, newline="") as f:
+    with open(review_path, newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["action"] for r in rows] == ["relabel", "relabel", "exclude"]
     assert [r["path"] for r in rows] == check["paths"]
@@ -91,7 +92,7 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
     assert all(r["new_label"] == suggested[r["path"]] and len(r["key"]) == 64 for r in rows[:2])
 
     # Reopened: what was decided is shown.
-    again, _, url = _serve("--root", root, "--review-file", review_file)
+    again, _, url = _serve("--root", root, "--review-file", review_path)
     try:
         reopened = drive_page(url, [("wait", "document.body.dataset.ready")], progress,
                               os.path.join(ARTIFACTS, "review-page-reopened.png"))
@@ -100,10 +101,10 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
         again.wait(timeout=60)
     assert reopened["check"].startswith("3 of ")
 
-    second = run_imagepipe(*args, "--review", review_file)
+    second = run_imagepipe(*args, "--review", review_path)
     assert second.returncode == 0, second.stderr[-3000:]
     line = next(x for x in second.stdout.splitlines() if x.strip().startswith("ImageExampleGen") and "ran" in x)
-    assert f"review {review_file}: 2 relabelled, 1 excluded" in line, line
+    assert f"review {review_path}: 2 relabelled, 1 excluded" in line, line
     report_dirs = sorted(glob.glob(os.path.join(root, "pipelines", "*", "ImageExampleGen", "report", "*")),
                          key=lambda p: int(os.path.basename(p)))
     quarantine = list(csv.DictReader(open(os.path.join(report_dirs[-1], "quarantine.csv"), newline="")))
@@ -116,6 +117,17 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
     assert rows[2]["path"] not in written
     summary = json.load(open(os.path.join(report_dirs[-1], "summary.json")))
     assert summary["review"]["not_applied"] == [] and summary["examples_written"] == 299
+
+    # One more decision: a new ingestion (the decisions are part of its fingerprint), not the cached one.
+    extra = next(s for s in suspects if s["path"] not in {r["path"] for r in rows})
+    log = review_file.Log(review_path)
+    log.append(review_file.Decision(review_file.now(), extra["key"], extra["path"], "exclude", extra["given"], "",
+                                    "test"))
+    log.close()
+    third = run_imagepipe(*args, "--review", review_path)
+    assert third.returncode == 0, third.stderr[-3000:]
+    line = next(x for x in third.stdout.splitlines() if x.strip().startswith("ImageExampleGen"))
+    assert " ran " in line and "2 relabelled, 2 excluded" in line, line
 
 
 def test_the_review_file_keeps_whole_lines_and_the_last_decision(tmp_path):
@@ -134,7 +146,12 @@ def test_the_review_file_keeps_whole_lines_and_the_last_decision(tmp_path):
     assert found["b" * 64].path == 'odd, "name".jpg'
     assert set(review_file.changes(found)) == {"b" * 64}
     review_file.Log(path).close()  # reopened: the cut line is dropped, the next one starts clean
-    assert open(path).read().endswith('outlier\nt3,' + "a" * 64 + ",cat/1.jpg,keep,cat,,likely label error\n")
+    with open(path, "a") as f:
+        f.write("t5," + "d" * 64 + ",cat/4.jpg,exclude,cat,,saved by an editor")  # whole, without its newline
+    assert review_file.read(path)["d" * 64].action == "exclude"
+    review_file.Log(path).close()  # ended with its newline, kept
+    assert open(path).read().endswith("saved by an editor\n")
+    assert "cat/3.jpg" not in open(path).read()
     user_file = tmp_path / "mine.csv"
     user_file.write_text("name,score\nx,1\n")
     with pytest.raises(ConfigError, match=r"mine\.csv: not a review file"):
@@ -205,3 +222,47 @@ def test_a_compiled_job_takes_its_review_file_from_cloud_storage(tmp_path):
     config = PipelineConfig(data="gs://bucket/pets", review=str(local))
     with pytest.raises(ConfigError, match=r"--review .*review\.csv: a local file is not in the pipeline's containers"):
         CloudConfig(project="proj-1", pipeline_root="gs://bucket/root", image="gcr.io/p/i:1").validate(config)
+
+
+def test_decisions_not_applied_are_listed_with_why_and_copies_count_as_files(tmp_path):
+    """review_summary: a decision whose image is gone, was quarantined before it was read, or changed since, or
+    whose new label is not a class, is listed and not applied; exact copies are files each; a relabel to the label
+    the file already has changes nothing."""
+    from components.example_gen import executor
+    from components.example_gen.listing import Candidate, Listing
+
+    path = str(tmp_path / "r.csv")
+    log = review_file.Log(path)
+    keys = {name: (name * 64)[:64] for name in "abcdef"}
+    for name, rel, action, new in (("a", "cat/1.jpg", "relabel", "dog"), ("b", "cat/2.jpg", "exclude", ""),
+                                   ("c", "cat/gone.jpg", "exclude", ""), ("d", "cat/edited.jpg", "relabel", "dog"),
+                                   ("e", "cat/broken.jpg", "exclude", ""), ("f", "cat/3.jpg", "relabel", "bird")):
+        log.append(review_file.Decision("t", keys[name], rel, action, "cat", new, "why"))
+    log.close()
+    listing = Listing("folders", "data", [Candidate(f"data/{p}", p, label, None) for p, label in (
+        ("cat/1.jpg", "cat"), ("cat/2.jpg", "cat"), ("cat/2-copy.jpg", "cat"), ("cat/edited.jpg", "cat"),
+        ("cat/broken.jpg", "cat"), ("cat/3.jpg", "cat"), ("dog/1.jpg", "dog"))])
+    review = executor.review_decisions(path, listing)
+    assert [r["why"] for r in review["refused"]] == ["bird is not a class of this data"]
+    reviewed = [[keys["a"], "relabel"], [keys["b"], "exclude"], [keys["b"], "exclude"]]  # cat/2.jpg and its copy
+    bad = [{"path": "cat/broken.jpg", "reason": "corrupt"}, {"path": "cat/2.jpg", "reason": "excluded_by_review"}]
+    summary = executor.review_summary(path, review, reviewed, listing, bad)
+    assert (summary["relabelled"], summary["excluded"], summary["decisions"]) == (1, 2, 6)
+    assert {r["path"]: r["why"] for r in summary["not_applied"]} == {
+        "cat/3.jpg": "bird is not a class of this data", "cat/broken.jpg": "quarantined (corrupt)",
+        "cat/edited.jpg": "changed since the review (its content hash differs)", "cat/gone.jpg": "not in this data"}
+
+
+def test_a_multi_label_relabel_is_a_label_set_and_may_be_empty(tmp_path):
+    from review import items, server
+
+    found = items.Items(str(tmp_path))
+    found.add(items.LABEL_SUSPECT, "a.jpg", "why", key="a" * 64, given="cat;dog")
+    review = server.Review(found, ["cat", "dog", "person"], review_file.Log(str(tmp_path / "r.csv")),
+                           multi_label=True)
+    assert review.decide(0, "relabel", "person;cat")["new_label"] == "cat;person"  # one spelling of a set
+    assert review.decide(0, "relabel", "")["new_label"] == ""  # none of the labels
+    with pytest.raises(ValueError, match="not one of the run's classes"):
+        review.decide(0, "relabel", "cat;horse")
+    review.log.close()
+    assert review_file.read(str(tmp_path / "r.csv"))["a" * 64].new_label == ""

@@ -208,7 +208,7 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
         decided = settings.review.get(sha)
         if decided:
             action, new_label, review_file = decided
-            result.reviewed.append((sha, action))
+            result.reviewed.append((sha, action if action == "exclude" or new_label != c.label else "unchanged"))
             if action == "exclude":
                 result.bad.append(bad_row(c.rel_path, Reason.EXCLUDED_BY_REVIEW, f"excluded by {review_file}",
                                           c.label, c.split))

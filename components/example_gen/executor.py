@@ -25,6 +25,7 @@ import apache_beam as beam
 from absl import logging
 from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions, StandardOptions)
 from tfx import types
+from tfx.components.example_gen import utils as example_gen_utils
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.proto import example_gen_pb2
@@ -36,6 +37,7 @@ from components.beam_pickler import quiet_pickler_trace
 from components.example_gen import (FAILED_DIR, LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
                                     SUMMARY_FILE, batch_ingest, beam_steps, ingest_report, near_duplicates, shards,
                                     sources, stratify)
+from components.example_gen.image_check import Reason
 from components.example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary, log_summary,
                                                   quarantine_csv)
 from components.example_gen.ingest_settings import REPORT_KEY, IngestSettings
@@ -92,7 +94,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         summary["near_duplicate_search"] = search
         summary["files_per_second"] = round(len(listing.candidates) / max(elapsed, 1e-9), 1)
         if settings.review:
-            summary["review"] = review_summary(settings.review, review, found["reviewed"], listing)
+            check_review_unchanged(settings.review, exec_properties)
+            summary["review"] = review_summary(settings.review, review, found["reviewed"], listing, placed.bad)
         try:
             check_summary(summary, settings.max_bad_fraction, listing.source)
         except ingest_report.IngestionError as e:  # the run stops: its outputs go, so the list is kept apart
@@ -111,7 +114,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for n, batch in enumerate(batches(ingest_order(listing.candidates, settings.seed), processes)):
             batch_files.append(fs.join(staging, "candidates", f"batch-{n:06d}.json"))
             batch_ingest.write_candidates(batch, batch_files[-1])
-        unsplit = collections.Counter(stratify.stratum(c.label, strata) for c in listing.candidates if not c.split)
+        # The classes' counts that place their files (stratify.py), with the review's relabels by path: a file
+        # relabelled is placed in its new class.
+        relabelled = {review["paths"][key]: new for key, (action, new, _) in (review or {}).get("apply", {}).items()
+                      if action == "relabel"}
+        unsplit = collections.Counter(stratify.stratum(relabelled.get(c.rel_path, c.label), strata)
+                                      for c in listing.candidates if not c.split)
         searched = settings.near_duplicates != "off"
         in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
         ingest_settings = batch_ingest.Settings(
@@ -177,22 +185,35 @@ def review_decisions(path: str, listing: Listing) -> Dict[str, Any]:
     return {"apply": apply, "paths": paths, "refused": refused}
 
 
-def review_summary(path: str, review: Dict[str, Any], reviewed: List[List[str]], listing: Listing) -> Dict:
-    """What a review file changed: relabelled and excluded images, and the decisions not applied (the image is
-    gone, or changed since it was reviewed: its content hash differs; or its new label is not a class)."""
-    applied = dict(reviewed)  # content hash -> action, of the files met with those bytes
+def review_summary(path: str, review: Dict[str, Any], reviewed: List[List[str]], listing: Listing,
+                   bad: List[Dict[str, Any]]) -> Dict:
+    """What a review file changed: files relabelled (to another label than they had) and excluded, and the
+    decisions not applied (the image is gone, quarantined before it was read, or changed since it was reviewed:
+    its content hash differs; or its new label is not a class)."""
+    applied = {key for key, _ in reviewed}  # the content hashes met
     listed = {c.rel_path for c in listing.candidates}
+    quarantined = {row["path"]: row["reason"] for row in bad if row["reason"] != Reason.EXCLUDED_BY_REVIEW}
     not_applied = list(review["refused"])
     for key, (action, new_label, _) in sorted(review["apply"].items(), key=lambda kv: review["paths"][kv[0]]):
         if key not in applied:
             where = review["paths"][key]
-            not_applied.append({"path": where, "key": key, "action": action, "new_label": new_label,
-                                "why": "changed since the review (its content hash differs)" if where in listed
-                                else "not in this data"})
+            why = (f"quarantined ({quarantined[where]})" if where in quarantined
+                   else "changed since the review (its content hash differs)" if where in listed
+                   else "not in this data")
+            not_applied.append({"path": where, "key": key, "action": action, "new_label": new_label, "why": why})
     return {"file": path, "decisions": len(review["apply"]) + len(review["refused"]),
-            "relabelled": sum(a == "relabel" for a in applied.values()),
-            "excluded": sum(a == "exclude" for a in applied.values()),
+            "relabelled": sum(action == "relabel" for _, action in reviewed),  # files: exact copies each
+            "excluded": sum(action == "exclude" for _, action in reviewed),
             "not_applied": not_applied}
+
+
+def check_review_unchanged(path: str, exec_properties: Dict[str, Any]) -> None:
+    """The decisions applied are those the driver fingerprinted (a cached ingestion is reused on them): a decision
+    added while the run read the files stops it in one line."""
+    expected = exec_properties.get(example_gen_utils.FINGERPRINT_PROPERTY_NAME) or ""
+    if expected and not expected.endswith(review_file.fingerprint(path)):
+        raise ingest_report.IngestionError(f"--review {path}: decisions were added while this run read the files; "
+                                           "run again (the new decisions then apply)")
 
 
 def usable_listing(settings: IngestSettings, report_uri: str) -> Listing:
