@@ -5,7 +5,8 @@ after it, each model scored on a clean held-out set.
     python -m bench.review_benchmark --table              # the saved results' table
 
 The set is bench/scale_set.py's photo-like images (10 classes, 160-320 px JPEGs: the default run takes the
-pretrained backbone): the first `--images` are the data, 15% of them moved to another class's folder (seeded),
+pretrained backbone): the first `--images` are the data, 15% of them moved to another class's folder (each
+--seeds value draws other flips of the same images),
 and the next `--test` images a clean test set no run sees. Run 1: `imagepipe run` with its defaults (the label
 check on the backbone's features; --gate warn, so the flips do not stop it). The review: the first 2x(flips)
 rows of its label_issues.csv, decided as a careful reviewer would from the truth (a flipped image relabelled to
@@ -99,7 +100,7 @@ def score(root: str, name: str, test: str) -> dict:
 def run(images: int, test: int, share: float, seed: int) -> dict:
     work = os.path.join(OUT, f"set-{images}-{seed}")
     shutil.rmtree(work, ignore_errors=True)
-    source = make_scale_set(os.path.join(OUT, f"source-{images + test}"), images + test, seed=seed)
+    source = make_scale_set(os.path.join(OUT, f"source-{images + test}"), images + test)  # one set; seeds: the flips
     data, held, truth = plant(source, work, images, test, share, seed)
     root = os.path.join(work, "root")
     common = ["run", "--root", root, "--data", data, "--gate", "warn", "--accuracy-threshold", "0"]
