@@ -266,3 +266,20 @@ def test_a_multi_label_relabel_is_a_label_set_and_may_be_empty(tmp_path):
         review.decide(0, "relabel", "cat;horse")
     review.log.close()
     assert review_file.read(str(tmp_path / "r.csv"))["a" * 64].new_label == ""
+
+
+def test_a_bad_review_file_stops_the_run_in_one_line_before_ingestion(tmp_path, small_digits):
+    from commands import run_imagepipe
+
+    user_file = tmp_path / "notes.csv"
+    user_file.write_text("name,score\nx,1\n")
+    broken = tmp_path / "broken.csv"
+    broken.write_text(review_file.HEADER + "t,abc,cat/1.jpg,rename,cat,dog,why\n")
+    for given, expected in ((tmp_path / "missing.csv", "missing.csv: no such file"),
+                            (user_file, "notes.csv: not a review file"),
+                            (broken, "broken.csv: line 2 is not a decision")):
+        done = run_imagepipe("run", "--root", str(tmp_path / "root"), "--data", small_digits, "--review", str(given))
+        assert done.returncode == 2 and "ImageExampleGen" not in done.stdout, done.stdout
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("imagepipe: error: --review ") and expected in lines[0], lines
+    assert user_file.read_text() == "name,score\nx,1\n"
