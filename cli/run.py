@@ -15,12 +15,13 @@ def print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
     from pipeline.config import pipelines_in_root
     from runs import run_text, verdicts
 
-    predict = None
+    predict = review = None
     if config is not None:
         root = "" if config.root == PipelineConfig().root else f" --root {config.root}"
         name = f" --name {config.pipeline_name}" if len(pipelines_in_root(config.root)) > 1 else ""
         predict = f"imagepipe predict{root}{name} IMAGE..."
-    for line in run_text.format_summary(summary) + verdicts.hints(summary, predict):
+        review = f"imagepipe review{root}{name}"
+    for line in run_text.format_summary(summary) + verdicts.hints(summary, predict, review):
         print(line)
 
 

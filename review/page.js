@@ -4,6 +4,8 @@
 const token = new URLSearchParams(location.search).get("token");
 const api = (path) => path + (path.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token);
 let state = null, shown = [], current = 0, picking = null, chosen = new Set();
+const PAGE = 300;  // cards drawn at a time: thousands of suspects stay quick; more are drawn as the reviewer nears them
+let limit = PAGE;
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -23,7 +25,7 @@ function render() {
                                      (!cls || it.given === cls || it.suggested === cls));
   const main = document.getElementById("items");
   main.replaceChildren();
-  shown.forEach((it, n) => {
+  shown.slice(0, limit).forEach((it, n) => {
     const card = el("section", undefined, "item" + (n === current ? " current" : ""));
     card.dataset.id = it.id;
     const img = el("img");
@@ -44,6 +46,11 @@ function render() {
     card.addEventListener("click", () => { current = n; mark(); });
     main.append(card);
   });
+  if (shown.length > limit) {
+    const more = el("button", (shown.length - limit) + " more: show " + Math.min(PAGE, shown.length - limit));
+    more.addEventListener("click", () => { limit += PAGE; render(); });
+    main.append(more);
+  }
   progress();
 }
 
@@ -53,6 +60,7 @@ function progress() {
 }
 
 function mark() {
+  if (current >= limit - 20 && shown.length > limit) { limit += PAGE; render(); }
   document.querySelectorAll(".item").forEach((node, n) => node.classList.toggle("current", n === current));
   const node = document.querySelectorAll(".item")[current];
   if (node) node.scrollIntoView({block: "nearest"});
@@ -172,7 +180,7 @@ async function start() {
   for (const [id, values] of [["reason", reasons], ["class", classes]]) {
     const select = document.getElementById(id);
     [...values].sort().forEach((v) => { const o = el("option", v); o.value = v; select.append(o); });
-    select.addEventListener("change", () => { current = 0; render(); });
+    select.addEventListener("change", () => { current = 0; limit = PAGE; render(); });
   }
   document.getElementById("file").textContent = "decisions: " + state.file;
   render();

@@ -15,9 +15,10 @@ def by_kind(summary: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return found
 
 
-def hints(summary: Dict[str, Any], predict_command: Optional[str] = None) -> List[str]:
-    """What to look at next, after the summary lines: the quarantine list, TensorBoard, and (when a model
-    was pushed) the command that classifies images with it."""
+def hints(summary: Dict[str, Any], predict_command: Optional[str] = None,
+          review_command: Optional[str] = None) -> List[str]:
+    """What to look at next, after the summary lines: the quarantine list, the data health findings and the page
+    that reviews them, TensorBoard, and (when a model was pushed) the command that classifies images with it."""
     details = {kind: c["details"] for kind, c in by_kind(summary).items()}
     out = []
     if details.get("ImageExampleGen", {}).get("quarantined"):
@@ -28,6 +29,9 @@ def hints(summary: Dict[str, Any], predict_command: Optional[str] = None) -> Lis
     for key, what in (("label_issues", "likely label errors, most likely first"), ("outliers", "outliers")):
         if details.get("DataHealth", {}).get(key):
             out.append(f"{what}: {details['DataHealth'][key + '_csv']}")
+    if review_command and (details.get("DataHealth", {}).get("label_issues")
+                           or details.get("DataHealth", {}).get("outliers")):
+        out.append(f"keep, relabel or exclude them on a page, for the next run's --review: {review_command}")
     if details.get("Trainer", {}).get("model_run"):
         out.append(f"training curves: tensorboard --logdir {details['Trainer']['model_run']}")
     if details.get("ModelCard", {}).get("card_html"):

@@ -40,6 +40,7 @@ def flipped_run(tmp_path_factory, small_digits):
             "--accuracy-threshold", "0"]
     first = run_imagepipe(*args)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert f"on a page, for the next run's --review: imagepipe review --root {root}" in first.stdout  # the hint
     return root, str(data), args
 
 
