@@ -34,7 +34,7 @@ class Items:
     def add(self, kind: str, path: str, reason: str, file: str = "", **fields) -> None:
         item = self._by_path.get(path)
         if item is None:
-            item = {"id": len(self.items), "path": path, "file": file or fs.join(self.data_root, path), "key": "",
+            item = {"id": len(self.items), "path": path, "file": file or self._file(path), "key": "",
                     "split": "", "given": "", "suggested": "", "confidence": None, "kinds": [], "reasons": []}
             self.items.append(item)
             self._by_path[path] = item
@@ -44,6 +44,12 @@ class Items:
         if kind not in item["kinds"]:
             item["kinds"].append(kind)
         item["reasons"].append(reason)
+
+
+    def _file(self, path: str) -> str:
+        """Where a listed path is read: under the data root; an AutoML import file's image elsewhere on Cloud
+        Storage is listed by its whole URI."""
+        return path if fs.is_remote(path) else fs.join(self.data_root, path)
 
 
 def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Items:
