@@ -284,3 +284,18 @@ def test_a_bad_review_file_stops_the_run_in_one_line_before_ingestion(tmp_path, 
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("imagepipe: error: --review ") and expected in lines[0], lines
     assert user_file.read_text() == "name,score\nx,1\n"
+
+
+def test_predict_s_unsure_images_are_listed_and_sure_ones_are_not(tmp_path):
+    from prediction.result_files import json_record
+    from review import items
+
+    results = tmp_path / "results.jsonl"
+    results.write_text("\n".join([
+        json_record({"path": "/photos/a.jpg", "predictions": [("cat", 0.41), ("dog", 0.39)], "unsure": True}),
+        json_record({"path": "/photos/b.jpg", "predictions": [("dog", 0.97), ("cat", 0.03)], "unsure": False}),
+        json_record({"path": "/photos/c.jpg", "error": "not an image"})]) + "\n")
+    found = items.from_run({"components": []}, str(results))
+    assert [(it["path"], it["file"], it["suggested"], it["kinds"]) for it in found.items] == [
+        ("/photos/a.jpg", "/photos/a.jpg", "cat", [items.UNSURE])]
+    assert found.items[0]["reasons"] == ["unsure prediction: best cat at 0.41"]
