@@ -121,8 +121,8 @@ def _predictions(path: str) -> List[Dict[str, Any]]:
     text = fs.read_bytes(path).decode("utf-8")
     if path.endswith(".csv"):
         rows = list(csv.DictReader(io.StringIO(text)))
-        return [{"path": r["path"], "predictions": [{"class": r.get("class") or r.get("label", ""),
-                                                     "probability": float(r.get("probability") or 0)}]}
-                for r in rows if str(r.get("unsure", "")).lower() in ("true", "1", "yes")]
+        return [{"path": r["path"], "predictions": [{"class": r.get("class_1", ""),
+                                                     "probability": float(r.get("probability_1") or 0)}]}
+                for r in rows if r.get("unsure") == "yes"]  # prediction/result_files.py csv_cells
     records = [json.loads(line) for line in text.splitlines() if line.strip()]
     return [r for r in records if r.get("unsure")]

@@ -299,3 +299,15 @@ def test_predict_s_unsure_images_are_listed_and_sure_ones_are_not(tmp_path):
     assert [(it["path"], it["file"], it["suggested"], it["kinds"]) for it in found.items] == [
         ("/photos/a.jpg", "/photos/a.jpg", "cat", [items.UNSURE])]
     assert found.items[0]["reasons"] == ["unsure prediction: best cat at 0.41"]
+    from prediction.result_files import csv_cells, csv_header
+
+    table = tmp_path / "results.csv"
+    with open(table, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(csv_header(2))
+        writer.writerow(csv_cells({"path": "/photos/a.jpg", "predictions": [("cat", 0.41), ("dog", 0.39)],
+                                   "unsure": True}, 2))
+        writer.writerow(csv_cells({"path": "/photos/b.jpg", "predictions": [("dog", 0.97)], "unsure": False}, 2))
+    found = items.from_run({"components": []}, str(table))
+    assert [(it["path"], it["suggested"], it["confidence"]) for it in found.items] == [("/photos/a.jpg", "cat", 0.41)]
+
