@@ -20,6 +20,7 @@ import urllib.parse
 from typing import Any, Dict, List, Optional
 
 from storage import review_file
+from components.example_gen.ingest_defaults import MAX_PIXELS  # ingestion's bound: a file it refuses, never decoded
 from review.items import Items
 from storage import files as fs
 
@@ -27,7 +28,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE, SCRIPT = os.path.join(HERE, "page.html"), os.path.join(HERE, "page.js")
 THUMBNAIL = 256  # px a side in the list
 LARGE = 1024  # px a side when enlarged
-MAX_PIXELS = 50_000_000  # ingestion's bound (components/example_gen/ingest_defaults.py MAX_PIXELS)
 HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                                       "img-src 'self'; connect-src 'self'",
            "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
