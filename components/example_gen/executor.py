@@ -42,8 +42,8 @@ from components.example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_
                                                   quarantine_csv)
 from components.example_gen.ingest_settings import REPORT_KEY, IngestSettings
 from components.example_gen.listing import Candidate, Listing, labels_of, split_sort_key
-from storage import review_file
 from storage import files as fs
+from storage import review_file
 from storage.spreadsheet import csv_text
 
 
