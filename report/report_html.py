@@ -6,7 +6,6 @@ anywhere, offline, as a single file.
 
 import base64
 import html
-import io
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from components.example_gen.ingest_defaults import MAX_PIXELS
@@ -61,19 +60,11 @@ def _fmt(value) -> str:
 
 def thumbnail(data: bytes, size: int = 80, max_pixels: int = MAX_PIXELS) -> Optional[str]:
     """A data: URL of a small PNG of the image, or None when it does not decode or is over the pixel bound that
-    ingestion applies (image_check.open_bounded: a quarantined decompression bomb is never decoded here)."""
-    from components.example_gen.image_check import open_bounded
+    ingestion applies (image_check.thumbnail)."""
+    from components.example_gen import image_check
 
-    try:
-        with open_bounded(data, max_pixels) as image:
-            image.draft("RGB", (size * 2, size * 2))
-            image = image.convert("RGB")
-            image.thumbnail((size, size))
-            out = io.BytesIO()
-            image.save(out, "PNG")
-    except Exception:  # noqa: BLE001 - a quarantined file may not decode at all
-        return None
-    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
+    png = image_check.thumbnail(data, size, max_pixels)
+    return png and "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def tiles(items: Iterable[Dict[str, str]]) -> str:

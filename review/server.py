@@ -11,7 +11,6 @@ never markup) and the server sends a Content-Security-Policy that allows nothing
 import hashlib
 import hmac
 import http.server
-import io
 import json
 import os
 import secrets
@@ -38,7 +37,7 @@ class Review:
 
     def __init__(self, items: Items, classes: List[str], log: review_file.Log, multi_label: bool = False):
         self.items, self.classes, self.log, self.multi_label = items, classes, log, multi_label
-        self.decided = {d.path: d for d in review_file.read(log.path).values()}  # reopened: what was decided
+        self.decided = {d.path: d for d in log.decisions.values()}  # reopened: what was decided
         self._lock = threading.Lock()
 
     def state(self) -> Dict[str, Any]:
@@ -72,23 +71,16 @@ class Review:
 
     def image(self, number: int, size: int) -> Optional[bytes]:
         """A JPEG of the item's image at most `size` a side, or None when it cannot be read or decoded."""
-        from PIL import Image
-
-        from components.example_gen.image_check import open_bounded
+        from components.example_gen.image_check import thumbnail
 
         item = self.items.items[number]
         if not self._readable(item["file"]):
             return None
         try:
-            with open_bounded(fs.read_bytes(item["file"]), MAX_PIXELS) as image:
-                image.draft("RGB", (size * 2, size * 2))
-                image = image.convert("RGB")
-                image.thumbnail((size, size), Image.BILINEAR)
-                out = io.BytesIO()
-                image.save(out, "JPEG", quality=85)
-                return out.getvalue()
-        except Exception:  # noqa: BLE001 - a quarantined or damaged file: the page shows it cannot be shown
+            data = fs.read_bytes(item["file"])
+        except Exception:  # noqa: BLE001 - gone since the run (local or Cloud Storage): shown as not shown
             return None
+        return thumbnail(data, size, MAX_PIXELS, "JPEG")
 
     def _readable(self, file: str) -> bool:
         """A listed file under the data root must resolve inside it (a link out of it is not followed)."""

@@ -120,7 +120,7 @@ class Log:
             raise ConfigError(f"--review-file {path}: the review page writes a file on this machine; give a local "
                               "path (copy it to gs:// for a scheduled run)")
         self.path = os.path.abspath(path)
-        read(self.path)  # refuses a file that is not a review file
+        self.decisions = read(self.path)  # what was decided before; refuses a file that is not a review file
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._file = open(self.path, "a+b")
         try:

@@ -206,6 +206,21 @@ def open_bounded(data: bytes, max_pixels: int, fmt: Optional[str] = None) -> Ima
     return image
 
 
+def thumbnail(data: bytes, size: int, max_pixels: int, fmt: str = "PNG") -> Optional[bytes]:
+    """The image at most `size` a side, encoded as `fmt`, or None when it does not decode or is over the pixel
+    bound (open_bounded: a quarantined decompression bomb is never decoded): the report's and the review page's."""
+    try:
+        with open_bounded(data, max_pixels) as image:
+            image.draft("RGB", (size * 2, size * 2))
+            image = image.convert("RGB")
+            image.thumbnail((size, size))
+            out = io.BytesIO()
+            image.save(out, fmt, **({"quality": 85} if fmt == "JPEG" else {}))
+    except Exception:  # noqa: BLE001 - a quarantined or damaged file may not decode at all
+        return None
+    return out.getvalue()
+
+
 def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
             sign: bool = False) -> Tuple[ImageInfo, Optional[Image.Image]]:
     """Decodes `data` (checks first); returns its info (with its perceptual signature when `sign`) and,

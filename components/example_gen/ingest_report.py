@@ -63,9 +63,9 @@ def build_summary(listing: Listing, counts: Dict[tuple, int], bad: List[Dict[str
         "downscaled": downscaled,  # examples holding a copy within store_max_pixels
         "quarantined": len(bad),
         "skipped_hidden": listing.skipped_hidden,
-        # Copies dropped on request (--drop-duplicates, --near-duplicates drop) are quarantined, but they
-        # are not bad files.
-        "bad_fraction": round((len(bad) - dropped_copies(reasons)) / max(1, len(listing.candidates)), 6),
+        # Files quarantined on request (copies dropped with --drop-duplicates or --near-duplicates drop, images a
+        # review excluded) are not bad files.
+        "bad_fraction": round((len(bad) - quarantined_on_request(reasons)) / max(1, len(listing.candidates)), 6),
         "quarantine_reasons": dict(sorted(reasons.items())),
         "examples_per_split": examples,
         "examples_per_split_and_class": per_split,  # multi-label: images per label (an image counts for each)
@@ -104,7 +104,7 @@ def cooccurrence(label_sets: Dict[str, int]) -> Dict[str, Dict[str, int]]:
     return {a: dict(sorted(others.items())) for a, others in sorted(pairs.items())}
 
 
-def dropped_copies(reasons: Dict[str, int]) -> int:
+def quarantined_on_request(reasons: Dict[str, int]) -> int:
     """Files quarantined on request (copies dropped, images a review excluded): not bad files."""
     return (reasons.get(Reason.DUPLICATE, 0) + reasons.get(Reason.NEAR_DUPLICATE, 0)
             + reasons.get(Reason.EXCLUDED_BY_REVIEW, 0))
@@ -121,7 +121,7 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
             f"{source}: no valid image among {seen} files (quarantined: {top}); "
             "check that the path holds JPEG, PNG, GIF or BMP images")
     if summary["bad_fraction"] > max_bad_fraction:
-        bad -= dropped_copies(summary["quarantine_reasons"])
+        bad -= quarantined_on_request(summary["quarantine_reasons"])
         raise IngestionError(
             f"{source}: {bad} of {seen} files ({summary['bad_fraction']:.1%}) were quarantined ({top}), "
             f"over the limit of {max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")

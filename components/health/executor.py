@@ -62,20 +62,21 @@ class Examples:
 def _inputs(transformed: types.Artifact, features: Optional[types.Artifact]):
     """(split -> file pattern of the examples, the features' description for passes.build or None): splits with
     files only."""
-    examples = {}
-    for split in _SPLITS:
-        uri = artifact_utils.get_split_uri([transformed], split)
-        if fileio.glob(os.path.join(uri, "*")):
-            examples[split] = io_utils.all_files_pattern(uri)
     if features is None:
-        return examples, None
+        return _split_patterns(transformed), None
     source = json.loads(io_utils.read_string_file(os.path.join(features.uri, FEATURES_SOURCE_FILE)))
-    files = {}
+    return _split_patterns(transformed), {"dim": source["dim"], "views": source["views"],
+                                          "files": _split_patterns(features)}
+
+
+def _split_patterns(artifact: types.Artifact) -> Dict[str, str]:
+    """split -> the file pattern of its records, for the splits that have files."""
+    patterns = {}
     for split in _SPLITS:
-        uri = artifact_utils.get_split_uri([features], split)
+        uri = artifact_utils.get_split_uri([artifact], split)
         if fileio.glob(os.path.join(uri, "*")):
-            files[split] = io_utils.all_files_pattern(uri)
-    return examples, {"dim": source["dim"], "views": source["views"], "files": files}
+            patterns[split] = io_utils.all_files_pattern(uri)
+    return patterns
 
 
 def _examples(found: Dict[str, Any]) -> Examples:
