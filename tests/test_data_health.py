@@ -112,6 +112,50 @@ def test_drop_keeps_one_copy_of_each_group_in_train_and_reports_conflicts(near_t
     assert summary["files_seen"] == summary["examples_written"] + summary["quarantined"]  # every file accounted for
 
 
+def test_drop_on_hash_split_data_removes_each_copy_from_the_split_it_was_placed_in(near_tree, tmp_path):
+    """The same photos in class folders: the split is by content hash and these small classes wait whole for
+    their placement (placement.py: Beam stages), so every copy --near-duplicates drop removes sits in a placed
+    shard. The dropped files are gone, each group keeps its first file, the counts are those of the examples
+    written, and Beam's multi-process mode (the stages pickled to worker processes) writes the same."""
+    import shutil
+
+    source, expected = near_tree
+    data = tmp_path / "flat"
+    for split in ("train", "eval"):
+        for label in ("china", "flower"):
+            for name in os.listdir(os.path.join(source, split, label)):
+                os.makedirs(data / label, exist_ok=True)
+                shutil.copy(os.path.join(source, split, label, name), data / label / f"{split}-{name}")
+    runs = {}
+    for mode, args in (("in process", None), ("worker processes", ["--direct_running_mode=multi_processing",
+                                                                   "--direct_num_workers=2"])):
+        examples, report = run_executor(str(data), tmp_path / mode.replace(" ", "-"), beam_args=args,
+                                        near_duplicates="drop")
+        written = read_examples(examples.uri)
+        where = {e["image/filename"].decode(): split for split, es in written.items() for e in es}
+        with open(os.path.join(report.uri, QUARANTINE_FILE), newline="") as f:
+            dropped = {row["path"]: row for row in csv.DictReader(f) if row["reason"] == "near_duplicate"}
+        groups, _ = _groups(report.uri)
+        summary = _summary(report)
+        assert len(where) == sum(len(es) for es in written.values())  # nothing twice
+        assert len(groups) == 10 and len(dropped) == 9  # the conflicting pair stays, for a person
+        assert not set(dropped) & set(where) and len(where) + len(dropped) == summary["files_seen"]
+        for group in groups:
+            kept = [path for path in group if path in where]
+            assert len(kept) == (2 if len(group - set(dropped)) == 2 else 1), group
+        for path, row in dropped.items():  # each row names the split the file was placed in, never "_pending"
+            assert row["split"] in ("train", "eval") and "kept there only" in row["detail"]
+        per_class = {split: {} for split in written}
+        for split, es in written.items():
+            for e in es:
+                label = e["image/class/text"].decode()
+                per_class[split][label] = per_class[split].get(label, 0) + 1
+        assert summary["examples_per_split_and_class"] == per_class
+        assert summary["examples_written"] == len(where) and summary["near_duplicates_dropped"] == 9
+        runs[mode] = (where, dropped)
+    assert runs["in process"] == runs["worker processes"]
+
+
 @pytest.mark.parametrize("data", ["near_tree", "near_tree with twins dropped", "digits_dir"])
 def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request, tmp_path, monkeypatch):
     """The search in the executor's memory (local runs) and as Beam stages (Dataflow, or past

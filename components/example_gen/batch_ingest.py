@@ -61,14 +61,13 @@ class Meta(NamedTuple):
 
 
 class Pending(NamedTuple):
-    """A file written to a PENDING shard (stratify.py): its Meta, and what placing it after the run needs. Only
-    these files carry it: three more fields on every Meta cost the executor ~30 kB a file in Beam (measured:
+    """A file written to a PENDING shard (stratify.py): its Meta, and what placing it (placement.py) needs. Only
+    these files carry it: more fields on every Meta cost the executor ~30 kB a file in Beam (measured:
     8,000 files, peak 1,035 -> 1,327 MB)."""
 
     meta: Meta
     width: int  # of the file as found: its size bins are counted once its split is known
     height: int
-    record_bytes: int  # of its serialized example: its new shard is sized from it
 
 
 class Shard(NamedTuple):
@@ -239,7 +238,7 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
         result.metas.append(Meta(sha, c.rel_path, c.label, split, c.split is not None, info.format, shard, index,
                                  downscaled, info.signature.hex()))
         if split == stratify.PENDING:
-            result.pending.append(Pending(result.metas[-1], info.width, info.height, len(record)))
+            result.pending.append(Pending(result.metas[-1], info.width, info.height))
         result.written[(split, c.label, info.format, downscaled)] += 1
         if not c.split and split != stratify.PENDING:
             result.stratified[(stratum, split)] += 1

@@ -30,8 +30,8 @@ from storage.progress_events import progress_event
 class InspectAndWrite(beam.DoFn):
     """Ingests the batch file it is given; see batch_ingest.ingest_batch.
 
-    Outputs a Meta per written example (main, for duplicate detection) and, on
-    the 'results' tag, ("bad", quarantine row), ("shard", Shard) for every
+    Outputs a Meta per written example (main, for duplicate detection), a Pending per file written to a PENDING
+    shard (on 'pending'), and, on the 'results' tag, ("bad", quarantine row), ("shard", Shard) for every
     staging shard it wrote and ("written", counts per (split, label, format, downscaled)).
     """
 
@@ -91,8 +91,8 @@ class InspectAndWrite(beam.DoFn):
         yield beam.pvalue.TaggedOutput("results", ("written", [[*k, n] for k, n in result.written.items()]))
         yield beam.pvalue.TaggedOutput("results", ("sizes", [[*k, n] for k, n in result.sizes.items()]))
         yield beam.pvalue.TaggedOutput("results", ("stratified", [[*k, n] for k, n in result.stratified.items()]))
-        for pending in result.pending:  # placed after the run (stratify.py): the executor needs each of them
-            yield beam.pvalue.TaggedOutput("results", ("pending", [list(pending.meta), *pending[1:]]))
+        for pending in result.pending:  # placed by rank once every file is read (placement.py)
+            yield beam.pvalue.TaggedOutput("pending", pending)
         for path in result.signature_files:  # the near-duplicate search in the executor reads them
             yield beam.pvalue.TaggedOutput("results", ("signatures", path))
         for reviewed in result.reviewed:
@@ -158,7 +158,8 @@ class Resolve(beam.DoFn):
 class CollectResults(beam.CombineFn):
     """Gathers the small results of the run into one dict (lists, and counts of written examples)."""
 
-    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "pending", "signatures", "reviewed")
+    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "signatures", "reviewed", "notes",
+             "rejected_split")
     COUNTS = ("written", "sizes", "stratified")  # [*key, n] rows, summed by key
 
     def create_accumulator(self):

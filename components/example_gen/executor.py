@@ -4,14 +4,14 @@ The Beam graph, per run:
 
   candidate batch files --InspectAndWrite--> staging shards (gzip TFRecords, one pass over the bytes)
                                |--> Meta per example --GroupByKey(sha256)--> Resolve --> copies to remove
-                               |--> quarantine rows, closed shards, counts, pending files --> results.json
+                               |--> Pending per file near its class's split boundary (stratify.py)
+                                      --placement.py: placed by rank per stratum, pending shards rewritten by split
+                               |--> quarantine rows, closed shards, counts, notes --> results.json
 
-Then, outside Beam, the files near their class's split boundary (stratify.py: written to PENDING shards) are
-placed by rank, and the shards are finalized: renamed to
-Split-<split>/data_tfrecord-NNNNN-of-NNNNN.gz; a pending shard, and the rare shard that holds a
-copy Resolve rejected (same bytes under two labels, across two splits), is
-rewritten. Only metadata goes through the GroupByKey, so memory does
-not grow with the bytes of the corpus, and each file is read once.
+Then, outside Beam, near-duplicates are decided on the final splits and the shards finalized: renamed to
+Split-<split>/data_tfrecord-NNNNN-of-NNNNN.gz (the rare shard holding a rejected copy is rewritten). Only metadata
+goes through the shuffles and only counts, shards and problem files reach this process, so memory does not grow
+with the bytes of the corpus, and each file is read once.
 """
 
 import collections
@@ -35,8 +35,8 @@ from tfx.utils import io_utils
 from components import drift
 from components.beam_pickler import quiet_pickler_trace
 from components.example_gen import (FAILED_DIR, LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
-                                    SUMMARY_FILE, batch_ingest, beam_steps, ingest_report, near_duplicates, shards,
-                                    sources, stratify)
+                                    SUMMARY_FILE, batch_ingest, beam_steps, ingest_report, near_duplicates, placement,
+                                    shards, sources, stratify)
 from components.example_gen.image_check import Reason
 from components.example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary, log_summary,
                                                   quarantine_csv)
@@ -82,8 +82,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         review = review_decisions(settings.review, listing)
         found, found_pairs, elapsed, search = self._inspect_and_write(listing, settings, staging, label_map,
                                                                       hash_splits, shares, strata, review)
-        placed = place_and_finalize(found, found_pairs, settings, hash_splits, shares, examples.uri, split_names,
-                                    strata)
+        placed = place_and_finalize(found, found_pairs, settings, staging, examples.uri, split_names)
         io_utils.delete_dir(staging)
 
         summary = build_summary(listing, placed.counts, placed.bad, label_map, split_names, found["duplicates"])
@@ -140,12 +139,20 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 | "CandidateBatches" >> beam.Create(batch_files, reshuffle=processes == 1)
                 | "InspectAndWrite" >> beam.ParDo(beam_steps.InspectAndWrite(
                     ingest_settings, processes, total_files=len(listing.candidates)))
-                .with_outputs("results", main="metas"))
+                .with_outputs("results", "pending", main="metas"))
             resolved = (inspected.metas
                         | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
                         | "GroupByHash" >> beam.GroupByKey()
                         | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates)))
-            outputs = [inspected.results, resolved]
+            # The pending files placed by rank in their stratum, and their shards rewritten (placement.py).
+            assigned = (placement.stratum_items(inspected.results, resolved, inspected.pending, strata)
+                        | "Assign" >> beam.ParDo(placement.Assign(hash_splits, shares))
+                        .with_outputs("results", main="placed"))
+            rewritten = (assigned.placed
+                         | "ByPendingShard" >> beam.GroupByKey()
+                         | "Rewrite" >> beam.ParDo(placement.Rewrite(staging, settings.compression_level,
+                                                                     settings.shard_megabytes << 20)))
+            outputs = [inspected.results, resolved, assigned.results, rewritten]
             if searched and not in_memory:  # near-duplicates through Beam's shuffle (else after the run)
                 outputs.append(near_pairs_in_beam(inspected.metas, len(listing.candidates)))
             # The small results go through one file, checked after the run.
@@ -244,32 +251,35 @@ class Placed(NamedTuple):
     notes: List[str]
 
 
-def place_and_finalize(found, found_pairs, settings: IngestSettings, hash_splits, shares, examples_uri: str,
-                       split_names: List[str], strata: Optional[stratify.LabelStrata] = None) -> Placed:
-    """The pending files placed by rank, near-duplicates decided, the shards renamed (or rewritten) into their
-    Split-* folders."""
+def place_and_finalize(found, found_pairs, settings: IngestSettings, staging: str, examples_uri: str,
+                       split_names: List[str]) -> Placed:
+    """Near-duplicates decided on the files' final splits (the pending files were placed in Beam: placement.py),
+    and the shards renamed (or, the rare one holding a rejected copy, rewritten) into their Split-* folders."""
     counts = collections.Counter({tuple(k): n for *k, n in found["written"]})  # (split, label, format, copy)
     sizes = collections.Counter({tuple(k): n for *k, n in found["sizes"]})  # (split, side, bin)
+    rejected_split = {(shard, index): split for shard, index, split in found["rejected_split"]}
     rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
-    pending = [batch_ingest.Pending(batch_ingest.Meta(*meta), *rest) for meta, *rest in found["pending"]]
-    placed, notes = shards.place_pending(pending, found["stratified"], rejected, counts, sizes, hash_splits, shares,
-                                         strata)
-    rejected = [(shards.placed_meta(meta, placed), {**row, "split": shards.placed_meta(meta, placed).split})
-                for meta, row in rejected]
-    pairs = {(a.rel_path, b.rel_path): (shards.placed_meta(a, placed), shards.placed_meta(b, placed))
-             for a, b in found_pairs}
+    where = placement.moved([m for m, _ in rejected] + [m for pair in found_pairs for m in pair], staging,
+                            rejected_split)
+
+    def placed(meta: batch_ingest.Meta) -> batch_ingest.Meta:
+        return where.get((meta.shard, meta.index), meta)
+
+    rejected = [(placed(meta), {**row, "split": placed(meta).split}) for meta, row in rejected]
+    pairs = {(a.rel_path, b.rel_path): (placed(a), placed(b)) for a, b in found_pairs}
     groups = near_duplicates.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
     eval_written = sum(n for key, n in counts.items() if key[0] == "eval")
     near, near_rejected = near_duplicates.decide(groups, settings.near_duplicates, eval_written)
     if settings.near_duplicates == "off":  # not 0: unknown (the card, the report and data health say so)
         near.update({key: None for key in near_duplicates.SEARCHED_FIGURES})
     rejected += near_rejected
-    sizes_of = {(p.meta.shard, p.meta.index): p.record_bytes for p in pending}
     shards.finalize_shards([batch_ingest.Shard(*s) for s in found["shard"]], rejected, examples_uri, split_names,
-                           settings.compression_level, {k: (split, sizes_of[k]) for k, split in placed.items()},
-                           settings.shard_megabytes << 20)
+                           settings.compression_level, placement.placed_dir(staging))
     for meta, _ in rejected:
         counts[(meta.split, meta.label, meta.format, meta.downscaled)] -= 1
+    notes = sorted(found["notes"])
+    for note in notes:
+        logging.warning("ImageExampleGen: %s", note)
     return Placed(counts, sizes, found["bad"] + [row for _, row in rejected], groups, near, notes)
 
 
