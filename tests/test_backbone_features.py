@@ -4,6 +4,7 @@ reused from the content-addressed cache, never read half-written, shared safely 
 import json
 import multiprocessing
 import os
+import sys
 import zlib
 
 import numpy as np
@@ -122,15 +123,17 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     assert first["backbone_seconds"] > 0 and second["backbone_seconds"] == 0  # where the time went, in the summary
     assert all(np.array_equal(x[1], y[1]) for split in found for x, y in zip(found[split], again[split]))
 
-    # Damaged and half-written entries are never read: computed again.
-    entries = sorted(p for p in (cache / first["fingerprint"]).rglob("*" + feature_cache.ENTRY_SUFFIX))
-    with open(entries[0], "r+b") as f:  # a write cut short (a copy of the cache, a full disk)
-        f.truncate(100)
-    os.rename(entries[1], str(entries[1]) + ".tmp-deadbeef")  # an interrupted write: only its temporary file
-    size = os.path.getsize(entries[2])
-    entries[2].write_bytes(os.urandom(size))  # the right length, random bytes (a damaged disk)
-    nan = np.full(1280, np.nan, "<f4").tobytes()
-    entries[3].write_bytes(nan + zlib.crc32(nan).to_bytes(4, "little"))  # whole, its checksum right, not finite
+    # Damaged and half-written packs and entries are never read: computed again.
+    packs = sorted((cache / first["fingerprint"]).rglob("*" + feature_cache.PACK_SUFFIX),
+                   key=lambda p: -feature_cache.Pack.entries_in(p.stat().st_size, 1280))  # train's 20, eval's 6
+    entry = feature_cache.Pack.entry_bytes(1280)
+    with open(packs[0], "r+b") as f:  # a copy cut short (a full disk): its last two entries lost
+        f.truncate(packs[0].stat().st_size - entry - 10)
+        f.seek(feature_cache.Pack.offset(1280, 20, 0))
+        f.write(os.urandom(entry))  # the right length, random bytes (a damaged disk)
+        nan = np.full(1280, np.nan, "<f4").tobytes()
+        f.write(nan + zlib.crc32(nan).to_bytes(4, "little"))  # whole, its checksum right, not finite
+    os.rename(packs[1], str(packs[1]) + ".tmp-deadbeef")  # an interrupted write: only its temporary file
 
     graph = cache / first["fingerprint"] / feature_cache.GRAPH_FILE
     graph.unlink()  # a cache written before the frozen graph was kept: the workers make it again, once
@@ -139,9 +142,9 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     monkeypatch.setattr(models, "make_backbone", lambda *a, **k: made.append(a) or make_backbone(*a, **k))
     third, refound = run(grown, tmp_path / "c", cache, weights[0])
     monkeypatch.undo()
-    assert (third["computed"], third["reused"]) == (4 + 3, 26 - 4)
+    assert (third["computed"], third["reused"]) == (2 + 1 + 1 + 6 + 3, 26 - 10)
     assert len(made) == 2 and graph.stat().st_size > 4 * 1280 * 100  # the weights are in it as constants
-    assert os.path.getsize(entries[0]) == 4 * 1280 + 4 and os.path.exists(entries[1])
+    assert os.path.exists(packs[0]) and os.path.exists(str(packs[1]) + ".tmp-deadbeef")  # never changed
     assert all(np.isfinite(v).all() for _, v, _ in refound["train"] + refound["eval"])
     # The four computed again, in a batch of their own, agree within oneDNN's rounding of other batch sizes.
     old = {key: vector for key, vector, _ in found["train"] + found["eval"]}
@@ -168,7 +171,8 @@ def test_two_pipelines_writing_one_cache_at_once(tmp_path, weights):
         (images_a, train_a), (images_b, train_b) = pool.map(_run_in_process, jobs)
     assert images_a == images_b == 26 and np.array_equal(train_a, train_b)
     (described,) = feature_cache.describe(cache)
-    assert described["entries"] == 26  # one entry per image, whoever wrote it
+    index = feature_cache.FeatureCache(cache, described["fingerprint"], 1280).index()
+    assert len(set(index.digests)) == 26  # every image's features, whoever wrote them (maybe both: the same bytes)
     assert not [p for p in (tmp_path / "cache").rglob("*.tmp-*")]
 
 
@@ -194,7 +198,8 @@ def test_the_cache_is_bounded_by_dropping_the_least_recently_used_backbone(tmp_p
         entries = feature_cache.FeatureCache(cache, fingerprint, dim=4)
         for n in range(10):
             entries.put(f"{n:064x}", np.arange(4, dtype=np.float32))
-        feature_cache.write_whole(os.path.join(cache, fingerprint, feature_cache.INFO_FILE), b'{"model": "m"}')
+        feature_cache.write_whole(os.path.join(cache, fingerprint, feature_cache.INFO_FILE),
+                                  b'{"model": "m", "dim": 4}')
         feature_cache.touch(cache, fingerprint)
         if used:
             open(os.path.join(cache, fingerprint, feature_cache.LAST_USED), "w").write(used)  # long ago
@@ -271,3 +276,45 @@ def test_feature_examples_are_the_tf_examples_tensorflow_writes(label, key):
                                                   features.KEY: tf.io.FixedLenFeature([], tf.string)})
     assert np.array_equal(parsed[features.FEATURES_KEY].numpy(), vector)
     assert (int(parsed[features.LABEL_KEY]), parsed[features.KEY].numpy()) == (label, key)
+
+
+def read_cache_main():
+    """sys.argv ROOT FINGERPRINT DIM KEY...: prints one JSON line: each key's cached vector (None: not found) and
+    the cache root described. For a test that reads a cache on (a stand-in for) Cloud Storage (run_helper)."""
+    root, fingerprint, dim, *keys = sys.argv[1:]
+    got = feature_cache.FeatureCache(root, fingerprint, int(dim)).get_many(keys)
+    print(json.dumps({"vectors": [None if v is None else v.tolist() for v in got],
+                      "described": [{k: d[k] for k in ("fingerprint", "entries", "bytes", "model")}
+                                    for d in feature_cache.describe(root)]}))
+
+
+def test_a_cache_on_cloud_storage_is_read_a_pack_at_a_time_and_listed(tmp_path):
+    """A cache on gs:// (the real client against a local stand-in of Cloud Storage): a run reads each pack's keys
+    once and then the span of each pack it needs in one request, not an object per image; `imagepipe cache`'s
+    listing counts its entries and bytes there as on disk."""
+    from commands import run_helper
+    from fake_endpoints import FakeService
+
+    bucket = tmp_path / "bucket"
+    cache = feature_cache.FeatureCache(str(bucket / "cache"), "fp", dim=4)
+    vectors = {f"{p}-{i}": np.arange(4, dtype=np.float32) + 10 * p + i for p in range(3) for i in range(100)}
+    for p in range(3):  # three batches, three packs
+        cache.put_many([f"{p}-{i}" for i in range(100)], np.stack([vectors[f"{p}-{i}"] for i in range(100)]))
+    feature_cache.write_whole(str(bucket / "cache" / "fp" / feature_cache.INFO_FILE), b'{"model": "m", "dim": 4}')
+    feature_cache.touch(str(bucket / "cache"), "fp")
+    wanted = [f"{p}-{i}" for p in range(3) for i in range(0, 100, 3)]  # a third of each pack
+    with FakeService(buckets={"photos-1": str(bucket)}) as gcs:
+        done = run_helper("test_backbone_features:read_cache_main", "gs://photos-1/cache", "fp", "4", *wanted,
+                          "not-cached", env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
+                                             "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))},
+                          timeout=300)
+        reads = gcs.find("GET", r"^/download/storage/v1/b/photos-1/o/.*\.pack$")
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["vectors"][:-1] == [vectors[key].tolist() for key in wanted] and found["vectors"][-1] is None
+    assert len(reads) == 3 + 3  # each pack's keys, then its span: 6 requests for 102 lookups
+    ((described),) = found["described"]
+    packs = list((bucket / "cache" / "fp" / feature_cache.PACKS_DIR).iterdir())
+    assert (described["fingerprint"], described["entries"], described["model"]) == ("fp", 300, "m")
+    assert described["bytes"] == sum(p.stat().st_size for p in (bucket / "cache" / "fp").rglob("*") if p.is_file())
+    assert len(packs) == 3

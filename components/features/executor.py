@@ -5,7 +5,7 @@ Per split:
   transformed records --BatchElements (by bytes)--> ComputeFeatures --> Split-<split>/features-*.tfrecord
 
 ComputeFeatures keys each image by the SHA-256 of its pixels, takes the features the cache has, runs
-the backbone on the rest (in calls of MODEL_BATCH images) and caches them. A worker process loads the
+the backbone on the rest (in calls of MODEL_BATCH images) and caches them (a pack a batch). A worker process loads the
 run's backbone (backbone.prepare() stored it in the cache as a frozen graph) once for all splits
 (shared_extractor), at its first image the cache lacks, so a rerun on cached images loads none. With
 --augment, the train split also gets hp.augment_views augmented views of each image (trainer/input_pipeline.py
@@ -24,6 +24,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, NamedTuple
 
@@ -76,12 +77,13 @@ class ComputeFeatures(beam.DoFn):
 
     IN_FLIGHT = 2
 
-    def __init__(self, hp: HParams, prepared: backbone.Prepared, cache_root: str, views: int):
+    def __init__(self, hp: HParams, prepared: backbone.Prepared, cache_root: str, views: int, run: str = ""):
         self._hp, self._prepared, self._root, self._views = hp, prepared, cache_root, views
+        self._run = run  # the executor's run: its splits' DoFns in one process share the cache's index
         self._counters = {name: beam.metrics.Metrics.counter("BackboneFeatures", name) for name in COUNTERS + TIMERS}
 
     def setup(self):
-        self._cache = feature_cache.FeatureCache(self._root, self._prepared.fingerprint, self._prepared.dim)
+        self._cache = shared_cache(self._run, self._root, self._prepared)
         self._augment_id = hashlib.sha256(self._hp.augment.encode()).hexdigest()[:8]
         self._backbone_thread = ThreadPoolExecutor(1)
         self._writer = ThreadPoolExecutor(1)
@@ -91,7 +93,7 @@ class ComputeFeatures(beam.DoFn):
     def teardown(self):
         self._backbone_thread.shutdown()
         self._writer.shutdown()
-        self._cache.close()
+        release_cache(self._run)
 
     def start_bundle(self):
         self._pending = collections.deque()
@@ -161,7 +163,7 @@ class ComputeFeatures(beam.DoFn):
 
         from trainer import input_pipeline
 
-        writes, size, started = [], self._hp.image_size, time.perf_counter()
+        names_done, vectors_done, size, started = [], [], self._hp.image_size, time.perf_counter()
         # Made at the first batch with an image the cache lacks (only such batches come here): a rerun on
         # cached images makes no backbone at all. Its making counts as backbone time.
         plain, augmented = shared_extractor(self._hp, self._prepared)
@@ -181,9 +183,10 @@ class ComputeFeatures(beam.DoFn):
                     vectors = plain(pixels)
                 out[chosen, view] = vectors.numpy()
                 spent += time.perf_counter() - started
-                writes.append(self._writer.submit(self._put, names[start:start + MODEL_BATCH],
-                                                  np.array(out[chosen, view])))
-        return int(spent * 1000), sum(write.result() for write in writes)  # a failed write fails the step
+                names_done += names[start:start + MODEL_BATCH]
+                vectors_done.append(np.array(out[chosen, view]))
+        # The batch's features as one pack (feature_cache.py); a failed write fails the step.
+        return int(spent * 1000), self._writer.submit(self._put, names_done, np.concatenate(vectors_done)).result()
 
     def _put(self, names: List[str], vectors) -> int:
         started = time.perf_counter()
@@ -208,6 +211,27 @@ class ComputeFeatures(beam.DoFn):
         yield beam.pvalue.TaggedOutput(MOMENTS, (len(plain), plain.sum(axis=0), (plain ** 2).sum(axis=0)))
         for vector, label, key in zip(batch.out, batch.labels, batch.hashes):
             yield feature_example(vector, label if isinstance(label, list) else int(label), key)
+
+
+_CACHES: Dict[str, list] = {}  # run -> [its FeatureCache, the DoFns using it]
+_CACHES_LOCK = threading.Lock()
+
+
+def shared_cache(run: str, root: str, prepared: backbone.Prepared) -> feature_cache.FeatureCache:
+    """The run's cache in this process: its index of the packs' keys is read once for every split."""
+    with _CACHES_LOCK:
+        entry = _CACHES.setdefault(run, [feature_cache.FeatureCache(root, prepared.fingerprint, prepared.dim), 0])
+        entry[1] += 1
+        return entry[0]
+
+
+def release_cache(run: str) -> None:
+    with _CACHES_LOCK:
+        entry = _CACHES[run]
+        entry[1] -= 1
+        if not entry[1]:
+            entry[0].close()
+            del _CACHES[run]
 
 
 _SHARED = {"key": None, "extractor": None}  # the last backbone made in this process (one at a time: it is large)
@@ -263,6 +287,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         logging.info("BackboneFeatures: %s at %d px, %d features an image, cache %s (fingerprint %s), views %s",
                      hp.model, hp.image_size, prepared.dim, cache_root, prepared.fingerprint, views)
         pipeline = self._make_beam_pipeline()
+        run = uuid.uuid4().hex  # its splits share one index of the cache (shared_cache)
         profile_path = os.path.join(output.uri, FEATURE_PROFILE_FILE)
         for split in splits:
             computed = (pipeline
@@ -273,7 +298,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                         # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
                         | f"Batch[{split}]" >> beam.BatchElements(min_batch_size=BATCH_BYTES,
                                                                   max_batch_size=BATCH_BYTES, element_size_fn=len)
-                        | f"Features[{split}]" >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views[split]))
+                        | f"Features[{split}]" >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views[split], run))
                         .with_outputs(MOMENTS, main="examples"))
             _ = (computed.examples
                  | f"Write[{split}]" >> beam.io.WriteToTFRecord(  # uncompressed (trainer/features.py compression)

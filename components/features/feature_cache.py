@@ -4,36 +4,42 @@
     <cache root>/<fingerprint>/features_graph.pb         the same backbone as a frozen graph (what workers run)
     <cache root>/<fingerprint>/info.json                 model, image size, dimension, versions
     <cache root>/<fingerprint>/last_used                 touched by every run that uses it (pruning order)
-    <cache root>/<fingerprint>/<k[:2]>/<k>.f32           one image's pooled features, float32 little-endian,
-                                                         then the CRC-32 of those bytes
+    <cache root>/<fingerprint>/packs/<id>.pack           the features of one batch of images (Pack)
     <cache root>/sources/<source key>.json               which fingerprint a weights file or seed gave
                                                          (backbone.py: later runs need not make the backbone)
 
 The fingerprint covers everything the features depend on besides the pixels: the backbone, the
 hash of its weights as loaded (another --weights file, or other random weights, is another
-fingerprint), the scaling in front of it, the input size, and the TensorFlow and Keras versions.
-The entry key is the SHA-256 of the image's resized pixels (what the backbone sees, so it also
-covers the image bytes, the resize and the decoding), suffixed for an augmented view.
+fingerprint), the scaling in front of it, the input size, the TensorFlow and Keras versions and
+this file's FORMAT_VERSION. An entry's key is the SHA-256 of the image's resized pixels (what the
+backbone sees, so it also covers the image bytes, the resize and the decoding), suffixed for an
+augmented view.
 
-An entry is a file of its own: a local read or write costs tens of microseconds. On an object store
-each is a request of tens of milliseconds, so get_many() and put_many() keep IO_THREADS of them in
-flight at once.
+Packed, not a file an entry: at ten million images, an object per image and view was tens of
+millions of objects, a request each on every rerun. A worker writes the entries of one batch into one
+pack; a run reads every pack's keys once (its index: 40 bytes an entry, in each worker process) and
+then, per batch, each pack it needs in one ranged read of the span it needs (a rerun's batches are
+the first run's, so that is a pack or two a batch).
 
-Safe to share: entries are written under a temporary name and renamed (an object store writes an
-object whole), so no half-written entry is ever read; two pipelines writing the same key write the
-same bytes; an entry of the wrong length, whose checksum does not match (a damaged disk, a copy gone wrong) or
-holding a value that is not finite is computed again. `prune()` bounds the cache by dropping
-the least recently used fingerprints; `imagepipe cache` shows and clears it.
+Safe to share: packs are written under a temporary name and renamed (an object store writes an
+object whole), never changed, so no half-written pack is ever read; two pipelines writing the same
+key write the same bytes; a pack cut short, an entry whose checksum does not match (a damaged disk, a
+copy gone wrong) or holding a value that is not finite is computed again. `prune()` bounds the cache by
+dropping the least recently used fingerprints; `imagepipe cache` shows and clears it, on disk or gs://.
 """
 
+import collections
 import errno
+import hashlib
 import json
 import os
+import struct
+import threading
 import time
 import uuid
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -43,52 +49,215 @@ WEIGHTS_FILE = "backbone.weights.h5"
 GRAPH_FILE = "features_graph.pb"
 INFO_FILE = "info.json"
 LAST_USED = "last_used"
-ENTRY_SUFFIX = ".f32"
+PACKS_DIR = "packs"
+PACK_SUFFIX = ".pack"
 SOURCES_DIR = "sources"
-FORMAT_VERSION = 2  # bump when what an entry holds changes (2: the CRC-32 after the vector)
-IO_THREADS = 32  # entries read or written at once on an object store
+FORMAT_VERSION = 3  # bump when what an entry holds changes (2: the CRC-32 after the vector; 3: packs)
+IO_THREADS = 32  # packs read at once on an object store
+READ_GAP = 64 << 10  # entries of one pack this close are read in one request (the bytes between included)
+
+
+class Pack:
+    """One pack's bytes: MAGIC, dim and n (uint32 little-endian), the CRC-32 of the keys, the n keys (each the
+    SHA-256 of an entry's name), then per entry its float32 little-endian vector and the CRC-32 of its bytes."""
+
+    MAGIC = b"IPF3"
+    HEADER = 16
+
+    @staticmethod
+    def encode(digests: Sequence[bytes], vectors: np.ndarray) -> bytes:
+        vectors = np.asarray(vectors, dtype="<f4")
+        keys = b"".join(digests)
+        parts = [Pack.MAGIC, struct.pack("<III", vectors.shape[1], len(digests), zlib.crc32(keys)), keys]
+        for vector in vectors:
+            data = vector.tobytes()
+            parts += [data, zlib.crc32(data).to_bytes(4, "little")]
+        return b"".join(parts)
+
+    @staticmethod
+    def entry_bytes(dim: int) -> int:
+        return 4 * dim + 4
+
+    @staticmethod
+    def offset(dim: int, n: int, i: int) -> int:
+        return Pack.HEADER + 32 * n + i * Pack.entry_bytes(dim)
+
+    @staticmethod
+    def entries_in(size: int, dim: int) -> int:
+        """The entries a whole pack of `size` bytes holds."""
+        return max(0, size - Pack.HEADER) // (32 + Pack.entry_bytes(dim))
+
+    @staticmethod
+    def vector(data: bytes) -> Optional[np.ndarray]:
+        """An entry's vector, or None (cut short, its checksum wrong, or not finite)."""
+        if len(data) < 8 or zlib.crc32(data[:-4]).to_bytes(4, "little") != data[-4:]:
+            return None
+        vector = np.frombuffer(data[:-4], dtype="<f4")
+        return vector if np.isfinite(vector).all() else None
+
+
+def digest(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
+class Index(NamedTuple):
+    """The keys of every pack a run found, sorted: where each entry is."""
+
+    digests: np.ndarray  # S32, sorted
+    pack: np.ndarray  # int32: the pack's number in `packs`
+    position: np.ndarray  # int32: the entry's number in its pack
+    packs: List[Tuple[str, int]]  # (path, entries)
+
+    def find(self, wanted: Sequence[bytes]) -> List[Optional[Tuple[int, int]]]:
+        if not len(self.digests):
+            return [None] * len(wanted)
+        query = np.array(wanted, dtype="S32")
+        at = np.minimum(np.searchsorted(self.digests, query), len(self.digests) - 1)
+        hit = self.digests[at] == query
+        return [(int(self.pack[i]), int(self.position[i])) if h else None for i, h in zip(at, hit)]
 
 
 class FeatureCache:
-    """The entries of one fingerprint: get and put float32 vectors of `dim` values by key."""
+    """The entries of one fingerprint: get and put float32 vectors of `dim` values by key. The packs' keys are
+    read at the first lookup (packs written later, by this run or another, are not looked for in this run)."""
 
     def __init__(self, root: str, fingerprint: str, dim: int):
         self.folder = fs.join(root, fingerprint)
         self.dim = dim
         self._pool = ThreadPoolExecutor(IO_THREADS) if fs.is_remote(root) else None
+        self._index: Optional[Index] = None
+        self._lock = threading.Lock()
 
-    def _path(self, key: str) -> str:
-        return fs.join(self.folder, key[:2], key + ENTRY_SUFFIX)
+    def _map(self, fn, items):
+        return list(self._pool.map(fn, items)) if self._pool else [fn(item) for item in items]
 
-    def get(self, key: str) -> Optional[np.ndarray]:
-        """The cached vector, or None (missing, not whole, damaged or not finite: computed again)."""
+    def index(self) -> Index:
+        with self._lock:
+            if self._index is None:
+                self._index = self._read_index()
+            return self._index
+
+    def _read_index(self) -> Index:
+        folder = fs.join(self.folder, PACKS_DIR)
+        packs = [(fs.join(folder, name), Pack.entries_in(size, self.dim)) for name, size, _ in _objects(folder)
+                 if name.endswith(PACK_SUFFIX)]
+        keys = self._map(lambda pack: self._pack_keys(*pack), packs)
+        found = [(n, k) for n, k in enumerate(keys) if k]
+        if not found:
+            return Index(np.array([], "S32"), np.array([], np.int32), np.array([], np.int32), [])
+        digests = np.concatenate([np.frombuffer(k, dtype="S32") for _, k in found])
+        pack = np.concatenate([np.full(len(k) // 32, n, np.int32) for n, k in found])
+        position = np.concatenate([np.arange(len(k) // 32, dtype=np.int32) for _, k in found])
+        order = np.argsort(digests, kind="stable")
+        return Index(digests[order], pack[order], position[order],
+                     [(path, len(keys[n]) // 32 if keys[n] else 0) for n, (path, _) in enumerate(packs)])
+
+    def _pack_keys(self, path: str, whole_entries: int) -> bytes:
+        """A pack's keys (b"" when its header or keys are damaged: its entries are computed again)."""
         try:
-            data = fs.read_bytes(self._path(key))
-        except Exception:  # noqa: BLE001 - missing locally (FileNotFoundError) or remotely (the store's own types)
-            return None
-        if len(data) != 4 * self.dim + 4 or zlib.crc32(data[:-4]).to_bytes(4, "little") != data[-4:]:
-            return None
-        vector = np.frombuffer(data[:-4], dtype="<f4")
-        return vector if np.isfinite(vector).all() else None
-
-    def put(self, key: str, vector: np.ndarray) -> None:
-        data = np.asarray(vector, dtype="<f4").tobytes()
-        write_whole(self._path(key), data + zlib.crc32(data).to_bytes(4, "little"))
+            head = read_range(path, 0, Pack.HEADER + 32 * whole_entries)
+            if head[:4] != Pack.MAGIC:
+                return b""
+            dim, n, crc = struct.unpack("<III", head[4:Pack.HEADER])
+            if n != whole_entries:  # cut short: its keys may still be whole
+                head = read_range(path, 0, Pack.HEADER + 32 * n)
+            keys = head[Pack.HEADER:Pack.HEADER + 32 * n]
+            return keys if dim == self.dim and len(keys) == 32 * n and zlib.crc32(keys) == crc else b""
+        except Exception:  # noqa: BLE001 - gone since listed, or unreadable: its entries are computed again
+            return b""
 
     def get_many(self, keys: Sequence[str]) -> List[Optional[np.ndarray]]:
-        return list(self._pool.map(self.get, keys)) if self._pool else [self.get(k) for k in keys]
+        """The cached vectors (None: missing, damaged or not finite: computed again)."""
+        index = self.index()
+        found: List[Optional[np.ndarray]] = [None] * len(keys)
+        wanted: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)  # pack -> (position, key's place)
+        for place, where in enumerate(index.find([digest(k) for k in keys])):
+            if where is not None:
+                wanted[where[0]].append((where[1], place))
+        size = Pack.entry_bytes(self.dim)
+
+        def read(pack: int):
+            path, n = index.packs[pack]
+            got = []
+            for run in _runs(sorted(wanted[pack]), size):
+                first = Pack.offset(self.dim, n, run[0][0])
+                try:
+                    data = read_range(path, first, Pack.offset(self.dim, n, run[-1][0]) + size - first)
+                except Exception:  # noqa: BLE001 - removed (pruned) since the index was read
+                    continue
+                for position, place in run:
+                    start = Pack.offset(self.dim, n, position) - first
+                    got.append((place, Pack.vector(data[start:start + size])))
+            return got
+
+        for got in self._map(read, sorted(wanted)):
+            for place, vector in got:
+                found[place] = vector
+        return found
+
+    def put_many(self, keys: Sequence[str], vectors: np.ndarray) -> None:
+        """Writes the entries as one pack."""
+        if len(keys):
+            write_whole(fs.join(self.folder, PACKS_DIR, f"{uuid.uuid4().hex}{PACK_SUFFIX}"),
+                        Pack.encode([digest(k) for k in keys], vectors))
+
+    def get(self, key: str) -> Optional[np.ndarray]:
+        return self.get_many([key])[0]
+
+    def put(self, key: str, vector: np.ndarray) -> None:
+        self.put_many([key], np.asarray(vector)[None])
 
     def close(self) -> None:
         """Ends the remote IO threads (a DoFn's teardown)."""
         if self._pool:
             self._pool.shutdown()
 
-    def put_many(self, keys: Sequence[str], vectors: np.ndarray) -> None:
-        if self._pool:
-            list(self._pool.map(self.put, keys, vectors))
+
+def _runs(positions: List[Tuple[int, int]], entry_bytes: int) -> List[List[Tuple[int, int]]]:
+    """Sorted (position, place) pairs cut where the gap between two entries exceeds READ_GAP."""
+    runs: List[List[Tuple[int, int]]] = []
+    for item in positions:
+        if runs and (item[0] - runs[-1][-1][0] - 1) * entry_bytes <= READ_GAP:
+            runs[-1].append(item)
         else:
-            for key, vector in zip(keys, vectors):
-                self.put(key, vector)
+            runs.append([item])
+    return runs
+
+
+def read_range(path: str, start: int, length: int) -> bytes:
+    """`length` bytes of a file from `start` (fewer at its end): a local read, or one ranged request."""
+    if fs.is_remote(path):
+        from apache_beam.io.gcp import gcsio
+
+        with gcsio.GcsIO().open(path, "rb", read_buffer_size=max(length, 1)) as f:
+            f.seek(start)
+            return f.read(length)
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(length)
+
+
+def _objects(folder: str) -> List[Tuple[str, int, float]]:
+    """(name under the folder, bytes, modified seconds) of every file under a folder, local or on an object store
+    (one listing); none when it does not exist."""
+    if fs.is_remote(folder):
+        return [(name, size, modified / 1e9) for name, size, modified in _remote_files(folder)]
+    found = []
+    for path, _, names in os.walk(folder):
+        for name in names:
+            stat = os.stat(os.path.join(path, name))
+            found.append((os.path.relpath(os.path.join(path, name), folder).replace(os.sep, "/"), stat.st_size,
+                          stat.st_mtime))
+    return found
+
+
+def _remote_files(folder: str):
+    try:
+        return fs.remote_files(folder)
+    except Exception as e:  # noqa: BLE001 - Beam raises BeamIOError for a prefix with no objects
+        if "No files found" in str(e) or type(e).__name__ == "BeamIOError":
+            return []
+        raise
 
 
 class CacheError(RuntimeError):
@@ -123,29 +292,32 @@ def read_info(root: str, fingerprint: str) -> Dict:
     return json.loads(fs.read_bytes(fs.join(root, fingerprint, INFO_FILE)))
 
 
+LEGACY_ENTRY_SUFFIX = ".f32"  # an entry a file (FORMAT_VERSION 2): counted and pruned, never read
+
+
 def describe(root: str) -> List[Dict]:
-    """Each fingerprint under a local cache root: its info, entries, bytes and when it was last used."""
+    """Each fingerprint under a cache root (a local folder or gs://, one listing): its info, entries, bytes and
+    when it was last used."""
+    files: Dict[str, List[Tuple[str, int, float]]] = collections.defaultdict(list)
+    for name, size, modified in _objects(root):
+        if "/" in name and name.split("/", 1)[0] != SOURCES_DIR:
+            fingerprint, rest = name.split("/", 1)
+            files[fingerprint].append((rest, size, modified))
     found = []
-    if not os.path.isdir(root):
-        return found
-    for fingerprint in sorted(os.listdir(root)):
-        folder = os.path.join(root, fingerprint)
-        if not os.path.isdir(folder) or fingerprint == SOURCES_DIR:
-            continue
-        entries = size = 0
-        for path, _, names in os.walk(folder):
-            for name in names:
-                size += os.path.getsize(os.path.join(path, name))
-                entries += name.endswith(ENTRY_SUFFIX)
+    for fingerprint, listed in sorted(files.items()):
         try:
             info = read_info(root, fingerprint)
-        except (OSError, ValueError):
+        except Exception:  # noqa: BLE001 - missing or damaged (locally OSError/ValueError, remotely the store's)
             info = {}
+        dim = info.get("dim") if isinstance(info.get("dim"), int) and info.get("dim") > 0 else 0
+        entries = sum(Pack.entries_in(size, dim) if dim and name.endswith(PACK_SUFFIX) else
+                      name.endswith(LEGACY_ENTRY_SUFFIX) for name, size, _ in listed)
         try:
-            last_used = float(open(os.path.join(folder, LAST_USED)).read())
-        except (OSError, ValueError):
-            last_used = os.path.getmtime(folder)
-        found.append({"fingerprint": fingerprint, "entries": entries, "bytes": size, "last_used": last_used,
+            last_used = float(fs.read_bytes(fs.join(root, fingerprint, LAST_USED)))
+        except Exception:  # noqa: BLE001 - never touched: its newest file
+            last_used = max(modified for _, _, modified in listed)
+        found.append({"fingerprint": fingerprint, "entries": entries, "bytes": sum(size for _, size, _ in listed),
+                      "last_used": last_used, "files": [name for name, _, _ in listed],
                       **{k: info.get(k) for k in ("model", "image_size", "dim", "weights")}})
     return found
 
@@ -154,23 +326,34 @@ STALE_SECONDS = 3600  # a temporary file this old is left by an interrupted writ
 
 
 def prune(root: str, max_bytes: int) -> List[Dict]:
-    """Removes the least recently used fingerprints of a local cache root until it holds at most max_bytes
-    (0: everything); returns what was removed. Temporary files of interrupted writes go too. (A note in
-    sources/ of a removed fingerprint is ignored by the next run, which makes the backbone again.)"""
-    import shutil
-
+    """Removes the least recently used fingerprints of a cache root (a local folder or gs://) until it holds at
+    most max_bytes (0: everything); returns what was removed. Temporary files of interrupted local writes go too.
+    (A note in sources/ of a removed fingerprint is ignored by the next run, which makes the backbone again.)"""
     kept = sorted(describe(root), key=lambda d: d["last_used"], reverse=True)
     removed, total = [], sum(d["bytes"] for d in kept)
     while kept and total > max_bytes:
         oldest = kept.pop()
-        shutil.rmtree(os.path.join(root, oldest["fingerprint"]), ignore_errors=True)
+        _remove(root, oldest["fingerprint"], oldest["files"])
         total -= oldest["bytes"]
         removed.append(oldest)
     if not kept:
-        shutil.rmtree(os.path.join(root, SOURCES_DIR), ignore_errors=True)
+        _remove(root, SOURCES_DIR, [name.split("/", 1)[1] for name, _, _ in _objects(root)
+                                    if name.startswith(SOURCES_DIR + "/")])
     for d in kept:
-        for path, _, names in os.walk(os.path.join(root, d["fingerprint"])):
-            for name in names:
-                if ".tmp-" in name and time.time() - os.path.getmtime(os.path.join(path, name)) > STALE_SECONDS:
-                    os.remove(os.path.join(path, name))
+        for name in d["files"]:
+            path = fs.join(root, d["fingerprint"], name)
+            if ".tmp-" in name and not fs.is_remote(root) and time.time() - os.path.getmtime(path) > STALE_SECONDS:
+                os.remove(path)
     return removed
+
+
+def _remove(root: str, folder: str, names: List[str]) -> None:
+    """A fingerprint's (or sources/) files: the local folder whole, or each object listed."""
+    if not fs.is_remote(root):
+        import shutil
+
+        shutil.rmtree(os.path.join(root, folder), ignore_errors=True)
+    elif names:
+        from apache_beam.io.filesystems import FileSystems
+
+        FileSystems.delete([fs.join(root, folder, name) for name in names])
