@@ -133,12 +133,19 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     return dataset.prefetch(AUTOTUNE)
 
 
-def sharded_by_data(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """For several machines (MultiWorkerMirroredStrategy): split the batches, not the files, each worker reading
-    the records and keeping its part. Transform often writes fewer files than there are workers, and sharding
-    by file then fails ("the dataset only has 1 file(s)"). One machine's strategies do not shard."""
+def sharded_across_workers(dataset: tf.data.Dataset, files: List[str], workers: int,
+                           training: bool) -> tf.data.Dataset:
+    """For several machines (MultiWorkerMirroredStrategy). Training with at least as many files as workers shards
+    by file: each worker reads its own files, so the input is read once in all, not once a worker (training's
+    input repeats and counts its epoch in steps, so every worker takes the same steps however its files' records
+    fall). Evaluation shards by data: each worker reads the records and keeps its part of the batches, so every
+    eval example is counted once, padding included (batched). So does training with fewer files than workers:
+    Transform often writes one file a split, and sharding by file then fails ("the dataset only has 1 file(s)").
+    One machine's strategies do not shard."""
+    by_file = training and len(files) >= workers
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.experimental_distribute.auto_shard_policy = (tf.data.experimental.AutoShardPolicy.FILE if by_file
+                                                         else tf.data.experimental.AutoShardPolicy.DATA)
     return dataset.with_options(options)
 
 

@@ -75,7 +75,7 @@ class EpochLog(keras.callbacks.Callback):
 
 def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy, num_classes: int, batch: int,
                             static: bool, callbacks, balance: Optional[input_pipeline.Balance],
-                            balancing: dict, multi_label: bool) -> None:
+                            balancing: dict, multi_label: bool, workers: int = 1) -> None:
     """The frozen phase of a transfer model: the head alone on the features step's cached backbone output
     (an epoch is a pass over small vectors, not the backbone over every image), then into the model."""
     views = source["views"].get("train", 0) + 1
@@ -86,7 +86,9 @@ def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy,
     evaluation = input_pipeline.make_feature_dataset(fn_args.eval_files, hp, source["dim"], 1, training=False,
                                                      batch_size=batch, drop_remainder=static, multi_hot=multi_hot)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        train, evaluation = input_pipeline.sharded_by_data(train), input_pipeline.sharded_by_data(evaluation)
+        train = input_pipeline.sharded_across_workers(train, input_pipeline.list_files(fn_args.train_files), workers,
+                                                      training=True)
+        evaluation = input_pipeline.sharded_across_workers(evaluation, [], workers, training=False)
     with strategy.scope():
         head = models.head(num_classes, source["dim"], hp, multi_label)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
@@ -192,8 +194,10 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         dataset = input_pipeline.make_dataset(pixel_files["train" if training else "eval"], hp, training=training,
                                               batch_size=batch, drop_remainder=static, balance=balance,
                                               multi_hot=multi_hot)
-        multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        return input_pipeline.sharded_by_data(dataset) if multi_worker else dataset
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return dataset
+        return input_pipeline.sharded_across_workers(
+            dataset, input_pipeline.list_files(pixel_files["train"]) if training else [], plan.workers, training)
 
     info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels,
             # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
@@ -211,7 +215,7 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=monitor)]
     if source:
         _train_head_on_features(model, fn_args, hp, source, strategy, num_classes, batch, static,
-                                callbacks + [phases[0]], balance, balancing, multi_label)
+                                callbacks + [phases[0]], balance, balancing, multi_label, plan.workers)
     else:
         train, steps = input_pipeline.repeated(pixels(training=True))
         model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), epochs=hp.epochs,
