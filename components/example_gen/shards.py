@@ -21,6 +21,7 @@ def finalize_shards(shards: List[batch_ingest.Shard], rejected: List[Tuple[batch
     drop: Dict[str, Set[int]] = collections.defaultdict(set)
     for meta, _ in rejected:
         drop[meta.shard].add(meta.index)
+    moves: List[Tuple[str, str]] = []  # renamed in one call: an object store copies them in batches
     for split in split_names:
         mine = sorted((s for s in shards if s.split == split), key=lambda s: (s.path.startswith(placed_dir), s.path))
         keep = [s for s in mine if s.records > len(drop.get(s.path, ()))]
@@ -30,9 +31,11 @@ def finalize_shards(shards: List[batch_ingest.Shard], rejected: List[Tuple[batch
         for i, shard in enumerate(keep):
             dest = fs.join(split_dir, f"data_tfrecord-{i:05d}-of-{len(keep):05d}.gz")
             if shard.path not in drop:
-                FileSystems.rename([shard.path], [dest])
+                moves.append((shard.path, dest))
                 continue
             _copy_records(shard.path, dest, level, lambda index, path=shard.path: index not in drop[path])
+    if moves:
+        FileSystems.rename([source for source, _ in moves], [dest for _, dest in moves])
 
 
 def _copy_records(source: str, dest: str, level: int, keep) -> None:
