@@ -40,7 +40,7 @@ def spans(size: int) -> Dict[str, str]:
     shutil.rmtree(base, ignore_errors=True)
     whole = corpus.build(os.path.join(base, "all"), int(size * 1.1), bad_files=False)["root"]
     for name, share in (("span-1", size), ("span-2", None)):
-        for label in sorted(os.listdir(whole)):
+        for label in sorted(name for name in os.listdir(whole) if not name.startswith(".")):  # not corpus marks
             os.makedirs(os.path.join(found[name], label))
             names = sorted(os.listdir(os.path.join(whole, label)))
             for n in names[:share // 2 if share else None]:
