@@ -340,3 +340,14 @@ def test_two_workers_read_their_own_files_and_every_example_once(tmp_path, files
     if files > 1:  # each worker's records are whole files of its own
         of_files = [{label // per_file for label in labels} for labels in trained]
         assert len(of_files[0]) == len(of_files[1]) == 2 and not of_files[0] & of_files[1]
+
+
+def test_files_are_split_across_workers_only_in_even_shares(tmp_path):
+    """Sharding by file only when each worker's share of the records is about the same: else a worker with less
+    data would repeat its records each epoch while another's go partly unseen."""
+    alike = [_write_records(str(tmp_path / f"alike-{k}.gz"), [0] * 50) for k in range(4)]
+    assert input_pipeline.even_files(alike, 2) and input_pipeline.even_files(alike, 4)
+    assert not input_pipeline.even_files(alike[:3], 2)  # 2 files and 1: one worker reads twice the other's
+    assert not input_pipeline.even_files(alike[:1], 2)  # fewer files than workers
+    lopsided = alike[:3] + [_write_records(str(tmp_path / "big.gz"), [0] * 200)]
+    assert not input_pipeline.even_files(lopsided, 2)

@@ -133,20 +133,34 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     return dataset.prefetch(AUTOTUNE)
 
 
-def sharded_across_workers(dataset: tf.data.Dataset, files: List[str], workers: int,
-                           training: bool) -> tf.data.Dataset:
-    """For several machines (MultiWorkerMirroredStrategy). Training with at least as many files as workers shards
-    by file: each worker reads its own files, so the input is read once in all, not once a worker (training's
-    input repeats and counts its epoch in steps, so every worker takes the same steps however its files' records
-    fall). Evaluation shards by data: each worker reads the records and keeps its part of the batches, so every
-    eval example is counted once, padding included (batched). So does training with fewer files than workers:
-    Transform often writes one file a split, and sharding by file then fails ("the dataset only has 1 file(s)").
-    One machine's strategies do not shard."""
-    by_file = training and len(files) >= workers
+# Sharding by file is used only when the files are alike in size (the largest at most this times the smallest):
+# each worker reads count / workers records an epoch from its own files, so a worker with less data would repeat its
+# records while another's go partly unseen.
+FILE_SIZE_SPREAD = 1.25
+
+
+def sharded_across_workers(dataset: tf.data.Dataset, files: List[str], workers: int, training: bool,
+                           sampling: bool = False) -> tf.data.Dataset:
+    """For several machines (MultiWorkerMirroredStrategy). Training shards by file when every worker gets an even
+    share of the files (at least as many files as workers, a multiple of them or four a worker, sizes within
+    FILE_SIZE_SPREAD): each worker reads its own files, so the input is read once in all, not once a worker
+    (training's input repeats and counts its epoch in steps, so every worker takes the same steps). Otherwise it
+    shards by data: each worker reads the records and keeps its part of the batches. So does evaluation, so that
+    every eval example counts once, padding included (batched), and class-balanced sampling, whose rare class a
+    worker's files might lack. Transform often writes one file a split. One machine's strategies do not shard."""
+    by_file = training and not sampling and even_files(files, workers)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = (tf.data.experimental.AutoShardPolicy.FILE if by_file
                                                          else tf.data.experimental.AutoShardPolicy.DATA)
     return dataset.with_options(options)
+
+
+def even_files(files: List[str], workers: int) -> bool:
+    """Whether `workers` readers can take these files in even shares (sharded_across_workers)."""
+    if len(files) < workers or (len(files) % workers and len(files) < 4 * workers):
+        return False
+    sizes = [tf.io.gfile.stat(f).length for f in files]
+    return max(sizes) <= FILE_SIZE_SPREAD * max(1, min(sizes))
 
 
 def batched(records: tf.data.Dataset, count: int, batch_size: int, drop_remainder: bool,

@@ -87,7 +87,8 @@ def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy,
                                                      batch_size=batch, drop_remainder=static, multi_hot=multi_hot)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         train = input_pipeline.sharded_across_workers(train, input_pipeline.list_files(fn_args.train_files), workers,
-                                                      training=True)
+                                                      training=True, sampling=balance is not None
+                                                      and balance.mode == "sampling")
         evaluation = input_pipeline.sharded_across_workers(evaluation, [], workers, training=False)
     with strategy.scope():
         head = models.head(num_classes, source["dim"], hp, multi_label)
@@ -197,7 +198,8 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return dataset
         return input_pipeline.sharded_across_workers(
-            dataset, input_pipeline.list_files(pixel_files["train"]) if training else [], plan.workers, training)
+            dataset, input_pipeline.list_files(pixel_files["train"]) if training else [], plan.workers, training,
+            sampling=balance is not None and balance.mode == "sampling")
 
     info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels,
             # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)

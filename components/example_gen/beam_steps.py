@@ -159,7 +159,7 @@ class CollectResults(beam.CombineFn):
     """Gathers the small results of the run into one dict (lists, and counts of written examples)."""
 
     KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "signatures", "reviewed", "notes",
-             "rejected_split")
+             "rejected_split", "moves")
     COUNTS = ("written", "sizes", "stratified")  # [*key, n] rows, summed by key
 
     def create_accumulator(self):

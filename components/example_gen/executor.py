@@ -259,8 +259,8 @@ def place_and_finalize(found, found_pairs, settings: IngestSettings, staging: st
     sizes = collections.Counter({tuple(k): n for *k, n in found["sizes"]})  # (split, side, bin)
     rejected_split = {(shard, index): split for shard, index, split in found["rejected_split"]}
     rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
-    where = placement.moved([m for m, _ in rejected] + [m for pair in found_pairs for m in pair], staging,
-                            rejected_split)
+    where = placement.moved([m for m, _ in rejected] + [m for pair in found_pairs for m in pair],
+                            dict(found["moves"]), rejected_split)
 
     def placed(meta: batch_ingest.Meta) -> batch_ingest.Meta:
         return where.get((meta.shard, meta.index), meta)
@@ -277,7 +277,7 @@ def place_and_finalize(found, found_pairs, settings: IngestSettings, staging: st
                            settings.compression_level, placement.placed_dir(staging))
     for meta, _ in rejected:
         counts[(meta.split, meta.label, meta.format, meta.downscaled)] -= 1
-    notes = sorted(found["notes"])
+    notes = [note for _, note in sorted(found["notes"])]  # by stratum
     for note in notes:
         logging.warning("ImageExampleGen: %s", note)
     return Placed(counts, sizes, found["bad"] + [row for _, row in rejected], groups, near, notes)

@@ -25,16 +25,20 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from components.example_gen import batch_ingest, stratify, tfrecord_io
 from storage import files as fs
 
-PLACED_DIR = "placed"  # under the staging folder: the shards the pending files are rewritten to, and their moves
+# Under the staging folder: the shards the pending files are rewritten to, and their moves. Hidden: a split's folder
+# is named after the split, and a hidden folder is never a split (listing.py skips them).
+PLACED_DIR = ".placed"
 
 
 def placed_dir(staging: str) -> str:
     return fs.join(staging, PLACED_DIR)
 
 
-def moves_path(staging: str, pending_shard: str) -> str:
-    """Where a pending shard's moves are kept: [index, split, placed shard, index there] per record kept."""
-    return fs.join(placed_dir(staging), "moves", os.path.basename(pending_shard) + ".json")
+def moves_path(staging: str, pending_shard: str, attempt: str) -> str:
+    """Where an attempt at a pending shard keeps its moves: [index, split, placed shard, index there] per record
+    kept. Each attempt its own file: Dataflow may run a work item twice, and only the attempt whose outputs it
+    keeps names its moves in the results ("moves")."""
+    return fs.join(placed_dir(staging), "moves", f"{os.path.basename(pending_shard)}-{attempt}.json")
 
 
 def stratum_items(results: beam.PCollection, rejected: beam.PCollection, pending: beam.PCollection,
@@ -77,16 +81,18 @@ class Assign(beam.DoFn):
 
     def process(self, element):
         stratum, grouped = element
+        pending: List[batch_ingest.Pending] = list(grouped["pending"])
+        if not pending:  # nothing to place (a single split never has any)
+            return
         sure: Dict[str, int] = collections.Counter()
         for split, n in grouped["sure"]:
             sure[split] += n
         gone = {(m.shard, m.index) for m in grouped["rejected"]}
-        pending: List[batch_ingest.Pending] = list(grouped["pending"])
         waiting = [(p.meta.sha256, (p.meta.shard, p.meta.index)) for p in pending
                    if (p.meta.shard, p.meta.index) not in gone]
         placed, notes = stratify.assign(self._names, self._shares, {stratum: dict(sure)}, {stratum: waiting})
-        for note in notes:
-            yield beam.pvalue.TaggedOutput("results", ("notes", note))
+        for note in notes:  # in the order of their strata, as one assign over every stratum gave them
+            yield beam.pvalue.TaggedOutput("results", ("notes", [stratum, note]))
         split_of_copy = {sha: placed[key] for sha, key in waiting}
         written, sizes = collections.Counter(), collections.Counter()
         for meta, width, height in pending:
@@ -103,15 +109,15 @@ class Assign(beam.DoFn):
             for side, value in (("width", width), ("height", height)):
                 sizes[(stratify.PENDING, side, batch_ingest.size_bucket(value))] -= 1
                 sizes[(split, side, batch_ingest.size_bucket(value))] += 1
-        if pending:
-            yield beam.pvalue.TaggedOutput("results", ("written", [[*k, n] for k, n in written.items()]))
-            yield beam.pvalue.TaggedOutput("results", ("sizes", [[*k, n] for k, n in sizes.items()]))
+        yield beam.pvalue.TaggedOutput("results", ("written", [[*k, n] for k, n in written.items()]))
+        yield beam.pvalue.TaggedOutput("results", ("sizes", [[*k, n] for k, n in sizes.items()]))
 
 
 class Rewrite(beam.DoFn):
     """Reads one pending shard once and writes each record it keeps to its split's placed shard (a new one past
-    shard_bytes), in the shard's order; keeps the moves (`moves_path`). Outputs ("shard", Shard) per placed shard.
-    A retried element writes new files (a random part in each name); only the shards it reports are finalized."""
+    shard_bytes), in the shard's order; keeps the moves (`moves_path`). Outputs ("shard", Shard) per placed shard and
+    ("moves", [pending shard, moves file]). A retried element writes new files (a random part in each name); only
+    the shards and moves of the attempt Beam keeps are finalized and read."""
 
     def __init__(self, staging: str, level: int, shard_bytes: int):
         self._staging, self._level, self._shard_bytes = staging, level, shard_bytes
@@ -145,16 +151,18 @@ class Rewrite(beam.DoFn):
         for split, (writer, path, records, _) in writers.items():
             writer.close()
             closed.append(batch_ingest.Shard(split, path, records))
-        fs.write_bytes(moves_path(self._staging, shard), json.dumps(moves).encode("ascii"))
+        kept = moves_path(self._staging, shard, attempt)
+        fs.write_bytes(kept, json.dumps(moves).encode("ascii"))
         for placed_shard in closed:
             yield "shard", list(placed_shard)
+        yield "moves", [shard, kept]
 
 
-def moved(metas: Iterable[batch_ingest.Meta], staging: str, rejected_split: Dict[Tuple[str, int], str]
+def moved(metas: Iterable[batch_ingest.Meta], moves_of: Dict[str, str], rejected_split: Dict[Tuple[str, int], str]
           ) -> Dict[Tuple[str, int], batch_ingest.Meta]:
     """The pending files among `metas`, as placed: {(pending shard, index): the meta with its split, and the placed
-    shard and index that now hold it}; a rejected copy keeps its pending shard (it was not written). Reads the
-    moves of one pending shard at a time."""
+    shard and index that now hold it}; a rejected copy keeps its pending shard (it was not written). `moves_of`:
+    each rewritten pending shard's moves file (Rewrite's "moves"), read one at a time."""
     by_shard: Dict[str, List[batch_ingest.Meta]] = collections.defaultdict(list)
     for meta in metas:
         if meta.split == stratify.PENDING:
@@ -168,7 +176,7 @@ def moved(metas: Iterable[batch_ingest.Meta], staging: str, rejected_split: Dict
         if not kept:
             continue
         moves = {index: (split, path, at) for index, split, path, at
-                 in json.loads(fs.read_bytes(moves_path(staging, shard)))}
+                 in json.loads(fs.read_bytes(moves_of[shard]))}
         for m in kept:
             split, path, at = moves[m.index]
             found[(m.shard, m.index)] = m._replace(split=split, shard=path, index=at)

@@ -23,7 +23,7 @@ def finalize_shards(shards: List[batch_ingest.Shard], rejected: List[Tuple[batch
         drop[meta.shard].add(meta.index)
     moves: List[Tuple[str, str]] = []  # renamed in one call: an object store copies them in batches
     for split in split_names:
-        mine = sorted((s for s in shards if s.split == split), key=lambda s: (s.path.startswith(placed_dir), s.path))
+        mine = sorted((s for s in shards if s.split == split), key=lambda s: (s.path.startswith(placed_dir + "/"), s.path))
         keep = [s for s in mine if s.records > len(drop.get(s.path, ()))]
         split_dir = fs.join(examples_uri, f"Split-{split}")
         if not fs.is_remote(split_dir):

@@ -91,9 +91,12 @@ class ComputeFeatures(beam.DoFn):
         self._multi_label = None  # known from the first record (every record of a run is of one task)
 
     def teardown(self):
-        self._backbone_thread.shutdown()
-        self._writer.shutdown()
-        release_cache(self._run)
+        for pool in (getattr(self, "_backbone_thread", None), getattr(self, "_writer", None)):
+            if pool is not None:
+                pool.shutdown()
+        if getattr(self, "_cache", None) is not None:  # (not when its setup failed)
+            release_cache(self._run)
+            self._cache = None
 
     def start_bundle(self):
         self._pending = collections.deque()
@@ -227,7 +230,9 @@ def shared_cache(run: str, root: str, prepared: backbone.Prepared) -> feature_ca
 
 def release_cache(run: str) -> None:
     with _CACHES_LOCK:
-        entry = _CACHES[run]
+        entry = _CACHES.get(run)
+        if entry is None:  # a teardown after a setup that failed
+            return
         entry[1] -= 1
         if not entry[1]:
             entry[0].close()

@@ -17,7 +17,7 @@ augmented view.
 
 Packed, not a file an entry: at ten million images, an object per image and view was tens of
 millions of objects, a request each on every rerun. A worker writes the entries of one batch into one
-pack; a run reads every pack's keys once (its index: 40 bytes an entry, in each worker process) and
+pack; a run reads every pack's keys once (its index: 40 bytes an entry in each worker process, twice that while it is sorted) and
 then, per batch, each pack it needs in one ranged read of the span it needs (a rerun's batches are
 the first run's, so that is a pack or two a batch).
 
@@ -88,9 +88,9 @@ class Pack:
         return max(0, size - Pack.HEADER) // (32 + Pack.entry_bytes(dim))
 
     @staticmethod
-    def vector(data: bytes) -> Optional[np.ndarray]:
+    def vector(data: bytes, dim: int) -> Optional[np.ndarray]:
         """An entry's vector, or None (cut short, its checksum wrong, or not finite)."""
-        if len(data) < 8 or zlib.crc32(data[:-4]).to_bytes(4, "little") != data[-4:]:
+        if len(data) != Pack.entry_bytes(dim) or zlib.crc32(data[:-4]).to_bytes(4, "little") != data[-4:]:
             return None
         vector = np.frombuffer(data[:-4], dtype="<f4")
         return vector if np.isfinite(vector).all() else None
@@ -187,7 +187,7 @@ class FeatureCache:
                     continue
                 for position, place in run:
                     start = Pack.offset(self.dim, n, position) - first
-                    got.append((place, Pack.vector(data[start:start + size])))
+                    got.append((place, Pack.vector(data[start:start + size], self.dim)))
             return got
 
         for got in self._map(read, sorted(wanted)):
@@ -225,16 +225,29 @@ def _runs(positions: List[Tuple[int, int]], entry_bytes: int) -> List[List[Tuple
 
 
 def read_range(path: str, start: int, length: int) -> bytes:
-    """`length` bytes of a file from `start` (fewer at its end): a local read, or one ranged request."""
-    if fs.is_remote(path):
-        from apache_beam.io.gcp import gcsio
-
-        with gcsio.GcsIO().open(path, "rb", read_buffer_size=max(length, 1)) as f:
+    """`length` bytes of a file from `start` (fewer at its end): a local read, or one ranged request through a
+    Cloud Storage client shared by the process (its connections reused)."""
+    if not fs.is_remote(path):
+        with open(path, "rb") as f:
             f.seek(start)
             return f.read(length)
-    with open(path, "rb") as f:
-        f.seek(start)
-        return f.read(length)
+    if length <= 0:
+        return b""
+    bucket, _, name = path[len("gs://"):].partition("/")
+    return _storage_client().bucket(bucket).blob(name).download_as_bytes(start=start, end=start + length - 1)
+
+
+_CLIENT: Dict[str, object] = {}
+_CLIENT_LOCK = threading.Lock()
+
+
+def _storage_client():
+    with _CLIENT_LOCK:
+        if "client" not in _CLIENT:
+            from google.cloud import storage
+
+            _CLIENT["client"] = storage.Client()
+        return _CLIENT["client"]
 
 
 def _objects(folder: str) -> List[Tuple[str, int, float]]:
@@ -254,8 +267,8 @@ def _objects(folder: str) -> List[Tuple[str, int, float]]:
 def _remote_files(folder: str):
     try:
         return fs.remote_files(folder)
-    except Exception as e:  # noqa: BLE001 - Beam raises BeamIOError for a prefix with no objects
-        if "No files found" in str(e) or type(e).__name__ == "BeamIOError":
+    except Exception as e:  # noqa: BLE001 - a prefix with no objects; any other failure (access, network) is raised
+        if "No files found" in str(e):
             return []
         raise
 
@@ -299,6 +312,10 @@ def describe(root: str) -> List[Dict]:
     """Each fingerprint under a cache root (a local folder or gs://, one listing): its info, entries, bytes and
     when it was last used."""
     files: Dict[str, List[Tuple[str, int, float]]] = collections.defaultdict(list)
+    if not fs.is_remote(root) and os.path.isdir(root):  # an empty local folder is listed too (and pruned)
+        for name in os.listdir(root):
+            if os.path.isdir(os.path.join(root, name)) and name != SOURCES_DIR:
+                files[name] = []
     for name, size, modified in _objects(root):
         if "/" in name and name.split("/", 1)[0] != SOURCES_DIR:
             fingerprint, rest = name.split("/", 1)
@@ -314,8 +331,9 @@ def describe(root: str) -> List[Dict]:
                       name.endswith(LEGACY_ENTRY_SUFFIX) for name, size, _ in listed)
         try:
             last_used = float(fs.read_bytes(fs.join(root, fingerprint, LAST_USED)))
-        except Exception:  # noqa: BLE001 - never touched: its newest file
-            last_used = max(modified for _, _, modified in listed)
+        except Exception:  # noqa: BLE001 - never touched: its newest file (an empty folder: the folder's time)
+            last_used = max([modified for _, _, modified in listed]
+                            or [os.path.getmtime(os.path.join(root, fingerprint))])
         found.append({"fingerprint": fingerprint, "entries": entries, "bytes": sum(size for _, size, _ in listed),
                       "last_used": last_used, "files": [name for name, _, _ in listed],
                       **{k: info.get(k) for k in ("model", "image_size", "dim", "weights")}})
