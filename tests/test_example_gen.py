@@ -502,3 +502,16 @@ def test_a_class_with_no_eval_image_is_named_as_too_few_to_judge(tmp_path):
     line = describe_recalls({"per_class": {"cat": {"recall": 0.9, "support": 12}, "dog": {"recall": 0.8, "support": 12},
                                            "lone": {"recall": None, "support": 0}}})
     assert line.startswith("recall dog 0.80, cat 0.90; no eval images of lone")
+
+
+def test_one_hash_split_takes_every_file(tmp_path):
+    """An output config of a single hash split (TFX allows it): every file is in it, none waits for placement."""
+    from tfx.proto import example_gen_pb2
+
+    data = tmp_path / "data"
+    make_class_tree(data, per_class=6)
+    one = example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
+        example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=1)]))
+    examples, report = run_executor(data, tmp_path / "out", output_config=one)
+    assert {split: len(es) for split, es in read_examples(examples.uri).items()} == {"train": 12}
+    assert summary(report.uri)["examples_per_split"] == {"train": 12} and summary(report.uri)["split_notes"] == []
