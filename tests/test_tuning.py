@@ -76,7 +76,7 @@ def test_the_search_space_and_its_values_in_the_trainer_settings():
     assert "fine_tune_layers" not in tuning.space_names(HParams(model="mobilenet_v2"))  # no fine-tuning: no search
     tuned = tuning.apply(HParams(), {"learning_rate": 0.004, "head_units": 128, "dropout": 0.1, "unknown": 1})
     assert (tuned.learning_rate, tuned.head_units, tuned.dropout, tuned.batch_size) == (0.004, 128, 0.1, 64)
-    with pytest.raises(ValueError, match="--dropout 1.5"):
+    with pytest.raises(ValueError, match=r"dropout 1.5 \(a hyperparameter the Tuner sets\)"):
         tuning.apply(HParams(), {"dropout": 1.5})
 
 

@@ -8,7 +8,6 @@ from trainer import feature_keys
 IMAGE_KEY = feature_keys.ENCODED
 LABEL_TEXT_KEY = feature_keys.LABEL_TEXT
 LABELS_TEXT_KEY = feature_keys.LABELS_TEXT  # multi-label examples: every label's name, none included
-SHA256_KEY = feature_keys.SHA256
 # Passed through Transform for data health (components/health): the file, its size as found.
 PASSTHROUGH = {"key": feature_keys.SHA256, "filename": feature_keys.FILENAME,
                "original_height": feature_keys.ORIGINAL_HEIGHT, "original_width": feature_keys.ORIGINAL_WIDTH}

@@ -237,9 +237,11 @@ class HParams:
         if not 0 <= self.seed <= 2**32 - 1:  # what NumPy and TensorFlow accept as a seed
             raise ValueError(f"--seed {self.seed}: use a whole number from 0 to {2**32 - 1:,}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ValueError(f"--dropout {self.dropout}: use a fraction from 0 to below 1")
+            raise ValueError(f"dropout {self.dropout} (a hyperparameter the Tuner sets): use a fraction from 0 "
+                             "to below 1")
         if not 0 <= self.head_units <= MAX_HEAD_UNITS:
-            raise ValueError(f"--head-units {self.head_units}: use 0 (none) to {MAX_HEAD_UNITS:,}")
+            raise ValueError(f"head_units {self.head_units} (a hyperparameter the Tuner sets): use 0 (none) to "
+                             f"{MAX_HEAD_UNITS:,}")
         if not 1 <= self.augment_views <= 64:
             raise ValueError(f"augment_views {self.augment_views}: use 1 to 64 views")
         if not 1 <= self.patience <= MAX_EPOCHS:

@@ -58,11 +58,6 @@ def model_info(model_uri: str) -> Dict[str, Any]:
         return json.loads(f.read())
 
 
-def model_classes(model_uri: str) -> Optional[List[str]]:
-    """The class names a Model artifact predicts, in id order; None when it does not record them."""
-    return model_info(model_uri).get("class_names")
-
-
 def class_change(baseline: Optional[List[str]], candidate: Optional[List[str]]) -> str:
     """Why these two models cannot be compared, or "" when they predict the same classes (or a model does
     not record its classes, as versions before model_info.json did: then TFMA compares them, and fails

@@ -98,7 +98,9 @@ def class_gate(evaluation_uri: str) -> Optional[Dict[str, Any]]:
 
     from tfx.dsl.io import fileio
 
-    path = os.path.join(evaluation_uri, "class_gate.json")
+    from components.evaluator.eval_config import CLASS_GATE_FILE
+
+    path = os.path.join(evaluation_uri, CLASS_GATE_FILE)
     if not fileio.exists(path):
         return None
     with fileio.open(path, "r") as f:

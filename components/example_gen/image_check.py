@@ -28,9 +28,6 @@ from components.example_gen import signature, similarity
 # Our own budget (open_bounded, --max-pixels) replaces Pillow's decompression-bomb check.
 Image.MAX_IMAGE_PIXELS = None
 
-SUPPORTED_FORMATS = ("jpeg", "png", "gif", "bmp")
-
-
 class Reason:
     """Stable quarantine reason codes (written to quarantine.csv)."""
 
@@ -64,7 +61,7 @@ class BadImage(Exception):
 
 @dataclass(frozen=True)
 class ImageInfo:
-    format: str  # one of SUPPORTED_FORMATS
+    format: str  # "jpeg", "png", "gif" or "bmp"
     height: int
     width: int
     channels: int  # what tf.io.decode_image(channels=0) returns

@@ -25,8 +25,6 @@ from storage.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
 from trainer.epochs import kept_epoch, monitor_of
 from trainer.hparams import describe_model
 
-INPUTS = ("model", "model_run", "evaluation", "blessing", "examples", "ingestion_report")
-OPTIONAL = ("health", "baseline_model")
 OUTPUT = "model_card"
 
 
