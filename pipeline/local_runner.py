@@ -41,9 +41,11 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     if not fs.exists(data):
         raise sources.DataError(f"--data {data}: no such file or folder; check the path")
     if os.path.isfile(data) and not data.lower().endswith((".csv", ".jsonl")):
-        raise sources.DataError(f"--data {data}: a file, but not a .csv manifest or an AutoML import file (.csv, "
-                                ".jsonl); give a folder of class subfolders, a CSV with a path,label[,split] header, "
-                                "or a Vertex AI AutoML import file")
+        raise sources.DataError(
+            f"--data {data}: a file, but not a .csv manifest or an AutoML import file (.csv, "
+            ".jsonl); give a folder of class subfolders, a CSV with a path,label[,split] header, "
+            "or a Vertex AI AutoML import file"
+        )
     base = example_gen_base(config)
     pattern = example_gen_input(config).splits[0].pattern
     if config.span_pattern:
@@ -53,34 +55,51 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
         try:
             example_gen_utils.calculate_splits_fingerprint_span_and_version(base, splits)
         except ValueError:
-            raise sources.DataError(f"--data {base}: nothing matches --span-pattern {config.span_pattern!r}; "
-                                    "check the pattern against the span folder names") from None
+            raise sources.DataError(
+                f"--data {base}: nothing matches --span-pattern {config.span_pattern!r}; "
+                "check the pattern against the span folder names"
+            ) from None
         pattern = splits[0].pattern  # now with the latest span filled in
     source = base if pattern in (".", "") else fs.join(base, pattern)
     listing = sources.list_source(base, source, config.layout, task=config.task)
     sources.check_usable(listing)
-    choice = model_choice.choose([c.uri for c in listing.candidates if not c.problem]) \
-        if config.model == AUTO else None
+    choice = model_choice.choose([c.uri for c in listing.candidates if not c.problem]) if config.model == AUTO else None
     check_imagenet_weights(model_choice.resolved(config, choice))
-    return {"source": source, "layout": listing.layout, "files": len(listing.candidates),
-            "classes": listing.classes, "model_choice": choice}
+    return {
+        "source": source,
+        "layout": listing.layout,
+        "files": len(listing.candidates),
+        "classes": listing.classes,
+        "model_choice": choice,
+    }
 
 
 # Beam runners that run on this machine (LocalDagRunner's components run Beam in-process).
-LOCAL_RUNNERS = ("DirectRunner", "direct", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner",
-                 "PrismRunner")
+LOCAL_RUNNERS = (
+    "DirectRunner",
+    "direct",
+    "FnApiRunner",
+    "BundleBasedDirectRunner",
+    "SwitchingDirectRunner",
+    "PrismRunner",
+)
 
 
 def check_local_beam_args(beam_args) -> None:
     """A --beam-arg runner that cannot run here is one line (DataflowRunner failed with "Pipeline has
     validations errors:" and nothing after it)."""
     for n, arg in enumerate(beam_args):
-        runner = arg.split("=", 1)[1] if arg.startswith("--runner=") else (
-            beam_args[n + 1] if arg == "--runner" and n + 1 < len(beam_args) else None)
+        runner = (
+            arg.split("=", 1)[1]
+            if arg.startswith("--runner=")
+            else (beam_args[n + 1] if arg == "--runner" and n + 1 < len(beam_args) else None)
+        )
         if runner is not None and runner not in LOCAL_RUNNERS:
-            raise ConfigError(f"--beam-arg --runner={runner}: `imagepipe run` runs Beam on this machine "
-                              f"({', '.join(LOCAL_RUNNERS[:3])}); for Dataflow, run the pipeline on Vertex AI "
-                              "with `imagepipe submit --dataflow`")
+            raise ConfigError(
+                f"--beam-arg --runner={runner}: `imagepipe run` runs Beam on this machine "
+                f"({', '.join(LOCAL_RUNNERS[:3])}); for Dataflow, run the pipeline on Vertex AI "
+                "with `imagepipe submit --dataflow`"
+            )
 
 
 def check_no_cluster(environ=os.environ) -> None:
@@ -97,10 +116,12 @@ def check_no_cluster(environ=os.environ) -> None:
         raise ConfigError(str(e)) from None
     if cluster:
         machines = sum(len(cluster["cluster"].get(k, [])) for k in ("chief", "worker"))
-        raise ConfigError(f"TF_CONFIG names a cluster of {machines} training machines, which `imagepipe run` cannot "
-                          "train on (its Trainer shares this process with the other steps); unset TF_CONFIG to train "
-                          "here, or train on several machines with `imagepipe submit --vertex-training "
-                          f"--training-replicas {machines}` (docs/training.md)")
+        raise ConfigError(
+            f"TF_CONFIG names a cluster of {machines} training machines, which `imagepipe run` cannot "
+            "train on (its Trainer shares this process with the other steps); unset TF_CONFIG to train "
+            "here, or train on several machines with `imagepipe submit --vertex-training "
+            f"--training-replicas {machines}` (docs/training.md)"
+        )
 
 
 def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None:
@@ -130,9 +151,11 @@ def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None
     try:
         socket.create_connection((urllib.parse.urlsplit(url).hostname, 443), timeout=timeout).close()
     except OSError as e:
-        raise ConfigError(f"--weights imagenet: the {hp.model} ImageNet weights are not on this machine ({cached}) "
-                          f"and cannot be downloaded ({e.strerror or type(e).__name__}); download {url} elsewhere "
-                          "and give --weights PATH") from None
+        raise ConfigError(
+            f"--weights imagenet: the {hp.model} ImageNet weights are not on this machine ({cached}) "
+            f"and cannot be downloaded ({e.strerror or type(e).__name__}); download {url} elsewhere "
+            "and give --weights PATH"
+        ) from None
 
 
 def check_root_outside_data(config: PipelineConfig) -> None:
@@ -144,8 +167,10 @@ def check_root_outside_data(config: PipelineConfig) -> None:
     if os.path.isfile(data):
         return  # a manifest names its files: nothing else in its folder is read
     if root == data or root.startswith(data.rstrip(os.sep) + os.sep):
-        raise ConfigError(f"--root {config.root} is inside --data {config.data}: the pipeline would ingest its own "
-                          "metadata and artifacts; give a --root outside the data folder")
+        raise ConfigError(
+            f"--root {config.root} is inside --data {config.data}: the pipeline would ingest its own "
+            "metadata and artifacts; give a --root outside the data folder"
+        )
 
 
 def check_root(config: PipelineConfig) -> None:
@@ -231,8 +256,9 @@ def prepare(config: PipelineConfig) -> Dict[str, Any]:
     return preflight(config)
 
 
-def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int = 0,
-        locked: bool = False) -> Dict[str, Any]:
+def run(
+    config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int = 0, locked: bool = False
+) -> Dict[str, Any]:
     """Runs the pipeline; returns {'run_id', 'components': [...]} (see run_summary).
 
     `prepared` is what prepare(config) returned, when the caller already ran it; `started_ms`
@@ -262,8 +288,10 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
         strategy.split_cpu(config.cpu_replicas)
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
     tfx_pipeline = create_pipeline(
-        config, platform.local(config),
-        metadata_connection_config=metadata.sqlite_metadata_connection_config(config.metadata_path))
+        config,
+        platform.local(config),
+        metadata_connection_config=metadata.sqlite_metadata_connection_config(config.metadata_path),
+    )
     try:
         tfx.orchestration.LocalDagRunner().run(tfx_pipeline)
     except Exception as e:

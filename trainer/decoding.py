@@ -24,12 +24,14 @@ def decode_and_resize(encoded: tf.Tensor, image_size: int, channels: int) -> tf.
     memory, and close to what an area filter would give. Other formats decode at
     full size. Training, evaluation and serving all run this one function.
     """
+
     def decode_jpeg():
         shape = tf.image.extract_jpeg_shape(encoded)  # header only
         index = jpeg_scale_index(shape[0], shape[1], image_size)
-        return tf.switch_case(index, [
-            (lambda ratio=ratio: tf.io.decode_jpeg(encoded, channels=channels, ratio=ratio))
-            for ratio in JPEG_RATIOS])
+        return tf.switch_case(
+            index,
+            [(lambda ratio=ratio: tf.io.decode_jpeg(encoded, channels=channels, ratio=ratio)) for ratio in JPEG_RATIOS],
+        )
 
     def decode_any():
         return tf.io.decode_image(encoded, channels=channels, expand_animations=False)

@@ -70,8 +70,13 @@ def describe_model(model: str, weights: str, choice: str = "") -> str:
     """The model, its weights, and why --model auto chose it (HParams.model_choice): for the run's first line, its
     summary and the model card."""
     if model in BACKBONES:
-        model += ", pretrained on ImageNet" if weights == "imagenet" else ", random weights" if not weights else \
-            f", weights {os.path.basename(weights)}"
+        model += (
+            ", pretrained on ImageNet"
+            if weights == "imagenet"
+            else ", random weights"
+            if not weights
+            else f", weights {os.path.basename(weights)}"
+        )
     return model + (f" (--model auto: {choice})" if choice else "")
 
 
@@ -92,23 +97,34 @@ def setting(default, help: str, choices: Optional[Tuple[str, ...]] = None, flag:
 
 @dataclasses.dataclass(frozen=True)
 class HParams:
-    model: str = setting(AUTO, "auto (default: efficientnet_lite0, pretrained on ImageNet, for photo-sized images; "
-                               "the small cnn for small ones; the run says which and why), cnn, or a pretrained "
-                               "backbone for transfer learning", (AUTO,) + MODELS)
+    model: str = setting(
+        AUTO,
+        "auto (default: efficientnet_lite0, pretrained on ImageNet, for photo-sized images; "
+        "the small cnn for small ones; the run says which and why), cnn, or a pretrained "
+        "backbone for transfer learning",
+        (AUTO,) + MODELS,
+    )
     # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py): the summary says it.
     model_choice: str = ""
-    image_size: int = setting(64, "side of the square model input (default: 32 for the sample, 64 for cnn, 224 for "
-                                  "the backbones)")
+    image_size: int = setting(
+        64, "side of the square model input (default: 32 for the sample, 64 for cnn, 224 for the backbones)"
+    )
     channels: int = 3
     # The backbones' weights: "imagenet" (efficientnet_lite0's come with an installed package, keras.applications
     # downloads the others'), a .h5 or .weights.h5 file (local or gs://; a .pth for efficientnet_lite0), or "" for
     # random initialisation (tests of speed; nothing downloads).
-    weights: str = setting("imagenet", "backbones: 'imagenet' (installed with efficientnet_lite0, downloaded for the "
-                                       "others), a weights file (local or gs://), or '' (random)")
+    weights: str = setting(
+        "imagenet",
+        "backbones: 'imagenet' (installed with efficientnet_lite0, downloaded for the "
+        "others), a weights file (local or gs://), or '' (random)",
+    )
     # The most epochs: training stops earlier, once the eval loss has not improved for `patience` epochs,
     # and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the backbone frozen.
-    epochs: int = setting(100, "the most training epochs: training stops earlier once the eval loss has not "
-                               "improved for --patience epochs, keeping the best epoch (default {default})")
+    epochs: int = setting(
+        100,
+        "the most training epochs: training stops earlier once the eval loss has not "
+        "improved for --patience epochs, keeping the best epoch (default {default})",
+    )
     fine_tune_epochs: int = setting(0, "backbones: then at most this many epochs with the top layers unfrozen")
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
     batch_size: int = setting(64, "per replica (default {default})")
@@ -123,26 +139,44 @@ class HParams:
     # Transfer models with --augment: augmented views of each training image whose backbone features the
     # features step caches beside the plain one; each epoch of the frozen phase draws one per image.
     augment_views: int = 4
-    tflite: str = setting("", f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
-                              "(scored on the eval split next to the SavedModel)")  # comma-separated
-    exports: str = setting("", f"also export the model for other runtimes: any of {','.join(EXPORT_KINDS)} (beside the "
-                               "SavedModel; ONNX scored on the eval split next to it)")  # comma-separated
-    seed: int = setting(SEED, "the run's random seed: the order files are ingested in, initial weights, augmentation "
-                                "(default {default})")
+    tflite: str = setting(
+        "",
+        f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
+        "(scored on the eval split next to the SavedModel)",
+    )  # comma-separated
+    exports: str = setting(
+        "",
+        f"also export the model for other runtimes: any of {','.join(EXPORT_KINDS)} (beside the "
+        "SavedModel; ONNX scored on the eval split next to it)",
+    )  # comma-separated
+    seed: int = setting(
+        SEED,
+        "the run's random seed: the order files are ingested in, initial weights, augmentation (default {default})",
+    )
     # TensorFlow's op determinism: the same data, settings and seed give the same weights (docs/retraining.md:
     # Reproducible training has its cost); False trades that for speed.
-    deterministic: bool = setting(True, "allow nondeterministic TensorFlow ops (faster on some GPUs; by default the "
-                                        "same data, settings and seed give the same model)", flag="--nondeterministic")
+    deterministic: bool = setting(
+        True,
+        "allow nondeterministic TensorFlow ops (faster on some GPUs; by default the "
+        "same data, settings and seed give the same model)",
+        flag="--nondeterministic",
+    )
     # Start from the base model's weights when it has the same classes and shape.
     warm_start: bool = setting(False, "start training from the latest blessed model (same classes and model)")
     # Imbalanced classes (trainer/class_balance.py): auto (loss weights by class when the train split's largest
     # class has over 3 times the images of its smallest), weights, sampling (class-balanced batches), off.
-    class_balance: str = setting("auto", f"imbalanced classes (the largest over {IMBALANCED_RATIO:g} times the "
-                                         "smallest in train): auto (default: loss weights by class, and training "
-                                         "follows balanced accuracy), weights, sampling (class-balanced batches), off",
-                                 BALANCE_MODES)
-    mixed_precision: str = setting("auto", "auto (default: float16 on GPUs, bfloat16 on TPUs, none on CPUs), on "
-                                           "(bfloat16 on a CPU), off", MIXED_PRECISION_MODES)  # trainer/strategy.py
+    class_balance: str = setting(
+        "auto",
+        f"imbalanced classes (the largest over {IMBALANCED_RATIO:g} times the "
+        "smallest in train): auto (default: loss weights by class, and training "
+        "follows balanced accuracy), weights, sampling (class-balanced batches), off",
+        BALANCE_MODES,
+    )
+    mixed_precision: str = setting(
+        "auto",
+        "auto (default: float16 on GPUs, bfloat16 on TPUs, none on CPUs), on (bfloat16 on a CPU), off",
+        MIXED_PRECISION_MODES,
+    )  # trainer/strategy.py
     # "tpu": the Trainer was sent to a TPU (--training-tpu), and fails if none is reachable; "": whatever is there.
     required_device: str = ""
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.
@@ -165,15 +199,27 @@ class HParams:
     def features_config(self) -> Dict[str, Any]:
         """What the features step (components/features) reads: the backbone, its input and weights
         (the seed makes random weights), and the augmented views to cache."""
-        return {"model": self.model, "image_size": self.image_size, "channels": self.channels,
-                "weights": self.weights, "seed": self.seed, "augment": self.augment,
-                "augment_views": self.augment_views}
+        return {
+            "model": self.model,
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "weights": self.weights,
+            "seed": self.seed,
+            "augment": self.augment,
+            "augment_views": self.augment_views,
+        }
 
     def health_config(self) -> Dict[str, Any]:
         """What the data health check reads (components/health): the input, and for the cnn's opt-in
         k-fold label check the model's training settings."""
-        return {"model": self.model, "image_size": self.image_size, "channels": self.channels, "seed": self.seed,
-                "batch_size": self.batch_size, "learning_rate": self.learning_rate}
+        return {
+            "model": self.model,
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+        }
 
     def cache_limit_megabytes(self) -> float:
         if self.cache_megabytes:
@@ -214,8 +260,10 @@ class HParams:
             raise ValueError(f"{self.model} needs channels=3")
         smallest = 32 if self.model in BACKBONES else 8  # the backbones need 32+ (auto: checked once chosen)
         if not smallest <= self.image_size <= MAX_IMAGE_SIZE:
-            raise ValueError(f"--image-size {self.image_size}: use {smallest} to {MAX_IMAGE_SIZE} pixels for "
-                             f"{self.model} (Transform stores size x size x 3 bytes per image)")
+            raise ValueError(
+                f"--image-size {self.image_size}: use {smallest} to {MAX_IMAGE_SIZE} pixels for "
+                f"{self.model} (Transform stores size x size x 3 bytes per image)"
+            )
         unknown = set(self.augmentations) - set(AUGMENTATIONS)
         if unknown:
             raise ValueError(f"--augment {','.join(sorted(unknown))}: use {', '.join(AUGMENTATIONS)}")
@@ -237,19 +285,23 @@ class HParams:
         if not 0 <= self.seed <= 2**32 - 1:  # what NumPy and TensorFlow accept as a seed
             raise ValueError(f"--seed {self.seed}: use a whole number from 0 to {2**32 - 1:,}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout {self.dropout} (a hyperparameter the Tuner sets): use a fraction from 0 "
-                             "to below 1")
+            raise ValueError(
+                f"dropout {self.dropout} (a hyperparameter the Tuner sets): use a fraction from 0 to below 1"
+            )
         if not 0 <= self.head_units <= MAX_HEAD_UNITS:
-            raise ValueError(f"head_units {self.head_units} (a hyperparameter the Tuner sets): use 0 (none) to "
-                             f"{MAX_HEAD_UNITS:,}")
+            raise ValueError(
+                f"head_units {self.head_units} (a hyperparameter the Tuner sets): use 0 (none) to {MAX_HEAD_UNITS:,}"
+            )
         if not 1 <= self.augment_views <= 64:
             raise ValueError(f"augment_views {self.augment_views}: use 1 to 64 views")
         if not 1 <= self.patience <= MAX_EPOCHS:
             raise ValueError(f"--patience {self.patience}: use a whole number of epochs from 1 to {MAX_EPOCHS:,}")
         if not 0 <= self.fine_tune_epochs <= MAX_EPOCHS:
             raise ValueError(f"--fine-tune-epochs {self.fine_tune_epochs}: use 0 to {MAX_EPOCHS:,}")
-        for option, value in (("--learning-rate", self.learning_rate),
-                              ("fine_tune_learning_rate", self.fine_tune_learning_rate)):
+        for option, value in (
+            ("--learning-rate", self.learning_rate),
+            ("fine_tune_learning_rate", self.fine_tune_learning_rate),
+        ):
             if not (math.isfinite(value) and 0 < value <= 10):
                 raise ValueError(f"{option} {value}: use a number above 0 and at most 10 (e.g. 0.001)")
         return self

@@ -34,6 +34,11 @@ class BackboneFeatures(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, transformed_examples: types.BaseChannel, hparams: Dict[str, Any], cache_dir: str):
-        super().__init__(spec=BackboneFeaturesSpec(
-            transformed_examples=transformed_examples, hparams=json.dumps(hparams, sort_keys=True),
-            cache_dir=cache_dir, features=types.Channel(type=standard_artifacts.Examples)))
+        super().__init__(
+            spec=BackboneFeaturesSpec(
+                transformed_examples=transformed_examples,
+                hparams=json.dumps(hparams, sort_keys=True),
+                cache_dir=cache_dir,
+                features=types.Channel(type=standard_artifacts.Examples),
+            )
+        )

@@ -25,9 +25,15 @@ class StoredGzipTFRecordSink(filebasedsink.FileBasedSink):
     Beam opens uncompressed (Beam's own gzip always deflates at level 6)."""
 
     def __init__(self, file_path_prefix: str, file_name_suffix: str = ".gz"):
-        super().__init__(file_path_prefix, coder=beam.coders.BytesCoder(), file_name_suffix=file_name_suffix,
-                         num_shards=0, shard_name_template=None, mime_type="application/octet-stream",
-                         compression_type=CompressionTypes.UNCOMPRESSED)
+        super().__init__(
+            file_path_prefix,
+            coder=beam.coders.BytesCoder(),
+            file_name_suffix=file_name_suffix,
+            num_shards=0,
+            shard_name_template=None,
+            mime_type="application/octet-stream",
+            compression_type=CompressionTypes.UNCOMPRESSED,
+        )
 
     def open(self, temp_path):
         return tfrecord_io.GzipTFRecordWriter(super().open(temp_path), level=0)
@@ -46,11 +52,12 @@ class StoredTransformProcessor(_TFX_PROCESSOR):
         """TFX's _EncodeAndWrite, writing TFRecords through StoredGzipTFRecordSink."""
         if file_format != transform_labels.FORMAT_TFRECORD:
             return pcoll | _TFX_PROCESSOR._EncodeAndWrite(schema, file_format, output_path)
-        return (pcoll
-                | "EncodeAndSerialize" >> beam.ParDo(
-                    _TFX_PROCESSOR._RecordBatchToExamplesFn(schema))  # pylint: disable=protected-access
-                | "ExtractExamples" >> beam.Values()
-                | "WriteToTFRecord" >> beam.io.Write(StoredGzipTFRecordSink(output_path)))
+        return (
+            pcoll
+            | "EncodeAndSerialize" >> beam.ParDo(_TFX_PROCESSOR._RecordBatchToExamplesFn(schema))  # pylint: disable=protected-access
+            | "ExtractExamples" >> beam.Values()
+            | "WriteToTFRecord" >> beam.io.Write(StoredGzipTFRecordSink(output_path))
+        )
 
 
 class TransformExecutor(Tuned, transform_executor.Executor):

@@ -1,6 +1,6 @@
 """StatisticsGen: TFX's, with the Beam settings for large examples, and its options for images.
 
-    StatisticsGen(examples=..., stats_options=stats_options()) running StatisticsGenExecutor (beam_settings.tuned)
+StatisticsGen(examples=..., stats_options=stats_options()) running StatisticsGenExecutor (beam_settings.tuned)
 """
 
 import tensorflow_data_validation as tfdv
