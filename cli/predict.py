@@ -59,7 +59,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     elif threshold:
         print(f"confidence threshold {threshold:g} ({how}): at or below it an image is 'unsure'", file=sys.stderr)
     quiet_logs(verbose=False)
-    progress = result_files.Progress(sys.stderr) if writers else None  # else every result is printed anyway
+    progress = result_files.PredictionProgress(sys.stderr) if writers else None  # else every result is printed anyway
     seen = failed = 0
     try:
         for result in predict.classify(
@@ -203,7 +203,7 @@ def _predict_with_beam(
             config.max_pixels,
             beam_args,
             temp_dir=temp_dir,
-            progress=lambda total, stream: result_files.Progress(stream, total),
+            progress=lambda total, stream: result_files.PredictionProgress(stream, total),
             started=_announce_dataflow_job if args.dataflow else None,
             threshold=threshold,
             automl_output=args.automl_output,

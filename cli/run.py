@@ -33,22 +33,19 @@ def print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = with_tuning(config_from_args(args), args, local=True).validate()
     mode = args.progress
     quiet_logs(args.verbose)
     from pipeline import local_runner
     from storage.errors import DataError
 
     try:
-        found = local_runner.prepare(config)
+        prepared = local_runner.prepare(with_tuning(config_from_args(args), args, local=True))
     except DataError as e:
         return fail(EXIT_BAD_INPUT, str(e))
-    from pipeline import model_choice
-    from trainer.hparams import describe_model
-
-    config = model_choice.resolved(config, found["model_choice"])  # --model auto: chosen from the images
-    config = local_runner.with_earlier_search(config)  # tuned before: the Tuner step again (reusing, or searching)
+    config, found = prepared
     if mode == "human":
+        from trainer.hparams import describe_model
+
         sample = " (the digits sample)" if config.uses_sample_data else ""
         print(
             f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "
@@ -64,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Runs of one pipeline take turns (runs/run_lock.py): this run's progress, summary and report
     # are its own, whatever else runs on the same root.
     with run_lock.hold(config.metadata_path, on_wait=waiting):
-        return _run_locked(config, found, mode, args.verbose)
+        return _run_locked(prepared, mode, args.verbose)
 
 
 class _Interrupted(Exception):
@@ -79,12 +76,13 @@ def _raise_interrupted(signum, frame):
     raise KeyboardInterrupt
 
 
-def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
+def _run_locked(prepared, mode: str, verbose: bool) -> int:
     import signal
 
     from pipeline import local_runner
     from runs import progress, run_store, run_summary
 
+    config = prepared.config
     error = summary = None
     started_ms = int(time.time() * 1000) - 1000
     handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -92,7 +90,7 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
     try:
         with progress.Progress(config.metadata_path, started_ms, mode) as live:
             try:
-                summary = local_runner.run(config, prepared=found, started_ms=started_ms, locked=True)
+                summary = local_runner.run(prepared, started_ms=started_ms, locked=True)
             except (KeyboardInterrupt, Exception) as e:  # reported below, with the report of what did complete
                 error = e
                 if verbose and not _signalled:

@@ -3,16 +3,18 @@
     python -m pipeline.local_runner          # the digits sample, like `imagepipe run`
     IMAGEPIPE_DATA=~/PetImages IMAGEPIPE_EPOCHS=20 python -m pipeline.local_runner
 
-`run(config)` checks the input first (a one-line DataError or ConfigError, with
-nothing written), then runs create_pipeline(config, platform.local(config)) and returns the summary
-of what each component did.
+This module owns a local run: `prepare(config)` checks the settings (once), the input and --root (a one-line
+DataError or ConfigError, with nothing written) and settles what the run will be (the model --model auto chose, an
+earlier search's trials); `run(prepared)` takes the pipeline's turn and runs create_pipeline(config,
+platform.local(config)), returning the summary of what each component did. `imagepipe run` (cli/run.py) only
+parses, prints and reports around them.
 """
 
 import dataclasses
 import os
 import tempfile
 import time
-from typing import Any, Dict
+from typing import Any, Callable, Dict, NamedTuple, Optional, Union
 
 from pipeline import model_choice, sample_data
 from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
@@ -25,12 +27,11 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     """Lists the input as ImageExampleGen will, and fails fast on unusable data.
 
     Cheap on purpose (no TFX import unless spans must be resolved): bad input is
-    reported in a second, before anything is written.
+    reported in a second, before anything is written. `config` is validated (prepare() does it).
     """
     from components.example_gen import sources
     from storage import files as fs
 
-    config.validate()
     config.check_memory(machine_memory_bytes())
     check_local_beam_args(config.beam_args)
     check_no_cluster()
@@ -239,39 +240,53 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     return config
 
 
-def prepare(config: PipelineConfig) -> Dict[str, Any]:
-    """Makes the sample data if it is the input, then checks the input (see preflight) and --root.
+class Prepared(NamedTuple):
+    """A local run ready to start: its configuration as it will run (--model auto's choice, an earlier search's
+    trials) and what preflight() found in the input (source, layout, files, classes, model_choice)."""
+
+    config: PipelineConfig
+    found: Dict[str, Any]
+
+
+def prepare(config: PipelineConfig) -> Prepared:
+    """Checks the settings once, makes the sample data if it is the input, then checks the input (see preflight)
+    and --root, and settles the run's model and search.
 
     Bad input is reported before anything is written: --root is made (and checked) after the data
     checks, or first when the data is the sample, which is written under it.
     """
-    if not config.uses_sample_data:
+    config.validate()
+    if config.uses_sample_data:
+        check_root(config)
+        sample_data.make_digits(config.sample_data_dir, "the sample data folder (under --root)")
+        found = preflight(config)
+    else:
         found = preflight(config)
         check_root_outside_data(config)
         check_root(config)
-        return found
-    config.validate()  # before --root is made from its settings
-    check_root(config)
-    sample_data.make_digits(config.sample_data_dir, "the sample data folder (under --root)")
-    return preflight(config)
+    return Prepared(with_earlier_search(model_choice.resolved(config, found["model_choice"])), found)
 
 
 def run(
-    config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int = 0, locked: bool = False
+    config: Union[PipelineConfig, Prepared],
+    started_ms: int = 0,
+    locked: bool = False,
+    on_wait: Optional[Callable[[str], None]] = None,
 ) -> Dict[str, Any]:
     """Runs the pipeline; returns {'run_id', 'components': [...]} (see run_summary).
 
-    `prepared` is what prepare(config) returned, when the caller already ran it; `started_ms`
-    (milliseconds since the epoch, default now) tells this run from earlier ones in ML Metadata.
-    Runs of one pipeline take turns (runs/run_lock.py); `locked`: the caller holds the lock.
+    `config`: the settings (prepared first: bad input fails in a second, before TFX is imported), or what
+    prepare() returned. `started_ms` (milliseconds since the epoch, default now) tells this run from earlier ones
+    in ML Metadata. Runs of one pipeline take turns (runs/run_lock.py): `locked`, the caller holds the lock; else
+    `on_wait` hears why this run waits (default: printed).
     """
-    if not prepared:
-        prepared = prepare(config)  # before importing TFX: bad input fails in a second
-    config = with_earlier_search(model_choice.resolved(config, prepared.get("model_choice")))
+    prepared = config if isinstance(config, Prepared) else prepare(config)
+    started_ms = started_ms or int(time.time() * 1000)
     if locked:
-        return _run(config, started_ms or int(time.time() * 1000))
-    with run_lock.hold(config.metadata_path, on_wait=lambda message: print(f"imagepipe: {message}", flush=True)):
-        return _run(config, started_ms or int(time.time() * 1000))
+        return _run(prepared.config, started_ms)
+    waiting = on_wait or (lambda message: print(f"imagepipe: {message}", flush=True))
+    with run_lock.hold(prepared.config.metadata_path, on_wait=waiting):
+        return _run(prepared.config, started_ms)
 
 
 def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:

@@ -10,7 +10,7 @@ the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compile
 
 from tfx import v1 as tfx
 
-from components.beam_settings import tuned
+from components.beam_settings import with_executor
 from components.evaluator.component import ImageEvaluator
 from components.evaluator.eval_config import eval_config
 from components.example_gen.component import ImageExampleGen
@@ -155,7 +155,7 @@ class _Stages:
 
         StatisticsGen (like Transform and the Evaluator) batches by bytes and checks TFRecord checksums fast
         (components/beam_settings.py): a batch of full-size photos weighs what a batch of thumbnails does."""
-        statistics_gen = tuned(
+        statistics_gen = with_executor(
             tfx.components.StatisticsGen(examples=example_gen.outputs["examples"], stats_options=stats_options()),
             StatisticsGenExecutor,
         )
@@ -194,7 +194,7 @@ class _Stages:
         )
 
     def transform(self, example_gen, schema_gen, gate):
-        transform = tuned(
+        transform = with_executor(
             tfx.components.Transform(
                 examples=example_gen.outputs["examples"],
                 schema=schema_gen.outputs["schema"],

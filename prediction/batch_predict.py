@@ -253,7 +253,7 @@ def run(
 
     The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
     this machine's files) and removed afterwards. `progress(total, stream)` makes an object whose
-    update(done[, final]) is called as local workers read files (result_files.Progress); `started(result)`
+    update(done[, final]) is called as local workers read files (result_files.PredictionProgress); `started(result)`
     is called once the job is submitted (Dataflow: its id, to follow it in the console).
     """
     workdir = tempfile.mkdtemp(prefix="imagepipe-predict-")

@@ -184,7 +184,7 @@ def output_kind(path: str, option: str = "--output") -> str:
     return kind
 
 
-class Progress:
+class PredictionProgress:
     """How far a long prediction run is, on one stderr line: rewritten in place on a terminal, else a
     new line every `every` seconds (logs). Nothing for runs shorter than `every`."""
 

@@ -195,10 +195,10 @@ def test_names_are_printed_with_control_characters_escaped():
 def test_progress_of_a_long_prediction_run_is_one_line_per_interval():
     import io
 
-    from prediction.result_files import Progress
+    from prediction.result_files import PredictionProgress
 
     log = io.StringIO()  # not a terminal: plain lines, for logs
-    progress = Progress(log, total=400, every=0)
+    progress = PredictionProgress(log, total=400, every=0)
     for done in (100, 400):
         progress.update(done)
     progress.update(400, final=True)
@@ -210,7 +210,7 @@ def test_progress_of_a_long_prediction_run_is_one_line_per_interval():
     ]
 
     quiet = io.StringIO()  # a run shorter than the interval says nothing
-    progress = Progress(quiet, every=30)
+    progress = PredictionProgress(quiet, every=30)
     progress.update(5)
     progress.update(5, final=True)
     assert quiet.getvalue() == ""

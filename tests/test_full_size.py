@@ -151,7 +151,7 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     from components.validation.statistics import StatisticsGenExecutor
     from pipeline.pipeline import create_pipeline
 
-    beam_settings.tune()
+    beam_settings.configure_beam()
     kwargs = batch_util.GetBatchElementsKwargs(None)
     assert kwargs["max_batch_size"] == beam_settings.TARGET_BATCH_BYTES == 20 << 20
     assert kwargs["element_size_fn"](b"x" * (3 << 20)) == 3 << 20  # a photo counts its bytes
@@ -180,7 +180,8 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     # The Evaluator's own executor (class changes, data profile) is a tuned one too.
     assert executors["Evaluator"] is EvaluatorExecutor
     assert all(
-        issubclass(e, beam_settings.Tuned) for e in (StatisticsGenExecutor, TransformExecutor, EvaluatorExecutor)
+        issubclass(e, beam_settings.BeamConfigured)
+        for e in (StatisticsGenExecutor, TransformExecutor, EvaluatorExecutor)
     )
 
 

@@ -36,7 +36,7 @@ from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
-from components.beam_settings import Tuned, smaller_batches
+from components.beam_settings import BeamConfigured, smaller_batches
 from components.evaluator import metrics as evaluation_metrics
 from components.evaluator.eval_config import (
     ACCURACY_METRIC,
@@ -194,7 +194,7 @@ def with_label_checks(
     return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
 
 
-class Executor(Tuned, evaluator_executor.Executor):
+class Executor(BeamConfigured, evaluator_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         exec_properties = with_threshold(exec_properties)
         key = standard_component_specs.BASELINE_MODEL_KEY

@@ -293,7 +293,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         exec_properties: Dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        beam_settings.tune()  # fast TFRecord checksums
+        beam_settings.configure_beam()  # fast TFRecord checksums
         source = artifact_utils.get_single_instance(input_dict[INPUT_KEY])
         output = artifact_utils.get_single_instance(output_dict[OUTPUT_KEY])
         hp = HParams.from_custom_config(json.loads(exec_properties[HPARAMS_KEY]))

@@ -223,7 +223,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         multi_label: bool,
     ) -> Tuple[Examples, List[Dict[str, str]]]:
         """The Beam graph's run: (the label check's sample, outliers.csv's rows in a fixed order)."""
-        beam_settings.tune()  # fast TFRecord checksums
+        beam_settings.configure_beam()  # fast TFRecord checksums
         examples, feature_source = _inputs(transformed, features)
         if multi_label and not keep_vectors:
             feature_source = None  # multi-label: the features serve the label check only

@@ -16,7 +16,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfx.components.transform import executor as transform_executor
 from tfx.components.transform import labels as transform_labels
 
-from components.beam_settings import Tuned
+from components.beam_settings import BeamConfigured
 from components.example_gen import tfrecord_io
 
 
@@ -60,7 +60,7 @@ class StoredTransformProcessor(_TFX_PROCESSOR):
         )
 
 
-class TransformExecutor(Tuned, transform_executor.Executor):
+class TransformExecutor(BeamConfigured, transform_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         # TFX's Do makes a TransformProcessor by its module-level name (no hook to pass another): ours is put
         # there while the Beam graph is built, which happens within this call, in this process.
