@@ -8,7 +8,7 @@ whatever its name, and does not apply to a file that changed since. The last dec
 that counts ("keep" undoes an earlier relabel). A line is written with its newline in one write and flushed to
 disk before the page hears it was kept: a closed tab or a killed server loses nothing, and a line without its
 newline (a machine that stopped mid-write) is never read back. `imagepipe run --review FILE` applies them
-(components/example_gen/batch_ingest.py); `imagepipe review` writes them (review/server.py).
+(components/example_gen/writing/batch_ingest.py); `imagepipe review` writes them (review/server.py).
 """
 
 import csv

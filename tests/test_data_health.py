@@ -168,7 +168,7 @@ def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request,
     look-alike drawings fill the buckets (the limits come from the same sample of signatures either way)."""
     import shutil
 
-    from components.example_gen import near_duplicates
+    from components.example_gen.duplicates import near_duplicates
 
     fixture = request.getfixturevalue(data.split()[0])
     folder, layout = (fixture[0], "presplit") if data.startswith("near_tree") else (fixture, "folders")
@@ -205,7 +205,7 @@ def test_every_pair_within_strict_limits_shares_a_bucket_and_every_bucket_pair_i
     """The bands' promise (similarity.band_bits): with limits of a few bits, limit + 1 disjoint bands, so any two
     pHashes within the limit share a bucket (pigeonhole); and bucket_candidates gives every pair of every bucket,
     in chunks of any size."""
-    from components.example_gen import similarity
+    from components.example_gen.checking import similarity
 
     rng = np.random.default_rng(5)
     rows = rng.integers(0, 256, size=(300, similarity.SIGNATURE_BYTES), dtype=np.uint8)
@@ -238,7 +238,7 @@ def test_signatures_hold_imagehash_s_bits():
     rounding of the median: none here, and none on 600 photos with the floating-point weights before)."""
     import imagehash
 
-    from components.example_gen import signature, similarity
+    from components.example_gen.checking import signature, similarity
 
     def reference(image):  # what signature.py replaced: ImageHash and Pillow, crop by crop
         thumb = image.convert("RGB").resize((similarity.THUMB, similarity.THUMB), Image.BILINEAR)
@@ -451,8 +451,9 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
 
 def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
     """200 blank frames hash alike: one group of 200 from at most 199 pairs, not 19,900."""
-    from components.example_gen import near_duplicates, signature, similarity
-    from components.example_gen.batch_ingest import Meta
+    from components.example_gen.checking import signature, similarity
+    from components.example_gen.duplicates import near_duplicates
+    from components.example_gen.writing.batch_ingest import Meta
 
     blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
     metas = [
@@ -473,8 +474,8 @@ def test_a_removed_copy_at_a_group_s_hub_leaves_the_rest_of_the_group():
     """The searches send a spanning set of pairs (a star around one image in memory, a forest per bucket in Beam):
     when an exact duplicate removed at ingestion is the hub, the other copies still form their group (they were
     dropped with it, and the eval copy's leak went uncounted)."""
-    from components.example_gen import near_duplicates
-    from components.example_gen.batch_ingest import Meta
+    from components.example_gen.duplicates import near_duplicates
+    from components.example_gen.writing.batch_ingest import Meta
 
     def meta(path, split="train"):
         return Meta(path.ljust(64, "0"), path, "cat", split, False, "jpeg", "s", 0, False, "")
@@ -492,9 +493,10 @@ def test_exact_copies_are_searched_once_and_grouped_in_linear_time():
     image's group: 10,000 copies of a blank frame and its one look-alike are one group (a spanning set of 10,000
     pairs, not 50 million), 5,000 copies of an image with no look-alike are none; both searches agree. Rows of a
     label conflict name a few of the other copies, not all of them."""
-    from components.example_gen import near_duplicates, signature, similarity
-    from components.example_gen.batch_ingest import Meta
-    from components.example_gen.beam_steps import Resolve
+    from components.example_gen.checking import signature, similarity
+    from components.example_gen.duplicates import near_duplicates
+    from components.example_gen.writing.batch_ingest import Meta
+    from components.example_gen.writing.beam_steps import Resolve
 
     blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200)))
     look_alike = signature.signature(Image.new("RGB", (64, 48), (203, 200, 200)))
@@ -551,7 +553,7 @@ def test_the_label_check_holds_a_bounded_sample_stratified_by_class():
     assert [sample.keeps(k, 0) for k in keys[:1000]] == [sample.keeps(k, 0) for k in keys[:1000]]  # the same
     # Train and eval alike: the split takes a class's lowest content-hash positions for train (stratify.position),
     # and a sample by those would hold train only; the sample's share is the same among eval's positions.
-    from components.example_gen.stratify import position
+    from components.example_gen.splitting.stratify import position
 
     evals = [k for k in keys if position(k) >= 0.8]
     assert sum(sample.keeps(k, 0) for k in evals) == pytest.approx(expected[0] / len(keys) * len(evals), rel=0.1)

@@ -8,7 +8,7 @@ import tensorflow as tf
 from conftest import image_bytes, make_class_tree, write
 from example_gen_helpers import by_filename, quarantine, read_examples, run_executor, summary
 
-from components.example_gen.image_check import Reason
+from components.example_gen.checking.image_check import Reason
 from components.example_gen.ingest_report import IngestionError
 
 GOOD_EXTRA = {
@@ -244,7 +244,7 @@ def test_an_empty_split_fails_clearly(tmp_path):
 
 def test_worker_processes_only_for_inputs_worth_them():
     from components.example_gen import executor
-    from components.example_gen.listing import Candidate
+    from components.example_gen.finding.listing import Candidate
 
     def files(n, size):
         return [Candidate(f"/d/{i}.jpg", f"{i}.jpg", "cat", None, size) for i in range(n)]
@@ -389,7 +389,7 @@ def test_compression_level_gzips_the_records_and_keeps_them(tmp_path):
     assert sizes[9] < sizes[0] / 5  # level 0 stores, level 9 deflates
 
 
-# --- the stratified split (components/example_gen/stratify.py) -----------------------------------------
+# --- the stratified split (components/example_gen/splitting/stratify.py) -----------------------------------------
 
 
 def _eval_share_of_each_class(examples_uri):
@@ -405,7 +405,7 @@ def test_each_class_is_split_by_content_hash_within_one_image_of_the_eval_share(
     """A large class (its files near the boundary placed after the run), a small one (placed whole after the
     run) and one of two files: each class's eval count is within one image of 20%, a rare class is never
     missing from eval, and within a class the eval files are the last by content hash."""
-    from components.example_gen import stratify
+    from components.example_gen.splitting import stratify
 
     data = tmp_path / "data"
     counts = {"common": 1200, "uncommon": 37, "rare": 2}
@@ -458,7 +458,7 @@ def test_the_split_is_stable_when_a_span_adds_images(tmp_path):
 
 
 def test_split_quotas_and_placement_by_rank():
-    from components.example_gen import stratify
+    from components.example_gen.splitting import stratify
 
     assert stratify.quotas(10, [0.8, 0.2]) == [8, 2]
     assert stratify.quotas(12, [0.8, 0.2]) == [10, 2]  # 2.4 -> 2: within one image

@@ -122,7 +122,7 @@ def _gradient(mode: str, fmt: str, size=(2000, 1500)) -> bytes:
     [("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"), ("RGBA", "PNG"), ("LA", "PNG"), ("I;16", "PNG"), ("P", "GIF")],
 )
 def test_downscaled_copies_decode_in_tensorflow_like_their_originals(mode, fmt):
-    from components.example_gen.image_check import check_and_store
+    from components.example_gen.checking.image_check import check_and_store
 
     original = _gradient(mode, fmt)
     info, stored, stored_info = check_and_store(original, 50_000_000, 1_000_000)

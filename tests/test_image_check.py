@@ -10,7 +10,7 @@ import tensorflow as tf
 from conftest import image_bytes
 from PIL import Image
 
-from components.example_gen.image_check import BadImage, Reason, check_image
+from components.example_gen.checking.image_check import BadImage, Reason, check_image
 
 BUDGET = 50_000_000
 

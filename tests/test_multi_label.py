@@ -15,8 +15,8 @@ from conftest import image_bytes, write
 
 from bench.multilabel import make_multilabel, read_rows
 from components.evaluator import multi_label as multi_label_evaluation
-from components.example_gen import sources
-from components.example_gen.listing import labels_of
+from components.example_gen.finding import sources
+from components.example_gen.finding.listing import labels_of
 from components.health import label_issues
 from prediction import result_files
 from trainer import class_balance

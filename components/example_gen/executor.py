@@ -41,16 +41,12 @@ from components.example_gen import (
     PROFILE_FILE,
     QUARANTINE_FILE,
     SUMMARY_FILE,
-    batch_ingest,
-    beam_steps,
     ingest_report,
-    near_duplicates,
-    placement,
-    shards,
-    sources,
-    stratify,
 )
-from components.example_gen.image_check import Reason
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.duplicates import near_duplicates
+from components.example_gen.finding import sources
+from components.example_gen.finding.listing import Candidate, Listing, labels_of, split_sort_key
 from components.example_gen.ingest_report import (
     NEAR_DUPLICATE_COLUMNS,
     build_summary,
@@ -59,7 +55,8 @@ from components.example_gen.ingest_report import (
     quarantine_csv,
 )
 from components.example_gen.ingest_settings import REPORT_KEY, IngestSettings
-from components.example_gen.listing import Candidate, Listing, labels_of, split_sort_key
+from components.example_gen.splitting import placement, shards, stratify
+from components.example_gen.writing import batch_ingest, beam_steps
 from storage import files as fs
 from storage import review_file
 from storage.spreadsheet import csv_text

@@ -15,8 +15,8 @@ from absl import logging
 from tfx.utils import io_utils
 
 from components.example_gen import SUMMARY_FILE
-from components.example_gen.image_check import Reason
-from components.example_gen.listing import Listing, labels_of
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding.listing import Listing, labels_of
 from storage.spreadsheet import csv_text
 from trainer import class_balance
 

@@ -17,8 +17,8 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from components.example_gen import ingest_defaults as defaults
-from components.example_gen import sources
-from components.example_gen.listing import SPLIT_ALIASES, Listing
+from components.example_gen.finding import sources
+from components.example_gen.finding.listing import SPLIT_ALIASES, Listing
 from storage import files as fs
 
 # The component's own exec properties (beside FileBasedExampleGen's).

@@ -36,7 +36,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import beam_settings
-from components.example_gen import example_codec
+from components.example_gen.checking import example_codec
 from components.features import SUMMARY_FILE, backbone, feature_cache
 from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from storage.progress_events import progress_event

@@ -28,7 +28,7 @@ from tfx.utils import io_utils
 
 from components import beam_settings
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
-from components.example_gen.listing import label_set
+from components.example_gen.finding.listing import label_set
 from components.health import (
     HEALTH_FILE,
     LABEL_ISSUES_FILE,

@@ -21,7 +21,7 @@ import numpy as np
 from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
-from components.example_gen.listing import label_set
+from components.example_gen.finding.listing import label_set
 from components.health import checks, label_issues
 from components.health.sample import Sample
 

@@ -41,5 +41,5 @@ class Sample:
 
 def sample_position(key: str) -> float:
     """Where an image falls in the sample's order: the content hash's second 64 bits (the first place it in its
-    split, example_gen/stratify.py: a sample by those would hold the train split only)."""
+    split, example_gen/splitting/stratify.py: a sample by those would hold the train split only)."""
     return int(key[16:32], 16) / 2.0**64

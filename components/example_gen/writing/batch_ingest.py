@@ -14,9 +14,11 @@ import json
 import uuid
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from components.example_gen import example_codec, similarity, stratify, tfrecord_io
-from components.example_gen.image_check import BadImage, ImageInfo, Reason, check_and_store
-from components.example_gen.listing import Candidate, labels_of
+from components.example_gen.checking import example_codec, similarity
+from components.example_gen.checking.image_check import BadImage, ImageInfo, Reason, check_and_store
+from components.example_gen.finding.listing import Candidate, labels_of
+from components.example_gen.splitting import stratify
+from components.example_gen.writing import tfrecord_io
 from storage import files as fs
 from trainer import feature_keys as keys
 

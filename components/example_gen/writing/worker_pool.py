@@ -1,4 +1,4 @@
-"""A minimal process pool whose workers start as `python -m components.example_gen.worker_pool`.
+"""A minimal process pool whose workers start as `python -m components.example_gen.writing.worker_pool`.
 
 multiprocessing's spawn and forkserver re-import the caller's `__main__`, so a
 user's script without an `if __name__ == "__main__":` guard would run its whole

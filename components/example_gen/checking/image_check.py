@@ -23,7 +23,7 @@ from typing import Optional, Tuple
 
 from PIL import Image
 
-from components.example_gen import signature, similarity
+from components.example_gen.checking import signature, similarity
 
 # Our own budget (open_bounded, --max-pixels) replaces Pillow's decompression-bomb check.
 Image.MAX_IMAGE_PIXELS = None

@@ -28,8 +28,8 @@ import os
 import posixpath
 from typing import List, NamedTuple, Optional, Tuple
 
-from components.example_gen.image_check import Reason
-from components.example_gen.listing import (
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding.listing import (
     LABEL_SEPARATOR,
     Candidate,
     Listing,

@@ -19,10 +19,10 @@ import apache_beam as beam
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
-from components.example_gen import worker_pool
-from components.example_gen.batch_ingest import BatchResult, Meta, Settings, bad_row, ingest_batch_file
-from components.example_gen.image_check import Reason
-from components.example_gen.listing import split_sort_key
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding.listing import split_sort_key
+from components.example_gen.writing import worker_pool
+from components.example_gen.writing.batch_ingest import BatchResult, Meta, Settings, bad_row, ingest_batch_file
 from storage import files as fs
 from storage.progress_events import progress_event
 

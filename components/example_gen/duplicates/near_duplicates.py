@@ -26,10 +26,10 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
-from components.example_gen import similarity
-from components.example_gen.batch_ingest import SIGNATURE_ROW, Meta, bad_row
-from components.example_gen.image_check import Reason
-from components.example_gen.listing import split_sort_key
+from components.example_gen.checking import similarity
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding.listing import split_sort_key
+from components.example_gen.writing.batch_ingest import SIGNATURE_ROW, Meta, bad_row
 from storage import files as fs
 
 EXAMPLES_SHOWN = 20  # groups kept in summary.json (all of them are in near_duplicates.csv)

@@ -22,7 +22,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
-from components.example_gen import batch_ingest, stratify, tfrecord_io
+from components.example_gen.splitting import stratify
+from components.example_gen.writing import batch_ingest, tfrecord_io
 from storage import files as fs
 
 # Under the staging folder: the shards the pending files are rewritten to, and their moves. Hidden: a split's folder
