@@ -174,7 +174,7 @@ def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
             continue
     # A Trainer's own export (<model>/Format-Serving, never pushed) has no threshold.json; a multi-label one still
     # lists labels, each at 0.5, from the model_info.json beside it.
-    from storage.output_files import INFO_FILE, KERAS_DIR
+    from trainer.artifact_files import INFO_FILE, KERAS_DIR
 
     try:
         info = json.loads(fs.read_bytes(fs.join(os.path.dirname(model_dir.rstrip("/")), KERAS_DIR, INFO_FILE)))

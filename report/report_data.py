@@ -11,8 +11,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from prediction.image_inputs import byte_batches
 from storage.files import is_remote
-from storage.output_files import TRAINING_LOG
 from trainer import feature_keys as keys
+from trainer.artifact_files import TRAINING_LOG
 
 IMAGE_READ_LIMIT = 8 << 20  # bytes of a quarantined file read for its thumbnail
 

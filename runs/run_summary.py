@@ -20,10 +20,11 @@ from components.features import SUMMARY_FILE as FEATURES_SUMMARY
 from components.health import HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE
 from components.model_card import CARD_HTML, CARD_JSON, CARD_MD
 from components.tuner import DECISION_FILE as TUNING_FILE
+from components.validation import GATE_DRIFT_FILE, GATE_RESULT_FILE
 from runs import run_lock, run_store
 from storage.files import is_remote
-from storage.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE, TRAINING_LOG
 from storage.relocation import relocate
+from trainer.artifact_files import TRAINING_LOG
 from trainer.epochs import kept_epoch, monitor_of
 
 

@@ -386,7 +386,7 @@ def test_model_card_is_pushed_and_every_figure_comes_from_the_run(automl_run):
 
     from components.example_gen import ingest_report
     from components.model_card import CARD_HTML, CARD_MD, THRESHOLD_FILE, TO_FILL_IN
-    from storage.output_files import TRAINING_LOG
+    from trainer.artifact_files import TRAINING_LOG
 
     pushed = _uri(automl_run, "Pusher", "pushed_model")
     destination = sorted(glob.glob(os.path.join(automl_run["root"], "serving", "*", "*")))[-1]

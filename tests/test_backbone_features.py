@@ -13,8 +13,8 @@ import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
 from components.features import SUMMARY_FILE, executor, feature_cache
-from storage.output_files import FEATURES_SOURCE_FILE
 from trainer import features, models
+from trainer.artifact_files import FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
 
 SIZE = 32

@@ -346,7 +346,7 @@ def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, co
 @pytest.mark.slow
 def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(manifest_run):
     from components.model_card import CARD_JSON, CARD_MD, THRESHOLD_FILE
-    from storage.output_files import TRAINING_LOG
+    from trainer.artifact_files import TRAINING_LOG
 
     log = _json(manifest_run["outputs"]["Trainer"]["model_run"][0], TRAINING_LOG)
     assert log["class_balance"]["task"] == "multi" and log["class_balance"]["monitor"] == "val_auc_pr"

@@ -18,8 +18,7 @@ from PIL import Image
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
 from components.transform.preprocessing import preprocessing_fn
-from storage import output_files
-from trainer import features, input_pipeline, models, strategy
+from trainer import artifact_files, features, input_pipeline, models, strategy
 from trainer.hparams import HParams
 
 SIZE = 16
@@ -394,20 +393,20 @@ def test_warm_start_loads_only_a_matching_base_model(tmp_path):
         None,
         "the last blessed model has no Keras weights",
     )
-    keras_dir = tmp_path / "model" / output_files.KERAS_DIR
+    keras_dir = tmp_path / "model" / artifact_files.KERAS_DIR
     keras_dir.mkdir()
-    base.save_weights(str(keras_dir / output_files.WEIGHTS_FILE))
-    (keras_dir / output_files.INFO_FILE).write_text(json.dumps({**info, "class_names": ["cat", "dog", "bird"]}))
+    base.save_weights(str(keras_dir / artifact_files.WEIGHTS_FILE))
+    (keras_dir / artifact_files.INFO_FILE).write_text(json.dumps({**info, "class_names": ["cat", "dog", "bird"]}))
     assert task.warm_start(models.build(hp, 2), str(serving), info) == (
         None,
         "the last blessed model was trained on other classes",
     )
-    (keras_dir / output_files.INFO_FILE).write_text(json.dumps({**info, "image_size": 2 * SIZE}))
+    (keras_dir / artifact_files.INFO_FILE).write_text(json.dumps({**info, "image_size": 2 * SIZE}))
     assert (
         task.warm_start(models.build(hp, 2), str(serving), info)[1]
         == f"the last blessed model differs (image_size {2 * SIZE} -> {SIZE})"
     )
-    (keras_dir / output_files.INFO_FILE).write_text(json.dumps(info))
+    (keras_dir / artifact_files.INFO_FILE).write_text(json.dumps(info))
     fresh = models.build(hp, 2)
     assert task.warm_start(fresh, str(serving), info) == (str(keras_dir), "")
     assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), base.get_weights()))

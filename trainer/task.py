@@ -23,11 +23,11 @@ import tensorflow_transform as tft
 from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
-from storage.output_files import FEATURE_PROFILE_FILE, INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from storage.progress_events import progress_event
 from storage.relocation import pipeline_root_of, relocate
 from trainer import class_balance, export, features, input_pipeline, models, search, tflite_export
 from trainer import strategy as strategies
+from trainer.artifact_files import FEATURE_PROFILE_FILE, INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
 from trainer.training import balance_of, early_stopping, features_source

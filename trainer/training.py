@@ -9,8 +9,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from storage.output_files import FEATURES_SOURCE_FILE
 from trainer import class_balance, input_pipeline
+from trainer.artifact_files import FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
 
 

@@ -51,8 +51,8 @@ from components.evaluator.eval_config import (
     min_class_recall,
 )
 from components.example_gen import PROFILE_FILE
-from storage.output_files import INFO_FILE, KERAS_DIR
 from storage.relocation import locate
+from trainer.artifact_files import INFO_FILE, KERAS_DIR
 
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
 MODEL_INFO = os.path.join(KERAS_DIR, INFO_FILE)

@@ -38,8 +38,8 @@ from tfx.utils import io_utils
 from components import beam_settings
 from components.example_gen.checking import example_codec
 from components.features import SUMMARY_FILE, backbone, feature_cache
-from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from storage.progress_events import progress_event
+from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
 
 # Pixel records per Beam batch (870 images at 160 px; 21 at 1,024). When most images are cached, the ones

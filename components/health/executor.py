@@ -40,9 +40,9 @@ from components.health import (
     passes,
 )
 from components.health.sample import LABEL_CHECK_SAMPLE, MIN_SAMPLED_PER_CLASS, Sample  # noqa: F401 (the bounds)
-from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
 from storage.relocation import pipeline_root_of, relocate
 from storage.spreadsheet import csv_text
+from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
 
 SHOWN = 50  # suspects and outliers kept in health.json (all of them are in the CSV files)
 _SPLITS = ("train", "eval")

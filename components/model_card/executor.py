@@ -21,7 +21,7 @@ from components.evaluator import results as evaluation_results
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.health import HEALTH_FILE
 from components.model_card import CARD_HTML, CARD_JSON, CARD_MD, SCHEMA_VERSION, THRESHOLD_FILE, TO_FILL_IN, render
-from storage.output_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
+from trainer.artifact_files import INFO_FILE, KERAS_DIR, TRAINING_LOG
 from trainer.epochs import kept_epoch, monitor_of
 from trainer.hparams import describe_model
 

@@ -29,9 +29,9 @@ from tfx.utils import io_utils, json_utils
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.trainer.component import with_settings
 from components.tuner import DECISION_FILE, SEARCH_FILE, decision
-from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from storage.relocation import pipeline_root_of, relocate
 from trainer import search as tuning
+from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
 
 BEST_FILE = "best_hyperparameters.txt"  # TFX's names (tfx/components/tuner/executor.py)

@@ -24,8 +24,8 @@ from tfx.utils import io_utils
 
 from components import drift
 from components.example_gen import PROFILE_FILE
+from components.validation import GATE_DRIFT_FILE, GATE_RESULT_FILE
 from storage.artifact_types import DataValidationResult
-from storage.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE
 from storage.relocation import locate
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes per split
