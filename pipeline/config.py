@@ -19,7 +19,8 @@ from components.tuner import MODES as TUNE_MODES
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
 from trainer.class_balance import MIN_CLASS_RECALL
-from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams, decode_memory_bytes
+from trainer.decode_memory import decode_memory_bytes
+from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams
 
 # The repository root: schemas/ and the default run's outputs are found from here.
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

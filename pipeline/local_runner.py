@@ -136,7 +136,7 @@ def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None
     import urllib.parse
 
     from trainer import efficientnet_lite
-    from trainer.hparams import PACKAGED_WEIGHTS, imagenet_weights, imagenet_weights_path
+    from trainer.imagenet_weights import PACKAGED_WEIGHTS, imagenet_weights, imagenet_weights_path
 
     if hp.model in PACKAGED_WEIGHTS:
         try:

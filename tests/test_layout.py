@@ -34,6 +34,7 @@ LAYERS = [
     "components",
     "trainer",
     "storage",
+    "settings",
 ]
 LEVEL = {folder: level for level, folder in enumerate(LAYERS)}
 

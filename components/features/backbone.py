@@ -25,7 +25,8 @@ from typing import NamedTuple, Optional
 
 from components.features import feature_cache
 from storage import files as fs
-from trainer.hparams import HParams, imagenet_weights_path
+from trainer.hparams import HParams
+from trainer.imagenet_weights import imagenet_weights_path
 
 # What turns pixels into the backbone's input (trainer/models.py _scaled), by model: part of the fingerprint.
 SCALING = {

@@ -14,7 +14,7 @@ Files of the `health` output, read by the run summary and the report without TFX
 
 import dataclasses
 
-from trainer.hparams import setting
+from settings import setting
 
 HEALTH_FILE = "health.json"  # counts, checks against their thresholds, the first suspects
 LABEL_ISSUES_FILE = "label_issues.csv"  # every suspected label error, most likely first
