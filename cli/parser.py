@@ -65,7 +65,7 @@ def _add_data_options(p, d: PipelineConfig) -> None:
     p.add_argument(
         "--span-window",
         type=int,
-        help="with --span-pattern: read the latest span and the N-1 spans before it (default 1)",
+        help=f"with --span-pattern: read the latest span and the N-1 spans before it (default {d.span_window})",
     )
     p.add_argument("--eval-percent", type=int, help=f"eval share of unsplit data (default {d.eval_percent})")
     p.add_argument("--max-pixels", type=int, help=f"quarantine larger images (default {d.max_pixels:,})")
@@ -104,7 +104,9 @@ def _add_data_options(p, d: PipelineConfig) -> None:
         "column (path,labels, separated by ';'), a row names several labels, or the import file is "
         "AutoML's multi-label kind. Class folders are single-label",
     )
-    p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
+    p.add_argument(
+        "--compression-level", type=int, help=f"gzip level of the TFRecords (default {d.compression_level}; 0: stored)"
+    )
     p.add_argument(
         "--schema",
         help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
@@ -219,7 +221,7 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     )
     c.add_argument("--training-machine-type", help=f"(default {d.training_machine_type})")
     c.add_argument("--training-accelerator", help="e.g. NVIDIA_TESLA_T4, NVIDIA_L4")
-    c.add_argument("--training-accelerator-count", type=int, help="(default 1)")
+    c.add_argument("--training-accelerator-count", type=int, help=f"(default {d.training_accelerator_count})")
     c.add_argument(
         "--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores); needs --training-image"
     )
@@ -228,7 +230,7 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="train on N machines of that type at once: a "
-        "chief and N - 1 workers (MultiWorkerMirroredStrategy; default 1)",
+        f"chief and N - 1 workers (MultiWorkerMirroredStrategy; default {d.training_replicas})",
     )
     c.add_argument(
         "--training-image",
@@ -240,7 +242,7 @@ def _add_cloud_options(p: argparse.ArgumentParser) -> None:
         "--parallel-trials",
         type=int,
         help="with --tune and --vertex-training: trials at once, a "
-        "training machine each (TFX's Vertex Tuner; default 1)",
+        f"training machine each (TFX's Vertex Tuner; default {d.parallel_trials})",
     )
 
 
