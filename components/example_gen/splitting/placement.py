@@ -135,7 +135,7 @@ class Rewrite(beam.DoFn):
         shard, placements = element
         split_of = dict(placements)
         attempt = uuid.uuid4().hex[:8]
-        writers: Dict[str, list] = {}  # split -> [writer, path, records, bytes, shards closed]
+        writers: Dict[str, list] = {}  # split -> [writer, path, records, bytes] of its open placed shard
         moves, closed = [], []
         with FileSystems.open(shard, compression_type=CompressionTypes.UNCOMPRESSED) as src:
             for index, record in enumerate(tfrecord_io.read_gzip_tfrecords(src)):
