@@ -286,6 +286,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(commands.add_parser("run", help="run the pipeline locally (LocalDagRunner)"))
     sample = commands.add_parser("sample-data", help="write the digits sample as image files")
     sample.add_argument("--out", help="folder to write (default <root>/data/digits)")
+    _add_cloud_commands(commands)
+    _add_history_commands(commands)
+    _add_predict_command(commands)
+    _add_model_commands(commands)
+    return parser
+
+
+def _add_cloud_commands(commands) -> None:
+    """compile, submit, schedule: the pipeline for Vertex AI or Kubeflow Pipelines."""
     compile_cmd = commands.add_parser("compile", help="compile for Vertex AI or Kubeflow Pipelines")
     _add_run_options(compile_cmd)
     _add_cloud_options(compile_cmd)
@@ -302,6 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument("--schedule-name", help="(default <name>-retraining)")
     schedule.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
     _add_param_option(schedule)
+
+
+def _add_history_commands(commands) -> None:
+    """report, review, runs: what runs did."""
     report = commands.add_parser("report", help="write a run's HTML report (default: the newest run)")
     report.add_argument("run", nargs="?", help="run id, as 'imagepipe runs' lists them")
     report.add_argument("--root", help="the run's --root")
@@ -323,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--name", help="the runs' --name (default: every pipeline in --root)")
     runs.add_argument("--failed", action="store_true", help="only failed runs")
     runs.add_argument("--json", action="store_true", help="as JSON")
+
+
+def _add_predict_command(commands) -> None:
+    """predict: a trained model on image files, here or on Dataflow."""
     predict = commands.add_parser("predict", help="classify image files with a trained model")
     predict.add_argument(
         "images",
@@ -373,6 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dataflow_options(
         c, "classify on Dataflow workers that run the pipeline image (gs:// --model, --output and inputs)"
     )
+
+
+def _add_model_commands(commands) -> None:
+    """export, cache, export-schema: a pushed model, the features cache and the schema, for use elsewhere."""
     exporting = commands.add_parser("export", help="a pushed model for another runtime: ONNX or Core ML")
     exporting.add_argument(
         "--format", required=True, help="onnx (onnxruntime and others) or coreml (an .mlpackage for Apple's systems)"
@@ -397,4 +418,3 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--root", help="the run's --root")
     export.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     export.add_argument("--out", required=True, help="where to write schema.pbtxt, e.g. schemas/<dataset>/schema.pbtxt")
-    return parser
