@@ -7,7 +7,7 @@ UV_VERSION := 0.13.9
 BIN := $(VENV)/bin
 UV := $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
+.PHONY: install run lint format test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy bench-features \
 	bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-scale bench-exports bench-review lock clean
 
 install: $(VENV)/.installed
@@ -34,6 +34,15 @@ PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test: install
 	$(PYTEST)
+
+# The linter and the formatter (settings in pyproject.toml); `make format` rewrites what `make lint` would refuse.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # The edit-test loop: everything but the tests marked slow (whole pipeline runs, training).
 test-fast: install

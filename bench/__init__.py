@@ -22,6 +22,6 @@ def measure_in_fresh_process(module: str, args: list) -> dict:
 
 def examplegen_package(code_dir: str) -> str:
     """ImageExampleGen's package in the code at `code_dir` (a baseline commit's worktree, or this checkout):
-    components.example_gen, or components.image_example_gen in commits before the house move (docs/layout.md)."""
+    components.example_gen, or components.image_example_gen in commits before the move to a folder per stage (issue 41)."""
     moved = os.path.isdir(os.path.join(code_dir, "components", "example_gen"))
     return "components.example_gen" if moved else "components.image_example_gen"

@@ -41,8 +41,11 @@ def make_set(name: str, per_class: int) -> str:
 
 def run_imagepipe(data: str, seed: int, root: str) -> dict:
     started = time.monotonic()
-    proc = subprocess.run([IMAGEPIPE, "run", "--data", data, "--root", root, "--seed", str(seed),
-                           "--progress", "json"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [IMAGEPIPE, "run", "--data", data, "--root", root, "--seed", str(seed), "--progress", "json"],
+        capture_output=True,
+        text=True,
+    )
     seconds = time.monotonic() - started
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     finished = next((e for e in events if e["event"] == "run_finished"), None)
@@ -50,9 +53,14 @@ def run_imagepipe(data: str, seed: int, root: str) -> dict:
         raise RuntimeError(f"imagepipe run failed:\n{proc.stderr[-3000:]}")
     parts = {c["component"]: c for c in finished["components"]}
     trainer = parts["Trainer"]["details"]
-    return {"accuracy": parts["Evaluator"]["details"]["accuracy"], "seconds": seconds,
-            "trainer_seconds": parts["Trainer"]["seconds"], "epochs": trainer["epochs"],
-            "kept_epoch": trainer["kept_epoch"], "examples": parts["ImageExampleGen"]["outputs"]["examples"][0]}
+    return {
+        "accuracy": parts["Evaluator"]["details"]["accuracy"],
+        "seconds": seconds,
+        "trainer_seconds": parts["Trainer"]["seconds"],
+        "epochs": trainer["epochs"],
+        "kept_epoch": trainer["kept_epoch"],
+        "examples": parts["ImageExampleGen"]["outputs"]["examples"][0],
+    }
 
 
 def split_folders(examples_uri: str, data: str, out: str) -> None:
@@ -72,9 +80,24 @@ def split_folders(examples_uri: str, data: str, out: str) -> None:
 
 def run_plain(folders: str, seed: int, size: int) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-m", "bench.plain_keras", "--train", os.path.join(folders, "train"),
-                           "--eval", os.path.join(folders, "eval"), "--size", str(size), "--seed", str(seed)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.plain_keras",
+            "--train",
+            os.path.join(folders, "train"),
+            "--eval",
+            os.path.join(folders, "eval"),
+            "--size",
+            str(size),
+            "--seed",
+            str(seed),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"plain Keras script failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -99,19 +122,26 @@ def main() -> None:
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             results.append({"set": name, "seed": seed, "imagepipe": mine, "plain": plain})
-            print(f"{name} seed {seed}: imagepipe {mine['accuracy']:.4f} ({mine['epochs']} epochs, kept "
-                  f"{mine['kept_epoch']}; {mine['seconds']:.0f} s, Trainer {mine['trainer_seconds']:.0f} s), "
-                  f"plain Keras {plain['accuracy']:.4f} ({plain['seconds']:.0f} s)", flush=True)
+            print(
+                f"{name} seed {seed}: imagepipe {mine['accuracy']:.4f} ({mine['epochs']} epochs, kept "
+                f"{mine['kept_epoch']}; {mine['seconds']:.0f} s, Trainer {mine['trainer_seconds']:.0f} s), "
+                f"plain Keras {plain['accuracy']:.4f} ({plain['seconds']:.0f} s)",
+                flush=True,
+            )
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print("\n| set | seed | imagepipe (defaults) | plain Keras script | difference | imagepipe s (Trainer s) | plain s |")
+    print(
+        "\n| set | seed | imagepipe (defaults) | plain Keras script | difference | imagepipe s (Trainer s) | plain s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         mine, plain = r["imagepipe"], r["plain"]
-        print(f"| {r['set']} | {r['seed']} | {mine['accuracy']:.4f} | {plain['accuracy']:.4f} | "
-              f"{mine['accuracy'] - plain['accuracy']:+.4f} | {mine['seconds']:.0f} ({mine['trainer_seconds']:.0f}) | "
-              f"{plain['seconds']:.0f} |")
+        print(
+            f"| {r['set']} | {r['seed']} | {mine['accuracy']:.4f} | {plain['accuracy']:.4f} | "
+            f"{mine['accuracy'] - plain['accuracy']:+.4f} | {mine['seconds']:.0f} ({mine['trainer_seconds']:.0f}) | "
+            f"{plain['seconds']:.0f} |"
+        )
     for name in args.sets.split(","):
         rows = [r for r in results if r["set"] == name]
         mine = statistics.mean(r["imagepipe"]["accuracy"] for r in rows)

@@ -27,20 +27,29 @@ def run(corpus: str, out: str) -> dict:
             data = tf.io.read_file(path)
             image = tf.image.decode_jpeg(data, channels=3)
             label = classes.index(os.path.basename(os.path.dirname(path)))
-            example = tf.train.Example(features=tf.train.Features(feature={
-                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data.numpy()])),
-                "image/height": tf.train.Feature(int64_list=tf.train.Int64List(value=[image.shape[0]])),
-                "image/width": tf.train.Feature(int64_list=tf.train.Int64List(value=[image.shape[1]])),
-                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-            }))
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data.numpy()])),
+                        "image/height": tf.train.Feature(int64_list=tf.train.Int64List(value=[image.shape[0]])),
+                        "image/width": tf.train.Feature(int64_list=tf.train.Int64List(value=[image.shape[1]])),
+                        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                    }
+                )
+            )
             with tf.io.TFRecordWriter(os.path.join(out, f"{i:07d}.tfrecord")) as writer:
                 writer.write(example.SerializeToString())
             written += 1
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError):
             failed += 1
     done = time.monotonic()
-    return {"files": len(paths), "ok": written, "failed": failed,
-            "import_seconds": imported - started, "work_seconds": done - imported}
+    return {
+        "files": len(paths),
+        "ok": written,
+        "failed": failed,
+        "import_seconds": imported - started,
+        "work_seconds": done - imported,
+    }
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def _photo(rng: np.random.Generator, sources) -> bytes:
     h, w = src.shape[:2]
     ch, cw = int(rng.integers(h // 2, h + 1)), int(rng.integers(w // 2, w + 1))
     y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-    crop = src[y:y + ch, x:x + cw].astype(np.float32)
+    crop = src[y : y + ch, x : x + cw].astype(np.float32)
     gain = rng.uniform(0.7, 1.3, size=3)
     crop = np.clip(crop * gain + rng.uniform(-20, 20), 0, 255).astype(np.uint8)
     long_side = int(rng.integers(300, 501))

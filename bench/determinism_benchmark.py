@@ -24,14 +24,23 @@ def one_run(data, deterministic: bool, image_size, epochs: int) -> dict:
 
     root = tempfile.mkdtemp(prefix="imagepipe-determinism-")
     try:
-        config = PipelineConfig(root=root, data=data, image_size=image_size, epochs=epochs,
-                                deterministic=deterministic, accuracy_threshold=0.0)
+        config = PipelineConfig(
+            root=root,
+            data=data,
+            image_size=image_size,
+            epochs=epochs,
+            deterministic=deterministic,
+            accuracy_threshold=0.0,
+        )
         summary = local_runner.run(config)
         trainer = next(c["details"] for c in summary["components"] if c["component"] == "Trainer")
         evaluator = next(c["details"] for c in summary["components"] if c["component"] == "Evaluator")
         log = json.load(open(os.path.join(trainer["model_run"], "training.json")))
-        return {"seconds_per_epoch": log["train_seconds"] / len(log["epochs"]), "epochs": len(log["epochs"]),
-                "accuracy": evaluator["accuracy"]}
+        return {
+            "seconds_per_epoch": log["train_seconds"] / len(log["epochs"]),
+            "epochs": len(log["epochs"]),
+            "accuracy": evaluator["accuracy"],
+        }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

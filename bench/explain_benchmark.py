@@ -41,11 +41,21 @@ def measure(data: str, model_dir: str, methods, count: int = 150) -> list:
         ms = 1000 * (time.perf_counter() - started) / len(rels)
         right = [i for i, r in enumerate(rels) if explainer.class_names[probabilities[i].argmax()] == r.split("/")[0]]
         shares = [explain.top_share_inside(maps[i], boxes[rels[i]]) for i in right]
-        mass = [float(maps[i][boxes[rels[i]][1]:boxes[rels[i]][3], boxes[rels[i]][0]:boxes[rels[i]][2]].sum())
-                for i in right]
-        rows.append({"method": method, "images": len(rels), "right": len(right),
-                     "top_share": float(np.median(shares)), "mostly_inside": float(np.mean([s > 0.5 for s in shares])),
-                     "mass_inside": float(np.median(mass)), "ms_per_image": ms})
+        mass = [
+            float(maps[i][boxes[rels[i]][1] : boxes[rels[i]][3], boxes[rels[i]][0] : boxes[rels[i]][2]].sum())
+            for i in right
+        ]
+        rows.append(
+            {
+                "method": method,
+                "images": len(rels),
+                "right": len(right),
+                "top_share": float(np.median(shares)),
+                "mostly_inside": float(np.mean([s > 0.5 for s in shares])),
+                "mass_inside": float(np.median(mass)),
+                "ms_per_image": ms,
+            }
+        )
     return rows
 
 
@@ -60,18 +70,41 @@ def main() -> None:
 
     data = make_planted(os.path.join(OUT, f"patch-{args.per_class}"), "patch", args.per_class)
     with tempfile.TemporaryDirectory(prefix="imagepipe-explain-") as root:
-        subprocess.run([IMAGEPIPE, "run", "--data", os.path.join(data, "images"), "--root", root, "--epochs", "30",
-                        "--patience", "10", "--image-size", "64", "--accuracy-threshold", "0.5", "--explanations", "0"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                IMAGEPIPE,
+                "run",
+                "--data",
+                os.path.join(data, "images"),
+                "--root",
+                root,
+                "--epochs",
+                "30",
+                "--patience",
+                "10",
+                "--image-size",
+                "64",
+                "--accuracy-threshold",
+                "0.5",
+                "--explanations",
+                "0",
+            ],
+            check=True,
+            capture_output=True,
+        )
         model = sorted(glob.glob(os.path.join(root, "serving", "*", "*")))[-1]
         rows = measure(data, model, args.methods.split(","))
     print(f"\n{explain.STEPS} steps a path; images classified right of those explained\n")
-    print("| method | right | top pixels inside the patch (median) | images mostly inside | map mass inside (median) "
-          "| ms per image |")
+    print(
+        "| method | right | top pixels inside the patch (median) | images mostly inside | map mass inside (median) "
+        "| ms per image |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['method']} | {r['right']}/{r['images']} | {r['top_share']:.2f} | {r['mostly_inside']:.2f} | "
-              f"{r['mass_inside']:.2f} | {r['ms_per_image']:.1f} |")
+        print(
+            f"| {r['method']} | {r['right']}/{r['images']} | {r['top_share']:.2f} | {r['mostly_inside']:.2f} | "
+            f"{r['mass_inside']:.2f} | {r['ms_per_image']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -31,17 +31,39 @@ IMAGES = 200
 
 
 def train(data, root: str, extra=()) -> str:
-    done = subprocess.run([IMAGEPIPE, "run", "--root", root, *(["--data", data] if data else []), "--tflite",
-                           "float16,int8", "--exports", "onnx,coreml", "--accuracy-threshold", "0",
-                           "--min-class-recall", "0", "--progress", "quiet", *extra], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            IMAGEPIPE,
+            "run",
+            "--root",
+            root,
+            *(["--data", data] if data else []),
+            "--tflite",
+            "float16,int8",
+            "--exports",
+            "onnx,coreml",
+            "--accuracy-threshold",
+            "0",
+            "--min-class-recall",
+            "0",
+            "--progress",
+            "quiet",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     return sorted(glob.glob(os.path.join(root, "serving", "*", "*")))[-1]
 
 
 def _images(data_dir: str):
-    files = sorted(f for f in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True) if os.path.isfile(f)
-                   and not os.path.basename(f).startswith("."))
+    files = sorted(
+        f
+        for f in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True)
+        if os.path.isfile(f) and not os.path.basename(f).startswith(".")
+    )
     return [open(f, "rb").read() for f in files[:: max(1, len(files) // IMAGES)][:IMAGES]]
 
 
@@ -52,7 +74,7 @@ def _timed(call, items, batch: int) -> float:
     for _ in range(3):
         started = time.perf_counter()
         for i in range(0, len(items), batch):
-            call(items[i:i + batch])
+            call(items[i : i + batch])
         rounds.append((time.perf_counter() - started) * 1000 / len(items))
     return statistics.median(rounds)
 
@@ -64,26 +86,43 @@ def measure(model_dir: str, encoded) -> dict:
 
     saved = tf.saved_model.load(model_dir)
     serve = saved.signatures["serving_default"]
-    pixels = np.concatenate([saved.image_pixels(tf.constant(encoded[i:i + 32])).numpy()
-                             for i in range(0, len(encoded), 32)])
-    rows = {"SavedModel (encoded bytes)": {
-        "bytes": sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(model_dir) for f in fs
-                     if not any(part in d for part in ("tflite", "onnx", "coreml"))),
-        "one": _timed(lambda b: serve(image_bytes=tf.constant(b)), encoded, 1),
-        "batch": _timed(lambda b: serve(image_bytes=tf.constant(b)), encoded, 32)}}
+    pixels = np.concatenate(
+        [saved.image_pixels(tf.constant(encoded[i : i + 32])).numpy() for i in range(0, len(encoded), 32)]
+    )
+    rows = {
+        "SavedModel (encoded bytes)": {
+            "bytes": sum(
+                os.path.getsize(os.path.join(d, f))
+                for d, _, fs in os.walk(model_dir)
+                for f in fs
+                if not any(part in d for part in ("tflite", "onnx", "coreml"))
+            ),
+            "one": _timed(lambda b: serve(image_bytes=tf.constant(b)), encoded, 1),
+            "batch": _timed(lambda b: serve(image_bytes=tf.constant(b)), encoded, 32),
+        }
+    }
     for kind in ("float16", "int8"):
         path = os.path.join(model_dir, "tflite", tflite_export.file_name(kind))
         classifier = tflite_export.TFLiteClassifier(open(path, "rb").read())
-        rows[f"TFLite {kind} (LiteRT)"] = {"bytes": os.path.getsize(path),
-                                          "one": _timed(classifier.probabilities, pixels, 1), "batch": None}
+        rows[f"TFLite {kind} (LiteRT)"] = {
+            "bytes": os.path.getsize(path),
+            "one": _timed(classifier.probabilities, pixels, 1),
+            "batch": None,
+        }
     onnx_path = os.path.join(model_dir, model_exports.ONNX_FILE)
     onnx = model_exports.OnnxClassifier(open(onnx_path, "rb").read())
     floats = pixels.astype(np.float32)
-    rows["ONNX (onnxruntime)"] = {"bytes": os.path.getsize(onnx_path), "one": _timed(onnx.probabilities, floats, 1),
-                                  "batch": _timed(onnx.probabilities, floats, 32)}
+    rows["ONNX (onnxruntime)"] = {
+        "bytes": os.path.getsize(onnx_path),
+        "one": _timed(onnx.probabilities, floats, 1),
+        "batch": _timed(onnx.probabilities, floats, 32),
+    }
     package = os.path.join(model_dir, model_exports.COREML_PACKAGE)
-    rows["Core ML (size only)"] = {"bytes": sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(package)
-                                                for f in fs), "one": None, "batch": None}
+    rows["Core ML (size only)"] = {
+        "bytes": sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(package) for f in fs),
+        "one": None,
+        "batch": None,
+    }
     return rows
 
 

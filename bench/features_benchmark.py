@@ -24,8 +24,15 @@ import sys
 from typing import Dict, List
 
 from bench import corpus
-from bench.photo_benchmark import (OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline,
-                                   save_results)
+from bench.photo_benchmark import (
+    OUT,
+    PROJECT,
+    baseline_tree,
+    comparison_parser,
+    printed_saved_table,
+    run_pipeline,
+    save_results,
+)
 
 ARGS = ["--model", "mobilenet_v2", "--image-size", "160", "--patience", "10", "--accuracy-threshold", "0"]
 
@@ -43,7 +50,7 @@ def spans(size: int) -> Dict[str, str]:
         for label in sorted(name for name in os.listdir(whole) if not name.startswith(".")):  # not corpus marks
             os.makedirs(os.path.join(found[name], label))
             names = sorted(os.listdir(os.path.join(whole, label)))
-            for n in names[:share // 2 if share else None]:
+            for n in names[: share // 2 if share else None]:
                 os.link(os.path.join(whole, label, n), os.path.join(found[name], label, n))
     open(done, "w").close()
     return found
@@ -71,40 +78,63 @@ def measured(result: dict, **labels) -> dict:
             epochs = [e["seconds"] for e in json.load(f)["epochs"] if e["phase"] == "frozen backbone"]
     features = result["details"].get("BackboneFeatures") or {}
     seconds = {name: s for name, (s, _) in result["components"].items()}
-    return {**labels, "status": result["status"], "error": result["error"], "accuracy": result["accuracy"],
-            "trainer_s": seconds.get("Trainer"), "features_s": seconds.get("BackboneFeatures"),
-            "epochs": len(epochs), "epoch_s": statistics.median(epochs) if epochs else None,
-            "computed": features.get("computed"), "reused": features.get("reused"),
-            "peak_rss_gb": result["peak_rss_gb"], "wall_s": result["wall_seconds"]}
+    return {
+        **labels,
+        "status": result["status"],
+        "error": result["error"],
+        "accuracy": result["accuracy"],
+        "trainer_s": seconds.get("Trainer"),
+        "features_s": seconds.get("BackboneFeatures"),
+        "epochs": len(epochs),
+        "epoch_s": statistics.median(epochs) if epochs else None,
+        "computed": features.get("computed"),
+        "reused": features.get("reused"),
+        "peak_rss_gb": result["peak_rss_gb"],
+        "wall_s": result["wall_seconds"],
+    }
 
 
 def table(rows: List[dict]) -> List[str]:
-    lines = ["| images | code | data | Trainer s | features s | Trainer + features s | frozen epochs | s per frozen "
-             "epoch | features computed / reused | eval accuracy | peak RSS GB |", "|" + "---|" * 11]
+    lines = [
+        "| images | code | data | Trainer s | features s | Trainer + features s | frozen epochs | s per frozen "
+        "epoch | features computed / reused | eval accuracy | peak RSS GB |",
+        "|" + "---|" * 11,
+    ]
     for r in rows:
         total = (r["trainer_s"] or 0) + (r["features_s"] or 0)
         cache = "-" if r["computed"] is None else f"{r['computed']:,} / {r['reused']:,}"
         accuracy = "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
-        lines.append(f"| {r['images']:,} | {r['code']} | {r['span']} | {r['trainer_s'] or '-'} | {r['features_s'] or '-'} "
-                     f"| {total:.1f} | {r['epochs']} | {r['epoch_s'] if r['epoch_s'] is not None else '-'} | {cache} "
-                     f"| {accuracy} | {r['peak_rss_gb']} |")
+        lines.append(
+            f"| {r['images']:,} | {r['code']} | {r['span']} | {r['trainer_s'] or '-'} | {r['features_s'] or '-'} "
+            f"| {total:.1f} | {r['epochs']} | {r['epoch_s'] if r['epoch_s'] is not None else '-'} | {cache} "
+            f"| {accuracy} | {r['peak_rss_gb']} |"
+        )
     for size in sorted({r["images"] for r in rows}):
         new = {r["span"]: r for r in rows if r["images"] == size and r["code"] == "this"}
         old = next((r for r in rows if r["images"] == size and r["code"] != "this"), None)
         first, second = new.get("span-1"), new.get("span-2")
         if first and old and old["trainer_s"]:
-            lines.append(f"\n{size:,} images: Trainer + features {old['trainer_s'] / (first['trainer_s'] + first['features_s']):.1f}x "
-                         f"faster than the baseline's Trainer; a head epoch {old['epoch_s'] / first['epoch_s']:.0f}x faster "
-                         f"than a frozen-backbone epoch; accuracy {first['accuracy'] - old['accuracy']:+.4f}")
+            lines.append(
+                f"\n{size:,} images: Trainer + features {old['trainer_s'] / (first['trainer_s'] + first['features_s']):.1f}x "
+                f"faster than the baseline's Trainer; a head epoch {old['epoch_s'] / first['epoch_s']:.0f}x faster "
+                f"than a frozen-backbone epoch; accuracy {first['accuracy'] - old['accuracy']:+.4f}"
+            )
         if first and second and second["features_s"]:
-            lines.append(f"{size:,} images: span-2 (+10%) features step {first['features_s'] / second['features_s']:.1f}x "
-                         f"faster than span-1's")
+            lines.append(
+                f"{size:,} images: span-2 (+10%) features step {first['features_s'] / second['features_s']:.1f}x "
+                f"faster than span-1's"
+            )
     return lines
 
 
 def main(argv=None) -> int:
-    parser = comparison_parser(__doc__, "bcac092", "commit to compare with (the code before the features step)",
-                               10, os.path.join(OUT, "features_benchmark.json"))
+    parser = comparison_parser(
+        __doc__,
+        "bcac092",
+        "commit to compare with (the code before the features step)",
+        10,
+        os.path.join(OUT, "features_benchmark.json"),
+    )
     parser.add_argument("--sizes", default="2000,8000")
     parser.add_argument("--rss-limit-gb", type=float, default=18.0)
     args = parser.parse_args(argv)

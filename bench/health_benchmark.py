@@ -32,8 +32,15 @@ import numpy as np
 from PIL import Image
 
 from bench import examplegen_package
-from bench.photo_benchmark import (OUT, PROJECT, baseline_tree, comparison_parser, printed_saved_table, run_pipeline,
-                                   save_results)
+from bench.photo_benchmark import (
+    OUT,
+    PROJECT,
+    baseline_tree,
+    comparison_parser,
+    printed_saved_table,
+    run_pipeline,
+    save_results,
+)
 
 HERE = os.path.join(OUT, "health")
 SHARE = 0.05  # of the images flipped, and of the images copied
@@ -55,11 +62,14 @@ def _plant(source: str, out: str, seed: int) -> Dict:
     files = [(c, n) for c in classes for n in sorted(os.listdir(os.path.join(source, c))) if not n.startswith(".")]
     order = rng.permutation(len(files))
     count = int(len(files) * SHARE)
-    flipped, copied = set(order[:count].tolist()), order[count:2 * count].tolist()
+    flipped, copied = set(order[:count].tolist()), order[count : 2 * count].tolist()
     truth = {"images": len(files), "flips": {}, "copies": {}}
     for i, (label, name) in enumerate(files):
-        given = classes[(classes.index(label) + 1 + int(rng.integers(len(classes) - 1))) % len(classes)] \
-            if i in flipped else label
+        given = (
+            classes[(classes.index(label) + 1 + int(rng.integers(len(classes) - 1))) % len(classes)]
+            if i in flipped
+            else label
+        )
         os.makedirs(os.path.join(out, given), exist_ok=True)
         shutil.copy(os.path.join(source, label, name), os.path.join(out, given, name))
         if i in flipped:
@@ -95,11 +105,17 @@ def _csv(root: str, component: str, name: str) -> List[Dict]:
 def score(root: str, truth: Dict) -> Dict:
     suspects = [row["path"] for row in _csv(root, "DataHealth", "label_issues.csv")]
     flips = truth["flips"]
-    top = set(suspects[:2 * len(flips)])
+    top = set(suspects[: 2 * len(flips)])
     found, others = near_score(_csv(root, "ImageExampleGen", "near_duplicates.csv"), truth)
-    return {"flips": len(flips), "suspects": len(suspects), "flips_in_top": len(top & set(flips)),
-            "copies": len(truth["copies"]), "copies_found": found, "other_images_flagged": others,
-            "images": truth["images"] + len(truth["copies"])}
+    return {
+        "flips": len(flips),
+        "suspects": len(suspects),
+        "flips_in_top": len(top & set(flips)),
+        "copies": len(truth["copies"]),
+        "copies_found": found,
+        "other_images_flagged": others,
+        "images": truth["images"] + len(truth["copies"]),
+    }
 
 
 def near_score(rows: List[Dict], truth: Dict):
@@ -108,8 +124,9 @@ def near_score(rows: List[Dict], truth: Dict):
     for row in rows:
         groups.setdefault(row["group"], set()).add(row["path"])
     group_of = {path: g for g, members in groups.items() for path in members}
-    found = sum(1 for copy, original in truth["copies"].items()
-                if copy in group_of and group_of[copy] == group_of.get(original))
+    found = sum(
+        1 for copy, original in truth["copies"].items() if copy in group_of and group_of[copy] == group_of.get(original)
+    )
     planted = set(truth["copies"]) | set(truth["copies"].values())
     return found, sum(1 for path in group_of if path not in planted)
 
@@ -144,8 +161,17 @@ def weights_for(data: str) -> str:
 
 
 def table(results: List[Dict]) -> List[str]:
-    head = ["set", "images", "flips in top 2x", "copies found", "other images flagged", "DataHealth s",
-            "ImageExampleGen s (baseline)", "run s (baseline)", "check's share of the run"]
+    head = [
+        "set",
+        "images",
+        "flips in top 2x",
+        "copies found",
+        "other images flagged",
+        "DataHealth s",
+        "ImageExampleGen s (baseline)",
+        "run s (baseline)",
+        "check's share of the run",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         s, this, base = r["score"], r["this"], r.get("baseline")
@@ -153,13 +179,23 @@ def table(results: List[Dict]) -> List[str]:
         ingest = this["components"]["ImageExampleGen"][0]
         base_ingest = base["components"]["ImageExampleGen"][0] if base else None
         share = (health + max(0.0, ingest - base_ingest)) / this["wall_seconds"] if base else None
-        lines.append("| " + " | ".join([
-            r["set"], f"{s['images']:,}", f"{s['flips_in_top']}/{s['flips']} ({s['flips_in_top'] / s['flips']:.0%})",
-            f"{s['copies_found']}/{s['copies']} ({s['copies_found'] / s['copies']:.0%})",
-            f"{s['other_images_flagged']} ({s['other_images_flagged'] / s['images']:.1%})", f"{health:.1f}",
-            f"{ingest:.1f}" + (f" ({base_ingest:.1f})" if base else ""),
-            f"{this['wall_seconds']:.0f}" + (f" ({base['wall_seconds']:.0f})" if base else ""),
-            f"{share:.0%}" if share is not None else "-"]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["set"],
+                    f"{s['images']:,}",
+                    f"{s['flips_in_top']}/{s['flips']} ({s['flips_in_top'] / s['flips']:.0%})",
+                    f"{s['copies_found']}/{s['copies']} ({s['copies_found'] / s['copies']:.0%})",
+                    f"{s['other_images_flagged']} ({s['other_images_flagged'] / s['images']:.1%})",
+                    f"{health:.1f}",
+                    f"{ingest:.1f}" + (f" ({base_ingest:.1f})" if base else ""),
+                    f"{this['wall_seconds']:.0f}" + (f" ({base['wall_seconds']:.0f})" if base else ""),
+                    f"{share:.0%}" if share is not None else "-",
+                ]
+            )
+            + " |"
+        )
     return lines
 
 
@@ -198,9 +234,16 @@ def near_duplicates_only(names: List[str], codes: List[tuple]) -> int:
             out = os.path.join(HERE, "ingest", f"{name}-{code}")
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out)
-            proc = subprocess.run([sys.executable, "-c", _INGEST.format(code=code_dir, data=data, out=out,
-                                                                  package=examplegen_package(code_dir))],
-                                  capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _INGEST.format(code=code_dir, data=data, out=out, package=examplegen_package(code_dir)),
+                ],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+            )
             if proc.returncode:
                 raise RuntimeError(proc.stderr[-3000:])
             seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
@@ -211,17 +254,21 @@ def near_duplicates_only(names: List[str], codes: List[tuple]) -> int:
 
 
 def main(argv=None) -> int:
-    parser = comparison_parser(__doc__, "a60a88b", "commit before data health", 12,
-                               os.path.join(HERE, "results.json"))
+    parser = comparison_parser(__doc__, "a60a88b", "commit before data health", 12, os.path.join(HERE, "results.json"))
     parser.add_argument("--sets", default="digits,shapes,shapes-transfer")
-    parser.add_argument("--near-duplicates-only", action="store_true",
-                        help="run ImageExampleGen alone (this code and --baseline): the copies found, no training")
+    parser.add_argument(
+        "--near-duplicates-only",
+        action="store_true",
+        help="run ImageExampleGen alone (this code and --baseline): the copies found, no training",
+    )
     args = parser.parse_args(argv)
     if printed_saved_table(args, table):
         return 0
     if args.near_duplicates_only:
-        return near_duplicates_only(args.sets.split(","), [("this", PROJECT)] + (
-            [] if args.no_baseline else [(args.baseline, baseline_tree(args.baseline))]))
+        return near_duplicates_only(
+            args.sets.split(","),
+            [("this", PROJECT)] + ([] if args.no_baseline else [(args.baseline, baseline_tree(args.baseline))]),
+        )
     results = []
     for name in args.sets.split(","):
         data = os.path.join(HERE, f"{name.split('-')[0]}-planted")
@@ -230,8 +277,9 @@ def main(argv=None) -> int:
         if "--model" in extra:
             extra += ["--weights", weights_for(data)]
         result = {"set": name}
-        for code, code_dir in [("this", PROJECT)] + ([] if args.no_baseline else
-                                                     [("baseline", baseline_tree(args.baseline))]):
+        for code, code_dir in [("this", PROJECT)] + (
+            [] if args.no_baseline else [("baseline", baseline_tree(args.baseline))]
+        ):
             flags = extra if code == "this" else [a for a in extra if a not in ("--label-check", "on")]
             root = os.path.join(HERE, "runs", f"{name}-{code}")
             result[code] = run_pipeline(code_dir, data, root, args.epochs, 18 << 30, flags)

@@ -19,7 +19,6 @@ import tempfile
 import time
 
 
-
 def last_execution(root: str):
     """(input_dict, exec_properties) of the last DataHealth execution under this root."""
     import glob
@@ -32,8 +31,9 @@ def last_execution(root: str):
     config = metadata_store_pb2.ConnectionConfig()
     config.sqlite.filename_uri = db
     store = metadata_store.MetadataStore(config)
-    execution = [e for e in store.get_executions()
-                 if store.get_execution_types_by_id([e.type_id])[0].name.endswith("DataHealth")][-1]
+    execution = [
+        e for e in store.get_executions() if store.get_execution_types_by_id([e.type_id])[0].name.endswith("DataHealth")
+    ][-1]
     inputs = {}
     for event in store.get_events_by_execution_ids([execution.id]):
         if event.type != metadata_store_pb2.Event.INPUT:
@@ -41,8 +41,11 @@ def last_execution(root: str):
         [artifact] = store.get_artifacts_by_id([event.artifact_id])
         [kind] = store.get_artifact_types_by_id([artifact.type_id])
         inputs.setdefault(event.path.steps[0].key, []).append(artifact_utils.deserialize_artifact(kind, artifact))
-    properties = {name: getattr(value, value.WhichOneof("value")) for name, value in
-                  execution.custom_properties.items() if not name.startswith("__")}
+    properties = {
+        name: getattr(value, value.WhichOneof("value"))
+        for name, value in execution.custom_properties.items()
+        if not name.startswith("__")
+    }
     return inputs, properties
 
 
@@ -58,7 +61,6 @@ def main() -> None:
     from tfx.dsl.components.base import base_beam_executor
 
     from bench.scale_benchmark import TreeSampler
-
     from storage.artifact_types import DataHealthReport
 
     executor = importlib.import_module("components.health.executor")
@@ -66,8 +68,9 @@ def main() -> None:
     out = tempfile.mkdtemp(prefix="health-stage-")
     health = DataHealthReport()
     health.uri = out
-    context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=[], tmp_dir=os.path.join(out, ".tmp"),
-                                                          unique_id="bench")
+    context = base_beam_executor.BaseBeamExecutor.Context(
+        beam_pipeline_args=[], tmp_dir=os.path.join(out, ".tmp"), unique_id="bench"
+    )
     sampler = TreeSampler(os.getpid())
     sampler.start()
     started = time.monotonic()
@@ -76,10 +79,19 @@ def main() -> None:
     sampler.stop()
     with open(os.path.join(out, "health.json")) as f:
         result = json.load(f)
-    print(json.dumps({"code": executor.__file__, "seconds": round(seconds, 1),
-                      "peak_gb": round(sampler.peak() / 1e9, 2), "examples": result["examples"],
-                      "label_issues": result["label_issues"], "outliers": result["outliers"],
-                      "label_check_sampled": result.get("label_check_sampled")}))
+    print(
+        json.dumps(
+            {
+                "code": executor.__file__,
+                "seconds": round(seconds, 1),
+                "peak_gb": round(sampler.peak() / 1e9, 2),
+                "examples": result["examples"],
+                "label_issues": result["label_issues"],
+                "outliers": result["outliers"],
+                "label_check_sampled": result.get("label_check_sampled"),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,11 @@ def make_set(name: str) -> str:
 def run_imagepipe(data: str, seed: int, root: str, variant: str) -> dict:
     extra = [] if variant == "default" else ["--class-balance", variant]
     started = time.monotonic()
-    proc = subprocess.run([IMAGEPIPE, "run", "--data", data, "--root", root, "--seed", str(seed),
-                           "--progress", "json", *extra], capture_output=True, text=True)
+    proc = subprocess.run(
+        [IMAGEPIPE, "run", "--data", data, "--root", root, "--seed", str(seed), "--progress", "json", *extra],
+        capture_output=True,
+        text=True,
+    )
     seconds = time.monotonic() - started
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     finished = next((e for e in events if e["event"] == "run_finished"), None)
@@ -57,16 +60,35 @@ def run_imagepipe(data: str, seed: int, root: str, variant: str) -> dict:
         raise RuntimeError(f"imagepipe run failed:\n{proc.stderr[-3000:]}")
     parts = {c["component"]: c for c in finished["components"]}
     evaluation = parts["Evaluator"]["details"]
-    return {"accuracy": evaluation["accuracy"], "balanced_accuracy": evaluation["balanced_accuracy"],
-            "recall": {name: m["recall"] for name, m in evaluation["per_class"].items()},
-            "blessed": evaluation["blessed"], "seconds": seconds, "epochs": parts["Trainer"]["details"]["epochs"]}
+    return {
+        "accuracy": evaluation["accuracy"],
+        "balanced_accuracy": evaluation["balanced_accuracy"],
+        "recall": {name: m["recall"] for name, m in evaluation["per_class"].items()},
+        "blessed": evaluation["blessed"],
+        "seconds": seconds,
+        "epochs": parts["Trainer"]["details"]["epochs"],
+    }
 
 
 def run_plain(data: str, seed: int, class_weight: bool) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-m", "bench.plain_keras", "--train", os.path.join(data, "train"),
-                           "--eval", os.path.join(data, "eval"), "--seed", str(seed),
-                           *(["--class-weight"] if class_weight else [])], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.plain_keras",
+            "--train",
+            os.path.join(data, "train"),
+            "--eval",
+            os.path.join(data, "eval"),
+            "--seed",
+            str(seed),
+            *(["--class-weight"] if class_weight else []),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"plain Keras script failed:\n{proc.stderr[-3000:]}")
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "blessed": None}
@@ -101,24 +123,31 @@ def main() -> None:
                 runs["Keras class_weight"] = run_plain(data, seed, class_weight=True)
             for method, r in runs.items():
                 results.append({"set": name, "seed": seed, "method": method, "rare": rare, **r})
-                print(f"{name} seed {seed} {method}: balanced {r['balanced_accuracy']:.4f}, accuracy "
-                      f"{r['accuracy']:.4f}, {rare} recall {r['recall'].get(rare, 0):.2f}, worst "
-                      f"{min(r['recall'].values()):.2f}, blessed {r['blessed']}, {r['seconds']:.0f} s", flush=True)
+                print(
+                    f"{name} seed {seed} {method}: balanced {r['balanced_accuracy']:.4f}, accuracy "
+                    f"{r['accuracy']:.4f}, {rare} recall {r['recall'].get(rare, 0):.2f}, worst "
+                    f"{min(r['recall'].values()):.2f}, blessed {r['blessed']}, {r['seconds']:.0f} s",
+                    flush=True,
+                )
     save_results(results, os.path.join(OUT, "results.json"))
-    print("\n| set | method | balanced accuracy (mean, min-max) | accuracy | rarest class recall | worst class recall "
-          "| blessed | seconds |")
+    print(
+        "\n| set | method | balanced accuracy (mean, min-max) | accuracy | rarest class recall | worst class recall "
+        "| blessed | seconds |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name in args.sets.split(","):
         for method in dict.fromkeys(r["method"] for r in results if r["set"] == name):
             rows = [r for r in results if r["set"] == name and r["method"] == method]
             balanced = [r["balanced_accuracy"] for r in rows]
             blessed = [r["blessed"] for r in rows if r["blessed"] is not None]
-            print(f"| {name} | {method} | {statistics.mean(balanced):.3f} ({min(balanced):.3f}-{max(balanced):.3f}) | "
-                  f"{statistics.mean(r['accuracy'] for r in rows):.3f} | "
-                  f"{statistics.mean(r['recall'].get(r['rare'], 0) for r in rows):.2f} | "
-                  f"{statistics.mean(min(r['recall'].values()) for r in rows):.2f} | "
-                  f"{f'{sum(blessed)}/{len(blessed)}' if blessed else '-'} | "
-                  f"{statistics.mean(r['seconds'] for r in rows):.0f} |")
+            print(
+                f"| {name} | {method} | {statistics.mean(balanced):.3f} ({min(balanced):.3f}-{max(balanced):.3f}) | "
+                f"{statistics.mean(r['accuracy'] for r in rows):.3f} | "
+                f"{statistics.mean(r['recall'].get(r['rare'], 0) for r in rows):.2f} | "
+                f"{statistics.mean(min(r['recall'].values()) for r in rows):.2f} | "
+                f"{f'{sum(blessed)}/{len(blessed)}' if blessed else '-'} | "
+                f"{statistics.mean(r['seconds'] for r in rows):.0f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ def _scene(rng: np.random.Generator, sources) -> Image.Image:
     h, w = src.shape[:2]
     ch, cw = int(rng.integers(h // 2, h + 1)), int(rng.integers(w // 2, w + 1))
     y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-    crop = np.clip(src[y:y + ch, x:x + cw].astype(np.float32) * rng.uniform(0.8, 1.2, size=3)
-                   + rng.uniform(-15, 15), 0, 255).astype(np.uint8)
+    crop = np.clip(
+        src[y : y + ch, x : x + cw].astype(np.float32) * rng.uniform(0.8, 1.2, size=3) + rng.uniform(-15, 15), 0, 255
+    ).astype(np.uint8)
     side = int(rng.integers(160, 241))
     return Image.fromarray(crop).resize((side, side), Image.BILINEAR)
 
@@ -84,15 +85,17 @@ def make_defect_set(out: str, majority: int, minority: int, seed: int = 0) -> st
     from sklearn.datasets import load_sample_images
 
     sources = load_sample_images().images
-    counts = {"train": {"ok": majority, "defect": minority},
-              "eval": {"ok": max(1, majority // 4), "defect": max(1, minority // 2)}}
+    counts = {
+        "train": {"ok": majority, "defect": minority},
+        "eval": {"ok": max(1, majority // 4), "defect": max(1, minority // 2)},
+    }
     return _write_set(out, counts, lambda name, rng: defect_image(name == "defect", rng, sources), seed)
 
 
 def longtail_counts(head: int, tail: int, classes: int = 10):
     """Train counts from `head` down to `tail`, geometric over the classes."""
     ratio = (tail / head) ** (1 / (classes - 1))
-    return [max(1, round(head * ratio ** i)) for i in range(classes)]
+    return [max(1, round(head * ratio**i)) for i in range(classes)]
 
 
 def make_longtail_set(out: str, head: int = 800, tail: int = 12, eval_per_class: int = 40, seed: int = 0) -> str:

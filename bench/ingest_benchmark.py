@@ -87,19 +87,27 @@ def measure_examplegen(corpus, scratch, code_dir=None, **component_args):
 
     imported = time.monotonic()
     component = ImageExampleGen(input_base=corpus, **component_args)
-    props = {k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
-             for k, v in component.exec_properties.items() if v is not None}
+    props = {
+        k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
+        for k, v in component.exec_properties.items()
+        if v is not None
+    }
     examples, report = standard_artifacts.Examples(), ImageIngestionReport()
     examples.uri, report.uri = os.path.join(scratch, "examples"), os.path.join(scratch, "report")
     os.makedirs(examples.uri)
     os.makedirs(report.uri)
     begun = time.monotonic()
     executor.Executor(executor.Executor.Context(tmp_dir=scratch)).Do(
-        {}, {"examples": [examples], "report": [report]}, props)
+        {}, {"examples": [examples], "report": [report]}, props
+    )
     work = time.monotonic() - begun
     summary = ingest_report.read_report(report.uri)
-    return {"files": summary["files_seen"], "ok": summary["examples_written"], "work_seconds": work,
-            "import_seconds": imported - started}
+    return {
+        "files": summary["files_seen"],
+        "ok": summary["examples_written"],
+        "work_seconds": work,
+        "import_seconds": imported - started,
+    }
 
 
 def measure_classic(corpus, scratch):
@@ -165,13 +173,16 @@ def _measure(method, corpus, code_dir=None):
         shutil.rmtree(scratch, ignore_errors=True)
     self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_rss = sampler.peak_kb / 1024
-    print(json.dumps({**result, "method": method, "peak_rss_mb": round(self_rss),
-                      "worker_peak_rss_mb": round(child_rss)}))
+    print(
+        json.dumps({**result, "method": method, "peak_rss_mb": round(self_rss), "worker_peak_rss_mb": round(child_rss)})
+    )
 
 
 def run_fresh(method, corpus, code_dir=None):
-    return measure_in_fresh_process("bench.ingest_benchmark", ["--measure", method, "--corpus", corpus]
-                                    + (["--code-dir", code_dir] if code_dir else []))
+    return measure_in_fresh_process(
+        "bench.ingest_benchmark",
+        ["--measure", method, "--corpus", corpus] + (["--code-dir", code_dir] if code_dir else []),
+    )
 
 
 def _corpus(files):
@@ -220,9 +231,13 @@ def main(argv=None):
         work = rate(runs[method], "work_seconds")
         total = statistics.median(r["files"] / (r["work_seconds"] + r["import_seconds"]) for r in runs[method])
         rss = max(max(r["peak_rss_mb"], r["worker_peak_rss_mb"]) for r in runs[method])
-        report["methods"][method] = {"work_images_per_s": round(work), "vs_classic": round(work / classic_work, 2),
-                                     "with_import_images_per_s": round(total), "peak_rss_mb": rss,
-                                     "runs": runs[method]}
+        report["methods"][method] = {
+            "work_images_per_s": round(work),
+            "vs_classic": round(work / classic_work, 2),
+            "with_import_images_per_s": round(total),
+            "peak_rss_mb": rss,
+            "runs": runs[method],
+        }
         name = args.baseline if method == "baseline" else method
         print(f"{name:<15} {work:>11,.0f} {work / classic_work:>9.2f}x {total:>18,.0f} {rss:>12,}")
     print(f"(classic with import: {classic_total:,.0f} img/s)")
@@ -235,8 +250,10 @@ def main(argv=None):
             for method in ("examplegen", "baseline") if baseline else ("examplegen",):
                 r = run_fresh(method, _corpus(size), baseline if method == "baseline" else None)
                 report["sizes"].append({**r, "code": args.baseline if method == "baseline" else "this"})
-                print(f"{report['sizes'][-1]['code']:<13} {r['files']:>7,} {r['files'] / r['work_seconds']:>11,.0f} "
-                      f"{r['peak_rss_mb']:>12,} {r['worker_peak_rss_mb']:>10,}")
+                print(
+                    f"{report['sizes'][-1]['code']:<13} {r['files']:>7,} {r['files'] / r['work_seconds']:>11,.0f} "
+                    f"{r['peak_rss_mb']:>12,} {r['worker_peak_rss_mb']:>10,}"
+                )
     with open(os.path.join(OUT, "ingest.json"), "w") as f:
         json.dump(report, f, indent=1)
     return 0

@@ -28,8 +28,7 @@ import time
 from bench import measure_in_fresh_process
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
-METHODS = ("ImageDataGenerator", "image_dataset_from_dir", "tfrecord+decode", "trainer input",
-           "trainer input, cached")
+METHODS = ("ImageDataGenerator", "image_dataset_from_dir", "tfrecord+decode", "trainer input", "trainer input, cached")
 
 
 def _records(corpus, size, workdir):
@@ -43,17 +42,38 @@ def _records(corpus, size, workdir):
     if os.path.exists(pixel_path):
         return raw_path, pixel_path
     classes = sorted(d for d in os.listdir(corpus) if not d.startswith("."))
-    files = [(os.path.join(corpus, c, f), i) for i, c in enumerate(classes) for f in sorted(os.listdir(os.path.join(corpus, c)))]
-    with tf.io.TFRecordWriter(raw_path + ".tmp", "GZIP") as raw, tf.io.TFRecordWriter(pixel_path + ".tmp", "GZIP") as px:
+    files = [
+        (os.path.join(corpus, c, f), i)
+        for i, c in enumerate(classes)
+        for f in sorted(os.listdir(os.path.join(corpus, c)))
+    ]
+    with (
+        tf.io.TFRecordWriter(raw_path + ".tmp", "GZIP") as raw,
+        tf.io.TFRecordWriter(pixel_path + ".tmp", "GZIP") as px,
+    ):
         for path, label in files:
             data = open(path, "rb").read()
-            raw.write(tf.train.Example(features=tf.train.Features(feature={
-                features.IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))})).SerializeToString())
+            raw.write(
+                tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            features.IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                        }
+                    )
+                ).SerializeToString()
+            )
             pixels = tf.io.serialize_tensor(decode_and_resize(tf.constant(data), size, 3)).numpy()
-            px.write(tf.train.Example(features=tf.train.Features(feature={
-                features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[pixels])),
-                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))})).SerializeToString())
+            px.write(
+                tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[pixels])),
+                            features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                        }
+                    )
+                ).SerializeToString()
+            )
     os.replace(raw_path + ".tmp", raw_path)
     os.replace(pixel_path + ".tmp", pixel_path)
     return raw_path, pixel_path
@@ -67,7 +87,8 @@ def _dataset(method, corpus, size, batch, workdir):
         import tf_keras
 
         gen = tf_keras.preprocessing.image.ImageDataGenerator(rescale=1 / 255.0).flow_from_directory(
-            corpus, target_size=(size, size), batch_size=batch, class_mode="sparse", shuffle=True, seed=1)
+            corpus, target_size=(size, size), batch_size=batch, class_mode="sparse", shuffle=True, seed=1
+        )
         return gen, len(gen), None
     if method == "image_dataset_from_dir":
         import keras
@@ -76,20 +97,30 @@ def _dataset(method, corpus, size, batch, workdir):
         return ds.prefetch(tf.data.AUTOTUNE), None, ds.prefetch(tf.data.AUTOTUNE)
     raw_path, pixel_path = _records(corpus, size, workdir)
     if method == "tfrecord+decode":
+
         def decode(record):
-            parsed = tf.io.parse_single_example(record, {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-                                                         "label": tf.io.FixedLenFeature([], tf.int64)})
+            parsed = tf.io.parse_single_example(
+                record,
+                {"image/encoded": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)},
+            )
             image = tf.image.resize(tf.io.decode_jpeg(parsed["image/encoded"], channels=3), (size, size))
             return image, parsed["label"]
-        ds = (tf.data.TFRecordDataset(raw_path, "GZIP").shuffle(1024, seed=1)
-              .map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch).prefetch(tf.data.AUTOTUNE))
+
+        ds = (
+            tf.data.TFRecordDataset(raw_path, "GZIP")
+            .shuffle(1024, seed=1)
+            .map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+            .batch(batch)
+            .prefetch(tf.data.AUTOTUNE)
+        )
         return ds, None, ds
     from trainer import input_pipeline
     from trainer.hparams import HParams
 
     cache = 10**6 if method.endswith("cached") else 1  # 1 MB: too small, so no cache
-    ds = input_pipeline.make_dataset([pixel_path], HParams(image_size=size, batch_size=batch, cache_megabytes=cache),
-                                     training=True)
+    ds = input_pipeline.make_dataset(
+        [pixel_path], HParams(image_size=size, batch_size=batch, cache_megabytes=cache), training=True
+    )
     return ds, None, ds
 
 
@@ -113,8 +144,13 @@ def measure(method, corpus, size, batch, workdir):
     seconds = time.monotonic() - started
     result = {"method": method, "images": seen, "seconds": seconds, "images_per_s": seen / seconds, "files": files}
     if ds is not None:
-        model = keras.Sequential([keras.Input((size, size, 3)), keras.layers.GlobalAveragePooling2D(),
-                                  keras.layers.Dense(2, activation="softmax")])
+        model = keras.Sequential(
+            [
+                keras.Input((size, size, 3)),
+                keras.layers.GlobalAveragePooling2D(),
+                keras.layers.Dense(2, activation="softmax"),
+            ]
+        )
         model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
         model.fit(ds, epochs=1, verbose=0)  # warm-up epoch
         started = time.monotonic()
@@ -127,15 +163,19 @@ def _sizes(corpus, size, workdir):
     raw_path, pixel_path = _records(corpus, size, workdir)
     files = [os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs]
     jpeg = sum(os.path.getsize(f) for f in files) / len(files)
-    return {"jpeg_bytes_per_image": jpeg,
-            "raw_record_bytes_per_image": os.path.getsize(raw_path) / len(files),
-            "uint8_record_bytes_per_image": os.path.getsize(pixel_path) / len(files),
-            "float32_pixel_bytes_per_image": size * size * 3 * 4}
+    return {
+        "jpeg_bytes_per_image": jpeg,
+        "raw_record_bytes_per_image": os.path.getsize(raw_path) / len(files),
+        "uint8_record_bytes_per_image": os.path.getsize(pixel_path) / len(files),
+        "float32_pixel_bytes_per_image": size * size * 3 * 4,
+    }
 
 
 def run_fresh(method, args):
-    return measure_in_fresh_process("bench.input_benchmark", ["--measure", method, "--corpus", args.corpus,
-                                                              "--size", str(args.size), "--batch", str(args.batch)])
+    return measure_in_fresh_process(
+        "bench.input_benchmark",
+        ["--measure", method, "--corpus", args.corpus, "--size", str(args.size), "--batch", str(args.batch)],
+    )
 
 
 def main(argv=None):
@@ -161,29 +201,37 @@ def main(argv=None):
         return 0
     runs = {m: [] for m in METHODS}
     for round_no in range(args.rounds):
-        for method in (METHODS if round_no % 2 == 0 else tuple(reversed(METHODS))):
+        for method in METHODS if round_no % 2 == 0 else tuple(reversed(METHODS)):
             runs[method].append(run_fresh(method, args))
             print(f"round {round_no + 1} {method}: {runs[method][-1]['images_per_s']:.0f} images/s", file=sys.stderr)
     base = statistics.median(r["images_per_s"] for r in runs["ImageDataGenerator"])
-    print(f"\n{args.files:,} photo-like JPEGs at {args.size}x{args.size}, batch {args.batch}, "
-          f"median of {args.rounds} rounds, 2 cores")
+    print(
+        f"\n{args.files:,} photo-like JPEGs at {args.size}x{args.size}, batch {args.batch}, "
+        f"median of {args.rounds} rounds, 2 cores"
+    )
     print(f"{'input':<24} {'images/s':>9} {'x ImageDataGenerator':>21} {'fit epoch s':>12}")
     report = {"files": args.files, "size": args.size, "batch": args.batch, "methods": {}}
     for method in METHODS:
         rate = statistics.median(r["images_per_s"] for r in runs[method])
         fit = [r["fit_epoch_seconds"] for r in runs[method] if "fit_epoch_seconds" in r]
         fit_s = f"{statistics.median(fit):.2f}" if fit else "-"
-        report["methods"][method] = {"images_per_s": round(rate), "vs_image_data_generator": round(rate / base, 2),
-                                     "fit_epoch_seconds": statistics.median(fit) if fit else None, "runs": runs[method]}
+        report["methods"][method] = {
+            "images_per_s": round(rate),
+            "vs_image_data_generator": round(rate / base, 2),
+            "fit_epoch_seconds": statistics.median(fit) if fit else None,
+            "runs": runs[method],
+        }
         print(f"{method:<24} {rate:>9,.0f} {rate / base:>20.2f}x {fit_s:>12}")
     sizes = _sizes(args.corpus, args.size, workdir)
     report["bytes_per_image"] = sizes
     jpeg = sizes["jpeg_bytes_per_image"]
-    print(f"\nbytes per image: JPEG {jpeg:,.0f}; raw examples {sizes['raw_record_bytes_per_image']:,.0f} "
-          f"({sizes['raw_record_bytes_per_image'] / jpeg:.2f}x); Transform's uint8 pixels "
-          f"{sizes['uint8_record_bytes_per_image']:,.0f} ({sizes['uint8_record_bytes_per_image'] / jpeg:.2f}x); "
-          f"float32 pixels would be {sizes['float32_pixel_bytes_per_image']:,} "
-          f"({sizes['float32_pixel_bytes_per_image'] / jpeg:.1f}x)")
+    print(
+        f"\nbytes per image: JPEG {jpeg:,.0f}; raw examples {sizes['raw_record_bytes_per_image']:,.0f} "
+        f"({sizes['raw_record_bytes_per_image'] / jpeg:.2f}x); Transform's uint8 pixels "
+        f"{sizes['uint8_record_bytes_per_image']:,.0f} ({sizes['uint8_record_bytes_per_image'] / jpeg:.2f}x); "
+        f"float32 pixels would be {sizes['float32_pixel_bytes_per_image']:,} "
+        f"({sizes['float32_pixel_bytes_per_image'] / jpeg:.1f}x)"
+    )
     with open(os.path.join(OUT, "input.json"), "w") as f:
         json.dump(report, f, indent=1)
     return 0

@@ -29,8 +29,13 @@ from bench import shapes
 SIZE = shapes.SIZE
 LABELS = ("circle", "square", "triangle", "cross", "star")
 # An easy kind for tests: solid squares whose colour is the label, which the small CNN learns in a few epochs.
-COLOURS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (40, 70, 220), "yellow": (235, 215, 40),
-           "magenta": (220, 40, 220)}
+COLOURS = {
+    "red": (220, 40, 40),
+    "green": (40, 190, 60),
+    "blue": (40, 70, 220),
+    "yellow": (235, 215, 40),
+    "magenta": (220, 40, 220),
+}
 LABEL_RATES = (0.5, 0.4, 0.3, 0.2, 0.1)  # the chance that each object is planted in an image
 MAX_OBJECTS = 3
 SPLITS = (("TRAINING", 0.7), ("VALIDATION", 0.2), ("TEST", 0.1))
@@ -46,10 +51,10 @@ def image(labels, rng: np.random.Generator, sources) -> bytes:
     src = sources[int(rng.integers(len(sources)))]
     side = int(rng.integers(120, min(src.shape[:2])))
     y, x = int(rng.integers(0, src.shape[0] - side)), int(rng.integers(0, src.shape[1] - side))
-    crop = src[y:y + side, x:x + side].astype(np.float32) * rng.uniform(0.6, 1.3, size=3)
+    crop = src[y : y + side, x : x + side].astype(np.float32) * rng.uniform(0.6, 1.3, size=3)
     crop = crop * 0.3 + crop.mean(axis=(0, 1)) * 0.7
     picture = Image.fromarray(np.clip(crop, 0, 255).astype(np.uint8)).resize((SIZE, SIZE), Image.BILINEAR)
-    quadrants = rng.permutation(4)[:len(labels)]
+    quadrants = rng.permutation(4)[: len(labels)]
     half = SIZE // 2
     for name, quadrant in zip(labels, quadrants):
         canvas = Image.new("RGBA", (SIZE, SIZE), (0, 0, 0, 0))
@@ -86,8 +91,9 @@ def make_multilabel(out: str, images: int = 2000, seed: int = 0, kind: str = "sh
             with open(os.path.join(tmp, rel), "wb") as f:
                 f.write(image(labels, rng, sources))
             share = (n * 0.6180339887) % 1.0  # an even spread of splits, the same for any count
-            ml_use = next(name for name, bound in zip((s for s, _ in SPLITS), np.cumsum([r for _, r in SPLITS]))
-                          if share < bound)
+            ml_use = next(
+                name for name, bound in zip((s for s, _ in SPLITS), np.cumsum([r for _, r in SPLITS])) if share < bound
+            )
             rows.append((rel, labels, ml_use))
         split_name = {"TRAINING": "train", "VALIDATION": "eval", "TEST": "test"}
         with open(os.path.join(tmp, "labels.csv"), "w", newline="") as f:
@@ -96,10 +102,16 @@ def make_multilabel(out: str, images: int = 2000, seed: int = 0, kind: str = "sh
             writer.writerows([rel, ";".join(labels), split_name[ml_use]] for rel, labels, ml_use in rows)
         with open(os.path.join(tmp, "import.jsonl"), "w") as f:
             for rel, labels, ml_use in rows:
-                f.write(json.dumps({"imageGcsUri": rel,
-                                    "classificationAnnotations": [{"displayName": name} for name in labels],
-                                    "dataItemResourceLabels": {"aiplatform.googleapis.com/ml_use": ml_use.lower()}})
-                        + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "imageGcsUri": rel,
+                            "classificationAnnotations": [{"displayName": name} for name in labels],
+                            "dataItemResourceLabels": {"aiplatform.googleapis.com/ml_use": ml_use.lower()},
+                        }
+                    )
+                    + "\n"
+                )
         with open(os.path.join(tmp, "import.csv"), "w", newline="") as f:
             csv.writer(f).writerows([ml_use, rel, *labels] for rel, labels, ml_use in rows)
 
@@ -109,8 +121,10 @@ def make_multilabel(out: str, images: int = 2000, seed: int = 0, kind: str = "sh
 def read_rows(folder: str):
     """[(path, [labels], split)] of a set make_multilabel wrote, from its labels.csv."""
     with open(os.path.join(folder, "labels.csv"), newline="") as f:
-        return [(os.path.join(folder, r["path"]), [n for n in r["labels"].split(";") if n], r["split"])
-                for r in csv.DictReader(f)]
+        return [
+            (os.path.join(folder, r["path"]), [n for n in r["labels"].split(";") if n], r["split"])
+            for r in csv.DictReader(f)
+        ]
 
 
 def main() -> None:

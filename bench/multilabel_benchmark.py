@@ -32,9 +32,26 @@ IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 
 def run_imagepipe(data: str, seed: int, epochs: int, root: str) -> dict:
     started = time.monotonic()
-    proc = subprocess.run([IMAGEPIPE, "run", "--data", os.path.join(data, "labels.csv"), "--root", root,
-                           "--seed", str(seed), "--epochs", str(epochs), "--image-size", "96", "--progress", "json"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            IMAGEPIPE,
+            "run",
+            "--data",
+            os.path.join(data, "labels.csv"),
+            "--root",
+            root,
+            "--seed",
+            str(seed),
+            "--epochs",
+            str(epochs),
+            "--image-size",
+            "96",
+            "--progress",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     seconds = time.monotonic() - started
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     finished = next((e for e in events if e["event"] == "run_finished"), None)
@@ -48,20 +65,43 @@ def run_imagepipe(data: str, seed: int, epochs: int, root: str) -> dict:
         point = min(label["curve"], key=lambda p: abs(p["threshold"] - 0.5))
         at_half[name] = point["f1"] or 0.0
     per_label = views["at_threshold"]["per_class"]
-    return {"macro_auc_pr": views["at_threshold"]["macro_auc_pr"],
-            "f1": {name: m["f1"] or 0.0 for name, m in per_label.items()},
-            "macro_f1": views["at_threshold"]["macro_f1"], "f1_at_half": at_half,
-            "macro_f1_at_half": statistics.mean(at_half.values()),
-            "blessed": evaluation["details"]["blessed"], "seconds": seconds}
+    return {
+        "macro_auc_pr": views["at_threshold"]["macro_auc_pr"],
+        "f1": {name: m["f1"] or 0.0 for name, m in per_label.items()},
+        "macro_f1": views["at_threshold"]["macro_f1"],
+        "f1_at_half": at_half,
+        "macro_f1_at_half": statistics.mean(at_half.values()),
+        "blessed": evaluation["details"]["blessed"],
+        "seconds": seconds,
+    }
 
 
 def run_plain(data: str, seed: int, epochs: int) -> dict:
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bench.plain_keras_multilabel", "--data", data, "--seed", str(seed),
-                           "--epochs", str(epochs)], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.plain_keras_multilabel",
+            "--data",
+            data,
+            "--seed",
+            str(seed),
+            "--epochs",
+            str(epochs),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {**found, "f1_at_half": found["f1"], "macro_f1_at_half": found["macro_f1"], "blessed": None,
-            "seconds": time.monotonic() - started}
+    return {
+        **found,
+        "f1_at_half": found["f1"],
+        "macro_f1_at_half": found["macro_f1"],
+        "blessed": None,
+        "seconds": time.monotonic() - started,
+    }
 
 
 def main() -> None:
@@ -77,30 +117,40 @@ def main() -> None:
     for seed in map(int, args.seeds.split(",")):
         work = tempfile.mkdtemp(prefix="imagepipe-multilabel-")
         try:
-            runs = {"imagepipe": run_imagepipe(data, seed, args.epochs, os.path.join(work, "root")),
-                    "plain Keras": run_plain(data, seed, args.epochs)}
+            runs = {
+                "imagepipe": run_imagepipe(data, seed, args.epochs, os.path.join(work, "root")),
+                "plain Keras": run_plain(data, seed, args.epochs),
+            }
         finally:
             shutil.rmtree(work, ignore_errors=True)
         for method, r in runs.items():
             results.append({"seed": seed, "method": method, **r})
-            print(f"seed {seed} {method}: macro AUC-PR {r['macro_auc_pr']:.4f}, macro F1 {r['macro_f1']:.4f} "
-                  f"(at 0.5: {r['macro_f1_at_half']:.4f}), F1 " + ", ".join(f"{n} {r['f1'].get(n, 0):.2f}"
-                                                                         for n in LABELS)
-                  + f", blessed {r['blessed']}, {r['seconds']:.0f} s", flush=True)
+            print(
+                f"seed {seed} {method}: macro AUC-PR {r['macro_auc_pr']:.4f}, macro F1 {r['macro_f1']:.4f} "
+                f"(at 0.5: {r['macro_f1_at_half']:.4f}), F1 "
+                + ", ".join(f"{n} {r['f1'].get(n, 0):.2f}" for n in LABELS)
+                + f", blessed {r['blessed']}, {r['seconds']:.0f} s",
+                flush=True,
+            )
     save_results(results, os.path.join(OUT, "results.json"))
-    print("\n| method | macro AUC-PR (mean, min-max) | macro F1 | macro F1 at 0.5 | "
-          + " | ".join(f"F1 {n}" for n in LABELS) + " | blessed | seconds |")
+    print(
+        "\n| method | macro AUC-PR (mean, min-max) | macro F1 | macro F1 at 0.5 | "
+        + " | ".join(f"F1 {n}" for n in LABELS)
+        + " | blessed | seconds |"
+    )
     print("|---|---:|---:|---:|" + "---:|" * len(LABELS) + "---:|---:|")
     for method in dict.fromkeys(r["method"] for r in results):
         rows = [r for r in results if r["method"] == method]
         areas = [r["macro_auc_pr"] for r in rows]
         blessed = [r["blessed"] for r in rows if r["blessed"] is not None]
-        print(f"| {method} | {statistics.mean(areas):.3f} ({min(areas):.3f}-{max(areas):.3f}) | "
-              f"{statistics.mean(r['macro_f1'] for r in rows):.3f} | "
-              f"{statistics.mean(r['macro_f1_at_half'] for r in rows):.3f} | "
-              + " | ".join(f"{statistics.mean(r['f1'].get(n, 0) for r in rows):.2f}" for n in LABELS)
-              + f" | {f'{sum(blessed)}/{len(blessed)}' if blessed else '-'} | "
-              f"{statistics.mean(r['seconds'] for r in rows):.0f} |")
+        print(
+            f"| {method} | {statistics.mean(areas):.3f} ({min(areas):.3f}-{max(areas):.3f}) | "
+            f"{statistics.mean(r['macro_f1'] for r in rows):.3f} | "
+            f"{statistics.mean(r['macro_f1_at_half'] for r in rows):.3f} | "
+            + " | ".join(f"{statistics.mean(r['f1'].get(n, 0) for r in rows):.2f}" for n in LABELS)
+            + f" | {f'{sum(blessed)}/{len(blessed)}' if blessed else '-'} | "
+            f"{statistics.mean(r['seconds'] for r in rows):.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,13 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Which images each component reads: all of them, or the eval split only (the Trainer's time is
 # shown in seconds: it reads Transform's small pixel records, epoch after epoch).
-COMPONENTS = (("ImageExampleGen", "all"), ("StatisticsGen", "all"), ("Transform", "all"),
-              ("Trainer", None), ("Evaluator", "eval"))
+COMPONENTS = (
+    ("ImageExampleGen", "all"),
+    ("StatisticsGen", "all"),
+    ("Transform", "all"),
+    ("Trainer", None),
+    ("Evaluator", "eval"),
+)
 
 
 class RssSampler(threading.Thread):
@@ -73,13 +78,15 @@ def baseline_tree(commit: str) -> str:
     """A worktree of `commit` under bench/out (made once; reused while it exists)."""
     path = os.path.join(OUT, f"baseline-{commit[:12]}")
     if not os.path.isdir(path):
-        subprocess.run(["git", "-C", PROJECT, "worktree", "add", "--detach", path, commit], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", PROJECT, "worktree", "add", "--detach", path, commit], check=True, capture_output=True
+        )
     return path
 
 
-def run_pipeline(code_dir: str, corpus: str, root: str, epochs: int, rss_limit: int, extra=(),
-                 keep_root: bool = False) -> dict:
+def run_pipeline(
+    code_dir: str, corpus: str, root: str, epochs: int, rss_limit: int, extra=(), keep_root: bool = False
+) -> dict:
     """One `imagepipe run` of the code in code_dir, in a fresh process; its events and peak RSS."""
     if not keep_root:
         shutil.rmtree(root, ignore_errors=True)
@@ -90,8 +97,9 @@ def run_pipeline(code_dir: str, corpus: str, root: str, epochs: int, rss_limit: 
     entry = "cli.main" if os.path.exists(os.path.join(code_dir, "cli", "main.py")) else "pipeline.cli"
     code = f"import sys; from {entry} import main; sys.exit(main({argv!r}))"
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=code_dir, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=code_dir, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     sampler = RssSampler(proc.pid, rss_limit)
     sampler.start()
     stdout, stderr = proc.communicate()
@@ -104,16 +112,23 @@ def run_pipeline(code_dir: str, corpus: str, root: str, epochs: int, rss_limit: 
             pass
     seconds = {e["component"]: (e["seconds"], e["state"]) for e in events if e.get("event") == "component_finished"}
     finished = next((e for e in events if e.get("event") == "run_finished"), {})
-    evaluation = next((c.get("details") or {} for c in finished.get("components", [])
-                       if c.get("component") == "Evaluator"), {})
+    evaluation = next(
+        (c.get("details") or {} for c in finished.get("components", []) if c.get("component") == "Evaluator"), {}
+    )
     error = finished.get("error") or (stderr.strip().splitlines() or [""])[-1]
-    return {"returncode": proc.returncode, "wall_seconds": round(time.monotonic() - started, 1),
-            "peak_rss_gb": round(sampler.peak / 2**30, 2), "killed_over_rss_limit": sampler.killed,
-            "status": finished.get("status", "killed" if sampler.killed else "failed"),
-            "error": None if proc.returncode == 0 else error[:300],
-            "components": seconds, "splits": _split_counts(root),
-            "accuracy": evaluation.get("accuracy"), "blessed": evaluation.get("blessed"),
-            "details": {c.get("component"): c.get("details") or {} for c in finished.get("components", [])}}
+    return {
+        "returncode": proc.returncode,
+        "wall_seconds": round(time.monotonic() - started, 1),
+        "peak_rss_gb": round(sampler.peak / 2**30, 2),
+        "killed_over_rss_limit": sampler.killed,
+        "status": finished.get("status", "killed" if sampler.killed else "failed"),
+        "error": None if proc.returncode == 0 else error[:300],
+        "components": seconds,
+        "splits": _split_counts(root),
+        "accuracy": evaluation.get("accuracy"),
+        "blessed": evaluation.get("blessed"),
+        "details": {c.get("component"): c.get("details") or {} for c in finished.get("components", [])},
+    }
 
 
 def _split_counts(root: str) -> Dict[str, int]:
@@ -135,13 +150,13 @@ def images_per_second(result: dict, component: str, reads: str) -> Optional[floa
 
 
 def _rates(r: dict) -> List[Optional[float]]:
-    return [images_per_second(r, c, reads) if reads else r["components"].get(c, (None,))[0]
-            for c, reads in COMPONENTS]
+    return [images_per_second(r, c, reads) if reads else r["components"].get(c, (None,))[0] for c, reads in COMPONENTS]
 
 
 def table(results: List[dict]) -> List[str]:
     head = ["photos", "code", "status", "accuracy", "peak RSS GB", "wall s"] + [
-        f"{c} {'img/s' if reads else 's'}" for c, reads in COMPONENTS]
+        f"{c} {'img/s' if reads else 's'}" for c, reads in COMPONENTS
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         rates = _rates(r)
@@ -150,16 +165,35 @@ def table(results: List[dict]) -> List[str]:
         if failed_at:
             status += f" at {failed_at[0]}"
         accuracy = "-" if r.get("accuracy") is None else f"{r['accuracy']:.3f}" + (" blessed" if r["blessed"] else "")
-        lines.append("| " + " | ".join([f"{r['photos']:,}", r["code"], status, accuracy, f"{r['peak_rss_gb']:.1f}",
-                                          f"{r['wall_seconds']:.0f}"]
-                                         + [f"{v:,.1f}" if v else "-" for v in rates]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [f"{r['photos']:,}", r["code"], status, accuracy, f"{r['peak_rss_gb']:.1f}", f"{r['wall_seconds']:.0f}"]
+                + [f"{v:,.1f}" if v else "-" for v in rates]
+            )
+            + " |"
+        )
         base = next((b for b in results if b["photos"] == r["photos"] and b["code"] != "this"), None)
         if r["code"] == "this" and base and base["status"] == "complete":
-            ratio = lambda new, old, faster: f"**{(new / old if faster else old / new):.2f}x**" if new and old else "-"
-            lines.append("| " + " | ".join(
-                [f"{r['photos']:,}", "speed-up (RSS: fraction)", "", "", ratio(base["peak_rss_gb"], r["peak_rss_gb"], False),
-                 ratio(r["wall_seconds"], base["wall_seconds"], False)]
-                + [ratio(n, o, reads is not None) for n, o, (_, reads) in zip(rates, _rates(base), COMPONENTS)]) + " |")
+
+            def ratio(new, old, faster):
+                return f"**{(new / old if faster else old / new):.2f}x**" if new and old else "-"
+
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        f"{r['photos']:,}",
+                        "speed-up (RSS: fraction)",
+                        "",
+                        "",
+                        ratio(base["peak_rss_gb"], r["peak_rss_gb"], False),
+                        ratio(r["wall_seconds"], base["wall_seconds"], False),
+                    ]
+                    + [ratio(n, o, reads is not None) for n, o, (_, reads) in zip(rates, _rates(base), COMPONENTS)]
+                )
+                + " |"
+            )
     return lines
 
 
@@ -191,8 +225,13 @@ def printed_saved_table(args, table) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = comparison_parser(__doc__, "56723b0", "commit to compare with (the code before full-resolution "
-                               "support)", 2, os.path.join(OUT, "photo_benchmark.json"))
+    parser = comparison_parser(
+        __doc__,
+        "56723b0",
+        "commit to compare with (the code before full-resolution support)",
+        2,
+        os.path.join(OUT, "photo_benchmark.json"),
+    )
     parser.add_argument("--sizes", default="500,2000", help="corpus sizes (photos), comma-separated")
     parser.add_argument("--baseline-sizes", help="sizes to run the baseline on (default: all)")
     parser.add_argument("--rss-limit-gb", type=float, default=18.0)

@@ -27,20 +27,21 @@ PHONE = (4032, 3024)  # 12 MP, 4:3, as most phone cameras write them
 _TILE = 512  # side of the grain tile
 
 
-def photo(rng: np.random.Generator, source: np.ndarray, size: Tuple[int, int] = PHONE,
-          fmt: str = "JPEG", quality: int = 90) -> bytes:
+def photo(
+    rng: np.random.Generator, source: np.ndarray, size: Tuple[int, int] = PHONE, fmt: str = "JPEG", quality: int = 90
+) -> bytes:
     """One encoded photo of `size` (width, height) from a random crop of `source`."""
     h, w = source.shape[:2]
     ch, cw = int(rng.integers(h // 2, h + 1)), int(rng.integers(w // 2, w + 1))
     y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-    crop = Image.fromarray(source[y:y + ch, x:x + cw])
+    crop = Image.fromarray(source[y : y + ch, x : x + cw])
     if rng.integers(2):
         crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     big = np.asarray(crop.resize(size, Image.BILINEAR), dtype=np.int16)
     gain = rng.uniform(0.8, 1.2, size=3)
     grain = rng.integers(-12, 13, size=(_TILE, _TILE, 1), dtype=np.int16)
     reps = (-(-size[1] // _TILE), -(-size[0] // _TILE), 1)
-    noise = np.tile(grain, reps)[:size[1], :size[0]]
+    noise = np.tile(grain, reps)[: size[1], : size[0]]
     pixels = np.clip(big * gain + noise, 0, 255).astype(np.uint8)
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, fmt, **({"quality": quality} if fmt == "JPEG" else {"compress_level": 1}))

@@ -39,8 +39,7 @@ def main() -> None:
     model.add(keras.layers.Flatten())
     model.add(keras.layers.Dropout(0.3))
     model.add(keras.layers.Dense(classes, activation="softmax"))
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     weights = None
     if args.class_weight:
         import numpy as np
@@ -53,10 +52,22 @@ def main() -> None:
 
     labels = np.concatenate([y.numpy() for _, y in evaluation])
     predicted = model.predict(evaluation, verbose=0).argmax(axis=1)
-    recall = {name: float((predicted[labels == c] == c).mean()) for c, name in enumerate(train.class_names)
-              if (labels == c).any()}
-    print(json.dumps({"accuracy": accuracy, "balanced_accuracy": float(np.mean(list(recall.values()))),
-                      "recall": recall, "seconds": time.monotonic() - started, "epochs": args.epochs}))
+    recall = {
+        name: float((predicted[labels == c] == c).mean())
+        for c, name in enumerate(train.class_names)
+        if (labels == c).any()
+    }
+    print(
+        json.dumps(
+            {
+                "accuracy": accuracy,
+                "balanced_accuracy": float(np.mean(list(recall.values()))),
+                "recall": recall,
+                "seconds": time.monotonic() - started,
+                "epochs": args.epochs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

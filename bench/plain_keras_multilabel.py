@@ -30,15 +30,18 @@ def auc_pr(probabilities: np.ndarray, hot: np.ndarray) -> list:
     """Each label's area under the precision-recall curve (average precision, scikit-learn's)."""
     from sklearn.metrics import average_precision_score
 
-    return [float(average_precision_score(hot[:, c], probabilities[:, c])) if hot[:, c].any() else float("nan")
-            for c in range(hot.shape[1])]
+    return [
+        float(average_precision_score(hot[:, c], probabilities[:, c])) if hot[:, c].any() else float("nan")
+        for c in range(hot.shape[1])
+    ]
 
 
 def load(rows, size: int, labels):
     import keras
 
-    images = np.stack([np.asarray(keras.utils.load_img(path, target_size=(size, size)), np.float32)
-                       for path, _, _ in rows])
+    images = np.stack(
+        [np.asarray(keras.utils.load_img(path, target_size=(size, size)), np.float32) for path, _, _ in rows]
+    )
     hot = np.zeros((len(rows), len(labels)), np.float32)
     for i, (_, names, _) in enumerate(rows):
         hot[i, [labels.index(n) for n in names]] = 1.0
@@ -75,9 +78,18 @@ def main() -> None:
     probabilities = model.predict(x_eval, batch_size=256, verbose=0)
     areas = auc_pr(probabilities, y_eval)
     f1 = f1_at(probabilities, y_eval, [0.5] * len(labels))
-    print(json.dumps({"macro_auc_pr": float(np.nanmean(areas)), "auc_pr": dict(zip(labels, areas)),
-                      "f1": dict(zip(labels, f1)), "macro_f1": float(np.mean(f1)),
-                      "seconds": time.monotonic() - started, "epochs": args.epochs}))
+    print(
+        json.dumps(
+            {
+                "macro_auc_pr": float(np.nanmean(areas)),
+                "auc_pr": dict(zip(labels, areas)),
+                "f1": dict(zip(labels, f1)),
+                "macro_f1": float(np.mean(f1)),
+                "seconds": time.monotonic() - started,
+                "epochs": args.epochs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

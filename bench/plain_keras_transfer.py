@@ -51,10 +51,22 @@ def main() -> None:
     _, accuracy = model.evaluate(evaluation, verbose=0)
     labels = np.concatenate([y.numpy() for _, y in evaluation])
     predicted = model.predict(evaluation, verbose=0).argmax(axis=1)
-    recall = {name: float((predicted[labels == c] == c).mean()) for c, name in enumerate(train.class_names)
-              if (labels == c).any()}
-    print(json.dumps({"accuracy": accuracy, "balanced_accuracy": float(np.mean(list(recall.values()))),
-                      "recall": recall, "seconds": time.monotonic() - started, "epochs": args.epochs}))
+    recall = {
+        name: float((predicted[labels == c] == c).mean())
+        for c, name in enumerate(train.class_names)
+        if (labels == c).any()
+    }
+    print(
+        json.dumps(
+            {
+                "accuracy": accuracy,
+                "balanced_accuracy": float(np.mean(list(recall.values()))),
+                "recall": recall,
+                "seconds": time.monotonic() - started,
+                "epochs": args.epochs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

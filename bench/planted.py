@@ -33,7 +33,7 @@ def _background(rng: np.random.Generator, sources, size: int = SIZE) -> np.ndarr
     src = sources[int(rng.integers(len(sources)))]
     side = int(rng.integers(80, min(src.shape[:2])))
     y, x = int(rng.integers(0, src.shape[0] - side)), int(rng.integers(0, src.shape[1] - side))
-    crop = Image.fromarray(src[y:y + side, x:x + side]).resize((size, size), Image.BILINEAR)
+    crop = Image.fromarray(src[y : y + side, x : x + side]).resize((size, size), Image.BILINEAR)
     return np.asarray(crop, np.float32) * rng.uniform(0.7, 1.2, size=3)
 
 
@@ -55,7 +55,7 @@ def image(kind: str, name: str, rng: np.random.Generator, sources, scale: int = 
     if kind == "patch":
         x, y = (int(v) for v in rng.integers(0, size - patch + 1, size=2))
         pattern = np.kron(_pattern(name), np.ones((scale, scale), np.float32))[..., None]
-        pixels[y:y + patch, x:x + patch] = pattern * 255.0 + (1 - pattern) * 0.0
+        pixels[y : y + patch, x : x + patch] = pattern * 255.0 + (1 - pattern) * 0.0
         box = [x, y, x + patch, y + patch]
     else:
         box = [0, 0, mark, mark]

@@ -35,7 +35,7 @@ def before(model_dir: str, corpus: str) -> int:
     """The predict that batch prediction replaced, as it was: reads every file first, holds them all."""
     import tensorflow as tf
 
-    from components.example_gen.image_check import BadImage, check_image
+    from components.example_gen.checking.image_check import BadImage, check_image
     from prediction.image_inputs import byte_batches
 
     paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs)
@@ -76,8 +76,9 @@ def measure(method: str, model_dir: str, corpus: str) -> dict:
     output = os.path.join(OUT, "predict-results.jsonl")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     started = time.monotonic()
-    proc = subprocess.Popen(command(method, model_dir, corpus, output), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        command(method, model_dir, corpus, output), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
     root, peak = psutil.Process(proc.pid), 0
     while proc.poll() is None:
         try:
@@ -106,9 +107,27 @@ def train_model(files: int = 300) -> str:
     except predict.ModelNotFound:
         pass
     data = ensure_corpus(files)
-    subprocess.run([sys.executable, "-m", "cli", "run", "--data", data, "--root", root,
-                    "--name", "bench-predict", "--epochs", "2", "--accuracy-threshold", "0",
-                    "--progress", "quiet"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "run",
+            "--data",
+            data,
+            "--root",
+            root,
+            "--name",
+            "bench-predict",
+            "--epochs",
+            "2",
+            "--accuracy-threshold",
+            "0",
+            "--progress",
+            "quiet",
+        ],
+        check=True,
+    )
     return predict.resolve_model_dir(serving)
 
 
@@ -153,8 +172,10 @@ def main(argv=None) -> int:
             print(f"| {method} | {size:,} | {seconds:.1f} | {size / seconds:,.0f} | {peak:,.0f} |")
     if len(sizes) > 1:
         small, large = min(sizes), max(sizes)
-        print("\nmarginal img/s (files past the smallest size / the extra time): " + ", ".join(
-            f"{m} {(large - small) / max(table[m, large] - table[m, small], 1e-9):,.0f}" for m in methods))
+        print(
+            "\nmarginal img/s (files past the smallest size / the extra time): "
+            + ", ".join(f"{m} {(large - small) / max(table[m, large] - table[m, small], 1e-9):,.0f}" for m in methods)
+        )
     return 0
 
 

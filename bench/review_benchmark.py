@@ -46,7 +46,7 @@ def plant(source: str, out: str, images: int, test: int, share: float, seed: int
     """(data folder, test folder, {flipped rel path: true class}) under `out`."""
     files = sorted(os.path.relpath(p, source) for p in glob.glob(os.path.join(source, "*", "*.jpg")))
     files.sort(key=lambda p: os.path.basename(p))  # the set's order: image number
-    data, held = files[:images], files[images:images + test]
+    data, held = files[:images], files[images : images + test]
     rng = random.Random(seed)
     flipped = set(rng.sample(range(len(data)), int(share * len(data))))
     truth = {}
@@ -73,8 +73,11 @@ def review(suspects_csv: str, truth: dict, first: int, path: str) -> dict:
     for row in rows:
         true = truth.get(row["path"])
         action = "relabel" if true else "keep"
-        log.append(review_file.Decision(review_file.now(), row["key"], row["path"], action, row["given"],
-                                        true or "", "likely label error"))
+        log.append(
+            review_file.Decision(
+                review_file.now(), row["key"], row["path"], action, row["given"], true or "", "likely label error"
+            )
+        )
         counts[action] += 1
     log.close()
     return {"reviewed": len(rows), **counts}
@@ -91,10 +94,12 @@ def score(root: str, name: str, test: str) -> dict:
         seen[actual] += 1
         right[actual] += record["predictions"][0]["class"] == actual
     recalls = {c: right[c] / seen[c] for c in seen}
-    return {"accuracy": round(sum(right.values()) / sum(seen.values()), 4),
-            "balanced_accuracy": round(sum(recalls.values()) / len(recalls), 4),
-            "lowest_class_recall": round(min(recalls.values()), 4),
-            "lowest_class": min(recalls, key=recalls.get)}
+    return {
+        "accuracy": round(sum(right.values()) / sum(seen.values()), 4),
+        "balanced_accuracy": round(sum(recalls.values()) / len(recalls), 4),
+        "lowest_class_recall": round(min(recalls.values()), 4),
+        "lowest_class": min(recalls, key=recalls.get),
+    }
 
 
 def run(images: int, test: int, share: float, seed: int) -> dict:
@@ -112,10 +117,17 @@ def run(images: int, test: int, share: float, seed: int) -> dict:
     started = time.monotonic()
     second = _imagepipe(*common, "--name", "after", "--review", os.path.join(work, "review.csv"))
     line = next(x for x in second.stdout.splitlines() if x.strip().startswith("ImageExampleGen") and " ran " in x)
-    result = {"images": images, "test": test, "flipped": len(truth), "seed": seed, **decided,
-              "run2_line": line.split("; review ", 1)[-1].strip(),
-              "before": score(root, "before", held), "after": score(root, "after", held),
-              "seconds": [round(first_seconds), round(time.monotonic() - started)]}
+    result = {
+        "images": images,
+        "test": test,
+        "flipped": len(truth),
+        "seed": seed,
+        **decided,
+        "run2_line": line.split("; review ", 1)[-1].strip(),
+        "before": score(root, "before", held),
+        "after": score(root, "after", held),
+        "seconds": [round(first_seconds), round(time.monotonic() - started)],
+    }
     print(json.dumps(result), flush=True)
     return result
 
@@ -125,10 +137,12 @@ def table(results) -> None:
     print("|---:|---:|---|---|---|---|")
     for r in results:
         b, a = r["before"], r["after"]
-        print(f"| {r['seed']} | {r['flipped']} of {r['images']} | {r['reviewed']} ({r.get('relabel', 0)}) | "
-              f"{b['accuracy']:.3f} -> {a['accuracy']:.3f} | {b['balanced_accuracy']:.3f} -> "
-              f"{a['balanced_accuracy']:.3f} | {b['lowest_class_recall']:.2f} ({b['lowest_class']}) -> "
-              f"{a['lowest_class_recall']:.2f} ({a['lowest_class']}) |")
+        print(
+            f"| {r['seed']} | {r['flipped']} of {r['images']} | {r['reviewed']} ({r.get('relabel', 0)}) | "
+            f"{b['accuracy']:.3f} -> {a['accuracy']:.3f} | {b['balanced_accuracy']:.3f} -> "
+            f"{a['balanced_accuracy']:.3f} | {b['lowest_class_recall']:.2f} ({b['lowest_class']}) -> "
+            f"{a['lowest_class_recall']:.2f} ({a['lowest_class']}) |"
+        )
 
 
 def main() -> None:

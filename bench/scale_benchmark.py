@@ -66,8 +66,13 @@ def run(data: str, root: str, extra: List[str]) -> Dict:
     shutil.rmtree(root, ignore_errors=True)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     started = time.time()
-    proc = subprocess.Popen([IMAGEPIPE, "run", "--data", data, "--root", root, "--progress", "json", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [IMAGEPIPE, "run", "--data", data, "--root", root, "--progress", "json", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     sampler = TreeSampler(proc.pid)
     sampler.start()
     stdout, stderr = proc.communicate()
@@ -79,22 +84,35 @@ def run(data: str, root: str, extra: List[str]) -> Dict:
     stages = {}
     for c in finished["components"]:
         begin = c["started_ms"] / 1000
-        stages[c["component"]] = {"seconds": c["seconds"], "state": c["state"],
-                                  "peak_gb": round(sampler.peak(begin - 0.2, begin + c["seconds"] + 0.4) / 2**30, 2)}
+        stages[c["component"]] = {
+            "seconds": c["seconds"],
+            "state": c["state"],
+            "peak_gb": round(sampler.peak(begin - 0.2, begin + c["seconds"] + 0.4) / 2**30, 2),
+        }
     parts = {c["component"]: c for c in finished["components"]}
     evaluation = (parts.get("Evaluator") or {}).get("details") or {}
     trainer = (parts.get("Trainer") or {}).get("details") or {}
-    return {"status": finished["status"], "error": finished.get("error"), "wall_seconds": round(time.time() - started),
-            "peak_gb": round(sampler.peak() / 2**30, 2), "stages": stages,
-            "accuracy": evaluation.get("accuracy"), "balanced_accuracy": evaluation.get("balanced_accuracy"),
-            "model": trainer.get("model"), "epochs": trainer.get("epochs")}
+    return {
+        "status": finished["status"],
+        "error": finished.get("error"),
+        "wall_seconds": round(time.time() - started),
+        "peak_gb": round(sampler.peak() / 2**30, 2),
+        "stages": stages,
+        "accuracy": evaluation.get("accuracy"),
+        "balanced_accuracy": evaluation.get("balanced_accuracy"),
+        "model": trainer.get("model"),
+        "epochs": trainer.get("epochs"),
+    }
 
 
 def table(results: List[Dict]) -> None:
     sizes = [r["images"] for r in results]
     stages = list(dict.fromkeys(s for r in results for s in r["stages"] if r["stages"][s]["state"] != "cached"))
-    print("| stage | " + " | ".join(f"{n:,}: s | {n:,}: peak GB" for n in sizes)
-          + f" | peak {sizes[0]:,} -> {sizes[-1]:,} |")
+    print(
+        "| stage | "
+        + " | ".join(f"{n:,}: s | {n:,}: peak GB" for n in sizes)
+        + f" | peak {sizes[0]:,} -> {sizes[-1]:,} |"
+    )
     print("|---|" + "---:|---:|" * len(sizes) + "---:|")
     for stage in stages:
         cells = []
@@ -104,13 +122,18 @@ def table(results: List[Dict]) -> None:
         first, last = results[0]["stages"].get(stage), results[-1]["stages"].get(stage)
         ratio = f"{last['peak_gb'] / first['peak_gb']:.2f}" if first and last and first["peak_gb"] else "-"
         print(f"| {stage} | " + " | ".join(cells) + f" | {ratio} |")
-    print("| whole run | " + " | ".join(f"{r['wall_seconds']:,} | {r['peak_gb']:.2f}" for r in results)
-          + f" | {results[-1]['peak_gb'] / results[0]['peak_gb']:.2f} |")
+    print(
+        "| whole run | "
+        + " | ".join(f"{r['wall_seconds']:,} | {r['peak_gb']:.2f}" for r in results)
+        + f" | {results[-1]['peak_gb'] / results[0]['peak_gb']:.2f} |"
+    )
     print("\n| images | model | epochs | eval accuracy | balanced accuracy | status |")
     print("|---:|---|---:|---:|---:|---|")
     for r in results:
-        print(f"| {r['images']:,} | {r['model']} | {r['epochs']} | {r['accuracy'] or 0:.4f} | "
-              f"{r['balanced_accuracy'] or 0:.4f} | {r['status']} |")
+        print(
+            f"| {r['images']:,} | {r['model']} | {r['epochs']} | {r['accuracy'] or 0:.4f} | "
+            f"{r['balanced_accuracy'] or 0:.4f} | {r['status']} |"
+        )
 
 
 def main() -> None:
@@ -129,8 +152,11 @@ def main() -> None:
     results = []
     for images in map(int, args.sizes.split(",")):
         data = make_scale_set(os.path.join(HERE, "out", f"scale-set-{images}"), images)
-        result = {"images": images, "extra": args.extra,
-                  **run(data, os.path.join(OUT, f"root-{args.name}-{images}"), args.extra)}
+        result = {
+            "images": images,
+            "extra": args.extra,
+            **run(data, os.path.join(OUT, f"root-{args.name}-{images}"), args.extra),
+        }
         results.append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "stages"}), flush=True)
         save_results(results, path)

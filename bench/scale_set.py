@@ -27,7 +27,7 @@ def _background(rng: np.random.Generator, width: int, height: int, photos) -> Im
         src = photos[int(rng.integers(len(photos)))]
         ch, cw = int(rng.integers(80, src.shape[0])), int(rng.integers(80, src.shape[1]))
         y, x = int(rng.integers(0, src.shape[0] - ch)), int(rng.integers(0, src.shape[1] - cw))
-        crop = src[y:y + ch, x:x + cw].astype(np.float32) * rng.uniform(0.6, 1.3, size=3)
+        crop = src[y : y + ch, x : x + cw].astype(np.float32) * rng.uniform(0.6, 1.3, size=3)
         return Image.fromarray(np.clip(crop, 0, 255).astype(np.uint8)).resize((width, height), Image.BILINEAR)
     grid = rng.uniform(0, 1, size=(int(rng.integers(3, 9)), int(rng.integers(3, 9)), 1))
     palette = rng.uniform(0, 255, size=(2, 3))
@@ -50,18 +50,26 @@ def _draw(draw: ImageDraw.ImageDraw, name: str, cx: float, cy: float, r: float, 
     elif name == "box":
         draw.polygon(rotated([(cx - r, cy - r), (cx + r, cy - r), (cx + r, cy + r), (cx - r, cy + r)]), fill=fill)
     elif name == "bar":
-        draw.polygon(rotated([(cx - r, cy - r / 4), (cx + r, cy - r / 4), (cx + r, cy + r / 4), (cx - r, cy + r / 4)]),
-                     fill=fill)
+        draw.polygon(
+            rotated([(cx - r, cy - r / 4), (cx + r, cy - r / 4), (cx + r, cy + r / 4), (cx - r, cy + r / 4)]), fill=fill
+        )
     elif name == "triangle":
         draw.polygon(rotated([(cx, cy - r), (cx + r * 0.87, cy + r / 2), (cx - r * 0.87, cy + r / 2)]), fill=fill)
     elif name == "star":
-        points = [(cx + (r if k % 2 == 0 else r * 0.4) * math.cos(math.pi * k / 5 - math.pi / 2),
-                   cy + (r if k % 2 == 0 else r * 0.4) * math.sin(math.pi * k / 5 - math.pi / 2)) for k in range(10)]
+        points = [
+            (
+                cx + (r if k % 2 == 0 else r * 0.4) * math.cos(math.pi * k / 5 - math.pi / 2),
+                cy + (r if k % 2 == 0 else r * 0.4) * math.sin(math.pi * k / 5 - math.pi / 2),
+            )
+            for k in range(10)
+        ]
         draw.polygon(rotated(points), fill=fill)
     elif name == "cross":
         w = r / 3
-        for bar in ([(cx - r, cy - w), (cx + r, cy - w), (cx + r, cy + w), (cx - r, cy + w)],
-                    [(cx - w, cy - r), (cx + w, cy - r), (cx + w, cy + r), (cx - w, cy + r)]):
+        for bar in (
+            [(cx - r, cy - w), (cx + r, cy - w), (cx + r, cy + w), (cx - r, cy + w)],
+            [(cx - w, cy - r), (cx + w, cy - r), (cx + w, cy + r), (cx - w, cy + r)],
+        ):
             draw.polygon(rotated(bar), fill=fill)
     elif name == "checker":
         cells, step = 4, 2 * r / 4
@@ -69,8 +77,9 @@ def _draw(draw: ImageDraw.ImageDraw, name: str, cx: float, cy: float, r: float, 
             for j in range(cells):
                 if (i + j) % 2 == 0:
                     x0, y0 = cx - r + i * step, cy - r + j * step
-                    draw.polygon(rotated([(x0, y0), (x0 + step, y0), (x0 + step, y0 + step), (x0, y0 + step)]),
-                                 fill=fill)
+                    draw.polygon(
+                        rotated([(x0, y0), (x0 + step, y0), (x0 + step, y0 + step), (x0, y0 + step)]), fill=fill
+                    )
     elif name == "stripes":
         for k in range(5):
             y0 = cy - r + k * 2 * r / 5
@@ -78,8 +87,13 @@ def _draw(draw: ImageDraw.ImageDraw, name: str, cx: float, cy: float, r: float, 
     else:  # blob: an irregular closed curve
         n = 12
         radii = r * rng.uniform(0.55, 1.0, size=n)
-        draw.polygon([(cx + radii[k] * math.cos(2 * math.pi * k / n), cy + radii[k] * math.sin(2 * math.pi * k / n))
-                      for k in range(n)], fill=fill)
+        draw.polygon(
+            [
+                (cx + radii[k] * math.cos(2 * math.pi * k / n), cy + radii[k] * math.sin(2 * math.pi * k / n))
+                for k in range(n)
+            ],
+            fill=fill,
+        )
 
 
 def image(label: int, rng: np.random.Generator, photos) -> bytes:
@@ -89,11 +103,27 @@ def image(label: int, rng: np.random.Generator, photos) -> bytes:
     side = min(width, height)
     for _ in range(int(rng.integers(0, 3))):  # distractors: small shapes of any class, lines
         other = CLASSES[int(rng.integers(len(CLASSES)))]
-        _draw(draw, other, rng.uniform(0, width), rng.uniform(0, height), side * rng.uniform(0.04, 0.08),
-              rng.uniform(0, math.pi), tuple(int(v) for v in rng.integers(0, 256, 3)), rng)
+        _draw(
+            draw,
+            other,
+            rng.uniform(0, width),
+            rng.uniform(0, height),
+            side * rng.uniform(0.04, 0.08),
+            rng.uniform(0, math.pi),
+            tuple(int(v) for v in rng.integers(0, 256, 3)),
+            rng,
+        )
     r = side * rng.uniform(0.18, 0.32)
-    _draw(draw, CLASSES[label], rng.uniform(r, width - r), rng.uniform(r, height - r), r, rng.uniform(-0.5, 0.5),
-          tuple(int(v) for v in rng.integers(0, 256, 3)), rng)
+    _draw(
+        draw,
+        CLASSES[label],
+        rng.uniform(r, width - r),
+        rng.uniform(r, height - r),
+        r,
+        rng.uniform(-0.5, 0.5),
+        tuple(int(v) for v in rng.integers(0, 256, 3)),
+        rng,
+    )
     if rng.random() < 0.5:
         ends = [tuple(float(v) for v in rng.uniform(0, max(width, height), 2)) for _ in range(2)]
         draw.line(ends, fill=tuple(int(v) for v in rng.integers(0, 256, 3)), width=int(rng.integers(1, 5)))

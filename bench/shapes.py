@@ -50,8 +50,10 @@ def _shape(draw: ImageDraw.ImageDraw, name: str, rng: np.random.Generator) -> No
     elif name in ("square", "diamond"):
         # A diamond is a square stretched along one diagonal, then rotated.
         stretch = 1.0 if name == "square" else 1.6
-        points = [(cx + radius * stretch * math.cos(a) * (1 if k % 2 == 0 else 1 / stretch),
-                   cy + radius * math.sin(a)) for k, a in enumerate(math.pi / 4 + math.pi / 2 * np.arange(4))]
+        points = [
+            (cx + radius * stretch * math.cos(a) * (1 if k % 2 == 0 else 1 / stretch), cy + radius * math.sin(a))
+            for k, a in enumerate(math.pi / 4 + math.pi / 2 * np.arange(4))
+        ]
         draw.polygon(_rotate(points, angle, cx, cy), fill=fill)
     elif name in ("triangle", "pentagon", "hexagon"):
         draw.polygon(_polygon({"triangle": 3, "pentagon": 5, "hexagon": 6}[name], radius, angle, cx, cy), fill=fill)
@@ -59,14 +61,23 @@ def _shape(draw: ImageDraw.ImageDraw, name: str, rng: np.random.Generator) -> No
         draw.polygon(_polygon(5, radius, angle, cx, cy, star=True), fill=fill)
     elif name == "cross":
         w = radius / 3
-        bars = [[(cx - radius, cy - w), (cx + radius, cy - w), (cx + radius, cy + w), (cx - radius, cy + w)],
-                [(cx - w, cy - radius), (cx + w, cy - radius), (cx + w, cy + radius), (cx - w, cy + radius)]]
+        bars = [
+            [(cx - radius, cy - w), (cx + radius, cy - w), (cx + radius, cy + w), (cx - radius, cy + w)],
+            [(cx - w, cy - radius), (cx + w, cy - radius), (cx + w, cy + radius), (cx - w, cy + radius)],
+        ]
         for bar in bars:
             draw.polygon(_rotate(bar, angle, cx, cy), fill=fill)
     elif name == "arrow":
         w = radius / 3
-        points = [(cx - radius, cy - w), (cx, cy - w), (cx, cy - 2 * w), (cx + radius, cy), (cx, cy + 2 * w),
-                  (cx, cy + w), (cx - radius, cy + w)]
+        points = [
+            (cx - radius, cy - w),
+            (cx, cy - w),
+            (cx, cy - 2 * w),
+            (cx + radius, cy),
+            (cx, cy + 2 * w),
+            (cx, cy + w),
+            (cx - radius, cy + w),
+        ]
         draw.polygon(_rotate(points, angle, cx, cy), fill=fill)
 
 
@@ -74,7 +85,7 @@ def image(name: str, rng: np.random.Generator, sources) -> bytes:
     src = sources[int(rng.integers(len(sources)))]
     side = int(rng.integers(120, min(src.shape[:2])))
     y, x = int(rng.integers(0, src.shape[0] - side)), int(rng.integers(0, src.shape[1] - side))
-    crop = src[y:y + side, x:x + side].astype(np.float32) * rng.uniform(0.6, 1.3, size=3)
+    crop = src[y : y + side, x : x + side].astype(np.float32) * rng.uniform(0.6, 1.3, size=3)
     crop = crop * 0.3 + crop.mean(axis=(0, 1)) * 0.7  # a third of the photo's contrast: the shape stands out
     background = Image.fromarray(np.clip(crop, 0, 255).astype(np.uint8)).resize((SIZE, SIZE), Image.BILINEAR)
     draw = ImageDraw.Draw(background)

@@ -70,50 +70,79 @@ def make_set(name: str) -> str:
 
 def run_imagepipe(data: str, seed: int, root: str, extra=()) -> dict:
     started = time.monotonic()
-    proc = subprocess.run([IMAGEPIPE, "run", "--data", data, "--root", root, "--seed", str(seed),
-                           "--progress", "json", *extra], capture_output=True, text=True)
+    proc = subprocess.run(
+        [IMAGEPIPE, "run", "--data", data, "--root", root, "--seed", str(seed), "--progress", "json", *extra],
+        capture_output=True,
+        text=True,
+    )
     seconds = time.monotonic() - started
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     finished = next((e for e in events if e["event"] == "run_finished"), None)
-    if finished is None or finished["status"] == "failed" and "Evaluator" not in {
-            c["component"] for c in finished["components"]}:
+    if (
+        finished is None
+        or finished["status"] == "failed"
+        and "Evaluator" not in {c["component"] for c in finished["components"]}
+    ):
         raise RuntimeError(f"imagepipe run failed:\n{proc.stderr[-3000:]}")
     parts = {c["component"]: c for c in finished["components"]}
     evaluation = parts["Evaluator"]["details"]
     trainer = parts["Trainer"]["details"]
     features = parts.get("BackboneFeatures")
-    return {"accuracy": evaluation["accuracy"], "balanced_accuracy": evaluation["balanced_accuracy"],
-            "recall": {name: m["recall"] for name, m in evaluation["per_class"].items()},
-            "blessed": evaluation["blessed"], "seconds": seconds, "epochs": trainer["epochs"],
-            "model": trainer.get("model"), "features_seconds": features["seconds"] if features else 0.0,
-            "trainer_seconds": parts["Trainer"]["seconds"]}
+    return {
+        "accuracy": evaluation["accuracy"],
+        "balanced_accuracy": evaluation["balanced_accuracy"],
+        "recall": {name: m["recall"] for name, m in evaluation["per_class"].items()},
+        "blessed": evaluation["blessed"],
+        "seconds": seconds,
+        "epochs": trainer["epochs"],
+        "model": trainer.get("model"),
+        "features_seconds": features["seconds"] if features else 0.0,
+        "trainer_seconds": parts["Trainer"]["seconds"],
+    }
 
 
 def run_transfer_recipe(data: str, seed: int) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-m", "bench.plain_keras_transfer", "--train", os.path.join(data, "train"),
-                           "--eval", os.path.join(data, "eval"), "--seed", str(seed)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.plain_keras_transfer",
+            "--train",
+            os.path.join(data, "train"),
+            "--eval",
+            os.path.join(data, "eval"),
+            "--seed",
+            str(seed),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"the Keras transfer recipe failed:\n{proc.stderr[-3000:]}")
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "blessed": None, "model": "efficientnet_lite0"}
 
 
 def _table(results) -> None:
-    print("\n| set | method | balanced accuracy (mean, min-max) | weakest class recall | rarest class recall | "
-          "largest class recall | blessed | seconds |")
+    print(
+        "\n| set | method | balanced accuracy (mean, min-max) | weakest class recall | rarest class recall | "
+        "largest class recall | blessed | seconds |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name in dict.fromkeys(r["set"] for r in results):
         for method in dict.fromkeys(r["method"] for r in results if r["set"] == name):
             rows = [r for r in results if r["set"] == name and r["method"] == method]
             balanced = [r["balanced_accuracy"] for r in rows]
             blessed = [r["blessed"] for r in rows if r["blessed"] is not None]
-            print(f"| {name} | {method} | {statistics.mean(balanced):.3f} ({min(balanced):.3f}-{max(balanced):.3f}) | "
-                  f"{statistics.mean(min(r['recall'].values()) for r in rows):.2f} | "
-                  f"{statistics.mean(r['recall'].get(r['rare'], 0) for r in rows):.2f} | "
-                  f"{statistics.mean(r['recall'].get(r['common'], 0) for r in rows):.2f} | "
-                  f"{f'{sum(blessed)}/{len(blessed)}' if blessed else '-'} | "
-                  f"{statistics.mean(r['seconds'] for r in rows):.0f} |")
+            print(
+                f"| {name} | {method} | {statistics.mean(balanced):.3f} ({min(balanced):.3f}-{max(balanced):.3f}) | "
+                f"{statistics.mean(min(r['recall'].values()) for r in rows):.2f} | "
+                f"{statistics.mean(r['recall'].get(r['rare'], 0) for r in rows):.2f} | "
+                f"{statistics.mean(r['recall'].get(r['common'], 0) for r in rows):.2f} | "
+                f"{f'{sum(blessed)}/{len(blessed)}' if blessed else '-'} | "
+                f"{statistics.mean(r['seconds'] for r in rows):.0f} |"
+            )
 
 
 def main() -> None:
@@ -137,7 +166,8 @@ def main() -> None:
         for seed in map(int, args.seeds.split(",")):
             runs = {}
             variants = ([] if args.no_default else [("imagepipe, defaults", [])]) + [
-                (f"imagepipe --image-size {size}", ["--image-size", size]) for size in args.sizes.split(",") if size]
+                (f"imagepipe --image-size {size}", ["--image-size", size]) for size in args.sizes.split(",") if size
+            ]
             for method, extra in variants:
                 work = tempfile.mkdtemp(prefix=f"imagepipe-transfer-{name}-")
                 try:
@@ -150,11 +180,13 @@ def main() -> None:
                 runs["Keras transfer recipe (same backbone)"] = run_transfer_recipe(data, seed)
             for method, r in runs.items():
                 results.append({"set": name, "seed": seed, "method": method, "rare": rare, "common": common, **r})
-                print(f"{name} seed {seed} {method}: balanced {r['balanced_accuracy']:.4f}, accuracy "
-                      f"{r['accuracy']:.4f}, {rare} recall {r['recall'].get(rare, 0):.2f}, worst "
-                      f"{min(r['recall'].values()):.2f}, blessed {r['blessed']}, {r['seconds']:.0f} s"
-                      + (f" ({r.get('model')}, features {r.get('features_seconds', 0):.0f} s)" if r.get("model") else ""),
-                      flush=True)
+                print(
+                    f"{name} seed {seed} {method}: balanced {r['balanced_accuracy']:.4f}, accuracy "
+                    f"{r['accuracy']:.4f}, {rare} recall {r['recall'].get(rare, 0):.2f}, worst "
+                    f"{min(r['recall'].values()):.2f}, blessed {r['blessed']}, {r['seconds']:.0f} s"
+                    + (f" ({r.get('model')}, features {r.get('features_seconds', 0):.0f} s)" if r.get("model") else ""),
+                    flush=True,
+                )
             save_results(results, path)
     _table(results)
 

@@ -51,14 +51,19 @@ def trials(root: str, mode: str, count: int) -> float:
     train, evaluation = [os.path.join(root, "Split-train", "*")], [os.path.join(root, "Split-eval", "*")]
     hp = HParams(model="efficientnet_lite0", seed=1)
     started = time.time()
-    shared = {"train": input_pipeline.read_records(train, hp), "eval": input_pipeline.read_records(evaluation, hp)} \
-        if mode == "shared" else {"train": None, "eval": None}  # "per-trial": each dataset reads for itself
+    shared = (
+        {"train": input_pipeline.read_records(train, hp), "eval": input_pipeline.read_records(evaluation, hp)}
+        if mode == "shared"
+        else {"train": None, "eval": None}
+    )  # "per-trial": each dataset reads for itself
     for t in range(count):
         trial = dataclasses.replace(hp, batch_size=(32, 64, 128)[t % 3])
-        datasets = (input_pipeline.make_feature_dataset(train, trial, DIM, 1, training=True,
-                                                        shared_records=shared["train"]),
-                    input_pipeline.make_feature_dataset(evaluation, trial, DIM, 1, training=False,
-                                                        shared_records=shared["eval"]))
+        datasets = (
+            input_pipeline.make_feature_dataset(train, trial, DIM, 1, training=True, shared_records=shared["train"]),
+            input_pipeline.make_feature_dataset(
+                evaluation, trial, DIM, 1, training=False, shared_records=shared["eval"]
+            ),
+        )
         for _ in range(2):
             for dataset in datasets:
                 for _batch in dataset:
@@ -83,14 +88,30 @@ def main() -> None:
     seconds = {"per trial": [], "shared": []}
     for _ in range(args.rounds):
         for mode in seconds:
-            done = subprocess.run([sys.executable, "-m", "bench.tuner_input_benchmark", "--mode", mode.replace(" ", "-"),
-                                   "--root", root, "--trials", str(args.trials)], capture_output=True, text=True,
-                                  env=env, check=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.tuner_input_benchmark",
+                    "--mode",
+                    mode.replace(" ", "-"),
+                    "--root",
+                    root,
+                    "--trials",
+                    str(args.trials),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
             seconds[mode].append(float(done.stdout.split()[-1]))
-    print(f"| {args.train:,} train + {args.eval:,} eval records, {args.trials} trials x 2 epochs | "
-          + " | ".join(f"{min(s):.1f}-{max(s):.1f}" for s in seconds.values())
-          + f" | {min(seconds['per trial']) / max(seconds['shared']):.1f}-"
-            f"{max(seconds['per trial']) / min(seconds['shared']):.1f}x |")
+    print(
+        f"| {args.train:,} train + {args.eval:,} eval records, {args.trials} trials x 2 epochs | "
+        + " | ".join(f"{min(s):.1f}-{max(s):.1f}" for s in seconds.values())
+        + f" | {min(seconds['per trial']) / max(seconds['shared']):.1f}-"
+        f"{max(seconds['per trial']) / min(seconds['shared']):.1f}x |"
+    )
 
 
 if __name__ == "__main__":

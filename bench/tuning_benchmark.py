@@ -30,23 +30,31 @@ HERE = os.path.join(OUT, "tuning")
 
 
 def table(rows: List[Dict]) -> List[str]:
-    lines = ["| set | run | eval accuracy | Trainer s | Tuner s | search / training | values chosen |",
-             "|---|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "| set | run | eval accuracy | Trainer s | Tuner s | search / training | values chosen |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         ratio = f"{r['tuner_s'] / r['trainer_s']:.2f}x" if r.get("tuner_s") and r.get("trainer_s") else "-"
-        values = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in (r["tuned"] or {}).items())
+        values = ", ".join(
+            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in (r["tuned"] or {}).items()
+        )
         accuracy = "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
-        lines.append(f"| {r['set']} | {r['run']} | {accuracy} | {r['trainer_s'] or '-'} | {r.get('tuner_s') or '-'} "
-                     f"| {ratio} | {values or '-'} |")
+        lines.append(
+            f"| {r['set']} | {r['run']} | {accuracy} | {r['trainer_s'] or '-'} | {r.get('tuner_s') or '-'} "
+            f"| {ratio} | {values or '-'} |"
+        )
     by_set: Dict[str, Dict[str, Dict]] = {}
     for r in rows:
         by_set.setdefault(r["set"], {})[r["run"]] = r
     for name, runs in by_set.items():
         default, tuned = runs.get("defaults"), next((r for k, r in runs.items() if k != "defaults"), None)
         if default and tuned and default["accuracy"] is not None and tuned["accuracy"] is not None:
-            lines.append(f"\n{name}: the tuned run's eval accuracy {tuned['accuracy'] - default['accuracy']:+.4f} "
-                         f"against the defaults; the search cost {tuned['tuner_s'] / default['trainer_s']:.2f}x one "
-                         "default training")
+            lines.append(
+                f"\n{name}: the tuned run's eval accuracy {tuned['accuracy'] - default['accuracy']:+.4f} "
+                f"against the defaults; the search cost {tuned['tuner_s'] / default['trainer_s']:.2f}x one "
+                "default training"
+            )
     return lines
 
 
@@ -62,7 +70,14 @@ def dataset(name: str):
         from bench import features_benchmark
 
         data = features_benchmark.spans(2000)["span-1"]
-        return data, ["--model", "mobilenet_v2", "--image-size", "160", "--weights", features_benchmark.weights_file(data)]
+        return data, [
+            "--model",
+            "mobilenet_v2",
+            "--image-size",
+            "160",
+            "--weights",
+            features_benchmark.weights_file(data),
+        ]
     from bench.shapes import make_shapes
 
     return make_shapes(os.path.join(HERE, "shapes-300"), per_class=300), ["--image-size", "96"]
@@ -87,10 +102,19 @@ def main(argv=None) -> int:
             root = os.path.join(HERE, "runs", f"{name}-{run.replace(' ', '').replace('-', '')}")
             result = run_pipeline(PROJECT, data, root, spec["epochs"], 18 << 30, extra + more)
             seconds = {component: s for component, (s, _) in result["components"].items()}
-            rows.append({"set": spec["label"], "run": run, "status": result["status"], "error": result["error"],
-                         "accuracy": result["accuracy"], "trainer_s": seconds.get("Trainer"),
-                         "tuner_s": seconds.get("Tuner"), "tuned": (result["details"].get("Tuner") or {}).get("best"),
-                         "wall_s": result["wall_seconds"]})
+            rows.append(
+                {
+                    "set": spec["label"],
+                    "run": run,
+                    "status": result["status"],
+                    "error": result["error"],
+                    "accuracy": result["accuracy"],
+                    "trainer_s": seconds.get("Trainer"),
+                    "tuner_s": seconds.get("Tuner"),
+                    "tuned": (result["details"].get("Tuner") or {}).get("best"),
+                    "wall_s": result["wall_seconds"],
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr)
             shutil.rmtree(root, ignore_errors=True)
         save_results(rows, args.out)

@@ -21,7 +21,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     output = deploy.compile_pipeline(config, cloud, args.output or deploy.default_output(config, cloud))
     kind = "PipelineJob for Vertex AI" if cloud.target == "vertex" else "PipelineSpec package for kfp.Client"
-    print(f"wrote {output}: {kind}, image {cloud.image}, pipeline root {cloud.full_pipeline_root(config.pipeline_name)}")
+    print(
+        f"wrote {output}: {kind}, image {cloud.image}, pipeline root {cloud.full_pipeline_root(config.pipeline_name)}"
+    )
     return 0
 
 

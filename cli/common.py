@@ -19,8 +19,7 @@ EXIT_INTERRUPTED = 130  # as a shell reports Ctrl-C
 def config_from_args(args: argparse.Namespace, kind=PipelineConfig):
     """Defaults, then IMAGEPIPE_* variables, then the command line."""
     config = from_environment(kind())
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)
-             if getattr(args, f.name, None) is not None}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind) if getattr(args, f.name, None) is not None}
     return dataclasses.replace(config, **given)
 
 
@@ -33,8 +32,10 @@ def existing_pipeline(args: argparse.Namespace) -> PipelineConfig:
         return config
     names = pipelines_in_root(config.root)
     if len(names) > 1:
-        raise ConfigError(f"{len(names)} pipelines in {config.root} ({', '.join(names)}): give --name "
-                          "('imagepipe runs' lists each one's runs)")
+        raise ConfigError(
+            f"{len(names)} pipelines in {config.root} ({', '.join(names)}): give --name "
+            "('imagepipe runs' lists each one's runs)"
+        )
     return dataclasses.replace(config, name=names[0]) if names else config
 
 
@@ -62,7 +63,9 @@ def quiet_logs(verbose: bool) -> None:
 def with_tuning(config: PipelineConfig, args: argparse.Namespace, local: bool) -> PipelineConfig:
     """A local run given --tune searches; a compiled job's runs search only when needed; --retune always."""
     if args.retune and args.tune == 0:
-        raise ConfigError("--retune with --tune 0: --tune 0 turns the search off; give --tune N (trials), or leave "
-                          "--tune out to search again with the last search's count")
+        raise ConfigError(
+            "--retune with --tune 0: --tune 0 turns the search off; give --tune N (trials), or leave "
+            "--tune out to search again with the last search's count"
+        )
     search = args.retune or (local and bool(args.tune))
     return dataclasses.replace(config, tune_mode="search" if search else config.tune_mode)

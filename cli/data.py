@@ -18,8 +18,10 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
     try:
         info = make_digits(out)
     except OSError as e:
-        raise ConfigError(f"--out {out}: cannot write the images there ({e.strerror or e}); give a folder you "
-                          "can write to, on a disk with room") from None
+        raise ConfigError(
+            f"--out {out}: cannot write the images there ({e.strerror or e}); give a folder you "
+            "can write to, on a disk with room"
+        ) from None
     print(f"{info['files']:,} images in {info['classes']} classes at {info['path']}")
     return 0
 
@@ -44,7 +46,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
     print(f"{'backbone':<16} {'size':>5} {'features':>10} {'GB':>7}  {'last used (UTC)':<20} fingerprint")
     for d in sorted(found, key=lambda d: d["last_used"], reverse=True):
         used = datetime.datetime.fromtimestamp(d["last_used"], datetime.timezone.utc)
-        print(f"{d['model'] or '?':<16} {d['image_size'] or '?':>5} {d['entries']:>10,} {d['bytes'] / 2**30:>7.2f}  "
-              f"{used:%Y-%m-%d %H:%M:%S}  {d['fingerprint']}")
+        print(
+            f"{d['model'] or '?':<16} {d['image_size'] or '?':>5} {d['entries']:>10,} {d['bytes'] / 2**30:>7.2f}  "
+            f"{used:%Y-%m-%d %H:%M:%S}  {d['fingerprint']}"
+        )
     print(f"in {config.feature_cache}")
     return 0

@@ -36,7 +36,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {args.out}: a local path only; write it here, then copy it (gsutil cp -r)")
     out = os.path.abspath(args.out)
     if args.format == "coreml" and not out.endswith(".mlpackage"):
-        raise ConfigError(f"--out {args.out}: a Core ML package is a folder named .mlpackage; give e.g. model.mlpackage")
+        raise ConfigError(
+            f"--out {args.out}: a Core ML package is a folder named .mlpackage; give e.g. model.mlpackage"
+        )
     if args.format == "coreml":
         _check_package_target(out)
     else:
@@ -51,16 +53,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     threshold, _ = predict.model_threshold(model_dir)
     multi_label = predict.is_multi_label(threshold)
     try:
-        frozen, size, channels, names = model_exports.of_saved_model(model_dir, batch=1 if args.format == "coreml"
-                                                                     else None)
+        frozen, size, channels, names = model_exports.of_saved_model(
+            model_dir, batch=1 if args.format == "coreml" else None
+        )
     except model_exports.ExportError as e:
         raise ConfigError(f"--model {model_dir}: {e}") from None
     except Exception as e:  # noqa: BLE001 - a damaged SavedModel: TensorFlow raises many types
-        raise ConfigError(f"--model {model_dir}: cannot load the SavedModel ({type(e).__name__}: "
-                          f"{(str(e).splitlines() or [''])[0][:200]}); give a model folder imagepipe pushed") from None
+        raise ConfigError(
+            f"--model {model_dir}: cannot load the SavedModel ({type(e).__name__}: "
+            f"{(str(e).splitlines() or [''])[0][:200]}); give a model folder imagepipe pushed"
+        ) from None
     if channels != 3:
-        raise ConfigError(f"--model {model_dir}: a {channels}-channel model; ONNX and Core ML exports are made for "
-                          "RGB (3-channel) models only")
+        raise ConfigError(
+            f"--model {model_dir}: a {channels}-channel model; ONNX and Core ML exports are made for "
+            "RGB (3-channel) models only"
+        )
     try:
         if args.format == "onnx":
             content = model_exports.onnx_bytes(frozen, size, names, multi_label)
@@ -70,16 +77,20 @@ def cmd_export(args: argparse.Namespace) -> int:
             try:
                 os.makedirs(os.path.dirname(out), exist_ok=True)
             except OSError as e:
-                raise ConfigError(f"--out {args.out}: cannot make its folder ({e.strerror or e}); give a path you "
-                                  "can write to") from None
+                raise ConfigError(
+                    f"--out {args.out}: cannot make its folder ({e.strerror or e}); give a path you can write to"
+                ) from None
             model_exports.write_coreml(frozen, size, names, multi_label, out)
             size_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
     except model_exports.ExportError as e:
         raise ConfigError(f"--format {args.format}: {e}") from None
-    print(f"{args.format}: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes float32 RGB pixels 0..255 "
-          f"resized to {size}x{size}" if args.format == "onnx" else
-          f"coreml: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes an RGB image of {size}x{size}; "
-          f"{len(names)} class labels")
+    print(
+        f"{args.format}: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes float32 RGB pixels 0..255 "
+        f"resized to {size}x{size}"
+        if args.format == "onnx"
+        else f"coreml: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes an RGB image of {size}x{size}; "
+        f"{len(names)} class labels"
+    )
     return 0
 
 
@@ -90,10 +101,15 @@ def _check_package_target(out: str) -> None:
     from trainer import model_exports
 
     try:
-        ours = os.path.isdir(out) and not os.path.islink(out) and \
-            model_exports.describe_coreml(out)["producer"] == model_exports.PRODUCER
+        ours = (
+            os.path.isdir(out)
+            and not os.path.islink(out)
+            and model_exports.describe_coreml(out)["producer"] == model_exports.PRODUCER
+        )
     except Exception:  # noqa: BLE001 - not a package coremltools reads: not ours
         ours = False
     if not ours:
-        raise ConfigError(f"--out {out}: exists and is not a Core ML package imagepipe wrote, so it is never "
-                          "replaced; give a new path")
+        raise ConfigError(
+            f"--out {out}: exists and is not a Core ML package imagepipe wrote, so it is never "
+            "replaced; give a new path"
+        )

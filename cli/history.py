@@ -15,9 +15,14 @@ def summary_of_run(args: argparse.Namespace):
 
     config = config_from_args(args)
     if not config.name:  # the pipeline of the newest run (or of RUN) in --root
-        config = dataclasses.replace(config, name=run_store.pipeline_of_run(config.root, {
-            name: dataclasses.replace(config, name=name).metadata_path
-            for name in pipelines_in_root(config.root)}, args.run))
+        config = dataclasses.replace(
+            config,
+            name=run_store.pipeline_of_run(
+                config.root,
+                {name: dataclasses.replace(config, name=name).metadata_path for name in pipelines_in_root(config.root)},
+                args.run,
+            ),
+        )
     return config, run_summary.summarize(config.metadata_path, args.run)
 
 
@@ -41,8 +46,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     import datetime
 
-    from runs import run_store, run_summary
     from pipeline.config import pipelines_in_root
+    from runs import run_store, run_summary
 
     config = config_from_args(args)
     quiet_logs(verbose=False)
@@ -64,8 +69,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print("no failed runs" if args.failed else "no runs")
         return 0
     width = max(len("pipeline"), *(len(r["pipeline"]) for r in runs))
-    print(f"{'pipeline':<{width}} {'run':<28} {'started (UTC)':<20} {'seconds':>8}  {'status':<11} "
-          f"{'components':<24} {'accuracy':>8}  blessed")
+    print(
+        f"{'pipeline':<{width}} {'run':<28} {'started (UTC)':<20} {'seconds':>8}  {'status':<11} "
+        f"{'components':<24} {'accuracy':>8}  blessed"
+    )
     for r in runs:
         started = datetime.datetime.fromtimestamp(r["started_ms"] / 1000, datetime.timezone.utc)
         counts = {}
@@ -74,8 +81,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         accuracy = f"{r['accuracy']:.4f}" if r["accuracy"] is not None else "-"
         blessed = {True: "yes", False: "no", None: "-"}[r["blessed"]]
-        print(f"{r['pipeline']:<{width}} {r['run_id']:<28} {started:%Y-%m-%d %H:%M:%S}  {r['seconds']:>8.1f}  "
-              f"{r['status']:<11} {states:<24} {accuracy:>8}  {blessed}")
+        print(
+            f"{r['pipeline']:<{width}} {r['run_id']:<28} {started:%Y-%m-%d %H:%M:%S}  {r['seconds']:>8.1f}  "
+            f"{r['status']:<11} {states:<24} {accuracy:>8}  {blessed}"
+        )
         if r["status"] == "failed":
             print(f"    failed at {r['failed_component']}: {(r['error'] or 'no message').splitlines()[0][:160]}")
     return 0
@@ -86,21 +95,32 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
     from storage import user_files
 
     # Never over an existing file: even a schema this command wrote may have been curated since.
-    schema_kind = user_files.Kind("a schema", lambda head: not head, refusal="export-schema never replaces an existing "
-                                  "file (a schema there may hold your curation); give a new path, or remove it first")
+    schema_kind = user_files.Kind(
+        "a schema",
+        lambda head: not head,
+        refusal="export-schema never replaces an existing "
+        "file (a schema there may hold your curation); give a new path, or remove it first",
+    )
     user_files.check_target(args.out, "--out", schema_kind)
     quiet_logs(verbose=False)
     config = existing_pipeline(args)
     try:
         summary = run_summary.summarize(config.metadata_path)
     except (LookupError, OSError):
-        return fail(EXIT_BAD_INPUT, f"no run found under {config.root}; run 'imagepipe run' first "
-                                     "(with the same --root and --name)")
-    schemas = [c["details"]["schema"] for c in summary["components"]
-               if c["component"] == "SchemaGen" and c["details"].get("schema")]
+        return fail(
+            EXIT_BAD_INPUT,
+            f"no run found under {config.root}; run 'imagepipe run' first (with the same --root and --name)",
+        )
+    schemas = [
+        c["details"]["schema"]
+        for c in summary["components"]
+        if c["component"] == "SchemaGen" and c["details"].get("schema")
+    ]
     if not schemas:
-        return fail(EXIT_BAD_INPUT, "the last run used a curated schema (ImportSchemaGen), not SchemaGen; "
-                                     "run without --schema to infer one")
+        return fail(
+            EXIT_BAD_INPUT,
+            "the last run used a curated schema (ImportSchemaGen), not SchemaGen; run without --schema to infer one",
+        )
     with open(schemas[0], "rb") as f:
         user_files.write_whole(args.out, f.read(), "--out", schema_kind)
     print(f"wrote {args.out}: review it (domains, presence), commit it, then run with --schema {args.out}")

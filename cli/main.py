@@ -42,10 +42,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown:
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        commands = {"run": cmd_run, "predict": cmd_predict, "sample-data": cmd_sample_data,
-                    "export-schema": cmd_export_schema, "compile": cmd_compile, "submit": cmd_submit,
-                    "schedule": cmd_schedule, "report": cmd_report, "runs": cmd_runs, "cache": cmd_cache,
-                    "export": cmd_export, "review": cmd_review}
+        commands = {
+            "run": cmd_run,
+            "predict": cmd_predict,
+            "sample-data": cmd_sample_data,
+            "export-schema": cmd_export_schema,
+            "compile": cmd_compile,
+            "submit": cmd_submit,
+            "schedule": cmd_schedule,
+            "report": cmd_report,
+            "runs": cmd_runs,
+            "cache": cmd_cache,
+            "export": cmd_export,
+            "review": cmd_review,
+        }
         return commands[args.command](args)
     except ConfigError as e:
         return fail(EXIT_BAD_INPUT, str(e))

@@ -5,8 +5,8 @@ import dataclasses
 
 from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
-from components.health import Limits
 from components.example_gen.ingest_defaults import LAYOUTS
+from components.health import Limits
 from pipeline.cloud_config import TARGETS, CloudConfig
 from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TASKS, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
@@ -28,85 +28,164 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     _add_check_options(p, d)
     t = p.add_argument_group("training")
     _add_declared_options(t, HParams.user_settings())
-    t.add_argument("--cpu-replicas", type=int, metavar="N", help="split this machine's CPU into N logical devices "
-                   "and train across them (MirroredStrategy): runs the multi-replica code without accelerators, "
-                   "for tests and debugging (no faster)")
+    t.add_argument(
+        "--cpu-replicas",
+        type=int,
+        metavar="N",
+        help="split this machine's CPU into N logical devices "
+        "and train across them (MirroredStrategy): runs the multi-replica code without accelerators, "
+        "for tests and debugging (no faster)",
+    )
     _add_evaluation_options(p.add_argument_group("evaluation and search"), d)
-    p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None,
-                   help="re-run every component")
-    p.add_argument("--beam-arg", dest="beam_args", action="append",
-                   help="extra Beam pipeline argument (repeatable)")
-    p.add_argument("--progress", choices=PROGRESS_MODES, default=PROGRESS_MODES[0],
-                   help="live progress: human (default), json (one JSON object per line), quiet")
+    p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None, help="re-run every component")
+    p.add_argument("--beam-arg", dest="beam_args", action="append", help="extra Beam pipeline argument (repeatable)")
+    p.add_argument(
+        "--progress",
+        choices=PROGRESS_MODES,
+        default=PROGRESS_MODES[0],
+        help="live progress: human (default), json (one JSON object per line), quiet",
+    )
     p.add_argument("--verbose", action="store_true", help="show TFX and Beam logs")
 
 
 def _add_data_options(p, d: PipelineConfig) -> None:
-    p.add_argument("--data", help="folder of class subfolders (optionally train/ eval/ inside) or a CSV "
-                   "manifest with a path,label[,split] header; default: the digits sample")
+    p.add_argument(
+        "--data",
+        help="folder of class subfolders (optionally train/ eval/ inside) or a CSV "
+        "manifest with a path,label[,split] header; default: the digits sample",
+    )
     p.add_argument("--root", help=f"where artifacts and ML Metadata go (default {d.root})")
-    p.add_argument("--name", help="pipeline name: its runs, models and metadata are kept apart (default: from "
-                   "--data, e.g. petimages-3f2a9c; 'digits' for the sample)")
+    p.add_argument(
+        "--name",
+        help="pipeline name: its runs, models and metadata are kept apart (default: from "
+        "--data, e.g. petimages-3f2a9c; 'digits' for the sample)",
+    )
     p.add_argument("--layout", choices=LAYOUTS, help="input layout (default auto)")
     p.add_argument("--span-pattern", help="read the latest span below --data, e.g. 'span-{SPAN}'")
-    p.add_argument("--span-window", type=int, help="with --span-pattern: read the latest span and the N-1 "
-                   "spans before it (default 1)")
+    p.add_argument(
+        "--span-window",
+        type=int,
+        help=f"with --span-pattern: read the latest span and the N-1 spans before it (default {d.span_window})",
+    )
     p.add_argument("--eval-percent", type=int, help=f"eval share of unsplit data (default {d.eval_percent})")
     p.add_argument("--max-pixels", type=int, help=f"quarantine larger images (default {d.max_pixels:,})")
-    p.add_argument("--store-max-pixels", type=int, help="store images above this many pixels as a downscaled "
-                   f"copy (aspect kept; 0: store originals; default {d.store_max_pixels:,})")
-    p.add_argument("--max-bad-fraction", type=float,
-                   help=f"fail when more files than this are bad (default {d.max_bad_fraction})")
-    p.add_argument("--drop-duplicates", action="store_true", default=None,
-                   help="keep one copy of identical files (default: keep all, in one split)")
-    p.add_argument("--near-duplicates", choices=NEAR_DUPLICATE_MODES, help="near-duplicate images (resized, "
-                   "recompressed, slightly cropped copies): report them (default), drop all but one copy of each "
-                   "group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked)")
-    p.add_argument("--review", help="a review file (`imagepipe review` writes it): relabelled images train with "
-                   "their new label, excluded ones are quarantined (excluded_by_review); matched by content hash")
-    p.add_argument("--task", choices=TASKS, help="single-label (a class an image) or multi-label (any number of "
-                   "labels an image, none included); auto (default): multi-label when a manifest has a labels "
-                   "column (path,labels, separated by ';'), a row names several labels, or the import file is "
-                   "AutoML's multi-label kind. Class folders are single-label")
-    p.add_argument("--compression-level", type=int, help="gzip level of the TFRecords (default 0: stored)")
-    p.add_argument("--schema", help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
-                   "the sample uses schemas/digits/schema.pbtxt)")
+    p.add_argument(
+        "--store-max-pixels",
+        type=int,
+        help="store images above this many pixels as a downscaled "
+        f"copy (aspect kept; 0: store originals; default {d.store_max_pixels:,})",
+    )
+    p.add_argument(
+        "--max-bad-fraction", type=float, help=f"fail when more files than this are bad (default {d.max_bad_fraction})"
+    )
+    p.add_argument(
+        "--drop-duplicates",
+        action="store_true",
+        default=None,
+        help="keep one copy of identical files (default: keep all, in one split)",
+    )
+    p.add_argument(
+        "--near-duplicates",
+        choices=NEAR_DUPLICATE_MODES,
+        help="near-duplicate images (resized, "
+        "recompressed, slightly cropped copies): report them (default), drop all but one copy of each "
+        "group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked)",
+    )
+    p.add_argument(
+        "--review",
+        help="a review file (`imagepipe review` writes it): relabelled images train with "
+        "their new label, excluded ones are quarantined (excluded_by_review); matched by content hash",
+    )
+    p.add_argument(
+        "--task",
+        choices=TASKS,
+        help="single-label (a class an image) or multi-label (any number of "
+        "labels an image, none included); auto (default): multi-label when a manifest has a labels "
+        "column (path,labels, separated by ';'), a row names several labels, or the import file is "
+        "AutoML's multi-label kind. Class folders are single-label",
+    )
+    p.add_argument(
+        "--compression-level", type=int, help=f"gzip level of the TFRecords (default {d.compression_level}; 0: stored)"
+    )
+    p.add_argument(
+        "--schema",
+        help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
+        "the sample uses schemas/digits/schema.pbtxt)",
+    )
 
 
 def _add_check_options(p, d: PipelineConfig) -> None:
     p.add_argument("--gate", choices=GATE_MODES, help="on anomalies or drift: stop the run (default) or warn")
-    drift = p.add_argument_group("drift from the latest blessed model's data (L-infinity distance of shares; "
-                                 "1 turns a check off)")
+    drift = p.add_argument_group(
+        "drift from the latest blessed model's data (L-infinity distance of shares; 1 turns a check off)"
+    )
     drift.add_argument("--max-class-drift", type=float, help=f"class mix (default {d.max_class_drift})")
-    drift.add_argument("--max-size-drift", type=float, help="image width and height, in power-of-two bins "
-                       f"(default {d.max_size_drift})")
+    drift.add_argument(
+        "--max-size-drift",
+        type=float,
+        help=f"image width and height, in power-of-two bins (default {d.max_size_drift})",
+    )
     drift.add_argument("--max-format-drift", type=float, help=f"JPEG/PNG/GIF/BMP mix (default {d.max_format_drift})")
-    drift.add_argument("--max-count-drop", type=float, help="largest accepted drop of the example count, as a "
-                       f"fraction (default {d.max_count_drop})")
+    drift.add_argument(
+        "--max-count-drop",
+        type=float,
+        help=f"largest accepted drop of the example count, as a fraction (default {d.max_count_drop})",
+    )
     health = p.add_argument_group("data health (each over its limit stops the run, or warns with --gate warn)")
-    health.add_argument("--label-check", choices=LABEL_CHECKS, help="look for likely label errors: auto (default: "
-                        "with the transfer models' features), on (also a k-fold cnn on pixels, ~one more training), off")
+    health.add_argument(
+        "--label-check",
+        choices=LABEL_CHECKS,
+        help="look for likely label errors: auto (default: "
+        "with the transfer models' features), on (also a k-fold cnn on pixels, ~one more training), off",
+    )
     _add_declared_options(health, dataclasses.fields(Limits))
 
 
 def _add_evaluation_options(t, d: PipelineConfig) -> None:
-    t.add_argument("--confidence-threshold", type=float, help="the model answers 'unsure' at or below this top "
-                   "probability (imagepipe predict; in the model card): the report shows precision, recall and "
-                   "coverage at every threshold")
-    t.add_argument("--target-precision", type=float, help="instead: the lowest confidence threshold at which the "
-                   "eval split's precision reaches this")
-    t.add_argument("--tune", type=int, metavar="N", help="search hyperparameters first (learning rate, dropout, head "
-                   "width, batch size; KerasTuner, Bayesian) in N trials scored on the eval split; later runs of "
-                   "the pipeline reuse the best values until the classes, the data or the settings change")
-    t.add_argument("--retune", action="store_true", help="search again now, even if nothing changed (with the "
-                   "last search's N unless --tune gives one)")
-    t.add_argument("--accuracy-threshold", type=float,
-                   help=f"bless the model at this eval accuracy (default {d.accuracy_threshold})")
-    t.add_argument("--min-class-recall", type=float, help="and only when every class with at least "
-                   f"{MIN_EVAL_EXAMPLES} eval images reaches this recall (default {d.min_class_recall}; 0: no check)")
-    t.add_argument("--explanations", type=int, metavar="N", help="show where the model looked on N eval images in "
-                   "the report: the misclassified first, then some of each class, and each class's average map "
-                   f"(integrated gradients; default {d.explanations}; 0: none)")
+    t.add_argument(
+        "--confidence-threshold",
+        type=float,
+        help="the model answers 'unsure' at or below this top "
+        "probability (imagepipe predict; in the model card): the report shows precision, recall and "
+        "coverage at every threshold",
+    )
+    t.add_argument(
+        "--target-precision",
+        type=float,
+        help="instead: the lowest confidence threshold at which the eval split's precision reaches this",
+    )
+    t.add_argument(
+        "--tune",
+        type=int,
+        metavar="N",
+        help="search hyperparameters first (learning rate, dropout, head "
+        "width, batch size; KerasTuner, Bayesian) in N trials scored on the eval split; later runs of "
+        "the pipeline reuse the best values until the classes, the data or the settings change",
+    )
+    t.add_argument(
+        "--retune",
+        action="store_true",
+        help="search again now, even if nothing changed (with the last search's N unless --tune gives one)",
+    )
+    t.add_argument(
+        "--accuracy-threshold",
+        type=float,
+        help=f"bless the model at this eval accuracy (default {d.accuracy_threshold})",
+    )
+    t.add_argument(
+        "--min-class-recall",
+        type=float,
+        help="and only when every class with at least "
+        f"{MIN_EVAL_EXAMPLES} eval images reaches this recall (default {d.min_class_recall}; 0: no check)",
+    )
+    t.add_argument(
+        "--explanations",
+        type=int,
+        metavar="N",
+        help="show where the model looked on N eval images in "
+        "the report: the misclassified first, then some of each class, and each class's average map "
+        f"(integrated gradients; default {d.explanations}; 0: none)",
+    )
 
 
 def _add_declared_options(t, fields) -> None:
@@ -115,37 +194,56 @@ def _add_declared_options(t, fields) -> None:
         flag = field.metadata["flag"] or "--" + field.name.replace("_", "-")
         text = field.metadata["help"].format(default=field.default)
         if field.type is bool:  # a switch away from the default
-            t.add_argument(flag, dest=field.name, action="store_false" if field.default else "store_true",
-                           default=None, help=text)
+            t.add_argument(
+                flag, dest=field.name, action="store_false" if field.default else "store_true", default=None, help=text
+            )
         else:
-            t.add_argument(flag, dest=field.name, type=str if field.metadata["choices"] else field.type,
-                           choices=field.metadata["choices"], help=text)
+            t.add_argument(
+                flag,
+                dest=field.name,
+                type=str if field.metadata["choices"] else field.type,
+                choices=field.metadata["choices"],
+                help=text,
+            )
 
 
 def _add_cloud_options(p: argparse.ArgumentParser) -> None:
     d = CloudConfig()
     c = p.add_argument_group("production (each also reads IMAGEPIPE_<OPTION>, e.g. IMAGEPIPE_PROJECT)")
-    c.add_argument("--target", choices=TARGETS, help="Vertex AI Pipelines (default) or Kubeflow "
-                   "Pipelines v2")
+    c.add_argument("--target", choices=TARGETS, help="Vertex AI Pipelines (default) or Kubeflow Pipelines v2")
     _add_gcp_options(c)
     c.add_argument("--k8s-service-account", help="Kubeflow: the Kubernetes service account of the run pods")
     c.add_argument("--api-endpoint", help="Vertex AI API endpoint (private endpoints)")
     c.add_argument("--kfp-host", help="Kubeflow Pipelines API URL (for --target kubeflow)")
     _add_dataflow_options(c, "run ExampleGen, StatisticsGen, Transform and the Evaluator on Dataflow")
-    c.add_argument("--vertex-training", action="store_true", default=None,
-                   help="run the Trainer as a Vertex AI Training job")
+    c.add_argument(
+        "--vertex-training", action="store_true", default=None, help="run the Trainer as a Vertex AI Training job"
+    )
     c.add_argument("--training-machine-type", help=f"(default {d.training_machine_type})")
     c.add_argument("--training-accelerator", help="e.g. NVIDIA_TESLA_T4, NVIDIA_L4")
-    c.add_argument("--training-accelerator-count", type=int, help="(default 1)")
-    c.add_argument("--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores); needs "
-                   "--training-image")
-    c.add_argument("--training-replicas", type=int, metavar="N", help="train on N machines of that type at once: a "
-                   "chief and N - 1 workers (MultiWorkerMirroredStrategy; default 1)")
-    c.add_argument("--training-image", help="the image Vertex AI Training runs (default --image); for "
-                   "--training-tpu its TPU build: ./Dockerfile with --build-arg ACCELERATOR=tpu")
+    c.add_argument("--training-accelerator-count", type=int, help=f"(default {d.training_accelerator_count})")
+    c.add_argument(
+        "--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores); needs --training-image"
+    )
+    c.add_argument(
+        "--training-replicas",
+        type=int,
+        metavar="N",
+        help="train on N machines of that type at once: a "
+        f"chief and N - 1 workers (MultiWorkerMirroredStrategy; default {d.training_replicas})",
+    )
+    c.add_argument(
+        "--training-image",
+        help="the image Vertex AI Training runs (default --image); for "
+        "--training-tpu its TPU build: ./Dockerfile with --build-arg ACCELERATOR=tpu",
+    )
     c.add_argument("--endpoint", help="deploy blessed models to this Vertex AI endpoint (display name)")
-    c.add_argument("--parallel-trials", type=int, help="with --tune and --vertex-training: trials at once, a "
-                   "training machine each (TFX's Vertex Tuner; default 1)")
+    c.add_argument(
+        "--parallel-trials",
+        type=int,
+        help="with --tune and --vertex-training: trials at once, a "
+        f"training machine each (TFX's Vertex Tuner; default {d.parallel_trials})",
+    )
 
 
 def _add_gcp_options(c) -> None:
@@ -154,7 +252,9 @@ def _add_gcp_options(c) -> None:
     c.add_argument("--region", help=f"GCP region (default {d.region})")
     c.add_argument("--pipeline-root", help="gs://BUCKET/PATH for the runs' artifacts")
     c.add_argument("--image", help="the pipeline image (built from ./Dockerfile)")
-    c.add_argument("--service-account", help="the GCP service account (email) Vertex runs and Dataflow workers execute as")
+    c.add_argument(
+        "--service-account", help="the GCP service account (email) Vertex runs and Dataflow workers execute as"
+    )
 
 
 def _add_dataflow_options(c, what: str) -> None:
@@ -168,9 +268,15 @@ def _add_dataflow_options(c, what: str) -> None:
 def _add_param_option(p) -> None:
     from pipeline.runtime_parameters import RUNTIME_PARAMETERS
 
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="a value for the compiled job's runtime parameter NAME, without recompiling (repeatable): "
-                        + ", ".join(RUNTIME_PARAMETERS) + " (tune_trials with --tune, span_window with --span-pattern)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a value for the compiled job's runtime parameter NAME, without recompiling (repeatable): "
+        + ", ".join(RUNTIME_PARAMETERS)
+        + " (tune_trials with --tune, span_window with --span-pattern)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,11 +286,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(commands.add_parser("run", help="run the pipeline locally (LocalDagRunner)"))
     sample = commands.add_parser("sample-data", help="write the digits sample as image files")
     sample.add_argument("--out", help="folder to write (default <root>/data/digits)")
+    _add_cloud_commands(commands)
+    _add_history_commands(commands)
+    _add_predict_command(commands)
+    _add_model_commands(commands)
+    return parser
+
+
+def _add_cloud_commands(commands) -> None:
+    """compile, submit, schedule: the pipeline for Vertex AI or Kubeflow Pipelines."""
     compile_cmd = commands.add_parser("compile", help="compile for Vertex AI or Kubeflow Pipelines")
     _add_run_options(compile_cmd)
     _add_cloud_options(compile_cmd)
-    compile_cmd.add_argument("--output", help="file to write (default <name>_pipeline.json, or .yaml for "
-                             "kubeflow)")
+    compile_cmd.add_argument("--output", help="file to write (default <name>_pipeline.json, or .yaml for kubeflow)")
     submit = commands.add_parser("submit", help="compile and start one run on Vertex AI or Kubeflow")
     _add_run_options(submit)
     _add_cloud_options(submit)
@@ -197,6 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument("--schedule-name", help="(default <name>-retraining)")
     schedule.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
     _add_param_option(schedule)
+
+
+def _add_history_commands(commands) -> None:
+    """report, review, runs: what runs did."""
     report = commands.add_parser("report", help="write a run's HTML report (default: the newest run)")
     report.add_argument("run", nargs="?", help="run id, as 'imagepipe runs' lists them")
     report.add_argument("--root", help="the run's --root")
@@ -206,8 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     reviewing.add_argument("run", nargs="?", help="run id, as 'imagepipe runs' lists them (default: the newest)")
     reviewing.add_argument("--root", help="the run's --root")
     reviewing.add_argument("--name", help="the run's --name (default: the pipeline of the newest run in --root)")
-    reviewing.add_argument("--review-file", help="the CSV decisions are appended to (default "
-                                                 "<root>/review/<name>.csv); give it to `imagepipe run --review`")
+    reviewing.add_argument(
+        "--review-file",
+        help="the CSV decisions are appended to (default "
+        "<root>/review/<name>.csv); give it to `imagepipe run --review`",
+    )
     reviewing.add_argument("--predictions", help="`imagepipe predict --output` results: their unsure images too")
     reviewing.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: any free one)")
     runs = commands.add_parser("runs", help="list the runs recorded in ML Metadata, newest first")
@@ -215,46 +336,85 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--name", help="the runs' --name (default: every pipeline in --root)")
     runs.add_argument("--failed", action="store_true", help="only failed runs")
     runs.add_argument("--json", action="store_true", help="as JSON")
+
+
+def _add_predict_command(commands) -> None:
+    """predict: a trained model on image files, here or on Dataflow."""
     predict = commands.add_parser("predict", help="classify image files with a trained model")
-    predict.add_argument("images", nargs="+", metavar="INPUT",
-                         help="image files, folders (every image below, hidden files skipped), CSV manifests "
-                              "(their path column), local or gs://")
-    predict.add_argument("--output", help="also write every result to this .jsonl or .csv file (the terminal "
-                         f"then shows the first {PREDICT_SHOWN} and a summary)")
-    predict.add_argument("--model", dest="model_dir", help="a pushed model folder or SavedModel (default: the newest pushed model "
-                         "of --root/--name)")
+    predict.add_argument(
+        "images",
+        nargs="+",
+        metavar="INPUT",
+        help="image files, folders (every image below, hidden files skipped), CSV manifests "
+        "(their path column), local or gs://",
+    )
+    predict.add_argument(
+        "--output",
+        help="also write every result to this .jsonl or .csv file (the terminal "
+        f"then shows the first {PREDICT_SHOWN} and a summary)",
+    )
+    predict.add_argument(
+        "--model",
+        dest="model_dir",
+        help="a pushed model folder or SavedModel (default: the newest pushed model of --root/--name)",
+    )
     predict.add_argument("--root", help="the run's --root (to find the pushed model)")
     predict.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     predict.add_argument("--top", type=int, default=1, help="classes to show per image (default 1)")
-    predict.add_argument("--confidence-threshold", type=float, help="answer 'unsure' when the best probability is "
-                         "at or below this (default: the threshold that came with the model, its threshold.json; else none)")
-    predict.add_argument("--automl-output", help="also write the results in Vertex AutoML's batch prediction shape "
-                         "(JSON Lines: instance, prediction {ids, displayNames, confidences}) to this .jsonl file")
-    predict.add_argument("--explain", metavar="DIR", help="also write, per image, where the model looked for its top "
-                         "class: DIR/NNNNN-<name>.png (the map over the image) and .npy (the map), and DIR/index.csv "
-                         "(integrated gradients on the exported model; DIR new, empty, or written by --explain before)")
-    predict.add_argument("--workers", type=int, default=0,
-                         help="classify with Beam in this many local processes (RunInference; needs --output); "
-                              "default: in this process")
+    predict.add_argument(
+        "--confidence-threshold",
+        type=float,
+        help="answer 'unsure' when the best probability is "
+        "at or below this (default: the threshold that came with the model, its threshold.json; else none)",
+    )
+    predict.add_argument(
+        "--automl-output",
+        help="also write the results in Vertex AutoML's batch prediction shape "
+        "(JSON Lines: instance, prediction {ids, displayNames, confidences}) to this .jsonl file",
+    )
+    predict.add_argument(
+        "--explain",
+        metavar="DIR",
+        help="also write, per image, where the model looked for its top "
+        "class: DIR/NNNNN-<name>.png (the map over the image) and .npy (the map), and DIR/index.csv "
+        "(integrated gradients on the exported model; DIR new, empty, or written by --explain before)",
+    )
+    predict.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="classify with Beam in this many local processes (RunInference; needs --output); default: in this process",
+    )
     c = predict.add_argument_group("batch prediction on Dataflow (each also reads IMAGEPIPE_<OPTION>)")
     _add_gcp_options(c)
-    _add_dataflow_options(c, "classify on Dataflow workers that run the pipeline image (gs:// --model, "
-                             "--output and inputs)")
+    _add_dataflow_options(
+        c, "classify on Dataflow workers that run the pipeline image (gs:// --model, --output and inputs)"
+    )
+
+
+def _add_model_commands(commands) -> None:
+    """export, cache, export-schema: a pushed model, the features cache and the schema, for use elsewhere."""
     exporting = commands.add_parser("export", help="a pushed model for another runtime: ONNX or Core ML")
-    exporting.add_argument("--format", required=True, help="onnx (onnxruntime and others) or coreml (an .mlpackage "
-                           "for Apple's systems)")
+    exporting.add_argument(
+        "--format", required=True, help="onnx (onnxruntime and others) or coreml (an .mlpackage for Apple's systems)"
+    )
     exporting.add_argument("--out", required=True, help="the file to write (.onnx), or the package (.mlpackage)")
-    exporting.add_argument("--model", dest="model_dir", help="a pushed model folder or SavedModel (default: the newest "
-                           "pushed model of --root/--name)")
+    exporting.add_argument(
+        "--model",
+        dest="model_dir",
+        help="a pushed model folder or SavedModel (default: the newest pushed model of --root/--name)",
+    )
     exporting.add_argument("--root", help="the run's --root (to find the pushed model)")
     exporting.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     cache = commands.add_parser("cache", help="the backbone features cache under --root: list, bound or clear it")
     cache.add_argument("--root", help="the runs' --root")
-    cache.add_argument("--max-gb", type=float, help="remove the least recently used backbones' features until the "
-                       "cache holds at most this many GB")
+    cache.add_argument(
+        "--max-gb",
+        type=float,
+        help="remove the least recently used backbones' features until the cache holds at most this many GB",
+    )
     cache.add_argument("--clear", action="store_true", help="remove every cached feature")
     export = commands.add_parser("export-schema", help="copy the schema SchemaGen inferred in the last run")
     export.add_argument("--root", help="the run's --root")
     export.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
     export.add_argument("--out", required=True, help="where to write schema.pbtxt, e.g. schemas/<dataset>/schema.pbtxt")
-    return parser

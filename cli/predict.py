@@ -22,8 +22,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top {top}: give the number of classes to show per image (1 or more)")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if args.workers > cores:
-        raise ConfigError(f"--workers {args.workers}: this machine has {cores} cores, and each worker loads TensorFlow "
-                          f"and the model (~0.7 GB); use at most {cores}, or --dataflow for more machines")
+        raise ConfigError(
+            f"--workers {args.workers}: this machine has {cores} cores, and each worker loads TensorFlow "
+            f"and the model (~0.7 GB); use at most {cores}, or --dataflow for more machines"
+        )
     if args.confidence_threshold is not None and not 0 <= args.confidence_threshold < 1:
         raise ConfigError(f"--confidence-threshold {args.confidence_threshold}: use a fraction from 0 to below 1")
     writer = automl = None
@@ -35,8 +37,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.workers or args.dataflow:
             return _predict_with_beam(args, config, model_dir, top, threshold)
         writer = result_files.ResultWriter(args.output, top, multi_label=multi) if args.output else None
-        automl = result_files.ResultWriter(args.automl_output, top, automl_threshold=threshold) if args.automl_output \
+        automl = (
+            result_files.ResultWriter(args.automl_output, top, automl_threshold=threshold)
+            if args.automl_output
             else None
+        )
         explanations = result_files.ExplanationWriter(args.explain) if args.explain else None  # last: nothing after
         # it can fail and leave its temporary folder
     except (predict.ModelNotFound, predict.ModelUnusable, image_inputs.InputError) as e:
@@ -46,17 +51,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return fail(EXIT_BAD_INPUT, str(e))
     writers = [w for w in (writer, automl, explanations) if w]
     if multi:
-        print(f"multi-label: a label applies above its threshold ({how}): "
-              + ", ".join(f"{result_files.printable(name)} {t:g}" for name, t in threshold.items()), file=sys.stderr)
+        print(
+            f"multi-label: a label applies above its threshold ({how}): "
+            + ", ".join(f"{result_files.printable(name)} {t:g}" for name, t in threshold.items()),
+            file=sys.stderr,
+        )
     elif threshold:
         print(f"confidence threshold {threshold:g} ({how}): at or below it an image is 'unsure'", file=sys.stderr)
     quiet_logs(verbose=False)
-    progress = result_files.Progress(sys.stderr) if writers else None  # else every result is printed anyway
+    progress = result_files.PredictionProgress(sys.stderr) if writers else None  # else every result is printed anyway
     seen = failed = 0
     try:
-        for result in predict.classify(model_dir, image_inputs.expand_inputs(args.images),
-                                       top=predict.EVERY_CLASS if automl else top, max_pixels=config.max_pixels,
-                                       threshold=threshold, explain=bool(explanations)):
+        for result in predict.classify(
+            model_dir,
+            image_inputs.expand_inputs(args.images),
+            top=predict.EVERY_CLASS if automl else top,
+            max_pixels=config.max_pixels,
+            threshold=threshold,
+            explain=bool(explanations),
+        ):
             seen += 1
             failed += "error" in result
             for w in writers:
@@ -78,8 +91,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if not seen:
         return fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
     if writers:
-        print(f"{seen:,} inputs: {seen - failed:,} classified, {failed:,} failed; results in "
-              + " and ".join(w.path for w in writers))
+        print(
+            f"{seen:,} inputs: {seen - failed:,} classified, {failed:,} failed; results in "
+            + " and ".join(w.path for w in writers)
+        )
     return EXIT_RUN_FAILED if failed else 0
 
 
@@ -104,12 +119,17 @@ def _model_and_outputs(args: argparse.Namespace, model: str):
     if args.explain:
         result_files.check_explain_folder(args.explain, args.images, list(filter(None, outputs.values())), model_dir)
         if model_dir.endswith(".tflite"):
-            raise predict.ModelUnusable(f"--model {model_dir}: --explain needs the SavedModel (its gradients); give "
-                                        "the pushed model folder, not its .tflite file")
+            raise predict.ModelUnusable(
+                f"--model {model_dir}: --explain needs the SavedModel (its gradients); give "
+                "the pushed model folder, not its .tflite file"
+            )
     threshold, how = predict.model_threshold(model_dir)
     if args.confidence_threshold is not None:  # one for every label of a multi-label model
-        threshold = ({name: args.confidence_threshold for name in threshold} if predict.is_multi_label(threshold)
-                     else args.confidence_threshold)
+        threshold = (
+            {name: args.confidence_threshold for name in threshold}
+            if predict.is_multi_label(threshold)
+            else args.confidence_threshold
+        )
         how = "--confidence-threshold"
     return model_dir, threshold, how
 
@@ -129,25 +149,30 @@ def _print_result(result, multi: bool, top: int, show) -> None:
 def _announce_dataflow_job(result) -> None:
     """Where to follow a submitted Dataflow job (its workers' progress and logs are there, not here)."""
     job = result._job  # DataflowPipelineResult keeps the service's Job message; job_id() reads it too
-    print(f"Dataflow job {result.job_id()}: https://console.cloud.google.com/dataflow/jobs/{job.location}/"
-          f"{result.job_id()}?project={job.projectId}", flush=True)
+    print(
+        f"Dataflow job {result.job_id()}: https://console.cloud.google.com/dataflow/jobs/{job.location}/"
+        f"{result.job_id()}?project={job.projectId}",
+        flush=True,
+    )
 
 
-def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_dir: str, top: int,
-                       threshold: float) -> int:
+def _predict_with_beam(
+    args: argparse.Namespace, config: PipelineConfig, model_dir: str, top: int, threshold: float
+) -> int:
     """`predict --workers N` / `--dataflow`: the same results through Beam's RunInference, into --output."""
     quiet_logs(verbose=False)  # before Beam's import, which warns about this Python's support
     os.environ["PYTHONWARNINGS"] = "ignore"  # and so would each of its worker processes
     from prediction import batch_predict, image_inputs, predict, result_files
 
     if not args.output:
-        raise image_inputs.InputError(f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
-                                      "give --output results.jsonl (or .csv)")
+        raise image_inputs.InputError(
+            f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
+            "give --output results.jsonl (or .csv)"
+        )
     temp_dir = None
     if args.dataflow:
         cloud = config_from_args(args, CloudConfig)
-        temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images,
-                                                args.automl_output)
+        temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images, args.automl_output)
         from kubeflow.cloud_platform import dataflow_args
 
         beam_args = dataflow_args(config, cloud)
@@ -159,8 +184,10 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
     explanations = None
     if args.explain:
         if args.dataflow:
-            raise image_inputs.InputError("--explain runs in this process or with --workers (the maps go to a local "
-                                          "folder, moved into place whole); leave out --dataflow, or --explain")
+            raise image_inputs.InputError(
+                "--explain runs in this process or with --workers (the maps go to a local "
+                "folder, moved into place whole); leave out --dataflow, or --explain"
+            )
         from storage.user_files import FolderWriter
 
         try:
@@ -168,12 +195,20 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
         except ConfigError as e:
             raise image_inputs.InputError(str(e)) from None
     try:
-        counts = batch_predict.run(model_dir, image_inputs.expand_inputs(args.images), args.output, top,
-                                   config.max_pixels, beam_args, temp_dir=temp_dir,
-                                   progress=lambda total, stream: result_files.Progress(stream, total),
-                                   started=_announce_dataflow_job if args.dataflow else None,
-                                   threshold=threshold, automl_output=args.automl_output,
-                                   explain_dir=explanations.partial if explanations else None)
+        counts = batch_predict.run(
+            model_dir,
+            image_inputs.expand_inputs(args.images),
+            args.output,
+            top,
+            config.max_pixels,
+            beam_args,
+            temp_dir=temp_dir,
+            progress=lambda total, stream: result_files.PredictionProgress(stream, total),
+            started=_announce_dataflow_job if args.dataflow else None,
+            threshold=threshold,
+            automl_output=args.automl_output,
+            explain_dir=explanations.partial if explanations else None,
+        )
     except Exception as e:  # noqa: BLE001 - Beam wraps a worker's exception in its own types
         unusable = batch_predict.worker_error(e)  # the model is loaded by the workers, not here
         if unusable:
@@ -186,7 +221,10 @@ def _predict_with_beam(args: argparse.Namespace, config: PipelineConfig, model_d
         explanations.close(complete=counts["inputs"] > 0)
     if not counts["inputs"]:
         return fail(EXIT_BAD_INPUT, "no image files in " + ", ".join(args.images))
-    print(f"{counts['inputs']:,} inputs: {counts['classified']:,} classified, {counts['failed']:,} failed; "
-          f"results in {args.output}" + (f" and {args.automl_output}" if args.automl_output else "")
-          + (f" and {args.explain}" if args.explain else ""))
+    print(
+        f"{counts['inputs']:,} inputs: {counts['classified']:,} classified, {counts['failed']:,} failed; "
+        f"results in {args.output}"
+        + (f" and {args.automl_output}" if args.automl_output else "")
+        + (f" and {args.explain}" if args.explain else "")
+    )
     return EXIT_RUN_FAILED if counts["failed"] else 0

@@ -21,22 +21,29 @@ def cmd_review(args: argparse.Namespace) -> int:
     ingestion = next((c["details"] for c in summary["components"] if c["component"] == "ImageExampleGen"), {})
     classes = sorted(ingestion.get("label_map") or {}, key=lambda name: ingestion["label_map"][name])
     if not classes:
-        return fail(EXIT_BAD_INPUT, f"run {summary['run_id']}: its ingestion left no classes to review against; "
-                                    "review a run whose ImageExampleGen finished")
+        return fail(
+            EXIT_BAD_INPUT,
+            f"run {summary['run_id']}: its ingestion left no classes to review against; "
+            "review a run whose ImageExampleGen finished",
+        )
     found = items.from_run(summary, args.predictions)
     log = review_file.Log(args.review_file or review_file.default_path(config.root, config.pipeline_name))
     review = server.Review(found, classes, log, multi_label=ingestion.get("task") == "multi")
     page = server.serve(review, args.port)
     counts = {kind: sum(kind in it["kinds"] for it in found.items) for kind in items.KINDS}
     listed = ", ".join(f"{n} {items.PLURALS[kind]}" for kind, n in counts.items() if n) or "nothing to review"
-    print(f"review of run {summary['run_id']}: {len(found.items)} images ({listed}); decisions appended to "
-          f"{log.path}", flush=True)
-    print(f"open {page.url}  (this machine only; Ctrl-C stops the server, every decision is already kept)",
-          flush=True)
+    print(
+        f"review of run {summary['run_id']}: {len(found.items)} images ({listed}); decisions appended to {log.path}",
+        flush=True,
+    )
+    print(f"open {page.url}  (this machine only; Ctrl-C stops the server, every decision is already kept)", flush=True)
     data = ingestion.get("source") or ""
     data = data if data and " spans " not in data else "DATA"  # a window of spans: the --data the run was given
-    print(f"then: imagepipe run --data {data} --root {config.root} --name {config.pipeline_name} --review {log.path}",
-          file=sys.stderr, flush=True)
+    print(
+        f"then: imagepipe run --data {data} --root {config.root} --name {config.pipeline_name} --review {log.path}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         page.serve_forever()
     except KeyboardInterrupt:

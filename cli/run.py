@@ -6,8 +6,15 @@ import sys
 import time
 from typing import Optional
 
-from cli.common import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_RUN_FAILED, config_from_args, fail, quiet_logs,
-                        with_tuning)
+from cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_RUN_FAILED,
+    config_from_args,
+    fail,
+    quiet_logs,
+    with_tuning,
+)
 from pipeline.config import PipelineConfig
 
 
@@ -26,25 +33,24 @@ def print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = with_tuning(config_from_args(args), args, local=True).validate()
     mode = args.progress
     quiet_logs(args.verbose)
     from pipeline import local_runner
     from storage.errors import DataError
 
     try:
-        found = local_runner.prepare(config)
+        prepared = local_runner.prepare(with_tuning(config_from_args(args), args, local=True))
     except DataError as e:
         return fail(EXIT_BAD_INPUT, str(e))
-    from pipeline import model_choice
-    from trainer.hparams import describe_model
-
-    config = model_choice.resolved(config, found["model_choice"])  # --model auto: chosen from the images
-    config = local_runner.with_earlier_search(config)  # tuned before: the Tuner step again (reusing, or searching)
+    config, found = prepared
     if mode == "human":
+        from trainer.hparams import describe_model
+
         sample = " (the digits sample)" if config.uses_sample_data else ""
-        print(f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "
-              f"{found['files']:,} files, {len(found['classes'])} classes, {found['layout']} layout")
+        print(
+            f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "
+            f"{found['files']:,} files, {len(found['classes'])} classes, {found['layout']} layout"
+        )
         print(f"  model:     {describe_model(config.model, config.weights, config.model_choice)}")
         print(f"  artifacts: {config.pipeline_root}\n  metadata:  {config.metadata_path}", flush=True)
     from runs import run_lock
@@ -55,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Runs of one pipeline take turns (runs/run_lock.py): this run's progress, summary and report
     # are its own, whatever else runs on the same root.
     with run_lock.hold(config.metadata_path, on_wait=waiting):
-        return _run_locked(config, found, mode, args.verbose)
+        return _run_locked(prepared, mode, args.verbose)
 
 
 class _Interrupted(Exception):
@@ -70,12 +76,13 @@ def _raise_interrupted(signum, frame):
     raise KeyboardInterrupt
 
 
-def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
+def _run_locked(prepared, mode: str, verbose: bool) -> int:
     import signal
 
     from pipeline import local_runner
     from runs import progress, run_store, run_summary
 
+    config = prepared.config
     error = summary = None
     started_ms = int(time.time() * 1000) - 1000
     handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -83,7 +90,7 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
     try:
         with progress.Progress(config.metadata_path, started_ms, mode) as live:
             try:
-                summary = local_runner.run(config, prepared=found, started_ms=started_ms, locked=True)
+                summary = local_runner.run(prepared, started_ms=started_ms, locked=True)
             except (KeyboardInterrupt, Exception) as e:  # reported below, with the report of what did complete
                 error = e
                 if verbose and not _signalled:
@@ -91,8 +98,9 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
 
                     traceback.print_exc()
             if summary is None and (_signalled or isinstance(error, KeyboardInterrupt)):
-                error = _Interrupted("interrupted; the report shows what completed, and the next run "
-                                     "reuses it from the cache")
+                error = _Interrupted(
+                    "interrupted; the report shows what completed, and the next run reuses it from the cache"
+                )
                 run_store.record_interruption(config.metadata_path, started_ms)
     finally:
         for sig, handler in handlers.items():
@@ -106,10 +114,16 @@ def _run_locked(config: PipelineConfig, found, mode: str, verbose: bool) -> int:
         summary = run_summary.summarize(config.metadata_path, this_run.name) if this_run else None
     report = write_report(config, summary, verbose=verbose)
     if mode == "json":
-        live.printer.emit({"event": "run_finished", "status": summary["status"] if summary else "failed",
-                           "run_id": summary["run_id"] if summary else None, "report": report,
-                           "error": error_text(error, config.root) if error else None,
-                           "components": summary["components"] if summary else []})
+        live.printer.emit(
+            {
+                "event": "run_finished",
+                "status": summary["status"] if summary else "failed",
+                "run_id": summary["run_id"] if summary else None,
+                "report": report,
+                "error": error_text(error, config.root) if error else None,
+                "components": summary["components"] if summary else [],
+            }
+        )
     elif summary:
         if mode == "human":
             print()
@@ -132,8 +146,10 @@ def error_text(error: Exception, root: str = "") -> str:
         return str(error)  # written for the user already
     text = str(error)
     if "[Errno 28]" in text or "No space left on device" in text:  # also inside a worker's or Beam's error
-        return (f"no space left on the device while writing the run's outputs under --root {root or '(the root)'}; "
-                "free space there or give a --root on a disk with room, then run again (finished steps are cached)")
+        return (
+            f"no space left on the device while writing the run's outputs under --root {root or '(the root)'}; "
+            "free space there or give a --root on a disk with room, then run again (finished steps are cached)"
+        )
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
@@ -144,11 +160,13 @@ def write_report(config: PipelineConfig, summary, verbose: bool = False) -> Opti
     from report import report
 
     try:
-        return report.build(summary, report.report_path(config.root, config.pipeline_name, summary["run_id"]),
-                            pipeline_name=config.pipeline_name)
+        return report.build(
+            summary,
+            report.report_path(config.root, config.pipeline_name, summary["run_id"]),
+            pipeline_name=config.pipeline_name,
+        )
     except Exception as e:  # noqa: BLE001
-        print(f"imagepipe: warning: the HTML report could not be written ({type(e).__name__}: {e})",
-              file=sys.stderr)
+        print(f"imagepipe: warning: the HTML report could not be written ({type(e).__name__}: {e})", file=sys.stderr)
         if verbose:
             raise
         return None

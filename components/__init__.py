@@ -11,8 +11,9 @@ evaluator/     ImageEvaluator: TFMA, every class (or label) judged, thresholds, 
 model_card/    ModelCard: a card with every model, from ML Metadata and the artifacts
 pusher/        ImagePusher: a blessed model pushed with its card
 
+Each stage's summary.py reads its outputs back for the run summary and the report (runs/run_summary.py).
 Shared by several stages: drift.py (the data profile and its drift), beam_settings.py (TFX's Beam executors on
-examples of megabytes), beam_pickler.py. The model code they run is trainer/; files and artifact types, storage/.
+examples of megabytes), beam_pickler.py, summary_reading.py (what the summary readers share). The model code they run is trainer/; files and artifact types, storage/.
 """
 
 _ARTIFACTS = ("ImageIngestionReport", "DataValidationResult", "DataHealthReport", "ModelCard")

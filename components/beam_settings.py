@@ -3,7 +3,7 @@
 Three settings of the libraries underneath, each made in the executor's own process
 before it builds its Beam graph, so they hold in the local runner's process and
 in every Vertex AI / Kubeflow container (and the Dataflow job each one launches).
-Each stage's executor mixes in `Tuned` (components/validation/statistics.py,
+Each stage's executor mixes in `BeamConfigured` (components/validation/statistics.py,
 components/transform/executor.py, components/evaluator/executor.py):
 
 - Batches bounded by bytes. tfx-bsl batches examples by count, tuning the count
@@ -41,7 +41,7 @@ BYTE_SIZE_BATCHING_FLAG = "tfxio_use_byte_size_batching"
 TARGET_BATCH_BYTES = batch_util._TARGET_BATCH_BYTES_SIZE  # pylint: disable=protected-access
 
 
-def tune() -> None:
+def configure_beam() -> None:
     """Byte-bounded batches and fast TFRecord checksums for the Beam graphs built in this process."""
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()  # tfx-bsl reads the flag only once flags are parsed
@@ -50,11 +50,11 @@ def tune() -> None:
     quiet_pickler_trace()
 
 
-class Tuned:
-    """Mixed in before a TFX executor: tune() before its Do builds the Beam graph."""
+class BeamConfigured:
+    """Mixed in before a TFX executor: configure_beam() before its Do builds the Beam graph."""
 
     def Do(self, input_dict, output_dict, exec_properties):
-        tune()
+        configure_beam()
         return super().Do(input_dict, output_dict, exec_properties)
 
 
@@ -77,7 +77,7 @@ def smaller_batches(batch_bytes: int = EVALUATOR_BATCH_BYTES, records: int = EVA
         batch_util._TARGET_BATCH_BYTES_SIZE, batch_util._BATCH_SIZE_CAP_WITH_BYTE_TARGET = before
 
 
-def tuned(component, executor_class):
+def with_executor(component, executor_class):
     """`component` (a TFX Beam component) running `executor_class` instead of its own executor."""
     component.executor_spec = executor_spec.BeamExecutorSpec(executor_class)
     return component

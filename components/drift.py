@@ -27,16 +27,21 @@ class Thresholds(NamedTuple):
 
 
 # Each compared distribution of the profile: (profile key, what the user reads, the threshold's setting).
-CHECKS = (("classes", "class mix", "max_class_drift"), ("width", "image width", "max_size_drift"),
-          ("height", "image height", "max_size_drift"), ("formats", "image format", "max_format_drift"))
+CHECKS = (
+    ("classes", "class mix", "max_class_drift"),
+    ("width", "image width", "max_size_drift"),
+    ("height", "image height", "max_size_drift"),
+    ("formats", "image format", "max_format_drift"),
+)
 
 
 def _option(setting: str) -> str:
     return "--" + setting.replace("_", "-")
 
 
-def check(reference: Optional[Dict[str, Any]], current: Optional[Dict[str, Any]], limits: Thresholds,
-          has_baseline: bool) -> Dict[str, Any]:
+def check(
+    reference: Optional[Dict[str, Any]], current: Optional[Dict[str, Any]], limits: Thresholds, has_baseline: bool
+) -> Dict[str, Any]:
     """The drift result: compare()'s, or {"skipped": why} when there is nothing to compare with."""
     if not has_baseline:
         return {"skipped": "no blessed model yet"}
@@ -47,8 +52,13 @@ def check(reference: Optional[Dict[str, Any]], current: Optional[Dict[str, Any]]
     return compare(reference, current, limits)
 
 
-def make_profile(examples: int, examples_per_split_and_class: Dict[str, Dict[str, int]], formats: Dict[str, int],
-                 sizes: List[list], examples_per_split: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+def make_profile(
+    examples: int,
+    examples_per_split_and_class: Dict[str, Dict[str, int]],
+    formats: Dict[str, int],
+    sizes: List[list],
+    examples_per_split: Optional[Dict[str, int]] = None,
+) -> Dict[str, Any]:
     """The profile of one ingestion (all splits): the examples (images: a multi-label image counts once, under
     every label it has in `classes`; per split too), counts per class, format, width bin and height bin."""
     classes: Dict[str, int] = {}
@@ -60,12 +70,18 @@ def make_profile(examples: int, examples_per_split_and_class: Dict[str, Dict[str
     for _split, side, bucket, n in sizes:
         counts = width if side == "width" else height
         counts[bucket] = counts.get(bucket, 0) + n
-    return {"examples": examples, "classes": dict(sorted(classes.items())),
-            **({"examples_per_split": dict(sorted(examples_per_split.items()))} if examples_per_split else {}),
-            # per split too: the Evaluator judges each class on its eval count (components/evaluator/executor.py)
-            "classes_per_split": {split: dict(sorted(per_class.items()))
-                                  for split, per_class in sorted(examples_per_split_and_class.items())},
-            "formats": dict(sorted(formats.items())), "width": width, "height": height}
+    return {
+        "examples": examples,
+        "classes": dict(sorted(classes.items())),
+        **({"examples_per_split": dict(sorted(examples_per_split.items()))} if examples_per_split else {}),
+        # per split too: the Evaluator judges each class on its eval count (components/evaluator/executor.py)
+        "classes_per_split": {
+            split: dict(sorted(per_class.items())) for split, per_class in sorted(examples_per_split_and_class.items())
+        },
+        "formats": dict(sorted(formats.items())),
+        "width": width,
+        "height": height,
+    }
 
 
 def shares(counts: Dict[str, int]) -> Dict[str, float]:
@@ -96,37 +112,65 @@ def compare(reference: Dict[str, Any], current: Dict[str, Any], limits: Threshol
             continue  # a profile without this distribution (an older version's): nothing to compare
         distance, at = linf(shares(ref), shares(cur))
         threshold = getattr(limits, setting)
-        checks.append({"feature": title, "metric": "L-infinity", "distance": round(distance, 4),
-                       "option": _option(setting), "threshold": threshold, "at": at,
-                       "drifted": distance > threshold + 1e-9, "reference": ref, "current": cur})
+        checks.append(
+            {
+                "feature": title,
+                "metric": "L-infinity",
+                "distance": round(distance, 4),
+                "option": _option(setting),
+                "threshold": threshold,
+                "at": at,
+                "drifted": distance > threshold + 1e-9,
+                "reference": ref,
+                "current": cur,
+            }
+        )
     before, now = reference.get("examples", 0), current.get("examples", 0)
     drop = 1 - now / before if before else 0.0
-    checks.append({"feature": "example count", "metric": "drop", "distance": round(max(drop, 0.0), 4),
-                   "option": _option("max_count_drop"), "threshold": limits.max_count_drop, "at": "",
-                   "drifted": drop > limits.max_count_drop + 1e-9,
-                   "reference": {"examples": before}, "current": {"examples": now}})
+    checks.append(
+        {
+            "feature": "example count",
+            "metric": "drop",
+            "distance": round(max(drop, 0.0), 4),
+            "option": _option("max_count_drop"),
+            "threshold": limits.max_count_drop,
+            "at": "",
+            "drifted": drop > limits.max_count_drop + 1e-9,
+            "reference": {"examples": before},
+            "current": {"examples": now},
+        }
+    )
     ref_classes, cur_classes = set(reference.get("classes") or {}), set(current.get("classes") or {})
-    return {"checks": checks, "classes_added": sorted(cur_classes - ref_classes),
-            "classes_removed": sorted(ref_classes - cur_classes)}
+    return {
+        "checks": checks,
+        "classes_added": sorted(cur_classes - ref_classes),
+        "classes_removed": sorted(ref_classes - cur_classes),
+    }
 
 
 def short_check(check: Dict[str, Any]) -> str:
     """The feature and the distance, for a one-line verdict."""
     if check["metric"] == "drop":
         return f"example count dropped by {check['distance']:.0%} since the last blessed model (> {check['threshold']:.0%})"
-    return (f"{check['feature']} drifted from the last blessed model's data (L-infinity {check['distance']:.3f} > "
-            f"{check['threshold']:.3f})")
+    return (
+        f"{check['feature']} drifted from the last blessed model's data (L-infinity {check['distance']:.3f} > "
+        f"{check['threshold']:.3f})"
+    )
 
 
 def describe_check(check: Dict[str, Any]) -> str:
     """One line naming the feature, the distance and the threshold, and where the shift is largest."""
     if check["metric"] == "drop":
-        return (f"example count dropped by {check['distance']:.0%} ({check['reference']['examples']:,} -> "
-                f"{check['current']['examples']:,}), more than the {check['threshold']:.0%} allowed")
+        return (
+            f"example count dropped by {check['distance']:.0%} ({check['reference']['examples']:,} -> "
+            f"{check['current']['examples']:,}), more than the {check['threshold']:.0%} allowed"
+        )
     ref, cur = shares(check["reference"]), shares(check["current"])
     at = check["at"]
-    return (f"{check['feature']}: L-infinity distance {check['distance']:.3f} > {check['threshold']:.3f} "
-            f"(largest at {at!r}: {ref.get(at, 0.0):.1%} -> {cur.get(at, 0.0):.1%})")
+    return (
+        f"{check['feature']}: L-infinity distance {check['distance']:.3f} > {check['threshold']:.3f} "
+        f"(largest at {at!r}: {ref.get(at, 0.0):.1%} -> {cur.get(at, 0.0):.1%})"
+    )
 
 
 def describe_classes(result: Dict[str, Any]) -> Optional[str]:

@@ -12,10 +12,10 @@ from typing import List
 
 from tfx import v1 as tfx
 
-from storage.files import is_remote
 from pipeline.cloud_config import IMAGE_PROJECT_DIR, CloudConfig
 from pipeline.config import PROJECT_DIR, ConfigError, PipelineConfig
 from pipeline.platform import Platform, StepMachine
+from storage.files import is_remote
 
 
 def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
@@ -32,10 +32,12 @@ def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
         vertex_serving_config=vertex_serving_config(cloud) if cloud.endpoint else None,
         # With --vertex-training, the Tuner's trials run there too, --parallel-trials machines at once.
         vertex_tuning_config=vertex_tuning_config(config, cloud) if cloud.vertex_training else None,
-        parallel_trials=cloud.parallel_trials, compiled=True,
+        parallel_trials=cloud.parallel_trials,
+        compiled=True,
         service_account=(cloud.service_account or "") if cloud.target == "vertex" else "",
         step_machines=dict(STEP_MACHINES),
-        step_beam_args={step: list(args) for step, args in DATAFLOW_STEP_ARGS.items()} if cloud.dataflow else {})
+        step_beam_args={step: list(args) for step, args in DATAFLOW_STEP_ARGS.items()} if cloud.dataflow else {},
+    )
 
 
 # Each step's container on Vertex AI Pipelines, sized for a million images (docs/scale.md has the per-image costs
@@ -66,8 +68,10 @@ def schema_in_image(schema_file: str) -> str:
         return schema_file
     relative = os.path.relpath(os.path.abspath(schema_file), PROJECT_DIR)
     if relative.startswith(".."):
-        raise ConfigError(f"--schema {schema_file}: outside this repository, so not in the pipeline image; "
-                          "copy it into schemas/ (and rebuild the image) or upload it to gs://")
+        raise ConfigError(
+            f"--schema {schema_file}: outside this repository, so not in the pipeline image; "
+            "copy it into schemas/ (and rebuild the image) or upload it to gs://"
+        )
     return posixpath.join(IMAGE_PROJECT_DIR, *relative.split(os.sep))
 
 
@@ -101,19 +105,28 @@ def vertex_training_config(cloud: CloudConfig) -> dict:
     else:
         machine = {"machine_type": cloud.training_machine_type}
         if cloud.training_accelerator:
-            machine.update(accelerator_type=cloud.training_accelerator,
-                           accelerator_count=cloud.training_accelerator_count)
+            machine.update(
+                accelerator_type=cloud.training_accelerator, accelerator_count=cloud.training_accelerator_count
+            )
     image = cloud.training_image or cloud.image
     pools = [{"machine_spec": machine, "replica_count": 1, "container_spec": {"image_uri": image}}]
     if cloud.training_replicas > 1:
-        pools.append({"machine_spec": dict(machine), "replica_count": cloud.training_replicas - 1,
-                      "container_spec": {"image_uri": image}})
+        pools.append(
+            {
+                "machine_spec": dict(machine),
+                "replica_count": cloud.training_replicas - 1,
+                "container_spec": {"image_uri": image},
+            }
+        )
     job_spec = {"worker_pool_specs": pools}
     if cloud.service_account:
         job_spec["service_account"] = cloud.service_account
-    return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
-            ext.TRAINING_ARGS_KEY: {"project": cloud.project, "job_spec": job_spec},
-            **({REQUIRED_DEVICE_KEY: "tpu"} if cloud.training_tpu else {})}
+    return {
+        ext.ENABLE_VERTEX_KEY: True,
+        ext.VERTEX_REGION_KEY: cloud.region,
+        ext.TRAINING_ARGS_KEY: {"project": cloud.project, "job_spec": job_spec},
+        **({REQUIRED_DEVICE_KEY: "tpu"} if cloud.training_tpu else {}),
+    }
 
 
 REQUIRED_DEVICE_KEY = "required_device"  # HParams.required_device, in the Trainer's and the Tuner's custom_config
@@ -128,16 +141,25 @@ def vertex_tuning_config(config: PipelineConfig, cloud: CloudConfig) -> dict:
     training = trainer[ext.TRAINING_ARGS_KEY]
     # A trial trains on one machine like the Trainer's chief: the extension's workers are parallel trials.
     training["job_spec"]["worker_pool_specs"] = training["job_spec"]["worker_pool_specs"][:1]
-    return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
-            **({REQUIRED_DEVICE_KEY: trainer[REQUIRED_DEVICE_KEY]} if REQUIRED_DEVICE_KEY in trainer else {}),
-            ext.experimental.TUNING_ARGS_KEY: training,
-            ext.experimental.REMOTE_TRIALS_WORKING_DIR_KEY: f"{cloud.full_pipeline_root(config.pipeline_name)}/tuner"}
+    return {
+        ext.ENABLE_VERTEX_KEY: True,
+        ext.VERTEX_REGION_KEY: cloud.region,
+        **({REQUIRED_DEVICE_KEY: trainer[REQUIRED_DEVICE_KEY]} if REQUIRED_DEVICE_KEY in trainer else {}),
+        ext.experimental.TUNING_ARGS_KEY: training,
+        ext.experimental.REMOTE_TRIALS_WORKING_DIR_KEY: f"{cloud.full_pipeline_root(config.pipeline_name)}/tuner",
+    }
 
 
 def vertex_serving_config(cloud: CloudConfig) -> dict:
     """custom_config for the Vertex Pusher: deploy blessed models to an endpoint."""
     ext = tfx.extensions.google_cloud_ai_platform
-    return {ext.ENABLE_VERTEX_KEY: True, ext.VERTEX_REGION_KEY: cloud.region,
-            ext.VERTEX_CONTAINER_IMAGE_URI_KEY: cloud.serving_image,
-            ext.SERVING_ARGS_KEY: {"project_id": cloud.project, "endpoint_name": cloud.endpoint,
-                                   "machine_type": "n1-standard-4"}}
+    return {
+        ext.ENABLE_VERTEX_KEY: True,
+        ext.VERTEX_REGION_KEY: cloud.region,
+        ext.VERTEX_CONTAINER_IMAGE_URI_KEY: cloud.serving_image,
+        ext.SERVING_ARGS_KEY: {
+            "project_id": cloud.project,
+            "endpoint_name": cloud.endpoint,
+            "machine_type": "n1-standard-4",
+        },
+    }

@@ -56,8 +56,11 @@ def parameter_defaults(config: PipelineConfig) -> Dict[str, Any]:
     compiled spec declares only their types, the job's runtimeConfig carries these values."""
     from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
 
-    return {name: kind(getattr(config, field)) for name, (field, kind) in RUNTIME_PARAMETERS.items()
-            if job_has_parameter(config, name)}
+    return {
+        name: kind(getattr(config, field))
+        for name, (field, kind) in RUNTIME_PARAMETERS.items()
+        if job_has_parameter(config, name)
+    }
 
 
 def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
@@ -80,8 +83,9 @@ def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
                 os.replace(partial, path)
             return job
 
-    return Runner(config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image),
-                  output_filename=output_filename)
+    return Runner(
+        config=runner_lib.KubeflowV2DagRunnerConfig(default_image=cloud.image), output_filename=output_filename
+    )
 
 
 def with_example_gen_machine(job: Dict[str, Any], pipeline) -> Dict[str, Any]:
@@ -114,9 +118,12 @@ def build_job(config: PipelineConfig, cloud: CloudConfig, output_filename: Optio
     from pipeline.pipeline import create_pipeline
 
     config = model_choice.resolved(config, model_choice.for_compiled_job())  # --model auto
-    return run_runner(make_runner(cloud, output_filename),
-                      create_pipeline(config, cloud_platform.platform(config, cloud)),
-                      parameter_values=parameter_defaults(config), write_out=output_filename is not None)
+    return run_runner(
+        make_runner(cloud, output_filename),
+        create_pipeline(config, cloud_platform.platform(config, cloud)),
+        parameter_values=parameter_defaults(config),
+        write_out=output_filename is not None,
+    )
 
 
 def kubeflow_package(job: Dict[str, Any], pipeline_root: str, always_ingest: bool) -> Dict[str, Any]:
@@ -132,7 +139,8 @@ def kubeflow_package(job: Dict[str, Any], pipeline_root: str, always_ingest: boo
     for name, value in job["runtimeConfig"].get("parameters", {}).items():
         kind, raw = next(iter(value.items()))  # {"intValue": "100"}, {"doubleValue": 0.9}, {"stringValue": ...}
         spec["root"]["inputDefinitions"]["parameters"][name]["defaultValue"] = (
-            int(raw) if kind == "intValue" else float(raw) if kind == "doubleValue" else raw)
+            int(raw) if kind == "intValue" else float(raw) if kind == "doubleValue" else raw
+        )
     for executor in spec["deploymentSpec"]["executors"].values():
         executor.get("container", {}).pop("lifecycle", None)
     if always_ingest:
@@ -146,8 +154,9 @@ def compile_pipeline(config: PipelineConfig, cloud: CloudConfig, output: str) ->
     if cloud.target == "vertex":
         text = json.dumps(job, indent=2, sort_keys=True)
     else:
-        package = kubeflow_package(job, cloud.full_pipeline_root(config.pipeline_name),
-                                   always_ingest=bool(config.span_pattern))
+        package = kubeflow_package(
+            job, cloud.full_pipeline_root(config.pipeline_name), always_ingest=bool(config.span_pattern)
+        )
         text = yaml.safe_dump(package, sort_keys=True)
     # Whole, under a fresh temporary name, and never over a file imagepipe did not write (storage/user_files.py).
     return user_files.write_whole(output, text.encode(), "--output", COMPILED_JOB)
@@ -155,8 +164,9 @@ def compile_pipeline(config: PipelineConfig, cloud: CloudConfig, output: str) ->
 
 # A job compile_pipeline wrote: Vertex's PipelineJob JSON (sorted keys: its pipelineSpec comes early), or
 # Kubeflow's PipelineSpec YAML (sorted keys: it starts with its components).
-COMPILED_JOB = user_files.Kind("a compiled pipeline", lambda head: b'"pipelineSpec"' in head
-                               or head.startswith(b"components:"))
+COMPILED_JOB = user_files.Kind(
+    "a compiled pipeline", lambda head: b'"pipelineSpec"' in head or head.startswith(b"components:")
+)
 
 
 def default_output(config: PipelineConfig, cloud: CloudConfig) -> str:
@@ -173,8 +183,10 @@ def _compiled(config: PipelineConfig, cloud: CloudConfig) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-NO_CREDENTIALS = ("no Google Cloud credentials found: run 'gcloud auth application-default login' (or set "
-                  "GOOGLE_APPLICATION_CREDENTIALS to a service account key file), then try again")
+NO_CREDENTIALS = (
+    "no Google Cloud credentials found: run 'gcloud auth application-default login' (or set "
+    "GOOGLE_APPLICATION_CREDENTIALS to a service account key file), then try again"
+)
 
 
 def check_credentials(credentials=None) -> None:
@@ -218,18 +230,26 @@ def _vertex_init(cloud: CloudConfig, credentials=None):
 
 def _vertex_job(aiplatform, config: PipelineConfig, cloud: CloudConfig, template: str, parameters: Dict[str, Any]):
     return aiplatform.PipelineJob(
-        display_name=config.pipeline_name, template_path=template,
+        display_name=config.pipeline_name,
+        template_path=template,
         parameter_values=parameters or None,  # the compiled job's runtime parameters (RUNTIME_PARAMETERS)
         pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
         # With caching (the default), a scheduled run without a new span reuses every component
         # instead of silently retraining on the data it already learned from.
         enable_caching=config.enable_cache,
-        project=cloud.project, location=cloud.region,
-        labels={"pipeline": config.pipeline_name})
+        project=cloud.project,
+        location=cloud.region,
+        labels={"pipeline": config.pipeline_name},
+    )
 
 
-def submit(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
-           credentials=None, parameters: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def submit(
+    config: PipelineConfig,
+    cloud: CloudConfig,
+    dry_run: bool = False,
+    credentials=None,
+    parameters: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
     """Starts one run now (with `parameters`: values of the job's runtime parameters, checked by
     pipeline.runtime_parameters.runtime_values); returns the request (and, when sent, the created run's name)."""
     parameters = parameters or {}
@@ -245,19 +265,33 @@ def submit(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
     client = _kfp_client(cloud)
     with _compiled(config, cloud) as template:
         run = client.create_run_from_pipeline_package(
-            template, arguments=parameters, run_name=f"{config.pipeline_name}-run",
-            experiment_name=config.pipeline_name, pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
-            enable_caching=config.enable_cache, service_account=cloud.k8s_service_account)
+            template,
+            arguments=parameters,
+            run_name=f"{config.pipeline_name}-run",
+            experiment_name=config.pipeline_name,
+            pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
+            enable_caching=config.enable_cache,
+            service_account=cloud.k8s_service_account,
+        )
     return {**request, "run": run.run_id}
 
 
-def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
-             credentials=None, parameters: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def schedule(
+    config: PipelineConfig,
+    cloud: CloudConfig,
+    dry_run: bool = False,
+    credentials=None,
+    parameters: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
     """Creates the recurring run for cloud.cron (each run with `parameters`, as submit()); returns the request
     (and the schedule's name)."""
     parameters = parameters or {}
-    request = {**_describe(config, cloud, parameters), "cron": cloud.cron, "max_concurrent_runs": 1,
-               "schedule": cloud.schedule_name or f"{config.pipeline_name}-retraining"}
+    request = {
+        **_describe(config, cloud, parameters),
+        "cron": cloud.cron,
+        "max_concurrent_runs": 1,
+        "schedule": cloud.schedule_name or f"{config.pipeline_name}-retraining",
+    }
     if cloud.target == "kubeflow":
         request["kubeflow_cron"] = kubeflow_cron(cloud.cron)
     if dry_run:
@@ -269,15 +303,20 @@ def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
             raise ScheduleExists(request["schedule"], existing[0].resource_name)
         with _compiled(config, cloud) as template:
             job = _vertex_job(aiplatform, config, cloud, template, parameters)
-        created = job.create_schedule(display_name=request["schedule"], cron=cloud.cron,
-                                      max_concurrent_run_count=1, service_account=cloud.service_account)
+        created = job.create_schedule(
+            display_name=request["schedule"],
+            cron=cloud.cron,
+            max_concurrent_run_count=1,
+            service_account=cloud.service_account,
+        )
         return {**request, "schedule_resource": created.resource_name}
     client = _kfp_client(cloud)
     experiment = client.create_experiment(name=config.pipeline_name)
     page_token = ""
     while True:
-        listed = client.list_recurring_runs(experiment_id=experiment.experiment_id, page_size=100,
-                                            page_token=page_token)
+        listed = client.list_recurring_runs(
+            experiment_id=experiment.experiment_id, page_size=100, page_token=page_token
+        )
         for recurring in listed.recurring_runs or []:
             if recurring.display_name == request["schedule"]:
                 raise ScheduleExists(request["schedule"], recurring.recurring_run_id)
@@ -286,10 +325,17 @@ def schedule(config: PipelineConfig, cloud: CloudConfig, dry_run: bool = False,
             break
     with _compiled(config, cloud) as template:
         recurring = client.create_recurring_run(
-            experiment_id=experiment.experiment_id, job_name=request["schedule"],
-            cron_expression=request["kubeflow_cron"], max_concurrency=1, no_catchup=True,
-            pipeline_package_path=template, pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
-            params=parameters, enable_caching=config.enable_cache, service_account=cloud.k8s_service_account)
+            experiment_id=experiment.experiment_id,
+            job_name=request["schedule"],
+            cron_expression=request["kubeflow_cron"],
+            max_concurrency=1,
+            no_catchup=True,
+            pipeline_package_path=template,
+            pipeline_root=cloud.full_pipeline_root(config.pipeline_name),
+            params=parameters,
+            enable_caching=config.enable_cache,
+            service_account=cloud.k8s_service_account,
+        )
     return {**request, "schedule_resource": recurring.recurring_run_id}
 
 
@@ -297,8 +343,9 @@ class ScheduleExists(RuntimeError):
     """A schedule of that name exists: a second one would run the pipeline twice as often."""
 
     def __init__(self, name: str, resource: str):
-        super().__init__(f"a schedule named {name!r} already exists ({resource}); delete it first, or give "
-                         "another --schedule-name")
+        super().__init__(
+            f"a schedule named {name!r} already exists ({resource}); delete it first, or give another --schedule-name"
+        )
 
 
 def kubeflow_cron(cron: str) -> str:
@@ -313,17 +360,24 @@ def _kfp_client(cloud: CloudConfig):
 
 
 def _describe(config: PipelineConfig, cloud: CloudConfig, parameters: Dict[str, Any]) -> Dict[str, Any]:
-    where = (f"projects/{cloud.project}/locations/{cloud.region}" if cloud.target == "vertex"
-             else cloud.kfp_host)
+    where = f"projects/{cloud.project}/locations/{cloud.region}" if cloud.target == "vertex" else cloud.kfp_host
     account = cloud.service_account if cloud.target == "vertex" else cloud.k8s_service_account
-    return {"target": cloud.target, "where": where, "pipeline": config.pipeline_name,
-            "pipeline_root": cloud.full_pipeline_root(config.pipeline_name), "image": cloud.image,
-            "data": config.data, "span_pattern": config.span_pattern, "service_account": account,
-            "enable_caching": config.enable_cache, "dataflow": cloud.dataflow,
-            "vertex_training": cloud.vertex_training, "tune": config.tune or None,
-            "parameters": ", ".join(f"{k}={v}" for k, v in parameters.items()) or None}
+    return {
+        "target": cloud.target,
+        "where": where,
+        "pipeline": config.pipeline_name,
+        "pipeline_root": cloud.full_pipeline_root(config.pipeline_name),
+        "image": cloud.image,
+        "data": config.data,
+        "span_pattern": config.span_pattern,
+        "service_account": account,
+        "enable_caching": config.enable_cache,
+        "dataflow": cloud.dataflow,
+        "vertex_training": cloud.vertex_training,
+        "tune": config.tune or None,
+        "parameters": ", ".join(f"{k}={v}" for k, v in parameters.items()) or None,
+    }
 
 
 def describe_lines(request: Dict[str, Any]) -> list:
     return [f"  {key}: {value}" for key, value in request.items() if value not in (None, False, "")]
-

@@ -15,9 +15,20 @@ TARGETS = ("vertex", "kubeflow")
 MAX_TRAINING_REPLICAS = 64
 # What Vertex AI Training accepts (aiplatform_v1.AcceleratorType; tests/test_production.py keeps these in step with
 # it): GPUs by type and count a machine; TPUs as a cloud-tpu machine of 8 cores (kubeflow/cloud_platform.py).
-GPU_TYPES = ("NVIDIA_TESLA_T4", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_P4", "NVIDIA_TESLA_K80",
-             "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_L4", "NVIDIA_H100_80GB", "NVIDIA_H100_MEGA_80GB",
-             "NVIDIA_H200_141GB", "NVIDIA_B200")
+GPU_TYPES = (
+    "NVIDIA_TESLA_T4",
+    "NVIDIA_TESLA_V100",
+    "NVIDIA_TESLA_P100",
+    "NVIDIA_TESLA_P4",
+    "NVIDIA_TESLA_K80",
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_L4",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+)
 GPU_COUNTS = (1, 2, 4, 8, 16)
 TPU_TYPES = ("TPU_V2", "TPU_V3")
 # Inside the pipeline image (./Dockerfile), the project is copied here.
@@ -89,24 +100,34 @@ class CloudConfig:
             value = getattr(self, value)
             if value is not None and not re.fullmatch(pattern, value):
                 raise ConfigError(f"--{option} {value!r}: not a valid {form}")
-        for option, path in (("pipeline-root", self.pipeline_root), ("dataflow-temp-location",
-                                                                      self.dataflow_temp_location)):
+        for option, path in (
+            ("pipeline-root", self.pipeline_root),
+            ("dataflow-temp-location", self.dataflow_temp_location),
+        ):
             if path and path.startswith("gs://") and not re.fullmatch(_GCS_PATH, path):
-                raise ConfigError(f"--{option} {path!r}: not a Cloud Storage path; give gs://BUCKET/PATH (a bucket "
-                                  "name is 3-63 lower-case letters, digits, dots, dashes or underscores)")
+                raise ConfigError(
+                    f"--{option} {path!r}: not a Cloud Storage path; give gs://BUCKET/PATH (a bucket "
+                    "name is 3-63 lower-case letters, digits, dots, dashes or underscores)"
+                )
 
     def _check_accelerators(self) -> None:
         """Accelerator types and counts Vertex AI Training accepts, checked when compiling (a bad one failed at
         Vertex's Trainer step, after ingestion and Transform)."""
         if self.training_accelerator and self.training_accelerator not in GPU_TYPES:
-            raise ConfigError(f"--training-accelerator {shown(self.training_accelerator)!r}: use one of "
-                              f"{', '.join(GPU_TYPES)} (or --training-tpu for a TPU)")
+            raise ConfigError(
+                f"--training-accelerator {shown(self.training_accelerator)!r}: use one of "
+                f"{', '.join(GPU_TYPES)} (or --training-tpu for a TPU)"
+            )
         if self.training_accelerator and self.training_accelerator_count not in GPU_COUNTS:
-            raise ConfigError(f"--training-accelerator-count {self.training_accelerator_count}: Vertex AI attaches "
-                              f"{', '.join(map(str, GPU_COUNTS))} GPUs to a machine")
+            raise ConfigError(
+                f"--training-accelerator-count {self.training_accelerator_count}: Vertex AI attaches "
+                f"{', '.join(map(str, GPU_COUNTS))} GPUs to a machine"
+            )
         if self.training_tpu and self.training_tpu not in TPU_TYPES:
-            raise ConfigError(f"--training-tpu {shown(self.training_tpu)!r}: use one of {', '.join(TPU_TYPES)} (a "
-                              "cloud-tpu machine of 8 cores)")
+            raise ConfigError(
+                f"--training-tpu {shown(self.training_tpu)!r}: use one of {', '.join(TPU_TYPES)} (a "
+                "cloud-tpu machine of 8 cores)"
+            )
 
     def validate(self, config: PipelineConfig, need_host: bool = False) -> "CloudConfig":
         """One-line errors for everything that would make a compiled pipeline fail remotely."""
@@ -114,18 +135,26 @@ class CloudConfig:
         if self.target not in TARGETS:
             raise ConfigError(f"--target {self.target!r}: use {' or '.join(TARGETS)}")
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", config.pipeline_name):
-            raise ConfigError(f"--name {config.pipeline_name!r}: Vertex AI and Kubeflow need lower-case letters, "
-                              "digits and dashes (at most 63), e.g. pets-classifier")
+            raise ConfigError(
+                f"--name {config.pipeline_name!r}: Vertex AI and Kubeflow need lower-case letters, "
+                "digits and dashes (at most 63), e.g. pets-classifier"
+            )
         weights = config.weights
         if config.model != "cnn" and weights not in ("", "imagenet") and not weights.startswith("gs://"):
-            raise ConfigError(f"--weights {weights}: a local file is not in the pipeline's containers; upload it "
-                              "and give a gs:// path, or use imagenet")
+            raise ConfigError(
+                f"--weights {weights}: a local file is not in the pipeline's containers; upload it "
+                "and give a gs:// path, or use imagenet"
+            )
         if config.review and not config.review.startswith("gs://"):
-            raise ConfigError(f"--review {config.review}: a local file is not in the pipeline's containers; upload it "
-                              "and give a gs:// path")
+            raise ConfigError(
+                f"--review {config.review}: a local file is not in the pipeline's containers; upload it "
+                "and give a gs:// path"
+            )
         if config.warm_start and not self.runs_resolvers:
-            raise ConfigError("--warm-start needs the latest blessed model, which TFX resolves with a resolver "
-                              "node that Kubeflow Pipelines' open-source backend cannot run; use --target vertex")
+            raise ConfigError(
+                "--warm-start needs the latest blessed model, which TFX resolves with a resolver "
+                "node that Kubeflow Pipelines' open-source backend cannot run; use --target vertex"
+            )
         if self.target == "vertex" and not self.project:
             raise ConfigError("no GCP project: give --project (or IMAGEPIPE_PROJECT)")
         if not self.pipeline_root:
@@ -133,13 +162,17 @@ class CloudConfig:
         if self.target == "vertex" and not self.pipeline_root.startswith("gs://"):
             raise ConfigError(f"--pipeline-root {self.pipeline_root}: Vertex AI needs a gs:// location")
         if not is_remote(self.pipeline_root):
-            raise ConfigError(f"--pipeline-root {self.pipeline_root}: a local folder is not reachable from the "
-                              "cluster; use gs:// (or s3://) storage")
+            raise ConfigError(
+                f"--pipeline-root {self.pipeline_root}: a local folder is not reachable from the "
+                "cluster; use gs:// (or s3://) storage"
+            )
         if not self.image:
             raise ConfigError("no pipeline image: build ./Dockerfile, push it, and give --image URI")
         if config.data is None or not is_remote(config.data):
-            raise ConfigError(f"--data {config.data or '(the local digits sample)'}: the pipeline runs remotely; "
-                              "upload the images and give --data gs://BUCKET/PATH")
+            raise ConfigError(
+                f"--data {config.data or '(the local digits sample)'}: the pipeline runs remotely; "
+                "upload the images and give --data gs://BUCKET/PATH"
+            )
         if self.dataflow and not self.project:
             raise ConfigError("--dataflow needs --project")
         temp = self.dataflow_temp_location
@@ -153,21 +186,28 @@ class CloudConfig:
         if (self.training_accelerator or self.training_tpu) and not self.vertex_training:
             raise ConfigError("--training-accelerator/--training-tpu apply to --vertex-training; add it")
         if not 1 <= self.training_replicas <= MAX_TRAINING_REPLICAS:
-            raise ConfigError(f"--training-replicas {self.training_replicas}: use 1 to {MAX_TRAINING_REPLICAS} machines")
+            raise ConfigError(
+                f"--training-replicas {self.training_replicas}: use 1 to {MAX_TRAINING_REPLICAS} machines"
+            )
         if (self.training_replicas > 1 or self.training_image) and not self.vertex_training:
             raise ConfigError("--training-replicas/--training-image apply to --vertex-training; add it")
         if self.training_tpu and self.training_replicas > 1:
-            raise ConfigError("--training-tpu with --training-replicas: a TPU trains as one replica of its 8 cores "
-                              "here; give one or the other")
+            raise ConfigError(
+                "--training-tpu with --training-replicas: a TPU trains as one replica of its 8 cores "
+                "here; give one or the other"
+            )
         if self.training_tpu and not self.training_image:
-            raise ConfigError("--training-tpu needs the TPU build of the pipeline image (TensorFlow's TPU build and "
-                              "libtpu): docker build --build-arg ACCELERATOR=tpu, push it, and "
-                              "give --training-image URI")
+            raise ConfigError(
+                "--training-tpu needs the TPU build of the pipeline image (TensorFlow's TPU build and "
+                "libtpu): docker build --build-arg ACCELERATOR=tpu, push it, and "
+                "give --training-image URI"
+            )
         if not 1 <= self.parallel_trials <= 64:
             raise ConfigError(f"--parallel-trials {self.parallel_trials}: use 1 to 64 machines")
         if self.parallel_trials > 1 and not (self.vertex_training and config.tune):
-            raise ConfigError("--parallel-trials runs the --tune search on Vertex AI Training; add --tune N and "
-                              "--vertex-training")
+            raise ConfigError(
+                "--parallel-trials runs the --tune search on Vertex AI Training; add --tune N and --vertex-training"
+            )
         if self.endpoint and self.target != "vertex":
             raise ConfigError("--endpoint pushes to Vertex AI; use --target vertex")
         if need_host and self.target == "kubeflow" and not self.kfp_host:
@@ -179,35 +219,56 @@ class CloudConfig:
 
 # (option, CloudConfig field, the form GCP accepts, what it is), checked by CloudConfig.check_names.
 _NAME_RULES = (
-    ("project", "project", r"([a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]",
-     "GCP project ID (6-30 lower-case letters, digits and dashes, starting with a letter)"),
+    (
+        "project",
+        "project",
+        r"([a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]",
+        "GCP project ID (6-30 lower-case letters, digits and dashes, starting with a letter)",
+    ),
     ("region", "region", r"[a-z]+-[a-z]+[0-9]+", "GCP region (e.g. us-central1, europe-west4)"),
-    ("image", "image", r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
-                       r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?",
-     "container image reference (e.g. us-central1-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG)"),
-    ("service-account", "service_account", r"[a-z0-9][a-z0-9-]{0,61}[a-z0-9]?@[a-z0-9][a-z0-9.-]*\.[a-z]+",
-     "service account email (NAME@PROJECT.iam.gserviceaccount.com)"),
-    ("k8s-service-account", "k8s_service_account", r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?",
-     "Kubernetes service account name (lower-case letters, digits, '-' and '.')"),
+    (
+        "image",
+        "image",
+        r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+        r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?",
+        "container image reference (e.g. us-central1-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG)",
+    ),
+    (
+        "service-account",
+        "service_account",
+        r"[a-z0-9][a-z0-9-]{0,61}[a-z0-9]?@[a-z0-9][a-z0-9.-]*\.[a-z]+",
+        "service account email (NAME@PROJECT.iam.gserviceaccount.com)",
+    ),
+    (
+        "k8s-service-account",
+        "k8s_service_account",
+        r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?",
+        "Kubernetes service account name (lower-case letters, digits, '-' and '.')",
+    ),
     ("kfp-host", "kfp_host", r"https?://[^\s\"'`;|&<>]+", "Kubeflow Pipelines URL (http:// or https://)"),
     ("endpoint", "endpoint", r"[^\x00-\x1f\"'`;|&<>]{1,128}", "Vertex AI endpoint display name (1-128 characters)"),
     # A Vertex schedule's display name is 1-128 characters; Kubeflow's recurring run name the same, printable.
-    ("schedule-name", "schedule_name", r"[^\x00-\x1f\x7f\"'`;|&<>]{1,128}",
-     "schedule name (1-128 printable characters, no quotes or shell characters)"),
+    (
+        "schedule-name",
+        "schedule_name",
+        r"[^\x00-\x1f\x7f\"'`;|&<>]{1,128}",
+        "schedule name (1-128 printable characters, no quotes or shell characters)",
+    ),
 )
 _GCS_PATH = r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[^\x00-\x1f]*)?"
 
 # Day of week 0-6 (Sunday = 0): Kubeflow's cron library has no 7.
-_CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),
-                ("day of week", 0, 6))
+_CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 6))
 
 
 def check_cron(cron: str) -> None:
     """Accepts standard 5-field cron (numbers, *, ranges, lists, steps); raises ConfigError."""
     fields = cron.split()
     if len(fields) != 5:
-        raise ConfigError(f"--cron {cron!r}: use 5 fields, minute hour day-of-month month day-of-week "
-                          "(e.g. '0 3 * * 1' for Mondays at 03:00)")
+        raise ConfigError(
+            f"--cron {cron!r}: use 5 fields, minute hour day-of-month month day-of-week "
+            "(e.g. '0 3 * * 1' for Mondays at 03:00)"
+        )
     for text, (name, low, high) in zip(fields, _CRON_FIELDS):
         for part in text.split(","):
             body, _, step = part.partition("/")
@@ -216,7 +277,10 @@ def check_cron(cron: str) -> None:
             if body == "*":
                 continue
             bounds = body.split("-")
-            if len(bounds) > 2 or not all(b.isdigit() for b in bounds) or \
-                    not all(low <= int(b) <= high for b in bounds) or int(bounds[0]) > int(bounds[-1]):
+            if (
+                len(bounds) > 2
+                or not all(b.isdigit() for b in bounds)
+                or not all(low <= int(b) <= high for b in bounds)
+                or int(bounds[0]) > int(bounds[-1])
+            ):
                 raise ConfigError(f"--cron {cron!r}: {part!r} is not valid for the {name} field ({low}-{high})")
-

@@ -19,7 +19,8 @@ from components.tuner import MODES as TUNE_MODES
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
 from trainer.class_balance import MIN_CLASS_RECALL
-from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams, decode_memory_bytes
+from trainer.decode_memory import decode_memory_bytes
+from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams
 
 # The repository root: schemas/ and the default run's outputs are found from here.
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,8 +51,9 @@ def default_pipeline_name(data: Optional[str]) -> str:
 def _declared(name: str, fields: List[dataclasses.Field]):
     """A dataclass of these declared settings (trainer/hparams.py: setting()), each with its name, default and
     help, as a base of PipelineConfig: a setting is declared once, where its code reads it."""
-    return dataclasses.make_dataclass(name, [
-        (f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in fields])
+    return dataclasses.make_dataclass(
+        name, [(f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in fields]
+    )
 
 
 TrainingSettings = _declared("TrainingSettings", HParams.user_settings())
@@ -176,8 +178,11 @@ class PipelineConfig(HealthLimits, TrainingSettings):
 
     def hparams(self) -> HParams:
         """The Transform/Trainer hyperparameters for this configuration."""
-        size = self.image_size if self.image_size is not None else (
-            32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, HParams.image_size))
+        size = (
+            self.image_size
+            if self.image_size is not None
+            else (32 if self.uses_sample_data else DEFAULT_IMAGE_SIZE.get(self.model, HParams.image_size))
+        )
         given = {f.name: getattr(self, f.name) for f in HParams.user_settings()}
         return HParams(**{**given, "image_size": size, "model_choice": self.model_choice})
 
@@ -193,8 +198,10 @@ class PipelineConfig(HealthLimits, TrainingSettings):
 
     def validate(self) -> "PipelineConfig":
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", self.name):
-            raise ConfigError(f"--name {self.name!r}: use letters, digits, '-', '_' or '.' (at most 63), "
-                              "starting with a letter or digit")
+            raise ConfigError(
+                f"--name {self.name!r}: use letters, digits, '-', '_' or '.' (at most 63), "
+                "starting with a letter or digit"
+            )
         if self.data:
             try:
                 local_or_supported(self.data, f"--data {self.data}")
@@ -218,8 +225,9 @@ class PipelineConfig(HealthLimits, TrainingSettings):
         if self.max_pixels < 1:
             raise ConfigError(f"--max-pixels {self.max_pixels}: use a positive number of pixels")
         if self.store_max_pixels < 0:
-            raise ConfigError(f"--store-max-pixels {self.store_max_pixels}: use a number of pixels, or 0 to "
-                              "store every original")
+            raise ConfigError(
+                f"--store-max-pixels {self.store_max_pixels}: use a number of pixels, or 0 to store every original"
+            )
         if self.near_duplicates not in NEAR_DUPLICATE_MODES:
             raise ConfigError(f"--near-duplicates {self.near_duplicates!r}: use {' or '.join(NEAR_DUPLICATE_MODES)}")
         if self.task not in TASKS:
@@ -230,8 +238,9 @@ class PipelineConfig(HealthLimits, TrainingSettings):
             from storage import review_file
 
             if not is_remote(self.review) and not os.path.isfile(self.review):
-                raise ConfigError(f"--review {self.review}: no such file; give the file `imagepipe review` "
-                                  "wrote (it says where)")
+                raise ConfigError(
+                    f"--review {self.review}: no such file; give the file `imagepipe review` wrote (it says where)"
+                )
             review_file.read(self.review)  # a file that is not a review file: one line
 
     def _validate_checks(self) -> None:
@@ -263,15 +272,20 @@ class PipelineConfig(HealthLimits, TrainingSettings):
         if not 0 <= self.tune <= MAX_TRIALS:
             raise ConfigError(f"--tune {self.tune}: use a number of trials from 1 to {MAX_TRIALS:,} (0: no search)")
         if self.tune_mode not in TUNE_MODES:
-            raise ConfigError(f"tune mode {self.tune_mode!r} (IMAGEPIPE_TUNE_MODE; --retune sets it to search): use "
-                              f"{' or '.join(TUNE_MODES)}")
-        for option, value in (("confidence-threshold", self.confidence_threshold),
-                              ("target-precision", self.target_precision)):
+            raise ConfigError(
+                f"tune mode {self.tune_mode!r} (IMAGEPIPE_TUNE_MODE; --retune sets it to search): use "
+                f"{' or '.join(TUNE_MODES)}"
+            )
+        for option, value in (
+            ("confidence-threshold", self.confidence_threshold),
+            ("target-precision", self.target_precision),
+        ):
             if value is not None and not 0 <= value < 1:
                 raise ConfigError(f"--{option} {value}: use a fraction from 0 to below 1")
         if self.confidence_threshold is not None and self.target_precision is not None:
-            raise ConfigError("--confidence-threshold and --target-precision: give one (a threshold, or the precision "
-                              "it must reach)")
+            raise ConfigError(
+                "--confidence-threshold and --target-precision: give one (a threshold, or the precision it must reach)"
+            )
         if not 0 <= self.accuracy_threshold <= 1:
             raise ConfigError(f"--accuracy-threshold {self.accuracy_threshold}: use a fraction from 0 to 1")
         if self.explanations < 0:
@@ -281,22 +295,29 @@ class PipelineConfig(HealthLimits, TrainingSettings):
 
     def _validate_training(self) -> None:
         """The training settings (HParams names the option), and what they need of the stored images and schema."""
-        if self.weights and self.weights != "imagenet" and not is_remote(self.weights) \
-                and not os.path.isfile(self.weights):
-            raise ConfigError(f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
-                              "'imagenet' or '' (random initialisation)")
+        if (
+            self.weights
+            and self.weights != "imagenet"
+            and not is_remote(self.weights)
+            and not os.path.isfile(self.weights)
+        ):
+            raise ConfigError(
+                f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
+                "'imagenet' or '' (random initialisation)"
+            )
         try:
             side = self.hparams().validate().image_size
         except ValueError as e:
             raise ConfigError(str(e)) from None  # HParams names the option
         # A JPEG's copy is the largest DCT scale-down within the budget: a quarter of it at worst.
         if self.store_max_pixels and self.store_max_pixels < 8 * side * side:
-            raise ConfigError(f"--store-max-pixels {self.store_max_pixels:,}: stored copies could be smaller than the "
-                              f"{side}x{side} model input; use at least {8 * side * side:,} (or 0 to store originals)")
+            raise ConfigError(
+                f"--store-max-pixels {self.store_max_pixels:,}: stored copies could be smaller than the "
+                f"{side}x{side} model input; use at least {8 * side * side:,} (or 0 to store originals)"
+            )
         schema = self.schema_path()
         if schema and not is_remote(schema) and not os.path.isfile(schema):
             raise ConfigError(f"--schema {schema}: no such file; give a schema.pbtxt, or leave it out to infer one")
-
 
     def check_memory(self, total_bytes: int) -> None:
         """One-line error when decoding images of up to max_pixels cannot fit in total_bytes of memory."""
@@ -305,7 +326,8 @@ class PipelineConfig(HealthLimits, TrainingSettings):
             raise ConfigError(
                 f"--max-pixels {self.max_pixels:,}: decoding images that large takes up to {needed / 2**30:.1f} GiB "
                 f"(with TensorFlow and Beam), more than this machine's {total_bytes / 2**30:.1f} GiB; lower "
-                "--max-pixels (larger images are then quarantined) or run on a bigger machine")
+                "--max-pixels (larger images are then quarantined) or run on a bigger machine"
+            )
 
 
 def check_beam_args(beam_args: List[str]) -> None:
@@ -326,10 +348,14 @@ def check_beam_args(beam_args: List[str]) -> None:
         with contextlib.redirect_stderr(printed):
             PipelineOptions(list(beam_args)).get_all_options()
     except SystemExit:
-        reason = next((line.split("error: ", 1)[1] for line in reversed(printed.getvalue().splitlines())
-                       if "error: " in line), "not an option Beam accepts")
-        raise ConfigError(f"--beam-arg {' '.join(beam_args)}: {reason}; see Beam's pipeline options "
-                          "(python -m apache_beam.examples.wordcount --help lists them)") from None
+        reason = next(
+            (line.split("error: ", 1)[1] for line in reversed(printed.getvalue().splitlines()) if "error: " in line),
+            "not an option Beam accepts",
+        )
+        raise ConfigError(
+            f"--beam-arg {' '.join(beam_args)}: {reason}; see Beam's pipeline options "
+            "(python -m apache_beam.examples.wordcount --help lists them)"
+        ) from None
 
 
 def pipelines_in_root(root: str) -> List[str]:

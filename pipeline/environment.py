@@ -34,8 +34,15 @@ def _env_value(field: dataclasses.Field, raw: str):
 
 def _env_kind(field: dataclasses.Field) -> str:
     kind = str(field.type)
-    return ("1 or 0 (true/false, yes/no, on/off)" if "bool" in kind else "a whole number" if "int" in kind
-            else "a number" if "float" in kind else "a value")
+    return (
+        "1 or 0 (true/false, yes/no, on/off)"
+        if "bool" in kind
+        else "a whole number"
+        if "int" in kind
+        else "a number"
+        if "float" in kind
+        else "a value"
+    )
 
 
 def from_environment(config, environ=os.environ):
@@ -51,6 +58,8 @@ def from_environment(config, environ=os.environ):
             try:
                 changes[field.name] = _env_value(field, raw)
             except ValueError:
-                raise ConfigError(f"{name}={raw!r}: {'empty' if not raw.strip() else 'not ' + _env_kind(field)}; "
-                                  f"give {_env_kind(field)}, or unset the environment variable") from None
+                raise ConfigError(
+                    f"{name}={raw!r}: {'empty' if not raw.strip() else 'not ' + _env_kind(field)}; "
+                    f"give {_env_kind(field)}, or unset the environment variable"
+                ) from None
     return dataclasses.replace(config, **changes)

@@ -3,16 +3,18 @@
     python -m pipeline.local_runner          # the digits sample, like `imagepipe run`
     IMAGEPIPE_DATA=~/PetImages IMAGEPIPE_EPOCHS=20 python -m pipeline.local_runner
 
-`run(config)` checks the input first (a one-line DataError or ConfigError, with
-nothing written), then runs create_pipeline(config, platform.local(config)) and returns the summary
-of what each component did.
+This module owns a local run: `prepare(config)` checks the settings (once), the input and --root (a one-line
+DataError or ConfigError, with nothing written) and settles what the run will be (the model --model auto chose, an
+earlier search's trials); `run(prepared)` takes the pipeline's turn and runs create_pipeline(config,
+platform.local(config)), returning the summary of what each component did. `imagepipe run` (cli/run.py) only
+parses, prints and reports around them.
 """
 
 import dataclasses
 import os
 import tempfile
 import time
-from typing import Any, Dict
+from typing import Any, Callable, Dict, NamedTuple, Optional, Union
 
 from pipeline import model_choice, sample_data
 from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
@@ -25,12 +27,11 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     """Lists the input as ImageExampleGen will, and fails fast on unusable data.
 
     Cheap on purpose (no TFX import unless spans must be resolved): bad input is
-    reported in a second, before anything is written.
+    reported in a second, before anything is written. `config` is validated (prepare() does it).
     """
-    from components.example_gen import sources
+    from components.example_gen.finding import sources
     from storage import files as fs
 
-    config.validate()
     config.check_memory(machine_memory_bytes())
     check_local_beam_args(config.beam_args)
     check_no_cluster()
@@ -41,9 +42,11 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     if not fs.exists(data):
         raise sources.DataError(f"--data {data}: no such file or folder; check the path")
     if os.path.isfile(data) and not data.lower().endswith((".csv", ".jsonl")):
-        raise sources.DataError(f"--data {data}: a file, but not a .csv manifest or an AutoML import file (.csv, "
-                                ".jsonl); give a folder of class subfolders, a CSV with a path,label[,split] header, "
-                                "or a Vertex AI AutoML import file")
+        raise sources.DataError(
+            f"--data {data}: a file, but not a .csv manifest or an AutoML import file (.csv, "
+            ".jsonl); give a folder of class subfolders, a CSV with a path,label[,split] header, "
+            "or a Vertex AI AutoML import file"
+        )
     base = example_gen_base(config)
     pattern = example_gen_input(config).splits[0].pattern
     if config.span_pattern:
@@ -53,34 +56,51 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
         try:
             example_gen_utils.calculate_splits_fingerprint_span_and_version(base, splits)
         except ValueError:
-            raise sources.DataError(f"--data {base}: nothing matches --span-pattern {config.span_pattern!r}; "
-                                    "check the pattern against the span folder names") from None
+            raise sources.DataError(
+                f"--data {base}: nothing matches --span-pattern {config.span_pattern!r}; "
+                "check the pattern against the span folder names"
+            ) from None
         pattern = splits[0].pattern  # now with the latest span filled in
     source = base if pattern in (".", "") else fs.join(base, pattern)
     listing = sources.list_source(base, source, config.layout, task=config.task)
     sources.check_usable(listing)
-    choice = model_choice.choose([c.uri for c in listing.candidates if not c.problem]) \
-        if config.model == AUTO else None
+    choice = model_choice.choose([c.uri for c in listing.candidates if not c.problem]) if config.model == AUTO else None
     check_imagenet_weights(model_choice.resolved(config, choice))
-    return {"source": source, "layout": listing.layout, "files": len(listing.candidates),
-            "classes": listing.classes, "model_choice": choice}
+    return {
+        "source": source,
+        "layout": listing.layout,
+        "files": len(listing.candidates),
+        "classes": listing.classes,
+        "model_choice": choice,
+    }
 
 
 # Beam runners that run on this machine (LocalDagRunner's components run Beam in-process).
-LOCAL_RUNNERS = ("DirectRunner", "direct", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner",
-                 "PrismRunner")
+LOCAL_RUNNERS = (
+    "DirectRunner",
+    "direct",
+    "FnApiRunner",
+    "BundleBasedDirectRunner",
+    "SwitchingDirectRunner",
+    "PrismRunner",
+)
 
 
 def check_local_beam_args(beam_args) -> None:
     """A --beam-arg runner that cannot run here is one line (DataflowRunner failed with "Pipeline has
     validations errors:" and nothing after it)."""
     for n, arg in enumerate(beam_args):
-        runner = arg.split("=", 1)[1] if arg.startswith("--runner=") else (
-            beam_args[n + 1] if arg == "--runner" and n + 1 < len(beam_args) else None)
+        runner = (
+            arg.split("=", 1)[1]
+            if arg.startswith("--runner=")
+            else (beam_args[n + 1] if arg == "--runner" and n + 1 < len(beam_args) else None)
+        )
         if runner is not None and runner not in LOCAL_RUNNERS:
-            raise ConfigError(f"--beam-arg --runner={runner}: `imagepipe run` runs Beam on this machine "
-                              f"({', '.join(LOCAL_RUNNERS[:3])}); for Dataflow, run the pipeline on Vertex AI "
-                              "with `imagepipe submit --dataflow`")
+            raise ConfigError(
+                f"--beam-arg --runner={runner}: `imagepipe run` runs Beam on this machine "
+                f"({', '.join(LOCAL_RUNNERS[:3])}); for Dataflow, run the pipeline on Vertex AI "
+                "with `imagepipe submit --dataflow`"
+            )
 
 
 def check_no_cluster(environ=os.environ) -> None:
@@ -97,10 +117,12 @@ def check_no_cluster(environ=os.environ) -> None:
         raise ConfigError(str(e)) from None
     if cluster:
         machines = sum(len(cluster["cluster"].get(k, [])) for k in ("chief", "worker"))
-        raise ConfigError(f"TF_CONFIG names a cluster of {machines} training machines, which `imagepipe run` cannot "
-                          "train on (its Trainer shares this process with the other steps); unset TF_CONFIG to train "
-                          "here, or train on several machines with `imagepipe submit --vertex-training "
-                          f"--training-replicas {machines}` (docs/training.md)")
+        raise ConfigError(
+            f"TF_CONFIG names a cluster of {machines} training machines, which `imagepipe run` cannot "
+            "train on (its Trainer shares this process with the other steps); unset TF_CONFIG to train "
+            "here, or train on several machines with `imagepipe submit --vertex-training "
+            f"--training-replicas {machines}` (docs/training.md)"
+        )
 
 
 def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None:
@@ -114,7 +136,7 @@ def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None
     import urllib.parse
 
     from trainer import efficientnet_lite
-    from trainer.hparams import PACKAGED_WEIGHTS, imagenet_weights, imagenet_weights_path
+    from trainer.imagenet_weights import PACKAGED_WEIGHTS, imagenet_weights, imagenet_weights_path
 
     if hp.model in PACKAGED_WEIGHTS:
         try:
@@ -130,9 +152,11 @@ def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None
     try:
         socket.create_connection((urllib.parse.urlsplit(url).hostname, 443), timeout=timeout).close()
     except OSError as e:
-        raise ConfigError(f"--weights imagenet: the {hp.model} ImageNet weights are not on this machine ({cached}) "
-                          f"and cannot be downloaded ({e.strerror or type(e).__name__}); download {url} elsewhere "
-                          "and give --weights PATH") from None
+        raise ConfigError(
+            f"--weights imagenet: the {hp.model} ImageNet weights are not on this machine ({cached}) "
+            f"and cannot be downloaded ({e.strerror or type(e).__name__}); download {url} elsewhere "
+            "and give --weights PATH"
+        ) from None
 
 
 def check_root_outside_data(config: PipelineConfig) -> None:
@@ -144,8 +168,10 @@ def check_root_outside_data(config: PipelineConfig) -> None:
     if os.path.isfile(data):
         return  # a manifest names its files: nothing else in its folder is read
     if root == data or root.startswith(data.rstrip(os.sep) + os.sep):
-        raise ConfigError(f"--root {config.root} is inside --data {config.data}: the pipeline would ingest its own "
-                          "metadata and artifacts; give a --root outside the data folder")
+        raise ConfigError(
+            f"--root {config.root} is inside --data {config.data}: the pipeline would ingest its own "
+            "metadata and artifacts; give a --root outside the data folder"
+        )
 
 
 def check_root(config: PipelineConfig) -> None:
@@ -214,38 +240,53 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     return config
 
 
-def prepare(config: PipelineConfig) -> Dict[str, Any]:
-    """Makes the sample data if it is the input, then checks the input (see preflight) and --root.
+class Prepared(NamedTuple):
+    """A local run ready to start: its configuration as it will run (--model auto's choice, an earlier search's
+    trials) and what preflight() found in the input (source, layout, files, classes, model_choice)."""
+
+    config: PipelineConfig
+    found: Dict[str, Any]
+
+
+def prepare(config: PipelineConfig) -> Prepared:
+    """Checks the settings once, makes the sample data if it is the input, then checks the input (see preflight)
+    and --root, and settles the run's model and search.
 
     Bad input is reported before anything is written: --root is made (and checked) after the data
     checks, or first when the data is the sample, which is written under it.
     """
-    if not config.uses_sample_data:
+    config.validate()
+    if config.uses_sample_data:
+        check_root(config)
+        sample_data.make_digits(config.sample_data_dir, "the sample data folder (under --root)")
+        found = preflight(config)
+    else:
         found = preflight(config)
         check_root_outside_data(config)
         check_root(config)
-        return found
-    config.validate()  # before --root is made from its settings
-    check_root(config)
-    sample_data.make_digits(config.sample_data_dir, "the sample data folder (under --root)")
-    return preflight(config)
+    return Prepared(with_earlier_search(model_choice.resolved(config, found["model_choice"])), found)
 
 
-def run(config: PipelineConfig, prepared: Dict[str, Any] = None, started_ms: int = 0,
-        locked: bool = False) -> Dict[str, Any]:
+def run(
+    config: Union[PipelineConfig, Prepared],
+    started_ms: int = 0,
+    locked: bool = False,
+    on_wait: Optional[Callable[[str], None]] = None,
+) -> Dict[str, Any]:
     """Runs the pipeline; returns {'run_id', 'components': [...]} (see run_summary).
 
-    `prepared` is what prepare(config) returned, when the caller already ran it; `started_ms`
-    (milliseconds since the epoch, default now) tells this run from earlier ones in ML Metadata.
-    Runs of one pipeline take turns (runs/run_lock.py); `locked`: the caller holds the lock.
+    `config`: the settings (prepared first: bad input fails in a second, before TFX is imported), or what
+    prepare() returned. `started_ms` (milliseconds since the epoch, default now) tells this run from earlier ones
+    in ML Metadata. Runs of one pipeline take turns (runs/run_lock.py): `locked`, the caller holds the lock; else
+    `on_wait` hears why this run waits (default: printed).
     """
-    if not prepared:
-        prepared = prepare(config)  # before importing TFX: bad input fails in a second
-    config = with_earlier_search(model_choice.resolved(config, prepared.get("model_choice")))
+    prepared = config if isinstance(config, Prepared) else prepare(config)
+    started_ms = started_ms or int(time.time() * 1000)
     if locked:
-        return _run(config, started_ms or int(time.time() * 1000))
-    with run_lock.hold(config.metadata_path, on_wait=lambda message: print(f"imagepipe: {message}", flush=True)):
-        return _run(config, started_ms or int(time.time() * 1000))
+        return _run(prepared.config, started_ms)
+    waiting = on_wait or (lambda message: print(f"imagepipe: {message}", flush=True))
+    with run_lock.hold(prepared.config.metadata_path, on_wait=waiting):
+        return _run(prepared.config, started_ms)
 
 
 def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
@@ -262,8 +303,10 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
         strategy.split_cpu(config.cpu_replicas)
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
     tfx_pipeline = create_pipeline(
-        config, platform.local(config),
-        metadata_connection_config=metadata.sqlite_metadata_connection_config(config.metadata_path))
+        config,
+        platform.local(config),
+        metadata_connection_config=metadata.sqlite_metadata_connection_config(config.metadata_path),
+    )
     try:
         tfx.orchestration.LocalDagRunner().run(tfx_pipeline)
     except Exception as e:

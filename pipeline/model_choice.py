@@ -76,8 +76,9 @@ def for_compiled_job() -> Choice:
     """A compiled job's choice, made without reading its data: its images are on Cloud Storage, read only by the
     job (by the hundred thousand, where a sample at compile time would need credentials and a listing); the
     pretrained backbone is the choice for photos, what such jobs train on."""
-    return Choice(PHOTOS_MODEL, "a compiled job, chosen without reading its images; compile with --model cnn for "
-                                "small images")
+    return Choice(
+        PHOTOS_MODEL, "a compiled job, chosen without reading its images; compile with --model cnn for small images"
+    )
 
 
 def resolved(config, choice: Optional[Choice]):

@@ -10,7 +10,7 @@ the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compile
 
 from tfx import v1 as tfx
 
-from components.beam_settings import tuned
+from components.beam_settings import with_executor
 from components.evaluator.component import ImageEvaluator
 from components.evaluator.eval_config import eval_config
 from components.example_gen.component import ImageExampleGen
@@ -50,8 +50,25 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
     evaluator = dag.evaluator(example_gen, trainer, baseline)
     card = dag.model_card(example_gen, health, trainer, evaluator, baseline)
     pusher = dag.pusher(trainer, evaluator, card)
-    components = [check, example_gen, statistics_gen, schema_gen, example_validator, baseline, gate,
-                  transform, features, health, health_gate, previous_search, tuner, trainer, evaluator, card, pusher]
+    components = [
+        check,
+        example_gen,
+        statistics_gen,
+        schema_gen,
+        example_validator,
+        baseline,
+        gate,
+        transform,
+        features,
+        health,
+        health_gate,
+        previous_search,
+        tuner,
+        trainer,
+        evaluator,
+        card,
+        pusher,
+    ]
     dag.size_steps([c for c in components if c is not None])
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
@@ -59,7 +76,8 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
         components=[c for c in components if c is not None],
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=platform.beam_pipeline_args)
+        beam_pipeline_args=platform.beam_pipeline_args,
+    )
 
 
 class _Stages:
@@ -104,18 +122,30 @@ class _Stages:
         from pipeline.run_check import RunCheck
 
         names = [name for name in RUNTIME_PARAMETERS if job_has_parameter(self.config, name)]
-        return RunCheck(**{name: self.setting(name) for name in names}, job_parameters=",".join(names),
-                        service_account=self.platform.service_account)
+        return RunCheck(
+            **{name: self.setting(name) for name in names},
+            job_parameters=",".join(names),
+            service_account=self.platform.service_account,
+        )
 
     def example_gen(self, check):
         config = self.config
         example_gen = ImageExampleGen(
-            input_base=example_gen_base(config), input_config=example_gen_input(config),
-            output_config=example_gen_output(config), layout=config.layout, max_pixels=config.max_pixels,
-            max_bad_fraction=config.max_bad_fraction, drop_duplicates=config.drop_duplicates,
-            compression_level=config.compression_level, span_window=self.setting("span_window"),
-            store_max_pixels=config.store_max_pixels, seed=config.seed, near_duplicates=config.near_duplicates,
-            task=config.task, review=review_file(config))
+            input_base=example_gen_base(config),
+            input_config=example_gen_input(config),
+            output_config=example_gen_output(config),
+            layout=config.layout,
+            max_pixels=config.max_pixels,
+            max_bad_fraction=config.max_bad_fraction,
+            drop_duplicates=config.drop_duplicates,
+            compression_level=config.compression_level,
+            span_window=self.setting("span_window"),
+            store_max_pixels=config.store_max_pixels,
+            seed=config.seed,
+            near_duplicates=config.near_duplicates,
+            task=config.task,
+            review=review_file(config),
+        )
         if check is not None:
             example_gen.add_upstream_node(check)
         return example_gen
@@ -125,17 +155,21 @@ class _Stages:
 
         StatisticsGen (like Transform and the Evaluator) batches by bytes and checks TFRecord checksums fast
         (components/beam_settings.py): a batch of full-size photos weighs what a batch of thumbnails does."""
-        statistics_gen = tuned(tfx.components.StatisticsGen(
-            examples=example_gen.outputs["examples"], stats_options=stats_options()), StatisticsGenExecutor)
+        statistics_gen = with_executor(
+            tfx.components.StatisticsGen(examples=example_gen.outputs["examples"], stats_options=stats_options()),
+            StatisticsGenExecutor,
+        )
         if self.platform.schema_file:
             schema_gen = tfx.components.ImportSchemaGen(schema_file=self.platform.schema_file)
             if check is not None:  # the other task with no input: it too waits for the check
                 schema_gen.add_upstream_node(check)
         else:
             schema_gen = tfx.components.SchemaGen(
-                statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True)
+                statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+            )
         example_validator = tfx.components.ExampleValidator(
-            statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+            statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+        )
         return statistics_gen, schema_gen, example_validator
 
     def latest_blessed_model(self):
@@ -152,22 +186,29 @@ class _Stages:
 
     def validation_gate(self, example_gen, example_validator, baseline):
         return DataValidationGate(
-            anomalies=example_validator.outputs["anomalies"], examples=example_gen.outputs["examples"],
+            anomalies=example_validator.outputs["anomalies"],
+            examples=example_gen.outputs["examples"],
             baseline_blessing=baseline.outputs["model_blessing"] if baseline else None,
-            fail_on_anomalies=(self.config.gate == "fail"), **self.config.drift_thresholds()._asdict())
+            fail_on_anomalies=(self.config.gate == "fail"),
+            **self.config.drift_thresholds()._asdict(),
+        )
 
     def transform(self, example_gen, schema_gen, gate):
-        transform = tuned(tfx.components.Transform(
-            examples=example_gen.outputs["examples"],
-            schema=schema_gen.outputs["schema"],
-            preprocessing_fn="components.transform.preprocessing.preprocessing_fn",
-            # only what preprocessing_fn reads: a change of a training setting keeps Transform's cached output
-            custom_config=self.hp.transform_config(),
-            splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
-            # Transform's own pre-transform statistics would be a second StatisticsGen pass over
-            # every encoded image (its post-transform ones describe serialized pixel tensors);
-            # nothing reads either, so they are skipped.
-            disable_statistics=True), TransformExecutor)
+        transform = with_executor(
+            tfx.components.Transform(
+                examples=example_gen.outputs["examples"],
+                schema=schema_gen.outputs["schema"],
+                preprocessing_fn="components.transform.preprocessing.preprocessing_fn",
+                # only what preprocessing_fn reads: a change of a training setting keeps Transform's cached output
+                custom_config=self.hp.transform_config(),
+                splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
+                # Transform's own pre-transform statistics would be a second StatisticsGen pass over
+                # every encoded image (its post-transform ones describe serialized pixel tensors);
+                # nothing reads either, so they are skipped.
+                disable_statistics=True,
+            ),
+            TransformExecutor,
+        )
         transform.add_upstream_node(gate)  # the gate must pass before any data is consumed
         return transform
 
@@ -176,8 +217,11 @@ class _Stages:
         frozen phase trains the head on its output (components/features)."""
         if self.hp.model == "cnn":
             return None
-        return BackboneFeatures(transformed_examples=transform.outputs["transformed_examples"],
-                                hparams=self.hp.features_config(), cache_dir=self.platform.feature_cache)
+        return BackboneFeatures(
+            transformed_examples=transform.outputs["transformed_examples"],
+            hparams=self.hp.features_config(),
+            cache_dir=self.platform.feature_cache,
+        )
 
     def health(self, example_gen, transform, features, baseline):
         """Likely label errors, outliers, near-duplicates and drift in feature space, before any training
@@ -188,8 +232,10 @@ class _Stages:
             transform_graph=transform.outputs["transform_graph"],
             features=features.outputs["features"] if features else None,
             baseline_model=baseline.outputs["model"] if baseline and features else None,  # feature drift only
-            hparams=self.hp.health_config(), label_check=self.config.label_check,
-            limits=self.config.health_limits())
+            hparams=self.hp.health_config(),
+            label_check=self.config.label_check,
+            limits=self.config.health_limits(),
+        )
         gate = DataHealthGate(health=health.outputs["health"], fail_on_problems=(self.config.gate == "fail"))
         return health, gate
 
@@ -208,26 +254,36 @@ class _Stages:
                 tuner_results=tfx.dsl.Channel(type=tfx.types.standard_artifacts.TunerResults),
             ).with_id("latest_search_resolver")
         tuner = ImageTuner(
-            examples=training_examples, transform_graph=transform.outputs["transform_graph"],
+            examples=training_examples,
+            transform_graph=transform.outputs["transform_graph"],
             ingestion_report=example_gen.outputs["report"],
             previous=previous_search.outputs["tuner_results"] if previous_search else None,
-            trials=self.setting("tune_trials"), mode=config.tune_mode, pipeline=config.pipeline_name,
-            hparams=self.hparams, max_class_drift=config.max_class_drift,
-            max_feature_drift=config.max_feature_drift, vertex=platform.vertex_tuning_config,
-            parallel_trials=platform.parallel_trials, epochs=self.setting("epochs")).with_id("Tuner")
+            trials=self.setting("tune_trials"),
+            mode=config.tune_mode,
+            pipeline=config.pipeline_name,
+            hparams=self.hparams,
+            max_class_drift=config.max_class_drift,
+            max_feature_drift=config.max_feature_drift,
+            vertex=platform.vertex_tuning_config,
+            parallel_trials=platform.parallel_trials,
+            epochs=self.setting("epochs"),
+        ).with_id("Tuner")
         tuner.add_upstream_node(health_gate)  # no search on data that failed its health check
         return previous_search, tuner
 
     def trainer(self, transform, schema_gen, training_examples, baseline, tuner, health_gate):
         platform = self.platform
         trainer = ImageTrainer(
-            run_fn="trainer.task.run_fn", examples=training_examples,
-            transform_graph=transform.outputs["transform_graph"], schema=schema_gen.outputs["schema"],
+            run_fn="trainer.task.run_fn",
+            examples=training_examples,
+            transform_graph=transform.outputs["transform_graph"],
+            schema=schema_gen.outputs["schema"],
             base_model=baseline.outputs["model"] if self.config.warm_start and baseline else None,
             hyperparameters=tuner.outputs["best_hyperparameters"] if tuner else None,
             custom_config={**self.hparams, **(platform.vertex_training_config or {})},
             settings={name: self.setting(name) for name in TRAINER_SETTINGS} if platform.compiled else {},
-            vertex=bool(platform.vertex_training_config)).with_id("Trainer")
+            vertex=bool(platform.vertex_training_config),
+        ).with_id("Trainer")
         trainer.add_upstream_node(health_gate)  # no training on data that failed its health check
         return trainer
 
@@ -239,31 +295,44 @@ class _Stages:
             baseline_model=baseline.outputs["model"] if baseline else None,
             eval_config=eval_config(config.accuracy_threshold, config.confidence_threshold),
             example_splits=["eval"],
-            settings={**({"accuracy_threshold": self.setting("accuracy_threshold")} if self.platform.compiled else {}),
-                      # every class with enough eval images must reach it (components/evaluator/metrics.py)
-                      "min_class_recall": self.setting("min_class_recall"),
-                      "confidence_threshold": config.confidence_threshold, "target_precision": config.target_precision,
-                      # eval images whose maps the report shows (components/evaluator/explanations.py)
-                      "explanations": config.explanations},
+            settings={
+                **({"accuracy_threshold": self.setting("accuracy_threshold")} if self.platform.compiled else {}),
+                # every class with enough eval images must reach it (components/evaluator/metrics.py)
+                "min_class_recall": self.setting("min_class_recall"),
+                "confidence_threshold": config.confidence_threshold,
+                "target_precision": config.target_precision,
+                # eval images whose maps the report shows (components/evaluator/explanations.py)
+                "explanations": config.explanations,
+            },
         ).with_id("Evaluator")
 
     def model_card(self, example_gen, health, trainer, evaluator, baseline):
         """The model's card, from ML Metadata and the artifacts (components/model_card), with the confidence
         threshold the Evaluator chose; pushed beside the model."""
-        return ModelCard(model=trainer.outputs["model"], model_run=trainer.outputs["model_run"],
-                         evaluation=evaluator.outputs["evaluation"], blessing=evaluator.outputs["blessing"],
-                         examples=example_gen.outputs["examples"], ingestion_report=example_gen.outputs["report"],
-                         health=health.outputs["health"],
-                         baseline_model=baseline.outputs["model"] if baseline else None,
-                         pipeline=self.config.pipeline_name)
+        return ModelCard(
+            model=trainer.outputs["model"],
+            model_run=trainer.outputs["model_run"],
+            evaluation=evaluator.outputs["evaluation"],
+            blessing=evaluator.outputs["blessing"],
+            examples=example_gen.outputs["examples"],
+            ingestion_report=example_gen.outputs["report"],
+            health=health.outputs["health"],
+            baseline_model=baseline.outputs["model"] if baseline else None,
+            pipeline=self.config.pipeline_name,
+        )
 
     def pusher(self, trainer, evaluator, card):
         if self.platform.vertex_serving_config:
             return tfx.extensions.google_cloud_ai_platform.Pusher(
-                model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
-                custom_config=self.platform.vertex_serving_config)
+                model=trainer.outputs["model"],
+                model_blessing=evaluator.outputs["blessing"],
+                custom_config=self.platform.vertex_serving_config,
+            )
         return ImagePusher(
-            model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+            model=trainer.outputs["model"],
+            model_blessing=evaluator.outputs["blessing"],
             model_card=card.outputs["model_card"],
-            push_destination=tfx.proto.PushDestination(filesystem=tfx.proto.PushDestination.Filesystem(
-                base_directory=self.platform.serving_dir))).with_id("Pusher")
+            push_destination=tfx.proto.PushDestination(
+                filesystem=tfx.proto.PushDestination.Filesystem(base_directory=self.platform.serving_dir)
+            ),
+        ).with_id("Pusher")

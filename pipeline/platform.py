@@ -52,6 +52,10 @@ class StepMachine:
 
 def local(config: PipelineConfig) -> Platform:
     """This machine: LocalDagRunner, SQLite ML Metadata, Beam's local runner, folders under --root."""
-    return Platform(pipeline_root=config.pipeline_root, beam_pipeline_args=list(config.beam_args),
-                    serving_dir=config.serving_dir, feature_cache=config.feature_cache,
-                    schema_file=config.schema_path())
+    return Platform(
+        pipeline_root=config.pipeline_root,
+        beam_pipeline_args=list(config.beam_args),
+        serving_dir=config.serving_dir,
+        feature_cache=config.feature_cache,
+        schema_file=config.schema_path(),
+    )

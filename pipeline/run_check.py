@@ -61,8 +61,10 @@ def check(values: dict, service_account: str = "") -> None:
     from pipeline.runtime_parameters import runtime_values
 
     # The job's own settings do not reach this task: only what decides which parameters the job has.
-    config = PipelineConfig(tune=1 if values.get("tune_trials") is not None else 0,
-                            span_pattern="span-{SPAN}" if values.get("span_window") is not None else None)
+    config = PipelineConfig(
+        tune=1 if values.get("tune_trials") is not None else 0,
+        span_pattern="span-{SPAN}" if values.get("span_window") is not None else None,
+    )
     given = [f"{name}={value}" for name, value in values.items() if value is not None]
     try:
         runtime_values(config, given)
@@ -73,7 +75,8 @@ def check(values: dict, service_account: str = "") -> None:
         raise RunSettingsError(
             f"this run executes as {actual}, not {service_account}, the --service-account it was compiled for: it "
             "was started without it (`tfx run create` cannot pass one); start runs with `imagepipe submit`, or "
-            "compile without --service-account to run as the default account; nothing ran")
+            "compile without --service-account to run as the default account; nothing ran"
+        )
 
 
 @component
@@ -89,6 +92,12 @@ def RunCheck(
 ) -> None:
     """`job_parameters`: the job's runtime parameters, comma-separated (span_window and tune_trials are only in
     some jobs; their 0 here means absent)."""
-    given = {"epochs": epochs, "learning_rate": learning_rate, "accuracy_threshold": accuracy_threshold,
-             "min_class_recall": min_class_recall, "span_window": span_window, "tune_trials": tune_trials}
+    given = {
+        "epochs": epochs,
+        "learning_rate": learning_rate,
+        "accuracy_threshold": accuracy_threshold,
+        "min_class_recall": min_class_recall,
+        "span_window": span_window,
+        "tune_trials": tune_trials,
+    }
     check({name: value for name, value in given.items() if name in job_parameters.split(",")}, service_account)

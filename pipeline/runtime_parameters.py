@@ -10,10 +10,14 @@ from storage.errors import ConfigError
 
 # Pipeline parameter name -> (PipelineConfig field, type). tune_trials exists only in a job compiled with
 # --tune, span_window only with --span-pattern.
-RUNTIME_PARAMETERS = {"epochs": ("epochs", int), "learning_rate": ("learning_rate", float),
-                      "accuracy_threshold": ("accuracy_threshold", float),
-                      "min_class_recall": ("min_class_recall", float), "span_window": ("span_window", int),
-                      "tune_trials": ("tune", int)}
+RUNTIME_PARAMETERS = {
+    "epochs": ("epochs", int),
+    "learning_rate": ("learning_rate", float),
+    "accuracy_threshold": ("accuracy_threshold", float),
+    "min_class_recall": ("min_class_recall", float),
+    "span_window": ("span_window", int),
+    "tune_trials": ("tune", int),
+}
 
 
 def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
@@ -29,14 +33,18 @@ def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
         if name in values:
             raise ConfigError(f"--param {name}: given twice ({values[name]} and {raw}); give it once")
         if name not in known:
-            raise ConfigError(f"--param {name}: this job has no such parameter ("
-                              + ("compile it with --tune N" if name == "tune_trials" else
-                                 "compile it with --span-pattern") + ")")
+            raise ConfigError(
+                f"--param {name}: this job has no such parameter ("
+                + ("compile it with --tune N" if name == "tune_trials" else "compile it with --span-pattern")
+                + ")"
+            )
         field, kind = RUNTIME_PARAMETERS[name]
         try:
             value = kind(raw)
         except ValueError:
-            raise ConfigError(f"--param {name}={raw!r}: not {'a whole number' if kind is int else 'a number'}") from None
+            raise ConfigError(
+                f"--param {name}={raw!r}: not {'a whole number' if kind is int else 'a number'}"
+            ) from None
         if name == "tune_trials" and value < 1:
             raise ConfigError(f"--param tune_trials={raw}: use 1 or more trials")
         try:

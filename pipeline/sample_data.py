@@ -38,5 +38,4 @@ def _write_digits(folder: str) -> None:
 
 def _describe(out: str) -> dict:
     files = [f for _, _, fs in os.walk(out) for f in fs if not f.startswith(".")]
-    return {"path": out, "files": len(files),
-            "classes": len([d for d in os.listdir(out) if not d.startswith(".")])}
+    return {"path": out, "files": len(files), "classes": len([d for d in os.listdir(out) if not d.startswith(".")])}

@@ -83,8 +83,11 @@ class ImageModelHandler(ModelHandler):
     def batch_elements_kwargs(self):
         # Batches are measured in encoded bytes, as the in-process predict bounds them: a batch of
         # full-size photos stays a handful of images, one of thumbnails a few hundred.
-        return {"min_batch_size": 1, "max_batch_size": image_inputs.BATCH_BYTES,
-                "element_size_fn": lambda element: max(1, len(element[1]))}
+        return {
+            "min_batch_size": 1,
+            "max_batch_size": image_inputs.BATCH_BYTES,
+            "element_size_fn": lambda element: max(1, len(element[1])),
+        }
 
 
 class ReadImage(beam.DoFn):
@@ -99,8 +102,9 @@ class ReadImage(beam.DoFn):
 
     def setup(self):
         self._read, self._noted = 0, 0.0
-        self._progress_file = (os.path.join(self._progress_dir, f"{os.getpid()}-{uuid.uuid4().hex}")
-                               if self._progress_dir else None)
+        self._progress_file = (
+            os.path.join(self._progress_dir, f"{os.getpid()}-{uuid.uuid4().hex}") if self._progress_dir else None
+        )
 
     def _note_progress(self, force: bool = False):
         if self._progress_file and (force or time.monotonic() - self._noted > 0.5):
@@ -137,20 +141,35 @@ def csv_text(cells: List[str]) -> str:
     return text.getvalue()
 
 
-def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: int, max_pixels: int,
-          progress_dir: Optional[str] = None, threshold: float = 0.0, automl_output: Optional[str] = None,
-          explain_dir: Optional[str] = None) -> None:
+def build(
+    p: beam.Pipeline,
+    input_list: str,
+    model_dir: str,
+    output: str,
+    top: int,
+    max_pixels: int,
+    progress_dir: Optional[str] = None,
+    threshold: float = 0.0,
+    automl_output: Optional[str] = None,
+    explain_dir: Optional[str] = None,
+) -> None:
     """The job: every input read, classified and written to `output` (and, with automl_output, in Vertex
     AutoML's batch prediction shape there too: every class above the confidence threshold; with explain_dir, each
     image's map there, and their index.csv)."""
-    read = (p
-            | "ListInputs" >> beam.io.ReadFromText(input_list, validate=False)  # written just before the job
-            | "Spread" >> beam.Reshuffle()  # the list is one file: without this one worker reads every image
-            | "ReadImage" >> beam.ParDo(ReadImage(max_pixels, progress_dir)).with_outputs("errors", main="images"))
-    labelled = (read.images
-                | "Classify" >> RunInference(ImageModelHandler(
-                    model_dir, predict.EVERY_CLASS if automl_output else top, threshold, explain_dir))
-                | "Count" >> beam.Map(count_result))
+    read = (
+        p
+        | "ListInputs" >> beam.io.ReadFromText(input_list, validate=False)  # written just before the job
+        | "Spread" >> beam.Reshuffle()  # the list is one file: without this one worker reads every image
+        | "ReadImage" >> beam.ParDo(ReadImage(max_pixels, progress_dir)).with_outputs("errors", main="images")
+    )
+    labelled = (
+        read.images
+        | "Classify"
+        >> RunInference(
+            ImageModelHandler(model_dir, predict.EVERY_CLASS if automl_output else top, threshold, explain_dir)
+        )
+        | "Count" >> beam.Map(count_result)
+    )
     if result_files.output_kind(output) == ".csv":
         multi = predict.is_multi_label(threshold)
         header = csv_text(result_files.csv_header(top, multi))
@@ -159,22 +178,44 @@ def build(p: beam.Pipeline, input_list: str, model_dir: str, output: str, top: i
         header = None
         format_result = "Format" >> beam.Map(lambda result: result_files.json_record(result, top))
     merged = (labelled, read.errors) | "Merge" >> beam.Flatten()
-    _ = (merged
-         | format_result
-         | "Write" >> beam.io.WriteToText(output, shard_name_template="", num_shards=1, header=header))
+    _ = (
+        merged
+        | format_result
+        | "Write" >> beam.io.WriteToText(output, shard_name_template="", num_shards=1, header=header)
+    )
     if automl_output:
-        _ = (merged
-             | "FormatAutoML" >> beam.Map(lambda result: result_files.automl_record(result, threshold))
-             | "WriteAutoML" >> beam.io.WriteToText(automl_output, shard_name_template="", num_shards=1))
+        _ = (
+            merged
+            | "FormatAutoML" >> beam.Map(lambda result: result_files.automl_record(result, threshold))
+            | "WriteAutoML" >> beam.io.WriteToText(automl_output, shard_name_template="", num_shards=1)
+        )
     if explain_dir:
-        _ = (labelled
-             | "Explained" >> beam.Filter(lambda result: "overlay" in result)
-             | "FormatExplained" >> beam.Map(lambda result: csv_text([spreadsheet_safe(cell) for cell in (
-                 result["path"], result["predictions"][0][0], f"{result['predictions'][0][1]:.6f}",
-                 result["overlay"], result["attribution_file"])]))  # names are the user's: never formulas
-             | "WriteIndex" >> beam.io.WriteToText(fs.join(explain_dir, result_files.EXPLANATIONS_INDEX),
-                                                   shard_name_template="", num_shards=1,
-                                                   header=",".join(result_files.EXPLANATION_COLUMNS)))
+        _ = (
+            labelled
+            | "Explained" >> beam.Filter(lambda result: "overlay" in result)
+            | "FormatExplained"
+            >> beam.Map(
+                lambda result: csv_text(
+                    [
+                        spreadsheet_safe(cell)
+                        for cell in (
+                            result["path"],
+                            result["predictions"][0][0],
+                            f"{result['predictions'][0][1]:.6f}",
+                            result["overlay"],
+                            result["attribution_file"],
+                        )
+                    ]
+                )
+            )  # names are the user's: never formulas
+            | "WriteIndex"
+            >> beam.io.WriteToText(
+                fs.join(explain_dir, result_files.EXPLANATIONS_INDEX),
+                shard_name_template="",
+                num_shards=1,
+                header=",".join(result_files.EXPLANATION_COLUMNS),
+            )
+        )
 
 
 def local_args(workers: int) -> List[str]:
@@ -186,18 +227,33 @@ def local_args(workers: int) -> List[str]:
     share = str(max(1, (os.cpu_count() or 1) // workers))
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", share)
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", share)
-    return ["--runner=DirectRunner", f"--direct_num_workers={workers}", "--default_sdk_harness_log_level=CRITICAL",
-            "--direct_running_mode=multi_processing" if workers > 1 else "--direct_running_mode=in_memory"]
+    return [
+        "--runner=DirectRunner",
+        f"--direct_num_workers={workers}",
+        "--default_sdk_harness_log_level=CRITICAL",
+        "--direct_running_mode=multi_processing" if workers > 1 else "--direct_running_mode=in_memory",
+    ]
 
 
-def run(model_dir: str, inputs: Iterable[image_inputs.Input], output: str, top: int, max_pixels: int,
-        beam_args: List[str], temp_dir: Optional[str] = None, progress=None, started=None, threshold: float = 0.0,
-        automl_output: Optional[str] = None, explain_dir: Optional[str] = None) -> Dict[str, int]:
+def run(
+    model_dir: str,
+    inputs: Iterable[image_inputs.Input],
+    output: str,
+    top: int,
+    max_pixels: int,
+    beam_args: List[str],
+    temp_dir: Optional[str] = None,
+    progress=None,
+    started=None,
+    threshold: float = 0.0,
+    automl_output: Optional[str] = None,
+    explain_dir: Optional[str] = None,
+) -> Dict[str, int]:
     """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
 
     The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
     this machine's files) and removed afterwards. `progress(total, stream)` makes an object whose
-    update(done[, final]) is called as local workers read files (result_files.Progress); `started(result)`
+    update(done[, final]) is called as local workers read files (result_files.PredictionProgress); `started(result)`
     is called once the job is submitted (Dataflow: its id, to follow it in the console).
     """
     workdir = tempfile.mkdtemp(prefix="imagepipe-predict-")
@@ -213,14 +269,27 @@ def run(model_dir: str, inputs: Iterable[image_inputs.Input], output: str, top: 
         with stderr_to(os.path.join(workdir, "workers.log") if local else None) as console:
             with watch_progress(progress_dir, progress(count, console) if progress else None):
                 p = beam.Pipeline(options=PipelineOptions(beam_args))
-                build(p, input_list, model_dir, output, top, max_pixels, progress_dir, threshold, automl_output,
-                      explain_dir)
+                build(
+                    p,
+                    input_list,
+                    model_dir,
+                    output,
+                    top,
+                    max_pixels,
+                    progress_dir,
+                    threshold,
+                    automl_output,
+                    explain_dir,
+                )
                 result = p.run()
                 if started:
                     started(result)
                 result.wait_until_finish()  # raises when the job failed
-        counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-                    if c.key.metric.namespace == NAMESPACE}
+        counters = {
+            c.key.metric.name: c.committed
+            for c in result.metrics().query()["counters"]
+            if c.key.metric.namespace == NAMESPACE
+        }
     except BaseException as e:
         remove_beam_temp(output)
         if automl_output:
@@ -303,19 +372,22 @@ def check_local_output(output: str) -> None:
         raise image_inputs.InputError(f"--output {output}: cannot write there (no such folder, or not writable)")
 
 
-def check_dataflow(cloud, config, model_dir: str, output: str, inputs: List[str],
-                   automl_output: Optional[str] = None) -> str:
+def check_dataflow(
+    cloud, config, model_dir: str, output: str, inputs: List[str], automl_output: Optional[str] = None
+) -> str:
     """The gs:// folder for the job's input list; InputError for a setting Dataflow workers cannot use."""
     if not cloud.project:
         raise image_inputs.InputError("--dataflow needs --project (or IMAGEPIPE_PROJECT)")
     if not cloud.image:
-        raise image_inputs.InputError("--dataflow needs --image: the pipeline image (./Dockerfile), which "
-                                      "Dataflow workers run")
+        raise image_inputs.InputError(
+            "--dataflow needs --image: the pipeline image (./Dockerfile), which Dataflow workers run"
+        )
     named = [("--model", model_dir), ("--output", output), ("--automl-output", automl_output)]
     for option, path in [*[(o, p) for o, p in named if p], *[("INPUT", item) for item in inputs]]:
         if not path.startswith("gs://"):
-            raise image_inputs.InputError(f"{option} {path}: Dataflow workers cannot read this machine's files; "
-                                          "give a gs:// path")
+            raise image_inputs.InputError(
+                f"{option} {path}: Dataflow workers cannot read this machine's files; give a gs:// path"
+            )
     cloud.check_names()  # ConfigError: one line naming the option
     temp = cloud.dataflow_temp(config.pipeline_name)
     if not temp or not temp.startswith("gs://"):

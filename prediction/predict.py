@@ -40,9 +40,11 @@ def load_serving(model_dir: str):
     except Exception as e:  # noqa: BLE001 - TensorFlow raises many types for a damaged model
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         kind = "TFLite model" if model_dir.endswith(".tflite") else "SavedModel"
-        raise ModelUnusable(f"--model {model_dir}: not a usable {kind} ({type(e).__name__}: {first}); "
-                            "give a model the pipeline pushed (<root>/serving/<name>) or run 'imagepipe run' "
-                            "again") from None
+        raise ModelUnusable(
+            f"--model {model_dir}: not a usable {kind} ({type(e).__name__}: {first}); "
+            "give a model the pipeline pushed (<root>/serving/<name>) or run 'imagepipe run' "
+            "again"
+        ) from None
 
 
 class TFLiteServing:
@@ -72,8 +74,10 @@ class TFLiteServing:
         size, channels = self._model.image_size, self._model.channels
         pixels = np.stack([self._decode(encoded, size, channels).numpy() for encoded in image_bytes])
         probabilities = self._model.probabilities(pixels)
-        return {"probabilities": tf.constant(probabilities),
-                "class_names": tf.constant([[n.encode() for n in self._names]] * len(pixels))}
+        return {
+            "probabilities": tf.constant(probabilities),
+            "class_names": tf.constant([[n.encode() for n in self._names]] * len(pixels)),
+        }
 
 
 def resolve_model_dir(path: str) -> str:
@@ -99,8 +103,10 @@ def resolve_model_dir(path: str) -> str:
         complete = next((v for v in versions if complete_version(fs.join(path, v), exists)), None)
         if complete:
             return fs.join(path, complete)
-    raise ModelNotFound(f"--model {path}: no SavedModel there (nor numbered versions of one, nor a .tflite file); "
-                        "give a pushed model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first")
+    raise ModelNotFound(
+        f"--model {path}: no SavedModel there (nor numbered versions of one, nor a .tflite file); "
+        "give a pushed model folder such as .imagepipe/serving/imagepipe, or run 'imagepipe run' first"
+    )
 
 
 EVERY_CLASS = 0  # label_batch(top=EVERY_CLASS): every class, best first (the AutoML output lists them all)
@@ -133,12 +139,13 @@ def label_batch(serve, images: List[bytes], top: int, threshold: Threshold = 0.0
     found = []
     for row in probabilities:
         ranked = row.argsort()[::-1]
-        best = ranked[:top or len(names)]
+        best = ranked[: top or len(names)]
         result = {"predictions": [(names[j], float(row[j])) for j in best], "ids": [int(j) for j in best]}
         if is_multi_label(threshold):
             applying = [j for j in ranked if given_a_class(row[j], threshold.get(names[j], 0.5))]
-            result.update(labels=[(names[j], float(row[j])) for j in applying], label_ids=[int(j) for j in applying],
-                          unsure=False)
+            result.update(
+                labels=[(names[j], float(row[j])) for j in applying], label_ids=[int(j) for j in applying], unsure=False
+            )
         else:
             result["unsure"] = not given_a_class(row[best[0]], threshold)
         found.append(result)
@@ -159,13 +166,15 @@ def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
         try:
             found = json.loads(fs.read_bytes(fs.join(folder, THRESHOLD_FILE)))
             if found.get("task") == "multi":
-                return {str(k): float(v) for k, v in (found.get("thresholds") or {}).items()}, str(found.get("how") or "")
+                return {str(k): float(v) for k, v in (found.get("thresholds") or {}).items()}, str(
+                    found.get("how") or ""
+                )
             return float(found.get("threshold") or 0.0), str(found.get("how") or "")
         except Exception:  # noqa: BLE001 - missing, unreadable (a remote store's own errors) or not JSON: none
             continue
     # A Trainer's own export (<model>/Format-Serving, never pushed) has no threshold.json; a multi-label one still
     # lists labels, each at 0.5, from the model_info.json beside it.
-    from storage.output_files import INFO_FILE, KERAS_DIR
+    from trainer.artifact_files import INFO_FILE, KERAS_DIR
 
     try:
         info = json.loads(fs.read_bytes(fs.join(os.path.dirname(model_dir.rstrip("/")), KERAS_DIR, INFO_FILE)))
@@ -176,8 +185,14 @@ def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
     return 0.0, "none"
 
 
-def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,
-             max_pixels: int = MAX_PIXELS, threshold: Threshold = 0.0, explain: bool = False) -> Iterator[Dict]:
+def classify(
+    model_dir: str,
+    inputs: Iterable[Input],
+    top: int = 1,
+    max_pixels: int = MAX_PIXELS,
+    threshold: Threshold = 0.0,
+    explain: bool = False,
+) -> Iterator[Dict]:
     """One result per input, in order, as they are ready: {'path', 'predictions': [(class, probability)...],
     'ids', 'unsure'} or {'path', 'error'}; with `explain`, also 'pixels' (what the model saw) and 'attribution'
     (its map for the top class: trainer/explain.py).
@@ -199,8 +214,11 @@ def classify(model_dir: str, inputs: Iterable[Input], top: int = 1,
             for result, labels in zip(images, label_batch(serve, data, top, threshold)):
                 result.update(labels)
             if explain:
-                explained(explainer, [r for r in images if "error" not in r],
-                          [d for r, d in zip(images, data) if "error" not in r])
+                explained(
+                    explainer,
+                    [r for r in images if "error" not in r],
+                    [d for r, d in zip(images, data) if "error" not in r],
+                )
         yield from window
 
 
@@ -210,8 +228,10 @@ def explainer_for(model_dir: str):
 
     resolved = resolve_model_dir(model_dir)
     if resolved.endswith(".tflite"):
-        raise ModelUnusable(f"--model {model_dir}: --explain needs the SavedModel (its gradients); give the pushed "
-                            "model folder, not its .tflite file")
+        raise ModelUnusable(
+            f"--model {model_dir}: --explain needs the SavedModel (its gradients); give the pushed "
+            "model folder, not its .tflite file"
+        )
     try:
         return explain.Explainer(resolved)
     except explain.ExplanationsUnavailable as e:

@@ -9,7 +9,7 @@ import unicodedata
 from typing import Dict, List, Optional
 
 from components.evaluator.views import given_a_class
-from components.example_gen.listing import LABEL_SEPARATOR
+from components.example_gen.finding.listing import LABEL_SEPARATOR
 from prediction.image_inputs import InputError
 from storage import user_files
 from storage.errors import ConfigError
@@ -18,8 +18,9 @@ from storage.spreadsheet import spreadsheet_safe
 
 def printable(text: str) -> str:
     """Text for a terminal: control and format characters (escape sequences, bidi overrides) escaped."""
-    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch)[0] == "C" else ch
-                   for ch in text)
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch)[0] == "C" else ch for ch in text
+    )
 
 
 def json_record(result: Dict, top: int = 0) -> str:
@@ -29,16 +30,23 @@ def json_record(result: Dict, top: int = 0) -> str:
     if "error" in result:
         record["error"] = result["error"]
     else:
-        record["predictions"] = [{"class": name, "probability": round(p, 6)}
-                                 for name, p in result["predictions"][:top or None]]
+        record["predictions"] = [
+            {"class": name, "probability": round(p, 6)} for name, p in result["predictions"][: top or None]
+        ]
         if "labels" in result:  # a multi-label model: every label above its threshold
             record["labels"] = [{"label": name, "probability": round(p, 6)} for name, p in result["labels"]]
         record["unsure"] = bool(result.get("unsure"))
     return json.dumps(record, ensure_ascii=False)
 
 
-MIME_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif": "image/gif",
-              ".bmp": "image/bmp", ".webp": "image/webp"}
+MIME_TYPES = {
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".gif": "image/gif",
+    ".bmp": "image/bmp",
+    ".webp": "image/webp",
+}
 
 
 def automl_record(result: Dict, threshold) -> str:
@@ -46,25 +54,38 @@ def automl_record(result: Dict, threshold) -> str:
     prediction {ids, displayNames, confidences}, the classes above the confidence threshold, best first
     (none when the model is unsure; a multi-label model: every label above its own threshold, as AutoML's
     multi-label output lists them); an input that failed has error {message} instead."""
-    record: Dict = {"instance": {"content": result["path"], "mimeType": MIME_TYPES.get(
-        os.path.splitext(result["path"])[1].lower(), "application/octet-stream")}}
+    record: Dict = {
+        "instance": {
+            "content": result["path"],
+            "mimeType": MIME_TYPES.get(os.path.splitext(result["path"])[1].lower(), "application/octet-stream"),
+        }
+    }
     if "error" in result:
         record["error"] = {"message": result["error"]}
     elif "labels" in result:
         kept = [(j, name, p) for j, (name, p) in zip(result["label_ids"], result["labels"])]
     else:
-        kept = [(j, name, p) for j, (name, p) in zip(result["ids"], result["predictions"])
-                if given_a_class(p, threshold)]
+        kept = [
+            (j, name, p) for j, (name, p) in zip(result["ids"], result["predictions"]) if given_a_class(p, threshold)
+        ]
     if "error" not in result:
-        record["prediction"] = {"ids": [str(j) for j, _, _ in kept], "displayNames": [n for _, n, _ in kept],
-                                "confidences": [round(p, 6) for _, _, p in kept]}
+        record["prediction"] = {
+            "ids": [str(j) for j, _, _ in kept],
+            "displayNames": [n for _, n, _ in kept],
+            "confidences": [round(p, 6) for _, _, p in kept],
+        }
     return json.dumps(record, ensure_ascii=False)
 
 
 def csv_header(top: int, multi_label: bool = False) -> List[str]:
     """The results CSV's columns; a multi-label model's add `labels`: every label above its threshold, ';'-joined."""
-    return ["path", *[f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")],
-            *(["labels"] if multi_label else []), "unsure", "error"]
+    return [
+        "path",
+        *[f"{name}_{rank}" for rank in range(1, top + 1) for name in ("class", "probability")],
+        *(["labels"] if multi_label else []),
+        "unsure",
+        "error",
+    ]
 
 
 def csv_cells(result: Dict, top: int, multi_label: bool = False) -> List[str]:
@@ -92,8 +113,11 @@ def _json_keys(head: bytes) -> set:
 def _our_results(head: bytes) -> bool:
     """A results file predict wrote: empty (no input), a CSV under csv_header, or JSON Lines of json_record."""
     line = _first_line(head)
-    return (not line or (line.startswith("path,") and line.endswith(",unsure,error"))
-            or ("path" in _json_keys(head) and bool({"predictions", "error"} & _json_keys(head))))
+    return (
+        not line
+        or (line.startswith("path,") and line.endswith(",unsure,error"))
+        or ("path" in _json_keys(head) and bool({"predictions", "error"} & _json_keys(head)))
+    )
 
 
 def _our_automl_records(head: bytes) -> bool:
@@ -115,8 +139,12 @@ def check_outputs(outputs: Dict[str, str], inputs: List[str], model_dir: Optiona
             continue  # Dataflow's outputs: its own checks (batch_predict.check_dataflow)
         if os.path.exists(path) and any(user_files.same_file(path, item) for item in local_inputs):
             raise InputError(f"{option} {path}: it is one of the inputs; give another file for the results")
-        if model_dir and not model_dir.startswith("gs://") and os.path.isdir(model_dir) \
-                and user_files.inside(path, model_dir):
+        if (
+            model_dir
+            and not model_dir.startswith("gs://")
+            and os.path.isdir(model_dir)
+            and user_files.inside(path, model_dir)
+        ):
             raise InputError(f"{option} {path}: inside the model's folder {model_dir}; write the results elsewhere")
         try:
             user_files.check_target(path, option, AUTOML_RESULTS if option == "--automl-output" else RESULTS)
@@ -130,15 +158,20 @@ def check_explain_folder(folder: str, inputs: List[str], outputs: List[str], mod
     """InputError for an --explain folder that is, holds or lies inside an input, a results file or the model's
     folder: the maps go to a folder of their own."""
     # A results file counts whether or not it exists yet: one written inside the folder would go with it.
-    local = [p for p in [*inputs, *([model_dir] if model_dir else [])]
-             if p and not p.startswith("gs://") and os.path.exists(p)]
+    local = [
+        p
+        for p in [*inputs, *([model_dir] if model_dir else [])]
+        if p and not p.startswith("gs://") and os.path.exists(p)
+    ]
     local += [p for p in outputs if p and not p.startswith("gs://")]
     if folder.startswith("gs://"):
         raise InputError(f"--explain {folder}: give a local folder (the maps are moved into place whole)")
     for path in local:
         if user_files.inside(folder, path) or user_files.inside(path, folder):
-            raise InputError(f"--explain {folder}: it is, holds or lies inside {path} (an input, a results file or the "
-                             "model); give a folder of its own for the maps")
+            raise InputError(
+                f"--explain {folder}: it is, holds or lies inside {path} (an input, a results file or the "
+                "model); give a folder of its own for the maps"
+            )
 
 
 def output_kind(path: str, option: str = "--output") -> str:
@@ -151,7 +184,7 @@ def output_kind(path: str, option: str = "--output") -> str:
     return kind
 
 
-class Progress:
+class PredictionProgress:
     """How far a long prediction run is, on one stderr line: rewritten in place on a terminal, else a
     new line every `every` seconds (logs). Nothing for runs shorter than `every`."""
 
@@ -230,8 +263,10 @@ class ResultWriter:
             raise self._error(e) from None
 
     def _error(self, e: OSError) -> "InputError":
-        return InputError(f"{self._option} {self.path}: cannot write the results ({e.strerror or e}); free space there "
-                          "or give a path on a disk with room")
+        return InputError(
+            f"{self._option} {self.path}: cannot write the results ({e.strerror or e}); free space there "
+            "or give a path on a disk with room"
+        )
 
 
 EXPLANATIONS_INDEX = "index.csv"
@@ -264,15 +299,25 @@ class ExplanationWriter:
         if "attribution" not in result:
             return
         try:
-            write_explanation(self._folder.partial, result, f"{len(self._rows) + 1:05d}-{safe_stem(result['path'])}",
-                              self._size)
+            write_explanation(
+                self._folder.partial, result, f"{len(self._rows) + 1:05d}-{safe_stem(result['path'])}", self._size
+            )
         except OSError as e:
             self.close(complete=False)
-            raise InputError(f"{self._option} {self.path}: cannot write the explanations ({e.strerror or e}); free "
-                             "space there or give a folder on a disk with room") from None
+            raise InputError(
+                f"{self._option} {self.path}: cannot write the explanations ({e.strerror or e}); free "
+                "space there or give a folder on a disk with room"
+            ) from None
         name, probability = result["predictions"][0]
-        self._rows.append({"path": result["path"], "class": name, "probability": f"{probability:.6f}",
-                           "overlay": result["overlay"], "attribution": result["attribution_file"]})
+        self._rows.append(
+            {
+                "path": result["path"],
+                "class": name,
+                "probability": f"{probability:.6f}",
+                "overlay": result["overlay"],
+                "attribution": result["attribution_file"],
+            }
+        )
 
     def close(self, complete: bool) -> None:
         if complete:
@@ -283,8 +328,10 @@ class ExplanationWriter:
                     f.write(csv_text(EXPLANATION_COLUMNS, self._rows))
             except OSError as e:
                 self._folder.close(complete=False)
-                raise InputError(f"{self._option} {self.path}: cannot write the explanations ({e.strerror or e}); "
-                                 "free space there or give a folder on a disk with room") from None
+                raise InputError(
+                    f"{self._option} {self.path}: cannot write the explanations ({e.strerror or e}); "
+                    "free space there or give a folder on a disk with room"
+                ) from None
         try:
             self._folder.close(complete)
         except ConfigError as e:
@@ -304,8 +351,11 @@ def write_explanation(folder: str, result: Dict, stem: Optional[str] = None, ove
 
     from trainer import explain
 
-    stem = stem or f"{hashlib.sha1(result['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:12]}-" \
-                   f"{safe_stem(result['path'])}"
+    stem = (
+        stem
+        or f"{hashlib.sha1(result['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:12]}-"
+        f"{safe_stem(result['path'])}"
+    )
     pixels, attribution = result.pop("pixels"), result.pop("attribution")
     saved = bytes_io.BytesIO()
     np.save(saved, attribution)

@@ -27,17 +27,23 @@ def tuning(components: Dict[str, Dict]) -> str:
     d = components["Tuner"]["details"]
     results = d.get("results") or []
     if d["searched"]:
-        body = (f"<p>This run searched: {len(results)} trials of {esc(d.get('algorithm') or '')} search "
-                f"({esc(d['reason'])}), in {d['seconds']:.1f} s, each scored by its best epoch's "
-                f"{run_text.objective_name(d)}.</p>")
+        body = (
+            f"<p>This run searched: {len(results)} trials of {esc(d.get('algorithm') or '')} search "
+            f"({esc(d['reason'])}), in {d['seconds']:.1f} s, each scored by its best epoch's "
+            f"{run_text.objective_name(d)}.</p>"
+        )
     else:
-        body = (f"<p>This run reused the best values of the search of {esc(d.get('searched_at') or '')} "
-                f"(<code>{esc(d.get('reused_from') or '')}</code>): {esc(d['reason'])}. "
-                "<code>--retune</code> searches again.</p>")
+        body = (
+            f"<p>This run reused the best values of the search of {esc(d.get('searched_at') or '')} "
+            f"(<code>{esc(d.get('reused_from') or '')}</code>): {esc(d['reason'])}. "
+            "<code>--retune</code> searches again.</p>"
+        )
     best = d.get("best") or {}
-    body += (f"<p>Best: <b>{esc(run_text.describe_values(best))}</b>"
-             + (f", {run_text.objective_name(d)} {d['best_score']:.4f}" if d.get("best_score") is not None else "")
-             + "; the Trainer trained with these values.</p>")
+    body += (
+        f"<p>Best: <b>{esc(run_text.describe_values(best))}</b>"
+        + (f", {run_text.objective_name(d)} {d['best_score']:.4f}" if d.get("best_score") is not None else "")
+        + "; the Trainer trained with these values.</p>"
+    )
     scores = [r.get("score") for r in results]
     so_far, running = [], None
     for score in scores:
@@ -46,8 +52,15 @@ def tuning(components: Dict[str, Dict]) -> str:
     body += line_chart({"trial score": scores, "best so far": so_far}, f"{run_text.objective_name(d)} against trial")
     names = sorted({k for r in results for k in r.get("values", {})})
     top = max((s for s in scores if s is not None), default=None)
-    rows = [[r["trial"], r.get("score"), *[r.get("values", {}).get(n) for n in names],
-             "best" if top is not None and r.get("score") == top else ""] for r in results]
+    rows = [
+        [
+            r["trial"],
+            r.get("score"),
+            *[r.get("values", {}).get(n) for n in names],
+            "best" if top is not None and r.get("score") == top else "",
+        ]
+        for r in results
+    ]
     body += table(["trial", run_text.objective_name(d), *names, ""], rows, numeric=[0, 1])
     return section("tuning", "Tuning", body)
 
@@ -59,33 +72,57 @@ def training(components: Dict[str, Dict]) -> str:
     d = components["Trainer"]["details"]
     log = report_data.training_log(d["model_run"])
     epochs = log["epochs"]
-    body = (f"<p>Trained on <b>{esc(log['strategy'])}</b>: {len(epochs)} epochs in {log['train_seconds']:.1f} s"
-            + (f", warm-started from <code>{esc(log['warm_started_from'])}</code>" if log.get("warm_started_from") else "")
-            + (f", not warm-started ({esc(log['warm_start_skipped'])})" if log.get("warm_start_skipped") else "")
-            + f". TensorBoard: <code>tensorboard --logdir {esc(d['model_run'])}</code></p>")
+    body = (
+        f"<p>Trained on <b>{esc(log['strategy'])}</b>: {len(epochs)} epochs in {log['train_seconds']:.1f} s"
+        + (f", warm-started from <code>{esc(log['warm_started_from'])}</code>" if log.get("warm_started_from") else "")
+        + (f", not warm-started ({esc(log['warm_start_skipped'])})" if log.get("warm_start_skipped") else "")
+        + f". TensorBoard: <code>tensorboard --logdir {esc(d['model_run'])}</code></p>"
+    )
     if d.get("still_improving"):
-        body += (f"<p class=\"warn\"><b>{esc(run_text.still_improving(d['still_improving']))}</b>: the eval loss was "
-                 "still falling when the epoch cap ended training, so more epochs would likely give a better "
-                 "model.</p>")
+        body += (
+            f'<p class="warn"><b>{esc(run_text.still_improving(d["still_improving"]))}</b>: the eval loss was '
+            "still falling when the epoch cap ended training, so more epochs would likely give a better "
+            "model.</p>"
+        )
     balancing = log.get("class_balance") or {}
     multi = balancing.get("task") == "multi"
     if balancing.get("imbalanced"):
-        body += (f"<p class=\"warn\">The train split is imbalanced ({esc(class_balance.describe_mix(balancing['counts']))}"
-                 f"): {esc(run_text.describe_class_balance(balancing))}; early stopping and the kept epoch followed "
-                 f"{'macro AUC-PR' if multi else 'balanced accuracy'} (<code>--class-balance</code>).</p>")
+        body += (
+            f'<p class="warn">The train split is imbalanced ({esc(class_balance.describe_mix(balancing["counts"]))}'
+            f"): {esc(run_text.describe_class_balance(balancing))}; early stopping and the kept epoch followed "
+            f"{'macro AUC-PR' if multi else 'balanced accuracy'} (<code>--class-balance</code>).</p>"
+        )
     loss = {"train loss": [e.get("loss") for e in epochs], "eval loss": [e.get("val_loss") for e in epochs]}
-    accuracy = {"train macro AUC-PR": [e.get("auc_pr") for e in epochs],
-                "eval macro AUC-PR": [e.get("val_auc_pr") for e in epochs]} if multi else {
-        "train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
-        "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs],
-        "eval balanced accuracy": [e.get("val_balanced_accuracy") for e in epochs]}
-    body += f"<div class=\"grid\">{line_chart(loss, 'loss per epoch')}{line_chart(accuracy, 'accuracy per epoch')}</div>"
-    body += table(["epoch", "phase", "seconds", "loss", "accuracy", "eval loss", "eval accuracy",
-                   "eval balanced accuracy"],
-                  [[e["epoch"], e["phase"], f"{e['seconds']:.2f}", e.get("loss"), e.get("sparse_categorical_accuracy"),
-                    e.get("val_loss"), e.get("val_sparse_categorical_accuracy"), e.get("val_balanced_accuracy")]
-                   for e in epochs],
-                  numeric=[0, 2, 3, 4, 5, 6, 7])
+    accuracy = (
+        {
+            "train macro AUC-PR": [e.get("auc_pr") for e in epochs],
+            "eval macro AUC-PR": [e.get("val_auc_pr") for e in epochs],
+        }
+        if multi
+        else {
+            "train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
+            "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs],
+            "eval balanced accuracy": [e.get("val_balanced_accuracy") for e in epochs],
+        }
+    )
+    body += f'<div class="grid">{line_chart(loss, "loss per epoch")}{line_chart(accuracy, "accuracy per epoch")}</div>'
+    body += table(
+        ["epoch", "phase", "seconds", "loss", "accuracy", "eval loss", "eval accuracy", "eval balanced accuracy"],
+        [
+            [
+                e["epoch"],
+                e["phase"],
+                f"{e['seconds']:.2f}",
+                e.get("loss"),
+                e.get("sparse_categorical_accuracy"),
+                e.get("val_loss"),
+                e.get("val_sparse_categorical_accuracy"),
+                e.get("val_balanced_accuracy"),
+            ]
+            for e in epochs
+        ],
+        numeric=[0, 2, 3, 4, 5, 6, 7],
+    )
     body += _on_device(log.get("tflite"))
     body += _other_runtimes(log.get("exports"))
     body += "<h3>Hyperparameters</h3>"
@@ -100,13 +137,17 @@ def _on_device(record) -> str:
     if not record:
         return ""
     if "error" in record:
-        return f"<h3>On-device (TFLite)</h3><p class=\"bad\">Export failed: {esc(record['error'])}</p>"
+        return f'<h3>On-device (TFLite)</h3><p class="bad">Export failed: {esc(record["error"])}</p>'
     rows = [["SavedModel", f"{record['savedmodel_accuracy']:.4f}", "", "serving_default (encoded image bytes)"]]
-    rows += [[f"TFLite {kind}", f"{m['accuracy']:.4f}", f"{m['bytes'] / 1024:,.0f}", m["file"]]
-             for kind, m in record["models"].items()]
-    return (f"<h3>On-device (TFLite)</h3><p>Accuracy on the same {record['examples']:,} eval examples; "
-            "the TFLite models take uint8 pixels resized to the model's input, with <code>tflite/labels.txt</code>.</p>"
-            + table(["model", "eval accuracy", "KB", "file in the pushed model"], rows, numeric=[1, 2]))
+    rows += [
+        [f"TFLite {kind}", f"{m['accuracy']:.4f}", f"{m['bytes'] / 1024:,.0f}", m["file"]]
+        for kind, m in record["models"].items()
+    ]
+    return (
+        f"<h3>On-device (TFLite)</h3><p>Accuracy on the same {record['examples']:,} eval examples; "
+        "the TFLite models take uint8 pixels resized to the model's input, with <code>tflite/labels.txt</code>.</p>"
+        + table(["model", "eval accuracy", "KB", "file in the pushed model"], rows, numeric=[1, 2])
+    )
 
 
 def _other_runtimes(record) -> str:
@@ -115,12 +156,21 @@ def _other_runtimes(record) -> str:
         return ""
     from components.model_card.render import export_rows
 
-    rows = [[e["name"], e.get("file") or "-", "-" if e.get("bytes") is None else f"{e['bytes'] / 2**20:.1f}",
-             e.get("input") or "-", e.get("error") or e.get("agreement") or "-"]
-            for e in export_rows({"exports": record})[1:]]
-    return ("<h3>Other runtimes (ONNX, Core ML)</h3><p>Beside the SavedModel in every pushed model; they take the "
-            "image already resized to the model's input (docs/prediction.md shows how to serve each).</p>"
-            + table(["export", "file", "MB", "input", "agreement with the SavedModel"], rows, numeric=[2]))
+    rows = [
+        [
+            e["name"],
+            e.get("file") or "-",
+            "-" if e.get("bytes") is None else f"{e['bytes'] / 2**20:.1f}",
+            e.get("input") or "-",
+            e.get("error") or e.get("agreement") or "-",
+        ]
+        for e in export_rows({"exports": record})[1:]
+    ]
+    return (
+        "<h3>Other runtimes (ONNX, Core ML)</h3><p>Beside the SavedModel in every pushed model; they take the "
+        "image already resized to the model's input (docs/prediction.md shows how to serve each).</p>"
+        + table(["export", "file", "MB", "input", "agreement with the SavedModel"], rows, numeric=[2])
+    )
 
 
 def evaluation(components: Dict[str, Dict]) -> str:
@@ -137,26 +187,34 @@ def evaluation(components: Dict[str, Dict]) -> str:
     if d["accuracy"] is None:
         reasons.append("no accuracy was computed")
     elif threshold is not None:
-        reasons.append(f"accuracy {d['accuracy']:.4f} {'≥' if d['accuracy'] >= threshold else '<'} "
-                       f"threshold {threshold:.4f}")
+        reasons.append(
+            f"accuracy {d['accuracy']:.4f} {'≥' if d['accuracy'] >= threshold else '<'} threshold {threshold:.4f}"
+        )
     if d["baseline_accuracy"] is not None and d["accuracy"] is not None:
-        reasons.append(f"{'not below' if d['accuracy'] >= d['baseline_accuracy'] else 'below'} the last blessed "
-                       f"model's {d['baseline_accuracy']:.4f}")
+        reasons.append(
+            f"{'not below' if d['accuracy'] >= d['baseline_accuracy'] else 'below'} the last blessed "
+            f"model's {d['baseline_accuracy']:.4f}"
+        )
     elif d.get("baseline_skipped"):
         reasons.append(f"not compared with the last blessed model: {d['baseline_skipped']}")
     elif d["baseline_accuracy"] is None:
         reasons.append("no blessed model to compare with yet")
     body = _verdict(components, d, "; ".join(reasons))
-    body += table(["metric", "value"], [["accuracy", d["accuracy"]],
-                                         ["balanced accuracy (mean recall of the classes)", d.get("balanced_accuracy")],
-                                         ["eval examples", d["example_count"]],
-                                         ["last blessed model's accuracy", d["baseline_accuracy"]],
-                                         ["last blessed model's balanced accuracy", d.get("baseline_balanced_accuracy")]],
-                  numeric=[1])
+    body += table(
+        ["metric", "value"],
+        [
+            ["accuracy", d["accuracy"]],
+            ["balanced accuracy (mean recall of the classes)", d.get("balanced_accuracy")],
+            ["eval examples", d["example_count"]],
+            ["last blessed model's accuracy", d["baseline_accuracy"]],
+            ["last blessed model's balanced accuracy", d.get("baseline_balanced_accuracy")],
+        ],
+        numeric=[1],
+    )
     body += _every_class(d)
-    card = (components.get("ModelCard", {}).get("details") or {})
+    card = components.get("ModelCard", {}).get("details") or {}
     if card.get("card_html"):
-        body += f"<p>Model card: <a href=\"file://{esc(card['card_html'])}\">{esc(card['card_html'])}</a>.</p>"
+        body += f'<p>Model card: <a href="file://{esc(card["card_html"])}">{esc(card["card_html"])}</a>.</p>'
     views = d.get("views")
     if views:
         body += _threshold_views(views, "eval")
@@ -164,15 +222,18 @@ def evaluation(components: Dict[str, Dict]) -> str:
         body += "<h3>Per class</h3>" + table(
             ["class", "precision", "recall", "eval examples"],
             [[name, m["precision"], m["recall"], m["support"]] for name, m in sorted(d["per_class"].items())],
-            numeric=[1, 2, 3])
+            numeric=[1, 2, 3],
+        )
     body += _confusion(names, d.get("confusion"), shares=True)
     body += _confusion(names, d.get("confusion"))
     body += _misclassified(components)
     body += explanations(d.get("explanations") or {})
     test = d.get("test")
     if test:
-        body += (f"<h3 id=\"test\">Test split</h3><p>Scored apart (it blesses nothing): accuracy "
-                 f"{esc(_fmt_or_dash(test['accuracy']))} on {test['example_count'] or 0:,} test examples.</p>")
+        body += (
+            f'<h3 id="test">Test split</h3><p>Scored apart (it blesses nothing): accuracy '
+            f"{esc(_fmt_or_dash(test['accuracy']))} on {test['example_count'] or 0:,} test examples.</p>"
+        )
         if test.get("views"):
             body += _threshold_views(test["views"], "test", curves=False)
         body += _confusion(names, test.get("confusion"))
@@ -192,29 +253,42 @@ def explanations(found: Dict[str, Any]) -> str:
         except OSError:
             return None
 
-    body = (f"<h3 id=\"explanations\">Where the model looked</h3><p class=\"muted\">{esc(found['method'])} for the "
-            f"predicted class, brighter where a pixel counts more; {len(found['images'])} of the "
-            f"{found['examined']:,} eval images examined, the misclassified first ({found['seconds']:.1f} s; "
-            "<code>--explanations N</code>, 0: none).</p>")
+    body = (
+        f'<h3 id="explanations">Where the model looked</h3><p class="muted">{esc(found["method"])} for the '
+        f"predicted class, brighter where a pixel counts more; {len(found['images'])} of the "
+        f"{found['examined']:,} eval images examined, the misclassified first ({found['seconds']:.1f} s; "
+        "<code>--explanations N</code>, 0: none).</p>"
+    )
     if found.get("classes"):
         body += "<h4>Each class, on average</h4>" + tiles(
-            {"src": src(c["overlay"]), "caption": f"{c['name']} ({c['images']} images)"} for c in found["classes"])
+            {"src": src(c["overlay"]), "caption": f"{c['name']} ({c['images']} images)"} for c in found["classes"]
+        )
     body += "<h4>Eval images</h4>" + tiles(
-        {"src": src(image["overlay"]), "caption": f"{image['actual'] or '(none)'} → {image['predicted']} "
-                                                  f"({image['probability']:.2f})" + ("" if image["correct"] else " ✗")}
-        for image in found["images"])
+        {
+            "src": src(image["overlay"]),
+            "caption": f"{image['actual'] or '(none)'} → {image['predicted']} "
+            f"({image['probability']:.2f})" + ("" if image["correct"] else " ✗"),
+        }
+        for image in found["images"]
+    )
     return body
 
 
 def _verdict(components: Dict[str, Dict], d: Dict[str, Any], why: str) -> str:
     """Blessed or not and why, the failed checks, and where the Pusher put the model."""
     verdict = "BLESSED" if d["blessed"] else "NOT BLESSED"
-    body = (f"<p><b>{verdict}</b>: {esc(why)}."
-            + (f" Failed checks: {esc('; '.join(d['failures']))}." if d["failures"] else "") + "</p>")
-    pushed = (components.get("Pusher", {}).get("details") or {})
+    body = (
+        f"<p><b>{verdict}</b>: {esc(why)}."
+        + (f" Failed checks: {esc('; '.join(d['failures']))}." if d["failures"] else "")
+        + "</p>"
+    )
+    pushed = components.get("Pusher", {}).get("details") or {}
     if pushed:
-        body += (f"<p>Pushed to <code>{esc(pushed['destination'])}</code>.</p>" if pushed["pushed"]
-                 else "<p>Not pushed: the model was not blessed.</p>")
+        body += (
+            f"<p>Pushed to <code>{esc(pushed['destination'])}</code>.</p>"
+            if pushed["pushed"]
+            else "<p>Not pushed: the model was not blessed.</p>"
+        )
     return body
 
 
@@ -223,41 +297,70 @@ def _multi_label_evaluation(components: Dict[str, Dict], d: Dict[str, Any]) -> s
     each label's precision-recall curve with its threshold marked; the test split at the eval split's thresholds."""
     body = _verdict(components, d, run_text.describe_labels(d))
     gate = d.get("gate") or {}
-    body += table(["metric", "value"], [["macro AUC-PR (mean over the labels)", d.get("macro_auc_pr")],
-                                         ["macro F1 at the labels' thresholds", d.get("macro_f1")],
-                                         ["macro precision", d.get("macro_precision")],
-                                         ["macro recall", d.get("macro_recall")],
-                                         ["blessing needs macro AUC-PR at least", gate.get("min_macro_auc_pr")],
-                                         ["eval examples", d["example_count"]],
-                                         ["last blessed model's macro AUC-PR", d.get("baseline_macro_auc_pr")]],
-                  numeric=[1])
+    body += table(
+        ["metric", "value"],
+        [
+            ["macro AUC-PR (mean over the labels)", d.get("macro_auc_pr")],
+            ["macro F1 at the labels' thresholds", d.get("macro_f1")],
+            ["macro precision", d.get("macro_precision")],
+            ["macro recall", d.get("macro_recall")],
+            ["blessing needs macro AUC-PR at least", gate.get("min_macro_auc_pr")],
+            ["eval examples", d["example_count"]],
+            ["last blessed model's macro AUC-PR", d.get("baseline_macro_auc_pr")],
+        ],
+        numeric=[1],
+    )
     views = d.get("views") or {}
     judged = {gate["class_names"][i] for i in gate.get("judged") or []}
-    body += (f"<h3>Each label at its threshold</h3><p>Thresholds: {esc((views.get('chosen') or {}).get('how', ''))}. "
-             "A label applies when its probability is above its threshold; blessing needs recall "
-             f"{gate.get('min_class_recall', 0):.2f} at its threshold on each label with at least "
-             f"{gate.get('min_eval_examples', 0)} eval images (judged: yes).</p>")
+    body += (
+        f"<h3>Each label at its threshold</h3><p>Thresholds: {esc((views.get('chosen') or {}).get('how', ''))}. "
+        "A label applies when its probability is above its threshold; blessing needs recall "
+        f"{gate.get('min_class_recall', 0):.2f} at its threshold on each label with at least "
+        f"{gate.get('min_eval_examples', 0)} eval images (judged: yes).</p>"
+    )
     body += _label_table(d.get("per_class") or {}, judged)
     body += explanations(d.get("explanations") or {})
-    curves = {name: [(p["recall"], p["precision"]) for p in label["curve"]
-                     if p["recall"] is not None and p["precision"] is not None]
-              for name, label in list((views.get("labels") or {}).items())[:MAX_CURVES]}
+    curves = {
+        name: [
+            (p["recall"], p["precision"])
+            for p in label["curve"]
+            if p["recall"] is not None and p["precision"] is not None
+        ]
+        for name, label in list((views.get("labels") or {}).items())[:MAX_CURVES]
+    }
     if curves:
-        body += "<div class=\"charts\">" + xy_chart(curves, "precision-recall per label", "recall", "precision") + "</div>"
+        body += (
+            '<div class="charts">' + xy_chart(curves, "precision-recall per label", "recall", "precision") + "</div>"
+        )
     test = d.get("test")
     if test:
-        body += (f"<h3 id=\"test\">Test split</h3><p>Scored apart at the eval split's thresholds (it blesses nothing): "
-                 f"macro AUC-PR {esc(_fmt_or_dash(test.get('macro_auc_pr')))}, macro F1 "
-                 f"{esc(_fmt_or_dash(test.get('macro_f1')))} on {test['example_count'] or 0:,} test examples.</p>")
+        body += (
+            f'<h3 id="test">Test split</h3><p>Scored apart at the eval split\'s thresholds (it blesses nothing): '
+            f"macro AUC-PR {esc(_fmt_or_dash(test.get('macro_auc_pr')))}, macro F1 "
+            f"{esc(_fmt_or_dash(test.get('macro_f1')))} on {test['example_count'] or 0:,} test examples.</p>"
+        )
         body += _label_table(test.get("per_class") or {}, set())
     return body
 
 
 def _label_table(per_class: Dict[str, Dict], judged) -> str:
-    return table(["label", "threshold", "precision", "recall", "F1", "AUC-PR", "eval images", "judged"],
-                 [[name, m.get("threshold"), m.get("precision"), m.get("recall"), m.get("f1"), m.get("auc_pr"),
-                   m.get("support"), "yes" if name in judged else ""] for name, m in per_class.items()],
-                 numeric=[1, 2, 3, 4, 5, 6])
+    return table(
+        ["label", "threshold", "precision", "recall", "F1", "AUC-PR", "eval images", "judged"],
+        [
+            [
+                name,
+                m.get("threshold"),
+                m.get("precision"),
+                m.get("recall"),
+                m.get("f1"),
+                m.get("auc_pr"),
+                m.get("support"),
+                "yes" if name in judged else "",
+            ]
+            for name, m in per_class.items()
+        ],
+        numeric=[1, 2, 3, 4, 5, 6],
+    )
 
 
 def _fmt_or_dash(value) -> str:
@@ -272,27 +375,45 @@ def _every_class(d: Dict[str, Any]) -> str:
         return ""
     judged, must_find = set(gate["judged"]), set(gate.get("must_find") or [])
     weakest = evaluation_results.weakest_class(d)
-    body = (f"<h3 id=\"every-class\">Every class</h3><p>A model is blessed only if every class with at least "
-            f"{gate['min_eval_examples']} eval images reaches recall {gate['min_class_recall']:.2f} "
-            f"(<code>--min-class-recall</code>) and at least one eval image of every class with "
-            f"{gate.get('min_eval_to_find', 3)} or more is found, besides the accuracy threshold"
-            + (f"; the train split is imbalanced {gate['imbalance_ratio']:.1f}:1, so the last blessed model is "
-               "compared on balanced accuracy" if gate.get("imbalanced") else "") + ".")
+    body = (
+        f'<h3 id="every-class">Every class</h3><p>A model is blessed only if every class with at least '
+        f"{gate['min_eval_examples']} eval images reaches recall {gate['min_class_recall']:.2f} "
+        f"(<code>--min-class-recall</code>) and at least one eval image of every class with "
+        f"{gate.get('min_eval_to_find', 3)} or more is found, besides the accuracy threshold"
+        + (
+            f"; the train split is imbalanced {gate['imbalance_ratio']:.1f}:1, so the last blessed model is "
+            "compared on balanced accuracy"
+            if gate.get("imbalanced")
+            else ""
+        )
+        + "."
+    )
     if weakest:
-        body += (f" Weakest class: <b>{esc(weakest['name'])}</b>, recall {weakest['recall']:.2f} on "
-                 f"{weakest['support']:,} eval images" + ("" if weakest["judged"] else " (too few to judge)") + ".")
+        body += (
+            f" Weakest class: <b>{esc(weakest['name'])}</b>, recall {weakest['recall']:.2f} on "
+            f"{weakest['support']:,} eval images" + ("" if weakest["judged"] else " (too few to judge)") + "."
+        )
     body += "</p>"
     rows = []
     for i, name in enumerate(gate["class_names"]):
         m = d["per_class"].get(name) or {}
         support, recall = gate["eval_examples"][i], m.get("recall")
-        verdict = ("below the floor" if i in judged and recall is not None and recall < gate["min_class_recall"] else
-                   "ok" if i in judged else "none found" if i in must_find and not recall else
-                   "found (too few eval images for the floor)" if i in must_find else "too few eval images")
+        verdict = (
+            "below the floor"
+            if i in judged and recall is not None and recall < gate["min_class_recall"]
+            else "ok"
+            if i in judged
+            else "none found"
+            if i in must_find and not recall
+            else "found (too few eval images for the floor)"
+            if i in must_find
+            else "too few eval images"
+        )
         rows.append([name, gate["train_examples"][i], support, recall, m.get("precision"), verdict])
     rows.sort(key=lambda r: (r[3] if r[3] is not None else 2.0, r[0]))
-    return body + table(["class", "train images", "eval images", "recall", "precision", "judged"], rows,
-                        numeric=[1, 2, 3, 4])
+    return body + table(
+        ["class", "train images", "eval images", "recall", "precision", "judged"], rows, numeric=[1, 2, 3, 4]
+    )
 
 
 def _confusion(names, confusion, shares: bool = False) -> str:
@@ -305,8 +426,9 @@ def _confusion(names, confusion, shares: bool = False) -> str:
     order = sorted(range(len(names)), key=lambda i: names[i])
     matrix = [[matrix[i][j] for j in order] for i in order]
     if shares:
-        return ("<h3>Confusion matrix, each row as shares of its class (the diagonal is recall)</h3>"
-                + confusion_svg(matrix, [names[i] for i in order], shares=True))
+        return "<h3>Confusion matrix, each row as shares of its class (the diagonal is recall)</h3>" + confusion_svg(
+            matrix, [names[i] for i in order], shares=True
+        )
     return "<h3>Confusion matrix (counts)</h3>" + confusion_svg(matrix, [names[i] for i in order])
 
 
@@ -317,31 +439,47 @@ def _threshold_views(views: Dict[str, Any], split: str, curves: bool = True) -> 
     """AutoML's evaluation views (components/evaluator/views.py, computed by the Evaluator): per class at the
     chosen confidence threshold, how precision, recall and coverage move with it, precision-recall curves."""
     chosen, at = views["chosen"], views.get("at_threshold") or {}
-    body = (f"<h3>Per class at confidence threshold {chosen['threshold']:g}</h3><p>Threshold: {esc(chosen['how'])}."
-            f" At or below it the model answers \"unsure\" (<code>imagepipe predict</code>); at it, on the {split} split: "
-            f"precision {_fmt_or_dash(at.get('precision'))}, recall {_fmt_or_dash(at.get('recall'))}, coverage "
-            f"{_fmt_or_dash(at.get('coverage'))} (the share of images given a class).</p>")
-    body += table(["class", "precision", "recall", "F1", f"{split} examples", "predicted"],
-                  [[name, m["precision"], m["recall"], m["f1"], m["support"], m["predicted"]]
-                   for name, m in sorted(at.get("per_class", {}).items())], numeric=[1, 2, 3, 4, 5])
+    body = (
+        f"<h3>Per class at confidence threshold {chosen['threshold']:g}</h3><p>Threshold: {esc(chosen['how'])}."
+        f' At or below it the model answers "unsure" (<code>imagepipe predict</code>); at it, on the {split} split: '
+        f"precision {_fmt_or_dash(at.get('precision'))}, recall {_fmt_or_dash(at.get('recall'))}, coverage "
+        f"{_fmt_or_dash(at.get('coverage'))} (the share of images given a class).</p>"
+    )
+    body += table(
+        ["class", "precision", "recall", "F1", f"{split} examples", "predicted"],
+        [
+            [name, m["precision"], m["recall"], m["f1"], m["support"], m["predicted"]]
+            for name, m in sorted(at.get("per_class", {}).items())
+        ],
+        numeric=[1, 2, 3, 4, 5],
+    )
     if not curves:
         return body
     curve = views["curve"]
     moving = {name: [(p["threshold"], p[name]) for p in curve] for name in ("precision", "recall", "coverage")}
     overall = {"all classes": [(p["recall"], p["precision"]) for p in curve]}
     biggest = sorted(at.get("per_class", {}), key=lambda n: -at["per_class"][n]["support"])[:MAX_CURVES]
-    per_class = {name: [(p["per_class"][name]["recall"], p["per_class"][name]["precision"]) for p in curve]
-                 for name in biggest}
-    body += ("<h3>Confidence threshold</h3><div class=\"grid\">"
-             + xy_chart(moving, "as the threshold moves", "confidence threshold", "share",
-                        marker_x=chosen["threshold"])
-             + xy_chart(overall, "precision-recall, overall", "recall", "precision")
-             + xy_chart(per_class, "precision-recall per class"
-                        + (f" ({MAX_CURVES} largest)" if len(at.get("per_class", {})) > MAX_CURVES else ""),
-                        "recall", "precision") + "</div>")
-    body += table(["threshold", "precision", "recall", "coverage"],
-                  [[p["threshold"], p["precision"], p["recall"], p["coverage"]] for p in curve[::4]],
-                  numeric=[0, 1, 2, 3])
+    per_class = {
+        name: [(p["per_class"][name]["recall"], p["per_class"][name]["precision"]) for p in curve] for name in biggest
+    }
+    body += (
+        '<h3>Confidence threshold</h3><div class="grid">'
+        + xy_chart(moving, "as the threshold moves", "confidence threshold", "share", marker_x=chosen["threshold"])
+        + xy_chart(overall, "precision-recall, overall", "recall", "precision")
+        + xy_chart(
+            per_class,
+            "precision-recall per class"
+            + (f" ({MAX_CURVES} largest)" if len(at.get("per_class", {})) > MAX_CURVES else ""),
+            "recall",
+            "precision",
+        )
+        + "</div>"
+    )
+    body += table(
+        ["threshold", "precision", "recall", "coverage"],
+        [[p["threshold"], p["precision"], p["recall"], p["coverage"]] for p in curve[::4]],
+        numeric=[0, 1, 2, 3],
+    )
     return body
 
 
@@ -349,14 +487,21 @@ def _misclassified(components: Dict[str, Dict]) -> str:
     """The eval images the trained model gets wrong."""
     model_uri = (components.get("Trainer", {}).get("outputs", {}).get("model") or [None])[0]
     examples_uri = (components.get("ImageExampleGen", {}).get("outputs", {}).get("examples") or [None])[0]
-    found = model_uri and examples_uri and report_data.misclassified(model_uri, examples_uri, MAX_EVAL_EXAMPLES,
-                                                                     MAX_MISCLASSIFIED)
+    found = (
+        model_uri
+        and examples_uri
+        and report_data.misclassified(model_uri, examples_uri, MAX_EVAL_EXAMPLES, MAX_MISCLASSIFIED)
+    )
     if not found:
         return ""
     wrong, seen = found
     if not wrong:
         return f"<h3>Misclassified eval images</h3><p>None among the {seen:,} eval images checked.</p>"
-    tiles_ = [{"src": thumbnail(w["image"]), "caption": f"{w['actual']} → {w['predicted']} ({w['probability']:.2f})"}
-              for w in wrong]
-    return (f"<h3>Misclassified eval images</h3><p class=\"muted\">true class → predicted (probability); "
-            f"the first {len(wrong)} of the {seen:,} eval images checked.</p>" + tiles(tiles_))
+    tiles_ = [
+        {"src": thumbnail(w["image"]), "caption": f"{w['actual']} → {w['predicted']} ({w['probability']:.2f})"}
+        for w in wrong
+    ]
+    return (
+        f'<h3>Misclassified eval images</h3><p class="muted">true class → predicted (probability); '
+        f"the first {len(wrong)} of the {seen:,} eval images checked.</p>" + tiles(tiles_)
+    )

@@ -24,17 +24,20 @@ import datetime
 import os
 from typing import Any, Dict
 
-from storage.errors import ConfigError
 from report import data_sections, model_sections
 from report.report_html import GENERATOR, document, esc, section, table
 from runs import verdicts
 from storage import user_files
-
+from storage.errors import ConfigError
 
 # A report imagepipe wrote (its generator tag near the top; before the tag, its title): the only existing file
 # `report --out` replaces.
-REPORT_KIND = user_files.Kind("a report", lambda head: GENERATOR.encode() in head or (
-    head.startswith(b"<!doctype html>") and b"<title>imagepipe run " in head))
+REPORT_KIND = user_files.Kind(
+    "a report",
+    lambda head: (
+        GENERATOR.encode() in head or (head.startswith(b"<!doctype html>") and b"<title>imagepipe run " in head)
+    ),
+)
 
 
 def report_path(root: str, pipeline_name: str, run_id: str) -> str:
@@ -45,13 +48,22 @@ def report_path(root: str, pipeline_name: str, run_id: str) -> str:
 def build(summary: Dict[str, Any], out_path: str, pipeline_name: str = "") -> str:
     """Writes the report of a run, as run_summary.summarize() describes it, to out_path; returns the path."""
     components = {c["component"]: c for c in summary["components"]}
-    sections = [_verdict(summary), data_sections.data(components), data_sections.validation(components),
-                data_sections.health(components), model_sections.tuning(components),
-                model_sections.training(components), model_sections.evaluation(components), _timings(summary)]
+    sections = [
+        _verdict(summary),
+        data_sections.data(components),
+        data_sections.validation(components),
+        data_sections.health(components),
+        model_sections.tuning(components),
+        model_sections.training(components),
+        model_sections.evaluation(components),
+        _timings(summary),
+    ]
     started = datetime.datetime.fromtimestamp(summary["started_ms"] / 1000, datetime.timezone.utc)
-    header = (f"<h1>{esc(pipeline_name or 'imagepipe')} — run {esc(summary['run_id'])}</h1>"
-              f"<div class=\"meta\">status: <b>{esc(summary['status'])}</b> · started "
-              f"{started:%Y-%m-%d %H:%M:%S} UTC · ML Metadata {esc(summary['metadata_path'])}</div>")
+    header = (
+        f"<h1>{esc(pipeline_name or 'imagepipe')} — run {esc(summary['run_id'])}</h1>"
+        f'<div class="meta">status: <b>{esc(summary["status"])}</b> · started '
+        f"{started:%Y-%m-%d %H:%M:%S} UTC · ML Metadata {esc(summary['metadata_path'])}</div>"
+    )
     text = document(f"imagepipe run {summary['run_id']}", header, "".join(s for s in sections if s))
     try:
         return user_files.write_whole(out_path, text.encode("utf-8"), "--out", REPORT_KIND)
@@ -68,17 +80,21 @@ def _verdict(summary: Dict[str, Any]) -> str:
     for title, verdict in (("Data", verdicts.data_verdict(summary)), ("Model", verdicts.model_verdict(summary))):
         if verdict:
             kind, text = verdict
-            cards.append(f"<div class=\"card {kind}\"><b>{title}</b><br>{esc(text)}</div>")
+            cards.append(f'<div class="card {kind}"><b>{title}</b><br>{esc(text)}</div>')
     failed = next((c for c in summary["components"] if c["state"] == "FAILED"), None)
-    body = f"<div class=\"verdict\">{''.join(cards)}</div>"
+    body = f'<div class="verdict">{"".join(cards)}</div>'
     if failed:
-        body += (f"<h3>Failed at {esc(failed['component'])}</h3>"
-                 f"<div class=\"err\">{esc(failed['error'] or 'no error message recorded')}</div>")
+        body += (
+            f"<h3>Failed at {esc(failed['component'])}</h3>"
+            f'<div class="err">{esc(failed["error"] or "no error message recorded")}</div>'
+        )
     elif summary["status"] == "running":
-        body += "<p class=\"muted\">The run has not finished: the report shows what has completed so far.</p>"
+        body += '<p class="muted">The run has not finished: the report shows what has completed so far.</p>'
     elif summary["status"] == "interrupted":
-        body += ("<h3>Interrupted</h3><p>The run was stopped (Ctrl-C, a signal, or a killed process) before it "
-                 "finished; below is what completed. The next run reuses it from the cache.</p>")
+        body += (
+            "<h3>Interrupted</h3><p>The run was stopped (Ctrl-C, a signal, or a killed process) before it "
+            "finished; below is what completed. The next run reuses it from the cache.</p>"
+        )
     return section("summary", "Summary", body)
 
 
@@ -89,6 +105,8 @@ def _timings(summary: Dict[str, Any]) -> str:
         rows.append([c["component"], c["state"], f"{started:%H:%M:%S}", f"{c['seconds']:.1f}", c["execution_id"]])
     total = sum(c["seconds"] for c in summary["components"])
     body = table(["component", "state", "started (UTC)", "seconds", "MLMD execution id"], rows, numeric=[3, 4])
-    body += (f"<p>{total:.1f} s in components. Pipeline run id <code>{esc(summary['run_id'])}</code> "
-             f"(the <code>pipeline_run</code> context in {esc(summary['metadata_path'])}).</p>")
+    body += (
+        f"<p>{total:.1f} s in components. Pipeline run id <code>{esc(summary['run_id'])}</code> "
+        f"(the <code>pipeline_run</code> context in {esc(summary['metadata_path'])}).</p>"
+    )
     return section("timings", "Timings", body)

@@ -11,21 +11,26 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from prediction.image_inputs import byte_batches
 from storage.files import is_remote
-from storage.output_files import TRAINING_LOG
 from trainer import feature_keys as keys
+from trainer.artifact_files import TRAINING_LOG
 
 IMAGE_READ_LIMIT = 8 << 20  # bytes of a quarantined file read for its thumbnail
 
 
-def quarantine(details: Dict[str, Any], input_base: str, rows: int) -> Tuple[List[Dict], int, Iterator[Tuple[Dict, bytes]]]:
+def quarantine(
+    details: Dict[str, Any], input_base: str, rows: int
+) -> Tuple[List[Dict], int, Iterator[Tuple[Dict, bytes]]]:
     """(the first `rows` rows of the quarantine list, how many there are, and lazily, each of those rows
     whose file is still on local disk with the file's bytes)."""
     with open(details["quarantine_csv"], newline="", encoding="utf-8") as f:
         listed = list(csv.DictReader(f))
     shown = listed[:rows]
 
-    return shown, len(listed), ((row, data) for row in shown for data in [input_file(input_base, row["path"])]
-                                if data is not None)
+    return (
+        shown,
+        len(listed),
+        ((row, data) for row in shown for data in [input_file(input_base, row["path"])] if data is not None),
+    )
 
 
 def input_file(input_base: str, rel_path: str) -> Optional[bytes]:
@@ -48,7 +53,7 @@ def anomalies(anomalies_uri: str) -> Iterator[Tuple[str, Any]]:
         with open(pb, "rb") as f:
             proto = anomalies_pb2.Anomalies.FromString(f.read())
         if proto.anomaly_info or proto.HasField("dataset_anomaly_info"):
-            yield os.path.basename(os.path.dirname(pb))[len("Split-"):], proto
+            yield os.path.basename(os.path.dirname(pb))[len("Split-") :], proto
 
 
 def schema(schema_path: Optional[str]):
@@ -65,7 +70,7 @@ def statistics(statistics_uri: str) -> Iterator[Tuple[str, Any]]:
     import tensorflow_data_validation as tfdv
 
     for pb in sorted(glob.glob(os.path.join(statistics_uri, "Split-*", "FeatureStats.pb"))):
-        yield os.path.basename(os.path.dirname(pb))[len("Split-"):], tfdv.load_stats_binary(pb).datasets[0]
+        yield os.path.basename(os.path.dirname(pb))[len("Split-") :], tfdv.load_stats_binary(pb).datasets[0]
 
 
 def training_log(model_run: str) -> Dict[str, Any]:
@@ -88,14 +93,24 @@ def misclassified(model_uri: str, examples_uri: str, examples: int, keep: int) -
     for batch in byte_batches(records, max_items=128):  # streamed: eval images may be full-size photos
         batch = tf.constant(batch)
         out = serve(examples=batch)
-        parsed = tf.io.parse_example(batch, {keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
-                                             keys.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
-                                             keys.FILENAME: tf.io.FixedLenFeature([], tf.string)})
+        parsed = tf.io.parse_example(
+            batch,
+            {
+                keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
+                keys.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
+                keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
+            },
+        )
         for i, predicted in enumerate(out["predicted_class"].numpy()):
             seen += 1
             actual = parsed[keys.LABEL_TEXT][i].numpy()
             if predicted != actual and len(wrong) < keep:
-                wrong.append({"image": parsed[keys.ENCODED][i].numpy(), "actual": actual.decode(),
-                              "predicted": predicted.decode(),
-                              "probability": float(out["predicted_probability"][i].numpy())})
+                wrong.append(
+                    {
+                        "image": parsed[keys.ENCODED][i].numpy(),
+                        "actual": actual.decode(),
+                        "predicted": predicted.decode(),
+                        "probability": float(out["predicted_probability"][i].numpy()),
+                    }
+                )
     return wrong, seen

@@ -16,10 +16,20 @@ from typing import Any, Dict, List, Optional
 from storage import files as fs
 
 LABEL_SUSPECT, CONFLICT, MISCLASSIFIED, OUTLIER, UNSURE = (
-    "label suspect", "near-duplicate conflict", "misclassified", "outlier", "unsure prediction")
+    "label suspect",
+    "near-duplicate conflict",
+    "misclassified",
+    "outlier",
+    "unsure prediction",
+)
 KINDS = (LABEL_SUSPECT, CONFLICT, MISCLASSIFIED, OUTLIER, UNSURE)
-PLURALS = {LABEL_SUSPECT: "label suspects", CONFLICT: "near-duplicate conflicts", MISCLASSIFIED: "misclassified eval "
-           "images", OUTLIER: "outliers", UNSURE: "unsure predictions"}
+PLURALS = {
+    LABEL_SUSPECT: "label suspects",
+    CONFLICT: "near-duplicate conflicts",
+    MISCLASSIFIED: "misclassified eval images",
+    OUTLIER: "outliers",
+    UNSURE: "unsure predictions",
+}
 
 
 class Items:
@@ -34,8 +44,18 @@ class Items:
     def add(self, kind: str, path: str, reason: str, file: str = "", **fields) -> None:
         item = self._by_path.get(path)
         if item is None:
-            item = {"id": len(self.items), "path": path, "file": file or self._file(path), "key": "",
-                    "split": "", "given": "", "suggested": "", "confidence": None, "kinds": [], "reasons": []}
+            item = {
+                "id": len(self.items),
+                "path": path,
+                "file": file or self._file(path),
+                "key": "",
+                "split": "",
+                "given": "",
+                "suggested": "",
+                "confidence": None,
+                "kinds": [],
+                "reasons": [],
+            }
             self.items.append(item)
             self._by_path[path] = item
         for name, value in fields.items():
@@ -44,7 +64,6 @@ class Items:
         if kind not in item["kinds"]:
             item["kinds"].append(kind)
         item["reasons"].append(reason)
-
 
     def _file(self, path: str) -> str:
         """Where a listed path is read: under the data root; an AutoML import file's image elsewhere on Cloud
@@ -61,10 +80,17 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
     health = _output(components.get("DataHealth"), "health")
     for row in _csv(health, "label_issues.csv"):
         probability = float(row["given_probability"] or 0)
-        found.add(LABEL_SUSPECT, row["path"],
-                  f"likely label error: the check suggests {row['suggested']} (the given label's probability "
-                  f"{probability:.2f})", key=row.get("key", ""), split=row["split"], given=row["given"],
-                  suggested=row["suggested"], confidence=round(1 - probability, 4))
+        found.add(
+            LABEL_SUSPECT,
+            row["path"],
+            f"likely label error: the check suggests {row['suggested']} (the given label's probability "
+            f"{probability:.2f})",
+            key=row.get("key", ""),
+            split=row["split"],
+            given=row["given"],
+            suggested=row["suggested"],
+            confidence=round(1 - probability, 4),
+        )
     report = _output(ingestion, "report")
     groups: Dict[str, List[Dict[str, str]]] = {}
     for row in _csv(report, "near_duplicates.csv"):
@@ -72,8 +98,11 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
     for members in groups.values():
         labels, splits = {m["label"] for m in members}, {m["split"] for m in members}
         if len(labels) > 1 or len(splits) > 1:
-            why = (f"near-duplicates labelled {' / '.join(sorted(labels))}" if len(labels) > 1
-                   else f"near-duplicates in {' and '.join(sorted(splits))}")
+            why = (
+                f"near-duplicates labelled {' / '.join(sorted(labels))}"
+                if len(labels) > 1
+                else f"near-duplicates in {' and '.join(sorted(splits))}"
+            )
             for m in members:
                 others = ", ".join(o["path"] for o in members if o is not m)[:300]
                 found.add(CONFLICT, m["path"], f"{why}: {others}", split=m["split"], given=m["label"])
@@ -81,19 +110,35 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
     index = _json(evaluation, os.path.join("explanations", "index.json")) or {}
     for image in index.get("images", []):
         if not image.get("correct", True):
-            found.add(MISCLASSIFIED, image["path"],
-                      f"misclassified in eval: the model says {image['predicted']} at {image['probability']:.2f}",
-                      split="eval", given=image["actual"], suggested=image["predicted"],
-                      confidence=image["probability"])
+            found.add(
+                MISCLASSIFIED,
+                image["path"],
+                f"misclassified in eval: the model says {image['predicted']} at {image['probability']:.2f}",
+                split="eval",
+                given=image["actual"],
+                suggested=image["predicted"],
+                confidence=image["probability"],
+            )
     for row in _csv(health, "outliers.csv"):
-        found.add(OUTLIER, row["path"], f"outlier: {row['reasons']}", key=row.get("key", ""), split=row["split"],
-                  given=row["label"])
+        found.add(
+            OUTLIER,
+            row["path"],
+            f"outlier: {row['reasons']}",
+            key=row.get("key", ""),
+            split=row["split"],
+            given=row["label"],
+        )
     if predictions:
         for record in _predictions(predictions):
             best = (record.get("predictions") or [{}])[0]
-            found.add(UNSURE, record["path"], f"unsure prediction: best {best.get('class')} at "
-                      f"{best.get('probability', 0):.2f}", file=record["path"], suggested=best.get("class", ""),
-                      confidence=best.get("probability"))
+            found.add(
+                UNSURE,
+                record["path"],
+                f"unsure prediction: best {best.get('class')} at {best.get('probability', 0):.2f}",
+                file=record["path"],
+                suggested=best.get("class", ""),
+                confidence=best.get("probability"),
+            )
     return found
 
 
@@ -121,8 +166,13 @@ def _predictions(path: str) -> List[Dict[str, Any]]:
     text = fs.read_bytes(path).decode("utf-8")
     if path.endswith(".csv"):
         rows = list(csv.DictReader(io.StringIO(text)))
-        return [{"path": r["path"], "predictions": [{"class": r.get("class_1", ""),
-                                                     "probability": float(r.get("probability_1") or 0)}]}
-                for r in rows if r.get("unsure") == "yes"]  # prediction/result_files.py csv_cells
+        return [
+            {
+                "path": r["path"],
+                "predictions": [{"class": r.get("class_1", ""), "probability": float(r.get("probability_1") or 0)}],
+            }
+            for r in rows
+            if r.get("unsure") == "yes"
+        ]  # prediction/result_files.py csv_cells
     records = [json.loads(line) for line in text.splitlines() if line.strip()]
     return [r for r in records if r.get("unsure")]

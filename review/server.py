@@ -18,18 +18,22 @@ import threading
 import urllib.parse
 from typing import Any, Dict, List, Optional
 
-from storage import review_file
 from components.example_gen.ingest_defaults import MAX_PIXELS  # ingestion's bound: a file it refuses, never decoded
 from review.items import Items
 from storage import files as fs
+from storage import review_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE, SCRIPT = os.path.join(HERE, "page.html"), os.path.join(HERE, "page.js")
 THUMBNAIL = 256  # px a side in the list
 LARGE = 1024  # px a side when enlarged
-HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-                                      "img-src 'self'; connect-src 'self'",
-           "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self'; connect-src 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 class Review:
@@ -45,13 +49,12 @@ class Review:
         for item in shown:
             done = self.decided.get(item["path"])
             item["decision"] = {"action": done.action, "new_label": done.new_label} if done else None
-        return {"items": shown, "classes": self.classes, "multi_label": self.multi_label,
-                "file": self.log.path}
+        return {"items": shown, "classes": self.classes, "multi_label": self.multi_label, "file": self.log.path}
 
     def decide(self, number: int, action: str, new_label: str = "") -> Dict[str, Any]:
         if action not in review_file.ACTIONS:
             raise ValueError(f"action {action!r}: use {', '.join(review_file.ACTIONS)}")
-        from components.example_gen.listing import label_set, labels_of
+        from components.example_gen.finding.listing import label_set, labels_of
 
         item = self.items.items[number]
         if action == "relabel":
@@ -62,8 +65,15 @@ class Review:
         if not item["key"] and not self._readable(item["file"]):
             raise ValueError("this image is outside the data root")
         key = item["key"] or hashlib.sha256(fs.read_bytes(item["file"])).hexdigest()
-        decision = review_file.Decision(review_file.now(), key, item["path"], action, item["given"],
-                                      new_label if action == "relabel" else "", "; ".join(item["reasons"])[:500])
+        decision = review_file.Decision(
+            review_file.now(),
+            key,
+            item["path"],
+            action,
+            item["given"],
+            new_label if action == "relabel" else "",
+            "; ".join(item["reasons"])[:500],
+        )
         with self._lock:
             self.log.append(decision)
             self.decided[item["path"]] = decision
@@ -71,7 +81,7 @@ class Review:
 
     def image(self, number: int, size: int) -> Optional[bytes]:
         """A JPEG of the item's image at most `size` a side, or None when it cannot be read or decoded."""
-        from components.example_gen.image_check import thumbnail
+        from components.example_gen.checking.image_check import thumbnail
 
         item = self.items.items[number]
         if not self._readable(item["file"]):
@@ -176,4 +186,3 @@ def serve(review: Review, port: int = 0) -> http.server.ThreadingHTTPServer:
 
 def _number(text: str, count: int) -> Optional[int]:
     return int(text) if text.isdigit() and int(text) < count else None
-

@@ -77,16 +77,20 @@ class Printer:
             if "val_balanced_accuracy" in event:  # imbalanced classes: what training follows
                 extra += f"  balanced {event['val_balanced_accuracy']:.3f}"
             if "val_auc_pr" in event:  # multi-label: what training follows (val_accuracy: over label bits)
-                extra = (f"  loss {event.get('loss', 0):.3f}  eval macro AUC-PR {event['val_auc_pr']:.3f}"
-                         f"  bit accuracy {event['val_accuracy']:.3f}")
+                extra = (
+                    f"  loss {event.get('loss', 0):.3f}  eval macro AUC-PR {event['val_auc_pr']:.3f}"
+                    f"  bit accuracy {event['val_accuracy']:.3f}"
+                )
         if event["kind"] == "tune" and "best" in event:
             shown = {"val_auc_pr": "eval macro AUC-PR", "val_balanced_accuracy": "balanced accuracy"}.get(
-                event.get("objective"), "eval accuracy")
+                event.get("objective"), "eval accuracy"
+            )
             extra = f"  best {shown} {event['best']:.3f}"
         if self.stream.isatty():
             filled = int(30 * done / total)
-            self._write(f"\r    {event['kind']:<7}[{'#' * filled}{'.' * (30 - filled)}] "
-                        f"{done:,}/{total:,} {label}{extra}")
+            self._write(
+                f"\r    {event['kind']:<7}[{'#' * filled}{'.' * (30 - filled)}] {done:,}/{total:,} {label}{extra}"
+            )
             self._bar_open = done < total
             if done >= total:
                 self._write("\n")
@@ -96,7 +100,6 @@ class Printer:
         if self._last_step.get(event["kind"]) != step:
             self._last_step[event["kind"]] = step
             self._line(f"    {event['kind']}: {done:,}/{total:,} {label}{extra}")
-
 
     def _count(self, event: Dict[str, Any]) -> None:
         label = {"features": "images through the backbone or the cache"}.get(event["kind"], "done")
@@ -124,8 +127,9 @@ class _LogHandler(logging.Handler):
 class MetadataWatcher(threading.Thread):
     """Polls ML Metadata for the executions of the run started after `since_ms`."""
 
-    def __init__(self, metadata_path: str, since_ms: int, sink: Callable[[Dict[str, Any]], None],
-                 interval: float = 0.3):
+    def __init__(
+        self, metadata_path: str, since_ms: int, sink: Callable[[Dict[str, Any]], None], interval: float = 0.3
+    ):
         super().__init__(daemon=True)
         self._path, self._since, self._sink, self._interval = metadata_path, since_ms, sink, interval
         self._done = threading.Event()
@@ -164,8 +168,9 @@ class MetadataWatcher(threading.Thread):
                 self._sink({"event": "component_started", "component": name})
             if state not in ("running", "new"):
                 seconds = (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000
-                self._sink({"event": "component_finished", "component": name, "state": state,
-                            "seconds": round(seconds, 2)})
+                self._sink(
+                    {"event": "component_finished", "component": name, "state": state, "seconds": round(seconds, 2)}
+                )
             self._seen[execution.id] = state
 
 

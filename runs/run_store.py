@@ -10,9 +10,14 @@ from typing import Any, Dict, List, Optional
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-_STATES = {metadata_store_pb2.Execution.COMPLETE: "ran", metadata_store_pb2.Execution.CACHED: "cached",
-           metadata_store_pb2.Execution.FAILED: "FAILED", metadata_store_pb2.Execution.RUNNING: "running",
-           metadata_store_pb2.Execution.NEW: "new", metadata_store_pb2.Execution.CANCELED: "canceled"}
+_STATES = {
+    metadata_store_pb2.Execution.COMPLETE: "ran",
+    metadata_store_pb2.Execution.CACHED: "cached",
+    metadata_store_pb2.Execution.FAILED: "FAILED",
+    metadata_store_pb2.Execution.RUNNING: "running",
+    metadata_store_pb2.Execution.NEW: "new",
+    metadata_store_pb2.Execution.CANCELED: "canceled",
+}
 
 ERROR_PROPERTY = "imagepipe_error"  # set by the local runner on the execution that failed
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -36,12 +41,16 @@ def check_store_file(metadata_path: str) -> None:
             if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
                 problem = "not an SQLite database"
     if problem:
-        raise NoMetadata(f"{metadata_path}: not an ML Metadata store ({problem}); move it away (the next run "
-                         "starts a new one) or use another --root")
+        raise NoMetadata(
+            f"{metadata_path}: not an ML Metadata store ({problem}); move it away (the next run "
+            "starts a new one) or use another --root"
+        )
     damage = _sqlite_damage(metadata_path)
     if damage:
-        raise NoMetadata(f"{metadata_path}: a damaged ML Metadata store ({damage}); restore it from a backup, or move "
-                         "it away (the next run starts a new one) or use another --root")
+        raise NoMetadata(
+            f"{metadata_path}: a damaged ML Metadata store ({damage}); restore it from a backup, or move "
+            "it away (the next run starts a new one) or use another --root"
+        )
 
 
 def _sqlite_damage(path: str) -> str:
@@ -62,24 +71,30 @@ def _sqlite_damage(path: str) -> str:
 
 def open_store(metadata_path: str, writable: bool = False) -> metadata_store.MetadataStore:
     if not os.path.exists(metadata_path):
-        raise NoMetadata(f"no ML Metadata at {metadata_path}; run 'imagepipe run' first (with the same "
-                         "--root and --name)")
+        raise NoMetadata(
+            f"no ML Metadata at {metadata_path}; run 'imagepipe run' first (with the same --root and --name)"
+        )
     check_store_file(metadata_path)
     config = metadata_store_pb2.ConnectionConfig()
     config.sqlite.filename_uri = metadata_path
-    config.sqlite.connection_mode = (metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE if writable
-                                     else metadata_store_pb2.SqliteMetadataSourceConfig.READONLY)
+    config.sqlite.connection_mode = (
+        metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE
+        if writable
+        else metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    )
     return metadata_store.MetadataStore(config)
 
 
 def runs(store) -> List[metadata_store_pb2.Context]:
     """Pipeline runs, newest first."""
-    return sorted(store.get_contexts_by_type("pipeline_run"),
-                  key=lambda r: (r.create_time_since_epoch, r.id), reverse=True)
+    return sorted(
+        store.get_contexts_by_type("pipeline_run"), key=lambda r: (r.create_time_since_epoch, r.id), reverse=True
+    )
 
 
-def find_run(recorded: List[metadata_store_pb2.Context], metadata_path: str,
-              run_id: Optional[str]) -> metadata_store_pb2.Context:
+def find_run(
+    recorded: List[metadata_store_pb2.Context], metadata_path: str, run_id: Optional[str]
+) -> metadata_store_pb2.Context:
     if not recorded:
         raise NoMetadata(f"{metadata_path}: no pipeline run recorded yet; run 'imagepipe run' first")
     if run_id is None:
@@ -101,16 +116,19 @@ def pipeline_of_run(root: str, pipelines: Dict[str, str], run_id: Optional[str] 
                     newest = (run.create_time_since_epoch, name)
                 break
     if newest is None and run_id:
-        raise NoMetadata(f"run {run_id!r} not found in any pipeline under {root}; 'imagepipe runs --root {root}' "
-                         "lists them")
+        raise NoMetadata(
+            f"run {run_id!r} not found in any pipeline under {root}; 'imagepipe runs --root {root}' lists them"
+        )
     if newest is None:
         raise NoMetadata(f"no run recorded under {root}; run 'imagepipe run' first (with the same --root)")
     return newest[1]
 
 
 def node_name(store, execution) -> str:
-    return next((c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id)
-                 if c.type == "node"), execution.type)
+    return next(
+        (c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id) if c.type == "node"),
+        execution.type,
+    )
 
 
 def state_name(execution) -> str:
@@ -118,8 +136,11 @@ def state_name(execution) -> str:
 
 
 def scalars(properties) -> Dict[str, Any]:
-    return {k: getattr(v, v.WhichOneof("value")) for k, v in properties.items()
-            if v.WhichOneof("value") in ("int_value", "string_value", "double_value")}
+    return {
+        k: getattr(v, v.WhichOneof("value"))
+        for k, v in properties.items()
+        if v.WhichOneof("value") in ("int_value", "string_value", "double_value")
+    }
 
 
 def execution_error(execution) -> str:
@@ -158,8 +179,12 @@ def record_interruption(metadata_path: str, since_ms: int) -> None:
         return
     store = open_store(metadata_path, writable=True)
     stopped = (metadata_store_pb2.Execution.RUNNING, metadata_store_pb2.Execution.NEW)
-    unfinished = [e for e in store.get_executions_by_context(run.id) if e.last_known_state in stopped or (
-        e.last_known_state == metadata_store_pb2.Execution.FAILED and ERROR_PROPERTY not in e.custom_properties)]
+    unfinished = [
+        e
+        for e in store.get_executions_by_context(run.id)
+        if e.last_known_state in stopped
+        or (e.last_known_state == metadata_store_pb2.Execution.FAILED and ERROR_PROPERTY not in e.custom_properties)
+    ]
     for execution in unfinished:
         execution.last_known_state = metadata_store_pb2.Execution.CANCELED
     if unfinished:
@@ -176,8 +201,9 @@ def record_failure(metadata_path: str, message: str, since_ms: int) -> None:
     if run is None:
         return
     store = open_store(metadata_path, writable=True)
-    failed = [e for e in store.get_executions_by_context(run.id)
-              if e.last_known_state == metadata_store_pb2.Execution.FAILED]
+    failed = [
+        e for e in store.get_executions_by_context(run.id) if e.last_known_state == metadata_store_pb2.Execution.FAILED
+    ]
     for execution in failed:
         execution.custom_properties[ERROR_PROPERTY].string_value = message[:20000]
     if failed:

@@ -7,7 +7,7 @@ LINES holds, per component kind (run_summary.DETAILS's keys), the text after its
 from typing import Any, Callable, Dict, List
 
 from components import drift as drift_lib
-from components.example_gen.listing import split_sort_key
+from components.example_gen.finding.listing import split_sort_key
 from components.health import TRUSTED_ACCURACY
 from runs.run_summary import component_kind
 from trainer import class_balance, hparams
@@ -36,12 +36,14 @@ def one_line(c: Dict[str, Any]) -> str:
 
 def _ingestion(c: Dict[str, Any]) -> str:
     d = c["details"]
-    splits = ", ".join(f"{s} {n:,}" for s, n in sorted(d["examples_per_split"].items(),
-                                                        key=lambda kv: split_sort_key(kv[0])))
+    splits = ", ".join(
+        f"{s} {n:,}" for s, n in sorted(d["examples_per_split"].items(), key=lambda kv: split_sort_key(kv[0]))
+    )
     reasons = ", ".join(f"{r} {n}" for r, n in d["quarantine_reasons"].items())
-    text = (f"{d['files_seen']:,} files -> {d['examples_written']:,} examples ({splits}), "
-            f"{d['quarantined']:,} quarantined" + (f" ({reasons})" if reasons else "")
-            + f", {len(d['label_map'])} classes")
+    text = (
+        f"{d['files_seen']:,} files -> {d['examples_written']:,} examples ({splits}), "
+        f"{d['quarantined']:,} quarantined" + (f" ({reasons})" if reasons else "") + f", {len(d['label_map'])} classes"
+    )
     if d.get("imbalance_ratio") is not None:
         text += f" ({describe_balance(d)})"
     if d.get("split_notes"):
@@ -59,7 +61,7 @@ def _ingestion(c: Dict[str, Any]) -> str:
 
 def describe_review(review: Dict[str, Any]) -> str:
     """What a review file changed, in a phrase (the report and the card say the same)."""
-    text = (f"review {review['file']}: {review['relabelled']:,} relabelled, {review['excluded']:,} excluded")
+    text = f"review {review['file']}: {review['relabelled']:,} relabelled, {review['excluded']:,} excluded"
     if review["not_applied"]:
         whys = sorted({row["why"] for row in review["not_applied"]})
         text += f", {len(review['not_applied']):,} not applied ({'; '.join(whys)})"
@@ -79,8 +81,10 @@ def describe_near_duplicates(d: Dict[str, Any]) -> str:
     """Ingestion's near-duplicates in a phrase: groups, eval examples with a copy in train, conflicts."""
     text = f"{d['near_duplicate_files']:,} files in {d['near_duplicate_groups']:,} near-duplicate groups"
     if d["near_duplicate_eval_leaks"]:
-        text += (f" ({d['near_duplicate_eval_leaks']:,} eval examples, {d['near_duplicate_eval_leak_fraction']:.1%},"
-                 " have one in train)")
+        text += (
+            f" ({d['near_duplicate_eval_leaks']:,} eval examples, {d['near_duplicate_eval_leak_fraction']:.1%},"
+            " have one in train)"
+        )
     if d["near_duplicate_conflicts"]:
         text += f", {d['near_duplicate_conflicts']:,} with conflicting labels"
     if d.get("near_duplicates_dropped"):
@@ -99,14 +103,20 @@ def describe_label_model(accuracy: float) -> str:
 def _health(c: Dict[str, Any]) -> str:
     d = c["details"]
     if d.get("label_issue_fraction") is not None:
-        text = (f"{d['label_issues']:,} likely label errors of {d['examples']:,} examples" if not d.get(
-            "label_check_sampled") else f"{d['label_issues']:,} likely label errors in a sample of "
-            f"{d['label_check_sampled']:,} of {d['examples']:,} examples ({d['label_issue_fraction']:.1%} estimated)")
+        text = (
+            f"{d['label_issues']:,} likely label errors of {d['examples']:,} examples"
+            if not d.get("label_check_sampled")
+            else f"{d['label_issues']:,} likely label errors in a sample of "
+            f"{d['label_check_sampled']:,} of {d['examples']:,} examples ({d['label_issue_fraction']:.1%} estimated)"
+        )
         if d.get("label_check_accuracy") is not None:
             text += f" ({describe_label_model(d['label_check_accuracy'])})"
     else:
-        text = "labels not checked" + (f" ({d['label_check_skipped']})" if d.get("label_check_skipped") else
-                                       " (--label-check on, or a transfer model)")
+        text = "labels not checked" + (
+            f" ({d['label_check_skipped']})"
+            if d.get("label_check_skipped")
+            else " (--label-check on, or a transfer model)"
+        )
     text += f", {d['outliers']:,} outliers or poor images"
     if d.get("feature_drift") is not None:
         text += f", feature drift {d['feature_drift']:.3f}"
@@ -120,8 +130,10 @@ def _health(c: Dict[str, Any]) -> str:
 def _features(c: Dict[str, Any]) -> str:
     d = c["details"]
     views = d["views"].get("train", 0)
-    return (f"{d['images']:,} images: {d['reused']:,} features reused from the cache, {d['computed']:,} computed"
-            f" ({d['dim']:,} values each" + (f"; {views} augmented views a training image" if views else "") + ")")
+    return (
+        f"{d['images']:,} images: {d['reused']:,} features reused from the cache, {d['computed']:,} computed"
+        f" ({d['dim']:,} values each" + (f"; {views} augmented views a training image" if views else "") + ")"
+    )
 
 
 def _gate(c: Dict[str, Any]) -> str:
@@ -129,13 +141,19 @@ def _gate(c: Dict[str, Any]) -> str:
     drift = d["drift"]
     classes = drift_lib.describe_classes(drift) or ""
     if d["passed"]:
-        compared = ("no drift from the last blessed model's data" if "checks" in drift
-                    else f"drift not checked: {drift['skipped']}")
+        compared = (
+            "no drift from the last blessed model's data"
+            if "checks" in drift
+            else f"drift not checked: {drift['skipped']}"
+        )
         return f"passed: no anomalies, {compared}" + (f"; {classes}" if classes else "")
     problems = [f"[{a['split']}] {a['feature']}: {a['short']}" for a in d["anomalies"]]
     problems += [f"[drift] {drift_lib.describe_check(check)}" for check in d["drifted"]]
-    return (f"{len(d['anomalies'])} anomalies, {len(d['drifted'])} drifted (warn only): "
-            + "; ".join(problems) + (f"; {classes}" if classes else ""))
+    return (
+        f"{len(d['anomalies'])} anomalies, {len(d['drifted'])} drifted (warn only): "
+        + "; ".join(problems)
+        + (f"; {classes}" if classes else "")
+    )
 
 
 def _trainer(c: Dict[str, Any]) -> str:
@@ -143,20 +161,31 @@ def _trainer(c: Dict[str, Any]) -> str:
     accuracy = d["kept_eval_accuracy"]
     balanced = d.get("monitor") == class_balance.BALANCED_ACCURACY and d.get("kept_balanced_accuracy") is not None
     multi = d.get("monitor") == class_balance.MACRO_AUC_PR and d.get("kept_macro_auc_pr") is not None
-    return (describe_model(d) + f"{d['epochs']} epochs on {d['strategy']}"
-            + (f", kept epoch {d['kept_epoch']} (best eval macro AUC-PR): {d['kept_macro_auc_pr']:.4f}" if multi
-               else f", kept epoch {d['kept_epoch']} (best balanced accuracy): balanced accuracy "
-               f"{d['kept_balanced_accuracy']:.4f}, eval accuracy {accuracy:.4f}" if balanced and accuracy is not None
-               else f", kept epoch {d['kept_epoch']} (best eval accuracy): eval accuracy {accuracy:.4f}"
-               if accuracy is not None else "")
-            + (f"; {describe_class_balance(d['class_balance'])}" if (d.get("class_balance") or {}).get("imbalanced")
-               else "")
-            + (", with the search's values" if d.get("tuned") else "")
-            + (", warm-started" if d.get("warm_started_from") else "")
-            + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
-            + (f"; {still_improving(d['still_improving'])}" if d.get("still_improving") else "")
-            + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else "")
-            + (f"; {describe_exports(d['exports'])}" if d.get("exports") else ""))
+    return (
+        describe_model(d)
+        + f"{d['epochs']} epochs on {d['strategy']}"
+        + (
+            f", kept epoch {d['kept_epoch']} (best eval macro AUC-PR): {d['kept_macro_auc_pr']:.4f}"
+            if multi
+            else f", kept epoch {d['kept_epoch']} (best balanced accuracy): balanced accuracy "
+            f"{d['kept_balanced_accuracy']:.4f}, eval accuracy {accuracy:.4f}"
+            if balanced and accuracy is not None
+            else f", kept epoch {d['kept_epoch']} (best eval accuracy): eval accuracy {accuracy:.4f}"
+            if accuracy is not None
+            else ""
+        )
+        + (
+            f"; {describe_class_balance(d['class_balance'])}"
+            if (d.get("class_balance") or {}).get("imbalanced")
+            else ""
+        )
+        + (", with the search's values" if d.get("tuned") else "")
+        + (", warm-started" if d.get("warm_started_from") else "")
+        + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
+        + (f"; {still_improving(d['still_improving'])}" if d.get("still_improving") else "")
+        + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else "")
+        + (f"; {describe_exports(d['exports'])}" if d.get("exports") else "")
+    )
 
 
 def describe_model(d: Dict[str, Any]) -> str:
@@ -169,12 +198,16 @@ def describe_model(d: Dict[str, Any]) -> str:
 def describe_class_balance(balancing: Dict[str, Any]) -> str:
     """What training did about imbalanced classes, in a phrase."""
     if balancing.get("task") == "multi":
-        how = {"weights": "rare labels' positives weighted in the loss",
-               "off": "no weighting (--class-balance off)"}[balancing["mode"]]
+        how = {"weights": "rare labels' positives weighted in the loss", "off": "no weighting (--class-balance off)"}[
+            balancing["mode"]
+        ]
         ratio = balancing.get("imbalance_ratio")  # None with a single label
         return how + (f" (labels {ratio:.1f}:1)" if ratio is not None else "")
-    how = {"weights": "loss weighted by class", "sampling": "class-balanced batches",
-           "off": "no balancing (--class-balance off)"}[balancing["mode"]]
+    how = {
+        "weights": "loss weighted by class",
+        "sampling": "class-balanced batches",
+        "off": "no balancing (--class-balance off)",
+    }[balancing["mode"]]
     return f"{how} (imbalanced {balancing['imbalance_ratio']:.1f}:1)"
 
 
@@ -187,16 +220,19 @@ def _tuner(c: Dict[str, Any]) -> str:
     d = c["details"]
     score = f" ({objective_name(d)} {d['best_score']:.4f})" if d.get("best_score") is not None else ""
     if d["searched"]:
-        return (f"searched {len(d['results'])} trials ({d['reason']}): best {describe_values(d['best'])}{score}")
-    return (f"reused the search of {d['searched_at']} ({d['reason']}): {describe_values(d['best'])}{score}; "
-            "--retune to search again")
+        return f"searched {len(d['results'])} trials ({d['reason']}): best {describe_values(d['best'])}{score}"
+    return (
+        f"reused the search of {d['searched_at']} ({d['reason']}): {describe_values(d['best'])}{score}; "
+        "--retune to search again"
+    )
 
 
 def objective_name(d: Dict[str, Any]) -> str:
     """What a search's trials were scored on: eval accuracy, or balanced accuracy on imbalanced classes (multi-label:
     macro AUC-PR)."""
-    return {class_balance.BALANCED_ACCURACY: "balanced accuracy",
-            class_balance.MACRO_AUC_PR: "eval macro AUC-PR"}.get(d.get("objective"), "eval accuracy")
+    return {class_balance.BALANCED_ACCURACY: "balanced accuracy", class_balance.MACRO_AUC_PR: "eval macro AUC-PR"}.get(
+        d.get("objective"), "eval accuracy"
+    )
 
 
 def still_improving(options: List[str]) -> str:
@@ -208,14 +244,16 @@ def describe_labels(d: Dict[str, Any], most: int = 6) -> str:
     """A multi-label evaluation in a phrase: macro AUC-PR and F1, each label's F1 at its threshold, weakest first."""
     from components.evaluator.results import weakest_label
 
-    text = (f"macro AUC-PR {d['macro_auc_pr']:.4f}" if d.get("macro_auc_pr") is not None else "macro AUC-PR -")
+    text = f"macro AUC-PR {d['macro_auc_pr']:.4f}" if d.get("macro_auc_pr") is not None else "macro AUC-PR -"
     if d.get("macro_f1") is not None:
         text += f", macro F1 {d['macro_f1']:.4f} at the labels' thresholds"
     text += f" on {d.get('example_count') or 0:,} eval examples"
     if d.get("baseline_macro_auc_pr") is not None:
         text += f" (last blessed model: macro AUC-PR {d['baseline_macro_auc_pr']:.4f})"
-    rows = sorted(((name, m["f1"], m["threshold"]) for name, m in (d.get("per_class") or {}).items()
-                   if m.get("f1") is not None), key=lambda r: (r[1], r[0]))
+    rows = sorted(
+        ((name, m["f1"], m["threshold"]) for name, m in (d.get("per_class") or {}).items() if m.get("f1") is not None),
+        key=lambda r: (r[1], r[0]),
+    )
     if rows:
         text += "; F1 " + ", ".join(f"{name} {f1:.2f} (>{t:g})" for name, f1, t in rows[:most])
         text += f" and {len(rows) - most} more labels" if len(rows) > most else ""
@@ -239,8 +277,11 @@ def _evaluator(c: Dict[str, Any]) -> str:
         text = describe_labels(d)
         if d.get("baseline_skipped"):
             text += f" (not compared: {d['baseline_skipped']}; judged on the threshold alone)"
-        return (text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
-                + describe_explanations(d))
+        return (
+            text
+            + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
+            + describe_explanations(d)
+        )
     text = f"accuracy {d['accuracy']:.4f}" if d["accuracy"] is not None else ""
     if d.get("balanced_accuracy") is not None:
         text += f", balanced accuracy {d['balanced_accuracy']:.4f}"
@@ -254,28 +295,39 @@ def _evaluator(c: Dict[str, Any]) -> str:
         text += f" (not compared: {d['baseline_skipped']}; judged on the threshold alone)"
     if d.get("per_class"):
         text += f"; {describe_recalls(d)}"
-    return (text + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
-            + describe_explanations(d))
+    return (
+        text
+        + (", BLESSED" if d["blessed"] else ", not blessed: " + "; ".join(d["failures"])[:300])
+        + describe_explanations(d)
+    )
 
 
 def describe_recalls(d: Dict[str, Any], most: int = 6) -> str:
     """Each class's recall (the weakest first), or with many classes the weakest few, naming the weakest."""
     from components.evaluator.results import weakest_class
 
-    rows = sorted(((name, m["recall"]) for name, m in d["per_class"].items() if m.get("recall") is not None),
-                  key=lambda kv: (kv[1], kv[0]))
+    rows = sorted(
+        ((name, m["recall"]) for name, m in d["per_class"].items() if m.get("recall") is not None),
+        key=lambda kv: (kv[1], kv[0]),
+    )
     unseen = sorted(name for name, m in d["per_class"].items() if m.get("recall") is None)  # no eval image
     if not rows:
         return ""
     shown = ", ".join(f"{name} {recall:.2f}" for name, recall in rows[:most])
     text = f"recall {shown}" + (f" and {len(rows) - most} more classes" if len(rows) > most else "")
     if unseen:
-        text += "; no eval images of " + ", ".join(unseen[:most]) + (
-            f" and {len(unseen) - most} more" if len(unseen) > most else "")
+        text += (
+            "; no eval images of "
+            + ", ".join(unseen[:most])
+            + (f" and {len(unseen) - most} more" if len(unseen) > most else "")
+        )
     weakest = weakest_class(d)
     if weakest:
-        text += (f"; weakest class {weakest['name']!r} ({weakest['support']:,} eval images"
-                 + ("" if weakest["judged"] else ", too few to judge") + ")")
+        text += (
+            f"; weakest class {weakest['name']!r} ({weakest['support']:,} eval images"
+            + ("" if weakest["judged"] else ", too few to judge")
+            + ")"
+        )
     return text
 
 
@@ -307,10 +359,15 @@ def describe_exports(record: Dict[str, Any]) -> str:
         if export.get("error"):
             parts.append(f"{kind} failed: {export['error']}")
         elif kind == "onnx":
-            parts.append(f"ONNX {export['bytes'] / 2**20:.1f} MB" + (
-                f", {export.get('agreement_on', 'top-1')} as the SavedModel on {export['agreement']:.1%} of "
-                f"{export['examples']:,} eval images"
-                if export.get("agreement") is not None else ""))
+            parts.append(
+                f"ONNX {export['bytes'] / 2**20:.1f} MB"
+                + (
+                    f", {export.get('agreement_on', 'top-1')} as the SavedModel on {export['agreement']:.1%} of "
+                    f"{export['examples']:,} eval images"
+                    if export.get("agreement") is not None
+                    else ""
+                )
+            )
         else:
             parts.append(f"Core ML {export['bytes'] / 2**20:.1f} MB (spec checked)")
     return ", ".join(parts)
@@ -320,7 +377,9 @@ def describe_tflite(record: Dict[str, Any]) -> str:
     """The Trainer's TFLite exports in a phrase: each one's eval accuracy next to the SavedModel's."""
     if "error" in record:
         return f"TFLite export failed: {record['error']}"
-    models = ", ".join(f"{kind} {m['accuracy']:.4f} ({m['bytes'] / 1024:,.0f} KB)" for kind, m in record["models"].items())
+    models = ", ".join(
+        f"{kind} {m['accuracy']:.4f} ({m['bytes'] / 1024:,.0f} KB)" for kind, m in record["models"].items()
+    )
     return f"TFLite {models} vs SavedModel {record['savedmodel_accuracy']:.4f} on {record['examples']:,} eval examples"
 
 
@@ -336,10 +395,9 @@ LINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "Trainer": _trainer,
     "Evaluator": _evaluator,
     "ModelCard": lambda c: describe_card(c["details"]),
-    "Pusher": lambda c: (f"pushed to {c['details']['destination']}" if c["details"]["pushed"]
-                         else "not pushed (model not blessed)"),
+    "Pusher": lambda c: (
+        f"pushed to {c['details']['destination']}" if c["details"]["pushed"] else "not pushed (model not blessed)"
+    ),
     "SchemaGen": lambda c: c["details"]["schema"],
     "ImportSchemaGen": lambda c: c["details"]["schema"],
 }
-
-

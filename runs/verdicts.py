@@ -15,22 +15,25 @@ def by_kind(summary: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return found
 
 
-def hints(summary: Dict[str, Any], predict_command: Optional[str] = None,
-          review_command: Optional[str] = None) -> List[str]:
+def hints(
+    summary: Dict[str, Any], predict_command: Optional[str] = None, review_command: Optional[str] = None
+) -> List[str]:
     """What to look at next, after the summary lines: the quarantine list, the data health findings and the page
     that reviews them, TensorBoard, and (when a model was pushed) the command that classifies images with it."""
     details = {kind: c["details"] for kind, c in by_kind(summary).items()}
     out = []
     if details.get("ImageExampleGen", {}).get("quarantined"):
         out.append(f"quarantined files, with reasons: {details['ImageExampleGen']['quarantine_csv']}")
-    if details.get("ImageExampleGen", {}).get("near_duplicate_groups") and \
-            details["ImageExampleGen"].get("near_duplicates_csv"):  # a failed ingestion keeps no list of them
+    if details.get("ImageExampleGen", {}).get("near_duplicate_groups") and details["ImageExampleGen"].get(
+        "near_duplicates_csv"
+    ):  # a failed ingestion keeps no list of them
         out.append(f"near-duplicate groups: {details['ImageExampleGen']['near_duplicates_csv']}")
     for key, what in (("label_issues", "likely label errors, most likely first"), ("outliers", "outliers")):
         if details.get("DataHealth", {}).get(key):
             out.append(f"{what}: {details['DataHealth'][key + '_csv']}")
-    if review_command and (details.get("DataHealth", {}).get("label_issues")
-                           or details.get("DataHealth", {}).get("outliers")):
+    if review_command and (
+        details.get("DataHealth", {}).get("label_issues") or details.get("DataHealth", {}).get("outliers")
+    ):
         out.append(f"keep, relabel or exclude them on a page, for the next run's --review: {review_command}")
     if details.get("Trainer", {}).get("model_run"):
         out.append(f"training curves: tensorboard --logdir {details['Trainer']['model_run']}")
@@ -56,13 +59,20 @@ def data_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
     warned = [f"{len(anomalies)} anomalies"] if anomalies else []
     warned += [f"drift in {len(drifted)} distributions"] if drifted else []
     warned += [f"data health: {', '.join(p['check'] for p in health_problems)}"] if health_problems else []
-    kind = ("bad" if gate_failed or health_failed else
-            "warn" if ingest["quarantined"] or warned else "ok")
-    text = (f"{ingest['files_seen']:,} files → {ingest['examples_written']:,} examples, "
-            f"{ingest['quarantined']:,} quarantined; "
-            + ("validation stopped the run" if gate_failed else
-               "the data health check stopped the run" if health_failed else
-               f"{' and '.join(warned)} (warned)" if warned else "no anomalies, no drift"))
+    kind = "bad" if gate_failed or health_failed else "warn" if ingest["quarantined"] or warned else "ok"
+    text = (
+        f"{ingest['files_seen']:,} files → {ingest['examples_written']:,} examples, "
+        f"{ingest['quarantined']:,} quarantined; "
+        + (
+            "validation stopped the run"
+            if gate_failed
+            else "the data health check stopped the run"
+            if health_failed
+            else f"{' and '.join(warned)} (warned)"
+            if warned
+            else "no anomalies, no drift"
+        )
+    )
     return kind, text
 
 

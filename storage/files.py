@@ -30,8 +30,10 @@ def local_or_supported(path: str, what: str) -> str:
     if path.lower().startswith(SUPPORTED_SCHEMES):
         return path
     scheme = path.split("://", 1)[0]
-    raise DataError(f"{what}: imagepipe reads local paths and Cloud Storage (gs://), not {scheme}://; copy the "
-                    "files to a local folder or a gs:// bucket (or mount the store) and give that path")
+    raise DataError(
+        f"{what}: imagepipe reads local paths and Cloud Storage (gs://), not {scheme}://; copy the "
+        "files to a local folder or a gs:// bucket (or mount the store) and give that path"
+    )
 
 
 def join(base: str, *parts: str) -> str:
@@ -60,8 +62,10 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
     try:
         socket.create_connection(address, timeout=timeout).close()
     except OSError as e:
-        raise DataError(f"{uri}: cannot reach Cloud Storage at {address[0]}:{address[1]} "
-                        f"({e.strerror or type(e).__name__}); check the network (or proxy) and try again") from None
+        raise DataError(
+            f"{uri}: cannot reach Cloud Storage at {address[0]}:{address[1]} "
+            f"({e.strerror or type(e).__name__}); check the network (or proxy) and try again"
+        ) from None
     _REACHED.add(address)
 
 
@@ -114,8 +118,7 @@ def remote_files(root: str, limit: Optional[int] = None) -> List[Tuple[str, int,
 
     prefix = root.rstrip("/") + "/"
     (match,) = FileSystems.match([prefix + "**"], limits=[limit] if limit else None)
-    return [(m.path[len(prefix):], m.size_in_bytes, int(m.last_updated_in_seconds * 1e9))
-            for m in match.metadata_list]
+    return [(m.path[len(prefix) :], m.size_in_bytes, int(m.last_updated_in_seconds * 1e9)) for m in match.metadata_list]
 
 
 def remote_top_files(root: str) -> List[str]:
@@ -124,4 +127,4 @@ def remote_top_files(root: str) -> List[str]:
 
     prefix = root.rstrip("/") + "/"
     (match,) = FileSystems.match([prefix + "*"])
-    return [m.path[len(prefix):] for m in match.metadata_list if "/" not in m.path[len(prefix):]]
+    return [m.path[len(prefix) :] for m in match.metadata_list if "/" not in m.path[len(prefix) :]]

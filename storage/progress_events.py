@@ -12,5 +12,6 @@ LOGGER = "imagepipe.progress"
 
 def progress_event(kind: str, done: int, total: int, **detail) -> None:
     """`kind` ("ingest", "train") advanced to done/total; `detail` travels with the event."""
-    logging.getLogger(LOGGER).info("%s %d/%d", kind, done, total,
-                                   extra={"imagepipe_event": {"kind": kind, "done": done, "total": total, **detail}})
+    logging.getLogger(LOGGER).info(
+        "%s %d/%d", kind, done, total, extra={"imagepipe_event": {"kind": kind, "done": done, "total": total, **detail}}
+    )

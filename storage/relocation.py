@@ -29,7 +29,7 @@ def relocate(recorded: str, pipeline_root: str) -> str:
     at = path.rfind(anchor)
     if at < 0:
         return recorded
-    moved = os.path.join(pipeline_root, *path[at + len(anchor):].split("/"))
+    moved = os.path.join(pipeline_root, *path[at + len(anchor) :].split("/"))
     return moved if os.path.exists(moved) else recorded
 
 
@@ -51,5 +51,6 @@ def locate(recorded: str, this_run_artifact: str, what: str) -> str:
         raise BaselineError(
             f"the last blessed model's {what} is missing ({recorded}): the root was moved without it, or its "
             "pipelines/ folder was deleted, so the new model cannot be compared with it; restore that folder, "
-            "or start a new lineage with --name NEW (its runs and models are kept apart)")
+            "or start a new lineage with --name NEW (its runs and models are kept apart)"
+        )
     return found

@@ -8,7 +8,7 @@ whatever its name, and does not apply to a file that changed since. The last dec
 that counts ("keep" undoes an earlier relabel). A line is written with its newline in one write and flushed to
 disk before the page hears it was kept: a closed tab or a killed server loses nothing, and a line without its
 newline (a machine that stopped mid-write) is never read back. `imagepipe run --review FILE` applies them
-(components/example_gen/batch_ingest.py); `imagepipe review` writes them (review/server.py).
+(components/example_gen/writing/batch_ingest.py); `imagepipe review` writes them (review/server.py).
 """
 
 import csv
@@ -48,13 +48,17 @@ def read(path: str) -> Dict[str, Decision]:
     if not text:
         return {}
     if not text.startswith(HEADER):
-        raise ConfigError(f"--review {path}: not a review file (its first line is not {HEADER.strip()!r}); "
-                          "give a file `imagepipe review` wrote, or a new path")
+        raise ConfigError(
+            f"--review {path}: not a review file (its first line is not {HEADER.strip()!r}); "
+            "give a file `imagepipe review` wrote, or a new path"
+        )
     found: Dict[str, Decision] = {}
     for line, decision, _ in _records(path, text):
         if decision is None:
-            raise ConfigError(f"--review {path}: line {line} is not a decision (a content hash, and an action of "
-                              f"{', '.join(ACTIONS)}); fix or remove that line")
+            raise ConfigError(
+                f"--review {path}: line {line} is not a decision (a content hash, and an action of "
+                f"{', '.join(ACTIONS)}); fix or remove that line"
+            )
         found[decision.key] = decision
     return found
 
@@ -87,8 +91,11 @@ def _decision(cells) -> Optional[Decision]:
     if len(cells) != len(COLUMNS):
         return None
     decision = Decision(*cells)
-    if decision.action not in ACTIONS or len(decision.key) != 64 or any(c not in "0123456789abcdef"
-                                                                         for c in decision.key):
+    if (
+        decision.action not in ACTIONS
+        or len(decision.key) != 64
+        or any(c not in "0123456789abcdef" for c in decision.key)
+    ):
         return None
     return decision
 
@@ -117,8 +124,10 @@ class Log:
         import fcntl
 
         if fs.is_remote(path):
-            raise ConfigError(f"--review-file {path}: the review page writes a file on this machine; give a local "
-                              "path (copy it to gs:// for a scheduled run)")
+            raise ConfigError(
+                f"--review-file {path}: the review page writes a file on this machine; give a local "
+                "path (copy it to gs:// for a scheduled run)"
+            )
         self.path = os.path.abspath(path)
         self.decisions = read(self.path)  # what was decided before; refuses a file that is not a review file
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -127,8 +136,10 @@ class Log:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._file.close()
-            raise ConfigError(f"--review-file {path}: another `imagepipe review` is serving this file; close it "
-                              "first (or give another --review-file)") from None
+            raise ConfigError(
+                f"--review-file {path}: another `imagepipe review` is serving this file; close it "
+                "first (or give another --review-file)"
+            ) from None
         if self._file.seek(0, os.SEEK_END) == 0:
             self._write(HEADER)
         else:  # a last row without its newline: ended if whole (read() reads it), dropped if cut short mid-write

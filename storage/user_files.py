@@ -38,17 +38,26 @@ def check_target(path: str, option: str, kind: Optional[Kind] = None) -> None:
     except FileNotFoundError:
         return
     except OSError as e:
-        raise ConfigError(f"{option} {path}: cannot use it ({e.strerror}); give the path of a new or regular file") \
-            from None
+        raise ConfigError(
+            f"{option} {path}: cannot use it ({e.strerror}); give the path of a new or regular file"
+        ) from None
     if stat.S_ISDIR(mode):
         raise ConfigError(f"{option} {path}: a folder; give a file name, e.g. {os.path.join(path, 'out')}")
     if not stat.S_ISREG(mode):
-        raise ConfigError(f"{option} {path}: not a regular file (a device, pipe or socket), which is never written; "
-                          "give the path of a new or regular file")
+        raise ConfigError(
+            f"{option} {path}: not a regular file (a device, pipe or socket), which is never written; "
+            "give the path of a new or regular file"
+        )
     if kind is not None and not kind.ours(head(path)):
-        raise ConfigError(f"{option} {path}: " + (kind.refusal or f"the file exists and is not {kind.name} imagepipe "
-                                                  "wrote, so it is never overwritten; give a new path (or move the "
-                                                  "file away first)"))
+        raise ConfigError(
+            f"{option} {path}: "
+            + (
+                kind.refusal
+                or f"the file exists and is not {kind.name} imagepipe "
+                "wrote, so it is never overwritten; give a new path (or move the "
+                "file away first)"
+            )
+        )
 
 
 def head(path: str) -> bytes:
@@ -86,8 +95,10 @@ def write_whole(path: str, data: bytes, option: str, kind: Optional[Kind] = None
         os.replace(partial, path)
     except OSError as e:
         discard(partial)
-        raise ConfigError(f"{option} {path}: cannot write it ({e.strerror or e}); give a path on a disk with "
-                          "room that you can write to") from None
+        raise ConfigError(
+            f"{option} {path}: cannot write it ({e.strerror or e}); give a path on a disk with "
+            "room that you can write to"
+        ) from None
     return path
 
 
@@ -164,33 +175,40 @@ class FolderWriter:
             os.makedirs(parent, exist_ok=True)
             self.partial = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent)
         except OSError as e:
-            raise ConfigError(f"{option} {out}: cannot write there ({e.strerror or e}); give a folder you can "
-                              "write to") from None
+            raise ConfigError(
+                f"{option} {out}: cannot write there ({e.strerror or e}); give a folder you can write to"
+            ) from None
         self._closed = False
 
     def _check(self, marker: Optional[_Marker]) -> bool:
         """Whether `out` is a folder of ours to replace (False: new or empty); ConfigError when it cannot be."""
         out, option = self.out, self._option
         if os.path.islink(out):
-            raise ConfigError(f"{option} {out}: a symbolic link, which is never written through; give the folder's "
-                              "own path (new, empty, or one imagepipe wrote)")
+            raise ConfigError(
+                f"{option} {out}: a symbolic link, which is never written through; give the folder's "
+                "own path (new, empty, or one imagepipe wrote)"
+            )
         if not os.path.lexists(out):
             return False
         if not os.path.isdir(out):
             raise ConfigError(f"{option} {out}: not a folder; give a new or empty folder")
         if marker is not None and marker.kind == self._kind:
             if marker.files is None:
-                raise ConfigError(f"{option} {out}: written by an earlier imagepipe that did not list its files, so "
-                                  "files of yours there cannot be told from its own; give a new folder (or empty "
-                                  "this one first)")
+                raise ConfigError(
+                    f"{option} {out}: written by an earlier imagepipe that did not list its files, so "
+                    "files of yours there cannot be told from its own; give a new folder (or empty "
+                    "this one first)"
+                )
             return True
         try:
             empty = not os.listdir(out)
         except OSError as e:
             raise ConfigError(f"{option} {out}: cannot read it ({e.strerror}); give a new or empty folder") from None
         if not empty:
-            raise ConfigError(f"{option} {out}: the folder holds files imagepipe did not write, which it never "
-                              "deletes or writes among; give a new or empty folder")
+            raise ConfigError(
+                f"{option} {out}: the folder holds files imagepipe did not write, which it never "
+                "deletes or writes among; give a new or empty folder"
+            )
         return False
 
     def close(self, complete: bool) -> None:
@@ -207,8 +225,10 @@ class FolderWriter:
                 return
         except OSError as e:
             shutil.rmtree(self.partial, ignore_errors=True)
-            raise ConfigError(f"{self._option} {self.out}: cannot write there ({e.strerror or e}); give a folder you "
-                              "can write to, on a disk with room") from None
+            raise ConfigError(
+                f"{self._option} {self.out}: cannot write there ({e.strerror or e}); give a folder you "
+                "can write to, on a disk with room"
+            ) from None
         except BaseException:
             shutil.rmtree(self.partial, ignore_errors=True)
             raise
@@ -221,19 +241,36 @@ class FolderWriter:
             return
         ours = set(marker.files)
         folders_of_ours = {rel.rsplit("/", i)[0] for rel in ours for i in range(1, rel.count("/") + 1)}
-        theirs = [rel for rel in _entries_under(self.out)
-                  if rel not in ours and rel != COMPLETE
-                  and not (rel in folders_of_ours and _real_folder(os.path.join(self.out, rel)))]  # emptied, ours
+        theirs = [
+            rel
+            for rel in _entries_under(self.out)
+            if rel not in ours
+            and rel != COMPLETE
+            and not (rel in folders_of_ours and _real_folder(os.path.join(self.out, rel)))
+        ]  # emptied, ours
         # Every clash first, both ways (a file of theirs where this run writes one, or under a name it writes as a
         # file), before anything is moved.
-        clash = next((rel for rel in theirs if rel in written or any(w.startswith(rel + "/") for w in written)
-                      or any(rel.startswith(w + "/") for w in written)), None)
+        clash = next(
+            (
+                rel
+                for rel in theirs
+                if rel in written
+                or any(w.startswith(rel + "/") for w in written)
+                or any(rel.startswith(w + "/") for w in written)
+            ),
+            None,
+        )
         if clash:
-            raise ConfigError(f"{self._option} {self.out}: {clash} is not a file imagepipe wrote, and this run writes "
-                              "one of that name; move it away, or give another folder")
+            raise ConfigError(
+                f"{self._option} {self.out}: {clash} is not a file imagepipe wrote, and this run writes "
+                "one of that name; move it away, or give another folder"
+            )
         moved: List[str] = []
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(self.out))}.", suffix=".old",
-                               dir=os.path.dirname(os.path.abspath(self.out)))
+        old = tempfile.mkdtemp(
+            prefix=f".{os.path.basename(os.path.abspath(self.out))}.",
+            suffix=".old",
+            dir=os.path.dirname(os.path.abspath(self.out)),
+        )
         aside = os.path.join(old, "folder")
         try:
             for rel in theirs:  # the user's files go on living in the folder: moved, never copied or deleted
@@ -273,8 +310,11 @@ def _entries_under(folder: str) -> List[str]:
     for dirpath, dirnames, filenames in os.walk(folder):
         rel = os.path.relpath(dirpath, folder).replace(os.sep, "/")
         found += [name if rel == "." else f"{rel}/{name}" for name in filenames]
-        found += [name if rel == "." else f"{rel}/{name}" for name in dirnames
-                  if os.path.islink(os.path.join(dirpath, name)) or not os.listdir(os.path.join(dirpath, name))]
+        found += [
+            name if rel == "." else f"{rel}/{name}"
+            for name in dirnames
+            if os.path.islink(os.path.join(dirpath, name)) or not os.listdir(os.path.join(dirpath, name))
+        ]
     return sorted(found)
 
 

@@ -19,9 +19,19 @@ from typing import Any, Dict, List
 
 import pytest
 
-CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars", "--window-size=1280,900", "--remote-debugging-port=0"]
+CHROMIUM_FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--window-size=1280,900",
+    "--remote-debugging-port=0",
+]
 
 
 def chromium_or_skip() -> str:
@@ -68,8 +78,11 @@ def _chromium_page():
     """A page of a fresh headless Chromium, its domains enabled; the browser is gone after."""
     browser = chromium_or_skip()
     profile = tempfile.mkdtemp(prefix="chromium-")
-    proc = subprocess.Popen([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         port_file = os.path.join(profile, "DevToolsActivePort")
         deadline = time.monotonic() + 60
@@ -93,8 +106,11 @@ def _chromium_page():
 
 
 def _screenshot(page: _Page, screenshot: str) -> None:
-    size = page.call("Runtime.evaluate", returnByValue=True,
-                     expression="[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+    size = page.call(
+        "Runtime.evaluate",
+        returnByValue=True,
+        expression="[document.documentElement.scrollWidth, document.documentElement.scrollHeight]",
+    )
     width, height = size["result"]["value"]
     page.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
     shot = page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
@@ -123,16 +139,22 @@ def drive_page(url: str, steps: List[tuple], check_js: str, screenshot: str) -> 
         for kind, value in steps:
             if kind == "wait":
                 deadline = time.monotonic() + 30
-                while not page.call("Runtime.evaluate", expression=f"Boolean({value})",
-                                    returnByValue=True)["result"].get("value"):
+                while not page.call("Runtime.evaluate", expression=f"Boolean({value})", returnByValue=True)[
+                    "result"
+                ].get("value"):
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"the page never showed {value}")
                     time.sleep(0.1)
             else:
                 text = value if len(value) == 1 else ""
                 for event in ("keyDown", "keyUp"):
-                    page.call("Input.dispatchKeyEvent", type=event, key=value, text=text if event == "keyDown"
-                              else "", code=_KEY_CODES.get(value, ""))
+                    page.call(
+                        "Input.dispatchKeyEvent",
+                        type=event,
+                        key=value,
+                        text=text if event == "keyDown" else "",
+                        code=_KEY_CODES.get(value, ""),
+                    )
         checked = page.call("Runtime.evaluate", expression=check_js, returnByValue=True)
         _screenshot(page, screenshot)
         events = page.events
@@ -143,12 +165,21 @@ _KEY_CODES = {"Enter": "Enter", "Escape": "Escape", "ArrowRight": "ArrowRight", 
 
 
 def _seen(events, checked) -> Dict[str, Any]:
-    console_errors = [e["params"]["args"] for e in events if e.get("method") == "Runtime.consoleAPICalled"
-                      and e["params"]["type"] in ("error", "assert")]
-    log_errors = [e["params"]["entry"]["text"] for e in events
-                  if e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"]
+    console_errors = [
+        e["params"]["args"]
+        for e in events
+        if e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert")
+    ]
+    log_errors = [
+        e["params"]["entry"]["text"]
+        for e in events
+        if e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"
+    ]
     exceptions = [e["params"]["exceptionDetails"] for e in events if e.get("method") == "Runtime.exceptionThrown"]
     failed_loads = [e["params"] for e in events if e.get("method") == "Network.loadingFailed"]
     requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
-    return {"errors": console_errors + log_errors + exceptions + failed_loads, "requests": requests,
-            "check": checked["result"].get("value")}
+    return {
+        "errors": console_errors + log_errors + exceptions + failed_loads,
+        "requests": requests,
+        "check": checked["result"].get("value"),
+    }

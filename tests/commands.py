@@ -21,11 +21,28 @@ IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")  # the co
 # prediction modules (a predict 3.4 -> 0.5 s). One interpreter of each kind per test process, and once the
 # pipeline one is started it serves the other commands too (its imports are a superset); the offline
 # Vertex job forks its tasks from it as well.
-_OTHER_MODULES = ["tensorflow", "cli.main", "prediction.predict", "prediction.batch_predict", "prediction.image_inputs",
-                  "prediction.result_files", "runs.run_store", "runs.run_summary", "report.report"]
+_OTHER_MODULES = [
+    "tensorflow",
+    "cli.main",
+    "prediction.predict",
+    "prediction.batch_predict",
+    "prediction.image_inputs",
+    "prediction.result_files",
+    "runs.run_store",
+    "runs.run_summary",
+    "report.report",
+]
 _WARM_MODULES = {
-    "pipeline": [vertex_offline.WARM_MODULE, "tfx.v1", "tfx.orchestration.local.local_dag_runner",
-                 "pipeline.local_runner", "pipeline.pipeline", "runs.progress", "runs.run_lock", *_OTHER_MODULES],
+    "pipeline": [
+        vertex_offline.WARM_MODULE,
+        "tfx.v1",
+        "tfx.orchestration.local.local_dag_runner",
+        "pipeline.local_runner",
+        "pipeline.pipeline",
+        "runs.progress",
+        "runs.run_lock",
+        *_OTHER_MODULES,
+    ],
     "other": _OTHER_MODULES,
 }
 _warm = {}
@@ -39,8 +56,13 @@ def run_imagepipe(*args: str, cwd=None, env=None, timeout: float = 900):
     it: argv, working directory and environment as asked, output captured, exit status. The process is a fork
     of a warm interpreter calling the console script's entry point (cli.main:console_main), so it skips the
     imports; a test that needs two commands at once runs one of them as the console script itself."""
-    return _forked(_kind(args), [IMAGEPIPE, *args], lambda warm, log: warm.run_entry(
-        "cli.main:console_main", [IMAGEPIPE, *args], log, env=env, cwd=cwd, timeout=timeout))
+    return _forked(
+        _kind(args),
+        [IMAGEPIPE, *args],
+        lambda warm, log: warm.run_entry(
+            "cli.main:console_main", [IMAGEPIPE, *args], log, env=env, cwd=cwd, timeout=timeout
+        ),
+    )
 
 
 class StartedCommand:
@@ -92,8 +114,11 @@ class StartedCommand:
 
 def run_pipeline_module(module: str, *args: str, cwd=None, env=None, timeout: float = 900):
     """`python -m MODULE ARGS` (a runner of the pipeline) as run_imagepipe runs a command."""
-    return _forked("pipeline", [sys.executable, "-m", module, *args], lambda warm, log: warm.run_module(
-        module, list(args), log, env=env, cwd=cwd or os.getcwd(), timeout=timeout))
+    return _forked(
+        "pipeline",
+        [sys.executable, "-m", module, *args],
+        lambda warm, log: warm.run_module(module, list(args), log, env=env, cwd=cwd or os.getcwd(), timeout=timeout),
+    )
 
 
 def warm_interpreter(kind: str):
@@ -114,8 +139,13 @@ def run_helper(entry: str, *args: str, env=None, timeout: float = 900):
     run_imagepipe runs a command: for a test that needs another environment (a fake Cloud Storage). It runs in
     tests/, which is how the module is found (the interpreter's path starts with its working directory)."""
     argv = [entry, *args]
-    return _forked("pipeline", argv, lambda warm, log: warm.run_entry(
-        entry, argv, log, env=env, cwd=os.path.dirname(os.path.abspath(__file__)), timeout=timeout))
+    return _forked(
+        "pipeline",
+        argv,
+        lambda warm, log: warm.run_entry(
+            entry, argv, log, env=env, cwd=os.path.dirname(os.path.abspath(__file__)), timeout=timeout
+        ),
+    )
 
 
 def _kind(args) -> str:

@@ -64,8 +64,11 @@ def pytest_collection_modifyitems(config, items):
     units = {}
     for item in items:
         defs = item._fixtureinfo.name2fixturedefs
-        shared = {name: d[-1].scope for name, d in defs.items()
-                  if name not in CHEAP_SHARED_FIXTURES and d[-1].baseid.startswith("tests")}  # ours, not pytest's
+        shared = {
+            name: d[-1].scope
+            for name, d in defs.items()
+            if name not in CHEAP_SHARED_FIXTURES and d[-1].baseid.startswith("tests")
+        }  # ours, not pytest's
         session = sorted(name for name, scope in shared.items() if scope == "session")
         group = session[0] if session else item.module.__name__ if "module" in shared.values() else None
         if group:
@@ -86,8 +89,10 @@ def pytest_collection_finish(session):
     if getattr(session.config.option, "loadgroup", False):
         lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
         if lost:
-            raise pytest.UsageError(f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more): "
-                                    "this pytest and pytest-xdist do not work together; see pyproject.toml")
+            raise pytest.UsageError(
+                f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more): "
+                "this pytest and pytest-xdist do not work together; see pyproject.toml"
+            )
 
 
 def expected_strategy_kind() -> str:
@@ -142,7 +147,6 @@ def small_digits(digits_dir, tmp_path_factory) -> str:
     return str(out)
 
 
-
 @pytest.fixture(scope="session")
 def cli_runs(tmp_path_factory, small_digits):
     """`imagepipe run` as users start it, shared by the CLI, report and crash-recovery tests.
@@ -154,19 +158,33 @@ def cli_runs(tmp_path_factory, small_digits):
     import subprocess
     import time
 
-    from runs import run_lock
     from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
+    from runs import run_lock
 
     root = str(tmp_path_factory.mktemp("cli-runs"))
-    args = ["run", "--root", root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "3",
-            "--accuracy-threshold", "0.2", "--min-class-recall", "0"]  # 3 epochs: a model that may miss a class
+    args = [
+        "run",
+        "--root",
+        root,
+        "--data",
+        small_digits,
+        "--schema",
+        SAMPLE_SCHEMA,
+        "--epochs",
+        "3",
+        "--accuracy-threshold",
+        "0.2",
+        "--min-class-recall",
+        "0",
+    ]  # 3 epochs: a model that may miss a class
     first = StartedCommand([*args, "--progress", "json"])  # forked (StartedCommand), the second as users start it
     metadata_path = PipelineConfig(root=root, data=small_digits).metadata_path
     while not run_lock.held(metadata_path):  # the first run has started (it holds the lock for its whole run)
         assert first.running(), first.wait().stderr[-3000:]
         time.sleep(0.05)
-    second = subprocess.Popen([IMAGEPIPE, *args, "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    second = subprocess.Popen(
+        [IMAGEPIPE, *args, "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     json_run = first.wait(timeout=900)
     out, err = second.communicate(timeout=900)
     text_run = subprocess.CompletedProcess(second.args, second.returncode, out, err)
@@ -176,5 +194,11 @@ def cli_runs(tmp_path_factory, small_digits):
     for n in range(12):  # a class the curated schema does not know
         write(drifted / "letter-x" / f"x-{n}.png", image_bytes("PNG", size=(32, 32), mode="L", seed=n))
     failed = run_imagepipe("run", "--root", root, "--data", str(drifted), "--schema", SAMPLE_SCHEMA, "--epochs", "3")
-    return {"root": root, "metadata_path": metadata_path, "json": json_run, "text": text_run, "failed": failed,
-            "events": [json.loads(line) for line in json_run.stdout.splitlines() if line.startswith("{")]}
+    return {
+        "root": root,
+        "metadata_path": metadata_path,
+        "json": json_run,
+        "text": text_run,
+        "failed": failed,
+        "events": [json.loads(line) for line in json_run.stdout.splitlines() if line.startswith("{")],
+    }

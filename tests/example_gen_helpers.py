@@ -18,8 +18,11 @@ from components.example_gen.component import ImageExampleGen, ImageIngestionRepo
 def run_executor(input_base: str, out_dir: str, beam_args=None, **component_args):
     """Runs Executor.Do as the TFX launcher would (exec properties as JSON); returns the artifacts."""
     component = ImageExampleGen(input_base=str(input_base), **component_args)
-    props = {k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
-             for k, v in component.exec_properties.items() if v is not None}
+    props = {
+        k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
+        for k, v in component.exec_properties.items()
+        if v is not None
+    }
     examples = standard_artifacts.Examples()
     examples.uri = os.path.join(str(out_dir), "examples")
     report = ImageIngestionReport()
@@ -45,7 +48,7 @@ def read_examples(examples_uri: str) -> Dict[str, List[Dict]]:
                 kind = feature.WhichOneof("kind")
                 values = list(getattr(feature, kind).value)
                 features[key] = values[0] if len(values) == 1 else values
-            out[split_dir[len("Split-"):]].append(features)
+            out[split_dir[len("Split-") :]].append(features)
     return dict(out)
 
 
@@ -69,6 +72,15 @@ def ingest_main() -> None:
     source, out = sys.argv[1:3]
     examples, report = run_executor(source, out, max_bad_fraction=1.0)
     found = read_examples(examples.uri)
-    print(json.dumps({"summary": summary(report.uri), "quarantine": quarantine(report.uri),
-                      "examples": {split: sorted([e["image/filename"].decode(), e["image/class/label"]] for e in es)
-                                   for split, es in found.items()}}))
+    print(
+        json.dumps(
+            {
+                "summary": summary(report.uri),
+                "quarantine": quarantine(report.uri),
+                "examples": {
+                    split: sorted([e["image/filename"].decode(), e["image/class/label"]] for e in es)
+                    for split, es in found.items()
+                },
+            }
+        )
+    )

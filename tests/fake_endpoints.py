@@ -21,13 +21,16 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from google.auth.credentials import AnonymousCredentials
 
-
 PROJECT_NUMBER = "123456789012"
 
 
 class FakeService:
-    def __init__(self, existing_schedules=(), buckets: Optional[Dict[str, str]] = None,
-                 service_account: str = "123-compute@developer.gserviceaccount.com"):
+    def __init__(
+        self,
+        existing_schedules=(),
+        buckets: Optional[Dict[str, str]] = None,
+        service_account: str = "123-compute@developer.gserviceaccount.com",
+    ):
         self.requests: List[Dict] = []
         self.service_account = service_account  # what the GCE metadata server says this machine runs as
         self.jobs: Dict[str, Dict] = {}  # created pipeline jobs, by resource name
@@ -59,8 +62,13 @@ class FakeService:
         from google.cloud.aiplatform.utils import resource_manager_utils
 
         real = resource_manager_utils.resourcemanager.ProjectsClient
-        monkeypatch.setattr(resource_manager_utils.resourcemanager, "ProjectsClient", lambda credentials=None: real(
-            credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": self.url}))
+        monkeypatch.setattr(
+            resource_manager_utils.resourcemanager,
+            "ProjectsClient",
+            lambda credentials=None: real(
+                credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": self.url}
+            ),
+        )
 
     def credentials_file(self, folder: str) -> str:
         """Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS): a service account with a key made
@@ -71,12 +79,22 @@ class FakeService:
         from cryptography.hazmat.primitives.asymmetric import rsa
 
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
         path = os.path.join(folder, "fake-adc.json")
         with open(path, "w") as f:
-            json.dump({"type": "service_account", "project_id": "proj-1", "private_key_id": "fake-key",
-                       "private_key": key.decode(), "client_email": "tests@proj-1.iam.gserviceaccount.com",
-                       "client_id": "1", "token_uri": f"{self.url}/token"}, f)
+            json.dump(
+                {
+                    "type": "service_account",
+                    "project_id": "proj-1",
+                    "private_key_id": "fake-key",
+                    "private_key": key.decode(),
+                    "client_email": "tests@proj-1.iam.gserviceaccount.com",
+                    "client_id": "1",
+                    "token_uri": f"{self.url}/token",
+                },
+                f,
+            )
         return path
 
     def find(self, method: str, path_pattern: str) -> List[Dict]:
@@ -84,9 +102,16 @@ class FakeService:
 
     def _object(self, bucket: str, name: str) -> Dict:
         st = os.stat(os.path.join(self.buckets[bucket], name))
-        return {"kind": "storage#object", "bucket": bucket, "name": name, "size": str(st.st_size),
-                "generation": "1", "metageneration": "1", "contentType": "application/octet-stream",
-                "updated": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(st.st_mtime))}
+        return {
+            "kind": "storage#object",
+            "bucket": bucket,
+            "name": name,
+            "size": str(st.st_size),
+            "generation": "1",
+            "metageneration": "1",
+            "contentType": "application/octet-stream",
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(st.st_mtime)),
+        }
 
     def storage(self, path: str, query: Dict, headers) -> Optional[Tuple[int, object, Dict[str, str]]]:
         """Cloud Storage's JSON API for the served buckets: (status, JSON or bytes, headers), or None."""
@@ -94,10 +119,16 @@ class FakeService:
         if m and m.group(1) in self.buckets:
             bucket, prefix = m.group(1), (query.get("prefix") or [""])[0]
             folder = self.buckets[bucket]
-            names = sorted(os.path.relpath(os.path.join(d, f), folder).replace(os.sep, "/")
-                           for d, _, files in os.walk(folder) for f in files)
-            return 200, {"kind": "storage#objects",
-                         "items": [self._object(bucket, n) for n in names if n.startswith(prefix)]}, {}
+            names = sorted(
+                os.path.relpath(os.path.join(d, f), folder).replace(os.sep, "/")
+                for d, _, files in os.walk(folder)
+                for f in files
+            )
+            return (
+                200,
+                {"kind": "storage#objects", "items": [self._object(bucket, n) for n in names if n.startswith(prefix)]},
+                {},
+            )
         m = re.fullmatch(r"/(download/)?storage/v1/b/([^/]+)/o/(.+)", path)
         if not m or m.group(2) not in self.buckets:
             return None
@@ -114,7 +145,7 @@ class FakeService:
             return 200, data, {}
         start = int(ranged.group(1))
         end = int(ranged.group(2)) if ranged.group(2) else len(data) - 1
-        part = data[start:end + 1]
+        part = data[start : end + 1]
         return 206, part, {"Content-Range": f"bytes {start}-{start + len(part) - 1}/{len(data)}"}
 
     def respond(self, method: str, path: str, query: Dict, body) -> tuple:
@@ -134,8 +165,13 @@ class FakeService:
             return 200, {**body, "name": f"{m.group(1)}/schedules/123", "state": "ACTIVE"}
         if m and method == "GET":
             wanted = re.search(r'display_name="([^"]*)"', (query.get("filter") or [""])[0])
-            return 200, {"schedules": [{"name": f"{m.group(1)}/schedules/9", "displayName": name}
-                                       for name in self.existing_schedules if wanted and name == wanted.group(1)]}
+            return 200, {
+                "schedules": [
+                    {"name": f"{m.group(1)}/schedules/9", "displayName": name}
+                    for name in self.existing_schedules
+                    if wanted and name == wanted.group(1)
+                ]
+            }
         # Cloud Storage (STORAGE_EMULATOR_HOST): the pipeline root's bucket exists, in the caller's project.
         m = re.fullmatch(r"/storage/v1/b/([^/]+)", path)
         if m and method == "GET":
@@ -162,8 +198,12 @@ class FakeService:
         if path == "/apis/v2beta1/recurringruns" and method == "POST":
             return 200, {**body, "recurring_run_id": "recurring-1", "status": "ENABLED"}
         if path == "/apis/v2beta1/recurringruns" and method == "GET":  # the API names the list recurringRuns
-            return 200, {"recurringRuns": [{"recurring_run_id": "old-1", "display_name": name}
-                                           for name in self.existing_schedules], "total_size": 0}
+            return 200, {
+                "recurringRuns": [
+                    {"recurring_run_id": "old-1", "display_name": name} for name in self.existing_schedules
+                ],
+                "total_size": 0,
+            }
         return 404, {"error": f"no fake route for {method} {path}"}
 
     def _handler(self):

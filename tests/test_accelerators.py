@@ -27,9 +27,14 @@ def _write_records(path, labels):
     with tf.io.TFRecordWriter(path, options="GZIP") as writer:
         for n, label in enumerate(labels):
             pixels = np.full((SIZE, SIZE, 3), n % 256, np.uint8).tobytes()
-            example = tf.train.Example(features=tf.train.Features(feature={
-                features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[pixels])),
-                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}))
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[pixels])),
+                        features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                    }
+                )
+            )
             writer.write(example.SerializeToString())
     return path
 
@@ -99,13 +104,20 @@ def test_a_cluster_tf_config_on_a_local_run_is_one_line_before_it_starts(tmp_pat
     from pipeline import local_runner
     from pipeline.config import ConfigError
 
-    two = {"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "chief",
-                                                                                             "index": 0}})}
-    with pytest.raises(ConfigError, match=r"^TF_CONFIG names a cluster of 2 training machines, which `imagepipe run` "
-                                          r"cannot train on .*--training-replicas 2"):
+    two = {
+        "TF_CONFIG": json.dumps(
+            {"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "chief", "index": 0}}
+        )
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"^TF_CONFIG names a cluster of 2 training machines, which `imagepipe run` "
+        r"cannot train on .*--training-replicas 2",
+    ):
         local_runner.check_no_cluster(two)
-    local_runner.check_no_cluster({"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"]},
-                                                            "task": {"type": "chief", "index": 0}})})
+    local_runner.check_no_cluster(
+        {"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"]}, "task": {"type": "chief", "index": 0}})}
+    )
     local_runner.check_no_cluster({})
 
 
@@ -113,8 +125,10 @@ def test_tf_config_makes_a_multi_worker_plan_and_names_the_chief():
     def config(cluster, task):
         return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
 
-    vertex = {"chief": ["cmle-training-workerpool0-0:2222"], "worker": ["cmle-training-workerpool1-0:2222",
-                                                                         "cmle-training-workerpool1-1:2222"]}
+    vertex = {
+        "chief": ["cmle-training-workerpool0-0:2222"],
+        "worker": ["cmle-training-workerpool1-0:2222", "cmle-training-workerpool1-1:2222"],
+    }
     chief = strategy.plan(environ=config(vertex, {"type": "chief", "index": 0}), gpus=["/gpu:0"])
     assert (chief.kind, chief.is_chief, chief.mixed_precision_policy) == ("multi-worker", True, "mixed_float16")
     assert chief.devices == ["3 machines", "1 GPU each"]
@@ -137,8 +151,10 @@ def test_a_tuner_trial_trains_on_one_machine_whatever_tf_config_says(monkeypatch
     alone (a multi-worker strategy would wait for the others' collectives)."""
     from trainer import search as tuning
 
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1"]},
-                                                "task": {"type": "worker", "index": 0}}))
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}),
+    )
     assert strategy.plan(gpus=[]).kind == "multi-worker"  # the Trainer would train across them
     assert tuning.trial_plan(HParams()).kind == expected_strategy_kind()
 
@@ -148,11 +164,28 @@ def replica_runs(tmp_path_factory, small_digits):
     """`imagepipe run` twice on the small digits, as users start it: across 2 logical CPU devices
     (--cpu-replicas 2), and with the mixed-precision policy on and a TFLite export."""
     runs = {}
-    for name, extra in (("replicas", ["--cpu-replicas", "2"]),
-                        ("mixed", ["--mixed-precision", "on", "--tflite", "float16"])):
+    for name, extra in (
+        ("replicas", ["--cpu-replicas", "2"]),
+        ("mixed", ["--mixed-precision", "on", "--tflite", "float16"]),
+    ):
         root = str(tmp_path_factory.mktemp(name))
-        done = run_imagepipe("run", "--root", root, "--data", small_digits, "--epochs", "8", "--progress", "quiet",
-                             "--accuracy-threshold", "0", "--min-class-recall", "0", *extra, timeout=900)
+        done = run_imagepipe(
+            "run",
+            "--root",
+            root,
+            "--data",
+            small_digits,
+            "--epochs",
+            "8",
+            "--progress",
+            "quiet",
+            "--accuracy-threshold",
+            "0",
+            "--min-class-recall",
+            "0",
+            *extra,
+            timeout=900,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         runs[name] = {"root": root, "summary": _summary(root, small_digits)}
     return runs
@@ -215,8 +248,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strategy(replica_runs, small_digits,
-                                                                                  tmp_path):
+def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strategy(replica_runs, small_digits, tmp_path):
     """The Trainer as each replica of a Vertex AI Training job runs it (TFX's run_executor with the Trainer's
     inputs, outputs and properties), in two processes with TF_CONFIG naming a chief and a worker on localhost:
     they train together, and only the chief writes the model, the logs and training.json."""
@@ -231,8 +263,11 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     config = PipelineConfig(root=root, data=small_digits, epochs=8, accuracy_threshold=0.0, min_class_recall=0.0)
     config = model_choice.resolved(config, local_runner.preflight(config)["model_choice"])  # as the runner does
     trainer = next(c for c in create_pipeline(config, platform.local(config)).components if c.id == "Trainer")
-    properties = {k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
-                  for k, v in trainer.exec_properties.items() if v is not None}
+    properties = {
+        k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
+        for k, v in trainer.exec_properties.items()
+        if v is not None
+    }
     transform = os.path.join(root, "pipelines", config.pipeline_name, "Transform")
     examples = standard_artifacts.Examples()
     examples.uri = _only(os.path.join(transform, "transformed_examples"))
@@ -241,20 +276,36 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     graph.uri = _only(os.path.join(transform, "transform_graph"))
     model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     model.uri, model_run.uri = str(tmp_path / "model"), str(tmp_path / "model_run")
-    command = [sys.executable, "-m", "tfx.scripts.run_executor",
-               "--executor_class_path", "components.trainer.component.TrainerExecutor",
-               "--inputs", artifact_utils.jsonify_artifact_dict({"examples": [examples], "transform_graph": [graph]}),
-               "--outputs", artifact_utils.jsonify_artifact_dict({"model": [model], "model_run": [model_run]}),
-               "--exec-properties", json.dumps(properties, sort_keys=True)]
+    command = [
+        sys.executable,
+        "-m",
+        "tfx.scripts.run_executor",
+        "--executor_class_path",
+        "components.trainer.component.TrainerExecutor",
+        "--inputs",
+        artifact_utils.jsonify_artifact_dict({"examples": [examples], "transform_graph": [graph]}),
+        "--outputs",
+        artifact_utils.jsonify_artifact_dict({"model": [model], "model_run": [model_run]}),
+        "--exec-properties",
+        json.dumps(properties, sort_keys=True),
+    ]
     cluster = {"chief": [f"127.0.0.1:{_free_port()}"], "worker": [f"127.0.0.1:{_free_port()}"]}
     processes, logs = {}, {kind: tmp_path / f"{kind}.log" for kind in ("chief", "worker")}  # whole, for a traceback
     try:
         for kind, log in logs.items():
-            env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}}),
-                   "CUDA_VISIBLE_DEVICES": ""}  # two processes on one machine: neither takes a GPU from the other
+            env = {
+                **os.environ,
+                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}}),
+                "CUDA_VISIBLE_DEVICES": "",
+            }  # two processes on one machine: neither takes a GPU from the other
             with open(log, "w") as out:
-                processes[kind] = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                processes[kind] = subprocess.Popen(
+                    command,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                )
         deadline = time.monotonic() + 900
         # Until both end; one that fails ends the test at once (the other would wait for it, up to hours).
         while any(p.poll() is None for p in processes.values()) and time.monotonic() < deadline:
@@ -270,8 +321,10 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     codes = {kind: p.returncode for kind, p in processes.items()}  # a negative one: killed after the other failed
     failed = [kind for kind, code in codes.items() if code and code > 0] or [k for k, c in codes.items() if c]
     lines = logs[failed[0]].read_text().splitlines() if failed else []
-    assert not failed, f"{codes}; see {logs[failed[0]]}: " + "\n".join(
-        line for line in lines if "Error" in line or line.startswith("  File"))[-3000:]
+    assert not failed, (
+        f"{codes}; see {logs[failed[0]]}: "
+        + "\n".join(line for line in lines if "Error" in line or line.startswith("  File"))[-3000:]
+    )
     with open(os.path.join(model_run.uri, "training.json")) as f:
         record = json.load(f)
     assert (record["device_kind"], record["replicas"], record["workers"]) == ("multi-worker", 2, 2)
@@ -319,16 +372,26 @@ def test_two_workers_read_their_own_files_and_every_example_once(tmp_path, files
     in all, not once a worker), every record once; with one file (Transform's usual output) the workers split the
     batches instead. Either way evaluation counts every example once."""
     per_file = 24
-    paths = [_write_records(str(tmp_path / f"train-{k}.gz"), range(k * per_file, (k + 1) * per_file))
-             for k in range(files)] if files > 1 else [_write_records(str(tmp_path / "train.gz"), range(96))]
+    paths = (
+        [_write_records(str(tmp_path / f"train-{k}.gz"), range(k * per_file, (k + 1) * per_file)) for k in range(files)]
+        if files > 1
+        else [_write_records(str(tmp_path / "train.gz"), range(96))]
+    )
     cluster = {"chief": [f"127.0.0.1:{_free_port()}"], "worker": [f"127.0.0.1:{_free_port()}"]}
     processes = {}
     for kind in ("chief", "worker"):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}}),
-               "CUDA_VISIBLE_DEVICES": ""}
+        env = {
+            **os.environ,
+            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": 0}}),
+            "CUDA_VISIBLE_DEVICES": "",
+        }
         processes[kind] = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_INPUT, json.dumps(paths), str(tmp_path / f"{kind}.json")], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=os.path.dirname(os.path.dirname(__file__)))
+            [sys.executable, "-c", _WORKER_INPUT, json.dumps(paths), str(tmp_path / f"{kind}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
     outputs = {kind: p.communicate(timeout=300)[0].decode(errors="replace") for kind, p in processes.items()}
     assert all(p.returncode == 0 for p in processes.values()), {k: o[-2000:] for k, o in outputs.items()}
     seen = {kind: json.load(open(tmp_path / f"{kind}.json")) for kind in processes}

@@ -13,8 +13,8 @@ import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
 from components.features import SUMMARY_FILE, executor, feature_cache
-from storage.output_files import FEATURES_SOURCE_FILE
 from trainer import features, models
+from trainer.artifact_files import FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
 
 SIZE = 32
@@ -44,12 +44,21 @@ def transformed(folder, counts=(("train", 20), ("eval", 6)), seed=0):
         with tf.io.TFRecordWriter(os.path.join(folder, f"Split-{split}", "part-0.gz"), options="GZIP") as writer:
             for n in range(count):
                 pixels = rng.integers(0, 256, size=(SIZE, SIZE, 3), dtype=np.uint8)
-                writer.write(tf.train.Example(features=tf.train.Features(feature={
-                    features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(
-                        value=[tf.io.serialize_tensor(pixels).numpy()])),
-                    features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[n % 3])),
-                    features.KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[f"{split}-{n}".encode()])),
-                })).SerializeToString())
+                writer.write(
+                    tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                features.PIXELS_KEY: tf.train.Feature(
+                                    bytes_list=tf.train.BytesList(value=[tf.io.serialize_tensor(pixels).numpy()])
+                                ),
+                                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[n % 3])),
+                                features.KEY: tf.train.Feature(
+                                    bytes_list=tf.train.BytesList(value=[f"{split}-{n}".encode()])
+                                ),
+                            }
+                        )
+                    ).SerializeToString()
+                )
     artifact = standard_artifacts.Examples()
     artifact.uri = str(folder)
     artifact.split_names = artifact_utils.encode_split_names([split for split, _ in counts])
@@ -62,26 +71,42 @@ def run(source, out_dir, cache, weights_file, **hparams):
     output.uri = str(out_dir)
     hp = HParams(model=MODEL, image_size=SIZE, weights=weights_file, **hparams)
     context = executor.Executor.Context(beam_pipeline_args=[], tmp_dir=str(out_dir))
-    executor.Executor(context).Do({executor.INPUT_KEY: [source]}, {executor.OUTPUT_KEY: [output]},
-                                  {executor.HPARAMS_KEY: json.dumps(hp.features_config()), executor.CACHE_KEY: str(cache)})
+    executor.Executor(context).Do(
+        {executor.INPUT_KEY: [source]},
+        {executor.OUTPUT_KEY: [output]},
+        {executor.HPARAMS_KEY: json.dumps(hp.features_config()), executor.CACHE_KEY: str(cache)},
+    )
     summary = json.load(open(os.path.join(out_dir, SUMMARY_FILE)))
     found = {}
     for split in artifact_utils.decode_split_names(output.split_names):
         files = tf.io.gfile.glob(os.path.join(out_dir, f"Split-{split}", "*"))
-        spec = {features.FEATURES_KEY: tf.io.VarLenFeature(tf.float32), features.KEY: tf.io.FixedLenFeature([], tf.string),
-                features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+        spec = {
+            features.FEATURES_KEY: tf.io.VarLenFeature(tf.float32),
+            features.KEY: tf.io.FixedLenFeature([], tf.string),
+            features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+        }
         rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files)]  # uncompressed
-        found[split] = sorted((r[features.KEY].numpy().decode(), tf.sparse.to_dense(r[features.FEATURES_KEY]).numpy(),
-                               int(r[features.LABEL_KEY])) for r in rows)
+        found[split] = sorted(
+            (
+                r[features.KEY].numpy().decode(),
+                tf.sparse.to_dense(r[features.FEATURES_KEY]).numpy(),
+                int(r[features.LABEL_KEY]),
+            )
+            for r in rows
+        )
     return summary, found
 
 
 def _pixels(source, split):
     files = tf.io.gfile.glob(os.path.join(source.uri, f"Split-{split}", "*"))
-    spec = {features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string), features.KEY: tf.io.FixedLenFeature([], tf.string)}
+    spec = {
+        features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
+        features.KEY: tf.io.FixedLenFeature([], tf.string),
+    }
     rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
-    return {r[features.KEY].numpy().decode(): features.decode_pixels(r[features.PIXELS_KEY][None], SIZE, 3)[0]
-            for r in rows}
+    return {
+        r[features.KEY].numpy().decode(): features.decode_pixels(r[features.PIXELS_KEY][None], SIZE, 3)[0] for r in rows
+    }
 
 
 def assert_same_features(got, expected):
@@ -124,8 +149,10 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     assert all(np.array_equal(x[1], y[1]) for split in found for x, y in zip(found[split], again[split]))
 
     # Damaged and half-written packs and entries are never read: computed again.
-    packs = sorted((cache / first["fingerprint"]).rglob("*" + feature_cache.PACK_SUFFIX),
-                   key=lambda p: -feature_cache.Pack.entries_in(p.stat().st_size, 1280))  # train's 20, eval's 6
+    packs = sorted(
+        (cache / first["fingerprint"]).rglob("*" + feature_cache.PACK_SUFFIX),
+        key=lambda p: -feature_cache.Pack.entries_in(p.stat().st_size, 1280),
+    )  # train's 20, eval's 6
     entry = feature_cache.Pack.entry_bytes(1280)
     with open(packs[0], "r+b") as f:  # a copy cut short (a full disk): its last two entries lost
         f.truncate(packs[0].stat().st_size - entry - 10)
@@ -198,8 +225,9 @@ def test_the_cache_is_bounded_by_dropping_the_least_recently_used_backbone(tmp_p
         entries = feature_cache.FeatureCache(cache, fingerprint, dim=4)
         for n in range(10):
             entries.put(f"{n:064x}", np.arange(4, dtype=np.float32))
-        feature_cache.write_whole(os.path.join(cache, fingerprint, feature_cache.INFO_FILE),
-                                  b'{"model": "m", "dim": 4}')
+        feature_cache.write_whole(
+            os.path.join(cache, fingerprint, feature_cache.INFO_FILE), b'{"model": "m", "dim": 4}'
+        )
         feature_cache.touch(cache, fingerprint)
         if used:
             open(os.path.join(cache, fingerprint, feature_cache.LAST_USED), "w").write(used)  # long ago
@@ -266,14 +294,24 @@ def test_feature_examples_are_the_tf_examples_tensorflow_writes(label, key):
     """The features step writes its examples' bytes itself (fast); they parse as tf.train.Example does them."""
     vector = np.random.default_rng(label + 2).normal(size=(3 * 1280,)).astype(np.float32)
     written = executor.feature_example(vector, label, key)
-    expected = tf.train.Example(features=tf.train.Features(feature={
-        features.FEATURES_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
-        features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-        features.KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[key]))}))
+    expected = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                features.FEATURES_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
+                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                features.KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[key])),
+            }
+        )
+    )
     assert tf.train.Example.FromString(written) == expected
-    parsed = tf.io.parse_single_example(written, {features.FEATURES_KEY: tf.io.FixedLenFeature([3 * 1280], tf.float32),
-                                                  features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
-                                                  features.KEY: tf.io.FixedLenFeature([], tf.string)})
+    parsed = tf.io.parse_single_example(
+        written,
+        {
+            features.FEATURES_KEY: tf.io.FixedLenFeature([3 * 1280], tf.float32),
+            features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+            features.KEY: tf.io.FixedLenFeature([], tf.string),
+        },
+    )
     assert np.array_equal(parsed[features.FEATURES_KEY].numpy(), vector)
     assert (int(parsed[features.LABEL_KEY]), parsed[features.KEY].numpy()) == (label, key)
 
@@ -283,9 +321,17 @@ def read_cache_main():
     the cache root described. For a test that reads a cache on (a stand-in for) Cloud Storage (run_helper)."""
     root, fingerprint, dim, *keys = sys.argv[1:]
     got = feature_cache.FeatureCache(root, fingerprint, int(dim)).get_many(keys)
-    print(json.dumps({"vectors": [None if v is None else v.tolist() for v in got],
-                      "described": [{k: d[k] for k in ("fingerprint", "entries", "bytes", "model")}
-                                    for d in feature_cache.describe(root)]}))
+    print(
+        json.dumps(
+            {
+                "vectors": [None if v is None else v.tolist() for v in got],
+                "described": [
+                    {k: d[k] for k in ("fingerprint", "entries", "bytes", "model")}
+                    for d in feature_cache.describe(root)
+                ],
+            }
+        )
+    )
 
 
 def test_a_cache_on_cloud_storage_is_read_a_pack_at_a_time_and_listed(tmp_path):
@@ -304,10 +350,20 @@ def test_a_cache_on_cloud_storage_is_read_a_pack_at_a_time_and_listed(tmp_path):
     feature_cache.touch(str(bucket / "cache"), "fp")
     wanted = [f"{p}-{i}" for p in range(3) for i in range(0, 100, 3)]  # a third of each pack
     with FakeService(buckets={"photos-1": str(bucket)}) as gcs:
-        done = run_helper("test_backbone_features:read_cache_main", "gs://photos-1/cache", "fp", "4", *wanted,
-                          "not-cached", env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
-                                             "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))},
-                          timeout=300)
+        done = run_helper(
+            "test_backbone_features:read_cache_main",
+            "gs://photos-1/cache",
+            "fp",
+            "4",
+            *wanted,
+            "not-cached",
+            env={
+                **os.environ,
+                "STORAGE_EMULATOR_HOST": gcs.url,
+                "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path)),
+            },
+            timeout=300,
+        )
         reads = gcs.find("GET", r"^/download/storage/v1/b/photos-1/o/.*\.pack$")
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])

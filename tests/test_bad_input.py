@@ -12,9 +12,10 @@ from commands import run_imagepipe
 from conftest import image_bytes, make_class_tree, write
 
 from cli.main import main as cli_main
-from components.example_gen import ingest_report, sources
-from components.example_gen.image_check import BadImage, Reason, check_and_store
-from components.example_gen.listing import OUTSIDE_ROOT_PROBLEM
+from components.example_gen import ingest_report
+from components.example_gen.checking.image_check import BadImage, Reason, check_and_store
+from components.example_gen.finding import sources
+from components.example_gen.finding.listing import OUTSIDE_ROOT_PROBLEM
 from pipeline.config import PipelineConfig, default_pipeline_name
 
 
@@ -24,25 +25,31 @@ def run_cli(capsys, *args):
     return code, captured.err.strip().splitlines()
 
 
-@pytest.mark.parametrize("option, value, expected", [
-    ("--image-size", "100000", "--image-size 100000: use 8 to 1024 pixels"),
-    ("--image-size", "0", "--image-size 0: use 8 to 1024 pixels"),
-    ("--learning-rate", "nan", "--learning-rate nan: use a number above 0 and at most 10"),
-    ("--learning-rate", "1000", "--learning-rate 1000.0: use a number above 0 and at most 10"),
-    ("--epochs", "1000000000000", "--epochs 1000000000000: use a whole number from 1 to 10,000"),
-    ("--batch-size", "0", "--batch-size 0: use a whole number from 1 to 65,536"),
-    ("--max-class-drift", "2", "--max-class-drift 2.0: use a fraction from 0 to 1"),
-    ("--name", "../elsewhere", "--name '../elsewhere': use letters, digits"),
-    # These failed in the Trainer after ~30 s, not naming the option.
-    ("--seed", "-1", "--seed -1: use a whole number from 0 to 4,294,967,295"),
-    ("--seed", "99999999999999", "--seed 99999999999999: use a whole number from 0 to 4,294,967,295"),
-    ("--patience", "0", "--patience 0: use a whole number of epochs from 1 to 10,000"),
-    # Echoed whole (a 100 kB line) before the fourth hardening round; argparse's usage dump from Beam's parser.
-    ("--model", "m" * 100_000, "argument --model: invalid choice: 'mmmm"),
-    ("--seed", "9" * 100_000, "argument --seed: invalid int value: '9999"),
-    ("--beam-arg=--direct_num_workers=abc", None, "--beam-arg --direct_num_workers=abc: argument "
-                                                  "--direct_num_workers: invalid int value: 'abc'"),
-])
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("--image-size", "100000", "--image-size 100000: use 8 to 1024 pixels"),
+        ("--image-size", "0", "--image-size 0: use 8 to 1024 pixels"),
+        ("--learning-rate", "nan", "--learning-rate nan: use a number above 0 and at most 10"),
+        ("--learning-rate", "1000", "--learning-rate 1000.0: use a number above 0 and at most 10"),
+        ("--epochs", "1000000000000", "--epochs 1000000000000: use a whole number from 1 to 10,000"),
+        ("--batch-size", "0", "--batch-size 0: use a whole number from 1 to 65,536"),
+        ("--max-class-drift", "2", "--max-class-drift 2.0: use a fraction from 0 to 1"),
+        ("--name", "../elsewhere", "--name '../elsewhere': use letters, digits"),
+        # These failed in the Trainer after ~30 s, not naming the option.
+        ("--seed", "-1", "--seed -1: use a whole number from 0 to 4,294,967,295"),
+        ("--seed", "99999999999999", "--seed 99999999999999: use a whole number from 0 to 4,294,967,295"),
+        ("--patience", "0", "--patience 0: use a whole number of epochs from 1 to 10,000"),
+        # Echoed whole (a 100 kB line) before the fourth hardening round; argparse's usage dump from Beam's parser.
+        ("--model", "m" * 100_000, "argument --model: invalid choice: 'mmmm"),
+        ("--seed", "9" * 100_000, "argument --seed: invalid int value: '9999"),
+        (
+            "--beam-arg=--direct_num_workers=abc",
+            None,
+            "--beam-arg --direct_num_workers=abc: argument --direct_num_workers: invalid int value: 'abc'",
+        ),
+    ],
+)
 def test_bad_training_settings_are_one_line_before_anything_runs(capsys, tmp_path, option, value, expected):
     with pytest.raises(SystemExit) if value and len(value) > 1000 else contextlib.nullcontext():
         code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"), option, *([value] if value else []))
@@ -60,8 +67,9 @@ def test_long_or_unknown_values_from_the_environment_are_one_readable_line(capsy
     monkeypatch.delenv("IMAGEPIPE_NAME")
     monkeypatch.setenv("IMAGEPIPE_TUNE_MODE", "maybe")
     code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"))
-    assert code == 2 and err == ["imagepipe: error: tune mode 'maybe' (IMAGEPIPE_TUNE_MODE; --retune sets it to "
-                                 "search): use search or auto"]
+    assert code == 2 and err == [
+        "imagepipe: error: tune mode 'maybe' (IMAGEPIPE_TUNE_MODE; --retune sets it to search): use search or auto"
+    ]
 
 
 @pytest.mark.parametrize("content", [b"just some notes\n", image_bytes("JPEG"), b""])
@@ -84,8 +92,11 @@ def test_an_unwritable_root_names_root(capsys, tmp_path, small_digits, where):
 def test_a_broken_metadata_store_is_one_line_for_every_command(capsys, tmp_path, small_digits, content):
     name = default_pipeline_name(small_digits)
     store = write(tmp_path / "metadata" / name / "metadata.db", content)
-    for args in (["runs", "--root", str(tmp_path)], ["report", "--root", str(tmp_path)],
-                 ["run", "--root", str(tmp_path), "--data", small_digits]):
+    for args in (
+        ["runs", "--root", str(tmp_path)],
+        ["report", "--root", str(tmp_path)],
+        ["run", "--root", str(tmp_path), "--data", small_digits],
+    ):
         code, err = run_cli(capsys, *args)
         assert code == 2 and len(err) == 1, (args, err)
         assert f"{store}: not an ML Metadata store" in err[0] and "move it away" in err[0], (args, err)
@@ -112,28 +123,42 @@ def _truncated_store(path) -> str:
 def test_a_truncated_metadata_store_is_one_line_for_every_command(capsys, tmp_path, small_digits):
     """The header is right, the rest is gone: tracebacks in runs and report, a raw error from run after 20 s."""
     store = _truncated_store(tmp_path / "metadata" / default_pipeline_name(small_digits) / "metadata.db")
-    for args in (["runs", "--root", str(tmp_path)], ["report", "--root", str(tmp_path)],
-                 ["run", "--root", str(tmp_path), "--data", small_digits]):
+    for args in (
+        ["runs", "--root", str(tmp_path)],
+        ["report", "--root", str(tmp_path)],
+        ["run", "--root", str(tmp_path), "--data", small_digits],
+    ):
         code, err = run_cli(capsys, *args)
         assert code == 2 and len(err) == 1, (args, err)
-        assert err[0].startswith(f"imagepipe: error: {store}: a damaged ML Metadata store (database disk image is "
-                                 "malformed); restore it from a backup"), (args, err)
+        assert err[0].startswith(
+            f"imagepipe: error: {store}: a damaged ML Metadata store (database disk image is "
+            "malformed); restore it from a backup"
+        ), (args, err)
 
 
 def test_a_bad_environment_variable_says_what_it_should_be(capsys, monkeypatch):
     monkeypatch.setenv("IMAGEPIPE_EPOCHS", "ten")
     code, err = run_cli(capsys, "run")
-    assert code == 2 and err == ["imagepipe: error: IMAGEPIPE_EPOCHS='ten': not a whole number; give a whole "
-                                 "number, or unset the environment variable"]
+    assert code == 2 and err == [
+        "imagepipe: error: IMAGEPIPE_EPOCHS='ten': not a whole number; give a whole "
+        "number, or unset the environment variable"
+    ]
 
 
-@pytest.mark.parametrize("variable, value, expected", [
-    # Empty: it wrote into the current folder.
-    ("IMAGEPIPE_ROOT", "", "IMAGEPIPE_ROOT='': empty; give a value, or unset the environment variable"),
-    # Not a yes/no value: it was silently false.
-    ("IMAGEPIPE_DROP_DUPLICATES", "maybe", "IMAGEPIPE_DROP_DUPLICATES='maybe': not 1 or 0 (true/false, yes/no, on/off)"),
-    ("IMAGEPIPE_EVAL_PERCENT", " ", "IMAGEPIPE_EVAL_PERCENT=' ': empty; give a whole number"),
-])
+@pytest.mark.parametrize(
+    "variable, value, expected",
+    [
+        # Empty: it wrote into the current folder.
+        ("IMAGEPIPE_ROOT", "", "IMAGEPIPE_ROOT='': empty; give a value, or unset the environment variable"),
+        # Not a yes/no value: it was silently false.
+        (
+            "IMAGEPIPE_DROP_DUPLICATES",
+            "maybe",
+            "IMAGEPIPE_DROP_DUPLICATES='maybe': not 1 or 0 (true/false, yes/no, on/off)",
+        ),
+        ("IMAGEPIPE_EVAL_PERCENT", " ", "IMAGEPIPE_EVAL_PERCENT=' ': empty; give a whole number"),
+    ],
+)
 def test_an_empty_or_unknown_environment_value_is_an_error(capsys, monkeypatch, tmp_path, variable, value, expected):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(variable, value)
@@ -164,11 +189,25 @@ def test_symbolic_links_out_of_the_data_root_are_never_read(tmp_path):
 
 
 def test_quarantine_csv_cells_are_not_spreadsheet_formulas():
-    rows = [{"path": "=cmd|' /C calc'!A0/x.jpg", "reason": "not_an_image", "detail": "+1", "label": "@SUM(A1)",
-             "split": "-2"}]
+    rows = [
+        {
+            "path": "=cmd|' /C calc'!A0/x.jpg",
+            "reason": "not_an_image",
+            "detail": "+1",
+            "label": "@SUM(A1)",
+            "split": "-2",
+        }
+    ]
     parsed = list(csv.DictReader(io.StringIO(ingest_report.quarantine_csv(rows))))
-    assert parsed == [{"path": "'=cmd|' /C calc'!A0/x.jpg", "reason": "not_an_image", "detail": "'+1",
-                       "label": "'@SUM(A1)", "split": "'-2"}]
+    assert parsed == [
+        {
+            "path": "'=cmd|' /C calc'!A0/x.jpg",
+            "reason": "not_an_image",
+            "detail": "'+1",
+            "label": "'@SUM(A1)",
+            "split": "'-2",
+        }
+    ]
 
 
 def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
@@ -179,7 +218,10 @@ def test_predict_csv_results_are_not_spreadsheet_formulas(tmp_path):
     writer.write({"path": "@x.png", "error": "-not_an_image"})
     writer.close(complete=True)
     rows = list(csv.reader(open(tmp_path / "results.csv", newline="")))
-    assert rows[1:] == [["'=1+2.png", "'=HYPERLINK(1)", "0.900000", "no", ""], ["'@x.png", "", "", "", "'-not_an_image"]]
+    assert rows[1:] == [
+        ["'=1+2.png", "'=HYPERLINK(1)", "0.900000", "no", ""],
+        ["'@x.png", "", "", "", "'-not_an_image"],
+    ]
 
 
 def test_predict_results_on_a_full_disk_are_one_line_and_leave_nothing(tmp_path):
@@ -193,8 +235,11 @@ def test_predict_results_on_a_full_disk_are_one_line_and_leave_nothing(tmp_path)
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
         writer = result_files.ResultWriter(str(full / "results.jsonl"), top=1)
-        with pytest.raises(image_inputs.InputError, match=r"--output .*results.jsonl: cannot write the results "
-                                                     r"\(No space left on device\); free space there"):
+        with pytest.raises(
+            image_inputs.InputError,
+            match=r"--output .*results.jsonl: cannot write the results "
+            r"\(No space left on device\); free space there",
+        ):
             for _ in range(1000):  # an OSError traceback, and results.jsonl.partial left behind
                 writer.write({"path": "x" * 200, "predictions": [("cat", 0.5)]})
             writer.close(complete=True)
@@ -211,8 +256,13 @@ def test_a_named_pipe_manifest_is_one_line_not_a_hang(tmp_path):
     from commands import IMAGEPIPE
 
     os.mkfifo(tmp_path / "pipe.csv")
-    done = subprocess.run([IMAGEPIPE, "run", "--data", "pipe.csv", "--root", str(tmp_path / "root")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [IMAGEPIPE, "run", "--data", "pipe.csv", "--root", str(tmp_path / "root")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
     assert "pipe.csv: not a regular file" in lines[0] and not (tmp_path / "root").exists(), lines
@@ -222,7 +272,7 @@ def _jpeg_declaring(width: int, height: int) -> bytes:
     """A 16x16 JPEG whose frame header (SOF0) claims width x height."""
     data = bytearray(image_bytes("JPEG", size=(16, 16), quality=90))
     sof = data.index(b"\xff\xc0")
-    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
     return bytes(data)
 
 
@@ -274,11 +324,14 @@ def test_report_out_to_a_folder_is_one_line_and_leaves_nothing(capsys, tmp_path)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["export-schema", "--out", "{tmp}"], "--out {tmp}: a folder; give a file name"),
-    (["sample-data", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt: not a folder; give a folder"),
-    (["sample-data", "--out", "/proc/imagepipe-sample"], "--out /proc/imagepipe-sample: cannot write there"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["export-schema", "--out", "{tmp}"], "--out {tmp}: a folder; give a file name"),
+        (["sample-data", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt: not a folder; give a folder"),
+        (["sample-data", "--out", "/proc/imagepipe-sample"], "--out /proc/imagepipe-sample: cannot write there"),
+    ],
+)
 def test_export_schema_and_sample_data_outputs_are_one_line(capsys, tmp_path, args, expected):
     """These were tracebacks (a folder, an existing file, a read-only file system)."""
     write(tmp_path / "file.txt", b"notes")
@@ -311,8 +364,9 @@ def test_outputs_are_never_written_over_a_device_or_pipe(capsys, tmp_path, small
     code, err = run_cli(capsys, "export-schema", "--root", str(tmp_path / "none"), "--out", node)
     assert code == 2 and len(err) == 1 and "not a regular file" in err[0], err
     os.symlink(node, tmp_path / "link.jsonl")  # a link to a device is a device
-    code, err = run_cli(capsys, "predict", "--model", str(tmp_path), "--output", str(tmp_path / "link.jsonl"),
-                        small_digits)
+    code, err = run_cli(
+        capsys, "predict", "--model", str(tmp_path), "--output", str(tmp_path / "link.jsonl"), small_digits
+    )
     assert code == 2 and len(err) == 1 and "--output" in err[0] and "not a regular file" in err[0], err
     code, err = run_cli(capsys, "sample-data", "--out", node)
     assert code == 2 and len(err) == 1 and "not a folder" in err[0], err
@@ -329,19 +383,25 @@ def test_disk_full_during_ingestion_is_one_line(tmp_path, small_digits):
     artifacts = tmp_path / "root" / "pipelines"
     artifacts.mkdir(parents=True)
     # A full disk, for real: a 100 KB tmpfs where the examples go (needs mount rights; else skipped).
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(artifacts)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(artifacts)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
-        result = run_imagepipe("run", "--root", str(tmp_path / "root"), "--data", small_digits, "--progress", "quiet",
-                               timeout=600)
+        result = run_imagepipe(
+            "run", "--root", str(tmp_path / "root"), "--data", small_digits, "--progress", "quiet", timeout=600
+        )
     finally:
         subprocess.run(["umount", str(artifacts)], check=True)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines() == [
         f"imagepipe: error: no space left on the device while writing the run's outputs under --root "
         f"{tmp_path / 'root'}; free space there or give a --root on a disk with room, then run again (finished "
-        f"steps are cached) (details: {result.stdout.strip().splitlines()[-1][len('report: '):]})"]
+        f"steps are cached) (details: {result.stdout.strip().splitlines()[-1][len('report: ') :]})"
+    ]
 
 
 def test_class_mix_drift_is_measured_over_the_classes_both_datasets_have():
@@ -357,19 +417,25 @@ def test_class_mix_drift_is_measured_over_the_classes_both_datasets_have():
     assert mix["drifted"] and mix["distance"] == 0.45
     assert drift.describe_check(mix) in (  # both classes move by 0.45; either is the largest
         "class mix: L-infinity distance 0.450 > 0.200 (largest at 'cat': 50.0% -> 95.0%)",
-        "class mix: L-infinity distance 0.450 > 0.200 (largest at 'dog': 50.0% -> 5.0%)")
+        "class mix: L-infinity distance 0.450 > 0.200 (largest at 'dog': 50.0% -> 5.0%)",
+    )
 
 
 # --- never a file imagepipe did not write (hardening, third round) ------------------------------------------------
+
 
 def test_sample_data_never_deletes_or_writes_among_the_users_files(capsys, tmp_path):
     mine = write(tmp_path / "photos" / "holiday" / "beach.jpg", b"my photo")
     write(tmp_path / "photos" / "notes.txt", b"notes")
     code, err = run_cli(capsys, "sample-data", "--out", str(tmp_path / "photos"))
     assert code == 2 and len(err) == 1, err
-    assert err[0] == (f"imagepipe: error: --out {tmp_path / 'photos'}: the folder holds files imagepipe did not "
-                      "write, which it never deletes or writes among; give a new or empty folder")
-    assert sorted(os.listdir(tmp_path / "photos")) == ["holiday", "notes.txt"] and open(mine, "rb").read() == b"my photo"
+    assert err[0] == (
+        f"imagepipe: error: --out {tmp_path / 'photos'}: the folder holds files imagepipe did not "
+        "write, which it never deletes or writes among; give a new or empty folder"
+    )
+    assert (
+        sorted(os.listdir(tmp_path / "photos")) == ["holiday", "notes.txt"] and open(mine, "rb").read() == b"my photo"
+    )
     # A folder named like the temporary one is never touched either (it was <out>.partial, removed first).
     keep = write(tmp_path / "digits.partial" / "mine.txt", b"keep")
     os.mkdir(tmp_path / "digits")  # an empty folder is fine
@@ -382,11 +448,17 @@ def test_report_and_schema_outputs_never_overwrite_a_file_imagepipe_did_not_writ
     from report import report
 
     summary = {"run_id": "r1", "started_ms": 0, "status": "complete", "metadata_path": "m", "components": []}
-    for name, content in (("labels.csv", b"path,label\na.jpg,cat\n"), ("saved_model.pb", b"\x08\x01model"),
-                          ("photo.png", image_bytes("PNG"))):
+    for name, content in (
+        ("labels.csv", b"path,label\na.jpg,cat\n"),
+        ("saved_model.pb", b"\x08\x01model"),
+        ("photo.png", image_bytes("PNG")),
+    ):
         target = write(tmp_path / name, content)
-        with pytest.raises(report.ReportError, match=f"--out {target}: the file exists and is not a report imagepipe "
-                                                     "wrote, so it is never overwritten; give a new path"):
+        with pytest.raises(
+            report.ReportError,
+            match=f"--out {target}: the file exists and is not a report imagepipe "
+            "wrote, so it is never overwritten; give a new path",
+        ):
             report.build(summary, target)
         assert open(target, "rb").read() == content
         code, err = run_cli(capsys, "export-schema", "--root", str(tmp_path / "none"), "--out", target)
@@ -404,23 +476,33 @@ def test_predict_never_writes_over_its_inputs_other_files_or_into_the_model(caps
     model = tmp_path / "model"
     write(model / "saved_model.pb", b"")
     for args, expected in (
-            (["--output", manifest, manifest], f"--output {manifest}: it is one of the inputs"),
-            (["--output", str(tmp_path / "r.jsonl"), "--automl-output", imports, imports],
-             f"--automl-output {imports}: it is one of the inputs"),
-            (["--output", notes, manifest], f"--output {notes}: the file exists and is not a results file"),
-            (["--output", str(model / "results.jsonl"), manifest], f"--output {model / 'results.jsonl'}: inside the "
-                                                                    f"model's folder {model}"),
-            (["--output", str(tmp_path / "r.jsonl"), "--automl-output", str(tmp_path / "r.jsonl"), manifest],
-             "one file cannot hold both")):
+        (["--output", manifest, manifest], f"--output {manifest}: it is one of the inputs"),
+        (
+            ["--output", str(tmp_path / "r.jsonl"), "--automl-output", imports, imports],
+            f"--automl-output {imports}: it is one of the inputs",
+        ),
+        (["--output", notes, manifest], f"--output {notes}: the file exists and is not a results file"),
+        (
+            ["--output", str(model / "results.jsonl"), manifest],
+            f"--output {model / 'results.jsonl'}: inside the model's folder {model}",
+        ),
+        (
+            ["--output", str(tmp_path / "r.jsonl"), "--automl-output", str(tmp_path / "r.jsonl"), manifest],
+            "one file cannot hold both",
+        ),
+    ):
         code, err = run_cli(capsys, "predict", "--model", str(model), *args)
         assert code == 2 and len(err) == 1 and expected in err[0], (args, err)
     assert open(manifest, "rb").read() == b"path\nimg.jpg\n" and open(notes, "rb").read() == b'{"mine": 1}\n'
     assert sorted(os.listdir(model)) == ["saved_model.pb"]
     from prediction import result_files
 
-    for content, kind in ((b'{"path": "a.jpg", "predictions": []}\n', result_files.RESULTS),
-                          (b"path,class_1,probability_1,unsure,error\n", result_files.RESULTS), (b"", result_files.RESULTS),
-                          (b'{"instance": {"content": "a.jpg"}, "prediction": {}}\n', result_files.AUTOML_RESULTS)):
+    for content, kind in (
+        (b'{"path": "a.jpg", "predictions": []}\n', result_files.RESULTS),
+        (b"path,class_1,probability_1,unsure,error\n", result_files.RESULTS),
+        (b"", result_files.RESULTS),
+        (b'{"instance": {"content": "a.jpg"}, "prediction": {}}\n', result_files.AUTOML_RESULTS),
+    ):
         assert kind.ours(content)  # a results file predict wrote: replaced by the next run
 
 
@@ -431,27 +513,33 @@ def test_class_names_in_the_markdown_model_card_are_text_not_markup():
 
     hostile = ["<img src=x onerror=alert(1)>", '"><script>alert(1)</script>', "a|b", "[x](javascript:alert(1))"]
     for name in hostile:
-        html = markdown.markdown(f"- **class**: {render.md_text(name)}\n\n| c |\n|---|\n| {render.md_text(name)} |",
-                                 extensions=["tables"])
+        html = markdown.markdown(
+            f"- **class**: {render.md_text(name)}\n\n| c |\n|---|\n| {render.md_text(name)} |", extensions=["tables"]
+        )
         assert "<img" not in html and "<script" not in html and "<a " not in html, (name, html)
         assert html.count("<td>") == 1  # one cell: a | in a name does not split it
 
 
-@pytest.mark.parametrize("labels, shown", [
-    (["dog", "Dog"], "'Dog' and 'dog'"),
-    (["dog", "dog\u200b"], "'dog' and 'dog\\u200b'"),
-    (["caf\u00e9", "cafe\u0301"], None),  # NFC and NFD: one class already (normalize_label), never refused
-    (["\ufb01sh", "fish"], "'fish' and '\ufb01sh'"),  # a ligature (NFKC)
-])
+@pytest.mark.parametrize(
+    "labels, shown",
+    [
+        (["dog", "Dog"], "'Dog' and 'dog'"),
+        (["dog", "dog\u200b"], "'dog' and 'dog\\u200b'"),
+        (["caf\u00e9", "cafe\u0301"], None),  # NFC and NFD: one class already (normalize_label), never refused
+        (["\ufb01sh", "fish"], "'fish' and '\ufb01sh'"),  # a ligature (NFKC)
+    ],
+)
 def test_labels_that_read_the_same_are_refused_from_every_source(tmp_path, labels, shown):
     """Class folders, manifest labels and AutoML import labels alike."""
-    from components.example_gen import sources
+    from components.example_gen.finding import sources
 
     labels = [*labels, "cat"] * 2
     rows = [f"gs://b/{n}.jpg,{label}" for n, label in enumerate(labels)]
     write(tmp_path / "import.csv", ("\n".join(rows) + "\n").encode())
-    write(tmp_path / "manifest.csv", ("path,label\n" + "\n".join(f"{n}.jpg,{label}" for n, label
-                                                                in enumerate(labels)) + "\n").encode())
+    write(
+        tmp_path / "manifest.csv",
+        ("path,label\n" + "\n".join(f"{n}.jpg,{label}" for n, label in enumerate(labels)) + "\n").encode(),
+    )
     for n, label in enumerate(labels):
         write(tmp_path / "tree" / label / f"{n}.jpg", image_bytes(seed=n))
     for source in ("import.csv", "manifest.csv", "tree"):
@@ -464,33 +552,59 @@ def test_labels_that_read_the_same_are_refused_from_every_source(tmp_path, label
         assert shown in str(e.value) and "\n" not in str(e.value)
 
 
-CLOUD = ["--project", "proj-1", "--region", "europe-west4", "--pipeline-root", "gs://bucket-1/pipelines",
-         "--image", "europe-west4-docker.pkg.dev/proj-1/imagepipe/pipeline:v3", "--data", "gs://bucket-1/images",
-         "--name", "pets"]
+CLOUD = [
+    "--project",
+    "proj-1",
+    "--region",
+    "europe-west4",
+    "--pipeline-root",
+    "gs://bucket-1/pipelines",
+    "--image",
+    "europe-west4-docker.pkg.dev/proj-1/imagepipe/pipeline:v3",
+    "--data",
+    "gs://bucket-1/images",
+    "--name",
+    "pets",
+]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["run", "--data", "s3://bucket/images"], "--data s3://bucket/images: imagepipe reads local paths and Cloud "
-                                              "Storage (gs://), not s3://; copy the files"),
-    (["run", "--data", "http://example.com/images"], "--data http://example.com/images: imagepipe reads local paths"),
-    (["predict", "--model", "{tmp}", "s3://bucket/cat.jpg"], "s3://bucket/cat.jpg: imagepipe reads local paths"),
-    (["cache", "--root", "{tmp}", "--max-gb", "nan"], "--max-gb nan: give a size in GB (a number, 0 or more)"),
-    (["cache", "--root", "{tmp}", "--max-gb", "inf"], "--max-gb inf: give a size in GB (a number, 0 or more)"),
-    (["run", "--retune", "--tune", "0"], "--retune with --tune 0: --tune 0 turns the search off"),
-    (["submit", "--dry-run", *CLOUD, "--param", "epochs=3", "--param", "epochs=4"],
-     "--param epochs: given twice (3 and 4); give it once"),
-    (["schedule", "--dry-run", *CLOUD, "--cron", "0 3 * * 1", "--schedule-name", "x" * 5000],
-     "--schedule-name 'xxxxxxxx"),
-    (["schedule", "--dry-run", *CLOUD, "--cron", "0 3 * * 1", "--schedule-name", "nightly\nrm -rf"],
-     "--schedule-name 'nightly\\nrm -rf': not a valid schedule name (1-128 printable characters"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ["run", "--data", "s3://bucket/images"],
+            "--data s3://bucket/images: imagepipe reads local paths and Cloud "
+            "Storage (gs://), not s3://; copy the files",
+        ),
+        (
+            ["run", "--data", "http://example.com/images"],
+            "--data http://example.com/images: imagepipe reads local paths",
+        ),
+        (["predict", "--model", "{tmp}", "s3://bucket/cat.jpg"], "s3://bucket/cat.jpg: imagepipe reads local paths"),
+        (["cache", "--root", "{tmp}", "--max-gb", "nan"], "--max-gb nan: give a size in GB (a number, 0 or more)"),
+        (["cache", "--root", "{tmp}", "--max-gb", "inf"], "--max-gb inf: give a size in GB (a number, 0 or more)"),
+        (["run", "--retune", "--tune", "0"], "--retune with --tune 0: --tune 0 turns the search off"),
+        (
+            ["submit", "--dry-run", *CLOUD, "--param", "epochs=3", "--param", "epochs=4"],
+            "--param epochs: given twice (3 and 4); give it once",
+        ),
+        (
+            ["schedule", "--dry-run", *CLOUD, "--cron", "0 3 * * 1", "--schedule-name", "x" * 5000],
+            "--schedule-name 'xxxxxxxx",
+        ),
+        (
+            ["schedule", "--dry-run", *CLOUD, "--cron", "0 3 * * 1", "--schedule-name", "nightly\nrm -rf"],
+            "--schedule-name 'nightly\\nrm -rf': not a valid schedule name (1-128 printable characters",
+        ),
+    ],
+)
 def test_more_careless_input_is_one_line(capsys, tmp_path, args, expected):
     code, err = run_cli(capsys, *[a.format(tmp=tmp_path) for a in args])
     assert code == 2 and len(err) == 1 and expected.format(tmp=tmp_path) in err[0], err
 
 
 def test_a_file_uri_is_a_local_path(tmp_path):
-    from components.example_gen import sources
+    from components.example_gen.finding import sources
     from pipeline.config import PipelineConfig
     from storage import files
 
@@ -516,8 +630,10 @@ def test_submit_without_google_credentials_is_one_line_at_once(capsys, monkeypat
     monkeypatch.setenv("IMAGEPIPE_ROOT", str(tmp_path / "root"))
     code, err = run_cli(capsys, "submit", *CLOUD)
     assert code == 2 and len(err) == 1, err
-    assert err[0] == ("imagepipe: error: no Google Cloud credentials found: run 'gcloud auth application-default "
-                      "login' (or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file), then try again")
+    assert err[0] == (
+        "imagepipe: error: no Google Cloud credentials found: run 'gcloud auth application-default "
+        "login' (or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file), then try again"
+    )
 
 
 def test_a_small_transfer_run_checks_its_labels(tmp_path):

@@ -30,10 +30,10 @@ def test_a_class_below_the_floor_fails_the_blessing_in_one_line_naming_it(tmp_pa
     names, counts = ["ok", "defect", "scratch"], {"ok": 400, "defect": 16, "scratch": 4}
     config = eval_config(accuracy_threshold=0.9)
     config.model_specs[0].CopyFrom(tfma.ModelSpec(label_key="label", prediction_key="prediction"))
-    properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config),
-                  MIN_CLASS_RECALL: 0.5}
-    properties, gate = model_evaluator.with_class_checks(properties, names, counts, {"ok": 1600, "defect": 64,
-                                                                                      "scratch": 16})
+    properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config), MIN_CLASS_RECALL: 0.5}
+    properties, gate = model_evaluator.with_class_checks(
+        properties, names, counts, {"ok": 1600, "defect": 64, "scratch": 16}
+    )
     assert gate["judged"] == [0, 1]  # scratch: 4 eval images, too few to judge its recall...
     assert gate["must_find"] == [2]  # ... but enough that a model finding none of them misses the class
     assert gate["imbalanced"] and gate["compared_on"] == "balanced_accuracy"
@@ -55,17 +55,18 @@ def test_a_class_below_the_floor_fails_the_blessing_in_one_line_naming_it(tmp_pa
     assert found["per_class"]["ok"]["precision"] == pytest.approx(400 / 416)
     assert sorted(found["failures"]) == [
         "class 'defect' recall 0.25 < 0.50 (16 eval images) (--min-class-recall)",
-        "class 'scratch' recall 0.00: none of its 4 eval images found (--min-class-recall)"]
+        "class 'scratch' recall 0.00: none of its 4 eval images found (--min-class-recall)",
+    ]
     weakest = evaluation_results.weakest_class(found)
     assert (weakest["name"], weakest["judged"]) == ("scratch", False)
 
 
 def test_balanced_data_keeps_comparing_on_accuracy_and_a_zero_floor_judges_no_class():
     config = eval_config(accuracy_threshold=0.9)
-    properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config),
-                  MIN_CLASS_RECALL: 0.0}
-    properties, gate = model_evaluator.with_class_checks(properties, ["a", "b"], {"a": 50, "b": 48},
-                                                         {"a": 200, "b": 190})
+    properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config), MIN_CLASS_RECALL: 0.0}
+    properties, gate = model_evaluator.with_class_checks(
+        properties, ["a", "b"], {"a": 50, "b": 48}, {"a": 200, "b": 190}
+    )
     assert (gate["judged"], gate["must_find"], gate["imbalanced"], gate["compared_on"]) == ([], [], False, "accuracy")
     config = proto_utils.json_to_proto(properties[standard_component_specs.EVAL_CONFIG_KEY], tfma.EvalConfig())
     accuracy = next(m for s in config.metrics_specs for m in s.metrics if m.class_name == "SparseCategoricalAccuracy")

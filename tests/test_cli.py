@@ -5,15 +5,20 @@ import re
 import subprocess
 
 import pytest
-
 from commands import IMAGEPIPE, run_imagepipe, run_pipeline_module
 from conftest import expected_strategy_kind, image_bytes, make_class_tree, write
+
 from pipeline.config import PROJECT_DIR, default_pipeline_name
+
 
 def imagepipe(*args, root):
     own_root = args and args[0] == "run" and "--root" not in args
-    return subprocess.run([IMAGEPIPE, *args, "--root", str(root)] if own_root else [IMAGEPIPE, *args],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [IMAGEPIPE, *args, "--root", str(root)] if own_root else [IMAGEPIPE, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture
@@ -26,26 +31,31 @@ def folders(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--data", "{d}/nope"], "--data {d}/nope: no such file or folder; check the path"),
-    (["--data", "{d}/empty"], "no image files found; expected images in class subfolders"),
-    (["--data", "{d}/one"], "found only one class ('cat'); a classifier needs at least two"),
-    (["--data", "{d}/nohdr.csv"], "first line must be a header naming the columns path,label[,split]"),
-    (["--data", "{d}/photo.jpg"], "a file, but not a .csv manifest"),
-    (["--bogus"], "unrecognized arguments: --bogus (see 'imagepipe run --help')"),
-    (["--eval-percent", "0"], "--eval-percent 0: use a whole number from 1 to 99"),
-    (["--schema", "{d}/none.pbtxt"], "no such file; give a schema.pbtxt, or leave it out to infer one"),
-    (["--data", "{d}/one", "--span-pattern", "v-{{SPAN}}"], "nothing matches --span-pattern 'v-{{SPAN}}'"),
-    (["--tflite", "float16,int4"], "--tflite int4: use float16, int8"),
-    (["--cpu-replicas", "0"], "--cpu-replicas 0: use 1 to 16 logical CPU devices"),
-    (["--mixed-precision", "maybe"], "argument --mixed-precision: invalid choice: 'maybe'"),
-    # A root inside the data: the pipeline ingested its own metadata and artifacts.
-    (["--data", "{d}/two", "--root", "{d}/two/.out"], "--root {d}/two/.out is inside --data {d}/two: the pipeline"),
-    (["--data", "{d}/two", "--root", "{d}/two"], "--root {d}/two is inside --data {d}/two"),
-    # DataflowRunner for a local run failed with "Pipeline has validations errors:" and nothing else.
-    (["--data", "{d}/two", "--beam-arg=--runner=DataflowRunner"], "--beam-arg --runner=DataflowRunner: `imagepipe run` "
-     "runs Beam on this machine"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--data", "{d}/nope"], "--data {d}/nope: no such file or folder; check the path"),
+        (["--data", "{d}/empty"], "no image files found; expected images in class subfolders"),
+        (["--data", "{d}/one"], "found only one class ('cat'); a classifier needs at least two"),
+        (["--data", "{d}/nohdr.csv"], "first line must be a header naming the columns path,label[,split]"),
+        (["--data", "{d}/photo.jpg"], "a file, but not a .csv manifest"),
+        (["--bogus"], "unrecognized arguments: --bogus (see 'imagepipe run --help')"),
+        (["--eval-percent", "0"], "--eval-percent 0: use a whole number from 1 to 99"),
+        (["--schema", "{d}/none.pbtxt"], "no such file; give a schema.pbtxt, or leave it out to infer one"),
+        (["--data", "{d}/one", "--span-pattern", "v-{{SPAN}}"], "nothing matches --span-pattern 'v-{{SPAN}}'"),
+        (["--tflite", "float16,int4"], "--tflite int4: use float16, int8"),
+        (["--cpu-replicas", "0"], "--cpu-replicas 0: use 1 to 16 logical CPU devices"),
+        (["--mixed-precision", "maybe"], "argument --mixed-precision: invalid choice: 'maybe'"),
+        # A root inside the data: the pipeline ingested its own metadata and artifacts.
+        (["--data", "{d}/two", "--root", "{d}/two/.out"], "--root {d}/two/.out is inside --data {d}/two: the pipeline"),
+        (["--data", "{d}/two", "--root", "{d}/two"], "--root {d}/two is inside --data {d}/two"),
+        # DataflowRunner for a local run failed with "Pipeline has validations errors:" and nothing else.
+        (
+            ["--data", "{d}/two", "--beam-arg=--runner=DataflowRunner"],
+            "--beam-arg --runner=DataflowRunner: `imagepipe run` runs Beam on this machine",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_writes_nothing(folders, args, expected):
     root = folders / "root"
     result = imagepipe("run", *[a.format(d=folders) for a in args], root=root)
@@ -85,14 +95,25 @@ def test_a_store_that_is_not_a_store_is_one_line_before_the_run(tmp_path, small_
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
         f"imagepipe: error: {tmp_path}/metadata/{name}/metadata.db: not an ML Metadata store (a folder, not a "
-        "file); move it away (the next run starts a new one) or use another --root"]
+        "file); move it away (the next run starts a new one) or use another --root"
+    ]
     assert "run " not in result.stdout  # no summary, of this run or an older one
 
 
-
-PRODUCTION = ["--project", "proj-1", "--region", "europe-west4", "--pipeline-root", "gs://bucket-1/pipelines",
-              "--image", "europe-west4-docker.pkg.dev/proj-1/imagepipe/pipeline:v3", "--data", "gs://bucket-1/images",
-              "--name", "pets"]
+PRODUCTION = [
+    "--project",
+    "proj-1",
+    "--region",
+    "europe-west4",
+    "--pipeline-root",
+    "gs://bucket-1/pipelines",
+    "--image",
+    "europe-west4-docker.pkg.dev/proj-1/imagepipe/pipeline:v3",
+    "--data",
+    "gs://bucket-1/images",
+    "--name",
+    "pets",
+]
 
 
 def test_compile_writes_a_job_for_each_target(tmp_path):
@@ -101,8 +122,10 @@ def test_compile_writes_a_job_for_each_target(tmp_path):
 
     vertex = run_imagepipe("compile", *PRODUCTION, "--output", str(tmp_path / "job.json"))
     assert vertex.returncode == 0, vertex.stderr[-2000:]
-    assert vertex.stdout.strip() == (f"wrote {tmp_path}/job.json: PipelineJob for Vertex AI, image {PRODUCTION[7]}, "
-                                     "pipeline root gs://bucket-1/pipelines/pets")
+    assert vertex.stdout.strip() == (
+        f"wrote {tmp_path}/job.json: PipelineJob for Vertex AI, image {PRODUCTION[7]}, "
+        "pipeline root gs://bucket-1/pipelines/pets"
+    )
     job = json_format.Parse(open(tmp_path / "job.json").read(), pipeline_spec_pb2.PipelineJob())
     assert job.display_name == "pets" and "Pusher" in job.pipeline_spec["root"]["dag"]["tasks"]
 
@@ -115,7 +138,9 @@ def test_compile_writes_a_job_for_each_target(tmp_path):
 
     missing = imagepipe("compile", *PRODUCTION[2:], "--output", str(tmp_path / "no.json"), root=None)
     assert missing.returncode == 2 and not (tmp_path / "no.json").exists()
-    assert missing.stderr.strip().splitlines() == ["imagepipe: error: no GCP project: give --project (or IMAGEPIPE_PROJECT)"]
+    assert missing.stderr.strip().splitlines() == [
+        "imagepipe: error: no GCP project: give --project (or IMAGEPIPE_PROJECT)"
+    ]
 
 
 def test_submit_dry_run_prints_the_request_and_sends_nothing():
@@ -123,16 +148,27 @@ def test_submit_dry_run_prints_the_request_and_sends_nothing():
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
     assert lines[0] == "would submit (dry run, nothing sent):"
-    assert {"  target: vertex", "  where: projects/proj-1/locations/europe-west4", "  pipeline: pets",
-            "  pipeline_root: gs://bucket-1/pipelines/pets", "  data: gs://bucket-1/images"} <= set(lines)
+    assert {
+        "  target: vertex",
+        "  where: projects/proj-1/locations/europe-west4",
+        "  pipeline: pets",
+        "  pipeline_root: gs://bucket-1/pipelines/pets",
+        "  data: gs://bucket-1/images",
+    } <= set(lines)
     assert "  enable_caching: True" not in lines  # --no-cache reached the request
 
 
 @pytest.mark.slow
 def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
     make_class_tree(tmp_path / "data", per_class=12)
-    env = {**os.environ, "IMAGEPIPE_ROOT": str(tmp_path / "root"), "IMAGEPIPE_DATA": str(tmp_path / "data"),
-           "IMAGEPIPE_EPOCHS": "1", "IMAGEPIPE_IMAGE_SIZE": "32", "IMAGEPIPE_ACCURACY_THRESHOLD": "0"}
+    env = {
+        **os.environ,
+        "IMAGEPIPE_ROOT": str(tmp_path / "root"),
+        "IMAGEPIPE_DATA": str(tmp_path / "data"),
+        "IMAGEPIPE_EPOCHS": "1",
+        "IMAGEPIPE_IMAGE_SIZE": "32",
+        "IMAGEPIPE_ACCURACY_THRESHOLD": "0",
+    }
     done = run_pipeline_module("pipeline.local_runner", cwd=PROJECT_DIR, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"ImageExampleGen +ran .*24 files -> 24 examples", done.stdout)
@@ -144,7 +180,8 @@ def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
     bad = run_pipeline_module("pipeline.local_runner", cwd=PROJECT_DIR, env=env, timeout=600)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
         "local_runner: error: IMAGEPIPE_EPOCHS='many': not a whole number; give a whole number, or unset the "
-        "environment variable")
+        "environment variable"
+    )
 
 
 def test_names_are_printed_with_control_characters_escaped():
@@ -158,43 +195,63 @@ def test_names_are_printed_with_control_characters_escaped():
 def test_progress_of_a_long_prediction_run_is_one_line_per_interval():
     import io
 
-    from prediction.result_files import Progress
+    from prediction.result_files import PredictionProgress
 
     log = io.StringIO()  # not a terminal: plain lines, for logs
-    progress = Progress(log, total=400, every=0)
+    progress = PredictionProgress(log, total=400, every=0)
     for done in (100, 400):
         progress.update(done)
     progress.update(400, final=True)
     lines = log.getvalue().splitlines()
     assert [re.sub(r"[\d,]+/s$", "R/s", line) for line in lines] == [
-        "100/400 (25%) inputs done, R/s", "400/400 (100%) inputs done, R/s", "400/400 (100%) inputs done, R/s"]
+        "100/400 (25%) inputs done, R/s",
+        "400/400 (100%) inputs done, R/s",
+        "400/400 (100%) inputs done, R/s",
+    ]
 
     quiet = io.StringIO()  # a run shorter than the interval says nothing
-    progress = Progress(quiet, every=30)
+    progress = PredictionProgress(quiet, every=30)
     progress.update(5)
     progress.update(5, final=True)
     assert quiet.getvalue() == ""
 
 
-@pytest.mark.parametrize("options, expected", [
-    (["--workers", "-1"], "--workers -1: give a number of processes (1 or more)"),
-    (["--dataflow", "--output", "gs://b/out.jsonl"], "--dataflow needs --project (or IMAGEPIPE_PROJECT)"),
-    (["--dataflow", "--output", "gs://b/out.jsonl", "--project", "p"],
-     "--dataflow needs --image: the pipeline image (./Dockerfile), which Dataflow workers run"),
-    (["--dataflow", "--output", "gs://b/out.jsonl", "--project", "p", "--image", "i"],
-     "--model {model}: Dataflow workers cannot read this machine's files; give a gs:// path"),
-    (["--workers", "2", "--output", "/no/such/folder/out.jsonl"],
-     "--output /no/such/folder/out.jsonl: cannot write there (no such folder, or not writable)"),
-    (["--workers", "2", "--output", "out.txt"], "--output out.txt: name a .jsonl or .csv file"),
-    (["--top", "0"], "--top 0: give the number of classes to show per image (1 or more)"),  # it was 1
-    (["--top", "-5"], "--top -5: give the number of classes to show per image (1 or more)"),
-    (["--workers", "100000", "--output", "out.jsonl"], "--workers 100000: this machine has {cores} cores"),
-])
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (["--workers", "-1"], "--workers -1: give a number of processes (1 or more)"),
+        (["--dataflow", "--output", "gs://b/out.jsonl"], "--dataflow needs --project (or IMAGEPIPE_PROJECT)"),
+        (
+            ["--dataflow", "--output", "gs://b/out.jsonl", "--project", "p"],
+            "--dataflow needs --image: the pipeline image (./Dockerfile), which Dataflow workers run",
+        ),
+        (
+            ["--dataflow", "--output", "gs://b/out.jsonl", "--project", "p", "--image", "i"],
+            "--model {model}: Dataflow workers cannot read this machine's files; give a gs:// path",
+        ),
+        (
+            ["--workers", "2", "--output", "/no/such/folder/out.jsonl"],
+            "--output /no/such/folder/out.jsonl: cannot write there (no such folder, or not writable)",
+        ),
+        (["--workers", "2", "--output", "out.txt"], "--output out.txt: name a .jsonl or .csv file"),
+        (["--top", "0"], "--top 0: give the number of classes to show per image (1 or more)"),  # it was 1
+        (["--top", "-5"], "--top -5: give the number of classes to show per image (1 or more)"),
+        (["--workers", "100000", "--output", "out.jsonl"], "--workers 100000: this machine has {cores} cores"),
+    ],
+)
 def test_batch_prediction_settings_are_checked_before_any_image_is_read(tmp_path, options, expected):
     model = tmp_path / "model"
     write(model / "saved_model.pb", b"")  # never loaded: each of these is refused before
-    done = run_imagepipe("predict", "--model", str(model), *options, str(tmp_path), timeout=120, cwd=tmp_path,
-                         env={k: v for k, v in os.environ.items() if not k.startswith("IMAGEPIPE_")})
+    done = run_imagepipe(
+        "predict",
+        "--model",
+        str(model),
+        *options,
+        str(tmp_path),
+        timeout=120,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("IMAGEPIPE_")},
+    )
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("imagepipe: error: " + expected.format(model=model, cores=len(os.sched_getaffinity(0))))

@@ -7,10 +7,19 @@ from pipeline.environment import from_environment
 
 
 def test_environment_overrides_with_types():
-    config = from_environment(PipelineConfig(), {
-        "IMAGEPIPE_IMAGE_SIZE": "64", "IMAGEPIPE_EVAL_PERCENT": "25", "IMAGEPIPE_DROP_DUPLICATES": "true",
-        "IMAGEPIPE_MAX_BAD_FRACTION": "0.2", "IMAGEPIPE_BEAM_ARGS": "--a=1 --b=2", "IMAGEPIPE_WEIGHTS": "",
-        "IMAGEPIPE_TFLITE": "", "IMAGEPIPE_EXPORTS": ""})  # empty: none, as leaving the option out
+    config = from_environment(
+        PipelineConfig(),
+        {
+            "IMAGEPIPE_IMAGE_SIZE": "64",
+            "IMAGEPIPE_EVAL_PERCENT": "25",
+            "IMAGEPIPE_DROP_DUPLICATES": "true",
+            "IMAGEPIPE_MAX_BAD_FRACTION": "0.2",
+            "IMAGEPIPE_BEAM_ARGS": "--a=1 --b=2",
+            "IMAGEPIPE_WEIGHTS": "",
+            "IMAGEPIPE_TFLITE": "",
+            "IMAGEPIPE_EXPORTS": "",
+        },
+    )  # empty: none, as leaving the option out
     assert (config.image_size, config.eval_percent, config.drop_duplicates) == (64, 25, True)
     assert (config.max_bad_fraction, config.beam_args, config.weights) == (0.2, ["--a=1", "--b=2"], "")
     assert (config.tflite, config.exports) == ("", "")
@@ -23,17 +32,20 @@ def test_remote_data_paths_are_kept_as_they_are():
     assert PipelineConfig(data="relative/dir").data_path().endswith("/relative/dir")
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"model": "efficientnet_b0", "image_size": 16}, "--image-size 16: use 32 to 1024 pixels for efficientnet_b0"),
-    ({"augment": "flip,spin"}, "augment spin"),
-    ({"accuracy_threshold": 1.5}, "--accuracy-threshold 1.5"),
-    ({"weights": "/no/such/weights.h5", "model": "mobilenet_v2"}, "--weights /no/such/weights.h5: no such file"),
-    ({"near_duplicates": "delete"}, "--near-duplicates 'delete': use report or drop"),
-    ({"label_check": "yes"}, "--label-check 'yes': use auto, on, off"),
-    ({"max_label_issues": 5.0}, "--max-label-issues 5.0: use a fraction from 0 to 1 (1: no check)"),
-    ({"max_eval_near_duplicates": -0.1}, "--max-eval-near-duplicates -0.1: use a fraction"),
-    ({"max_feature_drift": -1.0}, "--max-feature-drift -1.0: use 0 or more"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"model": "efficientnet_b0", "image_size": 16}, "--image-size 16: use 32 to 1024 pixels for efficientnet_b0"),
+        ({"augment": "flip,spin"}, "augment spin"),
+        ({"accuracy_threshold": 1.5}, "--accuracy-threshold 1.5"),
+        ({"weights": "/no/such/weights.h5", "model": "mobilenet_v2"}, "--weights /no/such/weights.h5: no such file"),
+        ({"near_duplicates": "delete"}, "--near-duplicates 'delete': use report or drop"),
+        ({"label_check": "yes"}, "--label-check 'yes': use auto, on, off"),
+        ({"max_label_issues": 5.0}, "--max-label-issues 5.0: use a fraction from 0 to 1 (1: no check)"),
+        ({"max_eval_near_duplicates": -0.1}, "--max-eval-near-duplicates -0.1: use a fraction"),
+        ({"max_feature_drift": -1.0}, "--max-feature-drift -1.0: use 0 or more"),
+    ],
+)
 def test_bad_settings_are_one_line_config_errors(changes, message):
     with pytest.raises(ConfigError) as caught:
         PipelineConfig(**changes).validate()
@@ -61,13 +73,15 @@ def test_training_settings_are_declared_once_and_reach_config_cli_and_trainer():
     # Every config field a user sets has an option, and an option's value reaches the Trainer's settings.
     not_options = {"tune_mode", "model_choice"}  # --retune sets one, --model auto the other
     assert set(fields) - set(options) - not_options == set(), set(fields) - set(options)
-    args = build_parser().parse_args(["run", "--epochs", "7", "--class-balance", "off", "--nondeterministic",
-                                      "--seed", "3"])
+    args = build_parser().parse_args(
+        ["run", "--epochs", "7", "--class-balance", "off", "--nondeterministic", "--seed", "3"]
+    )
     hp = config_from_args(args).hparams()
     assert (hp.epochs, hp.class_balance, hp.deterministic, hp.seed) == (7, "off", False, 3)
     assert run.epochs is None  # not given: the config's default stands
     # One seed default: ingestion shuffles with the run's seed.
     from components.example_gen import ingest_defaults
+
     assert ingest_defaults.SEED == HParams.seed == PipelineConfig().seed
 
 

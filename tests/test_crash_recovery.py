@@ -9,21 +9,35 @@ import os
 import signal
 
 import pytest
-from ml_metadata.proto import metadata_store_pb2
-
 from commands import StartedCommand, run_imagepipe
 from conftest import model_weights
+from ml_metadata.proto import metadata_store_pb2
+
 from pipeline import local_runner
-from runs import run_store, run_summary
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
+from runs import run_store, run_summary
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
+
 
 def _start_and_wait_for_training(root, data, epochs=200):
     """Starts `imagepipe run` and returns once its Trainer has finished a first epoch (its JSON progress
     says so); 200 epochs, so the run is still training when the test stops it."""
-    proc = StartedCommand(["run", "--root", root, "--data", data, "--schema", SAMPLE_SCHEMA, "--epochs", str(epochs),
-                           "--progress", "json"])
+    proc = StartedCommand(
+        [
+            "run",
+            "--root",
+            root,
+            "--data",
+            data,
+            "--schema",
+            SAMPLE_SCHEMA,
+            "--epochs",
+            str(epochs),
+            "--progress",
+            "json",
+        ]
+    )
     for line in proc.lines(timeout=600):
         if line.startswith("{") and json.loads(line).get("kind") == "train":
             return proc
@@ -33,8 +47,9 @@ def _start_and_wait_for_training(root, data, epochs=200):
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory, small_digits):
     """A run stopped with SIGTERM (what a scheduler or `kill` sends) while training."""
-    config = PipelineConfig(root=str(tmp_path_factory.mktemp("stopped")), data=small_digits, schema=SAMPLE_SCHEMA,
-                            epochs=2)
+    config = PipelineConfig(
+        root=str(tmp_path_factory.mktemp("stopped")), data=small_digits, schema=SAMPLE_SCHEMA, epochs=2
+    )
     proc = _start_and_wait_for_training(config.root, small_digits)
     proc.send_signal(signal.SIGTERM)
     done = proc.wait(timeout=300)
@@ -79,8 +94,14 @@ def test_killed_trainer_then_rerun(stopped):
     # 2 epochs this time: a training setting, so everything before the Trainer comes from the cache.
     rerun = local_runner.run(config)
     states = {c["component"]: c["state"] for c in rerun["components"]}
-    for finished in ("ImageExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
-                     "DataValidationGate", "Transform"):
+    for finished in (
+        "ImageExampleGen",
+        "StatisticsGen",
+        "ImportSchemaGen",
+        "ExampleValidator",
+        "DataValidationGate",
+        "Transform",
+    ):
         assert states[finished] == "cached", finished
     assert states["Trainer"] == states["Evaluator"] == "ran"
 
@@ -90,8 +111,11 @@ def test_killed_trainer_then_rerun(stopped):
     new_trainer = next(c for c in rerun["components"] if c["component"] == "Trainer")
     assert [m.uri for m in models] == new_trainer["outputs"]["model"]
     evaluator = next(c for c in rerun["components"] if c["component"] == "Evaluator")
-    inputs = [e for e in store.get_events_by_execution_ids([evaluator["execution_id"]])
-              if e.type == metadata_store_pb2.Event.INPUT]
+    inputs = [
+        e
+        for e in store.get_events_by_execution_ids([evaluator["execution_id"]])
+        if e.type == metadata_store_pb2.Event.INPUT
+    ]
     read = {a.uri for a in store.get_artifacts_by_id([e.artifact_id for e in inputs])}
     assert new_trainer["outputs"]["model"][0] in read
 
@@ -116,8 +140,10 @@ def test_two_runs_at_once_on_one_root_take_turns(cli_runs):
     assert other in open(second_report).read()
     # The same data, settings and seed, trained from scratch twice (--no-cache): one model, bit for bit.
     assert by_id[other]["accuracy"] == by_id[finished["run_id"]]["accuracy"]
-    first_weights, second_weights = (model_weights(run_summary.summarize(cli_runs["metadata_path"], run_id))
-                                     for run_id in (finished["run_id"], other))
+    first_weights, second_weights = (
+        model_weights(run_summary.summarize(cli_runs["metadata_path"], run_id))
+        for run_id in (finished["run_id"], other)
+    )
     assert len(first_weights) == len(second_weights) > 0
     assert all((a == b).all() for a, b in zip(first_weights, second_weights))
 
@@ -145,4 +171,4 @@ def test_sigterm_during_ingestion_is_recorded_as_interrupted(tmp_path, small_dig
     assert [c["state"] for c in listed["components"]] == ["canceled"]
     text = run_imagepipe("runs", "--root", str(tmp_path / "root")).stdout
     header, row = text.splitlines()[:2]
-    assert row[header.index("components"):].startswith("1 canceled")  # the status fits its column
+    assert row[header.index("components") :].startswith("1 canceled")  # the status fits its column

@@ -101,7 +101,8 @@ def test_drop_keeps_one_copy_of_each_group_in_train_and_reports_conflicts(near_t
     paths = {e["image/filename"].decode() for v in written.values() for e in v}
     # The eval copies and the PNG copy are dropped (quarantined with a reason); the conflict stays for a person.
     assert sorted(e["image/filename"].decode() for e in written["eval"]) == sorted(
-        f"eval/{('china', 'flower')[n % 2]}/photo-{n:03d}.jpg" for n in range(ORIGINALS, ORIGINALS + 4))
+        f"eval/{('china', 'flower')[n % 2]}/photo-{n:03d}.jpg" for n in range(ORIGINALS, ORIGINALS + 4)
+    )
     assert "train/flower/photo-011.png" not in paths and "train/flower/photo-011.jpg" in paths
     assert {"train/china/photo-010.jpg", "train/flower/relabelled-010.jpg"} <= paths
     with open(os.path.join(report.uri, QUARANTINE_FILE), newline="") as f:
@@ -127,10 +128,13 @@ def test_drop_on_hash_split_data_removes_each_copy_from_the_split_it_was_placed_
                 os.makedirs(data / label, exist_ok=True)
                 shutil.copy(os.path.join(source, split, label, name), data / label / f"{split}-{name}")
     runs = {}
-    for mode, args in (("in process", None), ("worker processes", ["--direct_running_mode=multi_processing",
-                                                                   "--direct_num_workers=2"])):
-        examples, report = run_executor(str(data), tmp_path / mode.replace(" ", "-"), beam_args=args,
-                                        near_duplicates="drop")
+    for mode, args in (
+        ("in process", None),
+        ("worker processes", ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]),
+    ):
+        examples, report = run_executor(
+            str(data), tmp_path / mode.replace(" ", "-"), beam_args=args, near_duplicates="drop"
+        )
         written = read_examples(examples.uri)
         where = {e["image/filename"].decode(): split for split, es in written.items() for e in es}
         with open(os.path.join(report.uri, QUARANTINE_FILE), newline="") as f:
@@ -143,7 +147,7 @@ def test_drop_on_hash_split_data_removes_each_copy_from_the_split_it_was_placed_
         for group in groups:
             kept = [path for path in group if path in where]
             assert len(kept) == (2 if len(group - set(dropped)) == 2 else 1), group
-        for path, row in dropped.items():  # each row names the split the file was placed in, never "_pending"
+        for row in dropped.values():  # each row names the split the file was placed in, never "_pending"
             assert row["split"] in ("train", "eval") and "kept there only" in row["detail"]
         per_class = {split: {} for split in written}
         for split, es in written.items():
@@ -164,7 +168,7 @@ def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request,
     look-alike drawings fill the buckets (the limits come from the same sample of signatures either way)."""
     import shutil
 
-    from components.example_gen import near_duplicates
+    from components.example_gen.duplicates import near_duplicates
 
     fixture = request.getfixturevalue(data.split()[0])
     folder, layout = (fixture[0], "presplit") if data.startswith("near_tree") else (fixture, "folders")
@@ -178,8 +182,11 @@ def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request,
     found = {}
     # In memory, small buckets' pairs are tested in bulk and large ones as matrix products: both, then all large.
     memory, usual = near_duplicates.MEMORY_MAX_IMAGES, near_duplicates.LARGE_BUCKET
-    for run, where, most, large in (("memory", "memory", memory, usual), ("beam", "beam", 0, usual),
-                                    ("memory, every bucket large", "memory", memory, 1)):
+    for run, where, most, large in (
+        ("memory", "memory", memory, usual),
+        ("beam", "beam", 0, usual),
+        ("memory, every bucket large", "memory", memory, 1),
+    ):
         monkeypatch.setattr(near_duplicates, "MEMORY_MAX_IMAGES", most)
         monkeypatch.setattr(near_duplicates, "LARGE_BUCKET", large)
         _, report = run_executor(folder, tmp_path / run, layout=layout, **options)
@@ -198,7 +205,7 @@ def test_every_pair_within_strict_limits_shares_a_bucket_and_every_bucket_pair_i
     """The bands' promise (similarity.band_bits): with limits of a few bits, limit + 1 disjoint bands, so any two
     pHashes within the limit share a bucket (pigeonhole); and bucket_candidates gives every pair of every bucket,
     in chunks of any size."""
-    from components.example_gen import similarity
+    from components.example_gen.checking import similarity
 
     rng = np.random.default_rng(5)
     rows = rng.integers(0, 256, size=(300, similarity.SIGNATURE_BYTES), dtype=np.uint8)
@@ -212,8 +219,12 @@ def test_every_pair_within_strict_limits_shares_a_bucket_and_every_bucket_pair_i
     flat, image = similarity.buckets(similarity.band_codes(rows, similarity.band_bits(limits, len(rows))))
     for most in (1, 7, 1 << 18):
         pairs = {(int(a), int(b)) for i, j in similarity.bucket_candidates(flat, image, most) for a, b in zip(i, j)}
-        brute = {(int(image[x]), int(image[y])) for x in range(len(flat)) for y in range(x + 1, len(flat))
-                 if flat[x] == flat[y]}
+        brute = {
+            (int(image[x]), int(image[y]))
+            for x in range(len(flat))
+            for y in range(x + 1, len(flat))
+            if flat[x] == flat[y]
+        }
         assert pairs == brute
     assert all((n, 300 + n) in pairs for n in range(100))  # every copy shares a bucket with its original
     h = similarity.hashes(rows)
@@ -227,7 +238,7 @@ def test_signatures_hold_imagehash_s_bits():
     rounding of the median: none here, and none on 600 photos with the floating-point weights before)."""
     import imagehash
 
-    from components.example_gen import signature, similarity
+    from components.example_gen.checking import signature, similarity
 
     def reference(image):  # what signature.py replaced: ImageHash and Pillow, crop by crop
         thumb = image.convert("RGB").resize((similarity.THUMB, similarity.THUMB), Image.BILINEAR)
@@ -241,8 +252,11 @@ def test_signatures_hold_imagehash_s_bits():
         return b"".join(out)
 
     images = [Image.open(io.BytesIO(data)) for data in _photos(40)]
-    images += [Image.new("RGB", (64, 48), (200, 200, 200)), Image.new("L", (90, 70), 30),
-               Image.fromarray(np.tile(np.arange(256, dtype=np.uint8), (80, 1))).convert("RGB")]
+    images += [
+        Image.new("RGB", (64, 48), (200, 200, 200)),
+        Image.new("L", (90, 70), 30),
+        Image.fromarray(np.tile(np.arange(256, dtype=np.uint8), (80, 1))).convert("RGB"),
+    ]
     images += [Image.fromarray(((np.indices((32, 32)).sum(0) * k) % 256).astype(np.uint8)) for k in range(3, 13)]
     ours = np.frombuffer(b"".join(signature.signature(i) for i in images), np.uint8).reshape(len(images), 3, -1)
     theirs = np.frombuffer(b"".join(reference(i) for i in images), np.uint8).reshape(len(images), 3, -1)
@@ -256,7 +270,7 @@ def test_signatures_hold_imagehash_s_bits():
     alone = [signature.signatures([t])[0] for t in thumbnails]
     assert alone == [signature.signature(i) for i in images]
     for size in (2, 7, 64):
-        assert [s for k in range(0, len(images), size) for s in signature.signatures(thumbnails[k:k + size])] == alone
+        assert [s for k in range(0, len(images), size) for s in signature.signatures(thumbnails[k : k + size])] == alone
 
 
 def test_near_duplicates_off_makes_no_signature_and_says_it_was_not_searched(near_tree, tmp_path):
@@ -289,8 +303,9 @@ def test_flipped_labels_rank_near_the_top(digits_dir):
     for label in range(10):
         folder = os.path.join(digits_dir, str(label))
         for name in sorted(os.listdir(folder)):
-            vectors.append(np.asarray(Image.open(os.path.join(folder, name)).convert("L").resize((16, 16)),
-                                      np.float32).ravel())
+            vectors.append(
+                np.asarray(Image.open(os.path.join(folder, name)).convert("L").resize((16, 16)), np.float32).ravel()
+            )
             labels.append(label)
     labels, vectors = np.asarray(labels), np.stack(vectors)
     rng = np.random.default_rng(0)
@@ -300,7 +315,7 @@ def test_flipped_labels_rank_near_the_top(digits_dir):
     folds, why = label_issues.folds_for(noisy)
     assert (folds, why) == (label_issues.FOLDS, "")
     suspects = label_issues.rank(noisy, label_issues.probabilities_from_features(vectors, noisy, folds, seed=0))
-    top = {s.index for s in suspects[:2 * len(flipped)]}
+    top = {s.index for s in suspects[: 2 * len(flipped)]}
     assert len(top & set(flipped)) >= 0.7 * len(flipped)
     # The suggested label of a flip found is mostly its true one.
     found = [s for s in suspects if s.index in set(flipped)]
@@ -309,8 +324,9 @@ def test_flipped_labels_rank_near_the_top(digits_dir):
 
 def test_the_class_mix_is_warned_about_and_stops_nothing():
     """Above 10:1 in train, and classes with under 10 eval images (a class with none at all, too), are warnings."""
-    warned = checks.class_warnings({"train": {"ok": 1600, "defect": 32, "scratch": 40},
-                                    "eval": {"ok": 400, "defect": 8, "scratch": 10}})
+    warned = checks.class_warnings(
+        {"train": {"ok": 1600, "defect": 32, "scratch": 40}, "eval": {"ok": 400, "defect": 8, "scratch": 10}}
+    )
     assert [w["check"] for w in warned] == ["class imbalance", "few eval images"]
     assert warned[0]["value"] == 50.0 and "imbalanced 50:1 (ok 1,600 (95.7%)" in warned[0]["text"]
     assert warned[1]["classes"] == ["defect"] and "defect (8)" in warned[1]["text"]
@@ -357,8 +373,12 @@ def flipped_runs(tmp_path_factory, small_digits):
     from commands import run_imagepipe
 
     data = tmp_path_factory.mktemp("flipped") / "data"
-    files = sorted((label, name) for label in os.listdir(small_digits) if not label.startswith(".")
-                   for name in os.listdir(os.path.join(small_digits, label)))
+    files = sorted(
+        (label, name)
+        for label in os.listdir(small_digits)
+        if not label.startswith(".")
+        for name in os.listdir(os.path.join(small_digits, label))
+    )
     rng = np.random.default_rng(3)
     flipped = set(rng.choice(len(files), size=15, replace=False).tolist())
     moved = []
@@ -369,8 +389,21 @@ def flipped_runs(tmp_path_factory, small_digits):
         if n in flipped:
             moved.append((f"{given}/{name}", label))
     root = str(tmp_path_factory.mktemp("flipped-root"))
-    args = ["run", "--root", root, "--data", str(data), "--label-check", "on", "--max-label-issues", "0.02",
-            "--epochs", "2", "--accuracy-threshold", "0"]
+    args = [
+        "run",
+        "--root",
+        root,
+        "--data",
+        str(data),
+        "--label-check",
+        "on",
+        "--max-label-issues",
+        "0.02",
+        "--epochs",
+        "2",
+        "--accuracy-threshold",
+        "0",
+    ]
     stopped = run_imagepipe(*args)
     warned = run_imagepipe(*args, "--gate", "warn")
     return root, moved, stopped, warned
@@ -390,7 +423,7 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
     with open(listed, newline="") as f:
         suspects = list(csv.DictReader(f))
     truth = dict(moved)
-    top = [row for row in suspects[:2 * len(moved)] if row["path"] in truth]
+    top = [row for row in suspects[: 2 * len(moved)] if row["path"] in truth]
     assert len(top) >= len(moved) // 2  # a 3-epoch cnn per fold, 240 training images: most flips near the top
     assert sum(row["suggested"] == truth[row["path"]] for row in top) >= 0.8 * len(top)  # and their true label
     report = stopped.stdout.strip().splitlines()[-1].removeprefix("report: ")
@@ -399,9 +432,16 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
     assert seen["check"]["images"] and all(seen["check"]["images"])  # the suspects' thumbnails load
     text = seen["check"]["text"]
     assert "its model's out-of-sample accuracy 0." in stopped.stdout and "too low" not in stopped.stdout
-    for expected in ("The data health check stopped the run", "Likely label errors",
-                     f"{len(suspects)} of 300 examples", "3-fold cnn on pixels", "Outliers and poor images",
-                     "Drift in feature space", "--max-label-issues", "the data health check stopped the run"):
+    for expected in (
+        "The data health check stopped the run",
+        "Likely label errors",
+        f"{len(suspects)} of 300 examples",
+        "3-fold cnn on pixels",
+        "Outliers and poor images",
+        "Drift in feature space",
+        "--max-label-issues",
+        "the data health check stopped the run",
+    ):
         assert expected in text, expected
     # --gate warn: the same findings (DataHealth cached), and the run goes on to a model.
     assert warned.returncode == 0, warned.stderr[-3000:]
@@ -411,12 +451,15 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
 
 def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
     """200 blank frames hash alike: one group of 200 from at most 199 pairs, not 19,900."""
-    from components.example_gen import near_duplicates, signature, similarity
-    from components.example_gen.batch_ingest import Meta
+    from components.example_gen.checking import signature, similarity
+    from components.example_gen.duplicates import near_duplicates
+    from components.example_gen.writing.batch_ingest import Meta
 
     blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
-    metas = [Meta(f"{n:064x}", f"blank/{n:03d}.png", "blank", "train", False, "png", "s", n, False, blank)
-             for n in range(200)]
+    metas = [
+        Meta(f"{n:064x}", f"blank/{n:03d}.png", "blank", "train", False, "png", "s", n, False, blank)
+        for n in range(200)
+    ]
     buckets = dict(near_duplicates.band_items(metas[:120], similarity.NearDuplicateLimits(), 200))
     key = next(iter(buckets))
     assert len(buckets[key]) == 120  # every blank frame in every bucket
@@ -431,8 +474,8 @@ def test_a_removed_copy_at_a_group_s_hub_leaves_the_rest_of_the_group():
     """The searches send a spanning set of pairs (a star around one image in memory, a forest per bucket in Beam):
     when an exact duplicate removed at ingestion is the hub, the other copies still form their group (they were
     dropped with it, and the eval copy's leak went uncounted)."""
-    from components.example_gen import near_duplicates
-    from components.example_gen.batch_ingest import Meta
+    from components.example_gen.duplicates import near_duplicates
+    from components.example_gen.writing.batch_ingest import Meta
 
     def meta(path, split="train"):
         return Meta(path.ljust(64, "0"), path, "cat", split, False, "jpeg", "s", 0, False, "")
@@ -450,9 +493,10 @@ def test_exact_copies_are_searched_once_and_grouped_in_linear_time():
     image's group: 10,000 copies of a blank frame and its one look-alike are one group (a spanning set of 10,000
     pairs, not 50 million), 5,000 copies of an image with no look-alike are none; both searches agree. Rows of a
     label conflict name a few of the other copies, not all of them."""
-    from components.example_gen import near_duplicates, signature, similarity
-    from components.example_gen.batch_ingest import Meta
-    from components.example_gen.beam_steps import Resolve
+    from components.example_gen.checking import signature, similarity
+    from components.example_gen.duplicates import near_duplicates
+    from components.example_gen.writing.batch_ingest import Meta
+    from components.example_gen.writing.beam_steps import Resolve
 
     blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200)))
     look_alike = signature.signature(Image.new("RGB", (64, 48), (203, 200, 200)))
@@ -464,17 +508,25 @@ def test_exact_copies_are_searched_once_and_grouped_in_linear_time():
     pairs = near_duplicates.search(rows, content, similarity.NearDuplicateLimits(), len(rows))
     assert len(pairs) == 10_000 and {k for pair in pairs for k in pair} == set(range(10_001))
 
-    metas = [Meta(c.hex(), f"img/{n:05d}.png", "x", "train", False, "png", "s", n, False, s.hex())
-             for n, (c, s) in enumerate(zip(contents, signatures))][::5]  # 2,000 + 1 + 1,000: Beam's way
+    metas = [
+        Meta(c.hex(), f"img/{n:05d}.png", "x", "train", False, "png", "s", n, False, s.hex())
+        for n, (c, s) in enumerate(zip(contents, signatures))
+    ][::5]  # 2,000 + 1 + 1,000: Beam's way
     key, items = next(iter(near_duplicates.band_items(metas, similarity.NearDuplicateLimits(), len(metas))))
     found = list(near_duplicates.bucket_pairs((key, [items]), similarity.NearDuplicateLimits()))
     groups = near_duplicates.group([(Meta(*a, ""), Meta(*b, "")) for a, b in found])
     assert [len(g) for g in groups] == [2_001]
 
-    conflict = [Meta("d" * 64, f"rows/{n:05d}.png", ("cat", "dog")[n % 2], "train", False, "png", "s", 1, False, "")
-                for n in range(5_000)]
-    rejected = [row for kind, (meta, row) in
-                ((k, v) for k, v in Resolve(drop_duplicates=False).process(("d", conflict)) if k == "rejected")]
+    conflict = [
+        Meta("d" * 64, f"rows/{n:05d}.png", ("cat", "dog")[n % 2], "train", False, "png", "s", 1, False, "")
+        for n in range(5_000)
+    ]
+    rejected = [
+        row
+        for kind, (meta, row) in (
+            (k, v) for k, v in Resolve(drop_duplicates=False).process(("d", conflict)) if k == "rejected"
+        )
+    ]
     assert len(rejected) == 5_000 and max(len(row["detail"]) for row in rejected) < 200
     assert rejected[0]["detail"].endswith("and 4,996 more")
 
@@ -491,21 +543,27 @@ def test_the_label_check_holds_a_bounded_sample_stratified_by_class():
     sample = health.Sample(counts, multi_label=False)
     keys = [hashlib.sha256(str(n).encode()).hexdigest() for n in range(200_000)]
     kept = {c: sum(sample.keeps(k, c) for k in keys) for c in counts}  # each class's share, on 200,000 keys
-    expected = {c: min(1.0, max(health.MIN_SAMPLED_PER_CLASS, health.LABEL_CHECK_SAMPLE * n / sum(counts.values()))
-                       / n) * len(keys) for c, n in counts.items()}
+    expected = {
+        c: min(1.0, max(health.MIN_SAMPLED_PER_CLASS, health.LABEL_CHECK_SAMPLE * n / sum(counts.values())) / n)
+        * len(keys)
+        for c, n in counts.items()
+    }
     for c in counts:
         assert kept[c] == pytest.approx(expected[c], rel=0.05, abs=30), (c, kept[c], expected[c])
     assert [sample.keeps(k, 0) for k in keys[:1000]] == [sample.keeps(k, 0) for k in keys[:1000]]  # the same
     # Train and eval alike: the split takes a class's lowest content-hash positions for train (stratify.position),
     # and a sample by those would hold train only; the sample's share is the same among eval's positions.
-    from components.example_gen.stratify import position
+    from components.example_gen.splitting.stratify import position
 
     evals = [k for k in keys if position(k) >= 0.8]
     assert sum(sample.keeps(k, 0) for k in evals) == pytest.approx(expected[0] / len(keys) * len(evals), rel=0.1)
     assert all(health.Sample({0: 10_000, 1: 10_000}, False).keeps(k, 0) for k in keys[:100])  # at the bound: all
     # The estimate weighs each class's suspects by its images: 2 of 10 sampled in a class of 100 -> 20.
-    examples = health.Examples(keys=[f"k{n}" for n in list(range(10)) + list(range(100, 120))],
-                               labels=[0] * 10 + [1] * 20, per_class={0: 100, 1: 20})  # 10 of 100, 20 of 20
+    examples = health.Examples(
+        keys=[f"k{n}" for n in list(range(10)) + list(range(100, 120))],
+        labels=[0] * 10 + [1] * 20,
+        per_class={0: 100, 1: 20},
+    )  # 10 of 100, 20 of 20
     rows = [{"key": "k0"}, {"key": "k1"}, {"key": "k100"}]
     assert health._issue_fraction(examples, rows, multi_label=False) == pytest.approx((20 + 1) / 120, abs=1e-6)
 
@@ -543,15 +601,33 @@ def _health_inputs(folder, rng, image_size=8):
         rows = [i for i in range(n) if splits[i] == split]
         with tf.io.TFRecordWriter(str(folder / "examples" / f"Split-{split}" / "part.gz"), "GZIP") as out:
             for i in rows:
-                out.write(tf.train.Example(features=tf.train.Features(feature={
-                    "pixels": feature(tf.io.serialize_tensor(pixels[i]).numpy()), "label": feature(int(labels[i])),
-                    "key": feature(keys[i].encode()), "filename": feature(f"{labels[i]}/{i:03d}.png".encode()),
-                    "original_height": feature(64), "original_width": feature(64)})).SerializeToString())
+                out.write(
+                    tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "pixels": feature(tf.io.serialize_tensor(pixels[i]).numpy()),
+                                "label": feature(int(labels[i])),
+                                "key": feature(keys[i].encode()),
+                                "filename": feature(f"{labels[i]}/{i:03d}.png".encode()),
+                                "original_height": feature(64),
+                                "original_width": feature(64),
+                            }
+                        )
+                    ).SerializeToString()
+                )
         with tf.io.TFRecordWriter(str(folder / "features" / f"Split-{split}" / "part.tfrecord")) as out:
             for i in rows:
-                out.write(tf.train.Example(features=tf.train.Features(feature={
-                    "features": feature(vectors[i]), "label": feature(int(labels[i])),
-                    "key": feature(keys[i].encode())})).SerializeToString())
+                out.write(
+                    tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "features": feature(vectors[i]),
+                                "label": feature(int(labels[i])),
+                                "key": feature(keys[i].encode()),
+                            }
+                        )
+                    ).SerializeToString()
+                )
     train = np.asarray(splits) == "train"
     mean, scale = vectors.astype(np.float64).mean(axis=0), vectors.astype(np.float64).std(axis=0) + 1e-6
     far, _ = checks.far_from_every_class(((vectors - mean) / scale).astype(np.float32), labels, train)
@@ -580,13 +656,25 @@ def test_data_health_s_passes_run_as_beam_and_find_what_the_in_memory_checks_fin
     keys, labels, expected = _health_inputs(tmp_path, np.random.default_rng(5))
     assert {"2/011.png", "2/260.png", "1/007.png", "1/250.png"} <= set(expected)  # the planted ones, and so on
     examples = {s: str(tmp_path / "examples" / f"Split-{s}" / "*") for s in ("train", "eval")}
-    features = {"dim": 16, "views": {}, "files": {s: str(tmp_path / "features" / f"Split-{s}" / "*")
-                                                  for s in ("train", "eval")}}
+    features = {
+        "dim": 16,
+        "views": {},
+        "files": {s: str(tmp_path / "features" / f"Split-{s}" / "*") for s in ("train", "eval")},
+    }
     hp = HParams(model="cnn", image_size=8)
     options = PipelineOptions(["--direct_running_mode=" + mode, "--direct_num_workers=2"])
     with beam.Pipeline(options=options) as pipeline:
-        passes.build(pipeline, examples, features, hp, ["0", "1", "2"], Sample({0: 100, 1: 100, 2: 100}, False),
-                     keep_pixels=False, multi_label=False, out_dir=str(tmp_path / "out"))
+        passes.build(
+            pipeline,
+            examples,
+            features,
+            hp,
+            ["0", "1", "2"],
+            Sample({0: 100, 1: 100, 2: 100}, False),
+            keep_pixels=False,
+            multi_label=False,
+            out_dir=str(tmp_path / "out"),
+        )
     found = passes.read(str(tmp_path / "out"))
     assert {row["path"]: row["reasons"] for row in found["rows"]} == expected
     assert all(row["label"] == row["path"].split("/")[0] for row in found["rows"])
@@ -606,16 +694,28 @@ def test_data_health_s_passes_gather_the_same_sample_from_examples_and_features_
 
     keys, labels, expected = _health_inputs(tmp_path, np.random.default_rng(5))
     examples = {s: str(tmp_path / "examples" / f"Split-{s}" / "*") for s in ("train", "eval")}
-    features = {"dim": 16, "views": {}, "files": {s: str(tmp_path / "features" / f"Split-{s}" / "*")
-                                                  for s in ("train", "eval")}}
+    features = {
+        "dim": 16,
+        "views": {},
+        "files": {s: str(tmp_path / "features" / f"Split-{s}" / "*") for s in ("train", "eval")},
+    }
     sample = Sample({0: 100, 1: 100, 2: 100}, False, most=60)
     chosen = {k for k, c in zip(keys, labels) if sample.keeps(k, int(c))}
     assert 100 < len(chosen) < 200  # MIN_SAMPLED_PER_CLASS (50) of each class of 100, by hash
     hp = HParams(model="cnn", image_size=8)
     for name, given, pixels in (("with", features, False), ("without", None, True)):
         with beam.Pipeline() as pipeline:
-            passes.build(pipeline, examples, given, hp, ["0", "1", "2"], sample, keep_pixels=pixels,
-                         multi_label=False, out_dir=str(tmp_path / name))
+            passes.build(
+                pipeline,
+                examples,
+                given,
+                hp,
+                ["0", "1", "2"],
+                sample,
+                keep_pixels=pixels,
+                multi_label=False,
+                out_dir=str(tmp_path / name),
+            )
         found = passes.read(str(tmp_path / name))
         assert {r[0] for r in found["sample"]} == chosen
         if given is not None:
@@ -624,4 +724,3 @@ def test_data_health_s_passes_gather_the_same_sample_from_examples_and_features_
             assert found["vectors"] == {} and all(r[4].shape == (8, 8, 3) for r in found["sample"])
             poor = {path: why for path, why in expected.items() if "feature space" not in why}
             assert {row["path"]: row["reasons"] for row in found["rows"]} == poor
-

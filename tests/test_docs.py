@@ -7,13 +7,14 @@ import shlex
 import shutil
 
 import pytest
+from commands import run_imagepipe
 
 from cli.parser import build_parser
-from commands import run_imagepipe
 from pipeline.config import PROJECT_DIR
 
-PAGES = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(PROJECT_DIR, "docs"))
-                               if n.endswith(".md"))
+PAGES = ["README.md"] + sorted(
+    os.path.join("docs", n) for n in os.listdir(os.path.join(PROJECT_DIR, "docs")) if n.endswith(".md")
+)
 
 
 def _text(page: str) -> str:
@@ -114,9 +115,14 @@ def test_the_cloud_pages_machine_table_is_the_compiled_jobs():
     """docs/cloud.md's table of each step's machine says what kubeflow/cloud_platform.py asks for."""
     from kubeflow.cloud_platform import DATAFLOW_STEP_ARGS, STEP_MACHINES
 
-    rows = {cells[0]: cells[1:] for cells in (
-        [c.strip() for c in line.strip("|").split("|")] for line in _text("docs/cloud.md").splitlines()
-        if line.startswith("| ") and line.count("|") == 5)}
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (
+            [c.strip() for c in line.strip("|").split("|")]
+            for line in _text("docs/cloud.md").splitlines()
+            if line.startswith("| ") and line.count("|") == 5
+        )
+    }
     for step, machine in STEP_MACHINES.items():
         assert rows[step][:2] == [f"{machine.cpus:g}", f"{machine.memory_gb:g}"], step
     for step, args in DATAFLOW_STEP_ARGS.items():

@@ -8,7 +8,7 @@ import tensorflow as tf
 from conftest import image_bytes, make_class_tree, write
 from example_gen_helpers import by_filename, quarantine, read_examples, run_executor, summary
 
-from components.example_gen.image_check import Reason
+from components.example_gen.checking.image_check import Reason
 from components.example_gen.ingest_report import IngestionError
 
 GOOD_EXTRA = {
@@ -85,8 +85,9 @@ def messy_run(messy, tmp_path_factory):
     root, expected = messy
     out = tmp_path_factory.mktemp("out")
     # Worker processes, as a large input gets them (a small one is ingested inline: see below).
-    examples, report = run_executor(root, out, beam_args=["--direct_num_workers=2"], max_pixels=MAX_PIXELS,
-                                    max_bad_fraction=1.0)
+    examples, report = run_executor(
+        root, out, beam_args=["--direct_num_workers=2"], max_pixels=MAX_PIXELS, max_bad_fraction=1.0
+    )
     return examples, report, expected
 
 
@@ -157,7 +158,7 @@ def test_examples_leave_ingestion_in_a_seeded_order_that_mixes_the_classes(tmp_p
 
     first = order(1, "a")
     labels = [path.split("/")[0] for path in first]
-    assert set(labels[:len(labels) // 4]) == set(classes)  # every class in the first quarter of the split
+    assert set(labels[: len(labels) // 4]) == set(classes)  # every class in the first quarter of the split
     longest = max(len(list(run)) for _, run in itertools.groupby(labels))
     assert longest < 10, labels  # no long stretch of one class (folder order: runs of 30)
     assert order(1, "b") == first  # same seed, same order
@@ -188,16 +189,18 @@ def test_manifest_with_split_column(tmp_path):
         lines.append(f"images/{rel},{label},{'eval' if n % 4 == 0 else ('train' if n % 4 == 1 else '')}")
     lines += ["../elsewhere.jpg,cat,train", "images/cat/gone.jpg,cat,train", "images/cat/img-1.jpeg,,train"]
     write(data / "manifest.csv", "\n".join(lines).encode())
-    examples, report = run_executor(data, tmp_path / "out", input_config=_single("manifest.csv"),
-                                    max_bad_fraction=0.2)
+    examples, report = run_executor(data, tmp_path / "out", input_config=_single("manifest.csv"), max_bad_fraction=0.2)
     got = by_filename(read_examples(examples.uri))
     assert len(got) == 20
     for n, rel in enumerate(sorted(made)):
         if n % 4 in (0, 1):
             assert got[f"images/{rel}"]["split"] == ("eval" if n % 4 == 0 else "train")
     reasons = {p: r["reason"] for p, r in quarantine(report.uri).items()}
-    assert reasons == {"../elsewhere.jpg": Reason.OUTSIDE_ROOT, "images/cat/gone.jpg": Reason.MISSING_FILE,
-                       "images/cat/img-1.jpeg": Reason.MISSING_LABEL}
+    assert reasons == {
+        "../elsewhere.jpg": Reason.OUTSIDE_ROOT,
+        "images/cat/gone.jpg": Reason.MISSING_FILE,
+        "images/cat/img-1.jpeg": Reason.MISSING_LABEL,
+    }
 
 
 def test_drop_duplicates(tmp_path):
@@ -241,7 +244,7 @@ def test_an_empty_split_fails_clearly(tmp_path):
 
 def test_worker_processes_only_for_inputs_worth_them():
     from components.example_gen import executor
-    from components.example_gen.listing import Candidate
+    from components.example_gen.finding.listing import Candidate
 
     def files(n, size):
         return [Candidate(f"/d/{i}.jpg", f"{i}.jpg", "cat", None, size) for i in range(n)]
@@ -260,9 +263,13 @@ def test_worker_processes_only_for_inputs_worth_them():
 def test_parallel_and_inline_ingestion_write_the_same_examples(messy, messy_run, tmp_path):
     root, _ = messy
     # Beam's multi_processing mode: the DoFn ingests inline (no worker pool of its own).
-    examples, _ = run_executor(root, tmp_path, beam_args=["--direct_running_mode=multi_processing",
-                                                          "--direct_num_workers=2"],
-                               max_pixels=MAX_PIXELS, max_bad_fraction=1.0)
+    examples, _ = run_executor(
+        root,
+        tmp_path,
+        beam_args=["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+        max_pixels=MAX_PIXELS,
+        max_bad_fraction=1.0,
+    )
     assert by_filename(read_examples(examples.uri)) == by_filename(read_examples(messy_run[0].uri))
 
 
@@ -320,8 +327,14 @@ def test_span_window_reads_the_latest_spans_with_a_folder_pattern(tmp_path):
     data = tmp_path / "drops"
     for span in (1, 2, 3, 5):
         make_class_tree(data / f"span-{span}", per_class=1, seed=span)
-    props = {"input_base": str(data), "input_config": proto_utils.proto_to_json(_single("span-5/*")),
-             "output_config": "{}", "span": 5, "span_window": 3, "span_pattern": "span-{SPAN}/*"}
+    props = {
+        "input_base": str(data),
+        "input_config": proto_utils.proto_to_json(_single("span-5/*")),
+        "output_config": "{}",
+        "span": 5,
+        "span_window": 3,
+        "span_pattern": "span-{SPAN}/*",
+    }
     settings = IngestSettings.from_exec_properties(props)
     assert settings.window_spans() == [2, 3, 5]
     listing = settings.list_inputs()
@@ -342,9 +355,11 @@ def test_a_span_window_over_manifests(tmp_path):
     data = tmp_path / "data"
     made = make_class_tree(data / "images", per_class=12)
     by_class = {label: sorted(p for p in made if made[p] == label) for label in ("cat", "dog")}
-    drops = {span: [p for label in by_class for p in by_class[label][(span - 1) * 4:span * 4]] for span in (1, 2, 3)}
+    drops = {span: [p for label in by_class for p in by_class[label][(span - 1) * 4 : span * 4]] for span in (1, 2, 3)}
     for span, paths in drops.items():  # each drop's manifest names its own 4 cats and 4 dogs
-        write(data / f"labels-{span}.csv", ("path,label\n" + "".join(f"images/{p},{made[p]}\n" for p in paths)).encode())
+        write(
+            data / f"labels-{span}.csv", ("path,label\n" + "".join(f"images/{p},{made[p]}\n" for p in paths)).encode()
+        )
     examples, report = run_executor(data, tmp_path / "out", input_config=_single("labels-{SPAN}.csv"), span_window=2)
     assert sorted(by_filename(read_examples(examples.uri))) == sorted(f"images/{p}" for p in drops[2] + drops[3])
     assert summary(report.uri)["files_seen"] == 16
@@ -365,14 +380,17 @@ def test_compression_level_gzips_the_records_and_keeps_them(tmp_path):
     for level in (0, 9):
         examples, _ = run_executor(data, tmp_path / f"out-{level}", compression_level=level)
         records[level] = by_filename(read_examples(examples.uri))
-        sizes[level] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(examples.uri)
-                           for f in fs if f.endswith(".gz"))
-    assert {k: v["image/encoded"] for k, v in records[9].items()} == \
-        {k: v["image/encoded"] for k, v in records[0].items()}
+        sizes[level] = sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(examples.uri) for f in fs if f.endswith(".gz")
+        )
+    assert {k: v["image/encoded"] for k, v in records[9].items()} == {
+        k: v["image/encoded"] for k, v in records[0].items()
+    }
     assert sizes[9] < sizes[0] / 5  # level 0 stores, level 9 deflates
 
 
-# --- the stratified split (components/example_gen/stratify.py) -----------------------------------------
+# --- the stratified split (components/example_gen/splitting/stratify.py) -----------------------------------------
+
 
 def _eval_share_of_each_class(examples_uri):
     found = by_filename(read_examples(examples_uri))
@@ -387,7 +405,7 @@ def test_each_class_is_split_by_content_hash_within_one_image_of_the_eval_share(
     """A large class (its files near the boundary placed after the run), a small one (placed whole after the
     run) and one of two files: each class's eval count is within one image of 20%, a rare class is never
     missing from eval, and within a class the eval files are the last by content hash."""
-    from components.example_gen import stratify
+    from components.example_gen.splitting import stratify
 
     data = tmp_path / "data"
     counts = {"common": 1200, "uncommon": 37, "rare": 2}
@@ -400,11 +418,14 @@ def test_each_class_is_split_by_content_hash_within_one_image_of_the_eval_share(
     for label, n in counts.items():
         assert abs(len(per_class[label]["eval"]) - 0.2 * n) < 1, label
         assert per_class[label]["eval"], label  # never missing from eval
-        order = sorted(per_class[label]["train"] + per_class[label]["eval"],
-                       key=lambda p: stratify.position(found[p]["image/key/sha256"].decode()))
-        assert sorted(order[-len(per_class[label]["eval"]):]) == sorted(per_class[label]["eval"]), label
+        order = sorted(
+            per_class[label]["train"] + per_class[label]["eval"],
+            key=lambda p: stratify.position(found[p]["image/key/sha256"].decode()),
+        )
+        assert sorted(order[-len(per_class[label]["eval"]) :]) == sorted(per_class[label]["eval"]), label
     assert summary(report.uri)["examples_per_split_and_class"]["eval"] == {
-        label: len(per_class[label]["eval"]) for label in counts}
+        label: len(per_class[label]["eval"]) for label in counts
+    }
     # The common class was mostly written straight to its split: few of its files waited for the run's end.
     band = stratify.band(counts["common"], [0.8, 0.2])
     assert band[1] - band[0] < 0.15
@@ -420,18 +441,24 @@ def test_the_split_is_stable_when_a_span_adds_images(tmp_path):
     before, _ = _eval_share_of_each_class(examples.uri)
     for label, n in (("cat", 30), ("dog", 6)):
         for i in range(n):
-            write(data / label / f"new-{i}.png", image_bytes("PNG", size=(6, 6), seed=50_000 + (label == "dog") * 1000 + i))
+            write(
+                data / label / f"new-{i}.png",
+                image_bytes("PNG", size=(6, 6), seed=50_000 + (label == "dog") * 1000 + i),
+            )
     examples, _ = run_executor(data, tmp_path / "after")
     after, per_class = _eval_share_of_each_class(examples.uri)
     for label, n in (("cat", 330), ("dog", 66)):
         assert abs(len(per_class[label]["eval"]) - 0.2 * n) < 1
-        moved = [p for p in before if before[p]["image/class/text"].decode() == label
-                 and before[p]["split"] != after[p]["split"]]
+        moved = [
+            p
+            for p in before
+            if before[p]["image/class/text"].decode() == label and before[p]["split"] != after[p]["split"]
+        ]
         assert len(moved) <= 2, (label, moved)
 
 
 def test_split_quotas_and_placement_by_rank():
-    from components.example_gen import stratify
+    from components.example_gen.splitting import stratify
 
     assert stratify.quotas(10, [0.8, 0.2]) == [8, 2]
     assert stratify.quotas(12, [0.8, 0.2]) == [10, 2]  # 2.4 -> 2: within one image
@@ -445,12 +472,20 @@ def test_split_quotas_and_placement_by_rank():
     assert 0.79 < lo < 0.8 < hi < 0.81
     # Pending files are placed by rank after the sure ones: of 10 cat images (8 train, 2 eval), 6 are already in
     # train, so the two pending files with the highest hashes go to eval...
-    placed, notes = stratify.assign(["train", "eval"], [0.8, 0.2], {"cat": {"train": 6}},
-                                    {"cat": [("f" * 64, "d"), ("0" * 64, "a"), ("8" * 64, "b"), ("c" * 64, "c")]})
+    placed, notes = stratify.assign(
+        ["train", "eval"],
+        [0.8, 0.2],
+        {"cat": {"train": 6}},
+        {"cat": [("f" * 64, "d"), ("0" * 64, "a"), ("8" * 64, "b"), ("c" * 64, "c")]},
+    )
     assert placed == {"a": "train", "b": "train", "c": "eval", "d": "eval"} and notes == []
     # ... and identical bytes (one hash) follow one split, even where the boundary falls between the copies.
-    placed, _ = stratify.assign(["train", "eval"], [0.8, 0.2], {"cat": {"train": 3}},
-                                {"cat": [("0" * 64, "a"), ("f" * 64, "b"), ("f" * 64, "c")]})
+    placed, _ = stratify.assign(
+        ["train", "eval"],
+        [0.8, 0.2],
+        {"cat": {"train": 3}},
+        {"cat": [("0" * 64, "a"), ("f" * 64, "b"), ("f" * 64, "c")]},
+    )
     assert placed["b"] == placed["c"] == "train"
 
 
@@ -475,8 +510,10 @@ def test_a_failed_ingestion_keeps_its_quarantine_list_and_names_it(tmp_path):
 
 def test_rows_that_are_all_quarantined_name_the_commonest_reason(tmp_path):
     """Every row of an import file outside its folder: the reason, not "no file has a label"."""
-    write(tmp_path / "data" / "import.csv", b"".join(f"/elsewhere/{n}.jpg,{'cat' if n % 2 else 'dog'}\n".encode()
-                                                      for n in range(6)))
+    write(
+        tmp_path / "data" / "import.csv",
+        b"".join(f"/elsewhere/{n}.jpg,{'cat' if n % 2 else 'dog'}\n".encode() for n in range(6)),
+    )
     with pytest.raises(IngestionError) as e:
         run_executor(tmp_path / "data", tmp_path / "out" / "ImageExampleGen" / "1")
     message = str(e.value)
@@ -499,8 +536,15 @@ def test_a_class_with_no_eval_image_is_named_as_too_few_to_judge(tmp_path):
     found = summary(report.uri)
     assert found["examples_per_split_and_class"]["eval"].get("lone", 0) == 0
     assert found["classes_with_few_eval_examples"] == ["lone"]
-    line = describe_recalls({"per_class": {"cat": {"recall": 0.9, "support": 12}, "dog": {"recall": 0.8, "support": 12},
-                                           "lone": {"recall": None, "support": 0}}})
+    line = describe_recalls(
+        {
+            "per_class": {
+                "cat": {"recall": 0.9, "support": 12},
+                "dog": {"recall": 0.8, "support": 12},
+                "lone": {"recall": None, "support": 0},
+            }
+        }
+    )
     assert line.startswith("recall dog 0.80, cat 0.90; no eval images of lone")
 
 
@@ -510,8 +554,11 @@ def test_one_hash_split_takes_every_file(tmp_path):
 
     data = tmp_path / "data"
     make_class_tree(data, per_class=6)
-    one = example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
-        example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=1)]))
+    one = example_gen_pb2.Output(
+        split_config=example_gen_pb2.SplitConfig(
+            splits=[example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=1)]
+        )
+    )
     examples, report = run_executor(data, tmp_path / "out", output_config=one)
     assert {split: len(es) for split, es in read_examples(examples.uri).items()} == {"train": 12}
     assert summary(report.uri)["examples_per_split"] == {"train": 12} and summary(report.uri)["split_notes"] == []

@@ -23,6 +23,7 @@ RUN = ("--epochs", "30", "--patience", "10", "--image-size", "64", "--accuracy-t
 
 # --- plain Python ---------------------------------------------------------------------------------------------
 
+
 def test_a_map_finds_a_box_when_its_top_pixels_are_inside():
     attribution = np.full((64, 64), 0.1, np.float32)
     attribution[10:22, 30:42] = 5.0  # a 12 px patch
@@ -42,8 +43,11 @@ def test_a_map_finds_a_box_when_its_top_pixels_are_inside():
 
 
 def test_the_sample_takes_the_misclassified_first_then_each_class_in_turn():
-    rows = ([{"correct": True, "predicted": "cat"}] * 10 + [{"correct": False, "predicted": "dog"}] * 10
-            + [{"correct": True, "predicted": "dog"}] * 10)
+    rows = (
+        [{"correct": True, "predicted": "cat"}] * 10
+        + [{"correct": False, "predicted": "dog"}] * 10
+        + [{"correct": True, "predicted": "dog"}] * 10
+    )
     chosen = eval_explanations.sample(rows, 10)
     assert chosen[:5] == [10, 11, 12, 13, 14]  # at most half of the sample misclassified
     assert chosen[5:] == [0, 20, 1, 21, 2]  # then cat, dog, cat, dog...
@@ -52,6 +56,7 @@ def test_the_sample_takes_the_misclassified_first_then_each_class_in_turn():
 
 # --- a model that decides by a planted patch -------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def patch_run(tmp_path_factory):
     data = make_planted(str(tmp_path_factory.mktemp("planted") / "patch"), "patch", per_class=150, seed=5)
@@ -59,8 +64,12 @@ def patch_run(tmp_path_factory):
     done = run_imagepipe("run", "--root", root, "--data", os.path.join(data, "images"), *RUN, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return {"data": data, "root": root, "events": events,
-            "outputs": {c["component"]: c["outputs"] for c in events[-1]["components"]}}
+    return {
+        "data": data,
+        "root": root,
+        "events": events,
+        "outputs": {c["component"]: c["outputs"] for c in events[-1]["components"]},
+    }
 
 
 @pytest.mark.slow
@@ -74,8 +83,9 @@ def test_predict_explain_puts_the_maps_on_the_planted_patch(patch_run, tmp_path)
         write(folder / rel.replace("/", "-"), open(os.path.join(data, "images", rel), "rb").read())
     single = os.path.join(data, "images", picked[0])
     out = tmp_path / "maps"
-    done = run_imagepipe("predict", "--root", patch_run["root"], "--explain", str(out), str(folder), single,
-                         timeout=600)
+    done = run_imagepipe(
+        "predict", "--root", patch_run["root"], "--explain", str(out), str(folder), single, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = list(csv.DictReader(open(out / "index.csv", newline="")))
     assert len(rows) == len(picked) and (out / ".complete").exists()  # moved into place whole, with its marker
@@ -93,8 +103,20 @@ def test_predict_explain_puts_the_maps_on_the_planted_patch(patch_run, tmp_path)
     assert right >= 0.9 * len(rows) and inside >= 0.8 * right, (right, inside, len(rows))
     # On Beam (--workers): the same maps, named by a hash of the path (workers know no input order).
     beam_out = tmp_path / "maps-beam"
-    done = run_imagepipe("predict", "--root", patch_run["root"], "--workers", "2", "--output",
-                         str(tmp_path / "results.jsonl"), "--explain", str(beam_out), str(folder), single, timeout=600)
+    done = run_imagepipe(
+        "predict",
+        "--root",
+        patch_run["root"],
+        "--workers",
+        "2",
+        "--output",
+        str(tmp_path / "results.jsonl"),
+        "--explain",
+        str(beam_out),
+        str(folder),
+        single,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     beam_rows = {r["path"]: r for r in csv.DictReader(open(beam_out / "index.csv", newline=""))}
     assert sorted(beam_rows) == sorted(r["path"] for r in rows) and (beam_out / ".complete").exists()
@@ -121,7 +143,9 @@ def test_the_report_shows_where_the_model_looked_in_a_real_browser(patch_run):
         const images = [...part.querySelectorAll('img')];
         return {text: part.innerText, images: images.length,
                 loaded: images.filter(i => i.complete && i.naturalWidth > 0).length}; })()"""
-    seen = open_page("file://" + patch_run["events"][-1]["report"], check, os.path.join(ARTIFACTS, "report-explanations.png"))
+    seen = open_page(
+        "file://" + patch_run["events"][-1]["report"], check, os.path.join(ARTIFACTS, "report-explanations.png")
+    )
     assert seen["errors"] == []
     assert seen["check"]["images"] >= eval_explanations.LIMIT + 3 and seen["check"]["loaded"] == seen["check"]["images"]
     for expected in ("Where the model looked", "Each class, on average", "checks (", "stripes → stripes"):
@@ -149,8 +173,9 @@ def test_explanations_never_replace_or_write_among_other_folders(tmp_path):
     from storage import user_files
     from storage.errors import ConfigError
 
-    sample = user_files.write_folder(str(tmp_path / "sample"), lambda folder: write(os.path.join(folder, "a.png"), b"x"),
-                                     "--out")  # a folder imagepipe made, of another kind (sample images)
+    sample = user_files.write_folder(
+        str(tmp_path / "sample"), lambda folder: write(os.path.join(folder, "a.png"), b"x"), "--out"
+    )  # a folder imagepipe made, of another kind (sample images)
     with pytest.raises(ConfigError, match="did not write"):
         user_files.FolderWriter(sample, "--explain", result_files.EXPLANATIONS_KIND)
     assert sorted(os.listdir(sample)) == [".complete", "a.png"]  # untouched
@@ -201,8 +226,9 @@ def test_explanations_never_replace_or_write_among_other_folders(tmp_path):
         in_place.close(complete=True)
     assert (tmp_path / "nested" / "cat").read_bytes() == b"the user's file"
     # Two runs into one new folder at once: they take turns at the end, and the last one's maps are there, whole.
-    first, second = (user_files.FolderWriter(str(tmp_path / "new"), "--explain", result_files.EXPLANATIONS_KIND)
-                     for _ in range(2))
+    first, second = (
+        user_files.FolderWriter(str(tmp_path / "new"), "--explain", result_files.EXPLANATIONS_KIND) for _ in range(2)
+    )
     write(os.path.join(first.partial, "a.npy"), b"1")
     write(os.path.join(second.partial, "b.npy"), b"2")
     first.close(complete=True)
@@ -215,8 +241,12 @@ def test_explanations_never_replace_or_write_among_other_folders(tmp_path):
     earlier = tmp_path / "earlier"
     write(earlier / "1.npy", b"x")
     write(earlier / ".complete", result_files.EXPLANATIONS_KIND.encode())
-    for out, message in ((tmp_path / "link", "a symbolic link"), (tmp_path / "a-file" / "maps", "cannot write there"),
-                         ("/proc/maps-here", "cannot write there"), (earlier, "did not list its files")):
+    for out, message in (
+        (tmp_path / "link", "a symbolic link"),
+        (tmp_path / "a-file" / "maps", "cannot write there"),
+        ("/proc/maps-here", "cannot write there"),
+        (earlier, "did not list its files"),
+    ):
         with pytest.raises(ConfigError, match=message) as caught:
             user_files.FolderWriter(str(out), "--explain", result_files.EXPLANATIONS_KIND)
         assert "\n" not in str(caught.value)

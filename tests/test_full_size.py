@@ -117,10 +117,12 @@ def _gradient(mode: str, fmt: str, size=(2000, 1500)) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("mode, fmt", [("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"), ("RGBA", "PNG"),
-                                       ("LA", "PNG"), ("I;16", "PNG"), ("P", "GIF")])
+@pytest.mark.parametrize(
+    "mode, fmt",
+    [("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"), ("RGBA", "PNG"), ("LA", "PNG"), ("I;16", "PNG"), ("P", "GIF")],
+)
 def test_downscaled_copies_decode_in_tensorflow_like_their_originals(mode, fmt):
-    from components.example_gen.image_check import check_and_store
+    from components.example_gen.checking.image_check import check_and_store
 
     original = _gradient(mode, fmt)
     info, stored, stored_info = check_and_store(original, 50_000_000, 1_000_000)
@@ -149,7 +151,7 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     from components.validation.statistics import StatisticsGenExecutor
     from pipeline.pipeline import create_pipeline
 
-    beam_settings.tune()
+    beam_settings.configure_beam()
     kwargs = batch_util.GetBatchElementsKwargs(None)
     assert kwargs["max_batch_size"] == beam_settings.TARGET_BATCH_BYTES == 20 << 20
     assert kwargs["element_size_fn"](b"x" * (3 << 20)) == 3 << 20  # a photo counts its bytes
@@ -162,8 +164,12 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
             writer.write(r)
     out = str(tmp_path / "read")
     with beam.Pipeline() as p:
-        _ = (p | beam.io.ReadFromTFRecord(path) | beam.Map(lambda r: hashlib.sha256(r).hexdigest())
-             | beam.io.WriteToText(out, shard_name_template=""))
+        _ = (
+            p
+            | beam.io.ReadFromTFRecord(path)
+            | beam.Map(lambda r: hashlib.sha256(r).hexdigest())
+            | beam.io.WriteToText(out, shard_name_template="")
+        )
     assert sorted(open(out).read().split()) == sorted(hashlib.sha256(r).hexdigest() for r in records)
 
     config = PipelineConfig(root=str(tmp_path), model="cnn")
@@ -173,17 +179,26 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     assert executors["Transform"] is TransformExecutor
     # The Evaluator's own executor (class changes, data profile) is a tuned one too.
     assert executors["Evaluator"] is EvaluatorExecutor
-    assert all(issubclass(e, beam_settings.Tuned) for e in (StatisticsGenExecutor, TransformExecutor, EvaluatorExecutor))
+    assert all(
+        issubclass(e, beam_settings.BeamConfigured)
+        for e in (StatisticsGenExecutor, TransformExecutor, EvaluatorExecutor)
+    )
 
 
-@pytest.mark.parametrize("args, names", [
-    (["--max-pixels", "2000000000"], "--max-pixels 2,000,000,000"),
-    (["--store-max-pixels", "5000", "--image-size", "64"], "--store-max-pixels 5,000"),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["--max-pixels", "2000000000"], "--max-pixels 2,000,000,000"),
+        (["--store-max-pixels", "5000", "--image-size", "64"], "--store-max-pixels 5,000"),
+    ],
+)
 def test_a_setting_that_cannot_fit_is_one_line_before_the_run(tmp_path, photo_dir, args, names):
     root = tmp_path / "root"
-    proc = subprocess.run([sys.executable, "-m", "cli", "run", "--data", photo_dir, "--root", str(root),
-                           *args], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "run", "--data", photo_dir, "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0], proc.stderr
@@ -195,8 +210,9 @@ def test_a_setting_that_cannot_fit_is_one_line_before_the_run(tmp_path, photo_di
 
 @pytest.fixture(scope="module")
 def photo_run(photo_dir, tmp_path_factory):
-    config = PipelineConfig(root=str(tmp_path_factory.mktemp("photo-run")), data=photo_dir, epochs=6,
-                            accuracy_threshold=0.0)
+    config = PipelineConfig(
+        root=str(tmp_path_factory.mktemp("photo-run")), data=photo_dir, epochs=6, accuracy_threshold=0.0
+    )
     result = local_runner.run(config)
     return config, result
 
@@ -236,7 +252,8 @@ def test_serving_full_size_bytes_agrees_with_the_evaluation_path(photo_run, phot
     raw = read_serialized(_component(result, "ImageExampleGen")["outputs"]["examples"][0])
     names = sorted(raw)
     served = model.signatures["serving_default"](
-        image_bytes=tf.constant([open(os.path.join(photo_dir, n), "rb").read() for n in names]))
+        image_bytes=tf.constant([open(os.path.join(photo_dir, n), "rb").read() for n in names])
+    )
     evaluated = model.signatures["serving_examples"](examples=tf.constant([raw[n] for n in names]))
     p_served, p_evaluated = served["probabilities"].numpy(), evaluated["probabilities"].numpy()
     assert np.abs(p_served - p_evaluated).max() < 0.05

@@ -10,7 +10,7 @@ import tensorflow as tf
 from conftest import image_bytes
 from PIL import Image
 
-from components.example_gen.image_check import BadImage, Reason, check_image
+from components.example_gen.checking.image_check import BadImage, Reason, check_image
 
 BUDGET = 50_000_000
 
@@ -178,8 +178,7 @@ def test_report_thumbnails_never_decode_a_decompression_bomb():
 
     from pipeline.config import PROJECT_DIR
 
-    done = subprocess.run([sys.executable, "-c", BOMBS], capture_output=True, text=True, cwd=PROJECT_DIR,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", BOMBS], capture_output=True, text=True, cwd=PROJECT_DIR, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     found, megabytes = done.stdout.strip().rsplit(" ", 1)
     assert found == "[None, None, True]"

@@ -6,8 +6,8 @@ import os
 import re
 
 import pytest
-
 from conftest import image_bytes, write
+
 from pipeline import local_runner
 from pipeline.config import PipelineConfig
 from report import report
@@ -27,8 +27,15 @@ def majority_only(tmp_path_factory):
     for c, (label, n) in enumerate(COUNTS.items()):
         for i in range(n):
             write(data / label / f"{i}.png", image_bytes("PNG", size=(16, 16), seed=c * 10_000 + i))
-    config = PipelineConfig(root=str(tmp_path_factory.mktemp("root")), data=str(data), image_size=16, epochs=3,
-                            class_balance="off", accuracy_threshold=0.5, min_class_recall=0.0)
+    config = PipelineConfig(
+        root=str(tmp_path_factory.mktemp("root")),
+        data=str(data),
+        image_size=16,
+        epochs=3,
+        class_balance="off",
+        accuracy_threshold=0.5,
+        min_class_recall=0.0,
+    )
     first = local_runner.run(config)
     assert _details(first, "Evaluator")["blessed"] and _details(first, "Pusher")["pushed"]
     config.min_class_recall = PipelineConfig.min_class_recall
@@ -50,12 +57,14 @@ def test_ingestion_keeps_every_class_in_eval_and_states_the_mix(majority_only):
     assert ingest["imbalance_ratio"] == 320 / 6
     assert ingest["classes_with_few_eval_examples"] == ["rare"]
     assert "imbalanced 53.3:1 in train: ok 320 (87.4%), defect 40 (10.9%), rare 6 (1.6%)" in _line(
-        summary, "ImageExampleGen")
+        summary, "ImageExampleGen"
+    )
     health = _details(summary, "DataHealth")
     assert [w["check"] for w in health["warnings"]] == ["class imbalance", "few eval images"]
     assert health["warnings"][1]["classes"] == ["rare"]
     assert "1 class with fewer than 10 eval images, too few to judge the model on: rare (2)" in _line(
-        summary, "DataHealth")
+        summary, "DataHealth"
+    )
 
 
 def test_a_model_that_misses_a_class_is_not_blessed_and_the_line_names_the_class(majority_only):
@@ -68,7 +77,8 @@ def test_a_model_that_misses_a_class_is_not_blessed_and_the_line_names_the_class
     assert evaluation["per_class"]["ok"]["recall"] > 0.9 and evaluation["per_class"]["defect"]["recall"] < 0.5
     failures = [f for f in evaluation["failures"] if "defect" in f]
     assert len(failures) == 1 and re.fullmatch(
-        r"class 'defect' recall 0\.\d\d < 0\.50 \(10 eval images\) \(--min-class-recall\)", failures[0])
+        r"class 'defect' recall 0\.\d\d < 0\.50 \(10 eval images\) \(--min-class-recall\)", failures[0]
+    )
     assert not any("rare" in f for f in evaluation["failures"])  # 2 eval images: not judged
     line = _line(summary, "Evaluator")
     assert "balanced accuracy" in line and "not blessed: " in line and failures[0] in line
@@ -86,15 +96,22 @@ def test_the_card_and_the_report_show_every_class(majority_only, tmp_path):
     with open(card["card_json"]) as f:
         evaluation = json.load(f)["evaluation"]
     assert evaluation["balanced_accuracy"] == pytest.approx(_details(summary, "Evaluator")["balanced_accuracy"])
-    assert evaluation["class_gate"]["judged"] == ["defect", "ok"] and evaluation["class_gate"]["min_class_recall"] == 0.5
+    assert (
+        evaluation["class_gate"]["judged"] == ["defect", "ok"] and evaluation["class_gate"]["min_class_recall"] == 0.5
+    )
     assert evaluation["weakest_class"]["name"] in ("defect", "rare") and not evaluation["blessed"]
     with open(card["card_md"]) as f:
         markdown = f.read()
     assert "balanced accuracy (mean recall of the classes)" in markdown and "weakest class" in markdown
     assert "largest / smallest class in train 53.3:1 (imbalanced)" in markdown
     page = open(report.build(summary, str(tmp_path / "report.html"))).read()
-    for text in ("Every class", "each row as shares of its class", "imbalanced 53.3:1 in train",
-                 "too few eval images", "eval balanced accuracy"):
+    for text in (
+        "Every class",
+        "each row as shares of its class",
+        "imbalanced 53.3:1 in train",
+        "too few eval images",
+        "eval balanced accuracy",
+    ):
         assert text in page, text
     kind, verdict = verdicts.model_verdict(summary)
     assert kind == "bad" and "balanced accuracy" in verdict and "weakest class" in verdict

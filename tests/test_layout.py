@@ -22,8 +22,20 @@ import pytest
 
 from pipeline.config import PROJECT_DIR
 
-LAYERS = ["bench", "cli", "kubeflow", "report", "review", "prediction", "pipeline", "runs", "components", "trainer",
-          "storage"]
+LAYERS = [
+    "bench",
+    "cli",
+    "kubeflow",
+    "report",
+    "review",
+    "prediction",
+    "pipeline",
+    "runs",
+    "components",
+    "trainer",
+    "storage",
+    "settings",
+]
 LEVEL = {folder: level for level, folder in enumerate(LAYERS)}
 
 
@@ -47,7 +59,7 @@ def _modules(folder) -> Iterator[str]:
 
 def _module_name(path: str) -> str:
     name = os.path.relpath(path, PROJECT_DIR)[:-3].replace(os.sep, ".")
-    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
 def _graph() -> Dict[str, Set[str]]:
@@ -58,8 +70,11 @@ def _graph() -> Dict[str, Set[str]]:
 
 
 def test_every_python_folder_has_a_layer():
-    folders = {entry.name for entry in os.scandir(PROJECT_DIR) if entry.is_dir() and any(
-        n.endswith(".py") for n in os.listdir(entry.path))}
+    folders = {
+        entry.name
+        for entry in os.scandir(PROJECT_DIR)
+        if entry.is_dir() and any(n.endswith(".py") for n in os.listdir(entry.path))
+    }
     assert folders - {"tests"} == set(LEVEL)
 
 
@@ -91,7 +106,7 @@ def _cycle(graph: Dict[str, Set[str]]):
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -121,15 +136,26 @@ def test_the_stages_import_each_other_without_a_loop():
     for module, imported in _graph().items():
         if module.startswith("components."):
             stages.setdefault(stage_of(module), set()).update(
-                stage_of(m) for m in imported if m.startswith("components.") and stage_of(m) != stage_of(module))
+                stage_of(m) for m in imported if m.startswith("components.") and stage_of(m) != stage_of(module)
+            )
     loop = _cycle(stages)
     assert loop is None, " -> ".join(loop)
 
 
 def test_each_stage_of_the_dag_has_its_folder():
     """The stages as the DAG and the run summary name them, each a folder of components/."""
-    stages = {"example_gen", "validation", "transform", "features", "health", "tuner", "trainer", "evaluator",
-              "model_card", "pusher"}
+    stages = {
+        "example_gen",
+        "validation",
+        "transform",
+        "features",
+        "health",
+        "tuner",
+        "trainer",
+        "evaluator",
+        "model_card",
+        "pusher",
+    }
     folders = {e.name for e in os.scandir(os.path.join(PROJECT_DIR, "components")) if e.is_dir()} - {"__pycache__"}
     assert folders == stages
 

@@ -15,13 +15,14 @@ from conftest import image_bytes, write
 
 from bench.multilabel import make_multilabel, read_rows
 from components.evaluator import multi_label as multi_label_evaluation
-from components.example_gen import sources
-from components.example_gen.listing import labels_of
+from components.example_gen.finding import sources
+from components.example_gen.finding.listing import labels_of
 from components.health import label_issues
 from prediction import result_files
 from trainer import class_balance
 
 # --- sources: which rows are multi-label, and how a row without labels counts ----------------------------------
+
 
 def _images(root, names):
     for name in names:
@@ -32,10 +33,20 @@ def test_a_labels_column_and_automl_multi_label_files_list_label_sets(tmp_path):
     _images(tmp_path, ["a.jpg", "b.jpg", "c.jpg"])
     write(tmp_path / "labels.csv", b"path,labels\nimg/a.jpg,dog;person\nimg/b.jpg,\nimg/c.jpg,cat\n")
     write(tmp_path / "rows.csv", b"TRAINING,img/a.jpg,person,dog\nVALIDATION,img/b.jpg\nimg/c.jpg,cat\n")
-    write(tmp_path / "rows.jsonl", "\n".join(json.dumps(item) for item in [
-        {"imageGcsUri": "img/a.jpg", "classificationAnnotations": [{"displayName": "dog"}, {"displayName": "person"}]},
-        {"imageGcsUri": "img/b.jpg", "classificationAnnotations": []},
-        {"imageGcsUri": "img/c.jpg", "classificationAnnotations": [{"displayName": "cat"}]}]).encode())
+    write(
+        tmp_path / "rows.jsonl",
+        "\n".join(
+            json.dumps(item)
+            for item in [
+                {
+                    "imageGcsUri": "img/a.jpg",
+                    "classificationAnnotations": [{"displayName": "dog"}, {"displayName": "person"}],
+                },
+                {"imageGcsUri": "img/b.jpg", "classificationAnnotations": []},
+                {"imageGcsUri": "img/c.jpg", "classificationAnnotations": [{"displayName": "cat"}]},
+            ]
+        ).encode(),
+    )
     for name, layout in (("labels.csv", "manifest"), ("rows.csv", "automl"), ("rows.jsonl", "automl")):
         listing = sources.list_source(str(tmp_path), str(tmp_path / name))
         sources.check_usable(listing)
@@ -59,7 +70,9 @@ def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
     with pytest.raises(sources.DataError) as caught:
         sources.list_source(str(tmp_path), str(tmp_path / "rows.csv"), layout="automl", task="single")
     message = str(caught.value)
-    assert "\n" not in message and "rows.csv line 1: 2 labels ('person', 'dog')" in message and "--task multi" in message
+    assert (
+        "\n" not in message and "rows.csv line 1: 2 labels ('person', 'dog')" in message and "--task multi" in message
+    )
     # One label a row, forced multi-label: each row's set has its one label.
     write(tmp_path / "one.csv", b"img/a.jpg,person\n")
     forced = sources.list_source(str(tmp_path), str(tmp_path / "one.csv"), layout="automl", task="multi")
@@ -76,13 +89,20 @@ def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
         write(tmp_path / "img" / f"{n}.jpg", image_bytes(seed=n))
     write(tmp_path / "multi.csv", b"path,labels\nimg/0.jpg,dog;cat\nimg/1.jpg,cat\nimg/2.jpg,\nimg/3.jpg,dog\n")
     write(tmp_path / "lone.csv", b"path,labels\nimg/0.jpg,dog\nimg/1.jpg,\nimg/2.jpg,dog\nimg/3.jpg,\n")
-    write(tmp_path / "late.csv", b"path,labels,split\nimg/0.jpg,dog,train\nimg/1.jpg,cat,train\n"
-                                 b"img/2.jpg,bird,eval\nimg/3.jpg,dog;cat,test\n")
-    for data, task, expected in (("multi.csv", "single", "--task multi"),
-                                 ("folders", "multi", "class folders give each image one label"),
-                                 ("lone.csv", "multi", "a multi-label set with one label ('dog'); that is a yes/no "
-                                                       "question: give it as two classes"),
-                                 ("late.csv", "multi", "label 'bird' only on eval or test rows")):
+    write(
+        tmp_path / "late.csv",
+        b"path,labels,split\nimg/0.jpg,dog,train\nimg/1.jpg,cat,train\nimg/2.jpg,bird,eval\nimg/3.jpg,dog;cat,test\n",
+    )
+    for data, task, expected in (
+        ("multi.csv", "single", "--task multi"),
+        ("folders", "multi", "class folders give each image one label"),
+        (
+            "lone.csv",
+            "multi",
+            "a multi-label set with one label ('dog'); that is a yes/no question: give it as two classes",
+        ),
+        ("late.csv", "multi", "label 'bird' only on eval or test rows"),
+    ):
         config = PipelineConfig(data=str(tmp_path / data), task=task, root=str(tmp_path / "root"))
         with pytest.raises(sources.DataError) as caught:
             local_runner.preflight(config)
@@ -90,6 +110,7 @@ def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
 
 
 # --- training and evaluation figures, plain Python --------------------------------------------------------------
+
 
 def test_rare_labels_weigh_their_positives_and_start_at_their_share():
     plan = class_balance.multi_label_plan("auto", [500, 40, 250], 1000, ["person", "dog", "cat"])
@@ -109,21 +130,31 @@ def _matrices(per_threshold):
 
 
 def test_each_label_gets_its_own_threshold_and_is_judged_at_it():
-    found = {"example_count": 100, "macro_auc_pr": 0.8, "per_label": {
-        # 'dog': every image positive at 0, best F1 at 0.5, precision 0.9 first reached at 0.75
-        0: {"auc_pr": 0.9, "matrices": _matrices({0.0: (20, 80, 0), 0.25: (20, 20, 0), 0.5: (18, 4, 2),
-                                                  0.75: (9, 1, 11)})},
-        # 'cat': rare, never 0.9 precise
-        1: {"auc_pr": 0.4, "matrices": _matrices({0.0: (12, 88, 0), 0.25: (8, 12, 4), 0.5: (4, 6, 8),
-                                                  0.75: (1, 2, 11)})}}}
+    found = {
+        "example_count": 100,
+        "macro_auc_pr": 0.8,
+        "per_label": {
+            # 'dog': every image positive at 0, best F1 at 0.5, precision 0.9 first reached at 0.75
+            0: {
+                "auc_pr": 0.9,
+                "matrices": _matrices({0.0: (20, 80, 0), 0.25: (20, 20, 0), 0.5: (18, 4, 2), 0.75: (9, 1, 11)}),
+            },
+            # 'cat': rare, never 0.9 precise
+            1: {
+                "auc_pr": 0.4,
+                "matrices": _matrices({0.0: (12, 88, 0), 0.25: (8, 12, 4), 0.5: (4, 6, 8), 0.75: (1, 2, 11)}),
+            },
+        },
+    }
     best = multi_label_evaluation.views(found, ["dog", "cat"])
     assert best["chosen"]["thresholds"] == {"dog": 0.5, "cat": 0.25}  # best F1, never 0 (every image the label)
     assert best["at_threshold"]["per_class"]["dog"]["recall"] == pytest.approx(0.9)
     aimed = multi_label_evaluation.views(found, ["dog", "cat"], target_precision=0.9)
     assert aimed["chosen"]["thresholds"] == {"dog": 0.75, "cat": 0.25}
     assert aimed["labels"]["cat"]["chosen"]["target_missed"] and aimed["chosen"]["target_missed"] == ["cat"]
-    gate = multi_label_evaluation.label_gate(["dog", "cat"], {"dog": 20, "cat": 12}, {"dog": 80, "cat": 50},
-                                             0.5, 0.5, False)
+    gate = multi_label_evaluation.label_gate(
+        ["dog", "cat"], {"dog": 20, "cat": 12}, {"dog": 80, "cat": 50}, 0.5, 0.5, False
+    )
     assert gate["judged"] == [0, 1]
     assert multi_label_evaluation.label_failures(gate, best) == []
     failures = multi_label_evaluation.label_failures(gate, aimed)
@@ -138,51 +169,93 @@ def test_a_label_at_chance_level_fails_its_gate_and_one_on_every_image_is_left_o
     """A label given at random ('coin', in no pixel) scores its base rate, and its best-F1 threshold gives it to every
     image: it fails its own gate in one line naming it. A label on every image ('photo') scores a perfect AUC-PR
     whatever the model does: it lifts no macro figure."""
-    found = {"example_count": 100, "macro_auc_pr": 0.9, "per_label": {
-        0: {"auc_pr": 0.9, "matrices": _matrices({0.0: (20, 80, 0), 0.25: (20, 20, 0), 0.5: (18, 4, 2)})},
-        1: {"auc_pr": 0.51, "matrices": _matrices({0.0: (50, 50, 0), 0.25: (50, 50, 0), 0.5: (26, 24, 24)})},
-        2: {"auc_pr": 1.0, "matrices": _matrices({0.0: (100, 0, 0), 0.25: (100, 0, 0), 0.5: (97, 0, 3)})},
-        3: {"auc_pr": 0.45, "matrices": _matrices({0.0: (16, 84, 0), 0.25: (12, 30, 4), 0.5: (6, 12, 10)})}}}
+    found = {
+        "example_count": 100,
+        "macro_auc_pr": 0.9,
+        "per_label": {
+            0: {"auc_pr": 0.9, "matrices": _matrices({0.0: (20, 80, 0), 0.25: (20, 20, 0), 0.5: (18, 4, 2)})},
+            1: {"auc_pr": 0.51, "matrices": _matrices({0.0: (50, 50, 0), 0.25: (50, 50, 0), 0.5: (26, 24, 24)})},
+            2: {"auc_pr": 1.0, "matrices": _matrices({0.0: (100, 0, 0), 0.25: (100, 0, 0), 0.5: (97, 0, 3)})},
+            3: {"auc_pr": 0.45, "matrices": _matrices({0.0: (16, 84, 0), 0.25: (12, 30, 4), 0.5: (6, 12, 10)})},
+        },
+    }
     names = ["dog", "coin", "photo", "rare"]
     views = multi_label_evaluation.views(found, names)
     assert views["at_threshold"]["uninformative"] == ["photo"]
     assert views["at_threshold"]["macro_f1"] == pytest.approx(
-        sum(views["at_threshold"]["per_class"][n]["f1"] for n in ("dog", "coin", "rare")) / 3)
-    gate = multi_label_evaluation.label_gate(names, {"dog": 20, "coin": 50, "photo": 100, "rare": 16},
-                                             {"dog": 80, "coin": 200, "photo": 400, "rare": 64}, 0.5, 0.5, False, 100)
+        sum(views["at_threshold"]["per_class"][n]["f1"] for n in ("dog", "coin", "rare")) / 3
+    )
+    gate = multi_label_evaluation.label_gate(
+        names,
+        {"dog": 20, "coin": 50, "photo": 100, "rare": 16},
+        {"dog": 80, "coin": 200, "photo": 400, "rare": 64},
+        0.5,
+        0.5,
+        False,
+        100,
+    )
     failures = multi_label_evaluation.label_failures(gate, views)
-    assert failures == ["label 'coin' AUC-PR 0.51 at its base rate 0.50 (50 of 100 eval images): the model cannot "
-                        "tell it from chance; check its labels, or leave it out"]
+    assert failures == [
+        "label 'coin' AUC-PR 0.51 at its base rate 0.50 (50 of 100 eval images): the model cannot "
+        "tell it from chance; check its labels, or leave it out"
+    ]
     # No curve's area to read, and a threshold that says yes to every image (given with --confidence-threshold):
     views["at_threshold"]["per_class"]["coin"].update(auc_pr=None, predicted=100, threshold=0.25)
     assert "given to every eval image at its threshold 0.25" in multi_label_evaluation.label_failures(gate, views)[0]
     # A label most images have, that the model tells apart: its best F1 is at a threshold that says yes to all (F1
     # 0.95 here), which tells nothing; the threshold chosen is the best of those that do not.
-    frequent = multi_label_evaluation.views({"example_count": 100, "per_label": {0: {"auc_pr": 0.99, "matrices": _matrices(
-        {0.0: (90, 10, 0), 0.1: (90, 10, 0), 0.5: (84, 1, 6), 0.75: (70, 0, 20)})}}}, ["sky"])
+    frequent = multi_label_evaluation.views(
+        {
+            "example_count": 100,
+            "per_label": {
+                0: {
+                    "auc_pr": 0.99,
+                    "matrices": _matrices({0.0: (90, 10, 0), 0.1: (90, 10, 0), 0.5: (84, 1, 6), 0.75: (70, 0, 20)}),
+                }
+            },
+        },
+        ["sky"],
+    )
     assert frequent["chosen"]["thresholds"] == {"sky": 0.5}
     # TFMA's macro AUC-PR, the figure blessing reads, weighs the informative labels only.
     from pipeline.pipeline import eval_config
 
-    config, _ = multi_label_evaluation.eval_config_for(eval_config(0.7), 4, False, eval_support=[20, 50, 100, 16],
-                                                       eval_images=100)
+    config, _ = multi_label_evaluation.eval_config_for(
+        eval_config(0.7), 4, False, eval_support=[20, 50, 100, 16], eval_images=100
+    )
     macro = [s for s in config.metrics_specs if s.HasField("aggregate")][0]
     assert dict(macro.aggregate.class_weights) == {0: 1.0, 1: 1.0, 3: 1.0}
 
 
 def test_multi_label_results_list_every_label_over_its_threshold():
-    result = {"path": "gs://b/x.jpg", "predictions": [("dog", 0.9)], "ids": [2], "labels": [("dog", 0.9), ("cat", 0.4)],
-              "label_ids": [2, 0], "unsure": False}
+    result = {
+        "path": "gs://b/x.jpg",
+        "predictions": [("dog", 0.9)],
+        "ids": [2],
+        "labels": [("dog", 0.9), ("cat", 0.4)],
+        "label_ids": [2, 0],
+        "unsure": False,
+    }
     record = json.loads(result_files.automl_record(result, {"dog": 0.5, "cat": 0.3}))
-    assert record == {"instance": {"content": "gs://b/x.jpg", "mimeType": "image/jpeg"},
-                      "prediction": {"ids": ["2", "0"], "displayNames": ["dog", "cat"], "confidences": [0.9, 0.4]}}
+    assert record == {
+        "instance": {"content": "gs://b/x.jpg", "mimeType": "image/jpeg"},
+        "prediction": {"ids": ["2", "0"], "displayNames": ["dog", "cat"], "confidences": [0.9, 0.4]},
+    }
     none = json.loads(result_files.automl_record({**result, "labels": [], "label_ids": []}, {"dog": 0.5}))
     assert none["prediction"] == {"ids": [], "displayNames": [], "confidences": []}
-    assert result_files.csv_header(1, multi_label=True) == ["path", "class_1", "probability_1", "labels", "unsure",
-                                                             "error"]
+    assert result_files.csv_header(1, multi_label=True) == [
+        "path",
+        "class_1",
+        "probability_1",
+        "labels",
+        "unsure",
+        "error",
+    ]
     assert result_files.csv_cells(result, 1, multi_label=True)[3] == "dog;cat"
-    assert json.loads(result_files.json_record(result))["labels"] == [{"label": "dog", "probability": 0.9},
-                                                                        {"label": "cat", "probability": 0.4}]
+    assert json.loads(result_files.json_record(result))["labels"] == [
+        {"label": "dog", "probability": 0.9},
+        {"label": "cat", "probability": 0.4},
+    ]
 
 
 def test_the_multi_label_check_finds_missing_and_extra_labels_on_features():
@@ -208,6 +281,7 @@ def test_the_multi_label_check_finds_missing_and_extra_labels_on_features():
 
 
 # --- whole runs: a manifest and an AutoML JSON Lines import, through the pushed model ---------------------------
+
 
 @pytest.fixture(scope="module")
 def colour_set(tmp_path_factory):
@@ -272,7 +346,7 @@ def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, co
 @pytest.mark.slow
 def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(manifest_run):
     from components.model_card import CARD_JSON, CARD_MD, THRESHOLD_FILE
-    from storage.output_files import TRAINING_LOG
+    from trainer.artifact_files import TRAINING_LOG
 
     log = _json(manifest_run["outputs"]["Trainer"]["model_run"][0], TRAINING_LOG)
     assert log["class_balance"]["task"] == "multi" and log["class_balance"]["monitor"] == "val_auc_pr"
@@ -315,8 +389,9 @@ def test_a_noise_label_is_never_blessed_and_a_label_on_every_image_lifts_nothing
     rng = np.random.default_rng(11)
     rows = list(csv.DictReader(open(os.path.join(colour_set, "labels.csv"))))
     for row in rows:
-        row["labels"] = ";".join([n for n in row["labels"].split(";") if n] + ["photo"]
-                                 + (["coin"] if rng.random() < 0.5 else []))
+        row["labels"] = ";".join(
+            [n for n in row["labels"].split(";") if n] + ["photo"] + (["coin"] if rng.random() < 0.5 else [])
+        )
     noisy = os.path.join(colour_set, "noisy.csv")
     with open(noisy, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["path", "labels", "split"])
@@ -325,8 +400,9 @@ def test_a_noise_label_is_never_blessed_and_a_label_on_every_image_lifts_nothing
     run = _run(noisy, str(tmp_path / "root"))
     evaluation = run["outputs"]["Evaluator"]["evaluation"][0]
     views, gate = _json(evaluation, "views.json"), _json(evaluation, "class_gate.json")
-    assert [f.split(" (")[0].split(" AUC-PR")[0].split(" given")[0] for f in gate["failures"]] == ["label 'coin'"], \
+    assert [f.split(" (")[0].split(" AUC-PR")[0].split(" given")[0] for f in gate["failures"]] == ["label 'coin'"], (
         gate["failures"]
+    )
     assert "the model cannot tell it from chance" in gate["failures"][0]
     assert views["at_threshold"]["uninformative"] == ["photo"]
     assert not glob.glob(os.path.join(run["root"], "serving", "*", "*"))  # nothing pushed
@@ -335,8 +411,17 @@ def test_a_noise_label_is_never_blessed_and_a_label_on_every_image_lifts_nothing
 @pytest.mark.slow
 def test_predict_lists_every_label_over_its_threshold_and_writes_automl_records(manifest_run, colour_set, tmp_path):
     rows = [(path, names) for path, names, split in read_rows(colour_set) if split == "test"]
-    done = run_imagepipe("predict", "--root", manifest_run["root"], "--output", str(tmp_path / "out.csv"),
-                         "--automl-output", str(tmp_path / "automl.jsonl"), *[path for path, _ in rows], timeout=600)
+    done = run_imagepipe(
+        "predict",
+        "--root",
+        manifest_run["root"],
+        "--output",
+        str(tmp_path / "out.csv"),
+        "--automl-output",
+        str(tmp_path / "automl.jsonl"),
+        *[path for path, _ in rows],
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     thresholds = _json(sorted(glob.glob(os.path.join(manifest_run["root"], "serving", "*", "*", "threshold.json")))[-1])
     assert "multi-label: a label applies above its threshold (best F1 on eval)" in done.stderr
@@ -347,7 +432,9 @@ def test_predict_lists_every_label_over_its_threshold_and_writes_automl_records(
     for (path, names), record in zip(rows, records):
         prediction = record["prediction"]
         assert found[path]["labels"] == ";".join(prediction["displayNames"])
-        assert all(c > thresholds["thresholds"][n] for n, c in zip(prediction["displayNames"], prediction["confidences"]))
+        assert all(
+            c > thresholds["thresholds"][n] for n, c in zip(prediction["displayNames"], prediction["confidences"])
+        )
         assert prediction["confidences"] == sorted(prediction["confidences"], reverse=True)
         right += sorted(prediction["displayNames"]) == names
     several = sum(len(r["prediction"]["displayNames"]) > 1 for r in records)
@@ -429,10 +516,13 @@ def test_multi_label_splits_honour_the_eval_percent_per_label(tmp_path):
 
     rng = np.random.default_rng(2)
     names = [f"l{n:03d}" for n in range(500)]
-    cases = {"many": [";".join(rng.choice(names, size=6, replace=False)) for _ in range(60)],
-             "pairs": [f"a{n // 2};b" for n in range(60)],
-             "common": [";".join(["sky"] + (["dog"] if n % 3 == 0 else []) + (["cat"] if n % 4 == 0 else []))
-                        for n in range(400)]}
+    cases = {
+        "many": [";".join(rng.choice(names, size=6, replace=False)) for _ in range(60)],
+        "pairs": [f"a{n // 2};b" for n in range(60)],
+        "common": [
+            ";".join(["sky"] + (["dog"] if n % 3 == 0 else []) + (["cat"] if n % 4 == 0 else [])) for n in range(400)
+        ],
+    }
     for case, label_sets in cases.items():
         folder = tmp_path / case
         rows = ["path,labels"]
@@ -441,8 +531,14 @@ def test_multi_label_splits_honour_the_eval_percent_per_label(tmp_path):
             rows.append(f"img/{n}.png,{labels}")
         (folder / "labels.csv").write_text("\n".join(rows) + "\n")
         single = example_gen_pb2.Input(splits=[example_gen_pb2.Input.Split(name="single_split", pattern="labels.csv")])
-        examples, _ = run_executor(str(folder), tmp_path / f"out-{case}", input_config=single,
-                                   output_config=hash_split_output(20), task="multi", near_duplicates="off")
+        examples, _ = run_executor(
+            str(folder),
+            tmp_path / f"out-{case}",
+            input_config=single,
+            output_config=hash_split_output(20),
+            task="multi",
+            near_duplicates="off",
+        )
         written = read_examples(examples.uri)
         total = len(label_sets)
         assert len(written["eval"]) == pytest.approx(0.2 * total, abs=2), (case, len(written["eval"]))

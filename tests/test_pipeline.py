@@ -21,7 +21,7 @@ from tfx.orchestration import metadata
 from cli.main import main as cli_main
 from components.example_gen.ingest_report import IngestionError
 from components.validation.gate import DataValidationError
-from pipeline import local_runner, model_choice, platform
+from pipeline import local_runner, platform
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
 from prediction import predict
@@ -44,9 +44,11 @@ def run_with_probe(config: PipelineConfig):
     """Runs create_pipeline(config) as far as the validation gate, then a probe component in place of
     Transform and the rest (these tests are about what reaches the Trainer, not training); returns
     the run summary."""
-    config = model_choice.resolved(config, local_runner.prepare(config)["model_choice"])
+    config = local_runner.prepare(config).config  # as the run would be: --model auto's choice made
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
-    p = create_pipeline(config, platform.local(config), metadata.sqlite_metadata_connection_config(config.metadata_path))
+    p = create_pipeline(
+        config, platform.local(config), metadata.sqlite_metadata_connection_config(config.metadata_path)
+    )
     gate = next(c for c in p.components if c.id == "DataValidationGate")
     needed, todo = set(), [gate]
     while todo:  # the gate and everything it depends on
@@ -71,8 +73,21 @@ def details(summary, name):
     return next(c["details"] for c in summary["components"] if c["component"] == name)
 
 
-ALL_COMPONENTS = ("ImageExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator", "DataValidationGate",
-                  "Transform", "DataHealth", "DataHealthGate", "Trainer", "latest_blessed_model_resolver", "Evaluator", "ModelCard", "Pusher")
+ALL_COMPONENTS = (
+    "ImageExampleGen",
+    "ImportSchemaGen",
+    "StatisticsGen",
+    "ExampleValidator",
+    "DataValidationGate",
+    "Transform",
+    "DataHealth",
+    "DataHealthGate",
+    "Trainer",
+    "latest_blessed_model_resolver",
+    "Evaluator",
+    "ModelCard",
+    "Pusher",
+)
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +107,12 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     assert ingest["quarantined"] == 0
     assert ingest["formats"] == {"jpeg": 1198, "png": 599}
     assert ingest["label_map"] == {str(d): d for d in range(10)}
-    assert details(first, "DataValidationGate") == {"anomalies": [], "passed": True, "drifted": [],
-                                                    "drift": {"skipped": "no blessed model yet"}}
+    assert details(first, "DataValidationGate") == {
+        "anomalies": [],
+        "passed": True,
+        "drifted": [],
+        "drift": {"skipped": "no blessed model yet"},
+    }
     evaluation = details(first, "Evaluator")
     assert evaluation["accuracy"] >= 0.95 and evaluation["example_count"] == 359  # 20% of each class
     assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None  # no baseline yet
@@ -101,7 +120,8 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     # The Trainer reports the epoch it kept: the model the Evaluator scores (Keras and TFMA count the same eval
     # images; an image whose top two probabilities tie to float rounding may differ on another CPU: one image).
     assert details(first, "Trainer")["kept_eval_accuracy"] == pytest.approx(
-        evaluation["accuracy"], abs=1.01 / evaluation["example_count"])
+        evaluation["accuracy"], abs=1.01 / evaluation["example_count"]
+    )
     pushed = details(first, "Pusher")
     assert pushed["pushed"] and pushed["destination"].startswith(config.serving_dir)
     from components.pusher import PUSH_COMPLETE
@@ -138,8 +158,13 @@ def test_pushed_model_classifies_raw_jpeg_and_png_bytes(sample_runs):
     serve = tf.saved_model.load(details(first, "Pusher")["destination"]).signatures["serving_default"]
     digits = config.sample_data_dir
     for extension in (".jpg", ".png"):
-        chosen = [(label, name) for label in sorted(os.listdir(digits)) if not label.startswith(".")
-                  for name in sorted(os.listdir(os.path.join(digits, label))) if name.endswith(extension)][::10]
+        chosen = [
+            (label, name)
+            for label in sorted(os.listdir(digits))
+            if not label.startswith(".")
+            for name in sorted(os.listdir(os.path.join(digits, label)))
+            if name.endswith(extension)
+        ][::10]
         images = [open(os.path.join(digits, label, name), "rb").read() for label, name in chosen]
         out = serve(image_bytes=tf.constant(images))
         assert out["probabilities"].shape == (len(images), 10)
@@ -184,8 +209,9 @@ def _add_span_with_new_class(spans):
 
 
 def test_new_class_in_a_later_span_stops_the_run(tmp_path, spans):
-    config = PipelineConfig(root=str(tmp_path / "out"), data=str(spans), span_pattern="span-{SPAN}",
-                            schema=SAMPLE_SCHEMA)
+    config = PipelineConfig(
+        root=str(tmp_path / "out"), data=str(spans), span_pattern="span-{SPAN}", schema=SAMPLE_SCHEMA
+    )
     first = run_with_probe(config)
     assert states(first)["AfterGate"] == "ran"
 
@@ -203,9 +229,13 @@ def test_new_class_in_a_later_span_stops_the_run(tmp_path, spans):
 
 def test_missing_feature_is_an_anomaly_and_warn_mode_lets_the_run_go_on(tmp_path, small_digits):
     schema = tmp_path / "schema.pbtxt"
-    schema.write_text(open(SAMPLE_SCHEMA).read() + (
-        'feature {\n  name: "image/object/bbox/xmin"\n  type: FLOAT\n'
-        '  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n}\n'))
+    schema.write_text(
+        open(SAMPLE_SCHEMA).read()
+        + (
+            'feature {\n  name: "image/object/bbox/xmin"\n  type: FLOAT\n'
+            "  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n}\n"
+        )
+    )
     config = PipelineConfig(root=str(tmp_path / "stop"), data=small_digits, schema=str(schema))
     with pytest.raises(DataValidationError, match="image/object/bbox/xmin"):
         run_with_probe(config)
@@ -266,15 +296,21 @@ def test_relabelled_file_invalidates_the_cache(tmp_path, small_digits):
     os.rename(data / "7" / moved, data / "1" / moved)  # same bytes, size and mtime; new label
     summary = run_with_probe(config)
     assert states(summary)["ImageExampleGen"] == "ran"
-    assert details(summary, "ImageExampleGen")["examples_per_split_and_class"]["train"]["1"] + \
-        details(summary, "ImageExampleGen")["examples_per_split_and_class"]["eval"]["1"] == 31
+    assert (
+        details(summary, "ImageExampleGen")["examples_per_split_and_class"]["train"]["1"]
+        + details(summary, "ImageExampleGen")["examples_per_split_and_class"]["eval"]["1"]
+        == 31
+    )
 
 
 def test_predict_command_labels_files_with_the_pushed_model(sample_runs, tmp_path):
     config, _, _ = sample_runs
     digits = config.sample_data_dir
-    chosen = {label: os.path.join(digits, label, sorted(os.listdir(os.path.join(digits, label)))[-1])
-              for label in sorted(os.listdir(digits)) if not label.startswith(".")}
+    chosen = {
+        label: os.path.join(digits, label, sorted(os.listdir(os.path.join(digits, label)))[-1])
+        for label in sorted(os.listdir(digits))
+        if not label.startswith(".")
+    }
     broken = write(tmp_path / "broken.jpg", b"not an image")
     done = run_imagepipe("predict", "--root", config.root, "--top", "2", *chosen.values(), broken, timeout=300)
     assert done.returncode == 1  # one file could not be classified; the others were
@@ -334,12 +370,14 @@ def test_predict_refuses_what_is_not_an_image_file_and_a_damaged_model(sample_ru
     done = run_imagepipe("predict", "--root", config.root, "gs://no-such-bucket/x.png", env=offline, timeout=60)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "imagepipe: error: gs://no-such-bucket/x.png: cannot reach Cloud Storage at 127.0.0.1:9 (Connection refused); "
-        "check the network (or proxy) and try again"]
+        "check the network (or proxy) and try again"
+    ]
     os.mkfifo(tmp_path / "feed.csv")  # a manifest that is a pipe: it hung for ever
     done = run_imagepipe("predict", "--root", config.root, str(tmp_path / "feed.csv"), timeout=60)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"imagepipe: error: {tmp_path / 'feed.csv'}: not a regular file (a named pipe, device or folder), so it is "
-        "not read; give a CSV manifest file"]
+        "not read; give a CSV manifest file"
+    ]
 
     damaged = tmp_path / "model"
     shutil.copytree(details(first, "Pusher")["destination"], damaged)
@@ -366,11 +404,21 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
     os.makedirs(tmp_path / "twos")
     for name in twos:
         shutil.copy(os.path.join(digits, "2", name), tmp_path / "twos" / name)
-    write(tmp_path / "list.csv", ("path,label\n" + "".join(f"twos/{n},2\n" for n in twos) + "twos/gone.jpg,2\n").encode())
+    write(
+        tmp_path / "list.csv", ("path,label\n" + "".join(f"twos/{n},2\n" for n in twos) + "twos/gone.jpg,2\n").encode()
+    )
 
     out = tmp_path / "results.jsonl"
-    done = run_imagepipe("predict", "--root", config.root, "--output", str(out),
-                         str(tmp_path / "photos"), str(tmp_path / "list.csv"), timeout=300)
+    done = run_imagepipe(
+        "predict",
+        "--root",
+        config.root,
+        "--output",
+        str(out),
+        str(tmp_path / "photos"),
+        str(tmp_path / "list.csv"),
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr[-2000:]  # one manifest row names a missing file
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 11 and lines[-1] == f"21 inputs: 20 classified, 1 failed; results in {out}"
@@ -378,22 +426,27 @@ def test_predict_streams_folders_and_manifests_into_a_results_file(sample_runs, 
     assert [os.path.basename(r["path"]) for r in records[:15]] == sorted(sevens, key=lambda n: (sevens.index(n) % 2, n))
     assert sum(r["predictions"][0]["class"] == "7" for r in records[:15]) >= 14
     assert sum(r["predictions"][0]["class"] == "2" for r in records[15:20]) >= 4
-    assert records[20] == {"path": str(tmp_path / "twos" / "gone.jpg"),
-                           "error": "cannot read: No such file or directory"}
+    assert records[20] == {
+        "path": str(tmp_path / "twos" / "gone.jpg"),
+        "error": "cannot read: No such file or directory",
+    }
 
     table = tmp_path / "results.csv"
-    done = run_imagepipe("predict", "--root", config.root, "--output", str(table), "--top", "2",
-                         str(tmp_path / "list.csv"), timeout=300)
+    done = run_imagepipe(
+        "predict", "--root", config.root, "--output", str(table), "--top", "2", str(tmp_path / "list.csv"), timeout=300
+    )
     rows = list(csv.reader(open(table)))
     assert rows[0] == ["path", "class_1", "probability_1", "class_2", "probability_2", "unsure", "error"]
     assert len(rows) == 7 and {r[5] for r in rows[1:-1]} == {"no"}  # the sample's model has no threshold
     assert rows[-1][1:] == ["", "", "", "", "", "cannot read: No such file or directory"]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
 
-    done = run_imagepipe("predict", "--root", config.root, "--output", str(tmp_path / "r.txt"),
-                         str(tmp_path / "list.csv"), timeout=300)
+    done = run_imagepipe(
+        "predict", "--root", config.root, "--output", str(tmp_path / "r.txt"), str(tmp_path / "list.csv"), timeout=300
+    )
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        f"imagepipe: error: --output {tmp_path / 'r.txt'}: name a .jsonl or .csv file"]
+        f"imagepipe: error: --output {tmp_path / 'r.txt'}: name a .jsonl or .csv file"
+    ]
 
 
 def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_runs, tmp_path):
@@ -419,8 +472,12 @@ def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_r
     assert pixels["dtype"] == np.uint8 and list(pixels["shape"]) == [1, 32, 32, 3]
 
     digits = config.sample_data_dir
-    chosen = [os.path.join(digits, label, name) for label in sorted(os.listdir(digits)) if not label.startswith(".")
-              for name in sorted(os.listdir(os.path.join(digits, label)))[-3:]]
+    chosen = [
+        os.path.join(digits, label, name)
+        for label in sorted(os.listdir(digits))
+        if not label.startswith(".")
+        for name in sorted(os.listdir(os.path.join(digits, label)))[-3:]
+    ]
     answers = {}
     for model in (pushed, os.path.join(pushed, "tflite", "model_float16.tflite")):
         out = tmp_path / f"{len(answers)}.jsonl"
@@ -439,9 +496,9 @@ def test_onnx_and_core_ml_exports_agree_with_the_savedmodel_and_are_listed(sampl
     package's spec, read back, takes a 32x32 RGB image and names every class. The card and the summary list them,
     and `imagepipe export` makes either of a pushed model again, never over a user's file, and says in one line
     what it cannot do."""
-    import onnxruntime
-
     import glob as globbing
+
+    import onnxruntime
 
     from components.model_card import CARD_JSON
     from trainer import model_exports
@@ -453,14 +510,21 @@ def test_onnx_and_core_ml_exports_agree_with_the_savedmodel_and_are_listed(sampl
     pushed = details(first, "Pusher")["destination"]
     examples = next(c for c in first["components"] if c["component"] == "ImageExampleGen")
     files = globbing.glob(os.path.join(examples["outputs"]["examples"][0], "Split-eval", "*"))
-    images = [tf.train.Example.FromString(r.numpy()).features.feature["image/encoded"].bytes_list.value[0]
-              for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    images = [
+        tf.train.Example.FromString(r.numpy()).features.feature["image/encoded"].bytes_list.value[0]
+        for r in tf.data.TFRecordDataset(files, compression_type="GZIP")
+    ]
     assert len(images) == examples["details"]["examples_per_split"]["eval"]
     saved = tf.saved_model.load(pushed)
-    probabilities = np.concatenate([saved.signatures["serving_default"](image_bytes=tf.constant(images[i:i + 64]))[
-        "probabilities"].numpy() for i in range(0, len(images), 64)])
-    decoded = np.concatenate([saved.image_pixels(tf.constant(images[i:i + 64])).numpy()
-                              for i in range(0, len(images), 64)]).astype(np.float32)
+    probabilities = np.concatenate(
+        [
+            saved.signatures["serving_default"](image_bytes=tf.constant(images[i : i + 64]))["probabilities"].numpy()
+            for i in range(0, len(images), 64)
+        ]
+    )
+    decoded = np.concatenate(
+        [saved.image_pixels(tf.constant(images[i : i + 64])).numpy() for i in range(0, len(images), 64)]
+    ).astype(np.float32)
     onnx = model_exports.OnnxClassifier(open(os.path.join(pushed, "onnx", "model.onnx"), "rb").read())
     assert onnx.class_names == trainer["class_names"]
     served = onnx.probabilities(decoded)
@@ -481,8 +545,9 @@ def test_onnx_and_core_ml_exports_agree_with_the_savedmodel_and_are_listed(sampl
     again = model_exports.OnnxClassifier(out.read_bytes())
     np.testing.assert_allclose(again.probabilities(decoded[:16]), served[:16], atol=1e-4)
     write(tmp_path / "mine.onnx", b"a file of mine")
-    refused = run_imagepipe("export", "--root", config.root, "--format", "onnx", "--out", str(tmp_path / "mine.onnx"),
-                            timeout=300)
+    refused = run_imagepipe(
+        "export", "--root", config.root, "--format", "onnx", "--out", str(tmp_path / "mine.onnx"), timeout=300
+    )
     assert refused.returncode == 2 and "is never overwritten" in refused.stderr
     assert (tmp_path / "mine.onnx").read_bytes() == b"a file of mine"
     session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
@@ -490,12 +555,13 @@ def test_onnx_and_core_ml_exports_agree_with_the_savedmodel_and_are_listed(sampl
 
     package = tmp_path / "new" / "folder" / "model.mlpackage"  # its folders made
     for _ in range(2):  # the second replaces the package the first wrote
-        done = run_imagepipe("export", "--root", config.root, "--format", "coreml", "--out", str(package),
-                             timeout=300)
+        done = run_imagepipe("export", "--root", config.root, "--format", "coreml", "--out", str(package), timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert model_exports.describe_coreml(str(package))["class_names"] == trainer["class_names"]
-    for argv, said in ((["--root", config.root, "--out", "gs://bucket/model.onnx"], "--out gs://bucket/model.onnx: a local path only"),
-                       (["--model", str(tmp_path / "new"), "--out", str(tmp_path / "x.onnx")], "--model")):
+    for argv, said in (
+        (["--root", config.root, "--out", "gs://bucket/model.onnx"], "--out gs://bucket/model.onnx: a local path only"),
+        (["--model", str(tmp_path / "new"), "--out", str(tmp_path / "x.onnx")], "--model"),
+    ):
         refused = run_imagepipe("export", "--format", "onnx", *argv, timeout=300)
         assert refused.returncode == 2 and said in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
 
@@ -521,17 +587,31 @@ def test_predict_reads_images_in_cloud_storage(sample_runs, tmp_path):
     write(bucket / "today.csv", f"path\n{expected[0][0]}\nlists/nine.png\n".encode())
     out = tmp_path / "results.jsonl"
     with FakeService(buckets={"photos-1": str(bucket)}) as gcs:
-        done = run_imagepipe("predict", "--root", config.root, "--output", str(out),
-                             "gs://photos-1/incoming", "gs://photos-1/today.csv",
-                             "gs://photos-1/incoming/4/gone.png", timeout=600,
-                             env={**os.environ, "STORAGE_EMULATOR_HOST": gcs.url,
-                                  "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path))})
+        done = run_imagepipe(
+            "predict",
+            "--root",
+            config.root,
+            "--output",
+            str(out),
+            "gs://photos-1/incoming",
+            "gs://photos-1/today.csv",
+            "gs://photos-1/incoming/4/gone.png",
+            timeout=600,
+            env={
+                **os.environ,
+                "STORAGE_EMULATOR_HOST": gcs.url,
+                "GOOGLE_APPLICATION_CREDENTIALS": gcs.credentials_file(str(tmp_path)),
+            },
+        )
         downloads = gcs.find("GET", r"^/download/storage/v1/b/photos-1/o/")
     assert done.returncode == 1, done.stderr[-3000:]  # two inputs failed, the others were classified
     records = [json.loads(line) for line in open(out)]
     assert [r["path"] for r in records] == [path for path, _ in expected] + [
-        "gs://photos-1/incoming/6/notes.jpg", expected[0][0], "gs://photos-1/lists/nine.png",
-        "gs://photos-1/incoming/4/gone.png"]
+        "gs://photos-1/incoming/6/notes.jpg",
+        expected[0][0],
+        "gs://photos-1/lists/nine.png",
+        "gs://photos-1/incoming/4/gone.png",
+    ]
     assert sum(r["predictions"][0]["class"] == label for r, (_, label) in zip(records, expected)) >= 5
     assert records[-4]["error"].startswith("not_an_image: ")
     assert records[-3]["predictions"] == records[0]["predictions"] and "predictions" in records[-2]
@@ -550,39 +630,53 @@ def test_batch_prediction_on_beam_workers_matches_the_streamed_results(sample_ru
 
     streamed, on_beam = tmp_path / "streamed.jsonl", tmp_path / "beam.jsonl"
     run_imagepipe("predict", "--root", config.root, "--top", "3", "--output", str(streamed), *inputs, timeout=300)
-    done = run_imagepipe("predict", "--root", config.root, "--top", "3", "--output", str(on_beam),
-                         "--workers", "2", *inputs, timeout=600)
+    done = run_imagepipe(
+        "predict", "--root", config.root, "--top", "3", "--output", str(on_beam), "--workers", "2", *inputs, timeout=600
+    )
     total = len(os.listdir(tmp_path / "in" / "1")) + len(os.listdir(tmp_path / "in" / "8")) + 1
     assert done.returncode == 1, done.stderr[-3000:]  # two inputs failed, the rest were classified
-    assert done.stdout.strip().splitlines() == [f"{total:,} inputs: {total - 2:,} classified, 2 failed; "
-                                                f"results in {on_beam}"]
+    assert done.stdout.strip().splitlines() == [
+        f"{total:,} inputs: {total - 2:,} classified, 2 failed; results in {on_beam}"
+    ]
     assert "Warning" not in done.stderr and "Traceback" not in done.stderr
 
     expected = {r["path"]: r for r in map(json.loads, open(streamed))}
     got = {r["path"]: r for r in map(json.loads, open(on_beam))}
     assert set(got) == set(expected) and len(expected) == total
     assert got[str(tmp_path / "in" / "8" / "cut.jpg")]["error"].startswith("truncated: ")
-    assert got[str(tmp_path / "in" / "gone.png")]["error"] == \
-        "cannot read: No such file or directory"
+    assert got[str(tmp_path / "in" / "gone.png")]["error"] == "cannot read: No such file or directory"
     for path, record in got.items():  # the same model on the same bytes: the same answers, whatever the batch
         if "error" in record:
             assert record == expected[path]
             continue
         assert [p["class"] for p in record["predictions"]] == [p["class"] for p in expected[path]["predictions"]]
-        assert np.allclose([p["probability"] for p in record["predictions"]],
-                           [p["probability"] for p in expected[path]["predictions"]], atol=1e-4)
+        assert np.allclose(
+            [p["probability"] for p in record["predictions"]],
+            [p["probability"] for p in expected[path]["predictions"]],
+            atol=1e-4,
+        )
     assert not [name for name in os.listdir(tmp_path) if name.startswith("beam-temp")]
 
     done = run_imagepipe("predict", "--root", config.root, "--workers", "2", *inputs, timeout=300)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "imagepipe: error: --workers writes every result to a file: give --output results.jsonl (or .csv)"]
+        "imagepipe: error: --workers writes every result to a file: give --output results.jsonl (or .csv)"
+    ]
 
     damaged = tmp_path / "model"  # loaded by the workers: their failure is still one line, and no file is left
     shutil.copytree(details(first, "Pusher")["destination"], damaged)
     with open(damaged / "saved_model.pb", "r+b") as f:
         f.truncate(1000)
-    done = run_imagepipe("predict", "--model", str(damaged), "--workers", "2", "--output",
-                         str(tmp_path / "never.jsonl"), *inputs, timeout=300)
+    done = run_imagepipe(
+        "predict",
+        "--model",
+        str(damaged),
+        "--workers",
+        "2",
+        "--output",
+        str(tmp_path / "never.jsonl"),
+        *inputs,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"imagepipe: error: --model {damaged}: not a usable SavedModel (")
@@ -593,12 +687,16 @@ def test_a_batch_with_an_image_tensorflow_cannot_decode_labels_the_others(sample
     config, first, _ = sample_runs
     serve = predict.load_serving(details(first, "Pusher")["destination"])
     digits = config.sample_data_dir
-    three, five = (open(os.path.join(digits, d, sorted(os.listdir(os.path.join(digits, d)))[0]), "rb").read()
-                   for d in ("3", "5"))
+    three, five = (
+        open(os.path.join(digits, d, sorted(os.listdir(os.path.join(digits, d)))[0]), "rb").read() for d in ("3", "5")
+    )
     alone = predict.label_batch(serve, [three, five], top=2)
     labels = predict.label_batch(serve, [three, b"\xff\xd8\xff not really a JPEG", five], top=2)
-    assert [label.get("predictions", [("-",)])[0][0] for label in labels] == \
-        [alone[0]["predictions"][0][0], "-", alone[1]["predictions"][0][0]]
+    assert [label.get("predictions", [("-",)])[0][0] for label in labels] == [
+        alone[0]["predictions"][0][0],
+        "-",
+        alone[1]["predictions"][0][0],
+    ]
     assert labels[0]["predictions"][0][0] == "3"
     assert np.allclose([p for _, p in labels[2]["predictions"]], [p for _, p in alone[1]["predictions"]], atol=1e-4)
     assert labels[1] == {"error": labels[1]["error"]} and labels[1]["error"].startswith("undecodable: ")
@@ -617,7 +715,7 @@ def test_the_readme_shows_what_make_run_prints(sample_runs):
     and left out DataHealth)."""
     readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")).read().splitlines()
     start = next(i for i, line in enumerate(readme) if line.startswith("    run 20"))
-    block = itertools.takewhile(lambda line: line.startswith("      "), readme[start + 1:])  # the component lines
+    block = itertools.takewhile(lambda line: line.startswith("      "), readme[start + 1 :])  # the component lines
     shown = [line.strip().split(None, 4) for line in block]
     _, first, _ = sample_runs
     printed = [line.strip().split(None, 4) for line in run_text.format_summary(first)[1:]]

@@ -25,7 +25,7 @@ def _center_crop(image: np.ndarray, size: int) -> np.ndarray:
 
     h, w, _ = image.shape
     side = min(h, w)
-    crop = image[(h - side) // 2:(h - side) // 2 + side, (w - side) // 2:(w - side) // 2 + side]
+    crop = image[(h - side) // 2 : (h - side) // 2 + side, (w - side) // 2 : (w - side) // 2 + side]
     return tf.image.resize(crop[None].astype("float32"), (size, size), antialias=True).numpy()
 
 
@@ -114,8 +114,11 @@ def legacy_torch_file(path, tensors, monkeypatch):
         state[name] = _Tensor(str(n), array.size, shape, strides)
         storages.append((str(n), np.asarray(array, "<f4")))
     out = io.BytesIO()
-    for header in (torch_checkpoint.MAGIC_NUMBER, torch_checkpoint.PROTOCOL_VERSION,
-                   {"protocol_version": 1001, "little_endian": True}):
+    for header in (
+        torch_checkpoint.MAGIC_NUMBER,
+        torch_checkpoint.PROTOCOL_VERSION,
+        {"protocol_version": 1001, "little_endian": True},
+    ):
         dump(header, out)
     dump(state, out)
     dump([key for key, _ in storages], out)
@@ -137,15 +140,18 @@ def test_views_are_read_with_their_strides_and_other_shapes_are_refused(tmp_path
     assert np.array_equal(state["kernel"], hwio.transpose(3, 2, 0, 1))
 
     stem = np.zeros((32, 3, 3, 3), "<f4")  # the stem of a network with 4 input channels is not Lite0's
-    wrong = legacy_torch_file(tmp_path / "other.pth", {"_conv_stem.weight": (np.zeros(32 * 4 * 9, "<f4"),
-                                                                             (32, 4, 3, 3), (36, 9, 3, 1))},
-                              monkeypatch)
+    wrong = legacy_torch_file(
+        tmp_path / "other.pth",
+        {"_conv_stem.weight": (np.zeros(32 * 4 * 9, "<f4"), (32, 4, 3, 3), (36, 9, 3, 1))},
+        monkeypatch,
+    )
     model = efficientnet_lite.build((32, 32, 3))
     with pytest.raises(efficientnet_lite.WeightsError) as caught:
         efficientnet_lite.load_pth(model, wrong)
     assert "_conv_stem has shapes [(3, 3, 4, 32)], the network needs [(3, 3, 3, 32)]" in str(caught.value)
-    missing = legacy_torch_file(tmp_path / "part.pth", {"_conv_stem.weight": (stem, (32, 3, 3, 3), (27, 9, 3, 1))},
-                                monkeypatch)
+    missing = legacy_torch_file(
+        tmp_path / "part.pth", {"_conv_stem.weight": (stem, (32, 3, 3, 3), (27, 9, 3, 1))}, monkeypatch
+    )
     with pytest.raises(efficientnet_lite.WeightsError, match=r"part.pth: not EfficientNet-Lite0 weights \(_bn0"):
         efficientnet_lite.load_pth(model, missing)
 
@@ -172,7 +178,9 @@ def test_a_pickle_that_names_anything_else_is_refused_never_run(tmp_path):
 def _images(folder, side, count=6):
     for n in range(count):
         for label in ("a", "b"):
-            write(os.path.join(folder, label, f"{n}.jpg"), image_bytes(size=(side + n, side), seed=n * 2 + (label == "b")))
+            write(
+                os.path.join(folder, label, f"{n}.jpg"), image_bytes(size=(side + n, side), seed=n * 2 + (label == "b"))
+            )
     return str(folder)
 
 
@@ -180,12 +188,18 @@ def test_auto_takes_the_pretrained_backbone_for_photo_sized_images_and_the_cnn_f
     photos = local_runner.preflight(PipelineConfig(data=_images(tmp_path / "photos", 200), root=str(tmp_path / "r")))
     small = local_runner.preflight(PipelineConfig(data=_images(tmp_path / "small", 40), root=str(tmp_path / "r")))
     assert photos["model_choice"] == model_choice.Choice(
-        "efficientnet_lite0", "photo-sized images, median shorter side 200 px over 12 sampled images")
-    assert small["model_choice"].model == "cnn" and "small images, median shorter side 40 px" in small[
-        "model_choice"].reason
+        "efficientnet_lite0", "photo-sized images, median shorter side 200 px over 12 sampled images"
+    )
+    assert (
+        small["model_choice"].model == "cnn"
+        and "small images, median shorter side 40 px" in small["model_choice"].reason
+    )
     config = model_choice.resolved(PipelineConfig(data=str(tmp_path / "photos")), photos["model_choice"])
     assert (config.model, config.hparams().image_size, config.hparams().model_choice) == (
-        "efficientnet_lite0", 224, photos["model_choice"].reason)
+        "efficientnet_lite0",
+        224,
+        photos["model_choice"].reason,
+    )
     given = PipelineConfig(model="cnn", data=str(tmp_path / "photos"), root=str(tmp_path / "r"))
     assert local_runner.preflight(given)["model_choice"] is None  # a model given is kept
     # An image size the chosen backbone cannot take is one line that says what chose it.
@@ -201,11 +215,14 @@ def test_a_compiled_job_takes_the_pretrained_backbone_without_reading_its_images
     from pipeline.cloud_config import CloudConfig
 
     config = PipelineConfig(name="imagepipe", data="gs://bucket-1/images").validate()
-    cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root="gs://bucket-1/pipelines",
-                        image="us-central1-docker.pkg.dev/proj-1/imagepipe/pipeline:v7").validate(config)
+    cloud = CloudConfig(
+        project="proj-1",
+        region="europe-west4",
+        pipeline_root="gs://bucket-1/pipelines",
+        image="us-central1-docker.pkg.dev/proj-1/imagepipe/pipeline:v7",
+    ).validate(config)
     job = deploy.build_job(config, cloud)
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
     assert "BackboneFeatures" in tasks
     trainer = json.dumps(tasks["Trainer"])
     assert "efficientnet_lite0" in trainer and "a compiled job, chosen without reading its images" in trainer
-

@@ -29,22 +29,43 @@ from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, ConfigError, PipelineCon
 IMAGE = "us-central1-docker.pkg.dev/proj-1/imagepipe/pipeline:v7"
 DATA = "gs://bucket-1/images"
 ROOT = "gs://bucket-1/pipelines"
-ORDER = ["ImageExampleGen", "StatisticsGen", "ExampleValidator", "DataValidationGate", "Transform", "DataHealth",
-         "DataHealthGate",
-         "Trainer", "Evaluator", "Pusher"]
+ORDER = [
+    "ImageExampleGen",
+    "StatisticsGen",
+    "ExampleValidator",
+    "DataValidationGate",
+    "Transform",
+    "DataHealth",
+    "DataHealthGate",
+    "Trainer",
+    "Evaluator",
+    "Pusher",
+]
 
 
 def production(tune: int = 0, **changes):
     config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, tune=tune).validate()
-    cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE,
-                        service_account="runner@proj-1.iam.gserviceaccount.com", **changes).validate(config)
+    cloud = CloudConfig(
+        project="proj-1",
+        region="europe-west4",
+        pipeline_root=ROOT,
+        image=IMAGE,
+        service_account="runner@proj-1.iam.gserviceaccount.com",
+        **changes,
+    ).validate(config)
     return config, cloud
 
 
 @pytest.fixture(scope="module")
 def vertex_job(tmp_path_factory):
-    config, cloud = production(dataflow=True, vertex_training=True, training_accelerator="NVIDIA_TESLA_T4",
-                               training_accelerator_count=2, parallel_trials=3, tune=4)
+    config, cloud = production(
+        dataflow=True,
+        vertex_training=True,
+        training_accelerator="NVIDIA_TESLA_T4",
+        training_accelerator_count=2,
+        parallel_trials=3,
+        tune=4,
+    )
     path = deploy.compile_pipeline(config, cloud, str(tmp_path_factory.mktemp("vertex") / "job.json"))
     text = open(path).read()
     job = json_format.Parse(text, pipeline_spec_pb2.PipelineJob())
@@ -81,20 +102,27 @@ def test_vertex_spec_runs_this_projects_code_in_the_image(vertex_job):
     example_gen = _executor(spec, "ImageExampleGen")["container"]
     assert "components.example_gen.executor.Executor" in example_gen["args"]
     assert example_gen["lifecycle"]["preCacheCheck"]["command"] == list(
-        ("python", "-m", "components.example_gen.vertex_driver"))
-    assert "components.validation.gate.DataValidationGate_Executor" in _executor(spec, "DataValidationGate")[
-        "container"]["args"]
+        ("python", "-m", "components.example_gen.vertex_driver")
+    )
+    assert (
+        "components.validation.gate.DataValidationGate_Executor"
+        in _executor(spec, "DataValidationGate")["container"]["args"]
+    )
     # TFX's data components run with byte-bounded Beam batches (components/beam_settings.py) there too,
     # and StatisticsGen knows image/encoded as image bytes (no top-k shuffle of every image).
-    for name, executor in (("StatisticsGen", "components.validation.statistics.StatisticsGenExecutor"),
-                           ("Transform", "components.transform.executor.TransformExecutor")):
+    for name, executor in (
+        ("StatisticsGen", "components.validation.statistics.StatisticsGenExecutor"),
+        ("Transform", "components.transform.executor.TransformExecutor"),
+    ):
         assert executor in _executor(spec, name)["container"]["args"], name
     assert "components.evaluator.executor.Executor" in _executor(spec, "Evaluator")["container"]["args"]
     # The gate's drift reference: the latest blessed model's blessing, from the resolver Vertex runs.
     blessing = spec["root"]["dag"]["tasks"]["DataValidationGate"]["inputs"]["artifacts"]["baseline_blessing"]
     assert blessing["taskOutputArtifact"]["producerTask"] == "latest_blessed_model_resolver-model-blessing-resolver"
     parameters = json.loads(_task_text(spec, "StatisticsGen"))["inputs"]["parameters"]
-    options = tfdv.StatsOptions.from_json(parameters["stats_options_json"]["runtimeValue"]["constantValue"]["stringValue"])
+    options = tfdv.StatsOptions.from_json(
+        parameters["stats_options_json"]["runtimeValue"]["constantValue"]["stringValue"]
+    )
     encoded = next(f for f in options.schema.feature if f.name == "image/encoded")
     assert encoded.WhichOneof("domain_info") == "image_domain"
     assert "components.transform.preprocessing.preprocessing_fn" in _task_text(spec, "Transform")
@@ -108,8 +136,12 @@ def test_vertex_spec_sends_data_components_to_dataflow(vertex_job):
     for name in ("ImageExampleGen", "StatisticsGen", "Transform", "Evaluator"):
         args = _executor(spec, name)["container"]["args"]
         assert "--runner=DataflowRunner" in args, name
-        assert {"--project=proj-1", "--region=europe-west4", f"--sdk_container_image={IMAGE}",
-                f"--temp_location={ROOT}/imagepipe/tmp"} <= set(args), name
+        assert {
+            "--project=proj-1",
+            "--region=europe-west4",
+            f"--sdk_container_image={IMAGE}",
+            f"--temp_location={ROOT}/imagepipe/tmp",
+        } <= set(args), name
 
 
 def test_vertex_spec_trains_on_vertex_ai_with_accelerators(vertex_job):
@@ -120,8 +152,11 @@ def test_vertex_spec_trains_on_vertex_ai_with_accelerators(vertex_job):
     parameter = json.loads(_task_text(spec, "Trainer"))["inputs"]["parameters"]["custom_config"]["runtimeValue"]
     config_json = json.loads(parameter["constantValue"]["stringValue"])
     pool = config_json["ai_platform_training_args"]["job_spec"]["worker_pool_specs"][0]
-    assert pool["machine_spec"] == {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
-                                    "accelerator_count": 2}
+    assert pool["machine_spec"] == {
+        "machine_type": "n1-standard-8",
+        "accelerator_type": "NVIDIA_TESLA_T4",
+        "accelerator_count": 2,
+    }
     assert pool["container_spec"]["image_uri"] == IMAGE
     assert config_json["ai_platform_vertex_region"] == "europe-west4"
     assert config_json["epochs"] == PipelineConfig().epochs  # the hyperparameters travel with it
@@ -135,10 +170,15 @@ def _trainer_config(spec, task="Trainer"):
 def test_training_replicas_compile_a_chief_and_workers_alike(tmp_path):
     """--training-replicas 3: Vertex AI Training runs a chief and 2 workers of the same machine and image (Vertex
     sets TF_CONFIG on each; trainer/strategy.py trains across them); a trial of the Tuner keeps one machine."""
-    config, cloud = production(vertex_training=True, training_accelerator="NVIDIA_L4", training_replicas=3, tune=4,
-                               parallel_trials=2)
-    spec = json_format.MessageToDict(json_format.Parse(open(deploy.compile_pipeline(
-        config, cloud, str(tmp_path / "job.json"))).read(), pipeline_spec_pb2.PipelineJob()).pipeline_spec)
+    config, cloud = production(
+        vertex_training=True, training_accelerator="NVIDIA_L4", training_replicas=3, tune=4, parallel_trials=2
+    )
+    spec = json_format.MessageToDict(
+        json_format.Parse(
+            open(deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))).read(),
+            pipeline_spec_pb2.PipelineJob(),
+        ).pipeline_spec
+    )
     chief, workers = _trainer_config(spec)["ai_platform_training_args"]["job_spec"]["worker_pool_specs"]
     machine = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}
     assert (chief["replica_count"], workers["replica_count"]) == (1, 2)
@@ -156,8 +196,12 @@ def test_a_tpu_job_runs_the_tpu_image_and_must_find_its_tpu(tmp_path):
 
     tpu_image = IMAGE.replace("pipeline:", "pipeline-tpu:")
     config, cloud = production(vertex_training=True, training_tpu="TPU_V3", training_image=tpu_image)
-    spec = json_format.MessageToDict(json_format.Parse(open(deploy.compile_pipeline(
-        config, cloud, str(tmp_path / "job.json"))).read(), pipeline_spec_pb2.PipelineJob()).pipeline_spec)
+    spec = json_format.MessageToDict(
+        json_format.Parse(
+            open(deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))).read(),
+            pipeline_spec_pb2.PipelineJob(),
+        ).pipeline_spec
+    )
     trainer = _trainer_config(spec)
     (pool,) = trainer["ai_platform_training_args"]["job_spec"]["worker_pool_specs"]
     assert pool["machine_spec"] == {"machine_type": "cloud-tpu", "accelerator_type": "TPU_V3", "accelerator_count": 8}
@@ -193,8 +237,11 @@ def test_vertex_spec_tunes_as_a_vertex_ai_training_job_of_parallel_trials(vertex
     constant = lambda name: parameters[name]["runtimeValue"]["constantValue"]["stringValue"]  # noqa: E731
     custom_config = json.loads(constant("custom_config"))
     pool = custom_config["ai_platform_tuning_args"]["job_spec"]["worker_pool_specs"][0]
-    assert pool["machine_spec"] == {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
-                                    "accelerator_count": 2}
+    assert pool["machine_spec"] == {
+        "machine_type": "n1-standard-8",
+        "accelerator_type": "NVIDIA_TESLA_T4",
+        "accelerator_count": 2,
+    }
     assert pool["container_spec"]["image_uri"] == IMAGE and custom_config["ai_platform_enable_vertex"] is True
     assert custom_config["remote_trials_working_dir"] == f"{ROOT}/imagepipe/tuner"
     assert json.loads(constant("tune_args")) == {"num_parallel_trials": 3}
@@ -208,23 +255,36 @@ def test_vertex_spec_tunes_as_a_vertex_ai_training_job_of_parallel_trials(vertex
 def test_the_settings_a_scheduled_run_changes_are_pipeline_parameters(vertex_job):
     _, job, spec = vertex_job
     declared = spec["root"]["inputDefinitions"]["parameters"]
-    assert set(declared) == {"epochs", "learning_rate", "accuracy_threshold", "min_class_recall",
-                             "tune_trials"}  # no --span-pattern
+    assert set(declared) == {
+        "epochs",
+        "learning_rate",
+        "accuracy_threshold",
+        "min_class_recall",
+        "tune_trials",
+    }  # no --span-pattern
     values = json_format.MessageToDict(job.runtime_config)["parameters"]
-    assert values == {"epochs": {"intValue": str(PipelineConfig().epochs)},
-                      "learning_rate": {"doubleValue": PipelineConfig().learning_rate},
-                      "accuracy_threshold": {"doubleValue": PipelineConfig().accuracy_threshold},
-                      "min_class_recall": {"doubleValue": PipelineConfig().min_class_recall},
-                      "tune_trials": {"intValue": "4"}}
+    assert values == {
+        "epochs": {"intValue": str(PipelineConfig().epochs)},
+        "learning_rate": {"doubleValue": PipelineConfig().learning_rate},
+        "accuracy_threshold": {"doubleValue": PipelineConfig().accuracy_threshold},
+        "min_class_recall": {"doubleValue": PipelineConfig().min_class_recall},
+        "tune_trials": {"intValue": "4"},
+    }
     tasks = spec["root"]["dag"]["tasks"]
-    for task, name in (("Trainer", "epochs"), ("Trainer", "learning_rate"), ("Evaluator", "accuracy_threshold"),
-                       ("Evaluator", "min_class_recall"), ("Tuner", "epochs")):
+    for task, name in (
+        ("Trainer", "epochs"),
+        ("Trainer", "learning_rate"),
+        ("Evaluator", "accuracy_threshold"),
+        ("Evaluator", "min_class_recall"),
+        ("Tuner", "epochs"),
+    ):
         assert tasks[task]["inputs"]["parameters"][name] == {"componentInputParameter": name}, (task, name)
     config, cloud = production()
     spans = deploy.build_job(dataclasses.replace(config, span_pattern="span-{SPAN}", span_window=2), cloud)
     spans = spans["pipelineSpec"]
     assert spans["root"]["dag"]["tasks"]["ImageExampleGen"]["inputs"]["parameters"]["span_window"] == {
-        "componentInputParameter": "span_window"}
+        "componentInputParameter": "span_window"
+    }
 
 
 def test_no_local_path_leaks_into_the_vertex_spec(vertex_job):
@@ -261,7 +321,9 @@ def test_dataflow_batch_prediction_is_a_job_on_the_pipeline_image():
 
 def test_kubeflow_package_is_what_kfp_client_reads(tmp_path):
     config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, span_pattern="span-{SPAN}").validate()
-    cloud = CloudConfig(target="kubeflow", pipeline_root=ROOT, image=IMAGE, kfp_host="http://kfp.local").validate(config)
+    cloud = CloudConfig(target="kubeflow", pipeline_root=ROOT, image=IMAGE, kfp_host="http://kfp.local").validate(
+        config
+    )
     path = deploy.compile_pipeline(config, cloud, str(tmp_path / "pipeline.yaml"))
     package = yaml.safe_load(open(path))
     spec = json_format.ParseDict(package, pipeline_spec_pb2.PipelineSpec())
@@ -280,22 +342,38 @@ def test_kubeflow_package_is_what_kfp_client_reads(tmp_path):
 
 
 def test_real_tfx_cli_compiles_the_vertex_runner_file(tmp_path):
-    env = dict(os.environ, IMAGEPIPE_NAME="imagepipe", IMAGEPIPE_PROJECT="proj-1", IMAGEPIPE_PIPELINE_ROOT=ROOT, IMAGEPIPE_IMAGE=IMAGE,
-               IMAGEPIPE_DATA=DATA, IMAGEPIPE_OUTPUT="compiled.json", TF_CPP_MIN_LOG_LEVEL="3",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    result = subprocess.run(["tfx", "pipeline", "compile", "--engine=vertex",
-                             f"--pipeline_path={PROJECT_DIR}/kubeflow/vertex_runner.py"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        IMAGEPIPE_NAME="imagepipe",
+        IMAGEPIPE_PROJECT="proj-1",
+        IMAGEPIPE_PIPELINE_ROOT=ROOT,
+        IMAGEPIPE_IMAGE=IMAGE,
+        IMAGEPIPE_DATA=DATA,
+        IMAGEPIPE_OUTPUT="compiled.json",
+        TF_CPP_MIN_LOG_LEVEL="3",
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+    )
+    result = subprocess.run(
+        ["tfx", "pipeline", "compile", "--engine=vertex", f"--pipeline_path={PROJECT_DIR}/kubeflow/vertex_runner.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Pipeline imagepipe compiled successfully" in result.stdout
     job = json_format.Parse(open(tmp_path / "compiled.json").read(), pipeline_spec_pb2.PipelineJob())
     assert set(ORDER) <= set(job.pipeline_spec["root"]["dag"]["tasks"])
 
 
-@pytest.mark.parametrize("config_changes, message", [
-    ({"name": "My_Pipeline"}, "--name 'My_Pipeline': Vertex AI and Kubeflow need lower-case letters"),
-    ({"model": "mobilenet_v2", "weights": "/home/me/w.h5"}, "a local file is not in the pipeline's containers"),
-])
+@pytest.mark.parametrize(
+    "config_changes, message",
+    [
+        ({"name": "My_Pipeline"}, "--name 'My_Pipeline': Vertex AI and Kubeflow need lower-case letters"),
+        ({"model": "mobilenet_v2", "weights": "/home/me/w.h5"}, "a local file is not in the pipeline's containers"),
+    ],
+)
 def test_settings_that_only_fail_remotely_fail_before_compiling(config_changes, message):
     config = PipelineConfig(data=DATA, **config_changes)
     with pytest.raises(ConfigError, match=message):
@@ -306,7 +384,9 @@ def test_weights_in_cloud_storage_reach_the_trainer_of_a_cloud_run():
     weights = "gs://bucket/w/mobilenet_v2_notop.weights.h5"
     config = PipelineConfig(name="imagepipe", data=DATA, model="mobilenet_v2", weights=weights).validate()
     cloud = CloudConfig(project="proj-1", pipeline_root=ROOT, image=IMAGE).validate(config)
-    parameters = deploy.build_job(config, cloud)["pipelineSpec"]["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]
+    parameters = deploy.build_job(config, cloud)["pipelineSpec"]["root"]["dag"]["tasks"]["Trainer"]["inputs"][
+        "parameters"
+    ]
     hparams = json.loads(parameters["custom_config"]["runtimeValue"]["constantValue"]["stringValue"])
     assert hparams["weights"] == weights and hparams["model"] == "mobilenet_v2"
 
@@ -314,35 +394,51 @@ def test_weights_in_cloud_storage_reach_the_trainer_of_a_cloud_run():
 def test_kubeflow_cannot_warm_start():
     with pytest.raises(ConfigError, match="--warm-start needs the latest blessed model"):
         CloudConfig(target="kubeflow", pipeline_root=ROOT, image=IMAGE).validate(
-            PipelineConfig(data=DATA, warm_start=True))
+            PipelineConfig(data=DATA, warm_start=True)
+        )
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"cron": "0 3 * * 7"}, "'7' is not valid for the day of week field (0-6)"),
-    ({"project": None}, "no GCP project: give --project"),
-    ({"pipeline_root": "/home/me/root"}, "Vertex AI needs a gs:// location"),
-    ({"image": None}, "give --image URI"),
-    ({"cron": "0 25 * * *"}, "'25' is not valid for the hour field (0-23)"),
-    ({"cron": "every monday"}, "use 5 fields"),
-    ({"training_tpu": "TPU_V3"}, "apply to --vertex-training"),
-    ({"training_replicas": 2}, "--training-replicas/--training-image apply to --vertex-training"),
-    ({"vertex_training": True, "training_replicas": 0}, "--training-replicas 0: use 1 to 64 machines"),
-    ({"vertex_training": True, "training_tpu": "TPU_V3"}, "--training-tpu needs the TPU build of the pipeline image"),
-    ({"vertex_training": True, "training_tpu": "TPU_V3", "training_image": IMAGE, "training_replicas": 2},
-     "--training-tpu with --training-replicas"),
-    # Accelerators Vertex would refuse only at the Trainer, after ingestion and Transform:
-    ({"vertex_training": True, "training_tpu": "TPU_V99", "training_image": IMAGE},
-     "--training-tpu 'TPU_V99': use one of TPU_V2, TPU_V3"),
-    ({"vertex_training": True, "training_accelerator": "NVIDIA_TESLA_T4", "training_accelerator_count": 0},
-     "--training-accelerator-count 0: Vertex AI attaches 1, 2, 4, 8, 16 GPUs"),
-    ({"vertex_training": True, "training_accelerator": "GTX_1080"}, "--training-accelerator 'GTX_1080': use one of"),
-    # Accepted as they were, into job specs, requests and Dataflow command lines:
-    ({"pipeline_root": "gs://"}, "--pipeline-root 'gs://': not a Cloud Storage path"),
-    ({"project": 'p"; rm -rf /'}, """--project 'p"; rm -rf /': not a valid GCP project ID"""),
-    ({"region": "../../x"}, "--region '../../x': not a valid GCP region"),
-    ({"image": "i ; echo"}, "--image 'i ; echo': not a valid container image reference"),
-    ({"service_account": "pipelines"}, "--service-account 'pipelines': not a valid service account email"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"cron": "0 3 * * 7"}, "'7' is not valid for the day of week field (0-6)"),
+        ({"project": None}, "no GCP project: give --project"),
+        ({"pipeline_root": "/home/me/root"}, "Vertex AI needs a gs:// location"),
+        ({"image": None}, "give --image URI"),
+        ({"cron": "0 25 * * *"}, "'25' is not valid for the hour field (0-23)"),
+        ({"cron": "every monday"}, "use 5 fields"),
+        ({"training_tpu": "TPU_V3"}, "apply to --vertex-training"),
+        ({"training_replicas": 2}, "--training-replicas/--training-image apply to --vertex-training"),
+        ({"vertex_training": True, "training_replicas": 0}, "--training-replicas 0: use 1 to 64 machines"),
+        (
+            {"vertex_training": True, "training_tpu": "TPU_V3"},
+            "--training-tpu needs the TPU build of the pipeline image",
+        ),
+        (
+            {"vertex_training": True, "training_tpu": "TPU_V3", "training_image": IMAGE, "training_replicas": 2},
+            "--training-tpu with --training-replicas",
+        ),
+        # Accelerators Vertex would refuse only at the Trainer, after ingestion and Transform:
+        (
+            {"vertex_training": True, "training_tpu": "TPU_V99", "training_image": IMAGE},
+            "--training-tpu 'TPU_V99': use one of TPU_V2, TPU_V3",
+        ),
+        (
+            {"vertex_training": True, "training_accelerator": "NVIDIA_TESLA_T4", "training_accelerator_count": 0},
+            "--training-accelerator-count 0: Vertex AI attaches 1, 2, 4, 8, 16 GPUs",
+        ),
+        (
+            {"vertex_training": True, "training_accelerator": "GTX_1080"},
+            "--training-accelerator 'GTX_1080': use one of",
+        ),
+        # Accepted as they were, into job specs, requests and Dataflow command lines:
+        ({"pipeline_root": "gs://"}, "--pipeline-root 'gs://': not a Cloud Storage path"),
+        ({"project": 'p"; rm -rf /'}, """--project 'p"; rm -rf /': not a valid GCP project ID"""),
+        ({"region": "../../x"}, "--region '../../x': not a valid GCP region"),
+        ({"image": "i ; echo"}, "--image 'i ; echo': not a valid container image reference"),
+        ({"service_account": "pipelines"}, "--service-account 'pipelines': not a valid service account email"),
+    ],
+)
 def test_bad_production_settings_fail_before_compiling(changes, message):
     config = PipelineConfig(data=DATA).validate()
     settings = dict(project="proj-1", pipeline_root=ROOT, image=IMAGE, **{})
@@ -452,15 +548,26 @@ def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(
         given = {k: v for k, v in (sent.get("parameterValues") or sent.get("parameters")).items()}
         assert given["epochs"] in (20, {"intValue": "20"}) and given["tune_trials"] in (8, {"intValue": "8"})
         assert given["learning_rate"] in (0.003, {"doubleValue": 0.003})
-        base = ["submit", "--project", "proj-1", "--pipeline-root", ROOT, "--image", IMAGE, "--data", DATA,
-                "--api-endpoint", fake.url]
-        for params, message in ((["epochs=0"], "--param epochs=0: use a whole number from 1 to 10,000"),
-                                (["epochs=ten"], "--param epochs='ten': not a whole number"),
-                                (["batch=2"], "--param 'batch=2': use NAME=VALUE, NAME one of epochs, learning_rate, "
-                                              "accuracy_threshold"),
-                                (["tune_trials=3"], "--param tune_trials: this job has no such parameter (compile "
-                                                    "it with --tune N)"),
-                                (["accuracy_threshold=2"], "--param accuracy_threshold=2: use a fraction from 0 to 1")):
+        base = [
+            "submit",
+            "--project",
+            "proj-1",
+            "--pipeline-root",
+            ROOT,
+            "--image",
+            IMAGE,
+            "--data",
+            DATA,
+            "--api-endpoint",
+            fake.url,
+        ]
+        for params, message in (
+            (["epochs=0"], "--param epochs=0: use a whole number from 1 to 10,000"),
+            (["epochs=ten"], "--param epochs='ten': not a whole number"),
+            (["batch=2"], "--param 'batch=2': use NAME=VALUE, NAME one of epochs, learning_rate, accuracy_threshold"),
+            (["tune_trials=3"], "--param tune_trials: this job has no such parameter (compile it with --tune N)"),
+            (["accuracy_threshold=2"], "--param accuracy_threshold=2: use a fraction from 0 to 1"),
+        ):
             code = cli_main(base + [arg for p in params for arg in ("--param", p)])
             err = capsys.readouterr().err
             assert code == 2 and message in err and err.count("\n") == 1, err
@@ -470,8 +577,9 @@ def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(
 def test_kubeflow_submit_and_schedule_through_the_real_client(monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the compiled package is written for the client
     with FakeService() as fake:
-        config, cloud = production(target="kubeflow", kfp_host=fake.url, cron="0 3 * * 1",
-                                   k8s_service_account="pipeline-runner")
+        config, cloud = production(
+            target="kubeflow", kfp_host=fake.url, cron="0 3 * * 1", k8s_service_account="pipeline-runner"
+        )
         deploy.submit(config, cloud, parameters={"epochs": 7})
         deploy.schedule(config, cloud)
         (run,) = fake.find("POST", r"^/apis/v2beta1/runs$")
@@ -490,16 +598,43 @@ def test_kubeflow_submit_and_schedule_through_the_real_client(monkeypatch, tmp_p
 
 
 def test_schedule_dry_run_prints_the_request_and_sends_nothing(capsys):
-    code = cli_main(["schedule", "--dry-run", "--cron", "0 3 * * 1", "--project", "proj-1", "--pipeline-root", ROOT,
-                     "--image", IMAGE, "--data", DATA])
+    code = cli_main(
+        [
+            "schedule",
+            "--dry-run",
+            "--cron",
+            "0 3 * * 1",
+            "--project",
+            "proj-1",
+            "--pipeline-root",
+            ROOT,
+            "--image",
+            IMAGE,
+            "--data",
+            DATA,
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "would schedule (dry run, nothing sent)" in out
     assert "cron: 0 3 * * 1" in out and "where: projects/proj-1/locations/us-central1" in out
 
 
 def test_schedule_with_a_bad_cron_is_one_line(capsys):
-    code = cli_main(["schedule", "--cron", "61 * * * *", "--project", "proj-1", "--pipeline-root", ROOT,
-                     "--image", IMAGE, "--data", DATA])
+    code = cli_main(
+        [
+            "schedule",
+            "--cron",
+            "61 * * * *",
+            "--project",
+            "proj-1",
+            "--pipeline-root",
+            ROOT,
+            "--image",
+            IMAGE,
+            "--data",
+            DATA,
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "'61' is not valid for the minute field" in err[0]
 
@@ -509,24 +644,41 @@ def _driver_output(tmp_path, data_root, pattern, span_window=1):
     process, for speed: test_compiled_vertex_job_runs_offline_task_by_task runs it as Vertex does)."""
     from components.example_gen import vertex_driver
 
-    window = {"span_window": {"intValue": str(span_window)}, "span_pattern": {"stringValue": pattern}} \
-        if span_window > 1 else {}
+    window = (
+        {"span_window": {"intValue": str(span_window)}, "span_pattern": {"stringValue": pattern}}
+        if span_window > 1
+        else {}
+    )
     executor_input = {
         # Pipeline spec 2.0 (what KubeflowV2DagRunner compiles by default) passes "parameters".
-        "inputs": {"parameters": {
-            "input_base": {"stringValue": str(data_root)},
-            "input_config": {"stringValue": json.dumps({"splits": [{"name": "single_split", "pattern": pattern}]})},
-            "output_config": {"stringValue": "{}"},
-            "output_data_format": {"intValue": "6"}, "output_file_format": {"intValue": "5"}, **window}},
+        "inputs": {
+            "parameters": {
+                "input_base": {"stringValue": str(data_root)},
+                "input_config": {"stringValue": json.dumps({"splits": [{"name": "single_split", "pattern": pattern}]})},
+                "output_config": {"stringValue": "{}"},
+                "output_data_format": {"intValue": "6"},
+                "output_file_format": {"intValue": "5"},
+                **window,
+            }
+        },
         "outputs": {
-            "artifacts": {"examples": {"artifacts": [{
-                "name": "examples", "uri": str(tmp_path / "examples"),
-                "type": {"schemaTitle": "tfx.Examples"}}]}},
-            "outputFile": str(tmp_path / "executor_output.json")}}
+            "artifacts": {
+                "examples": {
+                    "artifacts": [
+                        {"name": "examples", "uri": str(tmp_path / "examples"), "type": {"schemaTitle": "tfx.Examples"}}
+                    ]
+                }
+            },
+            "outputFile": str(tmp_path / "executor_output.json"),
+        },
+    }
     processor = vertex_driver.tfx_driver.input_processor.FileBasedInputProcessor
     try:  # main() swaps TFX's input processor for the window-aware one (its process does nothing else)
-        vertex_driver.main(vertex_driver.tfx_driver._parse_flags(
-            ["vertex_driver", "--json_serialized_invocation_args", json.dumps(executor_input)]))
+        vertex_driver.main(
+            vertex_driver.tfx_driver._parse_flags(
+                ["vertex_driver", "--json_serialized_invocation_args", json.dumps(executor_input)]
+            )
+        )
     finally:
         vertex_driver.tfx_driver.input_processor.FileBasedInputProcessor = processor
     return json.load(open(tmp_path / "executor_output.json"))["parameterValues"]
@@ -553,13 +705,17 @@ def test_vertex_driver_fingerprints_every_span_of_the_window(tmp_path):
     path = old / sorted(os.listdir(old))[0]
     write(path, image_bytes(seed=99))  # the older span of the window, rewritten
     os.utime(path, (1, 1))
-    assert _driver_output(tmp_path, data, "span-{SPAN}", span_window=2)["input_fingerprint"] != first["input_fingerprint"]
+    assert (
+        _driver_output(tmp_path, data, "span-{SPAN}", span_window=2)["input_fingerprint"] != first["input_fingerprint"]
+    )
 
 
 def test_vertex_driver_sees_images_behind_a_manifest(tmp_path):
     data = tmp_path / "data"
     made = make_class_tree(data / "images", per_class=2)
-    write(data / "labels.csv", ("path,label\n" + "".join(f"images/{p},{label}\n" for p, label in made.items())).encode())
+    write(
+        data / "labels.csv", ("path,label\n" + "".join(f"images/{p},{label}\n" for p, label in made.items())).encode()
+    )
     first = _driver_output(tmp_path, data, "labels.csv")["input_fingerprint"]
     path = data / "images" / sorted(made)[0]
     write(path, image_bytes(seed=123))  # same name, new content
@@ -607,7 +763,7 @@ def test_the_image_holds_and_imports_what_the_compiled_job_runs(vertex_job):
     assert f"uv=={uv_version}" in runs[0] and "-r requirements.lock" in runs[0]  # the Makefile's installer, the lock
     # The lock is installed before the project is copied (a code change does not reinstall TFX).
     assert kinds.index("COPY") < kinds.index("RUN") and steps[kinds.index("COPY")][1].startswith("requirements.lock")
-    assert ("COPY", ". .") in steps[kinds.index("RUN"):]
+    assert ("COPY", ". .") in steps[kinds.index("RUN") :]
 
     _, _, spec = vertex_job
     modules = _project_modules(spec)
@@ -636,19 +792,25 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     # The pretrained backbone (a compiled job's --model auto: its ImageNet weights come installed in the image),
     # so the features step runs too; the thresholds given at run time are 0 because 3 epochs on 32 px digits
     # through a backbone made for photos may not reach the compiled 0.9 and every class's recall of 0.5.
-    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=30, image_size=32,
-                            tune=2).validate()
+    config = PipelineConfig(
+        name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=30, image_size=32, tune=2
+    ).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
     job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))
     vertex = OfflineVertex(str(tmp_path / "vertex"), warm_interpreter("pipeline"))  # run_imagepipe's
     root = str(tmp_path / "bucket" / "pipelines")
 
-    outputs = vertex.run(job, {DATA: small_digits, ROOT: root},
-                         parameters={"accuracy_threshold": 0.0, "min_class_recall": 0.0, "epochs": 3})
+    outputs = vertex.run(
+        job,
+        {DATA: small_digits, ROOT: root},
+        parameters={"accuracy_threshold": 0.0, "min_class_recall": 0.0, "epochs": 3},
+    )
     assert set(outputs) == set(json.loads(open(job).read())["pipelineSpec"]["root"]["dag"]["tasks"])
     (results,) = outputs["Tuner"]["tuner_results"]  # the search ran in the task (no --vertex-training)
     search = json.load(open(os.path.join(results["uri"], "tuning.json")))
-    assert search["searched"] and len(search["results"]) == 2 and search["reason"] == "no earlier search in this pipeline"
+    assert (
+        search["searched"] and len(search["results"]) == 2 and search["reason"] == "no earlier search in this pipeline"
+    )
     (model_run,) = outputs["Trainer"]["model_run"]
     log = json.load(open(os.path.join(model_run["uri"], "training.json")))
     assert log["hparams"]["epochs"] == 3 and log["tuned"] == search["best"]  # the run's parameter, the search's values
@@ -663,7 +825,8 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     (fingerprint,) = set(os.listdir(os.path.join(root, "cache", "features"))) - {"sources"}  # sources/: notes
     assert json.load(open(os.path.join(features["uri"], "summary.json")))["computed"] == 300
     assert json.load(open(os.path.join(features["uri"], "source.json")))["backbone_weights"] == os.path.join(
-        root, "cache", "features", fingerprint, "backbone.weights.h5")
+        root, "cache", "features", fingerprint, "backbone.weights.h5"
+    )
     (pushed,) = outputs["Pusher"]["pushed_model"]
     assert pushed["metadata"]["pushed"] == 1
     destination = pushed["metadata"]["pushed_destination"]
@@ -704,8 +867,16 @@ def test_the_tfx_cli_creates_updates_and_starts_the_pipeline_on_vertex(monkeypat
     started without the account."""
     from google.cloud import aiplatform
 
-    settings = {"PROJECT": "proj-1", "REGION": "europe-west4", "PIPELINE_ROOT": ROOT, "IMAGE": IMAGE, "DATA": DATA,
-                "NAME": "pets", "SCHEMA": SAMPLE_SCHEMA, "SERVICE_ACCOUNT": "runner@proj-1.iam.gserviceaccount.com"}
+    settings = {
+        "PROJECT": "proj-1",
+        "REGION": "europe-west4",
+        "PIPELINE_ROOT": ROOT,
+        "IMAGE": IMAGE,
+        "DATA": DATA,
+        "NAME": "pets",
+        "SCHEMA": SAMPLE_SCHEMA,
+        "SERVICE_ACCOUNT": "runner@proj-1.iam.gserviceaccount.com",
+    }
     for key, value in settings.items():
         monkeypatch.setenv(f"IMAGEPIPE_{key}", value)
     monkeypatch.setenv("VERTEX_HOME", str(tmp_path / "tfx-home"))  # where the TFX CLI keeps created pipelines
@@ -725,25 +896,49 @@ def test_the_tfx_cli_creates_updates_and_starts_the_pipeline_on_vertex(monkeypat
             assert again.exit_code != 0 and "already exists" in again.output  # docs/cloud.md: then update
             updated = _cli("pipeline", "update", "--engine=vertex", "--pipeline_path=kubeflow/vertex_runner.py")
             assert updated.exit_code == 0 and 'Pipeline "pets" updated successfully.' in updated.output
-            started = _cli("run", "create", "--engine=vertex", "--project", "proj-1", "--region", "europe-west4",
-                           "--pipeline_name", "pets", "--runtime_parameter", "epochs=20",
-                           "--runtime_parameter", "learning_rate=0.003")
+            started = _cli(
+                "run",
+                "create",
+                "--engine=vertex",
+                "--project",
+                "proj-1",
+                "--region",
+                "europe-west4",
+                "--pipeline_name",
+                "pets",
+                "--runtime_parameter",
+                "epochs=20",
+                "--runtime_parameter",
+                "learning_rate=0.003",
+            )
             assert started.exit_code == 0 and "Run created for pipeline: pets" in started.output, started.output
             listed = _cli("run", "list", "--engine=vertex", "--pipeline_name", "pets")
             assert "Not supported for vertex orchestrator" in listed.output  # docs/cloud.md: the console or gcloud
-            bad = _cli("run", "create", "--engine=vertex", "--project", "proj-1", "--region", "europe-west4",
-                       "--pipeline_name", "pets", "--runtime_parameter", "epochs=0")
+            bad = _cli(
+                "run",
+                "create",
+                "--engine=vertex",
+                "--project",
+                "proj-1",
+                "--region",
+                "europe-west4",
+                "--pipeline_name",
+                "pets",
+                "--runtime_parameter",
+                "epochs=0",
+            )
             assert bad.exit_code == 0  # the TFX CLI sends a value out of range: the job's first task stops it
             # A bad setting in the runner file's environment is one line, not the TFX CLI's traceback around it.
-            for variable, value, message in (("EPOCHS", "abc", "IMAGEPIPE_EPOCHS='abc': not a whole number"),
-                                             ("DATA", "/local/images", "upload the images and give --data gs://"),
-                                             ("TRAINING_REPLICAS", "0", "--training-replicas 0: use 1 to 64")):
+            for variable, value, message in (
+                ("EPOCHS", "abc", "IMAGEPIPE_EPOCHS='abc': not a whole number"),
+                ("DATA", "/local/images", "upload the images and give --data gs://"),
+                ("TRAINING_REPLICAS", "0", "--training-replicas 0: use 1 to 64"),
+            ):
                 with monkeypatch.context() as bad_setting:
                     bad_setting.setenv(f"IMAGEPIPE_{variable}", value)
                     if variable == "TRAINING_REPLICAS":
                         bad_setting.setenv("IMAGEPIPE_VERTEX_TRAINING", "1")
-                    refused = _cli("pipeline", "update", "--engine=vertex",
-                                   "--pipeline_path=kubeflow/vertex_runner.py")
+                    refused = _cli("pipeline", "update", "--engine=vertex", "--pipeline_path=kubeflow/vertex_runner.py")
                 lines = [line for line in refused.output.splitlines() if line.strip()]
                 assert refused.exit_code != 0 and lines[-1].startswith("imagepipe: error: "), refused.output
                 assert message in lines[-1] and "Traceback" not in refused.output, refused.output
@@ -771,7 +966,8 @@ def test_the_tfx_cli_creates_updates_and_starts_the_pipeline_on_vertex(monkeypat
     received.write_text(json.dumps(sent_bad["body"]))
     with pytest.raises(TaskFailed) as failed:
         OfflineVertex(str(tmp_path / "vertex"), warm_interpreter("pipeline")).run(
-            str(received), {ROOT: str(tmp_path / "root"), DATA: str(tmp_path / "data")})
+            str(received), {ROOT: str(tmp_path / "root"), DATA: str(tmp_path / "data")}
+        )
     assert failed.value.task == "RunCheck" and not failed.value.outputs
     assert str(failed.value).endswith("runtime parameter epochs=0: use a whole number from 1 to 10,000; nothing ran")
 
@@ -789,14 +985,20 @@ def test_the_first_task_stops_a_bad_runtime_value_or_the_wrong_account_in_one_li
     with pytest.raises(TaskFailed) as failed:
         vertex.run(job, paths, parameters={"epochs": 0})
     assert failed.value.task == "RunCheck" and not failed.value.outputs
-    assert str(failed.value) == ("RunCheck failed: pipeline.run_check.RunSettingsError: runtime parameter epochs=0: "
-                                 "use a whole number from 1 to 10,000; nothing ran")
+    assert str(failed.value) == (
+        "RunCheck failed: pipeline.run_check.RunSettingsError: runtime parameter epochs=0: "
+        "use a whole number from 1 to 10,000; nothing ran"
+    )
     with pytest.raises(TaskFailed) as failed:  # started without the account: as the default compute account
         vertex.run(job, paths, parameters={"epochs": 20}, service_account="123-compute@developer.gserviceaccount.com")
     assert failed.value.task == "RunCheck"
     message = str(failed.value)
-    assert "this run executes as 123-compute@developer.gserviceaccount.com, not runner@proj-1.iam.gserviceaccount.com" \
-        in message and "`tfx run create` cannot pass one" in message and "\n" not in message
+    assert (
+        "this run executes as 123-compute@developer.gserviceaccount.com, not runner@proj-1.iam.gserviceaccount.com"
+        in message
+        and "`tfx run create` cannot pass one" in message
+        and "\n" not in message
+    )
 
 
 def test_tfx_build_image_builds_the_project_s_dockerfile(monkeypatch):

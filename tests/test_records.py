@@ -7,8 +7,8 @@ import zlib
 import pytest
 import tensorflow as tf
 
-from components.example_gen import tfrecord_io
-from components.example_gen.example_codec import encode_example
+from components.example_gen.checking.example_codec import encode_example
+from components.example_gen.writing import tfrecord_io
 
 
 def _tf_example(features):
@@ -16,16 +16,21 @@ def _tf_example(features):
         values = value if isinstance(value, list) else [value]
         if all(isinstance(v, int) for v in values):
             return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-        return tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[v.encode() if isinstance(v, str) else v for v in values]))
+        return tf.train.Feature(
+            bytes_list=tf.train.BytesList(value=[v.encode() if isinstance(v, str) else v for v in values])
+        )
+
     return tf.train.Example(features=tf.train.Features(feature={k: feature(v) for k, v in features.items()}))
 
 
-@pytest.mark.parametrize("features", [
-    {"image/encoded": bytes(range(256)) * 300, "image/height": 300, "image/class/text": "chat é"},
-    {"big": 2 ** 40, "negative": -5, "zero": 0, "many": [1, 2, 300_000], "empty": []},
-    {"strings": ["a", b"\x00\xff", ""], "unicode key é": "x"},
-])
+@pytest.mark.parametrize(
+    "features",
+    [
+        {"image/encoded": bytes(range(256)) * 300, "image/height": 300, "image/class/text": "chat é"},
+        {"big": 2**40, "negative": -5, "zero": 0, "many": [1, 2, 300_000], "empty": []},
+        {"strings": ["a", b"\x00\xff", ""], "unicode key é": "x"},
+    ],
+)
 def test_encoding_is_byte_identical_to_tensorflow(features):
     assert encode_example(features) == _tf_example(features).SerializeToString(deterministic=True)
 
@@ -34,11 +39,17 @@ def test_float_arrays_are_packed_float_lists_as_tensorflow_writes_them():
     import numpy as np
 
     vector = np.random.default_rng(0).normal(size=1280).astype(np.float32)
-    expected = tf.train.Example(features=tf.train.Features(feature={
-        "features": tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
-        "none": tf.train.Feature(float_list=tf.train.FloatList(value=[]))}))
-    assert encode_example({"features": vector, "none": np.zeros(0, np.float64)}) == \
-        expected.SerializeToString(deterministic=True)
+    expected = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "features": tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
+                "none": tf.train.Feature(float_list=tf.train.FloatList(value=[])),
+            }
+        )
+    )
+    assert encode_example({"features": vector, "none": np.zeros(0, np.float64)}) == expected.SerializeToString(
+        deterministic=True
+    )
 
 
 @pytest.mark.parametrize("level", [0, 6])

@@ -4,7 +4,6 @@ import json
 import os
 
 import pytest
-
 from browser import open_page
 from commands import run_imagepipe
 
@@ -53,10 +52,18 @@ def test_report_renders_in_a_real_browser(runs):
     assert check["images"] and all(check["images"])  # thumbnails of misclassified images all load
     assert check["charts"] >= 3  # loss, accuracy, confusion matrix
     text = check["text"]
-    for expected in ("300 files → 300 examples, 0 quarantined; no anomalies", "BLESSED:", "Per class",
-                     "Confusion matrix", "Misclassified eval images", "loss per epoch", "Hyperparameters",
-                     "Schema in use: curated (ImportSchemaGen)", "pipeline_run",
-                     "still improving at the last epoch: raise --epochs"):
+    for expected in (
+        "300 files → 300 examples, 0 quarantined; no anomalies",
+        "BLESSED:",
+        "Per class",
+        "Confusion matrix",
+        "Misclassified eval images",
+        "loss per epoch",
+        "Hyperparameters",
+        "Schema in use: curated (ImportSchemaGen)",
+        "pipeline_run",
+        "still improving at the last epoch: raise --epochs",
+    ):
         assert expected in text, expected
     assert os.path.getsize(seen["screenshot"]) > 50_000
 
@@ -93,7 +100,8 @@ def test_report_and_history_bad_input_is_one_line(runs, tmp_path):
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
         f"imagepipe: error: run 'no-such-run' not found in any pipeline under {root}; "
-        f"'imagepipe runs --root {root}' lists them"]
+        f"'imagepipe runs --root {root}' lists them"
+    ]
     empty = run_imagepipe("runs", "--root", str(tmp_path))
     assert empty.returncode == 2 and len(empty.stderr.strip().splitlines()) == 1
     assert "no ML Metadata at" in empty.stderr
@@ -102,8 +110,13 @@ def test_report_and_history_bad_input_is_one_line(runs, tmp_path):
 def test_the_report_shows_the_tflite_exports_or_why_there_are_none():
     from report.model_sections import _on_device
 
-    html = _on_device({"examples": 387, "savedmodel_accuracy": 0.98, "models": {
-        "float16": {"file": "tflite/model_float16.tflite", "accuracy": 0.9791, "bytes": 70000}}})
+    html = _on_device(
+        {
+            "examples": 387,
+            "savedmodel_accuracy": 0.98,
+            "models": {"float16": {"file": "tflite/model_float16.tflite", "accuracy": 0.9791, "bytes": 70000}},
+        }
+    )
     assert "On-device (TFLite)" in html and "0.9791" in html and "tflite/model_float16.tflite" in html
     assert "Export failed: exit status 134: LLVM ERROR" in _on_device({"error": "exit status 134: LLVM ERROR"})
     assert _on_device(None) == ""

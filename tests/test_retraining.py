@@ -30,14 +30,23 @@ def _copy_digits(source, target, start, count):
         if label.startswith("."):
             continue
         os.makedirs(os.path.join(target, label), exist_ok=True)
-        for name in sorted(os.listdir(os.path.join(source, label)))[start:start + count]:
+        for name in sorted(os.listdir(os.path.join(source, label)))[start : start + count]:
             shutil.copy2(os.path.join(source, label, name), os.path.join(target, label, name))
 
 
 def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_dir):
     drops = tmp_path / "drops"
-    config = PipelineConfig(root=str(tmp_path / "out"), data=str(drops), span_pattern="span-{SPAN}", span_window=2,
-                            schema=SAMPLE_SCHEMA, image_size=32, warm_start=True, accuracy_threshold=0.5, epochs=12)
+    config = PipelineConfig(
+        root=str(tmp_path / "out"),
+        data=str(drops),
+        span_pattern="span-{SPAN}",
+        span_window=2,
+        schema=SAMPLE_SCHEMA,
+        image_size=32,
+        warm_start=True,
+        accuracy_threshold=0.5,
+        epochs=12,
+    )
     _copy_digits(digits_dir, drops / "span-1", 0, 40)
     first = local_runner.run(config)
     assert _details(first, "ImageExampleGen")["files_seen"] == 400
@@ -76,8 +85,9 @@ def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_d
     assert _details(third, "ImageExampleGen")["source"].endswith("span-3")
     evaluation = _details(third, "Evaluator")
     assert not evaluation["blessed"] and evaluation["accuracy"] < evaluation["baseline_accuracy"]
-    assert (f"accuracy {evaluation['accuracy']:.4f} is below the last blessed model's "
-            f"{evaluation['baseline_accuracy']:.4f}") in evaluation["failures"]
+    assert (
+        f"accuracy {evaluation['accuracy']:.4f} is below the last blessed model's {evaluation['baseline_accuracy']:.4f}"
+    ) in evaluation["failures"]
     assert not _details(third, "Pusher")["pushed"]
     assert sorted(os.listdir(config.serving_dir)) == pushed_before
     assert _states(third)["Trainer"] == "ran"
@@ -89,7 +99,7 @@ def _copy_classes(source, target, classes, start=0, count=40, resize=None):
 
     for label in classes:
         os.makedirs(os.path.join(target, label), exist_ok=True)
-        for name in sorted(os.listdir(os.path.join(source, label)))[start:start + count]:
+        for name in sorted(os.listdir(os.path.join(source, label)))[start : start + count]:
             src, dst = os.path.join(source, label, name), os.path.join(target, label, name)
             if resize:
                 Image.open(src).resize((resize, resize)).save(dst)
@@ -134,8 +144,15 @@ def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_pa
     from runs import run_summary, run_text
 
     drops = tmp_path / "drops"
-    config = PipelineConfig(root=str(tmp_path / "out"), data=str(drops), span_pattern="span-{SPAN}", epochs=8,
-                            image_size=32, accuracy_threshold=0.3, warm_start=True)  # SchemaGen infers
+    config = PipelineConfig(
+        root=str(tmp_path / "out"),
+        data=str(drops),
+        span_pattern="span-{SPAN}",
+        epochs=8,
+        image_size=32,
+        accuracy_threshold=0.3,
+        warm_start=True,
+    )  # SchemaGen infers
     _copy_classes(digits_dir, drops / "span-1", [str(d) for d in range(9)])
     assert _details(local_runner.run(config), "Evaluator")["blessed"]
 
@@ -159,8 +176,11 @@ def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_pa
     with pytest.raises(DataValidationError) as stopped:
         local_runner.run(config)
     first_line = str(stopped.value).splitlines()[0]
-    assert ("image width drifted from the last blessed model's data (L-infinity 1.000 > 0.300)" in first_line
-            and "image height drifted" in first_line and "--max-size-drift" in first_line)
+    assert (
+        "image width drifted from the last blessed model's data (L-infinity 1.000 > 0.300)" in first_line
+        and "image height drifted" in first_line
+        and "--max-size-drift" in first_line
+    )
     failed = run_summary.summarize(config.metadata_path)
     assert failed["status"] == "failed" and "Trainer" not in {c["component"] for c in failed["components"]}
     html = open(report.build(failed, str(tmp_path / "failed.html"))).read()  # both distributions, side by side
@@ -203,8 +223,11 @@ def test_the_last_blessed_model_is_found_from_any_folder_and_a_lost_one_stops_th
     shutil.rmtree(moved / "pipelines")  # the blessed model's files are gone; its record is not
     lost = run(tmp_path, moved, "--epochs", "1", "--no-cache")
     assert lost.returncode == 1
-    assert lost.stderr.strip().splitlines()[-1].startswith(
-        "imagepipe: error: the last blessed model's blessing is missing ("), lost.stderr[-2000:]
+    assert (
+        lost.stderr.strip()
+        .splitlines()[-1]
+        .startswith("imagepipe: error: the last blessed model's blessing is missing (")
+    ), lost.stderr[-2000:]
     assert "Pusher" not in lost.stdout
     blessed_run = listed[-1]["run_id"]
     report = run_imagepipe("report", "--root", str(moved), blessed_run, cwd=tmp_path)

@@ -27,8 +27,12 @@ def flipped_run(tmp_path_factory, small_digits):
     from commands import run_imagepipe
 
     data = tmp_path_factory.mktemp("review") / "data"
-    files = sorted((label, name) for label in os.listdir(small_digits) if not label.startswith(".")
-                   for name in os.listdir(os.path.join(small_digits, label)))
+    files = sorted(
+        (label, name)
+        for label in os.listdir(small_digits)
+        if not label.startswith(".")
+        for name in os.listdir(os.path.join(small_digits, label))
+    )
     rng = np.random.default_rng(3)
     flipped = set(rng.choice(len(files), size=15, replace=False).tolist())
     for n, (label, name) in enumerate(files):
@@ -36,8 +40,21 @@ def flipped_run(tmp_path_factory, small_digits):
         os.makedirs(data / given, exist_ok=True)
         shutil.copy(os.path.join(small_digits, label, name), data / given / name)
     root = str(tmp_path_factory.mktemp("review-root"))
-    args = ["run", "--root", root, "--data", str(data), "--label-check", "on", "--gate", "warn", "--epochs", "2",
-            "--accuracy-threshold", "0"]
+    args = [
+        "run",
+        "--root",
+        root,
+        "--data",
+        str(data),
+        "--label-check",
+        "on",
+        "--gate",
+        "warn",
+        "--epochs",
+        "2",
+        "--accuracy-threshold",
+        "0",
+    ]
     first = run_imagepipe(*args)
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"on a page, for the next run's --review: imagepipe review --root {root}" in first.stdout  # the hint
@@ -64,16 +81,25 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
         assert listed.startswith("review of run ") and "label suspects" in listed
         review_path = listed.rsplit("decisions appended to ", 1)[1].strip()
         progress = "document.getElementById('progress').textContent"
-        seen = drive_page(url, [
-            ("wait", "document.body.dataset.ready"),
-            ("key", "r"), ("key", "Enter"), ("wait", f"{progress}.startsWith('1 of')"),  # relabel: the suggestion
-            ("key", "s"), ("wait", f"{progress}.startsWith('2 of')"),  # take the suggestion at once
-            ("key", "x"), ("wait", f"{progress}.startsWith('3 of')"),  # exclude
-            ("wait", "![...document.querySelectorAll('.decision')].some(b => b.textContent.startsWith('saving'))"),
-        ], "({progress: " + progress + ", badges: [...document.querySelectorAll('.decision')].slice(0, 3)"
-           ".map(b => b.textContent), paths: [...document.querySelectorAll('.path')].slice(0, 3)"
-           ".map(p => p.textContent), images: [...document.querySelectorAll('img')].slice(0, 3)"
-           ".map(i => i.complete && i.naturalWidth > 0)})", os.path.join(ARTIFACTS, "review-page.png"))
+        seen = drive_page(
+            url,
+            [
+                ("wait", "document.body.dataset.ready"),
+                ("key", "r"),
+                ("key", "Enter"),
+                ("wait", f"{progress}.startsWith('1 of')"),  # relabel: the suggestion
+                ("key", "s"),
+                ("wait", f"{progress}.startsWith('2 of')"),  # take the suggestion at once
+                ("key", "x"),
+                ("wait", f"{progress}.startsWith('3 of')"),  # exclude
+                ("wait", "![...document.querySelectorAll('.decision')].some(b => b.textContent.startsWith('saving'))"),
+            ],
+            "({progress: " + progress + ", badges: [...document.querySelectorAll('.decision')].slice(0, 3)"
+            ".map(b => b.textContent), paths: [...document.querySelectorAll('.path')].slice(0, 3)"
+            ".map(p => p.textContent), images: [...document.querySelectorAll('img')].slice(0, 3)"
+            ".map(i => i.complete && i.naturalWidth > 0)})",
+            os.path.join(ARTIFACTS, "review-page.png"),
+        )
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)
@@ -87,16 +113,26 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
         rows = list(csv.DictReader(f))
     assert [r["action"] for r in rows] == ["relabel", "relabel", "exclude"]
     assert [r["path"] for r in rows] == check["paths"]
-    suspects = list(csv.DictReader(open(glob.glob(os.path.join(root, "pipelines", "*", "DataHealth", "health", "*",
-                                                               "label_issues.csv"))[0], newline="")))
+    suspects = list(
+        csv.DictReader(
+            open(
+                glob.glob(os.path.join(root, "pipelines", "*", "DataHealth", "health", "*", "label_issues.csv"))[0],
+                newline="",
+            )
+        )
+    )
     suggested = {s["path"]: s["suggested"] for s in suspects}
     assert all(r["new_label"] == suggested[r["path"]] and len(r["key"]) == 64 for r in rows[:2])
 
     # Reopened: what was decided is shown.
     again, _, url = _serve("--root", root, "--review-file", review_path)
     try:
-        reopened = drive_page(url, [("wait", "document.body.dataset.ready")], progress,
-                              os.path.join(ARTIFACTS, "review-page-reopened.png"))
+        reopened = drive_page(
+            url,
+            [("wait", "document.body.dataset.ready")],
+            progress,
+            os.path.join(ARTIFACTS, "review-page-reopened.png"),
+        )
     finally:
         again.send_signal(signal.SIGINT)
         again.wait(timeout=60)
@@ -106,12 +142,16 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
     assert second.returncode == 0, second.stderr[-3000:]
     line = next(x for x in second.stdout.splitlines() if x.strip().startswith("ImageExampleGen") and "ran" in x)
     assert f"review {review_path}: 2 relabelled, 1 excluded" in line, line
-    report_dirs = sorted(glob.glob(os.path.join(root, "pipelines", "*", "ImageExampleGen", "report", "*")),
-                         key=lambda p: int(os.path.basename(p)))
+    report_dirs = sorted(
+        glob.glob(os.path.join(root, "pipelines", "*", "ImageExampleGen", "report", "*")),
+        key=lambda p: int(os.path.basename(p)),
+    )
     quarantine = list(csv.DictReader(open(os.path.join(report_dirs[-1], "quarantine.csv"), newline="")))
     assert [(q["path"], q["reason"]) for q in quarantine] == [(rows[2]["path"], "excluded_by_review")]
-    examples_dirs = sorted(glob.glob(os.path.join(root, "pipelines", "*", "ImageExampleGen", "examples", "*")),
-                           key=lambda p: int(os.path.basename(p)))
+    examples_dirs = sorted(
+        glob.glob(os.path.join(root, "pipelines", "*", "ImageExampleGen", "examples", "*")),
+        key=lambda p: int(os.path.basename(p)),
+    )
     written = by_filename(read_examples(examples_dirs[-1]))
     for row in rows[:2]:
         assert written[row["path"]]["image/class/text"].decode() == row["new_label"]
@@ -122,8 +162,9 @@ def test_a_review_from_the_keyboard_is_kept_and_the_next_run_trains_on_it(flippe
     # One more decision: a new ingestion (the decisions are part of its fingerprint), not the cached one.
     extra = next(s for s in suspects if s["path"] not in {r["path"] for r in rows})
     log = review_file.Log(review_path)
-    log.append(review_file.Decision(review_file.now(), extra["key"], extra["path"], "exclude", extra["given"], "",
-                                    "test"))
+    log.append(
+        review_file.Decision(review_file.now(), extra["key"], extra["path"], "exclude", extra["given"], "", "test")
+    )
     log.close()
     third = run_imagepipe(*args, "--review", review_path)
     assert third.returncode == 0, third.stderr[-3000:]
@@ -199,19 +240,29 @@ def test_the_review_server_answers_only_its_token_and_host_and_serves_only_liste
         assert "file" not in json.loads(body)["items"][0]  # where files are stays on the server
         assert status(f"{base}/image/0?token={token}")[0] == 200
         assert status(f"{base}/image/1?token={token}")[0] == 404  # resolves outside the data root
-        assert status(f"{base}/image/2?token={token}")[0] == 404 and status(f"{base}/image/..%2F?token={token}")[0] == 404
-        code, body = status(f"{base}/decide?token={token}", json.dumps({"item": 0, "action": "relabel",
-                                                                       "new_label": "bird"}).encode())
+        assert (
+            status(f"{base}/image/2?token={token}")[0] == 404 and status(f"{base}/image/..%2F?token={token}")[0] == 404
+        )
+        code, body = status(
+            f"{base}/decide?token={token}", json.dumps({"item": 0, "action": "relabel", "new_label": "bird"}).encode()
+        )
         assert code == 400 and b"not one of the run's classes" in body
-        assert status(f"{base}/decide?token={token}", json.dumps({"item": 0, "action": "relabel",
-                                                                 "new_label": "dog"}).encode())[0] == 200
+        assert (
+            status(
+                f"{base}/decide?token={token}",
+                json.dumps({"item": 0, "action": "relabel", "new_label": "dog"}).encode(),
+            )[0]
+            == 200
+        )
         headers = urllib.request.urlopen(f"{base}/?token={token}").headers
         assert "default-src 'none'" in headers["Content-Security-Policy"]
     finally:
         page.shutdown()
         page.server_close()
         review.log.close()
-    assert review_file.read(str(tmp_path / "r.csv"))[list(review_file.read(str(tmp_path / "r.csv")))[0]].new_label == "dog"
+    assert (
+        review_file.read(str(tmp_path / "r.csv"))[list(review_file.read(str(tmp_path / "r.csv")))[0]].new_label == "dog"
+    )
 
 
 def test_a_compiled_job_takes_its_review_file_from_cloud_storage(tmp_path):
@@ -230,19 +281,37 @@ def test_decisions_not_applied_are_listed_with_why_and_copies_count_as_files(tmp
     whose new label is not a class, is listed and not applied; exact copies are files each; a relabel to the label
     the file already has changes nothing."""
     from components.example_gen import executor
-    from components.example_gen.listing import Candidate, Listing
+    from components.example_gen.finding.listing import Candidate, Listing
 
     path = str(tmp_path / "r.csv")
     log = review_file.Log(path)
     keys = {name: (name * 64)[:64] for name in "abcdef"}
-    for name, rel, action, new in (("a", "cat/1.jpg", "relabel", "dog"), ("b", "cat/2.jpg", "exclude", ""),
-                                   ("c", "cat/gone.jpg", "exclude", ""), ("d", "cat/edited.jpg", "relabel", "dog"),
-                                   ("e", "cat/broken.jpg", "exclude", ""), ("f", "cat/3.jpg", "relabel", "bird")):
+    for name, rel, action, new in (
+        ("a", "cat/1.jpg", "relabel", "dog"),
+        ("b", "cat/2.jpg", "exclude", ""),
+        ("c", "cat/gone.jpg", "exclude", ""),
+        ("d", "cat/edited.jpg", "relabel", "dog"),
+        ("e", "cat/broken.jpg", "exclude", ""),
+        ("f", "cat/3.jpg", "relabel", "bird"),
+    ):
         log.append(review_file.Decision("t", keys[name], rel, action, "cat", new, "why"))
     log.close()
-    listing = Listing("folders", "data", [Candidate(f"data/{p}", p, label, None) for p, label in (
-        ("cat/1.jpg", "cat"), ("cat/2.jpg", "cat"), ("cat/2-copy.jpg", "cat"), ("cat/edited.jpg", "cat"),
-        ("cat/broken.jpg", "cat"), ("cat/3.jpg", "cat"), ("dog/1.jpg", "dog"))])
+    listing = Listing(
+        "folders",
+        "data",
+        [
+            Candidate(f"data/{p}", p, label, None)
+            for p, label in (
+                ("cat/1.jpg", "cat"),
+                ("cat/2.jpg", "cat"),
+                ("cat/2-copy.jpg", "cat"),
+                ("cat/edited.jpg", "cat"),
+                ("cat/broken.jpg", "cat"),
+                ("cat/3.jpg", "cat"),
+                ("dog/1.jpg", "dog"),
+            )
+        ],
+    )
     review = executor.review_decisions(path, listing)
     assert [r["why"] for r in review["refused"]] == ["bird is not a class of this data"]
     reviewed = [[keys["a"], "relabel"], [keys["b"], "exclude"], [keys["b"], "exclude"]]  # cat/2.jpg and its copy
@@ -250,8 +319,11 @@ def test_decisions_not_applied_are_listed_with_why_and_copies_count_as_files(tmp
     summary = executor.review_summary(path, review, reviewed, listing, bad)
     assert (summary["relabelled"], summary["excluded"], summary["decisions"]) == (1, 2, 6)
     assert {r["path"]: r["why"] for r in summary["not_applied"]} == {
-        "cat/3.jpg": "bird is not a class of this data", "cat/broken.jpg": "quarantined (corrupt)",
-        "cat/edited.jpg": "changed since the review (its content hash differs)", "cat/gone.jpg": "not in this data"}
+        "cat/3.jpg": "bird is not a class of this data",
+        "cat/broken.jpg": "quarantined (corrupt)",
+        "cat/edited.jpg": "changed since the review (its content hash differs)",
+        "cat/gone.jpg": "not in this data",
+    }
 
 
 def test_a_multi_label_relabel_is_a_label_set_and_may_be_empty(tmp_path):
@@ -259,8 +331,7 @@ def test_a_multi_label_relabel_is_a_label_set_and_may_be_empty(tmp_path):
 
     found = items.Items(str(tmp_path))
     found.add(items.LABEL_SUSPECT, "a.jpg", "why", key="a" * 64, given="cat;dog")
-    review = server.Review(found, ["cat", "dog", "person"], review_file.Log(str(tmp_path / "r.csv")),
-                           multi_label=True)
+    review = server.Review(found, ["cat", "dog", "person"], review_file.Log(str(tmp_path / "r.csv")), multi_label=True)
     assert review.decide(0, "relabel", "person;cat")["new_label"] == "cat;person"  # one spelling of a set
     assert review.decide(0, "relabel", "")["new_label"] == ""  # none of the labels
     with pytest.raises(ValueError, match="not one of the run's classes"):
@@ -276,9 +347,11 @@ def test_a_bad_review_file_stops_the_run_in_one_line_before_ingestion(tmp_path, 
     user_file.write_text("name,score\nx,1\n")
     broken = tmp_path / "broken.csv"
     broken.write_text(review_file.HEADER + "t,abc,cat/1.jpg,rename,cat,dog,why\n")
-    for given, expected in ((tmp_path / "missing.csv", "missing.csv: no such file"),
-                            (user_file, "notes.csv: not a review file"),
-                            (broken, "broken.csv: line 2 is not a decision")):
+    for given, expected in (
+        (tmp_path / "missing.csv", "missing.csv: no such file"),
+        (user_file, "notes.csv: not a review file"),
+        (broken, "broken.csv: line 2 is not a decision"),
+    ):
         done = run_imagepipe("run", "--root", str(tmp_path / "root"), "--data", small_digits, "--review", str(given))
         assert done.returncode == 2 and "ImageExampleGen" not in done.stdout, done.stdout
         lines = done.stderr.strip().splitlines()
@@ -291,13 +364,20 @@ def test_predict_s_unsure_images_are_listed_and_sure_ones_are_not(tmp_path):
     from review import items
 
     results = tmp_path / "results.jsonl"
-    results.write_text("\n".join([
-        json_record({"path": "/photos/a.jpg", "predictions": [("cat", 0.41), ("dog", 0.39)], "unsure": True}),
-        json_record({"path": "/photos/b.jpg", "predictions": [("dog", 0.97), ("cat", 0.03)], "unsure": False}),
-        json_record({"path": "/photos/c.jpg", "error": "not an image"})]) + "\n")
+    results.write_text(
+        "\n".join(
+            [
+                json_record({"path": "/photos/a.jpg", "predictions": [("cat", 0.41), ("dog", 0.39)], "unsure": True}),
+                json_record({"path": "/photos/b.jpg", "predictions": [("dog", 0.97), ("cat", 0.03)], "unsure": False}),
+                json_record({"path": "/photos/c.jpg", "error": "not an image"}),
+            ]
+        )
+        + "\n"
+    )
     found = items.from_run({"components": []}, str(results))
     assert [(it["path"], it["file"], it["suggested"], it["kinds"]) for it in found.items] == [
-        ("/photos/a.jpg", "/photos/a.jpg", "cat", [items.UNSURE])]
+        ("/photos/a.jpg", "/photos/a.jpg", "cat", [items.UNSURE])
+    ]
     assert found.items[0]["reasons"] == ["unsure prediction: best cat at 0.41"]
     from prediction.result_files import csv_cells, csv_header
 
@@ -305,9 +385,9 @@ def test_predict_s_unsure_images_are_listed_and_sure_ones_are_not(tmp_path):
     with open(table, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(csv_header(2))
-        writer.writerow(csv_cells({"path": "/photos/a.jpg", "predictions": [("cat", 0.41), ("dog", 0.39)],
-                                   "unsure": True}, 2))
+        writer.writerow(
+            csv_cells({"path": "/photos/a.jpg", "predictions": [("cat", 0.41), ("dog", 0.39)], "unsure": True}, 2)
+        )
         writer.writerow(csv_cells({"path": "/photos/b.jpg", "predictions": [("dog", 0.97)], "unsure": False}, 2))
     found = items.from_run({"components": []}, str(table))
     assert [(it["path"], it["suggested"], it["confidence"]) for it in found.items] == [("/photos/a.jpg", "cat", 0.41)]
-

@@ -6,8 +6,8 @@ import unicodedata
 import pytest
 from conftest import image_bytes, make_class_tree, write
 
-from components.example_gen import sources
-from components.example_gen.image_check import Reason
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding import sources
 
 
 def _by_path(listing):
@@ -48,8 +48,11 @@ def test_presplit_layout_is_detected_with_aliases(tmp_path):
     listing = sources.list_source(str(tmp_path), str(tmp_path))
     got = _by_path(listing)
     assert listing.layout == "presplit"
-    assert (got["train/cat/a.jpg"].split, got["validation/cat/b.jpg"].split, got["test/dog/c.jpg"].split) == \
-        ("train", "eval", "test")
+    assert (got["train/cat/a.jpg"].split, got["validation/cat/b.jpg"].split, got["test/dog/c.jpg"].split) == (
+        "train",
+        "eval",
+        "test",
+    )
     assert got["validation/cat/b.jpg"].label == "cat"
 
 
@@ -64,17 +67,21 @@ def test_manifest_rows_and_their_problems(tmp_path):
     write(data / "imgs" / "é.png", image_bytes("PNG", seed=1))
     write(tmp_path / "outside.jpg", image_bytes(seed=2))
     os.mkdir(data / "afolder")
-    manifest = write(data / "labels.csv", (
-        "\ufeffPath,Label,Split\n"              # BOM and capitalised header, as Excel writes
-        "imgs/a b.jpg,cat,train\n"
-        "imgs/é.png, dog ,\n"                   # empty split: by hash; label is stripped
-        "../outside.jpg,cat,train\n"
-        "imgs/missing.jpg,cat,eval\n"
-        "imgs/a b.jpg,,train\n"
-        "imgs/a b.jpg,cat,holdout\n"
-        "afolder,cat,train\n"
-        "\n"
-        ",cat,train\n").encode("utf-8"))
+    manifest = write(
+        data / "labels.csv",
+        (
+            "\ufeffPath,Label,Split\n"  # BOM and capitalised header, as Excel writes
+            "imgs/a b.jpg,cat,train\n"
+            "imgs/é.png, dog ,\n"  # empty split: by hash; label is stripped
+            "../outside.jpg,cat,train\n"
+            "imgs/missing.jpg,cat,eval\n"
+            "imgs/a b.jpg,,train\n"
+            "imgs/a b.jpg,cat,holdout\n"
+            "afolder,cat,train\n"
+            "\n"
+            ",cat,train\n"
+        ).encode("utf-8"),
+    )
     listing = sources.list_source(str(data), manifest)
     rows = listing.candidates
     assert listing.layout == "manifest"
@@ -89,12 +96,15 @@ def test_manifest_rows_and_their_problems(tmp_path):
     assert len(rows) == 8  # the blank line is not a row
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"photo-1,cat\n", "header naming the columns path,label"),  # (a.jpg,cat: an AutoML import row)
-    (b"", "header naming the columns path,label"),
-    (b"path,label\n", "no rows"),
-    (b"\xff\xfe\x00bad", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"photo-1,cat\n", "header naming the columns path,label"),  # (a.jpg,cat: an AutoML import row)
+        (b"", "header naming the columns path,label"),
+        (b"path,label\n", "no rows"),
+        (b"\xff\xfe\x00bad", "not UTF-8"),
+    ],
+)
 def test_unusable_manifests_fail_in_one_line(tmp_path, content, expected):
     manifest = write(tmp_path / "m.csv", content)
     with pytest.raises(sources.DataError) as caught:

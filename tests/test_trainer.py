@@ -18,8 +18,7 @@ from PIL import Image
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
 from components.transform.preprocessing import preprocessing_fn
-from storage import output_files
-from trainer import features, input_pipeline, models, strategy
+from trainer import artifact_files, features, input_pipeline, models, strategy
 from trainer.hparams import HParams
 
 SIZE = 16
@@ -40,16 +39,19 @@ def transformed(tmp_path_factory):
         (image_bytes("JPEG", size=(50, 20), mode="CMYK", seed=5), "bird"),
         (image_bytes("PNG", size=(16, 16), mode="RGBA", seed=6), "dog"),
     ]
-    spec = {features.IMAGE_KEY: tf.io.FixedLenFeature([1], tf.string),
-            features.LABEL_TEXT_KEY: tf.io.FixedLenFeature([1], tf.string)}
+    spec = {
+        features.IMAGE_KEY: tf.io.FixedLenFeature([1], tf.string),
+        features.LABEL_TEXT_KEY: tf.io.FixedLenFeature([1], tf.string),
+    }
     metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(spec))
     temp = str(tmp_path_factory.mktemp("tft"))
     out = str(tmp_path_factory.mktemp("transform_fn"))
     config = HParams(model="cnn", image_size=SIZE).to_custom_config()
     with tft_beam.Context(temp_dir=temp, force_tf_compat_v1=False):
         (rows, _), transform_fn = (
-            ([_raw(d, label) for d, label in images], metadata)
-            | tft_beam.AnalyzeAndTransformDataset(lambda inputs: preprocessing_fn(inputs, config)))
+            [_raw(d, label) for d, label in images],
+            metadata,
+        ) | tft_beam.AnalyzeAndTransformDataset(lambda inputs: preprocessing_fn(inputs, config))
         _ = transform_fn | tft_beam.WriteTransformFn(out)
     metadata_io.write_metadata(metadata, os.path.join(out, tft.TFTransformOutput.RAW_METADATA_DIR))  # as TFX does
     return images, rows, tft.TFTransformOutput(out)
@@ -63,8 +65,9 @@ def test_preprocessing_decodes_every_format_to_fixed_size_uint8(transformed):
         assert pixels.shape == (SIZE, SIZE, 3)
         assert 0 <= pixels.min() and pixels.max() <= 255
         # The same picture as Pillow's own resize of the decoded image (within resampling differences).
-        reference = np.asarray(Image.open(io.BytesIO(data)).convert("RGB").resize((SIZE, SIZE), Image.BILINEAR),
-                               dtype=np.float32)
+        reference = np.asarray(
+            Image.open(io.BytesIO(data)).convert("RGB").resize((SIZE, SIZE), Image.BILINEAR), dtype=np.float32
+        )
         assert np.abs(pixels - reference).mean() < 40
 
 
@@ -86,11 +89,16 @@ def _write_transformed(path, count, size=SIZE, seed=0):
     pixels = rng.integers(0, 256, size=(count, size, size, 3), dtype=np.uint8)
     with tf.io.TFRecordWriter(path, options="GZIP") as writer:
         for i in range(count):
-            example = tf.train.Example(features=tf.train.Features(feature={
-                features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(
-                    value=[tf.io.serialize_tensor(pixels[i]).numpy()])),
-                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 3])),
-            }))
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        features.PIXELS_KEY: tf.train.Feature(
+                            bytes_list=tf.train.BytesList(value=[tf.io.serialize_tensor(pixels[i]).numpy()])
+                        ),
+                        features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 3])),
+                    }
+                )
+            )
             writer.write(example.SerializeToString())
     return pixels
 
@@ -103,12 +111,14 @@ def test_input_pipeline_batches_parse_every_record(tmp_path):
     images = np.concatenate([x.numpy() for x, _ in evaluation])
     assert images.dtype == np.float32 and images.shape == (75, SIZE, SIZE, 3)
     # Pixels survive exactly (records from the three shards are interleaved).
-    assert sorted(im.astype(np.uint8).tobytes() for im in images) == \
-        sorted(im.tobytes() for shard in shards for im in shard)
+    assert sorted(im.astype(np.uint8).tobytes() for im in images) == sorted(
+        im.tobytes() for shard in shards for im in shard
+    )
 
     def labels(seed):
-        d = input_pipeline.make_dataset([str(tmp_path / "*.gz")], HParams(model="cnn", image_size=SIZE, batch_size=16, seed=seed),
-                                        training=True)
+        d = input_pipeline.make_dataset(
+            [str(tmp_path / "*.gz")], HParams(model="cnn", image_size=SIZE, batch_size=16, seed=seed), training=True
+        )
         return np.concatenate([y.numpy() for _, y in d])
 
     assert sorted(labels(7)) == sorted(np.concatenate([y.numpy() for _, y in evaluation]))
@@ -126,11 +136,16 @@ def _write_class_sorted(path, classes, per_class, size=SIZE, seed=0):
             for _ in range(per_class):
                 noise = rng.integers(-40, 41, size=(size, size, 3))
                 pixels = np.clip(palette[label] + noise, 0, 255).astype(np.uint8)
-                example = tf.train.Example(features=tf.train.Features(feature={
-                    features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(
-                        value=[tf.io.serialize_tensor(pixels).numpy()])),
-                    features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                }))
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            features.PIXELS_KEY: tf.train.Feature(
+                                bytes_list=tf.train.BytesList(value=[tf.io.serialize_tensor(pixels).numpy()])
+                            ),
+                            features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                        }
+                    )
+                )
                 writer.write(example.SerializeToString())
 
 
@@ -153,8 +168,9 @@ def test_one_epoch_on_class_sorted_records_learns_well_above_chance(tmp_path):
     model = models.build(hp, num_classes=8)
     models.compile_model(model, hp.learning_rate)
     model.fit(input_pipeline.make_dataset([str(tmp_path / "train.gz")], hp, training=True), epochs=1, verbose=0)
-    _, accuracy, *_ = model.evaluate(input_pipeline.make_dataset([str(tmp_path / "eval.gz")], hp, training=False),
-                                     verbose=0)
+    _, accuracy, *_ = model.evaluate(
+        input_pipeline.make_dataset([str(tmp_path / "eval.gz")], hp, training=False), verbose=0
+    )
     # Chance is 0.125 (measured: 0.875 shuffled over the whole set; 0.25 with the fixed 2,048-record buffer,
     # which fed the epoch two or three classes at a time).
     assert accuracy > 0.6
@@ -207,16 +223,19 @@ def test_records_read_once_serve_every_dataset_built_on_them(tmp_path):
     first = input_pipeline.make_dataset([], hp, training=True, shared_records=pixels)
     assert sum(len(y) for _, y in first) == 40
     seen = lambda d: sorted(np.concatenate([x[:, 0].numpy() for x, _ in d]).astype(int).tolist())  # noqa: E731
-    assert seen(input_pipeline.make_feature_dataset([], hp, dim, 1, training=False,
-                                                    shared_records=features_read)) == list(range(count))
+    assert seen(
+        input_pipeline.make_feature_dataset([], hp, dim, 1, training=False, shared_records=features_read)
+    ) == list(range(count))
     shutil.rmtree(tmp_path / "pixels")
     shutil.rmtree(tmp_path / "features")  # every later dataset reads the copy in memory
     for batch_size in (8, 32):
-        again = input_pipeline.make_dataset([], dataclasses.replace(hp, batch_size=batch_size), training=True,
-                                            shared_records=pixels)
+        again = input_pipeline.make_dataset(
+            [], dataclasses.replace(hp, batch_size=batch_size), training=True, shared_records=pixels
+        )
         assert [len(y) for _, y in again][:1] == [batch_size] and sum(len(y) for _, y in again) == 40
-        trial = input_pipeline.make_feature_dataset([], dataclasses.replace(hp, batch_size=batch_size), dim, 1,
-                                                    training=True, shared_records=features_read)
+        trial = input_pipeline.make_feature_dataset(
+            [], dataclasses.replace(hp, batch_size=batch_size), dim, 1, training=True, shared_records=features_read
+        )
         assert seen(trial) == list(range(count))
     small = HParams(model="cnn", image_size=SIZE, cache_megabytes=0.001)
     _write_transformed(str(tmp_path / "streamed.gz"), 10)
@@ -237,14 +256,25 @@ def test_each_augmentation_changes_images_and_keeps_shapes_and_range(kind):
         shift = (out - images).numpy()
         unclipped = (images.numpy() > 30) & (images.numpy() < 225)
         assert all(np.ptp(d[m]) < 1e-3 for d, m in zip(shift, unclipped))
-    assert input_pipeline.augment(images, HParams(model="cnn", image_size=SIZE, augment="")) is images  # none asked: untouched
+    assert (
+        input_pipeline.augment(images, HParams(model="cnn", image_size=SIZE, augment="")) is images
+    )  # none asked: untouched
 
 
 def test_training_input_applies_augmentation(tmp_path):
     _write_transformed(str(tmp_path / "part.gz"), 8)
-    plain, augmented = (next(iter(input_pipeline.make_dataset(
-        [str(tmp_path / "part.gz")], HParams(model="cnn", image_size=SIZE, batch_size=8, augment=a, seed=5), training=True)))[0]
-        for a in ("", "flip,crop,brightness"))
+    plain, augmented = (
+        next(
+            iter(
+                input_pipeline.make_dataset(
+                    [str(tmp_path / "part.gz")],
+                    HParams(model="cnn", image_size=SIZE, batch_size=8, augment=a, seed=5),
+                    training=True,
+                )
+            )
+        )[0]
+        for a in ("", "flip,crop,brightness")
+    )
     assert augmented.shape == (8, SIZE, SIZE, 3) and not np.array_equal(plain.numpy(), augmented.numpy())
 
 
@@ -260,8 +290,10 @@ def test_strategy_on_this_machine_follows_the_rule():
     chosen = strategy.plan()
     kind = expected_strategy_kind()
     assert chosen.kind == kind
-    assert chosen.mixed_precision_policy == {"cpu": None, "gpu": "mixed_float16", "multi-gpu": "mixed_float16",
-                                             "tpu": "mixed_bfloat16"}[kind]
+    assert (
+        chosen.mixed_precision_policy
+        == {"cpu": None, "gpu": "mixed_float16", "multi-gpu": "mixed_float16", "tpu": "mixed_bfloat16"}[kind]
+    )
     if kind != "tpu":
         gpus = len(tf.config.list_logical_devices("GPU"))
         assert strategy.make(chosen).num_replicas_in_sync == (gpus if kind == "multi-gpu" else 1)
@@ -274,8 +306,11 @@ def test_strategy_selection_order_with_faked_devices():
     tpu = strategy.plan(tpu_resolver=lambda: "resolver", gpus=["/gpu:0", "/gpu:1"])
     assert (tpu.kind, tpu.mixed_precision_policy, tpu.tpu_resolver) == ("tpu", "mixed_bfloat16", "resolver")
     multi = strategy.plan(tpu_resolver=no_tpu, gpus=["/gpu:0", "/gpu:1"])
-    assert (multi.kind, multi.devices, multi.mixed_precision_policy) == ("multi-gpu", ["/gpu:0", "/gpu:1"],
-                                                                          "mixed_float16")
+    assert (multi.kind, multi.devices, multi.mixed_precision_policy) == (
+        "multi-gpu",
+        ["/gpu:0", "/gpu:1"],
+        "mixed_float16",
+    )
     one = strategy.plan(gpus=["/gpu:0"], mixed_precision="off")
     assert (one.kind, one.mixed_precision_policy) == ("gpu", None)
     assert strategy.plan(gpus=[], mixed_precision="on").mixed_precision_policy == "mixed_bfloat16"
@@ -288,8 +323,14 @@ def test_tpu_is_only_probed_when_one_may_exist():
 
 # The pretrained backbone with its ImageNet weights (installed); the keras.applications ones with random weights
 # (theirs would be downloaded): what is tested here is which weights each phase trains.
-@pytest.mark.parametrize("name,weights", [("efficientnet_lite0", "imagenet"), ("mobilenet_v2", ""),
-                                          pytest.param("efficientnet_b0", "", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name,weights",
+    [
+        ("efficientnet_lite0", "imagenet"),
+        ("mobilenet_v2", ""),
+        pytest.param("efficientnet_b0", "", marks=pytest.mark.slow),
+    ],
+)
 def test_transfer_models_train_in_two_phases(name, weights, tmp_path):
     hp = HParams(model=name, image_size=32, weights=weights, learning_rate=0.01)
     model = models.build(hp, num_classes=3)
@@ -349,17 +390,23 @@ def test_warm_start_loads_only_a_matching_base_model(tmp_path):
     serving.mkdir(parents=True)
     assert task.warm_start(models.build(hp, 2), "", info) == (None, "no blessed model yet")
     assert task.warm_start(models.build(hp, 2), str(serving), info) == (
-        None, "the last blessed model has no Keras weights")
-    keras_dir = tmp_path / "model" / output_files.KERAS_DIR
+        None,
+        "the last blessed model has no Keras weights",
+    )
+    keras_dir = tmp_path / "model" / artifact_files.KERAS_DIR
     keras_dir.mkdir()
-    base.save_weights(str(keras_dir / output_files.WEIGHTS_FILE))
-    (keras_dir / output_files.INFO_FILE).write_text(json.dumps({**info, "class_names": ["cat", "dog", "bird"]}))
+    base.save_weights(str(keras_dir / artifact_files.WEIGHTS_FILE))
+    (keras_dir / artifact_files.INFO_FILE).write_text(json.dumps({**info, "class_names": ["cat", "dog", "bird"]}))
     assert task.warm_start(models.build(hp, 2), str(serving), info) == (
-        None, "the last blessed model was trained on other classes")
-    (keras_dir / output_files.INFO_FILE).write_text(json.dumps({**info, "image_size": 2 * SIZE}))
-    assert task.warm_start(models.build(hp, 2), str(serving), info)[1] == \
-        f"the last blessed model differs (image_size {2 * SIZE} -> {SIZE})"
-    (keras_dir / output_files.INFO_FILE).write_text(json.dumps(info))
+        None,
+        "the last blessed model was trained on other classes",
+    )
+    (keras_dir / artifact_files.INFO_FILE).write_text(json.dumps({**info, "image_size": 2 * SIZE}))
+    assert (
+        task.warm_start(models.build(hp, 2), str(serving), info)[1]
+        == f"the last blessed model differs (image_size {2 * SIZE} -> {SIZE})"
+    )
+    (keras_dir / artifact_files.INFO_FILE).write_text(json.dumps(info))
     fresh = models.build(hp, 2)
     assert task.warm_start(fresh, str(serving), info) == (str(keras_dir), "")
     assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), base.get_weights()))
@@ -385,6 +432,7 @@ def test_the_serving_signature_runs_the_model_in_bounded_chunks(transformed, tmp
 
 # --- imbalanced classes (trainer/class_balance.py) ------------------------------------------------------------
 
+
 def _write_counts(path, counts, size=SIZE, seed=0):
     """Records as Transform writes them, `counts[k]` of class k (a grey level of its own under noise)."""
     rng = np.random.default_rng(seed)
@@ -392,11 +440,18 @@ def _write_counts(path, counts, size=SIZE, seed=0):
         for label, n in enumerate(counts):
             for _ in range(n):
                 pixels = np.clip(64 + 24 * label + rng.integers(-40, 41, size=(size, size, 3)), 0, 255).astype(np.uint8)
-                writer.write(tf.train.Example(features=tf.train.Features(feature={
-                    features.PIXELS_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(
-                        value=[tf.io.serialize_tensor(pixels).numpy()])),
-                    features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                })).SerializeToString())
+                writer.write(
+                    tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                features.PIXELS_KEY: tf.train.Feature(
+                                    bytes_list=tf.train.BytesList(value=[tf.io.serialize_tensor(pixels).numpy()])
+                                ),
+                                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                            }
+                        )
+                    ).SerializeToString()
+                )
 
 
 def test_imbalanced_training_weights_classes_and_starts_the_bias_at_the_mix_the_loss_sees():
@@ -429,8 +484,10 @@ def test_loss_weights_reach_every_training_example_by_its_class(tmp_path):
     assert len(labels) == 320 and (labels == 1).sum() == 20  # every example once, as without weights
     assert set(weights[labels == 0]) == {0.5} and set(weights[labels == 1]) == {8.0}
     # Evaluation is never weighted: its figures are the plain ones.
-    assert len(next(iter(input_pipeline.make_dataset([str(tmp_path / "train.gz")], hp, training=False,
-                                                     balance=balance)))) == 2
+    assert (
+        len(next(iter(input_pipeline.make_dataset([str(tmp_path / "train.gz")], hp, training=False, balance=balance))))
+        == 2
+    )
     assert input_pipeline.label_counts([str(tmp_path / "train.gz")], 2) == [300, 20]
 
 
@@ -456,8 +513,8 @@ def test_balanced_accuracy_and_loss_during_training_match_their_definitions():
     accuracy = models.BalancedAccuracy(3)
     loss = models.BalancedCrossEntropy(3)
     for start in range(0, 100, 32):  # in batches, as Keras updates them
-        accuracy.update_state(labels[start:start + 32], probabilities[start:start + 32])
-        loss.update_state(labels[start:start + 32], probabilities[start:start + 32])
+        accuracy.update_state(labels[start : start + 32], probabilities[start : start + 32])
+        loss.update_state(labels[start : start + 32], probabilities[start : start + 32])
     assert float(accuracy.result()) == pytest.approx(balanced_accuracy_score(labels, probabilities.argmax(1)), rel=1e-6)
     per_class = [-np.log(probabilities[labels == c, c]).mean() for c in range(3)]
     assert float(loss.result()) == pytest.approx(np.mean(per_class), rel=1e-5)

@@ -13,8 +13,8 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import model_dir
+
 from pipeline import local_runner
 from pipeline.config import PipelineConfig
 from trainer import features, models
@@ -41,8 +41,9 @@ def transfer_runs(tmp_path_factory):
     data = make_shapes(str(tmp_path_factory.mktemp("shapes") / "images"), per_class=PER_CLASS, seed=3)
     # Every setting at its default but the blessing's bounds: the first model is blessed even if a class falls
     # short, so that the second run has a last blessed model to measure drift against.
-    config = PipelineConfig(root=str(tmp_path_factory.mktemp("transfer")), data=data, accuracy_threshold=0.5,
-                            min_class_recall=0.0)
+    config = PipelineConfig(
+        root=str(tmp_path_factory.mktemp("transfer")), data=data, accuracy_threshold=0.5, min_class_recall=0.0
+    )
     plain = local_runner.run(config)
     tuned = local_runner.run(dataclasses.replace(config, augment="flip", fine_tune_epochs=1))
     return config, plain, tuned
@@ -68,7 +69,8 @@ def test_the_head_trains_on_features_computed_once(transfer_runs):
     assert len(recalls) == 10 and min(recalls.values()) >= 0.2, recalls
     # The Evaluator scores the exported model (backbone and head) on raw images: what the head gave on features.
     assert trainer["kept_eval_accuracy"] == pytest.approx(
-        evaluation["accuracy"], abs=1.01 / evaluation["example_count"])  # one image may round otherwise elsewhere
+        evaluation["accuracy"], abs=1.01 / evaluation["example_count"]
+    )  # one image may round otherwise elsewhere
 
     # --augment: the cached plain features are reused, and 4 augmented views of each training image are
     # computed once; then a fine-tune epoch on pixels (read from the Transform output the features came from).
@@ -85,26 +87,34 @@ def test_the_head_trains_on_features_computed_once(transfer_runs):
     # Data health on the features: the label check is on by default (cheap here), and the second run
     # measures drift in feature space against the first model's data (the same images: none).
     health = details(plain, "DataHealth")
-    assert health["examples"] == 10 * PER_CLASS and health["label_check_method"] == "5-fold logistic regression on backbone features"
+    assert (
+        health["examples"] == 10 * PER_CLASS
+        and health["label_check_method"] == "5-fold logistic regression on backbone features"
+    )
     assert health["label_issue_fraction"] is not None and health.get("feature_drift") is None
     assert details(tuned, "DataHealth")["feature_drift"] == pytest.approx(0.0, abs=1e-3)
 
 
 def test_the_exported_model_serves_what_the_head_gave_on_features(transfer_runs):
     config, plain, _ = transfer_runs
-    source = json.load(open(os.path.join(component(plain, "BackboneFeatures")["outputs"]["features"][0],
-                                         "source.json")))
-    spec = {features.FEATURES_KEY: tf.io.FixedLenFeature([1280], tf.float32),
-            features.KEY: tf.io.FixedLenFeature([], tf.string)}
+    source = json.load(
+        open(os.path.join(component(plain, "BackboneFeatures")["outputs"]["features"][0], "source.json"))
+    )
+    spec = {
+        features.FEATURES_KEY: tf.io.FixedLenFeature([1280], tf.float32),
+        features.KEY: tf.io.FixedLenFeature([], tf.string),
+    }
     vectors = {}
-    feature_files = glob.glob(os.path.join(component(plain, "BackboneFeatures")["outputs"]["features"][0],
-                                           "Split-eval", "*"))
+    feature_files = glob.glob(
+        os.path.join(component(plain, "BackboneFeatures")["outputs"]["features"][0], "Split-eval", "*")
+    )
     for record in tf.data.TFRecordDataset(feature_files):  # the features step writes them uncompressed
         parsed = tf.io.parse_single_example(record, spec)
         vectors[parsed[features.KEY].numpy().decode()] = parsed[features.FEATURES_KEY].numpy()
     raw = {}
-    example_files = glob.glob(os.path.join(component(plain, "ImageExampleGen")["outputs"]["examples"][0],
-                                           "Split-eval", "*"))
+    example_files = glob.glob(
+        os.path.join(component(plain, "ImageExampleGen")["outputs"]["examples"][0], "Split-eval", "*")
+    )
     for record in tf.data.TFRecordDataset(example_files, compression_type="GZIP"):
         feature = tf.train.Example.FromString(record.numpy()).features.feature
         raw[feature["image/key/sha256"].bytes_list.value[0].decode()] = feature["image/encoded"].bytes_list.value[0]
@@ -130,15 +140,30 @@ def test_the_head_trains_across_three_replicas(transfer_runs):
     up ("AddN ... [27,1280] != [26,1280]"); every batch now has one shape (the eval batch padded with weightless
     examples), and the run trains and is scored as on one replica."""
     from commands import run_imagepipe
+
     from runs import run_summary
 
     config, _, _ = transfer_runs
-    done = run_imagepipe("run", "--root", config.root, "--data", config.data, "--cpu-replicas", "3", "--epochs", "3",
-                         "--progress", "quiet", timeout=900)
+    done = run_imagepipe(
+        "run",
+        "--root",
+        config.root,
+        "--data",
+        config.data,
+        "--cpu-replicas",
+        "3",
+        "--epochs",
+        "3",
+        "--progress",
+        "quiet",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = run_summary.summarize(config.metadata_path)
     trainer = details(summary, "Trainer")
     assert trainer["strategy"].startswith("multi-cpu (3 replicas") and trainer["epochs"] == 3
     evaluation = details(summary, "Evaluator")
     # The padding counts nowhere: the Trainer's eval accuracy (padded batches) is the Evaluator's (TFMA, unpadded).
-    assert trainer["kept_eval_accuracy"] == pytest.approx(evaluation["accuracy"], abs=1.01 / evaluation["example_count"])
+    assert trainer["kept_eval_accuracy"] == pytest.approx(
+        evaluation["accuracy"], abs=1.01 / evaluation["example_count"]
+    )

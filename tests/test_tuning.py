@@ -19,8 +19,16 @@ ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
 
 def profile(**changes):
     hp = HParams(model=changes.pop("model", "cnn"), image_size=changes.pop("image_size", 32))
-    base = dict(hp=hp, trials=5, pipeline="digits", classes=["cat", "dog"], train_counts={"cat": 100, "dog": 100},
-                features=None, space=tuning.space_names(hp), space_version=tuning.SPACE_VERSION)
+    base = dict(
+        hp=hp,
+        trials=5,
+        pipeline="digits",
+        classes=["cat", "dog"],
+        train_counts={"cat": 100, "dog": 100},
+        features=None,
+        space=tuning.space_names(hp),
+        space_version=tuning.SPACE_VERSION,
+    )
     base.update(changes)
     return decision.profile(**base)
 
@@ -43,8 +51,9 @@ def test_a_search_is_reused_until_what_it_searched_on_changes():
         "the image size changed (32 -> 64)": profile(image_size=64),
         "the model changed (cnn -> mobilenet_v2)": profile(model="mobilenet_v2"),
         "the last search was another pipeline's (digits)": profile(pipeline="pets"),
-        f"the search space's ranges changed ({tuning.SPACE_VERSION} -> {tuning.SPACE_VERSION + 1})":
-            profile(space_version=tuning.SPACE_VERSION + 1),
+        f"the search space's ranges changed ({tuning.SPACE_VERSION} -> {tuning.SPACE_VERSION + 1})": profile(
+            space_version=tuning.SPACE_VERSION + 1
+        ),
     }
     for reason, current in changed.items():
         assert decide(searched, current) == (True, reason)
@@ -55,9 +64,14 @@ def test_drifted_backbone_features_are_searched_again():
     before = {"fingerprint": "f1", "profile": {"mean": [0.0, 1.0], "std": [1.0, 1.0]}}
     searched = profile(model="mobilenet_v2", features=before, space=tuning.space_names(hp))
     same = profile(model="mobilenet_v2", features=before, space=tuning.space_names(hp))
-    moved = profile(model="mobilenet_v2", space=tuning.space_names(hp),
-                    features={"fingerprint": "f1", "profile": {"mean": [1.0, 2.0], "std": [1.0, 1.0]}})
-    other_weights = profile(model="mobilenet_v2", space=tuning.space_names(hp), features={**before, "fingerprint": "f2"})
+    moved = profile(
+        model="mobilenet_v2",
+        space=tuning.space_names(hp),
+        features={"fingerprint": "f1", "profile": {"mean": [1.0, 2.0], "std": [1.0, 1.0]}},
+    )
+    other_weights = profile(
+        model="mobilenet_v2", space=tuning.space_names(hp), features={**before, "fingerprint": "f2"}
+    )
     assert decide(searched, same).search is False
     assert decide(searched, moved) == (True, "the backbone features drifted (1.000 > 0.500)")
     assert decide(searched, other_weights).reason == "the backbone weights changed (f1 -> f2)"
@@ -76,7 +90,7 @@ def test_the_search_space_and_its_values_in_the_trainer_settings():
     assert "fine_tune_layers" not in tuning.space_names(HParams(model="mobilenet_v2"))  # no fine-tuning: no search
     tuned = tuning.apply(HParams(), {"learning_rate": 0.004, "head_units": 128, "dropout": 0.1, "unknown": 1})
     assert (tuned.learning_rate, tuned.head_units, tuned.dropout, tuned.batch_size) == (0.004, 128, 0.1, 64)
-    with pytest.raises(ValueError, match="--dropout 1.5"):
+    with pytest.raises(ValueError, match=r"dropout 1.5 \(a hyperparameter the Tuner sets\)"):
         tuning.apply(HParams(), {"dropout": 1.5})
 
 
@@ -86,8 +100,23 @@ def tuned_runs(tmp_path_factory, small_digits):
     from pipeline.config import SAMPLE_SCHEMA
 
     root = str(tmp_path_factory.mktemp("tuned"))
-    args = ["run", "--root", root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "4",
-            "--accuracy-threshold", "0", "--name", "digits-tuned", "--progress", "json"]
+    args = [
+        "run",
+        "--root",
+        root,
+        "--data",
+        small_digits,
+        "--schema",
+        SAMPLE_SCHEMA,
+        "--epochs",
+        "4",
+        "--accuracy-threshold",
+        "0",
+        "--name",
+        "digits-tuned",
+        "--progress",
+        "json",
+    ]
 
     def run(*extra):
         done = run_imagepipe(*args, *extra, timeout=900)
@@ -151,9 +180,24 @@ def test_new_classes_search_again_and_retune_without_a_search_is_one_line(tuned_
     shutil.copytree(small_digits, grown)
     for n in range(30):
         write(grown / "x" / f"x-{n}.png", image_bytes("PNG", size=(8, 8), mode="L", seed=n))
-    done = run_imagepipe("run", "--root", root, "--data", str(grown), "--name", "digits-tuned",
-                         "--epochs", "2", "--accuracy-threshold", "0", "--gate", "warn", "--progress", "json",
-                         timeout=900)
+    done = run_imagepipe(
+        "run",
+        "--root",
+        root,
+        "--data",
+        str(grown),
+        "--name",
+        "digits-tuned",
+        "--epochs",
+        "2",
+        "--accuracy-threshold",
+        "0",
+        "--gate",
+        "warn",
+        "--progress",
+        "json",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     finished = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")][-1]
     again = _details(finished, "Tuner")

@@ -24,13 +24,16 @@ IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 
 
 def _earlier_version(folder) -> str:
-    shallow = subprocess.run(["git", "-C", PROJECT_DIR, "rev-parse", "--is-shallow-repository"], capture_output=True,
-                             text=True).stdout.strip()
+    shallow = subprocess.run(
+        ["git", "-C", PROJECT_DIR, "rev-parse", "--is-shallow-repository"], capture_output=True, text=True
+    ).stdout.strip()
     if shallow == "true":  # a clone made with --depth has no earlier version to run; a full clone must have it
         pytest.skip(f"a shallow clone: the code before the move ({BEFORE_THE_MOVE[:7]}) is not here to run")
     archive = subprocess.run(["git", "-C", PROJECT_DIR, "archive", BEFORE_THE_MOVE], capture_output=True)
-    assert archive.returncode == 0, (f"the code before the move ({BEFORE_THE_MOVE[:7]}) is not in this clone's "
-                                     f"history: clone without --depth ({archive.stderr.decode()[-300:]})")
+    assert archive.returncode == 0, (
+        f"the code before the move ({BEFORE_THE_MOVE[:7]}) is not in this clone's "
+        f"history: clone without --depth ({archive.stderr.decode()[-300:]})"
+    )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(folder)
     return str(folder)
@@ -43,15 +46,40 @@ def _details(summary, name):
 def test_a_root_made_before_the_move_keeps_its_history_baseline_and_warm_start(tmp_path, small_digits):
     earlier = _earlier_version(tmp_path / "earlier")
     root = str(tmp_path / "root")
-    settings = ["--root", root, "--data", small_digits, "--schema", SAMPLE_SCHEMA, "--epochs", "3",
-                "--accuracy-threshold", "0.2", "--min-class-recall", "0"]
+    settings = [
+        "--root",
+        root,
+        "--data",
+        small_digits,
+        "--schema",
+        SAMPLE_SCHEMA,
+        "--epochs",
+        "3",
+        "--accuracy-threshold",
+        "0.2",
+        "--min-class-recall",
+        "0",
+    ]
     # The earlier version's modules ahead of this tree's (the console script is the same entry point).
     env = {**os.environ, "PYTHONPATH": earlier}
-    first = subprocess.run([IMAGEPIPE, "run", *settings, "--progress", "quiet"], cwd=earlier, env=env,
-                           capture_output=True, text=True, timeout=900)
+    first = subprocess.run(
+        [IMAGEPIPE, "run", *settings, "--progress", "quiet"],
+        cwd=earlier,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert first.returncode == 0, first.stderr[-3000:]
-    config = PipelineConfig(root=root, data=small_digits, schema=SAMPLE_SCHEMA, epochs=3, accuracy_threshold=0.2,
-                            min_class_recall=0.0, warm_start=True)
+    config = PipelineConfig(
+        root=root,
+        data=small_digits,
+        schema=SAMPLE_SCHEMA,
+        epochs=3,
+        accuracy_threshold=0.2,
+        min_class_recall=0.0,
+        warm_start=True,
+    )
     [earlier_run] = run_summary.list_runs(config.metadata_path)
     assert earlier_run["status"] == "complete" and earlier_run["blessed"], earlier_run
 

@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from components.example_gen.worker_pool import WorkerError, WorkerPool
+from components.example_gen.writing.worker_pool import WorkerError, WorkerPool
 
 
 def test_tasks_run_in_separate_processes_and_failures_surface():

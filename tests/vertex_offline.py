@@ -34,15 +34,16 @@ import sys
 from typing import Any, Dict, List, Optional
 
 import yaml
+from fake_endpoints import FakeService
+from warm_interpreter import WarmInterpreter
 
 from pipeline.cloud_config import IMAGE_PROJECT_DIR
 from pipeline.config import PROJECT_DIR
-from fake_endpoints import FakeService
-from warm_interpreter import WarmInterpreter
 
 STORE = "projects/proj-1/locations/europe-west4/metadataStores/default/artifacts"
 TASK_SECONDS = 900
 WARM_MODULE = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"  # what every task imports first
+
 
 def _task_env(metadata_host: str) -> dict:
     # The image's working directory is on the path; the metadata server is the run's own.
@@ -73,8 +74,13 @@ class OfflineVertex:
         self._ids = itertools.count(1)
         self._runs = itertools.count(1)
 
-    def run(self, job_path: str, paths: Dict[str, str], parameters: Optional[Dict[str, Any]] = None,
-            service_account: Optional[str] = None) -> Dict[str, Dict[str, List[Dict]]]:
+    def run(
+        self,
+        job_path: str,
+        paths: Dict[str, str],
+        parameters: Optional[Dict[str, Any]] = None,
+        service_account: Optional[str] = None,
+    ) -> Dict[str, Dict[str, List[Dict]]]:
         """Runs every task of the job; `paths` maps the job's gs:// locations to local folders, `parameters`
         are values for its runtime parameters (as `--param` or Vertex's parameter_values give them),
         `service_account` the account the run executes as (default: the one compiled into the job).
@@ -93,8 +99,13 @@ class OfflineVertex:
         for name, value in (parameters or {}).items():
             assert name in declared, f"the job has no runtime parameter {name!r}"
             kind = declared[name].get("type") or declared[name].get("parameterType")
-            self._parameters[name] = ({"intValue": str(value)} if "INT" in kind else {"doubleValue": value}
-                                      if "DOUBLE" in kind else {"stringValue": str(value)})
+            self._parameters[name] = (
+                {"intValue": str(value)}
+                if "INT" in kind
+                else {"doubleValue": value}
+                if "DOUBLE" in kind
+                else {"stringValue": str(value)}
+            )
         outputs: Dict[str, Dict[str, List[Dict]]] = {}
         with FakeService(service_account=service_account or _compiled_account(spec)) as metadata:
             self._metadata_host = metadata.host_port
@@ -104,15 +115,19 @@ class OfflineVertex:
         for name, task in _in_dependency_order(spec["root"]["dag"]["tasks"]):
             component = spec["components"][task["componentRef"]["name"]]
             executor = spec["deploymentSpec"]["executors"][component["executorLabel"]]
-            inputs = {key: outputs[source["taskOutputArtifact"]["producerTask"]].get(
-                          source["taskOutputArtifact"]["outputArtifactKey"], [])
-                      for key, source in task.get("inputs", {}).get("artifacts", {}).items()}
+            inputs = {
+                key: outputs[source["taskOutputArtifact"]["producerTask"]].get(
+                    source["taskOutputArtifact"]["outputArtifactKey"], []
+                )
+                for key, source in task.get("inputs", {}).get("artifacts", {}).items()
+            }
             try:
                 if "resolver" in executor:
                     outputs[name] = self._resolve(executor["resolver"]["outputArtifactQueries"], inputs)
                 else:
-                    outputs[name] = self._launch(name, task, component, executor["container"], inputs,
-                                                 os.path.join(run_dir, name))
+                    outputs[name] = self._launch(
+                        name, task, component, executor["container"], inputs, os.path.join(run_dir, name)
+                    )
             except TaskFailed as failed:
                 failed.outputs = outputs
                 raise
@@ -121,21 +136,40 @@ class OfflineVertex:
     def _launch(self, name, task, component, container, inputs, task_dir) -> Dict[str, List[Dict]]:
         output_file = os.path.join(task_dir, "executor_output.json")
         declared = component.get("outputDefinitions", {}).get("artifacts", {})
-        planned = {key: [{"name": f"{STORE}/{next(self._ids)}", "uri": os.path.join(task_dir, key),
-                          "type": definition["artifactType"], "metadata": {}}]
-                   for key, definition in declared.items()}
-        executor_input = json.dumps({
-            "inputs": {"artifacts": {key: {"artifacts": arts} for key, arts in inputs.items()},
-                       "parameters": {key: value["runtimeValue"]["constantValue"] if "runtimeValue" in value
-                                      else self._parameters[value["componentInputParameter"]]
-                                      for key, value in task.get("inputs", {}).get("parameters", {}).items()}},
-            "outputs": {"artifacts": {key: {"artifacts": arts} for key, arts in planned.items()},
-                        "outputFile": output_file}})
+        planned = {
+            key: [
+                {
+                    "name": f"{STORE}/{next(self._ids)}",
+                    "uri": os.path.join(task_dir, key),
+                    "type": definition["artifactType"],
+                    "metadata": {},
+                }
+            ]
+            for key, definition in declared.items()
+        }
+        executor_input = json.dumps(
+            {
+                "inputs": {
+                    "artifacts": {key: {"artifacts": arts} for key, arts in inputs.items()},
+                    "parameters": {
+                        key: value["runtimeValue"]["constantValue"]
+                        if "runtimeValue" in value
+                        else self._parameters[value["componentInputParameter"]]
+                        for key, value in task.get("inputs", {}).get("parameters", {}).items()
+                    },
+                },
+                "outputs": {
+                    "artifacts": {key: {"artifacts": arts} for key, arts in planned.items()},
+                    "outputFile": output_file,
+                },
+            }
+        )
         os.makedirs(task_dir, exist_ok=True)
         hook = container.get("lifecycle", {}).get("preCacheCheck")
         for number, step in enumerate(([hook] if hook else []) + [container]):
-            argv = [sys.executable if part == "python" else part for part in step["command"]] + \
-                   [executor_input if part == "{{$}}" else part for part in step["args"]]
+            argv = [sys.executable if part == "python" else part for part in step["command"]] + [
+                executor_input if part == "{{$}}" else part for part in step["args"]
+            ]
             assert not any("{{" in part for part in argv), f"{name}: a placeholder this launcher does not fill"
             if argv[:2] == [sys.executable, "-m"]:
                 logs = os.path.join(task_dir, f"step-{number}")
@@ -144,8 +178,14 @@ class OfflineVertex:
                     with open(logs + ".stderr") as f:
                         raise TaskFailed(name, f.read())
                 continue
-            done = subprocess.run(argv, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=TASK_SECONDS,
-                                  env=_task_env(self._metadata_host))
+            done = subprocess.run(
+                argv,
+                cwd=PROJECT_DIR,
+                capture_output=True,
+                text=True,
+                timeout=TASK_SECONDS,
+                env=_task_env(self._metadata_host),
+            )
             if done.returncode:
                 raise TaskFailed(name, done.stderr)
         written = json.load(open(output_file)).get("artifacts", {}) if os.path.exists(output_file) else {}
@@ -195,7 +235,7 @@ def _matches(artifact: Dict[str, Any], query: str) -> bool:
         elif field == "name":
             actual = artifact["name"]
         elif field.startswith("metadata.") and field.endswith(".number_value"):
-            actual, value = artifact["metadata"].get(field[len("metadata."):-len(".number_value")]), float(value)
+            actual, value = artifact["metadata"].get(field[len("metadata.") : -len(".number_value")]), float(value)
         else:
             raise AssertionError(f"a filter clause this launcher does not know: {clause}")
         if actual != value:

@@ -81,9 +81,14 @@ class WarmInterpreter:
     """A Python process that has imported `modules`; each run forks it into one command's process."""
 
     def __init__(self, modules: List[str], env: Optional[Dict[str, str]] = None):
-        self._process = subprocess.Popen([sys.executable, "-c", _SERVER.format(modules=list(modules))],
-                                         cwd=PROJECT_DIR, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         start_new_session=True)
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _SERVER.format(modules=list(modules))],
+            cwd=PROJECT_DIR,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
         self._answers = b""  # read from the interpreter, not yet taken: its lines can arrive together
         self._running: Optional[int] = None  # the pid of a command started and not yet finished
 
@@ -142,23 +147,53 @@ class WarmInterpreter:
         line, _, self._answers = self._answers.partition(b"\n")
         return line.decode()
 
-    def run_module(self, module: str, args: List[str], log: str, env: Optional[Dict[str, str]] = None,
-                   cwd: str = PROJECT_DIR, timeout: float = 900) -> int:
+    def run_module(
+        self,
+        module: str,
+        args: List[str],
+        log: str,
+        env: Optional[Dict[str, str]] = None,
+        cwd: str = PROJECT_DIR,
+        timeout: float = 900,
+    ) -> int:
         """`python -m module args...` in a fork; its output goes to log.stdout and log.stderr."""
-        return self._ask({"module": module, "argv": [module, *map(os.fspath, args)], "log": log,
-                          "env": dict(env or os.environ), "cwd": os.fspath(cwd)}, timeout)
+        return self._ask(
+            {
+                "module": module,
+                "argv": [module, *map(os.fspath, args)],
+                "log": log,
+                "env": dict(env or os.environ),
+                "cwd": os.fspath(cwd),
+            },
+            timeout,
+        )
 
-    def run_entry(self, entry: str, argv: List[str], log: str, env: Optional[Dict[str, str]] = None,
-                  cwd: Optional[str] = None, timeout: float = 900) -> int:
+    def run_entry(
+        self,
+        entry: str,
+        argv: List[str],
+        log: str,
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout: float = 900,
+    ) -> int:
         """A console script's entry point ("module:function") with sys.argv = argv, in a fork."""
         return self.finish(self.start_entry(entry, argv, log, env, cwd), timeout)
 
-    def start_entry(self, entry: str, argv: List[str], log: str, env: Optional[Dict[str, str]] = None,
-                    cwd: Optional[str] = None) -> int:
+    def start_entry(
+        self, entry: str, argv: List[str], log: str, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None
+    ) -> int:
         """run_entry without waiting: the command's pid (the leader of its own process group, so it can be
         signalled or killed with its children); finish() waits for it, and no other command can start before."""
-        return self._start({"entry": entry, "argv": [os.fspath(a) for a in argv], "log": log,
-                            "env": dict(env or os.environ), "cwd": os.fspath(cwd or os.getcwd())})
+        return self._start(
+            {
+                "entry": entry,
+                "argv": [os.fspath(a) for a in argv],
+                "log": log,
+                "env": dict(env or os.environ),
+                "cwd": os.fspath(cwd or os.getcwd()),
+            }
+        )
 
     def close(self) -> None:
         if self._process.poll() is None:

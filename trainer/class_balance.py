@@ -113,10 +113,20 @@ def multi_label_plan(mode: str, counts: Sequence[int], examples: int, label_name
         share = w * positives / (w * positives + (examples - positives)) if examples else 0.0
         bias.append(math.log(share / (1 - share)) if 0 < share < 1 else (-20.0 if share <= 0 else 20.0))
     by_name = dict(zip(label_names, counts))
-    return {"asked": mode, "mode": chosen, "task": "multi", "counts": by_name, "examples": examples,
-            "imbalance_ratio": imbalance_ratio(by_name), "imbalanced": chosen == "weights",
-            "positive_weights": weights if chosen == "weights" else None, "weights": None, "shares": None,
-            "initial_bias": bias, "monitor": MACRO_AUC_PR}
+    return {
+        "asked": mode,
+        "mode": chosen,
+        "task": "multi",
+        "counts": by_name,
+        "examples": examples,
+        "imbalance_ratio": imbalance_ratio(by_name),
+        "imbalanced": chosen == "weights",
+        "positive_weights": weights if chosen == "weights" else None,
+        "weights": None,
+        "shares": None,
+        "initial_bias": bias,
+        "monitor": MACRO_AUC_PR,
+    }
 
 
 def choose(mode: str, counts: Sequence[int]) -> str:
@@ -133,7 +143,14 @@ def plan(mode: str, counts: Sequence[int], class_names: Sequence[str]) -> Dict:
     weights = loss_weights(counts) if chosen == "weights" else None
     shares = sampling_shares(counts) if chosen == "sampling" else None
     by_name = dict(zip(class_names, counts))
-    return {"asked": mode, "mode": chosen, "counts": by_name, "imbalance_ratio": imbalance_ratio(by_name),
-            "imbalanced": is_imbalanced(by_name), "weights": weights, "shares": shares,
-            "initial_bias": initial_bias(shares if shares else effective_mix(counts, weights)),
-            "monitor": BALANCED_ACCURACY if is_imbalanced(by_name) else ACCURACY}
+    return {
+        "asked": mode,
+        "mode": chosen,
+        "counts": by_name,
+        "imbalance_ratio": imbalance_ratio(by_name),
+        "imbalanced": is_imbalanced(by_name),
+        "weights": weights,
+        "shares": shares,
+        "initial_bias": initial_bias(shares if shares else effective_mix(counts, weights)),
+        "monitor": BALANCED_ACCURACY if is_imbalanced(by_name) else ACCURACY,
+    }

@@ -1,7 +1,7 @@
 """The one pixel decoding of every path: Transform's preprocessing_fn (so training and evaluation), the
 serving signature (through Transform's graph) and `imagepipe predict` of a TFLite model.
 
-Decoding memory is bounded by the caller (hparams.DECODES_IN_FLIGHT images at once).
+Decoding memory is bounded by the caller (decode_memory.DECODES_IN_FLIGHT images at once).
 """
 
 import tensorflow as tf
@@ -24,12 +24,14 @@ def decode_and_resize(encoded: tf.Tensor, image_size: int, channels: int) -> tf.
     memory, and close to what an area filter would give. Other formats decode at
     full size. Training, evaluation and serving all run this one function.
     """
+
     def decode_jpeg():
         shape = tf.image.extract_jpeg_shape(encoded)  # header only
         index = jpeg_scale_index(shape[0], shape[1], image_size)
-        return tf.switch_case(index, [
-            (lambda ratio=ratio: tf.io.decode_jpeg(encoded, channels=channels, ratio=ratio))
-            for ratio in JPEG_RATIOS])
+        return tf.switch_case(
+            index,
+            [(lambda ratio=ratio: tf.io.decode_jpeg(encoded, channels=channels, ratio=ratio)) for ratio in JPEG_RATIOS],
+        )
 
     def decode_any():
         return tf.io.decode_image(encoded, channels=channels, expand_animations=False)

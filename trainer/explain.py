@@ -50,9 +50,11 @@ class Explainer:
 
         self._model = tf.saved_model.load(model_dir)
         if not hasattr(self._model, "pixel_probabilities") or not hasattr(self._model, "image_pixels"):
-            raise ExplanationsUnavailable(f"{model_dir}: this model was exported without the functions explanations "
-                                          "need (image_pixels, pixel_probabilities); run 'imagepipe run' again to "
-                                          "export one")
+            raise ExplanationsUnavailable(
+                f"{model_dir}: this model was exported without the functions explanations "
+                "need (image_pixels, pixel_probabilities); run 'imagepipe run' again to "
+                "export one"
+            )
         self.class_names = [n.decode() for n in self._model.class_names.numpy()]
         # The same loaded model's serving signature: predict --explain classifies with it (one load, not two).
         self.serving = self._model.signatures["serving_default"]
@@ -67,12 +69,15 @@ class Explainer:
         import tensorflow as tf
 
         step = batch_for(pixels)
-        parts = [self._model.pixel_probabilities(tf.constant(pixels[start:start + step], tf.float32)).numpy()
-                 for start in range(0, len(pixels), step)]
+        parts = [
+            self._model.pixel_probabilities(tf.constant(pixels[start : start + step], tf.float32)).numpy()
+            for start in range(0, len(pixels), step)
+        ]
         return np.concatenate(parts) if parts else np.zeros((0, len(self.class_names)), np.float32)
 
-    def explain(self, pixels: np.ndarray, targets: Optional[Sequence[int]] = None,
-                method: str = METHOD) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    def explain(
+        self, pixels: np.ndarray, targets: Optional[Sequence[int]] = None, method: str = METHOD
+    ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         """(maps float32 [n, size, size], each summing to 1 (0 where the model's gradient is 0 everywhere),
         probabilities [n, classes] or None) for the `targets` class ids; without targets, each image's most likely
         class, from the probabilities this returns (a caller that knows its targets pays no extra model call)."""
@@ -96,13 +101,13 @@ class Explainer:
         out = np.zeros_like(points)
         step = batch_for(points)
         for start in range(0, len(points), step):
-            chunk = tf.constant(points[start:start + step])
-            chosen = tf.constant(targets[start:start + step], tf.int32)
+            chunk = tf.constant(points[start : start + step])
+            chosen = tf.constant(targets[start : start + step], tf.int32)
             with tf.GradientTape() as tape:
                 tape.watch(chunk)
                 probabilities = self._model.pixel_probabilities(chunk)
                 score = tf.gather(probabilities, chosen, axis=1, batch_dims=1)
-            out[start:start + step] = tape.gradient(score, chunk).numpy()
+            out[start : start + step] = tape.gradient(score, chunk).numpy()
         return out
 
     def _integrated(self, images: np.ndarray, baselines: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -110,11 +115,11 @@ class Explainer:
         maps = np.zeros(images.shape[:3], np.float32)
         per_call = max(1, batch_for(images) // STEPS)  # images whose whole path fits one call
         for start in range(0, len(images), per_call):
-            x, x0 = images[start:start + per_call], baselines[start:start + per_call]
+            x, x0 = images[start : start + per_call], baselines[start : start + per_call]
             points = (x0[:, None] + alphas[None, :, None, None, None] * (x - x0)[:, None]).reshape(-1, *x.shape[1:])
-            grads = self._gradients(points, np.repeat(targets[start:start + per_call], STEPS))
+            grads = self._gradients(points, np.repeat(targets[start : start + per_call], STEPS))
             mean = grads.reshape(len(x), STEPS, *x.shape[1:]).mean(axis=1)
-            maps[start:start + per_call] = np.abs(((x - x0) * mean).sum(axis=-1))
+            maps[start : start + per_call] = np.abs(((x - x0) * mean).sum(axis=-1))
         return maps
 
     def _smoothgrad(self, images: np.ndarray, targets: np.ndarray, noise: float = 0.15) -> np.ndarray:
@@ -123,11 +128,14 @@ class Explainer:
         maps = np.zeros(images.shape[:3], np.float32)
         per_call = max(1, batch_for(images) // STEPS)
         for start in range(0, len(images), per_call):
-            x = images[start:start + per_call]
+            x = images[start : start + per_call]
             noisy = x[:, None] + rng.normal(0, noise * 255.0, size=(len(x), STEPS, *x.shape[1:])).astype(np.float32)
-            grads = self._gradients(np.clip(noisy, 0, 255).reshape(-1, *x.shape[1:]),
-                                    np.repeat(targets[start:start + per_call], STEPS))
-            maps[start:start + per_call] = np.abs(grads.reshape(len(x), STEPS, *x.shape[1:])).mean(axis=1).sum(axis=-1)
+            grads = self._gradients(
+                np.clip(noisy, 0, 255).reshape(-1, *x.shape[1:]), np.repeat(targets[start : start + per_call], STEPS)
+            )
+            maps[start : start + per_call] = (
+                np.abs(grads.reshape(len(x), STEPS, *x.shape[1:])).mean(axis=1).sum(axis=-1)
+            )
         return maps
 
 

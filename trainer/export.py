@@ -69,7 +69,7 @@ class ServingModule(tf.Module):
         classes = int(self.class_names.shape[0])
 
         def call(i, done):
-            part = images[i * MODEL_CHUNK:(i + 1) * MODEL_CHUNK]
+            part = images[i * MODEL_CHUNK : (i + 1) * MODEL_CHUNK]
             return i + 1, done.write(i, tf.cast(self._keras.model(part, training=False), tf.float32))
 
         done = tf.TensorArray(tf.float32, size=chunks, infer_shape=False, element_shape=[None, classes])
@@ -91,8 +91,9 @@ class ServingModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")], autograph=False)
     def image_pixels(self, image_bytes):
         transformed = self._transform.apply_transform_model({features.IMAGE_KEY: self._raw_image_feature(image_bytes)})
-        return tf.cast(features.decode_pixels(transformed[features.PIXELS_KEY], self._image_size, self._channels),
-                       tf.uint8)
+        return tf.cast(
+            features.decode_pixels(transformed[features.PIXELS_KEY], self._image_size, self._channels), tf.uint8
+        )
 
     @tf.function(autograph=False)
     def pixel_probabilities(self, pixels):
@@ -117,8 +118,12 @@ class ServingModule(tf.Module):
         spec = {k: self._raw_spec[k] for k in (features.IMAGE_KEY, names)}
         transformed = self._transform.apply_transform_model(tf.io.parse_example(examples, spec))
         if self._multi_label:
-            transformed = {**transformed, features.LABELS_KEY: features.label_target(
-                transformed, int(self.class_names.shape[0]), multi_label=True)}
+            transformed = {
+                **transformed,
+                features.LABELS_KEY: features.label_target(
+                    transformed, int(self.class_names.shape[0]), multi_label=True
+                ),
+            }
         return transformed
 
 
@@ -126,9 +131,14 @@ def export(model, tft_output: tft.TFTransformOutput, hp: HParams, export_dir: st
     module = ServingModule(model, tft_output, hp)
     # Traced for the model's input shape (explanations differentiate it; saved with the module, not as a signature).
     module.pixel_probabilities.get_concrete_function(
-        tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32, name="pixels"))
-    tf.saved_model.save(module, export_dir, signatures={
-        "serving_default": module.serve_image_bytes,
-        "serving_examples": module.serve_examples,
-        "transform_features": module.transform_features,
-    })
+        tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32, name="pixels")
+    )
+    tf.saved_model.save(
+        module,
+        export_dir,
+        signatures={
+            "serving_default": module.serve_image_bytes,
+            "serving_examples": module.serve_examples,
+            "transform_features": module.transform_features,
+        },
+    )

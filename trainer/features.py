@@ -8,10 +8,13 @@ from trainer import feature_keys
 IMAGE_KEY = feature_keys.ENCODED
 LABEL_TEXT_KEY = feature_keys.LABEL_TEXT
 LABELS_TEXT_KEY = feature_keys.LABELS_TEXT  # multi-label examples: every label's name, none included
-SHA256_KEY = feature_keys.SHA256
 # Passed through Transform for data health (components/health): the file, its size as found.
-PASSTHROUGH = {"key": feature_keys.SHA256, "filename": feature_keys.FILENAME,
-               "original_height": feature_keys.ORIGINAL_HEIGHT, "original_width": feature_keys.ORIGINAL_WIDTH}
+PASSTHROUGH = {
+    "key": feature_keys.SHA256,
+    "filename": feature_keys.FILENAME,
+    "original_height": feature_keys.ORIGINAL_HEIGHT,
+    "original_width": feature_keys.ORIGINAL_WIDTH,
+}
 
 # Transformed features, as Transform materialises them.
 PIXELS_KEY = "pixels"  # the resized image's uint8 pixels, 1 byte each (components/transform/preprocessing.py)
@@ -32,8 +35,9 @@ def is_multi_label(feature_spec) -> bool:
 
 def label_spec(multi_label: bool):
     """How the label of Transform's (or the features step's) records parses: a class id, or the label ids."""
-    return {LABELS_KEY: tf.io.VarLenFeature(tf.int64)} if multi_label else {
-        LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+    return (
+        {LABELS_KEY: tf.io.VarLenFeature(tf.int64)} if multi_label else {LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+    )
 
 
 def label_target(parsed, num_classes: int, multi_label: bool) -> tf.Tensor:

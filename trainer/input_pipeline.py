@@ -31,6 +31,7 @@ class Balance(NamedTuple):
     shares: Sequence[float] = ()  # per class id, for "sampling"
     counts: Sequence[int] = ()  # training examples per class id
 
+
 AUTOTUNE = tf.data.AUTOTUNE
 
 
@@ -48,8 +49,10 @@ SHUFFLE_SHARE = 0.25
 def measure(files: List[str]) -> Tuple[int, float]:
     """(records, megabytes of records as they are held in memory): one pass over the framing, no parsing."""
     records = tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
-    count, size = records.reduce((tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
-                                 lambda acc, r: (acc[0] + 1, acc[1] + tf.cast(tf.strings.length(r), tf.int64)))
+    count, size = records.reduce(
+        (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda acc, r: (acc[0] + 1, acc[1] + tf.cast(tf.strings.length(r), tf.int64)),
+    )
     return int(count), int(size) / 2**20
 
 
@@ -67,8 +70,11 @@ def read_records(file_patterns: List[str], hp: HParams) -> Records:
     counted = _counted(file_patterns)
     if counted.megabytes > hp.cache_limit_megabytes():
         return counted
-    return counted._replace(in_memory=tf.data.TFRecordDataset(
-        counted.files, compression_type=features.compression(counted.files), num_parallel_reads=AUTOTUNE).cache())
+    return counted._replace(
+        in_memory=tf.data.TFRecordDataset(
+            counted.files, compression_type=features.compression(counted.files), num_parallel_reads=AUTOTUNE
+        ).cache()
+    )
 
 
 def _counted(file_patterns: List[str]) -> Records:
@@ -86,9 +92,16 @@ def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) ->
     return max(1, min(records, max(fits, hp.batch_size)))
 
 
-def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
-                 batch_size: int = 0, drop_remainder: bool = False, balance: Optional[Balance] = None,
-                 multi_hot: int = 0, shared_records: Optional[Records] = None) -> tf.data.Dataset:
+def make_dataset(
+    file_patterns: List[str],
+    hp: HParams,
+    training: bool,
+    batch_size: int = 0,
+    drop_remainder: bool = False,
+    balance: Optional[Balance] = None,
+    multi_hot: int = 0,
+    shared_records: Optional[Records] = None,
+) -> tf.data.Dataset:
     """(images float32 [batch, size, size, channels] in 0..255, labels int64 [batch]), and with balance
     "weights" per-example loss weights [batch]. Multi-label records (multi_hot: their number of labels): the
     labels are multi-hot, float32 [batch, multi_hot] (their balance is in the loss: models.compile_model).
@@ -113,7 +126,10 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
             dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
         dataset = dataset.interleave(
             lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
-            cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)  # seeds reproduce
+            cycle_length=min(len(files), 8),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=True,
+        )  # seeds reproduce
         # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
         # (docs/benchmarks.md: Training input). So cache whenever they fit.
         if cached and not sampling:  # class-balanced batches cache each class's records instead (class_balanced)
@@ -124,8 +140,9 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
     elif training:
         dataset = dataset.shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
-    dataset = dataset.map(parsed_keeping_weights(lambda records: parse_batch(records, hp, multi_hot), padded),
-                          num_parallel_calls=AUTOTUNE)
+    dataset = dataset.map(
+        parsed_keeping_weights(lambda records: parse_batch(records, hp, multi_hot), padded), num_parallel_calls=AUTOTUNE
+    )
     if training and hp.augmentations:
         dataset = dataset.map(lambda x, y: (augment(x, hp), y), num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
@@ -139,8 +156,9 @@ def make_dataset(file_patterns: List[str], hp: HParams, training: bool,
 FILE_SIZE_SPREAD = 1.25
 
 
-def sharded_across_workers(dataset: tf.data.Dataset, files: List[str], workers: int, training: bool,
-                           sampling: bool = False) -> tf.data.Dataset:
+def sharded_across_workers(
+    dataset: tf.data.Dataset, files: List[str], workers: int, training: bool, sampling: bool = False
+) -> tf.data.Dataset:
     """For several machines (MultiWorkerMirroredStrategy). Training shards by file when every worker gets an even
     share of the files (at least as many files as workers, a multiple of them or four a worker, sizes within
     FILE_SIZE_SPREAD): each worker reads its own files, so the input is read once in all, not once a worker
@@ -150,8 +168,9 @@ def sharded_across_workers(dataset: tf.data.Dataset, files: List[str], workers: 
     worker's files might lack. Transform often writes one file a split. One machine's strategies do not shard."""
     by_file = training and not sampling and even_files(files, workers)
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (tf.data.experimental.AutoShardPolicy.FILE if by_file
-                                                         else tf.data.experimental.AutoShardPolicy.DATA)
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.FILE if by_file else tf.data.experimental.AutoShardPolicy.DATA
+    )
     return dataset.with_options(options)
 
 
@@ -163,8 +182,9 @@ def even_files(files: List[str], workers: int) -> bool:
     return max(sizes) <= FILE_SIZE_SPREAD * max(1, min(sizes))
 
 
-def batched(records: tf.data.Dataset, count: int, batch_size: int, drop_remainder: bool,
-            training: bool) -> Tuple[tf.data.Dataset, bool]:
+def batched(
+    records: tf.data.Dataset, count: int, batch_size: int, drop_remainder: bool, training: bool
+) -> Tuple[tf.data.Dataset, bool]:
     """(`count` records in batches of a known number, whether they were padded). With drop_remainder (static
     shapes: a TPU, several replicas), every batch is whole: training's epoch is the records repeated and cut into
     ceil(count / batch_size) batches (its last batch goes on into the next shuffled pass, so each epoch sees every
@@ -184,7 +204,8 @@ def batched(records: tf.data.Dataset, count: int, batch_size: int, drop_remainde
         return records.repeat().batch(batch_size, drop_remainder=True).take(batches), padded
     batches = (count + missing) // batch_size if drop_remainder else -(-count // batch_size)
     return records.batch(batch_size, drop_remainder=drop_remainder).apply(
-        tf.data.experimental.assert_cardinality(batches)), padded
+        tf.data.experimental.assert_cardinality(batches)
+    ), padded
 
 
 def parsed_keeping_weights(parse, padded: bool):
@@ -200,11 +221,13 @@ def with_weights(weights: Sequence[float]):
 
 def record_label(record: tf.Tensor) -> tf.Tensor:
     return tf.io.parse_single_example(record, {features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)})[
-        features.LABEL_KEY]
+        features.LABEL_KEY
+    ]
 
 
-def class_balanced(records: tf.data.Dataset, balance: Balance, buffer: int, count: int, seed: int,
-                   cache: bool) -> tf.data.Dataset:
+def class_balanced(
+    records: tf.data.Dataset, balance: Balance, buffer: int, count: int, seed: int, cache: bool
+) -> tf.data.Dataset:
     """`count` serialized records drawn class by class with balance.shares: each class's records reshuffled and
     repeated as often as its share asks (the rare classes' images recur within an epoch, the common ones' are
     not all seen in every epoch). Each class's shuffle buffer takes its part of `buffer`.
@@ -222,17 +245,28 @@ def class_balanced(records: tf.data.Dataset, balance: Balance, buffer: int, coun
             continue
         stream = labelled.filter(lambda label, _r, c=class_id: tf.equal(label, c)).map(lambda _label, r: r)
         stream = stream.cache() if cache and share * count >= 1.5 * n else stream
-        streams.append(stream.shuffle(max(1, min(n, buffer * n // total + 1)), seed=seed + class_id,
-                                      reshuffle_each_iteration=True).repeat())
+        streams.append(
+            stream.shuffle(
+                max(1, min(n, buffer * n // total + 1)), seed=seed + class_id, reshuffle_each_iteration=True
+            ).repeat()
+        )
         shares.append(float(share))
     drawn = tf.data.Dataset.sample_from_datasets(streams, weights=shares, seed=seed, rerandomize_each_iteration=True)
     return drawn.take(count)
 
 
-def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views: int, training: bool,
-                         batch_size: int = 0, drop_remainder: bool = False,
-                         balance: Optional[Balance] = None, multi_hot: int = 0,
-                         shared_records: Optional[Records] = None) -> tf.data.Dataset:
+def make_feature_dataset(
+    file_patterns: List[str],
+    hp: HParams,
+    dim: int,
+    views: int,
+    training: bool,
+    batch_size: int = 0,
+    drop_remainder: bool = False,
+    balance: Optional[Balance] = None,
+    multi_hot: int = 0,
+    shared_records: Optional[Records] = None,
+) -> tf.data.Dataset:
     """(features float32 [batch, dim], labels int64 [batch]) from the features step's records
     (components/features): what the frozen phase of a transfer model trains its head on.
 
@@ -249,25 +283,33 @@ def make_feature_dataset(file_patterns: List[str], hp: HParams, dim: int, views:
     if reused:
         dataset = shared
     elif cached:
-        dataset = tf.data.TFRecordDataset(files, compression_type=features.compression(files),
-                                          num_parallel_reads=AUTOTUNE)
+        dataset = tf.data.TFRecordDataset(
+            files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE
+        )
     else:
         dataset = tf.data.Dataset.from_tensor_slices(files)
         if training:
             dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
-        dataset = dataset.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
-                                     cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE, deterministic=True)
+        dataset = dataset.interleave(
+            lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
+            cycle_length=min(len(files), 8),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=True,
+        )
     buffer = max(1, records) if cached else shuffle_buffer(records, megabytes, False, hp)
     if sampling:
         dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)
     elif training:
-        dataset = (dataset.cache() if cached and not reused else dataset).shuffle(buffer, seed=hp.seed,
-                                                                                  reshuffle_each_iteration=True)
+        dataset = (dataset.cache() if cached and not reused else dataset).shuffle(
+            buffer, seed=hp.seed, reshuffle_each_iteration=True
+        )
     elif cached and not reused:
         dataset = dataset.cache()
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
-    spec = {features.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),
-            **features.label_spec(multi_hot > 0)}
+    spec = {
+        features.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),
+        **features.label_spec(multi_hot > 0),
+    }
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
@@ -291,7 +333,8 @@ def label_counts(file_patterns: List[str], num_classes: int, multi_label: bool =
         return multi_label_counts(file_patterns, num_classes)[0]
     counts = _labels(file_patterns, num_classes, False).reduce(
         tf.zeros([num_classes], tf.int64),
-        lambda acc, ids: acc + tf.math.bincount(ids, minlength=num_classes, maxlength=num_classes, dtype=tf.int64))
+        lambda acc, ids: acc + tf.math.bincount(ids, minlength=num_classes, maxlength=num_classes, dtype=tf.int64),
+    )
     return [int(n) for n in counts.numpy()]
 
 
@@ -299,17 +342,24 @@ def multi_label_counts(file_patterns: List[str], num_classes: int) -> Tuple[List
     """(the examples each label applies to, the examples) of multi-label records: one pass, labels only."""
     counts, examples = _labels(file_patterns, num_classes, True).reduce(
         (tf.zeros([num_classes], tf.float32), tf.constant(0, tf.int64)),
-        lambda acc, hot: (acc[0] + tf.reduce_sum(hot, 0), acc[1] + tf.cast(tf.shape(hot)[0], tf.int64)))
+        lambda acc, hot: (acc[0] + tf.reduce_sum(hot, 0), acc[1] + tf.cast(tf.shape(hot)[0], tf.int64)),
+    )
     return [int(n) for n in counts.numpy()], int(examples)
 
 
 def _labels(file_patterns: List[str], num_classes: int, multi_label: bool) -> tf.data.Dataset:
     """Batches of the records' label targets (ids, or multi-hot rows), nothing else parsed."""
     files = list_files(file_patterns)
-    return (tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
-            .batch(1024)
-            .map(lambda batch: features.label_target(tf.io.parse_example(batch, features.label_spec(multi_label)),
-                                                     num_classes, multi_label), num_parallel_calls=AUTOTUNE))
+    return (
+        tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
+        .batch(1024)
+        .map(
+            lambda batch: features.label_target(
+                tf.io.parse_example(batch, features.label_spec(multi_label)), num_classes, multi_label
+            ),
+            num_parallel_calls=AUTOTUNE,
+        )
+    )
 
 
 def repeated(dataset: tf.data.Dataset) -> Tuple[tf.data.Dataset, int]:
@@ -320,10 +370,9 @@ def repeated(dataset: tf.data.Dataset) -> Tuple[tf.data.Dataset, int]:
 
 
 def parse_batch(records: tf.Tensor, hp: HParams, multi_hot: int = 0) -> Tuple[tf.Tensor, tf.Tensor]:
-    parsed = tf.io.parse_example(records, {
-        features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
-        **features.label_spec(multi_hot > 0),
-    })
+    parsed = tf.io.parse_example(
+        records, {features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string), **features.label_spec(multi_hot > 0)}
+    )
     images = features.decode_pixels(parsed[features.PIXELS_KEY], hp.image_size, hp.channels)
     return images, features.label_target(parsed, multi_hot, multi_hot > 0)
 
@@ -338,8 +387,8 @@ def augment(images: tf.Tensor, hp: HParams) -> tf.Tensor:
         pad = max(1, hp.image_size // 8)
         padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]], mode="REFLECT")
         images = tf.map_fn(
-            lambda im: tf.image.random_crop(im, [hp.image_size, hp.image_size, hp.channels], seed=hp.seed),
-            padded)
+            lambda im: tf.image.random_crop(im, [hp.image_size, hp.image_size, hp.channels], seed=hp.seed), padded
+        )
     if "brightness" in augmentations:
         delta = tf.random.uniform([tf.shape(images)[0], 1, 1, 1], -25.0, 25.0, seed=hp.seed)
         images = tf.clip_by_value(images + delta, 0.0, 255.0)

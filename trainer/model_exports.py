@@ -49,8 +49,9 @@ def frozen_classifier(probabilities, image_size: int, channels: int, batch: Opti
 def of_keras(model, image_size: int, channels: int, batch: Optional[int] = None):
     import tensorflow as tf
 
-    return frozen_classifier(lambda pixels: tf.cast(model(pixels, training=False), tf.float32), image_size, channels,
-                             batch)
+    return frozen_classifier(
+        lambda pixels: tf.cast(model(pixels, training=False), tf.float32), image_size, channels, batch
+    )
 
 
 def of_saved_model(model_dir: str, batch: Optional[int] = None):
@@ -60,8 +61,10 @@ def of_saved_model(model_dir: str, batch: Optional[int] = None):
 
     loaded = tf.saved_model.load(model_dir)
     if not hasattr(loaded, "pixel_probabilities") or not hasattr(loaded, "class_names"):
-        raise ExportError("the model has no pixel classifier to export (a model exported before "
-                          "imagepipe kept one); train it again with this version")
+        raise ExportError(
+            "the model has no pixel classifier to export (a model exported before "
+            "imagepipe kept one); train it again with this version"
+        )
     (spec,), _ = loaded.pixel_probabilities.concrete_functions[0].structured_input_signature
     _, size, _, channels = spec.shape.as_list()
     names = [n.decode() for n in np.asarray(loaded.class_names.numpy()).reshape(-1)]
@@ -79,16 +82,24 @@ def onnx_bytes(frozen, image_size: int, class_names: Sequence[str], multi_label:
 
         (pixels,) = [t.name for t in frozen.inputs]
         model_proto, _ = tf2onnx.convert.from_graph_def(
-            frozen.graph.as_graph_def(), input_names=[pixels], output_names=[t.name for t in frozen.outputs],
-            opset=ONNX_OPSET, tensors_to_rename={pixels: INPUT})
+            frozen.graph.as_graph_def(),
+            input_names=[pixels],
+            output_names=[t.name for t in frozen.outputs],
+            opset=ONNX_OPSET,
+            tensors_to_rename={pixels: INPUT},
+        )
         _check_loads(model_proto)
     except Exception as e:  # noqa: BLE001 - tf2onnx raises many types for an op it lacks
-        raise ExportError(f"onnx: the model cannot be converted ({type(e).__name__}: "
-                          f"{(str(e).splitlines() or [''])[0][:200]})") from None
+        raise ExportError(
+            f"onnx: the model cannot be converted ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
+        ) from None
     model_proto.producer_name = PRODUCER  # near the file's start: how `imagepipe export` knows a file as its own
-    for key, value in (("class_names", json.dumps(list(class_names))), ("image_size", str(image_size)),
-                       ("task", "multi" if multi_label else "single"),
-                       ("input", f"float32 RGB pixels 0..255 [batch, {image_size}, {image_size}, 3], resized")):
+    for key, value in (
+        ("class_names", json.dumps(list(class_names))),
+        ("image_size", str(image_size)),
+        ("task", "multi" if multi_label else "single"),
+        ("input", f"float32 RGB pixels 0..255 [batch, {image_size}, {image_size}, 3], resized"),
+    ):
         entry = model_proto.metadata_props.add()
         entry.key, entry.value = key, value
     return model_proto.SerializeToString()
@@ -120,8 +131,10 @@ class OnnxClassifier:
 
     def probabilities(self, pixels: np.ndarray) -> np.ndarray:
         """Probabilities of every image, SCORING_BATCH images a call (memory bounded by the batch, not by n)."""
-        parts = [self._session.run(None, {self._input: pixels[i:i + SCORING_BATCH].astype(np.float32)})[0]
-                 for i in range(0, len(pixels), SCORING_BATCH)]
+        parts = [
+            self._session.run(None, {self._input: pixels[i : i + SCORING_BATCH].astype(np.float32)})[0]
+            for i in range(0, len(pixels), SCORING_BATCH)
+        ]
         return np.concatenate(parts) if parts else np.zeros((0, len(self.class_names)), np.float32)
 
 
@@ -131,13 +144,18 @@ def write_coreml(frozen_one, image_size: int, class_names: Sequence[str], multi_
         import coremltools as ct
 
         classifier = None if multi_label else ct.ClassifierConfig(list(class_names))
-        model = ct.convert([frozen_one], source="tensorflow", convert_to="mlprogram",
-                           inputs=[ct.ImageType(name=INPUT, shape=(1, image_size, image_size, 3),
-                                                color_layout=ct.colorlayout.RGB)],
-                           classifier_config=classifier, minimum_deployment_target=ct.target.iOS15)
+        model = ct.convert(
+            [frozen_one],
+            source="tensorflow",
+            convert_to="mlprogram",
+            inputs=[ct.ImageType(name=INPUT, shape=(1, image_size, image_size, 3), color_layout=ct.colorlayout.RGB)],
+            classifier_config=classifier,
+            minimum_deployment_target=ct.target.iOS15,
+        )
     except Exception as e:  # noqa: BLE001 - coremltools raises many types for an op it lacks
-        raise ExportError(f"coreml: the model cannot be converted ({type(e).__name__}: "
-                          f"{(str(e).splitlines() or [''])[0][:200]})") from None
+        raise ExportError(
+            f"coreml: the model cannot be converted ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
+        ) from None
     model.short_description = "imagepipe image classifier"
     model.user_defined_metadata["class_names"] = json.dumps(list(class_names))
     model.user_defined_metadata["producer"] = PRODUCER
@@ -161,22 +179,35 @@ def describe_coreml(path: str) -> Dict:
     spec = ct.utils.load_spec(path)
     (first,) = spec.description.input
     image = first.type.imageType
-    return {"input": {"name": first.name, "image": first.type.WhichOneof("Type") == "imageType",
-                      "width": int(image.width), "height": int(image.height),
-                      "color": ct.proto.FeatureTypes_pb2.ImageFeatureType.ColorSpace.Name(image.colorSpace)},
-            "outputs": [o.name for o in spec.description.output],
-            "class_names": json.loads(spec.description.metadata.userDefined.get("class_names", "[]")),
-            "producer": spec.description.metadata.userDefined.get("producer", ""),
-            "type": spec.WhichOneof("Type")}
+    return {
+        "input": {
+            "name": first.name,
+            "image": first.type.WhichOneof("Type") == "imageType",
+            "width": int(image.width),
+            "height": int(image.height),
+            "color": ct.proto.FeatureTypes_pb2.ImageFeatureType.ColorSpace.Name(image.colorSpace),
+        },
+        "outputs": [o.name for o in spec.description.output],
+        "class_names": json.loads(spec.description.metadata.userDefined.get("class_names", "[]")),
+        "producer": spec.description.metadata.userDefined.get("producer", ""),
+        "type": spec.WhichOneof("Type"),
+    }
 
 
 def _folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
-def export(model, image_size: int, channels: int, class_names: Sequence[str], kinds: Sequence[str],
-           serving_model_dir: str, eval_batches: Callable[[], Iterable[Tuple[np.ndarray, Any]]],
-           multi_label: bool = False) -> Dict:
+def export(
+    model,
+    image_size: int,
+    channels: int,
+    class_names: Sequence[str],
+    kinds: Sequence[str],
+    serving_model_dir: str,
+    eval_batches: Callable[[], Iterable[Tuple[np.ndarray, Any]]],
+    multi_label: bool = False,
+) -> Dict:
     """Writes the `kinds` exports of the Keras model beside its SavedModel; returns training.json's record: each
     export's file, size and input, ONNX's agreement with the Keras model on the images of `eval_batches()` (batches
     of (pixels, labels), one in memory at a time: top-1, and the largest difference of a probability), Core ML's spec
@@ -195,19 +226,30 @@ def export(model, image_size: int, channels: int, class_names: Sequence[str], ki
                 compared = Agreement(multi_label)
                 for pixels, _ in eval_batches():
                     compared.add(model(pixels, training=False).numpy(), onnx.probabilities(pixels))
-                record[kind] = {"file": ONNX_FILE, "bytes": len(content), "format": f"ONNX (opset {ONNX_OPSET})",
-                                "input": f"float32 RGB pixels 0..255 [batch, {image_size}, {image_size}, 3]",
-                                **compared.record()}
+                record[kind] = {
+                    "file": ONNX_FILE,
+                    "bytes": len(content),
+                    "format": f"ONNX (opset {ONNX_OPSET})",
+                    "input": f"float32 RGB pixels 0..255 [batch, {image_size}, {image_size}, 3]",
+                    **compared.record(),
+                }
             elif kind == "coreml":
-                local = tempfile.mkdtemp(prefix="imagepipe-coreml-")  # made here, then copied (the model may be on gs://)
+                local = tempfile.mkdtemp(
+                    prefix="imagepipe-coreml-"
+                )  # made here, then copied (the model may be on gs://)
                 try:
                     path = os.path.join(local, os.path.basename(COREML_PACKAGE))
-                    write_coreml(of_keras(model, image_size, channels, batch=1), image_size, class_names, multi_label,
-                                 path)
-                    record[kind] = {"file": COREML_PACKAGE, "bytes": _folder_bytes(path),
-                                    "format": "Core ML ML program (iOS 15+, macOS 12+)",
-                                    "input": f"RGB image {image_size}x{image_size}", "spec": describe_coreml(path),
-                                    "checked": "its spec (Core ML runs on Apple's systems only)"}
+                    write_coreml(
+                        of_keras(model, image_size, channels, batch=1), image_size, class_names, multi_label, path
+                    )
+                    record[kind] = {
+                        "file": COREML_PACKAGE,
+                        "bytes": _folder_bytes(path),
+                        "format": "Core ML ML program (iOS 15+, macOS 12+)",
+                        "input": f"RGB image {image_size}x{image_size}",
+                        "spec": describe_coreml(path),
+                        "checked": "its spec (Core ML runs on Apple's systems only)",
+                    }
                     io_utils.copy_dir(path, os.path.join(serving_model_dir, COREML_PACKAGE))
                 finally:
                     shutil.rmtree(local, ignore_errors=True)
@@ -226,8 +268,9 @@ class Agreement:
         self.multi_label, self.examples, self.same, self.max_difference = multi_label, 0, 0, 0.0
 
     def add(self, expected: np.ndarray, got: np.ndarray) -> None:
-        same = ((got > 0.5) == (expected > 0.5)).all(axis=1) if self.multi_label \
-            else got.argmax(1) == expected.argmax(1)
+        same = (
+            ((got > 0.5) == (expected > 0.5)).all(axis=1) if self.multi_label else got.argmax(1) == expected.argmax(1)
+        )
         self.examples += len(expected)
         self.same += int(same.sum())
         if len(expected):
@@ -236,6 +279,9 @@ class Agreement:
     def record(self) -> Dict:
         if not self.examples:
             return {"examples": 0, "agreement": None, "max_difference": None}
-        return {"examples": self.examples, "agreement": round(self.same / self.examples, 6),
-                "agreement_on": "every label at 0.5" if self.multi_label else "top-1",
-                "max_difference": self.max_difference}
+        return {
+            "examples": self.examples,
+            "agreement": round(self.same / self.examples, 6),
+            "agreement_on": "every label at 0.5" if self.multi_label else "top-1",
+            "max_difference": self.max_difference,
+        }

@@ -68,13 +68,15 @@ def save_weights(model: keras.Model, path: str) -> str:
     return local
 
 
-def build(hp: HParams, num_classes: int, backbone: Optional[keras.Model] = None,
-          multi_label: bool = False) -> keras.Model:
+def build(
+    hp: HParams, num_classes: int, backbone: Optional[keras.Model] = None, multi_label: bool = False
+) -> keras.Model:
     """The whole model, pixels to probabilities. For the transfer models: scaling, the backbone (made here,
     or `backbone`, e.g. with the weights the features step used), global average pooling, then the head."""
     if hp.model not in MODELS:
-        raise ValueError(f"model {hp.model!r}: --model auto is chosen from the images before training "
-                         "(pipeline/model_choice.py)")
+        raise ValueError(
+            f"model {hp.model!r}: --model auto is chosen from the images before training (pipeline/model_choice.py)"
+        )
     inputs = keras.Input((hp.image_size, hp.image_size, hp.channels), name="pixels")
     if hp.model == "cnn":
         outputs = _cnn(inputs, num_classes, hp, multi_label)
@@ -114,15 +116,17 @@ def copy_head(source: keras.Model, target: keras.Model) -> None:
 
 def _head_layers(x, num_classes, hp: HParams, multi_label: bool = False):
     if hp.head_units:
-        x = keras.layers.Dense(hp.head_units, activation="relu", name="head_hidden")(keras.layers.Dropout(
-            hp.head_dropout)(x))
+        x = keras.layers.Dense(hp.head_units, activation="relu", name="head_hidden")(
+            keras.layers.Dropout(hp.head_dropout)(x)
+        )
     return _classifier(keras.layers.Dropout(hp.head_dropout)(x), num_classes, multi_label)
 
 
 def _classifier(x, num_classes, multi_label: bool = False):
     # float32 output even under a mixed-precision policy: softmax in float16 loses precision.
-    return keras.layers.Dense(num_classes, activation="sigmoid" if multi_label else "softmax", dtype="float32",
-                              name="probabilities")(x)
+    return keras.layers.Dense(
+        num_classes, activation="sigmoid" if multi_label else "softmax", dtype="float32", name="probabilities"
+    )(x)
 
 
 def is_multi_label(model: keras.Model) -> bool:
@@ -139,8 +143,9 @@ def _cnn(inputs, num_classes, hp: HParams, multi_label: bool = False):
         x = keras.layers.MaxPooling2D()(x)
     x = keras.layers.Flatten()(x)
     if hp.head_units:
-        x = keras.layers.Dense(hp.head_units, activation="relu", name="head_hidden")(keras.layers.Dropout(
-            hp.head_dropout)(x))
+        x = keras.layers.Dense(hp.head_units, activation="relu", name="head_hidden")(
+            keras.layers.Dropout(hp.head_dropout)(x)
+        )
     x = keras.layers.Dropout(hp.head_dropout)(x)
     return _classifier(x, num_classes, multi_label)
 
@@ -184,8 +189,9 @@ def _efficientnet_lite(shape, weights: Optional[str]) -> keras.Model:
 def _scaled(hp: HParams, inputs):
     """Pixels in 0..255 as the backbone expects them: part of the model, so serving scales the same way."""
     if hp.model == efficientnet_lite.NAME:  # the reference's (x - 127) / 128
-        return keras.layers.Rescaling(1 / efficientnet_lite.STDDEV,
-                                      offset=-efficientnet_lite.MEAN / efficientnet_lite.STDDEV)(inputs)
+        return keras.layers.Rescaling(
+            1 / efficientnet_lite.STDDEV, offset=-efficientnet_lite.MEAN / efficientnet_lite.STDDEV
+        )(inputs)
     if hp.model == "mobilenet_v2":
         return keras.layers.Rescaling(1 / 127.5, offset=-1.0)(inputs)  # MobileNetV2 wants -1..1
     return inputs  # EfficientNet rescales and normalises inside
@@ -303,16 +309,24 @@ def compile_model(model: keras.Model, learning_rate: float, positive_weights=Non
     weighted like its loss (balanced accuracy is the same either way: a class's weight cancels in its mean)."""
     num_classes = model.outputs[0].shape[-1]
     if is_multi_label(model):  # each label on its own: weighted binary cross-entropy, macro AUC-PR followed
-        model.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                      loss=WeightedBinaryCrossEntropy(positive_weights or [1.0] * num_classes),
-                      weighted_metrics=[keras.metrics.AUC(curve="PR", multi_label=True, num_labels=num_classes,
-                                                          name="auc_pr"),
-                                        keras.metrics.BinaryAccuracy(name="binary_accuracy")])
+        model.compile(
+            optimizer=keras.optimizers.Adam(learning_rate),
+            loss=WeightedBinaryCrossEntropy(positive_weights or [1.0] * num_classes),
+            weighted_metrics=[
+                keras.metrics.AUC(curve="PR", multi_label=True, num_labels=num_classes, name="auc_pr"),
+                keras.metrics.BinaryAccuracy(name="binary_accuracy"),
+            ],
+        )
         return
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                  loss="sparse_categorical_crossentropy",
-                  weighted_metrics=["sparse_categorical_accuracy", BalancedAccuracy(num_classes),
-                                    BalancedCrossEntropy(num_classes)])
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss="sparse_categorical_crossentropy",
+        weighted_metrics=[
+            "sparse_categorical_accuracy",
+            BalancedAccuracy(num_classes),
+            BalancedCrossEntropy(num_classes),
+        ],
+    )
 
 
 def set_output_bias(model: keras.Model, bias) -> None:

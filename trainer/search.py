@@ -47,8 +47,9 @@ def objective_for(train_counts, multi_label: bool = False) -> str:
     multi-label model's: macro AUC-PR, as the Trainer follows)."""
     if multi_label:
         return class_balance.MACRO_AUC_PR
-    imbalanced = class_balance.is_imbalanced(dict(train_counts) if isinstance(train_counts, dict)
-                                             else {str(i): n for i, n in enumerate(train_counts)})
+    imbalanced = class_balance.is_imbalanced(
+        dict(train_counts) if isinstance(train_counts, dict) else {str(i): n for i, n in enumerate(train_counts)}
+    )
     return class_balance.BALANCED_ACCURACY if imbalanced else OBJECTIVE
 
 
@@ -69,8 +70,9 @@ def define(space, hp: HParams) -> None:
     space.Choice("batch_size", [32, 64, 128], default=hp.batch_size if hp.batch_size in (32, 64, 128) else 64)
     if "fine_tune_learning_rate" in space_names(hp):
         space.Float("fine_tune_learning_rate", 1e-6, 1e-4, sampling="log", default=hp.fine_tune_learning_rate)
-        space.Choice("fine_tune_layers", [10, 20, 40], default=hp.fine_tune_layers
-                     if hp.fine_tune_layers in (10, 20, 40) else 20)
+        space.Choice(
+            "fine_tune_layers", [10, 20, 40], default=hp.fine_tune_layers if hp.fine_tune_layers in (10, 20, 40) else 20
+        )
 
 
 def apply(hp: HParams, values: Optional[Dict[str, Any]]) -> HParams:
@@ -109,8 +111,9 @@ class _Trials:
         self.train_files, self.eval_files = fn_args.train_files, fn_args.eval_files
         # The Trainer's class balancing, and the metric it follows (a trial's values must not be judged on data
         # the Trainer then treats otherwise).
-        self.balancing, self.balance = training.balance_of(hp, self.train_files, [str(i) for i in range(self.num_classes)],
-                                                       self.multi_label)
+        self.balancing, self.balance = training.balance_of(
+            hp, self.train_files, [str(i) for i in range(self.num_classes)], self.multi_label
+        )
         self.positive_weights = self.balancing.get("positive_weights")
         self.objective = self.balancing["monitor"]
         self._records = {}  # (split, on features) -> input_pipeline.Records: one count and one cache for all trials
@@ -132,30 +135,61 @@ class _Trials:
             return None
         key = (split, on_features)
         if key not in self._records:
-            files = (self.train_files if split == "train" else self.eval_files) if on_features \
-                else self.pixel_files(split)
+            files = (
+                (self.train_files if split == "train" else self.eval_files) if on_features else self.pixel_files(split)
+            )
             self._records[key] = input_pipeline.read_records(files, self.hp)
         return self._records[key]
 
     def datasets(self, hp: HParams, on_features: bool):
         from trainer import input_pipeline
 
-        shape = {"batch_size": hp.batch_size * self.strategy.num_replicas_in_sync,
-                 "drop_remainder": self.plan.static_shapes}
+        shape = {
+            "batch_size": hp.batch_size * self.strategy.num_replicas_in_sync,
+            "drop_remainder": self.plan.static_shapes,
+        }
         train_records, eval_records = self.records("train", on_features), self.records("eval", on_features)
         if on_features:
             views = self.source["views"].get("train", 0) + 1
-            train = input_pipeline.make_feature_dataset(self.train_files, hp, self.source["dim"], views, training=True,
-                                                        balance=self.balance, multi_hot=self.multi_hot,
-                                                        shared_records=train_records, **shape)
-            evaluation = input_pipeline.make_feature_dataset(self.eval_files, hp, self.source["dim"], 1,
-                                                             training=False, multi_hot=self.multi_hot,
-                                                             shared_records=eval_records, **shape)
+            train = input_pipeline.make_feature_dataset(
+                self.train_files,
+                hp,
+                self.source["dim"],
+                views,
+                training=True,
+                balance=self.balance,
+                multi_hot=self.multi_hot,
+                shared_records=train_records,
+                **shape,
+            )
+            evaluation = input_pipeline.make_feature_dataset(
+                self.eval_files,
+                hp,
+                self.source["dim"],
+                1,
+                training=False,
+                multi_hot=self.multi_hot,
+                shared_records=eval_records,
+                **shape,
+            )
         else:
-            train = input_pipeline.make_dataset(self.pixel_files("train"), hp, training=True, balance=self.balance,
-                                                multi_hot=self.multi_hot, shared_records=train_records, **shape)
-            evaluation = input_pipeline.make_dataset(self.pixel_files("eval"), hp, training=False,
-                                                     multi_hot=self.multi_hot, shared_records=eval_records, **shape)
+            train = input_pipeline.make_dataset(
+                self.pixel_files("train"),
+                hp,
+                training=True,
+                balance=self.balance,
+                multi_hot=self.multi_hot,
+                shared_records=train_records,
+                **shape,
+            )
+            evaluation = input_pipeline.make_dataset(
+                self.pixel_files("eval"),
+                hp,
+                training=False,
+                multi_hot=self.multi_hot,
+                shared_records=eval_records,
+                **shape,
+            )
         train, steps = input_pipeline.repeated(train)
         return train, steps, evaluation
 
@@ -189,22 +223,38 @@ def _hypermodel(trials: _Trials):
             stop = early_stopping(hp, trials.objective)
             stop.restore_best_weights = True
             train, steps, evaluation = trials.datasets(hp, on_features=bool(trials.source))
-            history = model.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs,
-                                callbacks=list(callbacks or []) + [stop], verbose=0)
+            history = model.fit(
+                train,
+                steps_per_epoch=steps,
+                validation_data=evaluation,
+                epochs=hp.epochs,
+                callbacks=list(callbacks or []) + [stop],
+                verbose=0,
+            )
             if not (trials.source and hp.fine_tune_epochs > 0):
                 return history
             # The fine-tune phase, as the Trainer runs it: the head into the whole model, the top layers unfrozen.
             with trials.strategy.scope(), strategies.policy(trials.plan.mixed_precision_policy):
-                whole = models.build(hp, trials.num_classes,
-                                     models.make_backbone(hp, trials.source["backbone_weights"]), trials.multi_label)
+                whole = models.build(
+                    hp,
+                    trials.num_classes,
+                    models.make_backbone(hp, trials.source["backbone_weights"]),
+                    trials.multi_label,
+                )
                 models.copy_head(model, whole)
                 models.unfreeze_top(whole, hp.fine_tune_layers)
                 models.compile_model(whole, hp.fine_tune_learning_rate, trials.positive_weights)
             train, steps, evaluation = trials.datasets(hp, on_features=False)
             stop = early_stopping(hp, trials.objective)
             stop.restore_best_weights = True
-            tuned = whole.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.fine_tune_epochs,
-                              callbacks=[stop], verbose=0)
+            tuned = whole.fit(
+                train,
+                steps_per_epoch=steps,
+                validation_data=evaluation,
+                epochs=hp.fine_tune_epochs,
+                callbacks=[stop],
+                verbose=0,
+            )
             return {trials.objective: max(tuned.history[trials.objective])}
 
     return ImageHyperModel()
@@ -231,8 +281,13 @@ def _search_class():
             super().on_trial_end(trial)
             scores = [t.score for t in self.oracle.trials.values() if t.score is not None]
             done = sum(t.status in ("COMPLETED", "INVALID", "FAILED") for t in self.oracle.trials.values())
-            progress_event("tune", done, self.oracle.max_trials, best=max(scores) if scores else 0.0,
-                           objective=self.oracle.objective.name)
+            progress_event(
+                "tune",
+                done,
+                self.oracle.max_trials,
+                best=max(scores) if scores else 0.0,
+                objective=self.oracle.objective.name,
+            )
 
     return Search
 
@@ -251,8 +306,17 @@ def tuner_fn(fn_args):
     plan = trial_plan(hp)  # before TensorFlow starts
     strategy = strategies.make(plan)
     trials_data = _Trials(fn_args, hp, plan, strategy)
-    tuner = _search_class()(distribution_strategy=strategy,
-        hypermodel=_hypermodel(trials_data), objective=keras_tuner.Objective(trials_data.objective, "max"),
-        max_trials=trials, num_initial_points=min(trials, INITIAL_POINTS), hyperparameters=space,
-        tune_new_entries=False, seed=hp.seed, directory=fn_args.working_dir, project_name="search", overwrite=True)
+    tuner = _search_class()(
+        distribution_strategy=strategy,
+        hypermodel=_hypermodel(trials_data),
+        objective=keras_tuner.Objective(trials_data.objective, "max"),
+        max_trials=trials,
+        num_initial_points=min(trials, INITIAL_POINTS),
+        hyperparameters=space,
+        tune_new_entries=False,
+        seed=hp.seed,
+        directory=fn_args.working_dir,
+        project_name="search",
+        overwrite=True,
+    )
     return TunerFnResult(tuner=tuner, fit_kwargs={})

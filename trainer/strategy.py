@@ -93,8 +93,10 @@ def training_cluster(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
         cluster = {k: list(v) for k, v in (config.get("cluster") or {}).items()}
         task = dict(config.get("task") or {})
     except (ValueError, AttributeError, TypeError) as e:
-        raise TrainingDeviceError(f"TF_CONFIG is not a cluster spec ({e}): it must be JSON with 'cluster' and "
-                                  "'task', as Vertex AI Training sets it") from None
+        raise TrainingDeviceError(
+            f"TF_CONFIG is not a cluster spec ({e}): it must be JSON with 'cluster' and "
+            "'task', as Vertex AI Training sets it"
+        ) from None
     if sum(len(cluster.get(k, [])) for k in _TRAINING_TASKS) <= 1:
         return None  # one machine (Vertex sets TF_CONFIG on a one-replica job too)
     if task.get("type") not in _TRAINING_TASKS:
@@ -102,12 +104,14 @@ def training_cluster(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
     return {"cluster": cluster, "task": task}
 
 
-def plan(mixed_precision: str = "auto",
-         tpu_resolver: Optional[Callable[[], object]] = None,
-         gpus: Optional[List[str]] = None,
-         cpus: Optional[List[str]] = None,
-         environ: Optional[Mapping[str, str]] = None,
-         required: str = "") -> Plan:
+def plan(
+    mixed_precision: str = "auto",
+    tpu_resolver: Optional[Callable[[], object]] = None,
+    gpus: Optional[List[str]] = None,
+    cpus: Optional[List[str]] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    required: str = "",
+) -> Plan:
     """The best plan for this machine.
 
     `tpu_resolver` (returns a connected resolver or raises), `gpus`, `cpus` and `environ` default to probing
@@ -122,8 +126,13 @@ def plan(mixed_precision: str = "auto",
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
         workers = sum(len(multi_worker["cluster"].get(k, [])) for k in _TRAINING_TASKS)
         accelerated = "mixed_float16" if gpus else None
-        return Plan("multi-worker", [f"{workers} machines", f"{max(1, len(gpus))} {'GPU' if gpus else 'CPU'} each"],
-                    _policy(mixed_precision, accelerated), cluster=multi_worker["cluster"], task=multi_worker["task"])
+        return Plan(
+            "multi-worker",
+            [f"{workers} machines", f"{max(1, len(gpus))} {'GPU' if gpus else 'CPU'} each"],
+            _policy(mixed_precision, accelerated),
+            cluster=multi_worker["cluster"],
+            task=multi_worker["task"],
+        )
     if gpus is None:
         gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     if tpu_resolver is None and (required == "tpu" or tpu_may_exist(environ)):
@@ -137,7 +146,8 @@ def plan(mixed_precision: str = "auto",
                 raise TrainingDeviceError(
                     f"--training-tpu: no TPU reachable (TPU_NAME={environ.get('TPU_NAME', 'local')}: {reason}); the "
                     "Trainer does not fall back to the CPU. Is the job's image the TPU build (the Dockerfile, "
-                    "--build-arg ACCELERATOR=tpu)?") from None
+                    "--build-arg ACCELERATOR=tpu)?"
+                ) from None
             logging.warning("No usable TPU (%s); looking for GPUs", reason)
         else:
             return Plan("tpu", ["TPU"], _policy(mixed_precision, "mixed_bfloat16"), resolver)
@@ -205,8 +215,9 @@ def split_cpu(replicas: int) -> None:
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
     except RuntimeError as e:
-        raise TrainingDeviceError(f"--cpu-replicas {replicas}: TensorFlow has started in this process already "
-                                  f"({e})") from None
+        raise TrainingDeviceError(
+            f"--cpu-replicas {replicas}: TensorFlow has started in this process already ({e})"
+        ) from None
 
 
 def _policy(setting: str, accelerated: Optional[str]) -> Optional[str]:

@@ -23,11 +23,11 @@ import tensorflow_transform as tft
 from absl import logging
 from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 
-from storage.output_files import FEATURE_PROFILE_FILE, INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from storage.progress_events import progress_event
 from storage.relocation import pipeline_root_of, relocate
 from trainer import class_balance, export, features, input_pipeline, models, search, tflite_export
 from trainer import strategy as strategies
+from trainer.artifact_files import FEATURE_PROFILE_FILE, INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
 from trainer.training import balance_of, early_stopping, features_source
@@ -37,8 +37,14 @@ class EpochLog(keras.callbacks.Callback):
     """A training phase: keeps each epoch's metrics and duration, logs them as they come, and when the
     phase ends restores the weights of its best epoch (trainer/epochs.py)."""
 
-    def __init__(self, phase: str, total_epochs: int, cap: int = 0, option: str = "--epochs",
-                 monitor: str = class_balance.ACCURACY):
+    def __init__(
+        self,
+        phase: str,
+        total_epochs: int,
+        cap: int = 0,
+        option: str = "--epochs",
+        monitor: str = class_balance.ACCURACY,
+    ):
         super().__init__()
         self.phase = phase
         self.total_epochs = total_epochs
@@ -54,49 +60,98 @@ class EpochLog(keras.callbacks.Callback):
         self._started = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
-        entry = {"epoch": epoch + 1, "phase": self.phase, "seconds": round(time.monotonic() - self._started, 2),
-                 **{k: float(v) for k, v in (logs or {}).items()}}
+        entry = {
+            "epoch": epoch + 1,
+            "phase": self.phase,
+            "seconds": round(time.monotonic() - self._started, 2),
+            **{k: float(v) for k, v in (logs or {}).items()},
+        }
         self.epochs.append(entry)
         if best_epoch(self.epochs, self.monitor) is entry:
             self._best_weights = self.model.get_weights()
-        logging.info("Trainer: epoch %d (%s) %s", epoch + 1, self.phase,
-                     ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if isinstance(v, float)))
+        logging.info(
+            "Trainer: epoch %d (%s) %s",
+            epoch + 1,
+            self.phase,
+            ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if isinstance(v, float)),
+        )
         # what training follows besides the loss (balanced accuracy, or multi-label's macro AUC-PR), by its name
-        followed = {} if self.monitor not in entry or self.monitor == class_balance.ACCURACY else {
-            self.monitor: entry[self.monitor]}
-        progress_event("train", epoch + 1, self.total_epochs, loss=entry.get("loss", 0.0),  # for `imagepipe run`
-                       val_accuracy=entry.get("val_sparse_categorical_accuracy", entry.get("val_binary_accuracy", 0.0)),
-                       **followed)
+        followed = (
+            {}
+            if self.monitor not in entry or self.monitor == class_balance.ACCURACY
+            else {self.monitor: entry[self.monitor]}
+        )
+        progress_event(
+            "train",
+            epoch + 1,
+            self.total_epochs,
+            loss=entry.get("loss", 0.0),  # for `imagepipe run`
+            val_accuracy=entry.get("val_sparse_categorical_accuracy", entry.get("val_binary_accuracy", 0.0)),
+            **followed,
+        )
 
     def on_train_end(self, logs=None):
         if self._best_weights is not None:
             self.model.set_weights(self._best_weights)
 
 
-def _train_head_on_features(model, fn_args, hp: HParams, source: dict, strategy, num_classes: int, batch: int,
-                            static: bool, callbacks, balance: Optional[input_pipeline.Balance],
-                            balancing: dict, multi_label: bool, workers: int = 1) -> None:
+def _train_head_on_features(
+    model,
+    fn_args,
+    hp: HParams,
+    source: dict,
+    strategy,
+    num_classes: int,
+    batch: int,
+    static: bool,
+    callbacks,
+    balance: Optional[input_pipeline.Balance],
+    balancing: dict,
+    multi_label: bool,
+    workers: int = 1,
+) -> None:
     """The frozen phase of a transfer model: the head alone on the features step's cached backbone output
     (an epoch is a pass over small vectors, not the backbone over every image), then into the model."""
     views = source["views"].get("train", 0) + 1
     multi_hot = num_classes if multi_label else 0
-    train, steps = input_pipeline.repeated(input_pipeline.make_feature_dataset(
-        fn_args.train_files, hp, source["dim"], views, training=True, batch_size=batch, drop_remainder=static,
-        balance=balance, multi_hot=multi_hot))
-    evaluation = input_pipeline.make_feature_dataset(fn_args.eval_files, hp, source["dim"], 1, training=False,
-                                                     batch_size=batch, drop_remainder=static, multi_hot=multi_hot)
+    train, steps = input_pipeline.repeated(
+        input_pipeline.make_feature_dataset(
+            fn_args.train_files,
+            hp,
+            source["dim"],
+            views,
+            training=True,
+            batch_size=batch,
+            drop_remainder=static,
+            balance=balance,
+            multi_hot=multi_hot,
+        )
+    )
+    evaluation = input_pipeline.make_feature_dataset(
+        fn_args.eval_files,
+        hp,
+        source["dim"],
+        1,
+        training=False,
+        batch_size=batch,
+        drop_remainder=static,
+        multi_hot=multi_hot,
+    )
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        train = input_pipeline.sharded_across_workers(train, input_pipeline.list_files(fn_args.train_files), workers,
-                                                      training=True, sampling=balance is not None
-                                                      and balance.mode == "sampling")
+        train = input_pipeline.sharded_across_workers(
+            train,
+            input_pipeline.list_files(fn_args.train_files),
+            workers,
+            training=True,
+            sampling=balance is not None and balance.mode == "sampling",
+        )
         evaluation = input_pipeline.sharded_across_workers(evaluation, [], workers, training=False)
     with strategy.scope():
         head = models.head(num_classes, source["dim"], hp, multi_label)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
         models.compile_model(head, hp.learning_rate, balancing.get("positive_weights"))
     logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
-    head.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs, callbacks=callbacks,
-             verbose=0)
+    head.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs, callbacks=callbacks, verbose=0)
     models.copy_head(head, model)
 
 
@@ -120,8 +175,9 @@ def warm_start(model, base_model_dir, info, serving_model_dir: str = "") -> Tupl
     if base.get("class_names") != info["class_names"]:
         return None, "the last blessed model was trained on other classes"
     if base != info:
-        changed = ", ".join(f"{k} {base.get(k)} -> {info.get(k)}" for k in sorted(set(base) | set(info))
-                            if base.get(k) != info.get(k))
+        changed = ", ".join(
+            f"{k} {base.get(k)} -> {info.get(k)}" for k in sorted(set(base) | set(info)) if base.get(k) != info.get(k)
+        )
         return None, f"the last blessed model differs ({changed})"
     _load_weights(model, keras_dir)
     return keras_dir, ""
@@ -132,19 +188,35 @@ def _load_weights(model, folder: str) -> None:
         model.load_weights(local)
 
 
-def _export_on_device(hp: HParams, num_classes: int, class_names, weights_file: str, pixel_files, serving_model_dir,
-                      multi_label: bool = False) -> dict:
+def _export_on_device(
+    hp: HParams,
+    num_classes: int,
+    class_names,
+    weights_file: str,
+    pixel_files,
+    serving_model_dir,
+    multi_label: bool = False,
+) -> dict:
     """{"tflite": the TFLite models and their accuracy, "exports": ONNX and Core ML (trainer/model_exports.py)}, each
     {'error'} when the child failed: the SavedModel is what the pipeline serves, so a conversion that fails (an op
     a converter lacks) is reported, not a reason to discard the training."""
     try:
-        record = tflite_export.export_in_child(hp, num_classes, class_names, weights_file,
-                                               pixel_files["train"], pixel_files["eval"], serving_model_dir,
-                                               multi_label)
+        record = tflite_export.export_in_child(
+            hp,
+            num_classes,
+            class_names,
+            weights_file,
+            pixel_files["train"],
+            pixel_files["eval"],
+            serving_model_dir,
+            multi_label,
+        )
     except tflite_export.TFLiteExportError as e:
         logging.warning("Trainer: the exports failed: %s", e)
-        return {**({"tflite": {"error": str(e)}} if hp.tflite_kinds else {}),
-                **({"exports": {kind: {"error": str(e)} for kind in hp.export_kinds}} if hp.export_kinds else {})}
+        return {
+            **({"tflite": {"error": str(e)}} if hp.tflite_kinds else {}),
+            **({"exports": {kind: {"error": str(e)} for kind in hp.export_kinds}} if hp.export_kinds else {}),
+        }
     logging.info("Trainer: exports %s", record)
     return record
 
@@ -171,8 +243,9 @@ def run_fn(fn_args) -> None:
             tf_config.disable_op_determinism()
 
 
-def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy,
-                      tuned: dict) -> None:
+def _train_and_export(
+    fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy, tuned: dict
+) -> None:
     replicas = strategy.num_replicas_in_sync
 
     tft_output = tft.TFTransformOutput(fn_args.transform_output)
@@ -185,28 +258,49 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     # Transfer models train on the features step's output: their frozen phase on the cached features; the
     # pixels (fine-tuning, TFLite) are in the Transform output that step read.
     source = features_source(fn_args.train_files) if hp.model != "cnn" else None
-    pixel_files = {"train": fn_args.train_files, "eval": fn_args.eval_files} if not source else {
-        split: [os.path.join(source["transformed_examples"], f"Split-{split}", "*")] for split in ("train", "eval")}
+    pixel_files = (
+        {"train": fn_args.train_files, "eval": fn_args.eval_files}
+        if not source
+        else {
+            split: [os.path.join(source["transformed_examples"], f"Split-{split}", "*")] for split in ("train", "eval")
+        }
+    )
     class_names = [n.decode() for n in tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
     balancing, balance = balance_of(hp, fn_args.train_files, class_names, multi_label)
     monitor = balancing["monitor"]
 
     def pixels(training: bool):
-        dataset = input_pipeline.make_dataset(pixel_files["train" if training else "eval"], hp, training=training,
-                                              batch_size=batch, drop_remainder=static, balance=balance,
-                                              multi_hot=multi_hot)
+        dataset = input_pipeline.make_dataset(
+            pixel_files["train" if training else "eval"],
+            hp,
+            training=training,
+            batch_size=batch,
+            drop_remainder=static,
+            balance=balance,
+            multi_hot=multi_hot,
+        )
         if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return dataset
         return input_pipeline.sharded_across_workers(
-            dataset, input_pipeline.list_files(pixel_files["train"]) if training else [], plan.workers, training,
-            sampling=balance is not None and balance.mode == "sampling")
+            dataset,
+            input_pipeline.list_files(pixel_files["train"]) if training else [],
+            plan.workers,
+            training,
+            sampling=balance is not None and balance.mode == "sampling",
+        )
 
-    info = {"class_names": class_names, "model": hp.model, "image_size": hp.image_size, "channels": hp.channels,
-            # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
-            **({"head_units": hp.head_units} if hp.head_units else {}),
-            **({"task": "multi"} if multi_label else {})}  # the Evaluator, predict and the card read it
-    model, warm_started, cold_reason = _build_model(fn_args, hp, strategy, source, num_classes, multi_label,
-                                                    balancing, info)
+    info = {
+        "class_names": class_names,
+        "model": hp.model,
+        "image_size": hp.image_size,
+        "channels": hp.channels,
+        # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
+        **({"head_units": hp.head_units} if hp.head_units else {}),
+        **({"task": "multi"} if multi_label else {}),
+    }  # the Evaluator, predict and the card read it
+    model, warm_started, cold_reason = _build_model(
+        fn_args, hp, strategy, source, num_classes, multi_label, balancing, info
+    )
     # Each phase keeps the weights of its best epoch (EpochLog). Only the chief writes the pipeline's outputs;
     # another worker of a cluster writes its logs and export to a scratch folder it deletes.
     scratch = None if plan.is_chief else tempfile.mkdtemp(prefix="imagepipe-worker-")
@@ -216,15 +310,35 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
     planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
     phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=monitor)]
     if source:
-        _train_head_on_features(model, fn_args, hp, source, strategy, num_classes, batch, static,
-                                callbacks + [phases[0]], balance, balancing, multi_label, plan.workers)
+        _train_head_on_features(
+            model,
+            fn_args,
+            hp,
+            source,
+            strategy,
+            num_classes,
+            batch,
+            static,
+            callbacks + [phases[0]],
+            balance,
+            balancing,
+            multi_label,
+            plan.workers,
+        )
     else:
         train, steps = input_pipeline.repeated(pixels(training=True))
-        model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), epochs=hp.epochs,
-                  callbacks=callbacks + [phases[0]], verbose=0)
+        model.fit(
+            train,
+            steps_per_epoch=steps,
+            validation_data=pixels(training=False),
+            epochs=hp.epochs,
+            callbacks=callbacks + [phases[0]],
+            verbose=0,
+        )
     if hp.model != "cnn" and hp.fine_tune_epochs > 0:
-        phases.append(_fine_tune(model, hp, strategy, pixels, callbacks, balancing, planned,
-                                 done=len(phases[0].epochs)))
+        phases.append(
+            _fine_tune(model, hp, strategy, pixels, callbacks, balancing, planned, done=len(phases[0].epochs))
+        )
     seconds = time.monotonic() - started
 
     # Every worker saves (saving a distributed model may take every replica's part: TensorFlow's documented
@@ -236,14 +350,20 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         return
     on_device = _keep_model_files(fn_args, hp, model, info, class_names, multi_label, pixel_files, source)
     record = {
-        "strategy": plan.describe(replicas), "device_kind": plan.kind, "replicas": replicas,
+        "strategy": plan.describe(replicas),
+        "device_kind": plan.kind,
+        "replicas": replicas,
         # Multi-worker: the cluster's machines (TF_CONFIG), this one the chief.
         "workers": plan.workers,
-        "hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
+        "hparams": hp.to_custom_config(),
+        "num_classes": num_classes,
+        "class_names": class_names,
         "tuned": tuned or None,  # the settings the Tuner's best trial chose (in hparams too)
-        "warm_started_from": warm_started, "warm_start_skipped": cold_reason,
+        "warm_started_from": warm_started,
+        "warm_start_skipped": cold_reason,
         "deterministic": hp.deterministic,
-        "train_seconds": round(seconds, 2), "epochs": [e for p in phases for e in p.epochs],
+        "train_seconds": round(seconds, 2),
+        "epochs": [e for p in phases for e in p.epochs],
         # The options whose epoch cap ended a phase that was still improving (raise them).
         "still_improving": [p.option for p in phases if p.still_improving()],
         "tflite": on_device.get("tflite"),
@@ -258,16 +378,25 @@ def _train_and_export(fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.
         f.write(json.dumps(record, indent=1))
 
 
-def _build_model(fn_args, hp: HParams, strategy: tf.distribute.Strategy, source: Optional[dict], num_classes: int,
-                 multi_label: bool, balancing: dict, info: dict):
+def _build_model(
+    fn_args,
+    hp: HParams,
+    strategy: tf.distribute.Strategy,
+    source: Optional[dict],
+    num_classes: int,
+    multi_label: bool,
+    balancing: dict,
+    info: dict,
+):
     """The compiled model in the strategy's scope, warm-started when asked and possible:
     (model, the model it started from or None, why it did not)."""
     with strategy.scope():
         backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
         model = models.build(hp, num_classes, backbone, multi_label)
         models.set_output_bias(model, balancing["initial_bias"])
-        warm_started, cold_reason = (warm_start(model, fn_args.base_model, info, fn_args.serving_model_dir)
-                                     if hp.warm_start else (None, ""))
+        warm_started, cold_reason = (
+            warm_start(model, fn_args.base_model, info, fn_args.serving_model_dir) if hp.warm_start else (None, "")
+        )
         if warm_started:
             logging.info("Trainer: warm-started from %s", warm_started)
         elif hp.warm_start:
@@ -276,8 +405,9 @@ def _build_model(fn_args, hp: HParams, strategy: tf.distribute.Strategy, source:
     return model, warm_started, cold_reason
 
 
-def _fine_tune(model, hp: HParams, strategy: tf.distribute.Strategy, pixels, callbacks, balancing: dict,
-               planned: int, done: int) -> EpochLog:
+def _fine_tune(
+    model, hp: HParams, strategy: tf.distribute.Strategy, pixels, callbacks, balancing: dict, planned: int, done: int
+) -> EpochLog:
     """Transfer models' second phase: the backbone's top layers unfrozen, on pixels, after `done` epochs."""
     with strategy.scope():
         unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
@@ -285,22 +415,34 @@ def _fine_tune(model, hp: HParams, strategy: tf.distribute.Strategy, pixels, cal
     logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
     phase = EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs", monitor=balancing["monitor"])
     train, steps = input_pipeline.repeated(pixels(training=True))
-    model.fit(train, steps_per_epoch=steps, validation_data=pixels(training=False), initial_epoch=done,
-              epochs=done + hp.fine_tune_epochs, callbacks=callbacks + [phase], verbose=0)
+    model.fit(
+        train,
+        steps_per_epoch=steps,
+        validation_data=pixels(training=False),
+        initial_epoch=done,
+        epochs=done + hp.fine_tune_epochs,
+        callbacks=callbacks + [phase],
+        verbose=0,
+    )
     return phase
 
 
-def _keep_model_files(fn_args, hp: HParams, model, info: dict, class_names, multi_label: bool, pixel_files,
-                      source: Optional[dict]):
+def _keep_model_files(
+    fn_args, hp: HParams, model, info: dict, class_names, multi_label: bool, pixel_files, source: Optional[dict]
+):
     """Beside the SavedModel (the chief only): the Keras weights and what they fit (warm starts, TFLite), the
     TFLite and other exports, the features' profile; returns the exports' record ({"tflite", "exports"})."""
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
     weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
     try:
-        on_device = _export_on_device(hp, len(class_names), class_names, weights, pixel_files,
-                                      fn_args.serving_model_dir, multi_label) \
-            if hp.tflite_kinds or hp.export_kinds else {}
+        on_device = (
+            _export_on_device(
+                hp, len(class_names), class_names, weights, pixel_files, fn_args.serving_model_dir, multi_label
+            )
+            if hp.tflite_kinds or hp.export_kinds
+            else {}
+        )
     finally:
         models.discard_staged(weights)
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
@@ -323,6 +465,8 @@ def wait_for_chief(fn_args, plan: strategies.Plan, timeout: float = CHIEF_WAIT_S
     logging.info("Trainer: worker %s waits for the chief's model (%s)", plan.task.get("index"), done)
     while not tf.io.gfile.exists(done):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"Trainer: worker {plan.task.get('index')}: the chief wrote no model in "
-                               f"{timeout:,.0f} s ({done} is missing); see the chief's log")
+            raise TimeoutError(
+                f"Trainer: worker {plan.task.get('index')}: the chief wrote no model in "
+                f"{timeout:,.0f} s ({done} is missing); see the chief's log"
+            )
         time.sleep(1.0)

@@ -84,8 +84,9 @@ def _quantize(pixels: np.ndarray, detail: Dict) -> np.ndarray:
     return np.clip(np.round(pixels.astype(np.float32) / scale + zero_point), info.min, info.max).astype(detail["dtype"])
 
 
-def export(model, hp: HParams, class_names: List[str], train_files: List[str], eval_files: List[str],
-           serving_model_dir: str) -> Dict:
+def export(
+    model, hp: HParams, class_names: List[str], train_files: List[str], eval_files: List[str], serving_model_dir: str
+) -> Dict:
     """Writes the hp.tflite_kinds models and labels; returns what training.json records about them."""
     folder = os.path.join(serving_model_dir, TFLITE_DIR)
     tf.io.gfile.makedirs(folder)
@@ -98,11 +99,17 @@ def export(model, hp: HParams, class_names: List[str], train_files: List[str], e
             f.write(content)
         written[kind] = content
     multi_hot = len(class_names) if models.is_multi_label(model) else 0
-    scores = score(model, {kind: TFLiteClassifier(content) for kind, content in written.items()}, eval_files, hp,
-                   multi_hot)
-    return {"examples": scores.pop("examples"), "savedmodel_accuracy": scores.pop("keras"),
-            "models": {kind: {"file": f"{TFLITE_DIR}/{file_name(kind)}", "accuracy": scores[kind],
-                              "bytes": len(content)} for kind, content in written.items()}}
+    scores = score(
+        model, {kind: TFLiteClassifier(content) for kind, content in written.items()}, eval_files, hp, multi_hot
+    )
+    return {
+        "examples": scores.pop("examples"),
+        "savedmodel_accuracy": scores.pop("keras"),
+        "models": {
+            kind: {"file": f"{TFLITE_DIR}/{file_name(kind)}", "accuracy": scores[kind], "bytes": len(content)}
+            for kind, content in written.items()
+        },
+    }
 
 
 def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:
@@ -116,8 +123,9 @@ def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:
     assert kind in TFLITE_KINDS, kind
     dtype = tf.uint8 if kind == "float16" else tf.float32
     spec = tf.TensorSpec([1, hp.image_size, hp.image_size, hp.channels], dtype, name="pixels")
-    classify = tf.function(lambda pixels: {"probabilities": model(tf.cast(pixels, tf.float32), training=False)},
-                           input_signature=[spec])
+    classify = tf.function(
+        lambda pixels: {"probabilities": model(tf.cast(pixels, tf.float32), training=False)}, input_signature=[spec]
+    )
     frozen = convert_variables_to_constants_v2(classify.get_concrete_function())
     converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -146,8 +154,9 @@ def _correct(probabilities: np.ndarray, labels: np.ndarray) -> float:
     return float((probabilities.argmax(1) == labels).sum())
 
 
-def score(model, classifiers: Dict[str, TFLiteClassifier], eval_files: List[str], hp: HParams,
-          multi_hot: int = 0) -> Dict:
+def score(
+    model, classifiers: Dict[str, TFLiteClassifier], eval_files: List[str], hp: HParams, multi_hot: int = 0
+) -> Dict:
     """Accuracy (multi-label: binary accuracy at 0.5) of the Keras model and of each TFLite model on the same first
     EVAL_LIMIT eval examples."""
     correct = {name: 0.0 for name in ["keras", *classifiers]}
@@ -165,21 +174,40 @@ class TFLiteExportError(RuntimeError):
     """The child process that converts and scores the TFLite models failed; the message is one line."""
 
 
-def export_in_child(hp: HParams, num_classes: int, class_names: List[str], weights_file: str,
-                    train_files: List[str], eval_files: List[str], serving_model_dir: str,
-                    multi_label: bool = False) -> Dict:
+def export_in_child(
+    hp: HParams,
+    num_classes: int,
+    class_names: List[str],
+    weights_file: str,
+    train_files: List[str],
+    eval_files: List[str],
+    serving_model_dir: str,
+    multi_label: bool = False,
+) -> Dict:
     """main() in a fresh process, from the saved weights: {"tflite": ..., "exports": ...}, or TFLiteExportError."""
-    job = {"hparams": hp.to_custom_config(), "num_classes": num_classes, "class_names": class_names,
-           "multi_label": multi_label,
-           "weights_file": weights_file, "train_files": train_files, "eval_files": eval_files,
-           "serving_model_dir": serving_model_dir}
+    job = {
+        "hparams": hp.to_custom_config(),
+        "num_classes": num_classes,
+        "class_names": class_names,
+        "multi_label": multi_label,
+        "weights_file": weights_file,
+        "train_files": train_files,
+        "eval_files": eval_files,
+        "serving_model_dir": serving_model_dir,
+    }
     with tempfile.TemporaryDirectory(prefix="imagepipe-tflite-") as folder:
         job_file, result_file = os.path.join(folder, "job.json"), os.path.join(folder, "result.json")
         with open(job_file, "w") as f:
             json.dump(job, f)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        done = subprocess.run([sys.executable, "-m", __name__, job_file, result_file], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+        done = subprocess.run(
+            [sys.executable, "-m", __name__, job_file, result_file],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
         if done.returncode != 0:
             lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
             raise TFLiteExportError(f"exit status {done.returncode}: {(lines or ['no output'])[-1][:300]}")
@@ -201,19 +229,27 @@ def main(job_file: str, result_file: str) -> None:
         model.load_weights(local)
     record = {}
     if hp.tflite_kinds:
-        record["tflite"] = export(model, hp, job["class_names"], job["train_files"], job["eval_files"],
-                                  job["serving_model_dir"])
+        record["tflite"] = export(
+            model, hp, job["class_names"], job["train_files"], job["eval_files"], job["serving_model_dir"]
+        )
     if hp.export_kinds:
         record["exports"] = model_exports.export(
-            model, hp.image_size, hp.channels, job["class_names"], hp.export_kinds, job["serving_model_dir"],
+            model,
+            hp.image_size,
+            hp.channels,
+            job["class_names"],
+            hp.export_kinds,
+            job["serving_model_dir"],
             lambda: first_eval_batches(job["eval_files"], hp, len(job["class_names"]) if multi_label else 0),
-            multi_label)
+            multi_label,
+        )
     with open(result_file, "w") as f:
         json.dump(record, f)
 
 
-def first_eval_batches(eval_files: List[str], hp: HParams, multi_hot: int = 0) -> Iterable[Tuple[np.ndarray,
-                                                                                                np.ndarray]]:
+def first_eval_batches(
+    eval_files: List[str], hp: HParams, multi_hot: int = 0
+) -> Iterable[Tuple[np.ndarray, np.ndarray]]:
     """(images float32 0..255, labels) of the first EVAL_LIMIT eval examples, SCORING_BATCH at a time: what every
     export is scored on. Read straight from the records (no count of the whole split first, nothing cached), one
     batch in memory at a time."""

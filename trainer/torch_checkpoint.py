@@ -23,8 +23,13 @@ import numpy as np
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
-_STORAGE_TYPES = {"FloatStorage": np.dtype("<f4"), "DoubleStorage": np.dtype("<f8"), "HalfStorage": np.dtype("<f2"),
-                  "LongStorage": np.dtype("<i8"), "IntStorage": np.dtype("<i4")}
+_STORAGE_TYPES = {
+    "FloatStorage": np.dtype("<f4"),
+    "DoubleStorage": np.dtype("<f8"),
+    "HalfStorage": np.dtype("<f2"),
+    "LongStorage": np.dtype("<i8"),
+    "IntStorage": np.dtype("<i4"),
+}
 
 
 class CheckpointError(ValueError):
@@ -72,8 +77,9 @@ def read_state_dict(stream: BinaryIO) -> Dict[str, np.ndarray]:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"not a readable torch.save file ({type(e).__name__})") from None
-    if not isinstance(state, dict) or not all(isinstance(v, _View) and isinstance(v.storage, tuple)
-                                              and len(v.storage) == 3 for v in state.values()):
+    if not isinstance(state, dict) or not all(
+        isinstance(v, _View) and isinstance(v.storage, tuple) and len(v.storage) == 3 for v in state.values()
+    ):
         raise CheckpointError("not a state dict of tensors")
     types = {key: (kind, count) for kind, key, count in (view.storage for view in state.values())}
     storages = {}
@@ -95,21 +101,28 @@ def read_state_dict(stream: BinaryIO) -> Dict[str, np.ndarray]:
 def _materialized(name: str, view: _View, storages: Dict[str, np.ndarray]) -> np.ndarray:
     """The tensor as an array of its shape, read from its storage with its own offset and strides: every element
     inside the storage, and no dimension of more than one element at stride 0 (a few bytes made into gigabytes)."""
-    if not (isinstance(view.storage, tuple) and isinstance(view.offset, int)
-            and all(isinstance(n, int) for n in view.shape + view.strides)):
+    if not (
+        isinstance(view.storage, tuple)
+        and isinstance(view.offset, int)
+        and all(isinstance(n, int) for n in view.shape + view.strides)
+    ):
         raise CheckpointError(f"{name}: a malformed view")
     _, key, _ = view.storage
     flat = storages.get(key)
     if flat is None:
         raise CheckpointError(f"{name}: its storage {key} is missing")
-    if len(view.shape) != len(view.strides) or any(s < 0 for s in view.shape + view.strides) or any(
-            n > 1 and s == 0 for n, s in zip(view.shape, view.strides)):
+    if (
+        len(view.shape) != len(view.strides)
+        or any(s < 0 for s in view.shape + view.strides)
+        or any(n > 1 and s == 0 for n, s in zip(view.shape, view.strides))
+    ):
         raise CheckpointError(f"{name}: a malformed view")
     if all(view.shape):  # not empty: its first and last elements must be in the storage
         last = view.offset + sum((n - 1) * s for n, s in zip(view.shape, view.strides))
         if view.offset < 0 or last >= len(flat):
             raise CheckpointError(f"{name}: its view reaches past its storage")
     item = flat.itemsize
-    strided = np.lib.stride_tricks.as_strided(flat[view.offset:], shape=view.shape,
-                                              strides=[s * item for s in view.strides], writeable=False)
+    strided = np.lib.stride_tricks.as_strided(
+        flat[view.offset :], shape=view.shape, strides=[s * item for s in view.strides], writeable=False
+    )
     return np.array(strided, dtype=flat.dtype.newbyteorder("="))

@@ -16,14 +16,20 @@ from tfx.utils import json_utils
 from components.evaluator import eval_config as settings
 from components.evaluator.executor import Executor
 
-EVALUATOR_SETTINGS = {settings.THRESHOLD: float, settings.CONFIDENCE: float,
-                      settings.TARGET_PRECISION: float, settings.MIN_CLASS_RECALL: float,
-                      settings.EXPLANATIONS: int}
+EVALUATOR_SETTINGS = {
+    settings.THRESHOLD: float,
+    settings.CONFIDENCE: float,
+    settings.TARGET_PRECISION: float,
+    settings.MIN_CLASS_RECALL: float,
+    settings.EXPLANATIONS: int,
+}
 
 
 class ImageEvaluatorSpec(standard_component_specs.EvaluatorSpec):
-    PARAMETERS = {**standard_component_specs.EvaluatorSpec.PARAMETERS,
-                  **{k: ExecutionParameter(type=t, optional=True) for k, t in EVALUATOR_SETTINGS.items()}}
+    PARAMETERS = {
+        **standard_component_specs.EvaluatorSpec.PARAMETERS,
+        **{k: ExecutionParameter(type=t, optional=True) for k, t in EVALUATOR_SETTINGS.items()},
+    }
 
 
 class ImageEvaluator(base_beam_component.BaseBeamComponent):
@@ -32,10 +38,25 @@ class ImageEvaluator(base_beam_component.BaseBeamComponent):
     SPEC_CLASS = ImageEvaluatorSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
 
-    def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, eval_config,
-                 example_splits: List[str], settings: Dict[str, Any], baseline_model: Optional[types.BaseChannel] = None):
-        super().__init__(spec=ImageEvaluatorSpec(
-            examples=examples, model=model, baseline_model=baseline_model, eval_config=eval_config,
-            example_splits=json_utils.dumps(example_splits), fairness_indicator_thresholds=json_utils.dumps(None),
-            **settings, evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
-            blessing=types.Channel(type=standard_artifacts.ModelBlessing)))
+    def __init__(
+        self,
+        examples: types.BaseChannel,
+        model: types.BaseChannel,
+        eval_config,
+        example_splits: List[str],
+        settings: Dict[str, Any],
+        baseline_model: Optional[types.BaseChannel] = None,
+    ):
+        super().__init__(
+            spec=ImageEvaluatorSpec(
+                examples=examples,
+                model=model,
+                baseline_model=baseline_model,
+                eval_config=eval_config,
+                example_splits=json_utils.dumps(example_splits),
+                fairness_indicator_thresholds=json_utils.dumps(None),
+                **settings,
+                evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
+                blessing=types.Channel(type=standard_artifacts.ModelBlessing),
+            )
+        )

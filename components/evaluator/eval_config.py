@@ -36,26 +36,41 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
             value_threshold=tfma.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
             # Ignored on the first run, when there is no blessed baseline yet.
             change_threshold=tfma.GenericChangeThreshold(
-                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10})))
+                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+            ),
+        ),
+    )
     # Per-class precision and recall come from the confusion matrix (run_summary.per_class_metrics):
     # binarizing by class id would need the class count before the data is read, and fail when
     # a class has no valid image.
-    specs = [tfma.MetricsSpec(metrics=[
-        tfma.MetricConfig(class_name="ExampleCount"),
-        accuracy,
-        tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
-        # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
-        # (components/evaluator/views.py; threshold 0 is the plain argmax confusion matrix).
-        tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot", config=json.dumps(
-            {"thresholds": evaluation_views.thresholds_with(confidence_threshold)})),
-    ])]
+    specs = [
+        tfma.MetricsSpec(
+            metrics=[
+                tfma.MetricConfig(class_name="ExampleCount"),
+                accuracy,
+                tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
+                # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
+                # (components/evaluator/views.py; threshold 0 is the plain argmax confusion matrix).
+                tfma.MetricConfig(
+                    class_name="MultiClassConfusionMatrixPlot",
+                    config=json.dumps({"thresholds": evaluation_views.thresholds_with(confidence_threshold)}),
+                ),
+            ]
+        )
+    ]
     return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(signature_name="serving_examples", label_key=LABEL_KEY,
-                                    prediction_key="probabilities",
-                                    preprocessing_function_names=["transform_features"],
-                                    inference_batch_size=INFERENCE_BATCH)],  # images a model call decodes at once
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name="serving_examples",
+                label_key=LABEL_KEY,
+                prediction_key="probabilities",
+                preprocessing_function_names=["transform_features"],
+                inference_batch_size=INFERENCE_BATCH,
+            )
+        ],  # images a model call decodes at once
         slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=specs)
+        metrics_specs=specs,
+    )
 
 
 def min_class_recall(exec_properties) -> float:
@@ -64,18 +79,28 @@ def min_class_recall(exec_properties) -> float:
     return class_balance.MIN_CLASS_RECALL if floor is None else float(floor)
 
 
-def class_gate(names: Sequence[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
-               floor: float) -> Dict[str, Any]:
+def class_gate(
+    names: Sequence[str], eval_counts: Dict[str, int], train_counts: Dict[str, int], floor: float
+) -> Dict[str, Any]:
     """class_gate.json's record of what is judged, for classes or labels alike: the eval and train counts, the ones
     judged on their recall (class_balance.MIN_EVAL_EXAMPLES eval images or more) and the small ones that must be
     found at least once (MIN_EVAL_TO_FIND or more); none when the floor is 0."""
     support = [int(eval_counts.get(name, 0)) for name in names]
     judged = [c for c, n in enumerate(support) if n >= class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
-    must_find = [c for c, n in enumerate(support)
-                 if class_balance.MIN_EVAL_TO_FIND <= n < class_balance.MIN_EVAL_EXAMPLES] if floor > 0 else []
-    return {"class_names": list(names), "eval_examples": support,
-            "train_examples": [int(train_counts.get(n, 0)) for n in names], "min_class_recall": floor,
-            "min_eval_examples": class_balance.MIN_EVAL_EXAMPLES, "judged": judged, "must_find": must_find,
-            "min_eval_to_find": class_balance.MIN_EVAL_TO_FIND,
-            "imbalance_ratio": class_balance.imbalance_ratio(train_counts),
-            "imbalanced": class_balance.is_imbalanced(train_counts)}
+    must_find = (
+        [c for c, n in enumerate(support) if class_balance.MIN_EVAL_TO_FIND <= n < class_balance.MIN_EVAL_EXAMPLES]
+        if floor > 0
+        else []
+    )
+    return {
+        "class_names": list(names),
+        "eval_examples": support,
+        "train_examples": [int(train_counts.get(n, 0)) for n in names],
+        "min_class_recall": floor,
+        "min_eval_examples": class_balance.MIN_EVAL_EXAMPLES,
+        "judged": judged,
+        "must_find": must_find,
+        "min_eval_to_find": class_balance.MIN_EVAL_TO_FIND,
+        "imbalance_ratio": class_balance.imbalance_ratio(train_counts),
+        "imbalanced": class_balance.is_imbalanced(train_counts),
+    }

@@ -36,14 +36,23 @@ from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
-from components.beam_settings import Tuned, smaller_batches
+from components.beam_settings import BeamConfigured, smaller_batches
 from components.evaluator import metrics as evaluation_metrics
-from components.evaluator.eval_config import (ACCURACY_METRIC, BASELINE_SKIPPED, CLASS_GATE_FILE, CONFIDENCE,
-                                              EXPLANATIONS, TARGET_PRECISION, TEST_SPLIT, THRESHOLD, class_gate,
-                                              min_class_recall)
+from components.evaluator.eval_config import (
+    ACCURACY_METRIC,
+    BASELINE_SKIPPED,
+    CLASS_GATE_FILE,
+    CONFIDENCE,
+    EXPLANATIONS,
+    TARGET_PRECISION,
+    TEST_SPLIT,
+    THRESHOLD,
+    class_gate,
+    min_class_recall,
+)
 from components.example_gen import PROFILE_FILE
-from storage.output_files import INFO_FILE, KERAS_DIR
 from storage.relocation import locate
+from trainer.artifact_files import INFO_FILE, KERAS_DIR
 
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
 MODEL_INFO = os.path.join(KERAS_DIR, INFO_FILE)
@@ -58,11 +67,6 @@ def model_info(model_uri: str) -> Dict[str, Any]:
         return json.loads(f.read())
 
 
-def model_classes(model_uri: str) -> Optional[List[str]]:
-    """The class names a Model artifact predicts, in id order; None when it does not record them."""
-    return model_info(model_uri).get("class_names")
-
-
 def class_change(baseline: Optional[List[str]], candidate: Optional[List[str]]) -> str:
     """Why these two models cannot be compared, or "" when they predict the same classes (or a model does
     not record its classes, as versions before model_info.json did: then TFMA compares them, and fails
@@ -72,8 +76,11 @@ def class_change(baseline: Optional[List[str]], candidate: Optional[List[str]]) 
     added = [c for c in candidate if c not in baseline]
     removed = [c for c in baseline if c not in candidate]
     parts = ([f"added {_names(added)}"] if added else []) + ([f"removed {_names(removed)}"] if removed else [])
-    return ("the last blessed model was trained on other classes ("
-            + (", ".join(parts) if parts else "same classes, other order") + ")")
+    return (
+        "the last blessed model was trained on other classes ("
+        + (", ".join(parts) if parts else "same classes, other order")
+        + ")"
+    )
 
 
 def _names(names: List[str], most: int = 5) -> str:
@@ -131,8 +138,9 @@ def split_class_counts(examples, split: str) -> Dict[str, int]:
     return counts
 
 
-def with_class_checks(exec_properties, names: List[str], eval_counts: Dict[str, int],
-                      train_counts: Dict[str, int]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def with_class_checks(
+    exec_properties, names: List[str], eval_counts: Dict[str, int], train_counts: Dict[str, int]
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """exec_properties with eval_config's per-class metrics and floors (components/evaluator/metrics.py), and
     what class_gate.json records: which classes are judged, on what counts, and what the baseline is compared on."""
     import tensorflow_model_analysis as tfma
@@ -148,14 +156,23 @@ def with_class_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
             for metric in spec.metrics:
                 if metric.class_name == ACCURACY_METRIC:
                     metric.threshold.ClearField("change_threshold")
-    config.metrics_specs.extend(evaluation_metrics.class_specs(
-        gate["eval_examples"], gate["judged"], floor, compare_balanced=imbalanced, must_find=gate["must_find"]))
+    config.metrics_specs.extend(
+        evaluation_metrics.class_specs(
+            gate["eval_examples"], gate["judged"], floor, compare_balanced=imbalanced, must_find=gate["must_find"]
+        )
+    )
     gate["compared_on"] = "balanced_accuracy" if imbalanced else "accuracy"
     return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
 
 
-def with_label_checks(exec_properties, names: List[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
-                      compare: bool, eval_images: Optional[int] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def with_label_checks(
+    exec_properties,
+    names: List[str],
+    eval_counts: Dict[str, int],
+    train_counts: Dict[str, int],
+    compare: bool,
+    eval_images: Optional[int] = None,
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """exec_properties with a multi-label eval config (components/evaluator/multi_label.py), and what
     class_gate.json records: which labels are judged at their thresholds, on what counts, and the macro bound."""
     import tensorflow_model_analysis as tfma
@@ -166,13 +183,18 @@ def with_label_checks(exec_properties, names: List[str], eval_counts: Dict[str, 
     floor = min_class_recall(exec_properties)
     key = standard_component_specs.EVAL_CONFIG_KEY
     config, bound = multi_label_evaluation.eval_config_for(
-        proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig()), len(names), compare,
-        exec_properties.get(CONFIDENCE), [int(eval_counts.get(name, 0)) for name in names], eval_images)
+        proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig()),
+        len(names),
+        compare,
+        exec_properties.get(CONFIDENCE),
+        [int(eval_counts.get(name, 0)) for name in names],
+        eval_images,
+    )
     gate = multi_label_evaluation.label_gate(names, eval_counts, train_counts, floor, bound, compare, eval_images)
     return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
 
 
-class Executor(Tuned, evaluator_executor.Executor):
+class Executor(BeamConfigured, evaluator_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         exec_properties = with_threshold(exec_properties)
         key = standard_component_specs.BASELINE_MODEL_KEY
@@ -191,18 +213,25 @@ class Executor(Tuned, evaluator_executor.Executor):
             if not skipped and tasks[0] != tasks[1]:  # one scores each class alone, the other one class of all
                 skipped = f"the last blessed model is {tasks[0]}-label, this one {tasks[1]}-label"
             if skipped:
-                logging.warning("Evaluator: not comparing with the last blessed model: %s; blessing on the "
-                                "threshold alone", skipped)
+                logging.warning(
+                    "Evaluator: not comparing with the last blessed model: %s; blessing on the threshold alone", skipped
+                )
                 input_dict = {**input_dict, key: []}  # TFX then ignores change thresholds (rubber stamp)
         examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
         gate = None
         if multi_label:  # each label judged at its own threshold (components/evaluator/multi_label.py)
-            exec_properties, gate = with_label_checks(exec_properties, names, split_class_counts(examples, "eval"),
-                                                      split_class_counts(examples, "train"), bool(input_dict.get(key)),
-                                                      split_examples(examples, "eval"))
+            exec_properties, gate = with_label_checks(
+                exec_properties,
+                names,
+                split_class_counts(examples, "eval"),
+                split_class_counts(examples, "train"),
+                bool(input_dict.get(key)),
+                split_examples(examples, "eval"),
+            )
         elif names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
-            exec_properties, gate = with_class_checks(exec_properties, names, split_class_counts(examples, "eval"),
-                                                      split_class_counts(examples, "train"))
+            exec_properties, gate = with_class_checks(
+                exec_properties, names, split_class_counts(examples, "eval"), split_class_counts(examples, "train")
+            )
         with smaller_batches():  # bounded by count too: each batch is decoded whole
             super().Do(input_dict, output_dict, exec_properties)
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
@@ -221,26 +250,34 @@ class Executor(Tuned, evaluator_executor.Executor):
         if not names:
             return  # a model that does not record its classes (older versions): no views
         if not multi_label:
-            found = self._write_views(evaluation.uri, names, exec_properties.get(CONFIDENCE),
-                                      exec_properties.get(TARGET_PRECISION))
+            found = self._write_views(
+                evaluation.uri, names, exec_properties.get(CONFIDENCE), exec_properties.get(TARGET_PRECISION)
+            )
         if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
             self._score_test(input_dict, evaluation.uri, exec_properties)
             how = f"the eval split's: {found['chosen']['how']}"
             if multi_label:
-                self._write_label_views(os.path.join(evaluation.uri, TEST_SPLIT), names,
-                                        given=found["chosen"]["thresholds"], how=how)
+                self._write_label_views(
+                    os.path.join(evaluation.uri, TEST_SPLIT), names, given=found["chosen"]["thresholds"], how=how
+                )
             else:
-                self._write_views(os.path.join(evaluation.uri, TEST_SPLIT), names, found["chosen"]["threshold"], None,
-                                  how=how)
+                self._write_views(
+                    os.path.join(evaluation.uri, TEST_SPLIT), names, found["chosen"]["threshold"], None, how=how
+                )
 
-    def _judge_labels(self, blessing, evaluation_uri: str, names: List[str], gate: Dict[str, Any],
-                      exec_properties) -> Dict[str, Any]:
+    def _judge_labels(
+        self, blessing, evaluation_uri: str, names: List[str], gate: Dict[str, Any], exec_properties
+    ) -> Dict[str, Any]:
         """A multi-label model, after TFMA: a threshold per label (views.json), and every label judged at its own
         (into `gate`: a failure takes the blessing back). Returns the views."""
         from components.evaluator import multi_label as multi
 
-        found = self._write_label_views(evaluation_uri, names, confidence_threshold=exec_properties.get(CONFIDENCE),
-                                        target_precision=exec_properties.get(TARGET_PRECISION))
+        found = self._write_label_views(
+            evaluation_uri,
+            names,
+            confidence_threshold=exec_properties.get(CONFIDENCE),
+            target_precision=exec_properties.get(TARGET_PRECISION),
+        )
         gate["failures"] = multi.label_failures(gate, found)
         if gate["failures"] and blessing.get_int_custom_property("blessed"):
             logging.warning("Evaluator: not blessed: %s", "; ".join(gate["failures"]))
@@ -273,16 +310,22 @@ class Executor(Tuned, evaluator_executor.Executor):
 
         try:
             found = eval_explanations.explain_eval(
-                path_utils.serving_model_path(candidate.uri), examples.uri,
-                os.path.join(evaluation.uri, eval_explanations.EXPLANATIONS_DIR), limit, multi_label)
+                path_utils.serving_model_path(candidate.uri),
+                examples.uri,
+                os.path.join(evaluation.uri, eval_explanations.EXPLANATIONS_DIR),
+                limit,
+                multi_label,
+            )
             logging.info("Evaluator: explained %d eval images in %.1f s", len(found["images"]), found["seconds"])
         except Exception as e:  # noqa: BLE001 - the report says there are none; the evaluation stands
-            logging.warning("Evaluator: no explanations (%s: %s)", type(e).__name__,
-                            (str(e).splitlines() or [""])[0][:200])
+            logging.warning(
+                "Evaluator: no explanations (%s: %s)", type(e).__name__, (str(e).splitlines() or [""])[0][:200]
+            )
 
     @staticmethod
-    def _write_views(uri: str, names: List[str], confidence: Optional[float], target: Optional[float],
-                     how: Optional[str] = None) -> dict:
+    def _write_views(
+        uri: str, names: List[str], confidence: Optional[float], target: Optional[float], how: Optional[str] = None
+    ) -> dict:
         from tfx.utils import io_utils
 
         from components.evaluator import results as evaluation_results
@@ -307,5 +350,8 @@ class Executor(Tuned, evaluator_executor.Executor):
         properties = {**exec_properties, standard_component_specs.EXAMPLE_SPLITS_KEY: json.dumps([TEST_SPLIT])}
         logging.info("Evaluator: scoring the test split apart, into %s", scored.uri)
         with tempfile.TemporaryDirectory(prefix="imagepipe-test-blessing-") as unused.uri:
-            super().Do(inputs, {standard_component_specs.EVALUATION_KEY: [scored],
-                                standard_component_specs.BLESSING_KEY: [unused]}, properties)
+            super().Do(
+                inputs,
+                {standard_component_specs.EVALUATION_KEY: [scored], standard_component_specs.BLESSING_KEY: [unused]},
+                properties,
+            )

@@ -30,7 +30,7 @@ OVERLAY_SIZE = 128
 def sample(rows: List[Dict[str, Any]], limit: int) -> List[int]:
     """Indices into `rows` ({correct, predicted}) to explain: misclassified first (at most half of limit), then
     correct ones class by class in turn (each class's first ones), `limit` in all."""
-    wrong = [i for i, r in enumerate(rows) if not r["correct"]][:limit // 2 if limit > 1 else limit]
+    wrong = [i for i, r in enumerate(rows) if not r["correct"]][: limit // 2 if limit > 1 else limit]
     by_class: Dict[str, List[int]] = {}
     for i, r in enumerate(rows):
         if r["correct"]:
@@ -58,8 +58,11 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
     explainer = explain.Explainer(model_dir)
     labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT
-    spec = {keys.ENCODED: tf.io.FixedLenFeature([], tf.string), keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
-            labels_key: tf.io.VarLenFeature(tf.string)}
+    spec = {
+        keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
+        keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
+        labels_key: tf.io.VarLenFeature(tf.string),
+    }
     rows, images = [], {}  # images: the pixels (as the model sees them) of the rows sample() may choose, by row
     wrong, right = 0, {}
     records = tf.data.TFRecordDataset(files, compression_type=features.compression(files)).take(MAX_EXAMINED).batch(64)
@@ -76,14 +79,21 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
                 images[len(rows)] = pixels[i]
                 wrong += not correct
                 right[predicted] = right.get(predicted, 0) + correct
-            rows.append({"path": parsed[keys.FILENAME][i].numpy().decode("utf-8", "replace"),
-                         "actual": ";".join(names), "predicted": predicted, "probability": round(float(row.max()), 6),
-                         "correct": correct, "id": int(row.argmax())})
+            rows.append(
+                {
+                    "path": parsed[keys.FILENAME][i].numpy().decode("utf-8", "replace"),
+                    "actual": ";".join(names),
+                    "predicted": predicted,
+                    "probability": round(float(row.max()), 6),
+                    "correct": correct,
+                    "id": int(row.argmax()),
+                }
+            )
     chosen = sample(rows, limit)
     tf.io.gfile.makedirs(out_dir)  # local or gs:// (the evaluation artifact's folder)
     shown, per_class = [], {}
     for start in range(0, len(chosen), 32):
-        part = chosen[start:start + 32]
+        part = chosen[start : start + 32]
         chosen_pixels = np.stack([images[i] for i in part])
         maps, _ = explainer.explain(chosen_pixels, [rows[i]["id"] for i in part])
         for n, (i, image, attribution) in enumerate(zip(part, chosen_pixels, maps), start=start + 1):
@@ -102,9 +112,14 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
         np.save(saved, average)
         _write(os.path.join(out_dir, f"class-{c:03d}.npy"), saved.getvalue())
         classes.append({"name": name, "images": len(items), "overlay": overlay, "map": f"class-{c:03d}.npy"})
-    index = {"method": f"integrated gradients ({explain.METHOD}, {explain.STEPS} steps)", "images": shown,
-             "classes": classes, "examined": len(rows), "limit": limit,
-             "seconds": round(time.monotonic() - started, 2)}
+    index = {
+        "method": f"integrated gradients ({explain.METHOD}, {explain.STEPS} steps)",
+        "images": shown,
+        "classes": classes,
+        "examined": len(rows),
+        "limit": limit,
+        "seconds": round(time.monotonic() - started, 2),
+    }
     _write(os.path.join(out_dir, INDEX_FILE), json.dumps(index, indent=1).encode())
     return index
 

@@ -32,9 +32,14 @@ _MATRIX = "_imagepipe_argmax_confusion_matrix"
 
 
 def _matrix(eval_config, model_name: str, output_name: str, example_weighted: bool):
-    computations = multi_class_confusion_matrices(thresholds=[0.0], name=_MATRIX, eval_config=eval_config,
-                                                  model_name=model_name, output_name=output_name,
-                                                  example_weighted=example_weighted)
+    computations = multi_class_confusion_matrices(
+        thresholds=[0.0],
+        name=_MATRIX,
+        eval_config=eval_config,
+        model_name=model_name,
+        output_name=output_name,
+        example_weighted=example_weighted,
+    )
     return computations, computations[-1].keys[-1]
 
 
@@ -64,36 +69,69 @@ def balanced_accuracy_of(counts: Dict[int, Dict[int, float]]) -> float:
     return sum(recalls) / len(recalls) if recalls else float("nan")
 
 
-def _per_class(of, name: str, eval_config=None, model_name: str = "", output_name: str = "",
-               sub_key: Optional[metric_types.SubKey] = None, example_weighted: bool = False):
+def _per_class(
+    of,
+    name: str,
+    eval_config=None,
+    model_name: str = "",
+    output_name: str = "",
+    sub_key: Optional[metric_types.SubKey] = None,
+    example_weighted: bool = False,
+):
     if sub_key is None or sub_key.class_id is None:
         raise ValueError(f"{name} is per class: give its MetricsSpec binarize class_ids")
     computations, matrix_key = _matrix(eval_config, model_name, output_name, example_weighted)
-    key = metric_types.MetricKey(name=name, model_name=model_name, output_name=output_name, sub_key=sub_key,
-                                 example_weighted=example_weighted)
-    computations.append(metric_types.DerivedMetricComputation(
-        keys=[key], result=lambda metrics: {key: of(_counts(metrics[matrix_key]), sub_key.class_id)}))
+    key = metric_types.MetricKey(
+        name=name, model_name=model_name, output_name=output_name, sub_key=sub_key, example_weighted=example_weighted
+    )
+    computations.append(
+        metric_types.DerivedMetricComputation(
+            keys=[key], result=lambda metrics: {key: of(_counts(metrics[matrix_key]), sub_key.class_id)}
+        )
+    )
     return computations
 
 
 # TFMA passes a computation function only the arguments its signature names: each is spelled out.
-def _class_recall(name: str = CLASS_RECALL, eval_config=None, model_name: str = "", output_name: str = "",
-                  sub_key=None, example_weighted: bool = False):
+def _class_recall(
+    name: str = CLASS_RECALL,
+    eval_config=None,
+    model_name: str = "",
+    output_name: str = "",
+    sub_key=None,
+    example_weighted: bool = False,
+):
     return _per_class(recall_of, name, eval_config, model_name, output_name, sub_key, example_weighted)
 
 
-def _class_precision(name: str = CLASS_PRECISION, eval_config=None, model_name: str = "", output_name: str = "",
-                     sub_key=None, example_weighted: bool = False):
+def _class_precision(
+    name: str = CLASS_PRECISION,
+    eval_config=None,
+    model_name: str = "",
+    output_name: str = "",
+    sub_key=None,
+    example_weighted: bool = False,
+):
     return _per_class(precision_of, name, eval_config, model_name, output_name, sub_key, example_weighted)
 
 
-def _balanced_accuracy(name: str = BALANCED_ACCURACY, eval_config=None, model_name: str = "",
-                       output_name: str = "", sub_key=None, example_weighted: bool = False):
+def _balanced_accuracy(
+    name: str = BALANCED_ACCURACY,
+    eval_config=None,
+    model_name: str = "",
+    output_name: str = "",
+    sub_key=None,
+    example_weighted: bool = False,
+):
     computations, matrix_key = _matrix(eval_config, model_name, output_name, example_weighted)
-    key = metric_types.MetricKey(name=name, model_name=model_name, output_name=output_name,
-                                 example_weighted=example_weighted)
-    computations.append(metric_types.DerivedMetricComputation(
-        keys=[key], result=lambda metrics: {key: balanced_accuracy_of(_counts(metrics[matrix_key]))}))
+    key = metric_types.MetricKey(
+        name=name, model_name=model_name, output_name=output_name, example_weighted=example_weighted
+    )
+    computations.append(
+        metric_types.DerivedMetricComputation(
+            keys=[key], result=lambda metrics: {key: balanced_accuracy_of(_counts(metrics[matrix_key]))}
+        )
+    )
     return computations
 
 
@@ -118,8 +156,13 @@ class MeanClassRecall(metric_types.Metric):
 FOUND_ONE = 1e-9
 
 
-def class_specs(eval_examples: Sequence[int], judged: Sequence[int], min_class_recall: float,
-                compare_balanced: bool, must_find: Sequence[int] = ()) -> List:
+def class_specs(
+    eval_examples: Sequence[int],
+    judged: Sequence[int],
+    min_class_recall: float,
+    compare_balanced: bool,
+    must_find: Sequence[int] = (),
+) -> List:
     """The MetricsSpecs the Evaluator adds for a model of len(eval_examples) classes: recall and precision of
     every class, recall bounded below by min_class_recall for the `judged` class ids and above 0 for the
     `must_find` ones, and balanced accuracy (with the change threshold against the last blessed model when
@@ -138,17 +181,37 @@ def class_specs(eval_examples: Sequence[int], judged: Sequence[int], min_class_r
     def floor(value: float):
         return tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(lower_bound={"value": value}))
 
-    specs = [tfma.MetricsSpec(metrics=[metric("MeanClassRecall", tfma.MetricThreshold(
-        change_threshold=tfma.GenericChangeThreshold(direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-                                                     absolute={"value": -1e-10}))
-        if compare_balanced else None)])]
+    specs = [
+        tfma.MetricsSpec(
+            metrics=[
+                metric(
+                    "MeanClassRecall",
+                    tfma.MetricThreshold(
+                        change_threshold=tfma.GenericChangeThreshold(
+                            direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+                        )
+                    )
+                    if compare_balanced
+                    else None,
+                )
+            ]
+        )
+    ]
     if judged:
-        specs.append(tfma.MetricsSpec(metrics=[metric("ClassRecall", floor(min_class_recall)),
-                                               metric("ClassPrecision")], binarize=classes(judged)))
+        specs.append(
+            tfma.MetricsSpec(
+                metrics=[metric("ClassRecall", floor(min_class_recall)), metric("ClassPrecision")],
+                binarize=classes(judged),
+            )
+        )
     if must_find:
-        specs.append(tfma.MetricsSpec(metrics=[metric("ClassRecall", floor(FOUND_ONE)), metric("ClassPrecision")],
-                                      binarize=classes(must_find)))
+        specs.append(
+            tfma.MetricsSpec(
+                metrics=[metric("ClassRecall", floor(FOUND_ONE)), metric("ClassPrecision")], binarize=classes(must_find)
+            )
+        )
     if others:
-        specs.append(tfma.MetricsSpec(metrics=[metric("ClassRecall"), metric("ClassPrecision")],
-                                      binarize=classes(others)))
+        specs.append(
+            tfma.MetricsSpec(metrics=[metric("ClassRecall"), metric("ClassPrecision")], binarize=classes(others))
+        )
     return specs

@@ -48,8 +48,14 @@ def informative(support: int, images: Optional[int]) -> bool:
     return support > 0 and (images is None or support < images)
 
 
-def eval_config_for(config, num_labels: int, compare: bool, confidence_threshold: Optional[float] = None,
-                    eval_support: Optional[Sequence[int]] = None, eval_images: Optional[int] = None):
+def eval_config_for(
+    config,
+    num_labels: int,
+    compare: bool,
+    confidence_threshold: Optional[float] = None,
+    eval_support: Optional[Sequence[int]] = None,
+    eval_images: Optional[int] = None,
+):
     """`config` (eval_config.eval_config's, thresholds set) for a multi-label model of num_labels labels: the labels
     as the multi-hot LABELS_KEY, and the metrics above. Its accuracy lower bound becomes macro AUC-PR's, averaged over
     the informative labels (eval_support: images per label id, of eval_images; a label on no eval image has no
@@ -58,33 +64,60 @@ def eval_config_for(config, num_labels: int, compare: bool, confidence_threshold
 
     from trainer.features import LABELS_KEY
 
-    bound = next((m.threshold.value_threshold.lower_bound.value for spec in config.metrics_specs
-                  for m in spec.metrics if m.class_name == ACCURACY_METRIC), 0.0)
+    bound = next(
+        (
+            m.threshold.value_threshold.lower_bound.value
+            for spec in config.metrics_specs
+            for m in spec.metrics
+            if m.class_name == ACCURACY_METRIC
+        ),
+        0.0,
+    )
     for spec in config.model_specs:
         spec.label_key = LABELS_KEY
     labels = tfma.BinarizationOptions(class_ids=tfma.RepeatedInt32Value(values=list(range(num_labels))))
     threshold = tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(lower_bound={"value": bound}))
     if compare:
-        threshold.change_threshold.CopyFrom(tfma.GenericChangeThreshold(
-            direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}))
+        threshold.change_threshold.CopyFrom(
+            tfma.GenericChangeThreshold(direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10})
+        )
     del config.metrics_specs[:]
-    config.metrics_specs.extend([
-        tfma.MetricsSpec(metrics=[
-            tfma.MetricConfig(class_name="ExampleCount"),
-            tfma.MetricConfig(class_name="MultiLabelConfusionMatrixPlot",
-                              config=json.dumps({"thresholds": PLOT_THRESHOLDS}))]),
-        tfma.MetricsSpec(metrics=[
-            tfma.MetricConfig(class_name=AUC_PR),
-            tfma.MetricConfig(class_name="Precision"),
-            tfma.MetricConfig(class_name="Recall"),
-            tfma.MetricConfig(class_name="ConfusionMatrixAtThresholds", config=json.dumps(
-                {"thresholds": thresholds_with(confidence_threshold)}))], binarize=labels),
-        tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name=AUC_PR, threshold=threshold)],
-                         aggregate=tfma.AggregationOptions(macro_average=True, class_weights={
-                             i: 1.0 for i in range(num_labels)
-                             if not eval_support or informative(eval_support[i], eval_images)} or {
-                             i: 1.0 for i in range(num_labels)})),
-    ])
+    config.metrics_specs.extend(
+        [
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(class_name="ExampleCount"),
+                    tfma.MetricConfig(
+                        class_name="MultiLabelConfusionMatrixPlot", config=json.dumps({"thresholds": PLOT_THRESHOLDS})
+                    ),
+                ]
+            ),
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(class_name=AUC_PR),
+                    tfma.MetricConfig(class_name="Precision"),
+                    tfma.MetricConfig(class_name="Recall"),
+                    tfma.MetricConfig(
+                        class_name="ConfusionMatrixAtThresholds",
+                        config=json.dumps({"thresholds": thresholds_with(confidence_threshold)}),
+                    ),
+                ],
+                binarize=labels,
+            ),
+            tfma.MetricsSpec(
+                metrics=[tfma.MetricConfig(class_name=AUC_PR, threshold=threshold)],
+                aggregate=tfma.AggregationOptions(
+                    macro_average=True,
+                    class_weights={
+                        i: 1.0
+                        for i in range(num_labels)
+                        if not eval_support or informative(eval_support[i], eval_images)
+                    }
+                    or {i: 1.0 for i in range(num_labels)},
+                ),
+            ),
+        ]
+    )
     return config, bound
 
 
@@ -93,8 +126,12 @@ def read_metrics(evaluation_uri: str) -> Dict[str, Any]:
     "example_count", "per_label": {id: {"auc_pr", "precision", "recall", "matrices": [(t, tp, fp, tn, fn)]}}}."""
     import tensorflow_model_analysis as tfma
 
-    found: Dict[str, Any] = {"macro_auc_pr": None, "baseline_macro_auc_pr": None, "example_count": None,
-                             "per_label": {}}
+    found: Dict[str, Any] = {
+        "macro_auc_pr": None,
+        "baseline_macro_auc_pr": None,
+        "example_count": None,
+        "per_label": {},
+    }
     for metrics in tfma.load_metrics(evaluation_uri):
         if metrics.slice_key.single_slice_keys:
             continue
@@ -111,9 +148,16 @@ def read_metrics(evaluation_uri: str) -> Dict[str, Any]:
             elif not baseline and key.HasField("sub_key") and key.sub_key.HasField("class_id"):
                 label = found["per_label"].setdefault(key.sub_key.class_id.value, {})
                 if key.name == MATRICES:
-                    label["matrices"] = [(round(m.threshold, 6), m.true_positives, m.false_positives,
-                                          m.true_negatives, m.false_negatives)
-                                         for m in kv.value.confusion_matrix_at_thresholds.matrices]
+                    label["matrices"] = [
+                        (
+                            round(m.threshold, 6),
+                            m.true_positives,
+                            m.false_positives,
+                            m.true_negatives,
+                            m.false_negatives,
+                        )
+                        for m in kv.value.confusion_matrix_at_thresholds.matrices
+                    ]
                 elif key.name in ("auc_precision_recall", "precision", "recall"):
                     label["auc_pr" if key.name == "auc_precision_recall" else key.name] = _number(kv.value)
     return found
@@ -129,8 +173,13 @@ def _number(value) -> Optional[float]:
 def _rates(tp: float, fp: float, fn: float) -> Dict[str, Optional[float]]:
     precision = tp / (tp + fp) if tp + fp else None
     recall = tp / (tp + fn) if tp + fn else None
-    f1 = (2 * precision * recall / (precision + recall) if precision and recall else
-          0.0 if precision is not None and recall is not None else None)
+    f1 = (
+        2 * precision * recall / (precision + recall)
+        if precision and recall
+        else 0.0
+        if precision is not None and recall is not None
+        else None
+    )
     return {"precision": precision, "recall": recall, "f1": f1, "support": int(tp + fn), "predicted": int(tp + fp)}
 
 
@@ -145,35 +194,55 @@ def _best_f1(curve: List[Dict[str, Any]], images: Optional[int] = None) -> Dict[
     return max(telling or scored, key=lambda p: (p["f1"], -p["threshold"]))
 
 
-def choose(curve: List[Dict[str, Any]], confidence_threshold: Optional[float],
-           target_precision: Optional[float], images: Optional[int] = None) -> Dict[str, Any]:
+def choose(
+    curve: List[Dict[str, Any]],
+    confidence_threshold: Optional[float],
+    target_precision: Optional[float],
+    images: Optional[int] = None,
+) -> Dict[str, Any]:
     """One label's threshold, and how it was chosen (its curve: precision, recall and F1 at each threshold; images:
     the eval images)."""
     if confidence_threshold is not None:
         return {"threshold": confidence_threshold, "how": f"--confidence-threshold {confidence_threshold:g}"}
     best = _best_f1(curve, images)
     if target_precision is not None:
-        reaching = [p for p in curve if p["precision"] is not None and p["recall"]
-                    and p["precision"] >= target_precision - 1e-12]
+        reaching = [
+            p
+            for p in curve
+            if p["precision"] is not None and p["recall"] and p["precision"] >= target_precision - 1e-12
+        ]
         if reaching:
-            return {"threshold": reaching[0]["threshold"],
-                    "how": f"the lowest reaching precision {target_precision:g} (--target-precision)"}
-        return {"threshold": best["threshold"], "target_missed": True,
-                "how": f"best F1 on eval: no threshold reaches precision {target_precision:g} (--target-precision)"}
+            return {
+                "threshold": reaching[0]["threshold"],
+                "how": f"the lowest reaching precision {target_precision:g} (--target-precision)",
+            }
+        return {
+            "threshold": best["threshold"],
+            "target_missed": True,
+            "how": f"best F1 on eval: no threshold reaches precision {target_precision:g} (--target-precision)",
+        }
     return {"threshold": best["threshold"], "how": "best F1 on eval"}
 
 
-def views(found: Dict[str, Any], names: Sequence[str], confidence_threshold: Optional[float] = None,
-          target_precision: Optional[float] = None, given: Optional[Dict[str, float]] = None,
-          how: Optional[str] = None) -> Dict[str, Any]:
+def views(
+    found: Dict[str, Any],
+    names: Sequence[str],
+    confidence_threshold: Optional[float] = None,
+    target_precision: Optional[float] = None,
+    given: Optional[Dict[str, float]] = None,
+    how: Optional[str] = None,
+) -> Dict[str, Any]:
     """views.json of a multi-label evaluation: each label's curve and threshold (chosen here, or `given`: the eval
     split's, for the test split), every label's figures at its threshold, and their macro averages."""
     labels, per_class = {}, {}
     for label_id, name in enumerate(names):
         figures = found["per_label"].get(label_id, {})
         curve = [{"threshold": t, **_rates(tp, fp, fn)} for t, tp, fp, _tn, fn in figures.get("matrices", [])]
-        chosen = ({"threshold": given[name], "how": how or "given"} if given and name in given
-                  else choose(curve, confidence_threshold, target_precision, found.get("example_count")))
+        chosen = (
+            {"threshold": given[name], "how": how or "given"}
+            if given and name in given
+            else choose(curve, confidence_threshold, target_precision, found.get("example_count"))
+        )
         point = min(curve, key=lambda p: abs(p["threshold"] - chosen["threshold"])) if curve else {}
         at = {k: point.get(k) for k in ("precision", "recall", "f1", "support", "predicted")}
         labels[name] = {"auc_pr": figures.get("auc_pr"), "chosen": chosen, "curve": curve}
@@ -188,26 +257,48 @@ def views(found: Dict[str, Any], names: Sequence[str], confidence_threshold: Opt
     thresholds = {name: labels[name]["chosen"]["threshold"] for name in names}
     hows = sorted({labels[name]["chosen"]["how"] for name in names})
     missed = [name for name in names if labels[name]["chosen"].get("target_missed")]
-    return {"task": "multi", "thresholds": thresholds_with(confidence_threshold) if not given else THRESHOLDS,
-            "labels": labels,
-            "chosen": {"thresholds": thresholds, "how": "; ".join(hows) if len(hows) > 1 else (hows[0] if hows else ""),
-                       **({"target_missed": missed} if missed else {})},
-            "at_threshold": {"examples": found.get("example_count"), "per_class": per_class,
-                             "macro_precision": macro("precision"), "macro_recall": macro("recall"),
-                             "macro_f1": macro("f1"), "macro_auc_pr": found.get("macro_auc_pr"),
-                             # on every eval image: no figure of theirs says anything of the model (left out above)
-                             "uninformative": [name for name, m in per_class.items()
-                                               if images and (m.get("support") or 0) >= images]}}
+    return {
+        "task": "multi",
+        "thresholds": thresholds_with(confidence_threshold) if not given else THRESHOLDS,
+        "labels": labels,
+        "chosen": {
+            "thresholds": thresholds,
+            "how": "; ".join(hows) if len(hows) > 1 else (hows[0] if hows else ""),
+            **({"target_missed": missed} if missed else {}),
+        },
+        "at_threshold": {
+            "examples": found.get("example_count"),
+            "per_class": per_class,
+            "macro_precision": macro("precision"),
+            "macro_recall": macro("recall"),
+            "macro_f1": macro("f1"),
+            "macro_auc_pr": found.get("macro_auc_pr"),
+            # on every eval image: no figure of theirs says anything of the model (left out above)
+            "uninformative": [name for name, m in per_class.items() if images and (m.get("support") or 0) >= images],
+        },
+    }
 
 
-def label_gate(names: Sequence[str], eval_counts: Dict[str, int], train_counts: Dict[str, int],
-               floor: float, bound: float, compared: bool, eval_images: Optional[int] = None) -> Dict[str, Any]:
+def label_gate(
+    names: Sequence[str],
+    eval_counts: Dict[str, int],
+    train_counts: Dict[str, int],
+    floor: float,
+    bound: float,
+    compared: bool,
+    eval_images: Optional[int] = None,
+) -> Dict[str, Any]:
     """class_gate.json's record of what is judged: as single-label's (eval_config.class_gate), for labels, with the
     macro AUC-PR bound (over the informative labels), what the last blessed model is compared on, and the least
     lift of a judged label's AUC-PR over its base rate."""
-    return {"task": "multi", **class_gate(names, eval_counts, train_counts, floor), "min_macro_auc_pr": bound,
-            "compared_on": "macro_auc_pr" if compared else None, "eval_images": eval_images,
-            "min_auc_pr_lift": MIN_AUC_PR_LIFT}
+    return {
+        "task": "multi",
+        **class_gate(names, eval_counts, train_counts, floor),
+        "min_macro_auc_pr": bound,
+        "compared_on": "macro_auc_pr" if compared else None,
+        "eval_images": eval_images,
+        "min_auc_pr_lift": MIN_AUC_PR_LIFT,
+    }
 
 
 def label_failures(gate: Dict[str, Any], found_views: Dict[str, Any]) -> List[str]:
@@ -224,16 +315,22 @@ def label_failures(gate: Dict[str, Any], found_views: Dict[str, Any]) -> List[st
         support = gate["eval_examples"][label_id]
         chance = _chance_level(figures, support, images) if label_id in gate["judged"] else None
         if chance:
-            failures.append(f"label {name!r} {chance} ({support:,} of {images:,} eval images): the model cannot tell it "
-                            "from chance; check its labels, or leave it out")
+            failures.append(
+                f"label {name!r} {chance} ({support:,} of {images:,} eval images): the model cannot tell it "
+                "from chance; check its labels, or leave it out"
+            )
             continue
         images_of_label = support
         if label_id in gate["judged"] and recall < gate["min_class_recall"]:
-            failures.append(f"label {name!r} recall {recall:.2f} < {gate['min_class_recall']:.2f} at its threshold "
-                            f"{threshold:g} ({images_of_label:,} eval images) (--min-class-recall)")
+            failures.append(
+                f"label {name!r} recall {recall:.2f} < {gate['min_class_recall']:.2f} at its threshold "
+                f"{threshold:g} ({images_of_label:,} eval images) (--min-class-recall)"
+            )
         elif label_id in gate["must_find"] and recall <= 0:
-            failures.append(f"label {name!r} recall 0.00 at its threshold {threshold:g}: none of its "
-                            f"{images_of_label:,} eval images found (--min-class-recall)")
+            failures.append(
+                f"label {name!r} recall 0.00 at its threshold {threshold:g}: none of its "
+                f"{images_of_label:,} eval images found (--min-class-recall)"
+            )
     return failures
 
 

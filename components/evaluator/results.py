@@ -16,9 +16,16 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
 
     from components.evaluator.metrics import BALANCED_ACCURACY, CLASS_PRECISION, CLASS_RECALL
 
-    found: Dict[str, Any] = {"accuracy": None, "baseline_accuracy": None, "balanced_accuracy": None,
-                             "baseline_balanced_accuracy": None, "example_count": None, "per_class": {},
-                             "gate": class_gate(evaluation_uri), "failures": []}
+    found: Dict[str, Any] = {
+        "accuracy": None,
+        "baseline_accuracy": None,
+        "balanced_accuracy": None,
+        "baseline_balanced_accuracy": None,
+        "example_count": None,
+        "per_class": {},
+        "gate": class_gate(evaluation_uri),
+        "failures": [],
+    }
     if (found["gate"] or views(evaluation_uri) or {}).get("task") == "multi":  # (a test split has no gate of its own)
         return _multi_label_metrics(evaluation_uri, found)
     names = (found["gate"] or {}).get("class_names") or []
@@ -36,19 +43,27 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
                     class_id = key.sub_key.class_id.value
                     name = names[class_id] if class_id < len(names) else str(class_id)
                     found["per_class"].setdefault(name, {})[key.name.split("_")[1]] = (
-                        None if math.isnan(value) else value)
+                        None if math.isnan(value) else value
+                    )
                 continue
             if key.name == "sparse_categorical_accuracy":
                 found["baseline_accuracy" if baseline else "accuracy"] = value
             elif key.name == BALANCED_ACCURACY:
-                found["baseline_balanced_accuracy" if baseline else "balanced_accuracy"] = None if math.isnan(value) else value
+                found["baseline_balanced_accuracy" if baseline else "balanced_accuracy"] = (
+                    None if math.isnan(value) else value
+                )
             elif key.name == "example_count" and not baseline:
                 found["example_count"] = int(value)
     support = (found["gate"] or {}).get("eval_examples") or []
-    found["per_class"] = {name: {"precision": found["per_class"].get(name, {}).get("precision"),
-                                 "recall": found["per_class"].get(name, {}).get("recall"),
-                                 "support": support[i] if i < len(support) else None}
-                          for i, name in enumerate(names) if name in found["per_class"]}
+    found["per_class"] = {
+        name: {
+            "precision": found["per_class"].get(name, {}).get("precision"),
+            "recall": found["per_class"].get(name, {}).get("recall"),
+            "support": support[i] if i < len(support) else None,
+        }
+        for i, name in enumerate(names)
+        if name in found["per_class"]
+    }
     validation = tfma.load_validation_result(evaluation_uri)
     for per_slice in validation.metric_validations_per_slice:
         for failure in per_slice.failures:
@@ -66,29 +81,44 @@ def _multi_label_metrics(evaluation_uri: str, found: Dict[str, Any]) -> Dict[str
 
     read = multi_label_evaluation.read_metrics(evaluation_uri)
     at = (views(evaluation_uri) or {}).get("at_threshold") or {}
-    found.update(task="multi", example_count=read["example_count"], macro_auc_pr=read["macro_auc_pr"],
-                 baseline_macro_auc_pr=read["baseline_macro_auc_pr"], macro_f1=at.get("macro_f1"),
-                 macro_precision=at.get("macro_precision"), macro_recall=at.get("macro_recall"),
-                 per_class={name: {k: m.get(k) for k in ("precision", "recall", "f1", "support", "threshold", "auc_pr")}
-                            for name, m in (at.get("per_class") or {}).items()})
+    found.update(
+        task="multi",
+        example_count=read["example_count"],
+        macro_auc_pr=read["macro_auc_pr"],
+        baseline_macro_auc_pr=read["baseline_macro_auc_pr"],
+        macro_f1=at.get("macro_f1"),
+        macro_precision=at.get("macro_precision"),
+        macro_recall=at.get("macro_recall"),
+        per_class={
+            name: {k: m.get(k) for k in ("precision", "recall", "f1", "support", "threshold", "auc_pr")}
+            for name, m in (at.get("per_class") or {}).items()
+        },
+    )
     for per_slice in tfma.load_validation_result(evaluation_uri).metric_validations_per_slice:
         for failure in per_slice.failures:
             value = failure.metric_value.double_value.value if failure.metric_value.HasField("double_value") else None
             threshold = failure.metric_threshold
             if failure.metric_key.is_diff and found["baseline_macro_auc_pr"] is not None:
-                found["failures"].append(f"macro AUC-PR {found['macro_auc_pr']:.4f} is below the last blessed "
-                                         f"model's {found['baseline_macro_auc_pr']:.4f}")
+                found["failures"].append(
+                    f"macro AUC-PR {found['macro_auc_pr']:.4f} is below the last blessed "
+                    f"model's {found['baseline_macro_auc_pr']:.4f}"
+                )
             elif threshold.value_threshold.HasField("lower_bound") and value is not None:
-                found["failures"].append(f"macro AUC-PR {value:.4f} is below the threshold "
-                                         f"{threshold.value_threshold.lower_bound.value:.4f} (--accuracy-threshold)")
+                found["failures"].append(
+                    f"macro AUC-PR {value:.4f} is below the threshold "
+                    f"{threshold.value_threshold.lower_bound.value:.4f} (--accuracy-threshold)"
+                )
     found["failures"] += (found["gate"] or {}).get("failures") or []
     return found
 
 
 def weakest_label(found: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """A multi-label evaluation's label of lowest F1 at its threshold, among those with eval images."""
-    rows = [{"name": name, "f1": m["f1"], "recall": m["recall"], "support": m["support"], "threshold": m["threshold"]}
-            for name, m in (found.get("per_class") or {}).items() if m.get("support") and m.get("f1") is not None]
+    rows = [
+        {"name": name, "f1": m["f1"], "recall": m["recall"], "support": m["support"], "threshold": m["threshold"]}
+        for name, m in (found.get("per_class") or {}).items()
+        if m.get("support") and m.get("f1") is not None
+    ]
     return min(rows, key=lambda r: (r["f1"], -r["support"])) if rows else None
 
 
@@ -98,7 +128,9 @@ def class_gate(evaluation_uri: str) -> Optional[Dict[str, Any]]:
 
     from tfx.dsl.io import fileio
 
-    path = os.path.join(evaluation_uri, "class_gate.json")
+    from components.evaluator.eval_config import CLASS_GATE_FILE
+
+    path = os.path.join(evaluation_uri, CLASS_GATE_FILE)
     if not fileio.exists(path):
         return None
     with fileio.open(path, "r") as f:
@@ -111,9 +143,11 @@ def weakest_class(found: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     gate = found.get("gate") or {}
     names, support = gate.get("class_names") or [], gate.get("eval_examples") or []
     judged = set(gate.get("judged") or [])
-    rows = [{"name": name, "recall": found["per_class"][name]["recall"], "support": support[i], "judged": i in judged}
-            for i, name in enumerate(names)
-            if i < len(support) and support[i] and (found.get("per_class", {}).get(name) or {}).get("recall") is not None]
+    rows = [
+        {"name": name, "recall": found["per_class"][name]["recall"], "support": support[i], "judged": i in judged}
+        for i, name in enumerate(names)
+        if i < len(support) and support[i] and (found.get("per_class", {}).get(name) or {}).get("recall") is not None
+    ]
     return min(rows, key=lambda r: (r["recall"], not r["judged"], -r["support"])) if rows else None
 
 
@@ -136,8 +170,9 @@ def _failure_text(failure, found: Dict[str, Any]) -> str:
     if failure.metric_key.is_diff:
         for metric, shown in (("balanced_accuracy", "balanced accuracy"), ("accuracy", "accuracy")):
             if name.endswith(metric) and found.get(metric) is not None and found.get(f"baseline_{metric}") is not None:
-                return (f"{shown} {found[metric]:.4f} is below the last blessed model's "
-                        f"{found[f'baseline_{metric}']:.4f}")
+                return (
+                    f"{shown} {found[metric]:.4f} is below the last blessed model's {found[f'baseline_{metric}']:.4f}"
+                )
     if has_bound and value is not None:
         shown = "accuracy" if name == "sparse_categorical_accuracy" else name
         option = " (--accuracy-threshold)" if name == "sparse_categorical_accuracy" else ""
@@ -156,9 +191,12 @@ def matrices(evaluation_uri: str) -> Dict[float, List[tuple]]:
         for kv in plots.plot_keys_and_values:
             if kv.key.model_name == "baseline" or not kv.value.HasField("multi_class_confusion_matrix_at_thresholds"):
                 continue
-            return {round(m.threshold, 6): [(e.actual_class_id, e.predicted_class_id, e.num_weighted_examples)
-                                            for e in m.entries]
-                    for m in kv.value.multi_class_confusion_matrix_at_thresholds.matrices}
+            return {
+                round(m.threshold, 6): [
+                    (e.actual_class_id, e.predicted_class_id, e.num_weighted_examples) for e in m.entries
+                ]
+                for m in kv.value.multi_class_confusion_matrix_at_thresholds.matrices
+            }
     return {}
 
 

@@ -54,13 +54,27 @@ def _rates(matrix: Matrix, classes: int) -> Dict:
     for c in range(classes):
         precision = tp[c] / made[c] if made[c] else None
         recall = tp[c] / actual[c] if actual[c] else None
-        f1 = (2 * precision * recall / (precision + recall)
-              if precision is not None and recall is not None and precision + recall > 0 else
-              0.0 if precision is not None and recall is not None else None)
-        per_class[c] = {"precision": precision, "recall": recall, "f1": f1, "support": int(actual[c]),
-                        "predicted": int(made[c])}
-    return {"coverage": predicted / total if total else None, "precision": correct / predicted if predicted else None,
-            "recall": correct / total if total else None, "examples": int(total), "per_class": per_class}
+        f1 = (
+            2 * precision * recall / (precision + recall)
+            if precision is not None and recall is not None and precision + recall > 0
+            else 0.0
+            if precision is not None and recall is not None
+            else None
+        )
+        per_class[c] = {
+            "precision": precision,
+            "recall": recall,
+            "f1": f1,
+            "support": int(actual[c]),
+            "predicted": int(made[c]),
+        }
+    return {
+        "coverage": predicted / total if total else None,
+        "precision": correct / predicted if predicted else None,
+        "recall": correct / total if total else None,
+        "examples": int(total),
+        "per_class": per_class,
+    }
 
 
 def unreachable(curve: List[Dict], point: Dict) -> List[str]:
@@ -78,44 +92,78 @@ def choose(curve: List[Dict], confidence_threshold: Optional[float], target_prec
     if confidence_threshold is not None:
         point = min(curve, key=lambda p: abs(p["threshold"] - confidence_threshold)) if curve else None
         lost = unreachable(curve, point) if point else []
-        return {"threshold": confidence_threshold, "how": f"--confidence-threshold {confidence_threshold:g}" + (
-            "; above it the model gives no eval image the class " + ", ".join(repr(n) for n in lost) if lost else ""),
-                **({"unreachable": lost} if lost else {})}
+        return {
+            "threshold": confidence_threshold,
+            "how": f"--confidence-threshold {confidence_threshold:g}"
+            + (
+                "; above it the model gives no eval image the class " + ", ".join(repr(n) for n in lost) if lost else ""
+            ),
+            **({"unreachable": lost} if lost else {}),
+        }
     if target_precision is not None:
         reaching = [p for p in curve if p["precision"] is not None and p["precision"] >= target_precision - 1e-12]
         if reaching and not unreachable(curve, reaching[0]):
-            return {"threshold": reaching[0]["threshold"], "how": f"the lowest reaching precision "
-                                                                   f"{target_precision:g} (--target-precision)"}
+            return {
+                "threshold": reaching[0]["threshold"],
+                "how": f"the lowest reaching precision {target_precision:g} (--target-precision)",
+            }
         if reaching:
             lost = unreachable(curve, reaching[0])
             keeping = [p for p in curve if p["threshold"] < reaching[0]["threshold"] and not unreachable(curve, p)]
             best = keeping[-1]["threshold"] if keeping else 0.0
-            return {"threshold": best, "target_missed": True,
-                    "how": f"{best:g}: precision {target_precision:g} (--target-precision) is reached only at "
-                           f"{reaching[0]['threshold']:g}, where the model no longer gives any image the class "
-                           + ", ".join(repr(n) for n in lost) + "; the highest threshold that keeps every class"}
-        return {"threshold": 0.0, "how": f"none: no threshold reaches precision {target_precision:g} "
-                                         "(--target-precision)", "target_missed": True}
-    return {"threshold": 0.0, "how": "none (every image gets a class; --confidence-threshold or --target-precision "
-                                     "sets one)"}
+            return {
+                "threshold": best,
+                "target_missed": True,
+                "how": f"{best:g}: precision {target_precision:g} (--target-precision) is reached only at "
+                f"{reaching[0]['threshold']:g}, where the model no longer gives any image the class "
+                + ", ".join(repr(n) for n in lost)
+                + "; the highest threshold that keeps every class",
+            }
+        return {
+            "threshold": 0.0,
+            "how": f"none: no threshold reaches precision {target_precision:g} (--target-precision)",
+            "target_missed": True,
+        }
+    return {
+        "threshold": 0.0,
+        "how": "none (every image gets a class; --confidence-threshold or --target-precision sets one)",
+    }
 
 
-def views(matrices: Dict[float, Matrix], class_names: Sequence[str], confidence_threshold: Optional[float] = None,
-          target_precision: Optional[float] = None) -> Dict:
+def views(
+    matrices: Dict[float, Matrix],
+    class_names: Sequence[str],
+    confidence_threshold: Optional[float] = None,
+    target_precision: Optional[float] = None,
+) -> Dict:
     """views.json: the curves over the thresholds, the chosen threshold, and every metric at it."""
     classes = len(class_names)
     curve, rates_at = [], {}
     for t in sorted(matrices):
         rates = rates_at[t] = _rates(matrices[t], classes)
-        curve.append({"threshold": t, **{k: rates[k] for k in ("coverage", "precision", "recall")},
-                      "per_class": {class_names[c]: {k: m[k] for k in ("precision", "recall")}
-                                    for c, m in rates["per_class"].items()}})
+        curve.append(
+            {
+                "threshold": t,
+                **{k: rates[k] for k in ("coverage", "precision", "recall")},
+                "per_class": {
+                    class_names[c]: {k: m[k] for k in ("precision", "recall")} for c, m in rates["per_class"].items()
+                },
+            }
+        )
     chosen = choose(curve, confidence_threshold, target_precision)
     at = rates_at[_nearest(matrices, chosen["threshold"])] if matrices else None
-    return {"thresholds": sorted(matrices), "curve": curve, "chosen": chosen,
-            "at_threshold": None if at is None else {
-                "threshold": chosen["threshold"], **{k: at[k] for k in ("coverage", "precision", "recall", "examples")},
-                "per_class": {class_names[c]: m for c, m in at["per_class"].items()}}}
+    return {
+        "thresholds": sorted(matrices),
+        "curve": curve,
+        "chosen": chosen,
+        "at_threshold": None
+        if at is None
+        else {
+            "threshold": chosen["threshold"],
+            **{k: at[k] for k in ("coverage", "precision", "recall", "examples")},
+            "per_class": {class_names[c]: m for c, m in at["per_class"].items()},
+        },
+    }
 
 
 def _nearest(matrices: Dict[float, Matrix], threshold: float) -> float:

@@ -1,4 +1,15 @@
-"""ImageExampleGen: image files to validated, split, sharded tf.Examples (component.py is the entry point)."""
+"""ImageExampleGen: image files to validated, split, sharded tf.Examples (component.py is the entry point).
+
+component.py        the component, its spec and parameters; vertex_driver.py its driver on Vertex AI
+ingest_defaults.py  the ingestion settings' defaults; ingest_settings.py the parameters as the executor reads them
+executor.py         the Beam graph of a run (its module docstring draws it), then the report
+ingest_report.py    the summary, the quarantine list and their checks
+finding/            which files, with which labels and splits (the input's layouts)
+checking/           each image read, checked and signed; the example encoded
+writing/            batches of files written to staging shards in worker processes, as Beam steps
+splitting/          the split by content hash per class, the waiting files placed, the final shards
+duplicates/         near-duplicate images found and decided
+"""
 
 # Files of the component's `report` output (read by runs/run_summary.py without importing TFX).
 LABEL_MAP_FILE = "label_map.json"

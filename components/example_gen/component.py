@@ -76,8 +76,7 @@ class ImageFileDriver(example_gen_driver.FileBasedDriver):
     every file's path, label, size and mtime.
     """
 
-    def resolve_exec_properties(self, exec_properties: Dict[str, Any], pipeline_info,
-                                component_info) -> Dict[str, Any]:
+    def resolve_exec_properties(self, exec_properties: Dict[str, Any], pipeline_info, component_info) -> Dict[str, Any]:
         exec_properties = super().resolve_exec_properties(exec_properties, pipeline_info, component_info)
         settings = ingest_settings.IngestSettings.from_exec_properties(exec_properties)
         exec_properties[example_gen_utils.FINGERPRINT_PROPERTY_NAME] = settings.input_fingerprint()
@@ -91,28 +90,30 @@ class ImageExampleGen(FileBasedExampleGen):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(image_executor.Executor)
     DRIVER_CLASS = ImageFileDriver
 
-    def __init__(self,
-                 input_base: str,
-                 input_config: Optional[example_gen_pb2.Input] = None,
-                 output_config: Optional[example_gen_pb2.Output] = None,
-                 range_config: Optional[range_config_pb2.RangeConfig] = None,
-                 layout: str = defaults.LAYOUT,
-                 max_pixels: int = defaults.MAX_PIXELS,
-                 max_bad_fraction: float = defaults.MAX_BAD_FRACTION,
-                 drop_duplicates: bool = defaults.DROP_DUPLICATES,
-                 compression_level: int = defaults.COMPRESSION_LEVEL,
-                 shard_megabytes: int = defaults.SHARD_MEGABYTES,
-                 span_window: int = defaults.SPAN_WINDOW,
-                 store_max_pixels: int = defaults.STORE_MAX_PIXELS,
-                 seed: int = defaults.SEED,
-                 near_duplicates: str = defaults.NEAR_DUPLICATES,
-                 task: str = defaults.TASK,
-                 review: str = ""):
+    def __init__(
+        self,
+        input_base: str,
+        input_config: Optional[example_gen_pb2.Input] = None,
+        output_config: Optional[example_gen_pb2.Output] = None,
+        range_config: Optional[range_config_pb2.RangeConfig] = None,
+        layout: str = defaults.LAYOUT,
+        max_pixels: int = defaults.MAX_PIXELS,
+        max_bad_fraction: float = defaults.MAX_BAD_FRACTION,
+        drop_duplicates: bool = defaults.DROP_DUPLICATES,
+        compression_level: int = defaults.COMPRESSION_LEVEL,
+        shard_megabytes: int = defaults.SHARD_MEGABYTES,
+        span_window: int = defaults.SPAN_WINDOW,
+        store_max_pixels: int = defaults.STORE_MAX_PIXELS,
+        seed: int = defaults.SEED,
+        near_duplicates: str = defaults.NEAR_DUPLICATES,
+        task: str = defaults.TASK,
+        review: str = "",
+    ):
         input_config = input_config or example_gen_pb2.Input(
-            splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")])
+            splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")]
+        )
         if output_config is None:
-            output_config = defaults.hash_split_output() if len(input_config.splits) == 1 else \
-                example_gen_pb2.Output()
+            output_config = defaults.hash_split_output() if len(input_config.splits) == 1 else example_gen_pb2.Output()
         spec = ImageExampleGenSpec(
             input_base=input_base,
             input_config=input_config,
@@ -137,6 +138,7 @@ class ImageExampleGen(FileBasedExampleGen):
             # the window: span_window may be a runtime parameter of a compiled job).
             span_pattern=input_config.splits[0].pattern if "{SPAN" in input_config.splits[0].pattern else None,
             examples=types.Channel(type=standard_artifacts.Examples),
-            report=types.Channel(type=ImageIngestionReport))
+            report=types.Channel(type=ImageIngestionReport),
+        )
         # FileBasedExampleGen.__init__ would build its own spec; skip to the base.
         base_beam_component.BaseBeamComponent.__init__(self, spec=spec)

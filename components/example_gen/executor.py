@@ -23,7 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 import apache_beam as beam
 from absl import logging
-from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions, StandardOptions)
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from tfx import types
 from tfx.components.example_gen import utils as example_gen_utils
 from tfx.components.util import examples_utils
@@ -34,14 +34,29 @@ from tfx.utils import io_utils
 
 from components import drift
 from components.beam_pickler import quiet_pickler_trace
-from components.example_gen import (FAILED_DIR, LABEL_MAP_FILE, NEAR_DUPLICATES_FILE, PROFILE_FILE, QUARANTINE_FILE,
-                                    SUMMARY_FILE, batch_ingest, beam_steps, ingest_report, near_duplicates, placement,
-                                    shards, sources, stratify)
-from components.example_gen.image_check import Reason
-from components.example_gen.ingest_report import (NEAR_DUPLICATE_COLUMNS, build_summary, check_summary, log_summary,
-                                                  quarantine_csv)
+from components.example_gen import (
+    FAILED_DIR,
+    LABEL_MAP_FILE,
+    NEAR_DUPLICATES_FILE,
+    PROFILE_FILE,
+    QUARANTINE_FILE,
+    SUMMARY_FILE,
+    ingest_report,
+)
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.duplicates import near_duplicates
+from components.example_gen.finding import sources
+from components.example_gen.finding.listing import Candidate, Listing, labels_of, split_sort_key
+from components.example_gen.ingest_report import (
+    NEAR_DUPLICATE_COLUMNS,
+    build_summary,
+    check_summary,
+    log_summary,
+    quarantine_csv,
+)
 from components.example_gen.ingest_settings import REPORT_KEY, IngestSettings
-from components.example_gen.listing import Candidate, Listing, labels_of, split_sort_key
+from components.example_gen.splitting import placement, shards, stratify
+from components.example_gen.writing import batch_ingest, beam_steps
 from storage import files as fs
 from storage import review_file
 from storage.spreadsheet import csv_text
@@ -58,30 +73,42 @@ def _read_json(path: str) -> Any:
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Ingests image files into tf.Examples; see the module docstring for the graph."""
 
-    def Do(self, input_dict: Dict[str, List[types.Artifact]],
-           output_dict: Dict[str, List[types.Artifact]],
-           exec_properties: Dict[str, Any]) -> None:
+    def Do(
+        self,
+        input_dict: Dict[str, List[types.Artifact]],
+        output_dict: Dict[str, List[types.Artifact]],
+        exec_properties: Dict[str, Any],
+    ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         examples = artifact_utils.get_single_instance(output_dict[standard_component_specs.EXAMPLES_KEY])
         report = artifact_utils.get_single_instance(output_dict[REPORT_KEY])
         settings = IngestSettings.from_exec_properties(exec_properties)
         listing = usable_listing(settings, report.uri)
         hash_splits, buckets = settings.output_splits()
-        split_names = sorted(set(hash_splits) | {c.split for c in listing.candidates if c.split},
-                             key=split_sort_key)
+        split_names = sorted(set(hash_splits) | {c.split for c in listing.candidates if c.split}, key=split_sort_key)
         # Ids follow the sorted class names (folders or manifest labels), like Keras'
         # image_dataset_from_directory, so they are known before any file is decoded.
         label_map = {name: i for i, name in enumerate(listing.classes)}
-        logging.info("ImageExampleGen: %d files from %s (%s layout, %s-label), %d hidden files skipped, classes %s",
-                     len(listing.candidates), listing.source, listing.layout, listing.task, listing.skipped_hidden,
-                     label_map)
+        logging.info(
+            "ImageExampleGen: %d files from %s (%s layout, %s-label), %d hidden files skipped, classes %s",
+            len(listing.candidates),
+            listing.source,
+            listing.layout,
+            listing.task,
+            listing.skipped_hidden,
+            label_map,
+        )
         staging = fs.join(examples.uri, ".staging")
         shares = stratify.shares(buckets)
-        strata = stratify.label_strata((c.label for c in listing.candidates if not c.split), shares) \
-            if listing.task == "multi" else None  # multi-label files are split by their rarest label
+        strata = (
+            stratify.label_strata((c.label for c in listing.candidates if not c.split), shares)
+            if listing.task == "multi"
+            else None
+        )  # multi-label files are split by their rarest label
         review = review_decisions(settings.review, listing)
-        found, found_pairs, elapsed, search = self._inspect_and_write(listing, settings, staging, label_map,
-                                                                      hash_splits, shares, strata, review)
+        found, found_pairs, elapsed, search = self._inspect_and_write(
+            listing, settings, staging, label_map, hash_splits, shares, strata, review
+        )
         placed = place_and_finalize(found, found_pairs, settings, staging, examples.uri, split_names)
         io_utils.delete_dir(staging)
 
@@ -103,9 +130,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         write_outputs(examples, report, listing, label_map, split_names, summary, placed)
         log_summary(summary)
 
-    def _inspect_and_write(self, listing: Listing, settings: IngestSettings, staging: str, label_map: Dict[str, int],
-                           hash_splits, shares, strata: Optional[stratify.LabelStrata] = None,
-                           review: Optional[Dict[str, Any]] = None):
+    def _inspect_and_write(
+        self,
+        listing: Listing,
+        settings: IngestSettings,
+        staging: str,
+        label_map: Dict[str, int],
+        hash_splits,
+        shares,
+        strata: Optional[stratify.LabelStrata] = None,
+        review: Optional[Dict[str, Any]] = None,
+    ):
         """Every file inspected and written in one Beam pass (this machine's processes, or Dataflow's workers),
         and the near-duplicate pairs: (what Beam found, the pairs, seconds, where the search ran)."""
         processes = local_processes(self._beam_pipeline_args, listing.candidates)
@@ -115,18 +150,31 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             batch_ingest.write_candidates(batch, batch_files[-1])
         # The classes' counts that place their files (stratify.py), with the review's relabels by path: a file
         # relabelled is placed in its new class.
-        relabelled = {review["paths"][key]: new for key, (action, new, _) in (review or {}).get("apply", {}).items()
-                      if action == "relabel"}
-        unsplit = collections.Counter(stratify.stratum(relabelled.get(c.rel_path, c.label), strata)
-                                      for c in listing.candidates if not c.split)
+        relabelled = {
+            review["paths"][key]: new
+            for key, (action, new, _) in (review or {}).get("apply", {}).items()
+            if action == "relabel"
+        }
+        unsplit = collections.Counter(
+            stratify.stratum(relabelled.get(c.rel_path, c.label), strata) for c in listing.candidates if not c.split
+        )
         searched = settings.near_duplicates != "off"
         in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
         ingest_settings = batch_ingest.Settings(
-            staging_dir=staging, label_ids=label_map, hash_splits=hash_splits,
-            max_pixels=settings.max_pixels, compression_level=settings.compression_level,
-            shard_bytes=settings.shard_megabytes << 20, store_max_pixels=settings.store_max_pixels,
-            bands=stratify.bands(dict(unsplit), shares), strata=strata, signatures_in_files=in_memory, sign=searched,
-            multi_label=listing.task == "multi", review=(review or {}).get("apply", {}))
+            staging_dir=staging,
+            label_ids=label_map,
+            hash_splits=hash_splits,
+            max_pixels=settings.max_pixels,
+            compression_level=settings.compression_level,
+            shard_bytes=settings.shard_megabytes << 20,
+            store_max_pixels=settings.store_max_pixels,
+            bands=stratify.bands(dict(unsplit), shares),
+            strata=strata,
+            signatures_in_files=in_memory,
+            sign=searched,
+            multi_label=listing.task == "multi",
+            review=(review or {}).get("apply", {}),
+        )
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()
@@ -137,29 +185,37 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 # Dataflow's 10 MB limit on job graphs. Locally the DoFn spreads batches over its
                 # own processes, so Beam's reshuffle (which spreads them over workers) is skipped.
                 | "CandidateBatches" >> beam.Create(batch_files, reshuffle=processes == 1)
-                | "InspectAndWrite" >> beam.ParDo(beam_steps.InspectAndWrite(
-                    ingest_settings, processes, total_files=len(listing.candidates)))
-                .with_outputs("results", "pending", main="metas"))
-            resolved = (inspected.metas
-                        | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
-                        | "GroupByHash" >> beam.GroupByKey()
-                        | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates)))
+                | "InspectAndWrite"
+                >> beam.ParDo(
+                    beam_steps.InspectAndWrite(ingest_settings, processes, total_files=len(listing.candidates))
+                ).with_outputs("results", "pending", main="metas")
+            )
+            resolved = (
+                inspected.metas
+                | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
+                | "GroupByHash" >> beam.GroupByKey()
+                | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates))
+            )
             # The pending files placed by rank in their stratum, and their shards rewritten (placement.py).
-            assigned = (placement.stratum_items(inspected.results, resolved, inspected.pending, strata)
-                        | "Assign" >> beam.ParDo(placement.Assign(hash_splits, shares))
-                        .with_outputs("results", main="placed"))
-            rewritten = (assigned.placed
-                         | "ByPendingShard" >> beam.GroupByKey()
-                         | "Rewrite" >> beam.ParDo(placement.Rewrite(staging, settings.compression_level,
-                                                                     settings.shard_megabytes << 20)))
+            assigned = placement.stratum_items(
+                inspected.results, resolved, inspected.pending, strata
+            ) | "Assign" >> beam.ParDo(placement.Assign(hash_splits, shares)).with_outputs("results", main="placed")
+            rewritten = (
+                assigned.placed
+                | "ByPendingShard" >> beam.GroupByKey()
+                | "Rewrite"
+                >> beam.ParDo(placement.Rewrite(staging, settings.compression_level, settings.shard_megabytes << 20))
+            )
             outputs = [inspected.results, resolved, assigned.results, rewritten]
             if searched and not in_memory:  # near-duplicates through Beam's shuffle (else after the run)
                 outputs.append(near_pairs_in_beam(inspected.metas, len(listing.candidates)))
             # The small results go through one file, checked after the run.
-            _ = (tuple(outputs)
-                 | "AllResults" >> beam.Flatten()
-                 | "Collect" >> beam.CombineGlobally(beam_steps.CollectResults())
-                 | "Save" >> beam.Map(beam_steps.save_json, results_path))
+            _ = (
+                tuple(outputs)
+                | "AllResults" >> beam.Flatten()
+                | "Collect" >> beam.CombineGlobally(beam_steps.CollectResults())
+                | "Save" >> beam.Map(beam_steps.save_json, results_path)
+            )
         found = _read_json(results_path)
         if not searched:
             return found, [], time.monotonic() - started, {"where": "off"}
@@ -181,19 +237,30 @@ def review_decisions(path: str, listing: Listing) -> Dict[str, Any]:
     apply, paths, refused = {}, {}, []
     classes = set(listing.classes)
     for key, d in review_file.changes(review_file.read(path)).items():
-        unknown = sorted(set(labels_of(d.new_label) if listing.task == "multi" else [d.new_label]) - classes) \
-            if d.action == "relabel" else []
+        unknown = (
+            sorted(set(labels_of(d.new_label) if listing.task == "multi" else [d.new_label]) - classes)
+            if d.action == "relabel"
+            else []
+        )
         if unknown:
-            refused.append({"path": d.path, "key": key, "action": d.action, "new_label": d.new_label,
-                            "why": f"{', '.join(unknown)} is not a class of this data"})
+            refused.append(
+                {
+                    "path": d.path,
+                    "key": key,
+                    "action": d.action,
+                    "new_label": d.new_label,
+                    "why": f"{', '.join(unknown)} is not a class of this data",
+                }
+            )
         else:
             apply[key] = (d.action, d.new_label, os.path.basename(path))
             paths[key] = d.path
     return {"apply": apply, "paths": paths, "refused": refused}
 
 
-def review_summary(path: str, review: Dict[str, Any], reviewed: List[List[str]], listing: Listing,
-                   bad: List[Dict[str, Any]]) -> Dict:
+def review_summary(
+    path: str, review: Dict[str, Any], reviewed: List[List[str]], listing: Listing, bad: List[Dict[str, Any]]
+) -> Dict:
     """What a review file changed: files relabelled (to another label than they had) and excluded, and the
     decisions not applied (the image is gone, quarantined before it was read, or changed since it was reviewed:
     its content hash differs; or its new label is not a class)."""
@@ -204,14 +271,21 @@ def review_summary(path: str, review: Dict[str, Any], reviewed: List[List[str]],
     for key, (action, new_label, _) in sorted(review["apply"].items(), key=lambda kv: review["paths"][kv[0]]):
         if key not in applied:
             where = review["paths"][key]
-            why = (f"quarantined ({quarantined[where]})" if where in quarantined
-                   else "changed since the review (its content hash differs)" if where in listed
-                   else "not in this data")
+            why = (
+                f"quarantined ({quarantined[where]})"
+                if where in quarantined
+                else "changed since the review (its content hash differs)"
+                if where in listed
+                else "not in this data"
+            )
             not_applied.append({"path": where, "key": key, "action": action, "new_label": new_label, "why": why})
-    return {"file": path, "decisions": len(review["apply"]) + len(review["refused"]),
-            "relabelled": sum(action == "relabel" for _, action in reviewed),  # files: exact copies each
-            "excluded": sum(action == "exclude" for _, action in reviewed),
-            "not_applied": not_applied}
+    return {
+        "file": path,
+        "decisions": len(review["apply"]) + len(review["refused"]),
+        "relabelled": sum(action == "relabel" for _, action in reviewed),  # files: exact copies each
+        "excluded": sum(action == "exclude" for _, action in reviewed),
+        "not_applied": not_applied,
+    }
 
 
 def check_review_unchanged(path: str, exec_properties: Dict[str, Any]) -> None:
@@ -219,8 +293,10 @@ def check_review_unchanged(path: str, exec_properties: Dict[str, Any]) -> None:
     added while the run read the files stops it in one line."""
     expected = exec_properties.get(example_gen_utils.FINGERPRINT_PROPERTY_NAME) or ""
     if expected and not expected.endswith(review_file.fingerprint(path)):
-        raise ingest_report.IngestionError(f"--review {path}: decisions were added while this run read the files; "
-                                           "run again (the new decisions then apply)")
+        raise ingest_report.IngestionError(
+            f"--review {path}: decisions were added while this run read the files; "
+            "run again (the new decisions then apply)"
+        )
 
 
 def usable_listing(settings: IngestSettings, report_uri: str) -> Listing:
@@ -230,19 +306,18 @@ def usable_listing(settings: IngestSettings, report_uri: str) -> Listing:
     try:
         sources.check_usable(listing)
     except sources.DataError as e:
-        rows = [batch_ingest.bad_row(c.rel_path, *c.problem, c.label, c.split) for c in listing.candidates
-                if c.problem]
+        rows = [batch_ingest.bad_row(c.rel_path, *c.problem, c.label, c.split) for c in listing.candidates if c.problem]
         if not rows:
             raise
         kept = keep_failed(report_uri, rows, None)
-        raise ingest_report.IngestionError(f"{e}; every quarantined file or row, with its reason: {kept}") \
-            from None
+        raise ingest_report.IngestionError(f"{e}; every quarantined file or row, with its reason: {kept}") from None
     return listing
 
 
 class Placed(NamedTuple):
     """What ingestion wrote, once every example is in its split: counts per (split, label, format, copy), sizes
     per (split, side, bin), quarantine rows, near-duplicate groups and figures, split notes."""
+
     counts: collections.Counter
     sizes: collections.Counter
     bad: List[Dict[str, Any]]
@@ -251,16 +326,18 @@ class Placed(NamedTuple):
     notes: List[str]
 
 
-def place_and_finalize(found, found_pairs, settings: IngestSettings, staging: str, examples_uri: str,
-                       split_names: List[str]) -> Placed:
+def place_and_finalize(
+    found, found_pairs, settings: IngestSettings, staging: str, examples_uri: str, split_names: List[str]
+) -> Placed:
     """Near-duplicates decided on the files' final splits (the pending files were placed in Beam: placement.py),
     and the shards renamed (or, the rare one holding a rejected copy, rewritten) into their Split-* folders."""
     counts = collections.Counter({tuple(k): n for *k, n in found["written"]})  # (split, label, format, copy)
     sizes = collections.Counter({tuple(k): n for *k, n in found["sizes"]})  # (split, side, bin)
     rejected_split = {(shard, index): split for shard, index, split in found["rejected_split"]}
     rejected = [(batch_ingest.Meta(*meta), row) for meta, row in found["rejected"]]
-    where = placement.moved([m for m, _ in rejected] + [m for pair in found_pairs for m in pair],
-                            dict(found["moves"]), rejected_split)
+    where = placement.moved(
+        [m for m, _ in rejected] + [m for pair in found_pairs for m in pair], dict(found["moves"]), rejected_split
+    )
 
     def placed(meta: batch_ingest.Meta) -> batch_ingest.Meta:
         return where.get((meta.shard, meta.index), meta)
@@ -273,8 +350,14 @@ def place_and_finalize(found, found_pairs, settings: IngestSettings, staging: st
     if settings.near_duplicates == "off":  # not 0: unknown (the card, the report and data health say so)
         near.update({key: None for key in near_duplicates.SEARCHED_FIGURES})
     rejected += near_rejected
-    shards.finalize_shards([batch_ingest.Shard(*s) for s in found["shard"]], rejected, examples_uri, split_names,
-                           settings.compression_level, placement.placed_dir(staging))
+    shards.finalize_shards(
+        [batch_ingest.Shard(*s) for s in found["shard"]],
+        rejected,
+        examples_uri,
+        split_names,
+        settings.compression_level,
+        placement.placed_dir(staging),
+    )
     for meta, _ in rejected:
         counts[(meta.split, meta.label, meta.format, meta.downscaled)] -= 1
     notes = [note for _, note in sorted(found["notes"])]  # by stratum
@@ -283,8 +366,15 @@ def place_and_finalize(found, found_pairs, settings: IngestSettings, staging: st
     return Placed(counts, sizes, found["bad"] + [row for _, row in rejected], groups, near, notes)
 
 
-def write_outputs(examples, report, listing: Listing, label_map: Dict[str, int], split_names: List[str],
-                  summary: Dict[str, Any], placed: Placed) -> None:
+def write_outputs(
+    examples,
+    report,
+    listing: Listing,
+    label_map: Dict[str, int],
+    split_names: List[str],
+    summary: Dict[str, Any],
+    placed: Placed,
+) -> None:
     """The examples' split names, label map and data profile; the report's summary, quarantine and near-duplicate
     lists, and its properties."""
     examples.split_names = artifact_utils.encode_split_names(split_names)
@@ -293,15 +383,23 @@ def write_outputs(examples, report, listing: Listing, label_map: Dict[str, int],
     _write_json(label_map, os.path.join(examples.uri, LABEL_MAP_FILE))
     # Size bins count every written example, a rejected duplicate copy included (rare; a bin off
     # by one does not change a distance).
-    _write_json(drift.make_profile(summary["examples_written"], summary["examples_per_split_and_class"],
-                                   summary["formats"], [[*k, n] for k, n in placed.sizes.items() if n],
-                                   summary["examples_per_split"]),
-                os.path.join(examples.uri, PROFILE_FILE))
+    _write_json(
+        drift.make_profile(
+            summary["examples_written"],
+            summary["examples_per_split_and_class"],
+            summary["formats"],
+            [[*k, n] for k, n in placed.sizes.items() if n],
+            summary["examples_per_split"],
+        ),
+        os.path.join(examples.uri, PROFILE_FILE),
+    )
     _write_json(label_map, os.path.join(report.uri, LABEL_MAP_FILE))
     _write_json(summary, os.path.join(report.uri, SUMMARY_FILE))
     io_utils.write_string_file(os.path.join(report.uri, QUARANTINE_FILE), quarantine_csv(placed.bad))
-    io_utils.write_string_file(os.path.join(report.uri, NEAR_DUPLICATES_FILE),
-                               csv_text(NEAR_DUPLICATE_COLUMNS, near_duplicates.csv_rows(placed.groups)))
+    io_utils.write_string_file(
+        os.path.join(report.uri, NEAR_DUPLICATES_FILE),
+        csv_text(NEAR_DUPLICATE_COLUMNS, near_duplicates.csv_rows(placed.groups)),
+    )
     for key in ("files_seen", "examples_written", "quarantined", "skipped_hidden", "downscaled"):
         report.set_int_custom_property(key, summary[key])
     report.set_string_custom_property("label_map", json.dumps(label_map, ensure_ascii=False))
@@ -312,24 +410,28 @@ def near_search_in_memory(beam_args: List[str], files: int) -> bool:
     """Whether the near-duplicate search runs in the executor's memory after the Beam run: on the local runners,
     up to near_duplicates.MEMORY_MAX_IMAGES; otherwise (Dataflow, more images) as Beam stages."""
     runner = PipelineOptions(beam_args or []).view_as(StandardOptions).runner or "DirectRunner"
-    return runner in ("DirectRunner", "direct", "FnApiRunner", "BundleBasedDirectRunner") \
+    return (
+        runner in ("DirectRunner", "direct", "FnApiRunner", "BundleBasedDirectRunner")
         and files <= near_duplicates.MEMORY_MAX_IMAGES
+    )
 
 
 def near_pairs_in_beam(metas, images: int):
     """The near-duplicate search as Beam stages (near_duplicates.py): the pairs, as ("near_pairs", [a, b])."""
-    limits = (metas
-              | "Signed" >> beam.Filter(lambda meta: bool(meta.signature))
-              | "SampleSignatures" >> beam.combiners.Top.Smallest(near_duplicates.SAMPLE,
-                                                                 key=near_duplicates.sample_key)
-              | "Limits" >> beam.Map(near_duplicates.limits_from))
-    return (metas
-            | "BatchMetas" >> beam.BatchElements(min_batch_size=near_duplicates.BATCH,
-                                                 max_batch_size=near_duplicates.BATCH)
-            | "BandKeys" >> beam.FlatMap(near_duplicates.band_items, beam.pvalue.AsSingleton(limits), images)
-            | "GroupByBand" >> beam.GroupByKey()
-            | "NearPairs" >> beam.FlatMap(near_duplicates.bucket_pairs, beam.pvalue.AsSingleton(limits))
-            | "AsResult" >> beam.Map(lambda pair: ("near_pairs", [list(pair[0]), list(pair[1])])))
+    limits = (
+        metas
+        | "Signed" >> beam.Filter(lambda meta: bool(meta.signature))
+        | "SampleSignatures" >> beam.combiners.Top.Smallest(near_duplicates.SAMPLE, key=near_duplicates.sample_key)
+        | "Limits" >> beam.Map(near_duplicates.limits_from)
+    )
+    return (
+        metas
+        | "BatchMetas" >> beam.BatchElements(min_batch_size=near_duplicates.BATCH, max_batch_size=near_duplicates.BATCH)
+        | "BandKeys" >> beam.FlatMap(near_duplicates.band_items, beam.pvalue.AsSingleton(limits), images)
+        | "GroupByBand" >> beam.GroupByKey()
+        | "NearPairs" >> beam.FlatMap(near_duplicates.bucket_pairs, beam.pvalue.AsSingleton(limits))
+        | "AsResult" >> beam.Map(lambda pair: ("near_pairs", [list(pair[0]), list(pair[1])]))
+    )
 
 
 def keep_failed(report_uri: str, bad: List[Dict[str, str]], summary: Optional[Dict[str, Any]]) -> str:
@@ -362,8 +464,10 @@ def local_processes(beam_args: List[str], candidates: List[Candidate]) -> int:
         return 1
     if any(arg.split("=", 1)[0] == "--direct_num_workers" for arg in beam_args or []):
         return max(1, direct.direct_num_workers or cpu_count())
-    if len(candidates) < INLINE_MAX_FILES and sum(c.size if c.size >= 0 else INLINE_MAX_BYTES
-                                                  for c in candidates) < INLINE_MAX_BYTES:
+    if (
+        len(candidates) < INLINE_MAX_FILES
+        and sum(c.size if c.size >= 0 else INLINE_MAX_BYTES for c in candidates) < INLINE_MAX_BYTES
+    ):
         return 1
     return cpu_count()
 
@@ -380,6 +484,7 @@ def ingest_order(candidates: List[Candidate], seed: int) -> List[Candidate]:
     split, mixes the classes. In the listing's order (one class folder after another) the examples
     would reach the Trainer a class at a time, which no shuffle buffer smaller than the data undoes.
     Keyed by path, so the same seed gives the same order, and a file added keeps the others' order."""
+
     def key(c: Candidate) -> bytes:
         return hashlib.sha256(f"{seed}\0{c.rel_path}".encode("utf-8", "surrogateescape")).digest()
 
@@ -389,6 +494,4 @@ def ingest_order(candidates: List[Candidate], seed: int) -> List[Candidate]:
 def batches(candidates: List[Candidate], processes: int) -> List[List[Candidate]]:
     """About two batches per process, 64 to 2,000 files each: enough work to spread, few shards."""
     size = min(2000, max(64, -(-len(candidates) // (2 * processes))))
-    return [candidates[i:i + size] for i in range(0, len(candidates), size)]
-
-
+    return [candidates[i : i + size] for i in range(0, len(candidates), size)]

@@ -37,6 +37,11 @@ def hash_split_output(eval_percent: int = EVAL_PERCENT):
     """ExampleGen's output_config for unsplit data: train and eval by content hash, in percent buckets."""
     from tfx.proto import example_gen_pb2  # protos only (no TensorFlow): the CLI stays fast
 
-    return example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
-        example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=100 - eval_percent),
-        example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=eval_percent)]))
+    return example_gen_pb2.Output(
+        split_config=example_gen_pb2.SplitConfig(
+            splits=[
+                example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=100 - eval_percent),
+                example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=eval_percent),
+            ]
+        )
+    )

@@ -15,8 +15,8 @@ from absl import logging
 from tfx.utils import io_utils
 
 from components.example_gen import SUMMARY_FILE
-from components.example_gen.image_check import Reason
-from components.example_gen.listing import Listing, labels_of
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding.listing import Listing, labels_of
 from storage.spreadsheet import csv_text
 from trainer import class_balance
 
@@ -28,9 +28,14 @@ class IngestionError(RuntimeError):
     """The run cannot produce usable examples; one line that says why and what to do."""
 
 
-def build_summary(listing: Listing, counts: Dict[tuple, int], bad: List[Dict[str, str]],
-                  label_map: Dict[str, int], split_names: List[str],
-                  duplicates: List[List[str]]) -> Dict[str, Any]:
+def build_summary(
+    listing: Listing,
+    counts: Dict[tuple, int],
+    bad: List[Dict[str, str]],
+    label_map: Dict[str, int],
+    split_names: List[str],
+    duplicates: List[List[str]],
+) -> Dict[str, Any]:
     """Everything a person or a test wants to know about the run, as plain JSON."""
     multi = listing.task == "multi"
     per_split: Dict[str, Dict[str, int]] = {s: {} for s in split_names}  # multi-label: images per label
@@ -70,20 +75,30 @@ def build_summary(listing: Listing, counts: Dict[tuple, int], bad: List[Dict[str
         "examples_per_split": examples,
         "examples_per_split_and_class": per_split,  # multi-label: images per label (an image counts for each)
         # Multi-label: images with no label (negatives for every label), and the most common label sets in train.
-        **({"examples_without_labels": without_labels,
-            "label_sets_in_train": dict(sorted(label_sets.items(), key=lambda kv: (-kv[1], kv[0]))[:20]),
-            "label_cooccurrence_in_train": cooccurrence(label_sets)} if multi else {}),
+        **(
+            {
+                "examples_without_labels": without_labels,
+                "label_sets_in_train": dict(sorted(label_sets.items(), key=lambda kv: (-kv[1], kv[0]))[:20]),
+                "label_cooccurrence_in_train": cooccurrence(label_sets),
+            }
+            if multi
+            else {}
+        ),
         # Largest / smallest class in train (trainer/class_balance.py): above 3 training balances the classes.
         "imbalance_ratio": class_balance.imbalance_ratio(per_split.get("train", {})),
         # Classes with too few eval images to judge the model on, none included (the Evaluator does not hold them to
         # --min-class-recall; data health and the model card name them).
         "classes_with_few_eval_examples": sorted(
-            label for label in label_map if any(c.get(label) for c in per_split.values())
-            and per_split.get("eval", {}).get(label, 0) < class_balance.MIN_EVAL_EXAMPLES),
+            label
+            for label in label_map
+            if any(c.get(label) for c in per_split.values())
+            and per_split.get("eval", {}).get(label, 0) < class_balance.MIN_EVAL_EXAMPLES
+        ),
         "formats": dict(sorted(formats.items())),
         "label_map": label_map,
         "classes_without_examples": sorted(
-            set(label_map) - {label for c in per_split.values() for label, n in c.items() if n}),
+            set(label_map) - {label for c in per_split.values() for label, n in c.items() if n}
+        ),
         "label_conflicts": reasons.get(Reason.LABEL_CONFLICT, 0),
         # Groups of files with identical bytes (each group in one split, or quarantined).
         "duplicate_groups": len(duplicates),
@@ -106,8 +121,11 @@ def cooccurrence(label_sets: Dict[str, int]) -> Dict[str, Dict[str, int]]:
 
 def quarantined_on_request(reasons: Dict[str, int]) -> int:
     """Files quarantined on request (copies dropped, images a review excluded): not bad files."""
-    return (reasons.get(Reason.DUPLICATE, 0) + reasons.get(Reason.NEAR_DUPLICATE, 0)
-            + reasons.get(Reason.EXCLUDED_BY_REVIEW, 0))
+    return (
+        reasons.get(Reason.DUPLICATE, 0)
+        + reasons.get(Reason.NEAR_DUPLICATE, 0)
+        + reasons.get(Reason.EXCLUDED_BY_REVIEW, 0)
+    )
 
 
 def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str) -> None:
@@ -119,22 +137,25 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
     if written == 0:
         raise IngestionError(
             f"{source}: no valid image among {seen} files (quarantined: {top}); "
-            "check that the path holds JPEG, PNG, GIF or BMP images")
+            "check that the path holds JPEG, PNG, GIF or BMP images"
+        )
     if summary["bad_fraction"] > max_bad_fraction:
         bad -= quarantined_on_request(summary["quarantine_reasons"])
         raise IngestionError(
             f"{source}: {bad} of {seen} files ({summary['bad_fraction']:.1%}) were quarantined ({top}), "
-            f"over the limit of {max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction")
+            f"over the limit of {max_bad_fraction:.1%}; fix or remove them, or raise --max-bad-fraction"
+        )
     with_examples = sorted(set(summary["label_map"]) - set(summary["classes_without_examples"]))
     if len(with_examples) < 2:
         raise IngestionError(
-            f"{source}: valid images in only one class ({', '.join(with_examples)}); "
-            "a classifier needs at least two")
+            f"{source}: valid images in only one class ({', '.join(with_examples)}); a classifier needs at least two"
+        )
     for split, n in summary["examples_per_split"].items():
         if n == 0:
             raise IngestionError(
                 f"{source}: split {split!r} has no valid examples; add images (or a {split}/ folder) "
-                "or change the split ratios")
+                "or change the split ratios"
+            )
     train = summary["examples_per_split_and_class"].get("train", {})
     untrained = sorted(label for label in with_examples if not train.get(label))
     if untrained and summary.get("task") == "multi":
@@ -142,34 +163,40 @@ def check_summary(summary: Dict[str, Any], max_bad_fraction: float, source: str)
         # tags is common): said in the summary; training sets nothing for it (features.label_target).
         summary["split_notes"] = summary.get("split_notes", []) + [
             f"{len(untrained):,} labels only in eval or test, which the model does not learn: "
-            + ", ".join(untrained[:5]) + (f" and {len(untrained) - 5:,} more" if len(untrained) > 5 else "")]
+            + ", ".join(untrained[:5])
+            + (f" and {len(untrained) - 5:,} more" if len(untrained) > 5 else "")
+        ]
     elif untrained:
         # The model learns its classes from train: these would have no output, and their eval labels no id.
         raise IngestionError(
             f"{source}: classes with no training example: {', '.join(untrained)}; add images of them "
-            "(a class needs at least a few to land some in train), or remove them")
+            "(a class needs at least a few to land some in train), or remove them"
+        )
     if summary["classes_without_examples"]:
         # The model would silently not know them: the user listed them as classes.
         names = ", ".join(repr(n) for n in summary["classes_without_examples"][:5])
         raise IngestionError(
             f"{source}: classes with no valid image (every file of theirs was quarantined): {names}; fix or "
-            "replace their files, or remove the classes")
+            "replace their files, or remove the classes"
+        )
 
 
 def quarantine_csv(rows: List[Dict[str, str]]) -> str:
     return csv_text(QUARANTINE_COLUMNS, sorted(rows, key=lambda r: (r["path"], r["reason"])))
 
 
-
-
 def log_summary(summary: Dict[str, Any]) -> None:
     logging.info(
         "ImageExampleGen: %d files seen, %d examples written %s, %d quarantined %s, %d hidden skipped",
-        summary["files_seen"], summary["examples_written"], summary["examples_per_split"],
-        summary["quarantined"], summary["quarantine_reasons"], summary["skipped_hidden"])
+        summary["files_seen"],
+        summary["examples_written"],
+        summary["examples_per_split"],
+        summary["quarantined"],
+        summary["quarantine_reasons"],
+        summary["skipped_hidden"],
+    )
 
 
 def read_report(report_uri: str) -> Dict[str, Any]:
     """The summary a run wrote (for the CLI and tests)."""
     return json.loads(io_utils.read_string_file(os.path.join(report_uri, SUMMARY_FILE)))
-

@@ -17,8 +17,8 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from components.example_gen import ingest_defaults as defaults
-from components.example_gen import sources
-from components.example_gen.listing import SPLIT_ALIASES, Listing
+from components.example_gen.finding import sources
+from components.example_gen.finding.listing import SPLIT_ALIASES, Listing
 from storage import files as fs
 
 # The component's own exec properties (beside FileBasedExampleGen's).
@@ -73,12 +73,14 @@ class IngestSettings(NamedTuple):
                 range_config = range_config_pb2.RangeConfig()
                 proto_utils.json_to_proto(props[standard_component_specs.RANGE_CONFIG_KEY], range_config)
             _, span, _ = example_gen_utils.calculate_splits_fingerprint_span_and_version(
-                props[standard_component_specs.INPUT_BASE_KEY], input_config.splits, range_config)
+                props[standard_component_specs.INPUT_BASE_KEY], input_config.splits, range_config
+            )
         output_config = example_gen_pb2.Output()
         proto_utils.json_to_proto(props[standard_component_specs.OUTPUT_CONFIG_KEY], output_config)
         return cls(
             input_base=props[standard_component_specs.INPUT_BASE_KEY],
-            input_config=input_config, output_config=output_config,
+            input_config=input_config,
+            output_config=output_config,
             layout=props.get(LAYOUT_KEY) or defaults.LAYOUT,
             max_pixels=int(props.get(MAX_PIXELS_KEY) or defaults.MAX_PIXELS),
             max_bad_fraction=float(_given(props.get(MAX_BAD_FRACTION_KEY), defaults.MAX_BAD_FRACTION)),
@@ -93,7 +95,8 @@ class IngestSettings(NamedTuple):
             seed=int(_given(props.get(SEED_KEY), defaults.SEED)),
             near_duplicates=props.get(NEAR_DUPLICATES_KEY) or defaults.NEAR_DUPLICATES,
             task=props.get(TASK_KEY) or defaults.TASK,
-            review=props.get(REVIEW_KEY) or "")
+            review=props.get(REVIEW_KEY) or "",
+        )
 
     def input_fingerprint(self) -> str:
         """What decides whether a cached ingestion still holds: every file of the listing, and the review file's
@@ -141,26 +144,33 @@ class IngestSettings(NamedTuple):
             match = re.fullmatch(regex, path.rstrip("/"))
             if match and int(match.group("span")) <= self.span:
                 found.add(int(match.group("span")))
-        window = sorted(found)[-self.span_window:] or [self.span]
+        window = sorted(found)[-self.span_window :] or [self.span]
         if len(window) < self.span_window:
-            logging.warning("ImageExampleGen: span_window is %d but only spans %s exist up to span %d",
-                            self.span_window, window, self.span)
+            logging.warning(
+                "ImageExampleGen: span_window is %d but only spans %s exist up to span %d",
+                self.span_window,
+                window,
+                self.span,
+            )
         return window
 
     def _window(self, resolved: str, spans: List[int]) -> List[str]:
         if spans == [self.span]:
             return [resolved]
         # Replace the resolved span's number in the pattern by each span of the window.
-        return [re.sub(r"\{SPAN(:\d+)?\}", lambda m: _zero_pad(span, m.group(1)), self.span_pattern)
-                for span in spans]
+        return [
+            re.sub(r"\{SPAN(:\d+)?\}", lambda m, span=span: _zero_pad(span, m.group(1)), self.span_pattern)
+            for span in spans
+        ]
 
     def output_splits(self) -> Tuple[List[str], List[int]]:
         """Names and cumulative hash buckets of the hash-assigned splits (default: train, then eval)."""
         splits = self.output_config.split_config.splits
         if not splits:
             if len(self.input_config.splits) > 1:
-                return [SPLIT_ALIASES.get(s.name.lower(), s.name) for s in self.input_config.splits], \
-                    list(range(1, len(self.input_config.splits) + 1))
+                return [SPLIT_ALIASES.get(s.name.lower(), s.name) for s in self.input_config.splits], list(
+                    range(1, len(self.input_config.splits) + 1)
+                )
             splits = defaults.hash_split_output().split_config.splits
         names, buckets, total = [], [], 0
         for s in splits:

@@ -36,7 +36,8 @@ def input_fingerprint(exec_properties: Dict[str, Any], splits, span: int) -> str
     """The fingerprint of what the executor reads for `span` (splits with the span filled in)."""
     resolved = dict(exec_properties)
     resolved[standard_component_specs.INPUT_CONFIG_KEY] = proto_utils.proto_to_json(
-        example_gen_pb2.Input(splits=splits))
+        example_gen_pb2.Input(splits=splits)
+    )
     resolved[example_gen_utils.SPAN_PROPERTY_NAME] = span
     return IngestSettings.from_exec_properties(resolved).input_fingerprint()
 
@@ -47,8 +48,12 @@ class WindowInputProcessor(input_processor.FileBasedInputProcessor):
     exec_properties: Dict[str, Any] = {}  # the component's parameters, set by main()
 
     def get_input_fingerprint(self, span: int, version: Optional[int]) -> str:
-        splits = [example_gen_pb2.Input.Split(name=s.name, pattern=self.get_pattern_for_span_version(
-            s.pattern, span, version)) for s in self._splits]
+        splits = [
+            example_gen_pb2.Input.Split(
+                name=s.name, pattern=self.get_pattern_for_span_version(s.pattern, span, version)
+            )
+            for s in self._splits
+        ]
         return input_fingerprint(self.exec_properties, splits, span)
 
 
@@ -60,7 +65,8 @@ def main(args) -> None:
         inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
         json_format.Parse(args.json_serialized_inputs_spec_args, inputs_spec, ignore_unknown_fields=True)
     WindowInputProcessor.exec_properties = kubeflow_v2_entrypoint_utils.parse_execution_properties(
-        executor_input.inputs.parameter_values, executor_input.inputs.parameters, inputs_spec)
+        executor_input.inputs.parameter_values, executor_input.inputs.parameters, inputs_spec
+    )
     # TFX's driver builds its input processor from this module attribute; this process exists
     # only to run that driver, so swapping the class here affects nothing else.
     tfx_driver.input_processor.FileBasedInputProcessor = WindowInputProcessor

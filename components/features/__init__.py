@@ -6,7 +6,7 @@ backbone.py        the backbone as the run makes it: fingerprint and weights fil
 feature_cache.py   the content-addressed cache under the pipeline root (plain Python)
 
 Files in the output artifact, read without TFX: summary.json (the run summary), and source.json and
-feature_profile.json, which other stages read (storage/output_files.py names them).
+feature_profile.json, which other stages and the model code read (trainer/artifact_files.py names them).
 """
 
 SUMMARY_FILE = "summary.json"  # images, features reused and computed, seconds

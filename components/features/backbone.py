@@ -25,11 +25,15 @@ from typing import NamedTuple, Optional
 
 from components.features import feature_cache
 from storage import files as fs
-from trainer.hparams import HParams, imagenet_weights_path
+from trainer.hparams import HParams
+from trainer.imagenet_weights import imagenet_weights_path
 
 # What turns pixels into the backbone's input (trainer/models.py _scaled), by model: part of the fingerprint.
-SCALING = {"efficientnet_lite0": "(x - 127) / 128", "mobilenet_v2": "rescale 1/127.5 offset -1",
-           "efficientnet_b0": "inside the backbone"}
+SCALING = {
+    "efficientnet_lite0": "(x - 127) / 128",
+    "mobilenet_v2": "rescale 1/127.5 offset -1",
+    "efficientnet_b0": "inside the backbone",
+}
 
 
 class Prepared(NamedTuple):
@@ -47,8 +51,13 @@ def _versions() -> dict:
 
 
 def _described(hp: HParams) -> dict:
-    return {"model": hp.model, "image_size": hp.image_size, "channels": hp.channels, "scaling": SCALING[hp.model],
-            **_versions()}
+    return {
+        "model": hp.model,
+        "image_size": hp.image_size,
+        "channels": hp.channels,
+        "scaling": SCALING[hp.model],
+        **_versions(),
+    }
 
 
 def source_key(hp: HParams) -> Optional[str]:
@@ -81,8 +90,9 @@ def _known(cache_root: str, key: Optional[str]) -> Optional[Prepared]:
         folder = fs.join(cache_root, known["fingerprint"])
         weights_file = fs.join(folder, feature_cache.WEIGHTS_FILE)
         if known.get("weights_file_sha256") and _file_sha256(weights_file) == known["weights_file_sha256"]:
-            return Prepared(known["fingerprint"], weights_file, int(known["dim"]),
-                            fs.join(folder, feature_cache.GRAPH_FILE))
+            return Prepared(
+                known["fingerprint"], weights_file, int(known["dim"]), fs.join(folder, feature_cache.GRAPH_FILE)
+            )
     except Exception:  # noqa: BLE001 - missing or unreadable: made again
         pass
     return None
@@ -95,9 +105,16 @@ def prepare(hp: HParams, cache_root: str) -> Prepared:
         prepared = _make(hp, cache_root)
         key = key or source_key(hp)  # the ImageNet weights are on disk now that the backbone was made
         if key:
-            feature_cache.write_whole(fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json"), json.dumps({
-                "fingerprint": prepared.fingerprint, "dim": prepared.dim,
-                "weights_file_sha256": _file_sha256(prepared.weights_file)}).encode())
+            feature_cache.write_whole(
+                fs.join(cache_root, feature_cache.SOURCES_DIR, key + ".json"),
+                json.dumps(
+                    {
+                        "fingerprint": prepared.fingerprint,
+                        "dim": prepared.dim,
+                        "weights_file_sha256": _file_sha256(prepared.weights_file),
+                    }
+                ).encode(),
+            )
     feature_cache.touch(cache_root, prepared.fingerprint)
     return prepared
 
@@ -133,8 +150,11 @@ def _make(hp: HParams, cache_root: str) -> Prepared:
             feature_cache.write_whole(weights_file, data)
         finally:
             models.discard_staged(local)
-        info = {**described, "weights": hp.weights or f"random (seed {hp.seed})",
-                "weights_file_sha256": hashlib.sha256(data).hexdigest()}
+        info = {
+            **described,
+            "weights": hp.weights or f"random (seed {hp.seed})",
+            "weights_file_sha256": hashlib.sha256(data).hexdigest(),
+        }
         feature_cache.write_whole(info_file, json.dumps(info, indent=1).encode())
     prepared = Prepared(fingerprint, weights_file, dim, fs.join(folder, feature_cache.GRAPH_FILE))
     if not fs.exists(prepared.graph_file):
@@ -157,12 +177,15 @@ def frozen_graph(hp: HParams, backbone) -> bytes:
 
     model = models.feature_extractor(hp, backbone)
     traced = tf.function(lambda pixels: model(pixels, training=False)).get_concrete_function(
-        tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32, name="pixels"))
+        tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32, name="pixels")
+    )
     frozen = convert_variables_to_constants_v2(traced)
     names = ([t.name for t in frozen.inputs], [t.name for t in frozen.outputs])
     if names != ([GRAPH_INPUT], [GRAPH_OUTPUT]):
-        raise RuntimeError(f"the frozen feature extractor has inputs and outputs {names}, not {GRAPH_INPUT} and "
-                           f"{GRAPH_OUTPUT}: TensorFlow named them otherwise")
+        raise RuntimeError(
+            f"the frozen feature extractor has inputs and outputs {names}, not {GRAPH_INPUT} and "
+            f"{GRAPH_OUTPUT}: TensorFlow named them otherwise"
+        )
     return frozen.graph.as_graph_def().SerializeToString()
 
 
@@ -194,8 +217,10 @@ def _loaded(hp: HParams, graph: bytes):
     graph_def = tf.compat.v1.GraphDef.FromString(graph)
 
     def extract(pixels):
-        return tf.graph_util.import_graph_def(graph_def, input_map={GRAPH_INPUT: pixels},
-                                              return_elements=[GRAPH_OUTPUT])[0]
+        return tf.graph_util.import_graph_def(
+            graph_def, input_map={GRAPH_INPUT: pixels}, return_elements=[GRAPH_OUTPUT]
+        )[0]
 
     return tf.compat.v1.wrap_function(
-        extract, [tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32)])
+        extract, [tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32)]
+    )

@@ -3,7 +3,7 @@
     BackboneFeatures(transformed_examples=transform.outputs["transformed_examples"],
                      hparams=HParams(...).features_config(), cache_dir="<root>/cache/features")
       outputs["features"]   Examples: Split-train/, Split-eval/ with `features`, `label`, `key`, and
-                            source.json / summary.json (named in storage/output_files.py and components/features/__init__.py)
+                            source.json / summary.json (named in trainer/artifact_files.py and components/features/__init__.py)
 
 A Beam component like the other data components: the DirectRunner locally, Dataflow when the
 pipeline runs there. The Trainer takes its output as its examples.
@@ -34,6 +34,11 @@ class BackboneFeatures(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, transformed_examples: types.BaseChannel, hparams: Dict[str, Any], cache_dir: str):
-        super().__init__(spec=BackboneFeaturesSpec(
-            transformed_examples=transformed_examples, hparams=json.dumps(hparams, sort_keys=True),
-            cache_dir=cache_dir, features=types.Channel(type=standard_artifacts.Examples)))
+        super().__init__(
+            spec=BackboneFeaturesSpec(
+                transformed_examples=transformed_examples,
+                hparams=json.dumps(hparams, sort_keys=True),
+                cache_dir=cache_dir,
+                features=types.Channel(type=standard_artifacts.Examples),
+            )
+        )

@@ -36,10 +36,10 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import beam_settings
-from components.example_gen import example_codec
+from components.example_gen.checking import example_codec
 from components.features import SUMMARY_FILE, backbone, feature_cache
-from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from storage.progress_events import progress_event
+from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
 
 # Pixel records per Beam batch (870 images at 160 px; 21 at 1,024). When most images are cached, the ones
@@ -114,13 +114,19 @@ class ComputeFeatures(beam.DoFn):
         if self._multi_label is None:
             self._multi_label = features.LABELS_KEY in tf.train.Example.FromString(records[0]).features.feature
         multi_label = self._multi_label
-        parsed = tf.io.parse_example(tf.constant(records, tf.string), {
-            features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
-            **features.label_spec(multi_label),
-            features.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
-        })
-        labels = (tf.RaggedTensor.from_sparse(parsed[features.LABELS_KEY]).to_list() if multi_label
-                  else parsed[features.LABEL_KEY].numpy())
+        parsed = tf.io.parse_example(
+            tf.constant(records, tf.string),
+            {
+                features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
+                **features.label_spec(multi_label),
+                features.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
+            },
+        )
+        labels = (
+            tf.RaggedTensor.from_sparse(parsed[features.LABELS_KEY]).to_list()
+            if multi_label
+            else parsed[features.LABEL_KEY].numpy()
+        )
         # A serialized uint8 tensor ends with its pixel bytes (trainer/features.py decode_pixels).
         count = hp.image_size * hp.image_size * hp.channels
         raw = [memoryview(b)[-count:] for b in parsed[features.PIXELS_KEY].numpy()]
@@ -140,8 +146,11 @@ class ComputeFeatures(beam.DoFn):
             self._counters["computed"].inc(len(lacking))
             self._counters["reused"].inc(len(names) - len(lacking))
         self._timed("cache_read_ms", started)
-        computing = self._backbone_thread.submit(self._compute, raw, keys, missing, out) if any(
-            lacking for lacking, _ in missing) else None
+        computing = (
+            self._backbone_thread.submit(self._compute, raw, keys, missing, out)
+            if any(lacking for lacking, _ in missing)
+            else None
+        )
         self._pending.append(_Batch(labels, parsed[features.KEY].numpy(), out, computing))
         while len(self._pending) > self.IN_FLIGHT or (self._pending and self._pending[0].computing is None):
             yield from self._finished(self._pending.popleft())
@@ -173,20 +182,21 @@ class ComputeFeatures(beam.DoFn):
         spent = time.perf_counter() - started
         for view, (lacking, names) in enumerate(missing):
             for start in range(0, len(lacking), MODEL_BATCH):
-                chosen = lacking[start:start + MODEL_BATCH]
+                chosen = lacking[start : start + MODEL_BATCH]
                 started = time.perf_counter()
                 pixels = np.frombuffer(b"".join(raw[i] for i in chosen), np.uint8).reshape(
-                    len(chosen), size, size, self._hp.channels)
+                    len(chosen), size, size, self._hp.channels
+                )
                 if view:
-                    seeds = tf.constant([[int(keys[i][:8], 16), int(keys[i][8:16], 16) + view] for i in chosen],
-                                        tf.int64)
-                    vectors = augmented(input_pipeline.augment_views(tf.cast(pixels, tf.float32), self._hp,
-                                                                     seeds))
+                    seeds = tf.constant(
+                        [[int(keys[i][:8], 16), int(keys[i][8:16], 16) + view] for i in chosen], tf.int64
+                    )
+                    vectors = augmented(input_pipeline.augment_views(tf.cast(pixels, tf.float32), self._hp, seeds))
                 else:
                     vectors = plain(pixels)
                 out[chosen, view] = vectors.numpy()
                 spent += time.perf_counter() - started
-                names_done += names[start:start + MODEL_BATCH]
+                names_done += names[start : start + MODEL_BATCH]
                 vectors_done.append(np.array(out[chosen, view]))
         # The batch's features as one pack (feature_cache.py); a failed write fails the step.
         return int(spent * 1000), self._writer.submit(self._put, names_done, np.concatenate(vectors_done)).result()
@@ -211,7 +221,7 @@ class ComputeFeatures(beam.DoFn):
         self._done += len(batch.out)
         progress_event("features", self._done, 0)  # for `imagepipe run`; the total is not known here
         plain = batch.out[:, 0].astype(np.float64)  # for the profile of the data (feature drift, data health)
-        yield beam.pvalue.TaggedOutput(MOMENTS, (len(plain), plain.sum(axis=0), (plain ** 2).sum(axis=0)))
+        yield beam.pvalue.TaggedOutput(MOMENTS, (len(plain), plain.sum(axis=0), (plain**2).sum(axis=0)))
         for vector, label, key in zip(batch.out, batch.labels, batch.hashes):
             yield feature_example(vector, label if isinstance(label, list) else int(label), key)
 
@@ -276,10 +286,14 @@ def feature_example(vector, label, key: bytes) -> bytes:
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
-    def Do(self, input_dict: Dict[str, List[types.Artifact]], output_dict: Dict[str, List[types.Artifact]],
-           exec_properties: Dict[str, Any]) -> None:
+    def Do(
+        self,
+        input_dict: Dict[str, List[types.Artifact]],
+        output_dict: Dict[str, List[types.Artifact]],
+        exec_properties: Dict[str, Any],
+    ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        beam_settings.tune()  # fast TFRecord checksums
+        beam_settings.configure_beam()  # fast TFRecord checksums
         source = artifact_utils.get_single_instance(input_dict[INPUT_KEY])
         output = artifact_utils.get_single_instance(output_dict[OUTPUT_KEY])
         hp = HParams.from_custom_config(json.loads(exec_properties[HPARAMS_KEY]))
@@ -289,30 +303,50 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         started = time.monotonic()
         prepared = backbone.prepare(hp, cache_root)
         views = {split: hp.augment_views if split == "train" and hp.augmentations else 0 for split in splits}
-        logging.info("BackboneFeatures: %s at %d px, %d features an image, cache %s (fingerprint %s), views %s",
-                     hp.model, hp.image_size, prepared.dim, cache_root, prepared.fingerprint, views)
+        logging.info(
+            "BackboneFeatures: %s at %d px, %d features an image, cache %s (fingerprint %s), views %s",
+            hp.model,
+            hp.image_size,
+            prepared.dim,
+            cache_root,
+            prepared.fingerprint,
+            views,
+        )
         pipeline = self._make_beam_pipeline()
         run = uuid.uuid4().hex  # its splits share one index of the cache (shared_cache)
         profile_path = os.path.join(output.uri, FEATURE_PROFILE_FILE)
         for split in splits:
-            computed = (pipeline
-                        | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
-                            io_utils.all_files_pattern(artifact_utils.get_split_uri([source], split)),
-                            coder=beam.coders.BytesCoder())
-                        # Fixed-size batches by bytes (Beam's adaptive sizes start at one image, and each backbone
-                        # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
-                        | f"Batch[{split}]" >> beam.BatchElements(min_batch_size=BATCH_BYTES,
-                                                                  max_batch_size=BATCH_BYTES, element_size_fn=len)
-                        | f"Features[{split}]" >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views[split], run))
-                        .with_outputs(MOMENTS, main="examples"))
-            _ = (computed.examples
-                 | f"Write[{split}]" >> beam.io.WriteToTFRecord(  # uncompressed (trainer/features.py compression)
-                     os.path.join(artifact_utils.get_split_uri([output], split), "features"),
-                     file_name_suffix=".tfrecord", coder=beam.coders.BytesCoder()))
+            computed = (
+                pipeline
+                | f"Read[{split}]"
+                >> beam.io.ReadFromTFRecord(
+                    io_utils.all_files_pattern(artifact_utils.get_split_uri([source], split)),
+                    coder=beam.coders.BytesCoder(),
+                )
+                # Fixed-size batches by bytes (Beam's adaptive sizes start at one image, and each backbone
+                # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
+                | f"Batch[{split}]"
+                >> beam.BatchElements(min_batch_size=BATCH_BYTES, max_batch_size=BATCH_BYTES, element_size_fn=len)
+                | f"Features[{split}]"
+                >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views[split], run)).with_outputs(
+                    MOMENTS, main="examples"
+                )
+            )
+            _ = (
+                computed.examples
+                | f"Write[{split}]"
+                >> beam.io.WriteToTFRecord(  # uncompressed (trainer/features.py compression)
+                    os.path.join(artifact_utils.get_split_uri([output], split), "features"),
+                    file_name_suffix=".tfrecord",
+                    coder=beam.coders.BytesCoder(),
+                )
+            )
             if split == "train":
-                _ = (computed[MOMENTS]
-                     | "Moments" >> beam.CombineGlobally(_add_moments)
-                     | "Profile" >> beam.Map(_write_profile, profile_path))
+                _ = (
+                    computed[MOMENTS]
+                    | "Moments" >> beam.CombineGlobally(_add_moments)
+                    | "Profile" >> beam.Map(_write_profile, profile_path)
+                )
         try:
             result = pipeline.run()
             result.wait_until_finish()
@@ -320,11 +354,28 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             release_shared_extractor()  # in-process workers are done: the Trainer's process needs the memory
         counts = {name: _counter(result, name) for name in COUNTERS}
         spent = {name[:-3] + "_seconds": round(_counter(result, name) / 1000, 2) for name in TIMERS}
-        io_utils.write_string_file(os.path.join(output.uri, FEATURES_SOURCE_FILE), json.dumps({
-            "transformed_examples": source.uri, "backbone_weights": prepared.weights_file,
-            "fingerprint": prepared.fingerprint, "dim": prepared.dim, "views": views}, indent=1))
-        summary = {**counts, "fingerprint": prepared.fingerprint, "dim": prepared.dim, "views": views,
-                   "cache": cache_root, "seconds": round(time.monotonic() - started, 2), **spent}
+        io_utils.write_string_file(
+            os.path.join(output.uri, FEATURES_SOURCE_FILE),
+            json.dumps(
+                {
+                    "transformed_examples": source.uri,
+                    "backbone_weights": prepared.weights_file,
+                    "fingerprint": prepared.fingerprint,
+                    "dim": prepared.dim,
+                    "views": views,
+                },
+                indent=1,
+            ),
+        )
+        summary = {
+            **counts,
+            "fingerprint": prepared.fingerprint,
+            "dim": prepared.dim,
+            "views": views,
+            "cache": cache_root,
+            "seconds": round(time.monotonic() - started, 2),
+            **spent,
+        }
         io_utils.write_string_file(os.path.join(output.uri, SUMMARY_FILE), json.dumps(summary, indent=1))
         for name in COUNTERS:
             output.set_int_custom_property(name, counts[name])
@@ -346,9 +397,10 @@ def _write_profile(moments, path: str) -> None:
         return
     count, total, squares = moments
     mean = total / count
-    std = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0))
-    io_utils.write_string_file(path, json.dumps({"count": int(count), "mean": mean.round(6).tolist(),
-                                                 "std": std.round(6).tolist()}))
+    std = np.sqrt(np.maximum(squares / count - mean**2, 0.0))
+    io_utils.write_string_file(
+        path, json.dumps({"count": int(count), "mean": mean.round(6).tolist(), "std": std.round(6).tolist()})
+    )
 
 
 def _counter(result, name: str) -> int:

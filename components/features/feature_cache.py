@@ -139,8 +139,11 @@ class FeatureCache:
 
     def _read_index(self) -> Index:
         folder = fs.join(self.folder, PACKS_DIR)
-        packs = [(fs.join(folder, name), Pack.entries_in(size, self.dim)) for name, size, _ in _objects(folder)
-                 if name.endswith(PACK_SUFFIX)]
+        packs = [
+            (fs.join(folder, name), Pack.entries_in(size, self.dim))
+            for name, size, _ in _objects(folder)
+            if name.endswith(PACK_SUFFIX)
+        ]
         keys = self._map(lambda pack: self._pack_keys(*pack), packs)
         found = [(n, k) for n, k in enumerate(keys) if k]
         if not found:
@@ -149,8 +152,12 @@ class FeatureCache:
         pack = np.concatenate([np.full(len(k) // 32, n, np.int32) for n, k in found])
         position = np.concatenate([np.arange(len(k) // 32, dtype=np.int32) for _, k in found])
         order = np.argsort(digests, kind="stable")
-        return Index(digests[order], pack[order], position[order],
-                     [(path, len(keys[n]) // 32 if keys[n] else 0) for n, (path, _) in enumerate(packs)])
+        return Index(
+            digests[order],
+            pack[order],
+            position[order],
+            [(path, len(keys[n]) // 32 if keys[n] else 0) for n, (path, _) in enumerate(packs)],
+        )
 
     def _pack_keys(self, path: str, whole_entries: int) -> bytes:
         """A pack's keys (b"" when its header or keys are damaged: its entries are computed again)."""
@@ -158,10 +165,10 @@ class FeatureCache:
             head = read_range(path, 0, Pack.HEADER + 32 * whole_entries)
             if head[:4] != Pack.MAGIC:
                 return b""
-            dim, n, crc = struct.unpack("<III", head[4:Pack.HEADER])
+            dim, n, crc = struct.unpack("<III", head[4 : Pack.HEADER])
             if n != whole_entries:  # cut short: its keys may still be whole
                 head = read_range(path, 0, Pack.HEADER + 32 * n)
-            keys = head[Pack.HEADER:Pack.HEADER + 32 * n]
+            keys = head[Pack.HEADER : Pack.HEADER + 32 * n]
             return keys if dim == self.dim and len(keys) == 32 * n and zlib.crc32(keys) == crc else b""
         except Exception:  # noqa: BLE001 - gone since listed, or unreadable: its entries are computed again
             return b""
@@ -187,7 +194,7 @@ class FeatureCache:
                     continue
                 for position, place in run:
                     start = Pack.offset(self.dim, n, position) - first
-                    got.append((place, Pack.vector(data[start:start + size], self.dim)))
+                    got.append((place, Pack.vector(data[start : start + size], self.dim)))
             return got
 
         for got in self._map(read, sorted(wanted)):
@@ -198,8 +205,10 @@ class FeatureCache:
     def put_many(self, keys: Sequence[str], vectors: np.ndarray) -> None:
         """Writes the entries as one pack."""
         if len(keys):
-            write_whole(fs.join(self.folder, PACKS_DIR, f"{uuid.uuid4().hex}{PACK_SUFFIX}"),
-                        Pack.encode([digest(k) for k in keys], vectors))
+            write_whole(
+                fs.join(self.folder, PACKS_DIR, f"{uuid.uuid4().hex}{PACK_SUFFIX}"),
+                Pack.encode([digest(k) for k in keys], vectors),
+            )
 
     def get(self, key: str) -> Optional[np.ndarray]:
         return self.get_many([key])[0]
@@ -233,7 +242,7 @@ def read_range(path: str, start: int, length: int) -> bytes:
             return f.read(length)
     if length <= 0:
         return b""
-    bucket, _, name = path[len("gs://"):].partition("/")
+    bucket, _, name = path[len("gs://") :].partition("/")
     return _storage_client().bucket(bucket).blob(name).download_as_bytes(start=start, end=start + length - 1)
 
 
@@ -259,8 +268,9 @@ def _objects(folder: str) -> List[Tuple[str, int, float]]:
     for path, _, names in os.walk(folder):
         for name in names:
             stat = os.stat(os.path.join(path, name))
-            found.append((os.path.relpath(os.path.join(path, name), folder).replace(os.sep, "/"), stat.st_size,
-                          stat.st_mtime))
+            found.append(
+                (os.path.relpath(os.path.join(path, name), folder).replace(os.sep, "/"), stat.st_size, stat.st_mtime)
+            )
     return found
 
 
@@ -292,8 +302,10 @@ def write_whole(path: str, data: bytes) -> None:
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise  # a full disk: the run's own message says so (cli/run.py)
-        raise CacheError(f"the features cache cannot be written at {os.path.dirname(path)} ({e.strerror}): make the "
-                         "folder writable, or run with another --root (the cache is <root>/cache/features)") from None
+        raise CacheError(
+            f"the features cache cannot be written at {os.path.dirname(path)} ({e.strerror}): make the "
+            "folder writable, or run with another --root (the cache is <root>/cache/features)"
+        ) from None
 
 
 def touch(root: str, fingerprint: str) -> None:
@@ -327,16 +339,26 @@ def describe(root: str) -> List[Dict]:
         except Exception:  # noqa: BLE001 - missing or damaged (locally OSError/ValueError, remotely the store's)
             info = {}
         dim = info.get("dim") if isinstance(info.get("dim"), int) and info.get("dim") > 0 else 0
-        entries = sum(Pack.entries_in(size, dim) if dim and name.endswith(PACK_SUFFIX) else
-                      name.endswith(LEGACY_ENTRY_SUFFIX) for name, size, _ in listed)
+        entries = sum(
+            Pack.entries_in(size, dim) if dim and name.endswith(PACK_SUFFIX) else name.endswith(LEGACY_ENTRY_SUFFIX)
+            for name, size, _ in listed
+        )
         try:
             last_used = float(fs.read_bytes(fs.join(root, fingerprint, LAST_USED)))
         except Exception:  # noqa: BLE001 - never touched: its newest file (an empty folder: the folder's time)
-            last_used = max([modified for _, _, modified in listed]
-                            or [os.path.getmtime(os.path.join(root, fingerprint))])
-        found.append({"fingerprint": fingerprint, "entries": entries, "bytes": sum(size for _, size, _ in listed),
-                      "last_used": last_used, "files": [name for name, _, _ in listed],
-                      **{k: info.get(k) for k in ("model", "image_size", "dim", "weights")}})
+            last_used = max(
+                [modified for _, _, modified in listed] or [os.path.getmtime(os.path.join(root, fingerprint))]
+            )
+        found.append(
+            {
+                "fingerprint": fingerprint,
+                "entries": entries,
+                "bytes": sum(size for _, size, _ in listed),
+                "last_used": last_used,
+                "files": [name for name, _, _ in listed],
+                **{k: info.get(k) for k in ("model", "image_size", "dim", "weights")},
+            }
+        )
     return found
 
 
@@ -355,8 +377,11 @@ def prune(root: str, max_bytes: int) -> List[Dict]:
         total -= oldest["bytes"]
         removed.append(oldest)
     if not kept:
-        _remove(root, SOURCES_DIR, [name.split("/", 1)[1] for name, _, _ in _objects(root)
-                                    if name.startswith(SOURCES_DIR + "/")])
+        _remove(
+            root,
+            SOURCES_DIR,
+            [name.split("/", 1)[1] for name, _, _ in _objects(root) if name.startswith(SOURCES_DIR + "/")],
+        )
     for d in kept:
         for name in d["files"]:
             path = fs.join(root, d["fingerprint"], name)

@@ -6,7 +6,7 @@ gate.py           DataHealthGate: stops the run on the checks over their limits 
 label_issues.py   out-of-sample probabilities (k-fold) ranked with confident learning (cleanlab)
 checks.py         poor images, feature-space outliers, feature drift, the thresholds (plain Python)
 
-Near-duplicates are found at ingestion (components/example_gen/near_duplicates.py); this
+Near-duplicates are found at ingestion (components/example_gen/duplicates/near_duplicates.py); this
 component reads ImageExampleGen's summary for their share of eval and gates on it with the rest.
 
 Files of the `health` output, read by the run summary and the report without TFX:
@@ -14,7 +14,7 @@ Files of the `health` output, read by the run summary and the report without TFX
 
 import dataclasses
 
-from trainer.hparams import setting
+from settings import setting
 
 HEALTH_FILE = "health.json"  # counts, checks against their thresholds, the first suspects
 LABEL_ISSUES_FILE = "label_issues.csv"  # every suspected label error, most likely first
@@ -33,18 +33,21 @@ class Limits:
     PipelineConfig's field, its IMAGEPIPE_<NAME> variable, the `imagepipe run --<name>` option and DataHealth's
     parameter are made from these declarations; checks.problems() says what each finding is."""
 
-    max_eval_near_duplicates: float = setting(1.0, "largest share of eval examples with a near-duplicate in train "
-                                                   "(default {default}: no check)")
+    max_eval_near_duplicates: float = setting(
+        1.0, "largest share of eval examples with a near-duplicate in train (default {default}: no check)"
+    )
     max_label_issues: float = setting(1.0, "largest share of suspected label errors (default {default}: no check)")
-    max_feature_drift: float = setting(0.5, "largest shift of the backbone features from the last blessed model's "
-                                            "data (default {default})")
+    max_feature_drift: float = setting(
+        0.5, "largest shift of the backbone features from the last blessed model's data (default {default})"
+    )
 
     def validate(self) -> "Limits":
         """One-line errors that name the option."""
         for name in ("max_eval_near_duplicates", "max_label_issues"):
             if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: use a fraction from 0 to 1 "
-                                 "(1: no check)")
+                raise ValueError(
+                    f"--{name.replace('_', '-')} {getattr(self, name)}: use a fraction from 0 to 1 (1: no check)"
+                )
         if not 0 <= self.max_feature_drift:
             raise ValueError(f"--max-feature-drift {self.max_feature_drift}: use 0 or more (a standardised shift)")
         return self

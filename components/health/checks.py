@@ -46,7 +46,7 @@ def far_from_every_class(z: np.ndarray, labels: np.ndarray, train: np.ndarray) -
 def nearest_centre(z: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """Each row's distance to the nearest of the centres (both standardised features)."""
     # |z - c|^2 = |z|^2 - 2 z.c + |c|^2: [n, classes] at most, never [n, classes, d].
-    squared = (z ** 2).sum(axis=1)[:, None] - 2 * z @ centres.T + (centres ** 2).sum(axis=1)[None]
+    squared = (z**2).sum(axis=1)[:, None] - 2 * z @ centres.T + (centres**2).sum(axis=1)[None]
     return np.sqrt(np.maximum(squared, 0).min(axis=1))
 
 
@@ -75,26 +75,45 @@ def feature_drift(reference: Optional[Dict], current: Optional[Dict]) -> Optiona
     if not reference or not current or len(reference["mean"]) != len(current["mean"]):
         return None
     shift = (np.asarray(current["mean"]) - np.asarray(reference["mean"])) / (np.asarray(reference["std"]) + 1e-6)
-    return float(np.sqrt(np.mean(shift ** 2)))
+    return float(np.sqrt(np.mean(shift**2)))
 
 
-def problems(near_duplicate_eval: Optional[float], label_issues: Optional[float], drift: Optional[float],
-             limits: Limits) -> List[Dict]:
+def problems(
+    near_duplicate_eval: Optional[float], label_issues: Optional[float], drift: Optional[float], limits: Limits
+) -> List[Dict]:
     """Each check over its threshold: {check, value, threshold, option, text}."""
     found = []
     for name, value, setting, what, share in (
-            ("near-duplicates", near_duplicate_eval, "max_eval_near_duplicates",
-             "of the eval examples have a near-duplicate in train", True),
-            ("label issues", label_issues, "max_label_issues", "of the examples look mislabelled", True),
-            ("feature drift", drift, "max_feature_drift", "shift of the features from the last blessed model's data",
-             False)):
+        (
+            "near-duplicates",
+            near_duplicate_eval,
+            "max_eval_near_duplicates",
+            "of the eval examples have a near-duplicate in train",
+            True,
+        ),
+        ("label issues", label_issues, "max_label_issues", "of the examples look mislabelled", True),
+        (
+            "feature drift",
+            drift,
+            "max_feature_drift",
+            "shift of the features from the last blessed model's data",
+            False,
+        ),
+    ):
         limit = getattr(limits, setting)
         if value is None or value <= limit + 1e-9:
             continue
         option = "--" + setting.replace("_", "-")
         shown, bound = (f"{value:.1%}", f"{limit:.1%}") if share else (f"{value:.3f}", f"{limit:.3f}")
-        found.append({"check": name, "value": round(value, 6), "threshold": limit, "option": option,
-                      "text": f"{shown} {what} (more than {bound}; {option})"})
+        found.append(
+            {
+                "check": name,
+                "value": round(value, 6),
+                "threshold": limit,
+                "option": option,
+                "text": f"{shown} {what} (more than {bound}; {option})",
+            }
+        )
     return found
 
 
@@ -107,22 +126,41 @@ def class_warnings(per_split: Dict[str, Dict[str, int]]) -> List[Dict]:
     train, evaluation = per_split.get("train", {}), per_split.get("eval", {})
     ratio = class_balance.imbalance_ratio(train)
     if ratio is not None and ratio > class_balance.WARN_RATIO:
-        found.append({"check": "class imbalance", "value": round(ratio, 2), "threshold": class_balance.WARN_RATIO,
-                      "text": f"the train split is imbalanced {ratio:.0f}:1 ({class_balance.describe_mix(train)}): "
-                              "training balances the classes, but more images of the rare ones help most"})
-    few = sorted((evaluation.get(label, 0), label) for label, n in train.items()
-                 if n and evaluation.get(label, 0) < class_balance.MIN_EVAL_EXAMPLES)
+        found.append(
+            {
+                "check": "class imbalance",
+                "value": round(ratio, 2),
+                "threshold": class_balance.WARN_RATIO,
+                "text": f"the train split is imbalanced {ratio:.0f}:1 ({class_balance.describe_mix(train)}): "
+                "training balances the classes, but more images of the rare ones help most",
+            }
+        )
+    few = sorted(
+        (evaluation.get(label, 0), label)
+        for label, n in train.items()
+        if n and evaluation.get(label, 0) < class_balance.MIN_EVAL_EXAMPLES
+    )
     if few:
-        named = ", ".join(f"{label} ({n})" for n, label in few[:10]) + (f" and {len(few) - 10} more" if len(few) > 10
-                                                                          else "")
-        found.append({"check": "few eval images", "value": len(few), "threshold": class_balance.MIN_EVAL_EXAMPLES,
-                      "classes": [label for _, label in few],
-                      "text": f"{len(few)} class{'es' if len(few) > 1 else ''} with fewer than "
-                              f"{class_balance.MIN_EVAL_EXAMPLES} eval images, too few to judge the model on: "
-                              f"{named}; the Evaluator does not hold them to --min-class-recall: add eval images"})
+        named = ", ".join(f"{label} ({n})" for n, label in few[:10]) + (
+            f" and {len(few) - 10} more" if len(few) > 10 else ""
+        )
+        found.append(
+            {
+                "check": "few eval images",
+                "value": len(few),
+                "threshold": class_balance.MIN_EVAL_EXAMPLES,
+                "classes": [label for _, label in few],
+                "text": f"{len(few)} class{'es' if len(few) > 1 else ''} with fewer than "
+                f"{class_balance.MIN_EVAL_EXAMPLES} eval images, too few to judge the model on: "
+                f"{named}; the Evaluator does not hold them to --min-class-recall: add eval images",
+            }
+        )
     return found
 
 
 def describe(found: List[Dict]) -> str:
-    return ("data health found " + "; ".join(p["text"] for p in found)
-            + "; review them (the report lists each), or raise the limits, or run with --gate warn")
+    return (
+        "data health found "
+        + "; ".join(p["text"] for p in found)
+        + "; review them (the report lists each), or raise the limits, or run with --gate warn"
+    )

@@ -42,12 +42,27 @@ class DataHealth(base_component.BaseComponent):
     SPEC_CLASS = DataHealthSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
-    def __init__(self, ingestion_report: types.BaseChannel, transformed_examples: types.BaseChannel,
-                 transform_graph: types.BaseChannel, hparams: Dict[str, Any], label_check: str, limits: Limits,
-                 features: Optional[types.BaseChannel] = None,
-                 baseline_model: Optional[types.BaseChannel] = None):
-        super().__init__(spec=DataHealthSpec(
-            ingestion_report=ingestion_report, transformed_examples=transformed_examples,
-            transform_graph=transform_graph, features=features, baseline_model=baseline_model,
-            hparams=json.dumps(hparams, sort_keys=True), label_check=label_check, **dataclasses.asdict(limits),
-            health=types.Channel(type=DataHealthReport)))
+    def __init__(
+        self,
+        ingestion_report: types.BaseChannel,
+        transformed_examples: types.BaseChannel,
+        transform_graph: types.BaseChannel,
+        hparams: Dict[str, Any],
+        label_check: str,
+        limits: Limits,
+        features: Optional[types.BaseChannel] = None,
+        baseline_model: Optional[types.BaseChannel] = None,
+    ):
+        super().__init__(
+            spec=DataHealthSpec(
+                ingestion_report=ingestion_report,
+                transformed_examples=transformed_examples,
+                transform_graph=transform_graph,
+                features=features,
+                baseline_model=baseline_model,
+                hparams=json.dumps(hparams, sort_keys=True),
+                label_check=label_check,
+                **dataclasses.asdict(limits),
+                health=types.Channel(type=DataHealthReport),
+            )
+        )

@@ -28,13 +28,21 @@ from tfx.utils import io_utils
 
 from components import beam_settings
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
-from components.example_gen.listing import label_set
-from components.health import (HEALTH_FILE, LABEL_ISSUES_FILE, OUTLIERS_FILE, TRUSTED_ACCURACY, Limits, checks,
-                               label_issues, passes)
+from components.example_gen.finding.listing import label_set
+from components.health import (
+    HEALTH_FILE,
+    LABEL_ISSUES_FILE,
+    OUTLIERS_FILE,
+    TRUSTED_ACCURACY,
+    Limits,
+    checks,
+    label_issues,
+    passes,
+)
 from components.health.sample import LABEL_CHECK_SAMPLE, MIN_SAMPLED_PER_CLASS, Sample  # noqa: F401 (the bounds)
-from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
 from storage.relocation import pipeline_root_of, relocate
 from storage.spreadsheet import csv_text
+from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
 
 SHOWN = 50  # suspects and outliers kept in health.json (all of them are in the CSV files)
 _SPLITS = ("train", "eval")
@@ -65,8 +73,11 @@ def _inputs(transformed: types.Artifact, features: Optional[types.Artifact]):
     if features is None:
         return _split_patterns(transformed), None
     source = json.loads(io_utils.read_string_file(os.path.join(features.uri, FEATURES_SOURCE_FILE)))
-    return _split_patterns(transformed), {"dim": source["dim"], "views": source["views"],
-                                          "files": _split_patterns(features)}
+    return _split_patterns(transformed), {
+        "dim": source["dim"],
+        "views": source["views"],
+        "files": _split_patterns(features),
+    }
 
 
 def _split_patterns(artifact: types.Artifact) -> Dict[str, str]:
@@ -101,13 +112,19 @@ def _class_names(transform_graph: types.Artifact) -> Tuple[List[str], bool]:
     from trainer import features as names
 
     output = tft.TFTransformOutput(transform_graph.uri)
-    return ([n.decode() for n in output.vocabulary_by_name(names.LABEL_VOCABULARY)],
-            names.is_multi_label(output.transformed_feature_spec()))
+    return (
+        [n.decode() for n in output.vocabulary_by_name(names.LABEL_VOCABULARY)],
+        names.is_multi_label(output.transformed_feature_spec()),
+    )
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
-    def Do(self, input_dict: Dict[str, List[types.Artifact]], output_dict: Dict[str, List[types.Artifact]],
-           exec_properties: Dict[str, Any]) -> None:
+    def Do(
+        self,
+        input_dict: Dict[str, List[types.Artifact]],
+        output_dict: Dict[str, List[types.Artifact]],
+        exec_properties: Dict[str, Any],
+    ) -> None:
         from trainer.hparams import HParams
 
         started = time.monotonic()
@@ -122,11 +139,21 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         names, multi_label = _class_names(input_dict["transform_graph"][0])
         ingestion = json.loads(io_utils.read_string_file(os.path.join(report.uri, INGESTION_SUMMARY)))
         sample = Sample(_class_counts(ingestion, names, multi_label), multi_label)
-        examples, outlier_rows = self._passes(transformed, features, hp, names, sample,
-                                              keep_pixels=check_labels and features is None,
-                                              keep_vectors=check_labels, multi_label=multi_label)
-        result: Dict[str, Any] = {"examples": examples.total, "label_check": mode,
-                                  **({"task": "multi"} if multi_label else {})}
+        examples, outlier_rows = self._passes(
+            transformed,
+            features,
+            hp,
+            names,
+            sample,
+            keep_pixels=check_labels and features is None,
+            keep_vectors=check_labels,
+            multi_label=multi_label,
+        )
+        result: Dict[str, Any] = {
+            "examples": examples.total,
+            "label_check": mode,
+            **({"task": "multi"} if multi_label else {}),
+        }
 
         # Near-duplicates: found at ingestion; their share of eval is gated here with the rest (None: not searched,
         # --near-duplicates off).
@@ -137,13 +164,18 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         if not check_labels:
             issue_rows = []
         else:
-            vectors = np.stack([examples.vectors[key] for key in examples.keys]) \
-                if features is not None and examples.keys else None
+            vectors = (
+                np.stack([examples.vectors[key] for key in examples.keys])
+                if features is not None and examples.keys
+                else None
+            )
             issue_rows = (_multi_label_issues if multi_label else _single_label_issues)(
-                examples, names, vectors, hp, result)
+                examples, names, vectors, hp, result
+            )
         result["label_issues"] = len(issue_rows)
-        result["label_issue_fraction"] = (_issue_fraction(examples, issue_rows, multi_label)
-                                          if "label_check_method" in result else None)  # None: not checked
+        result["label_issue_fraction"] = (
+            _issue_fraction(examples, issue_rows, multi_label) if "label_check_method" in result else None
+        )  # None: not checked
         result["label_issue_examples"] = issue_rows[:SHOWN]
         if check_labels and len(examples.keys) < examples.total:
             result["label_check_sampled"] = len(examples.keys)  # of result["examples"]
@@ -159,21 +191,39 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         found = checks.problems(near, result["label_issue_fraction"] if trusted else None, drift, limits)
         # The class mix: warned about, never stopping the run (the Evaluator judges every class it can).
         warnings = checks.class_warnings(ingestion.get("examples_per_split_and_class") or {})
-        result.update(problems=found, warnings=warnings, limits=dataclasses.asdict(limits),
-                      seconds=round(time.monotonic() - started, 2))
+        result.update(
+            problems=found,
+            warnings=warnings,
+            limits=dataclasses.asdict(limits),
+            seconds=round(time.monotonic() - started, 2),
+        )
 
         _write(health, result, issue_rows, outlier_rows)
-        logging.info("DataHealth: %d label issues, %d outliers, near-duplicate eval share %s, feature drift %s",
-                     result["label_issues"], len(outlier_rows), "not searched" if near is None else f"{near:.3f}", drift)
+        logging.info(
+            "DataHealth: %d label issues, %d outliers, near-duplicate eval share %s, feature drift %s",
+            result["label_issues"],
+            len(outlier_rows),
+            "not searched" if near is None else f"{near:.3f}",
+            drift,
+        )
         if found:  # DataHealthGate stops the run on them (or warns), after these files are kept
             logging.warning("DataHealth: %s", checks.describe(found))
         for warning in warnings:
             logging.warning("DataHealth: %s", warning["text"])
 
-    def _passes(self, transformed, features, hp, names: List[str], sample: Sample, keep_pixels: bool,
-                keep_vectors: bool, multi_label: bool) -> Tuple[Examples, List[Dict[str, str]]]:
+    def _passes(
+        self,
+        transformed,
+        features,
+        hp,
+        names: List[str],
+        sample: Sample,
+        keep_pixels: bool,
+        keep_vectors: bool,
+        multi_label: bool,
+    ) -> Tuple[Examples, List[Dict[str, str]]]:
         """The Beam graph's run: (the label check's sample, outliers.csv's rows in a fixed order)."""
-        beam_settings.tune()  # fast TFRecord checksums
+        beam_settings.configure_beam()  # fast TFRecord checksums
         examples, feature_source = _inputs(transformed, features)
         if multi_label and not keep_vectors:
             feature_source = None  # multi-label: the features serve the label check only
@@ -182,8 +232,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         out_dir = os.path.join(self._get_tmp_dir(), "data_health")
         try:
             with self._make_beam_pipeline() as pipeline:
-                passes.build(pipeline, examples, feature_source, hp, names, sample, keep_pixels, multi_label,
-                             out_dir)
+                passes.build(pipeline, examples, feature_source, hp, names, sample, keep_pixels, multi_label, out_dir)
             found = passes.read(out_dir)
         finally:
             if fileio.exists(out_dir):
@@ -196,8 +245,11 @@ def _class_counts(ingestion: Dict[str, Any], names: List[str], multi_label: bool
     """Images per class id in train and eval (multi-label: {None: images}), from ingestion's summary: the label
     check's sample is chosen before anything is read."""
     if multi_label:
-        return {None: sum(n for split, n in (ingestion.get("examples_per_split") or {}).items()
-                          if split in ("train", "eval"))}
+        return {
+            None: sum(
+                n for split, n in (ingestion.get("examples_per_split") or {}).items() if split in ("train", "eval")
+            )
+        }
     ids = {name: i for i, name in enumerate(names)}
     counts: Dict[Any, int] = {}
     for split in ("train", "eval"):
@@ -224,30 +276,46 @@ def _issue_fraction(examples: Examples, issue_rows: List[Dict[str, str]], multi_
     return round(estimate, 6)
 
 
-def _single_label_issues(examples: Examples, names: List[str], vectors: Optional[np.ndarray], hp,
-                         result: Dict[str, Any]) -> List[Dict[str, str]]:
+def _single_label_issues(
+    examples: Examples, names: List[str], vectors: Optional[np.ndarray], hp, result: Dict[str, Any]
+) -> List[Dict[str, str]]:
     """The label check on the sample (label_issues.rank, confident learning on out-of-sample probabilities): its
     rows for label_issues.csv, and its method, the accuracy of its model or why it was skipped, into `result`."""
     chosen = range(len(examples.keys))
     labels = np.asarray(examples.labels, np.int64)
     ids, contiguous = np.unique(labels, return_inverse=True)
     folds, why = label_issues.folds_for(
-        contiguous, label_issues.FOLDS if vectors is not None else label_issues.CNN_FOLDS)
+        contiguous, label_issues.FOLDS if vectors is not None else label_issues.CNN_FOLDS
+    )
     if not folds:
         result["label_check_skipped"] = why
         return []
     probabilities = label_issues.out_of_sample(
-        contiguous, vectors, np.stack(examples.pixels) if vectors is None else None, hp, folds)
-    suspects = [s._replace(given=int(ids[s.given]), suggested=int(ids[s.suggested]))
-                for s in label_issues.rank(contiguous, probabilities)]
-    result["label_check_method"] = (f"{folds}-fold logistic regression on backbone features"
-                                    if vectors is not None else f"{folds}-fold cnn on pixels")
+        contiguous, vectors, np.stack(examples.pixels) if vectors is None else None, hp, folds
+    )
+    suspects = [
+        s._replace(given=int(ids[s.given]), suggested=int(ids[s.suggested]))
+        for s in label_issues.rank(contiguous, probabilities)
+    ]
+    result["label_check_method"] = (
+        f"{folds}-fold logistic regression on backbone features"
+        if vectors is not None
+        else f"{folds}-fold cnn on pixels"
+    )
     # How good the check's model is: confident learning ranks well only when it is good.
     result["label_check_accuracy"] = round(float((probabilities.argmax(axis=1) == contiguous).mean()), 4)
-    return [{"rank": str(n), "path": examples.paths[chosen[s.index]], "split": examples.splits[chosen[s.index]],
-             "given": names[s.given], "suggested": names[s.suggested],
-             "given_probability": f"{s.given_probability:.4f}", "key": examples.keys[chosen[s.index]]}
-            for n, s in enumerate(suspects, start=1)]
+    return [
+        {
+            "rank": str(n),
+            "path": examples.paths[chosen[s.index]],
+            "split": examples.splits[chosen[s.index]],
+            "given": names[s.given],
+            "suggested": names[s.suggested],
+            "given_probability": f"{s.given_probability:.4f}",
+            "key": examples.keys[chosen[s.index]],
+        }
+        for n, s in enumerate(suspects, start=1)
+    ]
 
 
 def _feature_drift(features, baseline, health_uri: str, result: Dict[str, Any]) -> Optional[float]:
@@ -265,16 +333,20 @@ def _feature_drift(features, baseline, health_uri: str, result: Dict[str, Any]) 
 
 def _write(health, result: Dict[str, Any], issue_rows: List[Dict[str, str]], outlier_rows: List[Dict[str, str]]):
     io_utils.write_string_file(os.path.join(health.uri, HEALTH_FILE), json.dumps(result, indent=1))
-    io_utils.write_string_file(os.path.join(health.uri, LABEL_ISSUES_FILE), csv_text(
-        ("rank", "path", "split", "given", "suggested", "given_probability", "key"), issue_rows))
-    io_utils.write_string_file(os.path.join(health.uri, OUTLIERS_FILE), csv_text(
-        ("path", "split", "label", "reasons", "key"), outlier_rows))
+    io_utils.write_string_file(
+        os.path.join(health.uri, LABEL_ISSUES_FILE),
+        csv_text(("rank", "path", "split", "given", "suggested", "given_probability", "key"), issue_rows),
+    )
+    io_utils.write_string_file(
+        os.path.join(health.uri, OUTLIERS_FILE), csv_text(("path", "split", "label", "reasons", "key"), outlier_rows)
+    )
     for key in ("label_issues", "outliers"):
         health.set_int_custom_property(key, result[key])
 
 
-def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[np.ndarray], hp,
-                        result: Dict[str, Any]) -> List[Dict[str, str]]:
+def _multi_label_issues(
+    examples: Examples, names: List[str], vectors: Optional[np.ndarray], hp, result: Dict[str, Any]
+) -> List[Dict[str, str]]:
     """The multi-label label check on the sample (label_issues.rank_multi_label): its rows for label_issues.csv,
     and its method, the accuracy of its model (the share of label bits it gets right) or why it was skipped, into
     `result`. The given and suggested labels are label sets, ';'-separated (empty: none)."""
@@ -282,8 +354,9 @@ def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[
     # A label only eval images have is not in Transform's vocabulary (id -1): no label of the check.
     known = [[c for c in labels if 0 <= c < len(names)] for labels in examples.labels]
     hot = label_issues.multi_hot(known, len(names))
-    folds, why = label_issues.multi_label_folds(hot, label_issues.FOLDS if vectors is not None
-                                                else label_issues.CNN_FOLDS)
+    folds, why = label_issues.multi_label_folds(
+        hot, label_issues.FOLDS if vectors is not None else label_issues.CNN_FOLDS
+    )
     if not folds:
         result["label_check_skipped"] = why
         return []
@@ -294,11 +367,18 @@ def _multi_label_issues(examples: Examples, names: List[str], vectors: Optional[
         probabilities = label_issues.multi_label_probabilities_from_pixels(np.stack(examples.pixels), hot, folds, hp)
         result["label_check_method"] = f"{folds}-fold multi-label cnn on pixels"
     result["label_check_accuracy"] = round(float(((probabilities > 0.5) == (hot > 0.5)).mean()), 4)
-    return [{"rank": str(n), "path": examples.paths[chosen[s.index]], "split": examples.splits[chosen[s.index]],
-             "given": label_set(names[c] for c in s.given),
-             "suggested": label_set(names[c] for c in s.suggested),
-             "given_probability": f"{s.quality:.4f}", "key": examples.keys[chosen[s.index]]}
-            for n, s in enumerate(label_issues.rank_multi_label(known, probabilities), start=1)]
+    return [
+        {
+            "rank": str(n),
+            "path": examples.paths[chosen[s.index]],
+            "split": examples.splits[chosen[s.index]],
+            "given": label_set(names[c] for c in s.given),
+            "suggested": label_set(names[c] for c in s.suggested),
+            "given_probability": f"{s.quality:.4f}",
+            "key": examples.keys[chosen[s.index]],
+        }
+        for n, s in enumerate(label_issues.rank_multi_label(known, probabilities), start=1)
+    ]
 
 
 def _read_json(path: str) -> Optional[Dict]:

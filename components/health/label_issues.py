@@ -33,7 +33,6 @@ CNN_MAX_SIZE = 32
 MULTI_LABEL_MIN_STEPS, MULTI_LABEL_MAX_EPOCHS = 240, 40
 
 
-
 class Suspect(NamedTuple):
     index: int  # into the examples checked
     given: int  # class id
@@ -63,8 +62,12 @@ def probabilities_from_features(vectors: np.ndarray, labels: np.ndarray, folds: 
     # PCA is fitted on each fold's training rows: at most as many components as the smallest of them has rows
     # (a small transfer run: 40 images, 5 folds, 32 rows a fit).
     dims = min(PCA_DIMS, vectors.shape[1], min(len(train) for train, _ in splits) - 1)
-    model = make_pipeline(StandardScaler(), PCA(max(1, dims), random_state=seed), StandardScaler(),
-                          LogisticRegression(C=0.5, max_iter=500))
+    model = make_pipeline(
+        StandardScaler(),
+        PCA(max(1, dims), random_state=seed),
+        StandardScaler(),
+        LogisticRegression(C=0.5, max_iter=500),
+    )
     return cross_val_predict(model, vectors, labels, method="predict_proba", cv=splits)
 
 
@@ -82,13 +85,20 @@ def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int
     out = np.zeros((len(labels), classes), np.float32)
     steps = -(-len(labels) * (folds - 1) // folds // hp.batch_size)  # a fold's steps per epoch
     epochs = int(np.clip(-(-CNN_MIN_STEPS // steps), CNN_EPOCHS, CNN_MAX_EPOCHS))
-    for fold, (train, held_out) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=hp.seed)
-                                             .split(pixels, labels)):
+    for fold, (train, held_out) in enumerate(
+        StratifiedKFold(folds, shuffle=True, random_state=hp.seed).split(pixels, labels)
+    ):
         keras.utils.set_random_seed(hp.seed + fold)
         model = models.build(hp, classes)
         models.compile_model(model, hp.learning_rate)
-        model.fit(pixels[train].astype(np.float32), labels[train], batch_size=hp.batch_size, epochs=epochs,
-                  verbose=0, shuffle=True)
+        model.fit(
+            pixels[train].astype(np.float32),
+            labels[train],
+            batch_size=hp.batch_size,
+            epochs=epochs,
+            verbose=0,
+            shuffle=True,
+        )
         out[held_out] = model.predict(pixels[held_out].astype(np.float32), batch_size=256, verbose=0)
     return out
 
@@ -101,12 +111,15 @@ def rank(labels: np.ndarray, probabilities: np.ndarray) -> List[Suspect]:
     # running, gigabytes mapped: a fork risks a deadlock, and each child's RSS counts again) for per-class
     # work that takes milliseconds.
     order = find_label_issues(labels, probabilities, return_indices_ranked_by="self_confidence", n_jobs=1)
-    return [Suspect(int(i), int(labels[i]), int(probabilities[i].argmax()), float(probabilities[i, labels[i]]))
-            for i in order]
+    return [
+        Suspect(int(i), int(labels[i]), int(probabilities[i].argmax()), float(probabilities[i, labels[i]]))
+        for i in order
+    ]
 
 
-def out_of_sample(labels: np.ndarray, vectors: Optional[np.ndarray], pixels: Optional[np.ndarray], hp,
-                  folds: int) -> np.ndarray:
+def out_of_sample(
+    labels: np.ndarray, vectors: Optional[np.ndarray], pixels: Optional[np.ndarray], hp, folds: int
+) -> np.ndarray:
     if vectors is not None:
         return probabilities_from_features(vectors, labels, folds, hp.seed)
     return probabilities_from_pixels(pixels, labels, folds, hp)
@@ -141,8 +154,7 @@ def multi_label_folds(hot: np.ndarray, folds: int = FOLDS) -> Tuple[int, str]:
     return int(min(folds, usable.min())), ""
 
 
-def multi_label_probabilities_from_features(vectors: np.ndarray, hot: np.ndarray, folds: int,
-                                            seed: int) -> np.ndarray:
+def multi_label_probabilities_from_features(vectors: np.ndarray, hot: np.ndarray, folds: int, seed: int) -> np.ndarray:
     """Out-of-sample probability of each label, k-fold: a logistic regression per label on PCA-reduced,
     standardised features (a label a fold's training rows all have, or all lack, gets its share there)."""
     from sklearn.decomposition import PCA
@@ -154,8 +166,11 @@ def multi_label_probabilities_from_features(vectors: np.ndarray, hot: np.ndarray
     out = np.zeros_like(hot)
     for train, held_out in KFold(folds, shuffle=True, random_state=seed).split(vectors):
         # The reduction of probabilities_from_features, fitted on the fold's training rows, once for every label.
-        reduce = make_pipeline(StandardScaler(), PCA(max(1, min(PCA_DIMS, vectors.shape[1], len(train) - 1)),
-                                                     random_state=seed), StandardScaler())
+        reduce = make_pipeline(
+            StandardScaler(),
+            PCA(max(1, min(PCA_DIMS, vectors.shape[1], len(train) - 1)), random_state=seed),
+            StandardScaler(),
+        )
         x_train, x_held = reduce.fit_transform(vectors[train]), reduce.transform(vectors[held_out])
         for label in range(hot.shape[1]):
             y = hot[train, label]
@@ -184,10 +199,19 @@ def multi_label_probabilities_from_pixels(pixels: np.ndarray, hot: np.ndarray, f
         keras.utils.set_random_seed(hp.seed + fold)
         model = models.build(hp, hot.shape[1], multi_label=True)
         # Rare labels weighed as the Trainer weighs them: unweighted, a fold's model hardly ever gives them.
-        models.compile_model(model, hp.learning_rate, class_balance.positive_weights(
-            [int(n) for n in hot[train].sum(axis=0)], len(train)))
-        model.fit(pixels[train].astype(np.float32), hot[train], batch_size=hp.batch_size, epochs=epochs,
-                  verbose=0, shuffle=True)
+        models.compile_model(
+            model,
+            hp.learning_rate,
+            class_balance.positive_weights([int(n) for n in hot[train].sum(axis=0)], len(train)),
+        )
+        model.fit(
+            pixels[train].astype(np.float32),
+            hot[train],
+            batch_size=hp.batch_size,
+            epochs=epochs,
+            verbose=0,
+            shuffle=True,
+        )
         out[held_out] = model.predict(pixels[held_out].astype(np.float32), batch_size=256, verbose=0)
     return out
 
@@ -201,5 +225,9 @@ def rank_multi_label(label_sets: List[List[int]], probabilities: np.ndarray) -> 
     labels = [sorted(set(ids)) for ids in label_sets]
     order = find_label_issues(labels, probabilities, return_indices_ranked_by="self_confidence", n_jobs=1)
     quality = get_label_quality_scores(labels, probabilities)
-    return [MultiLabelSuspect(int(i), labels[i], [int(c) for c in np.flatnonzero(probabilities[i] > 0.5)],
-                              float(quality[i])) for i in order]
+    return [
+        MultiLabelSuspect(
+            int(i), labels[i], [int(c) for c in np.flatnonzero(probabilities[i] > 0.5)], float(quality[i])
+        )
+        for i in order
+    ]

@@ -21,7 +21,7 @@ import numpy as np
 from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
-from components.example_gen.listing import label_set
+from components.example_gen.finding.listing import label_set
 from components.health import checks, label_issues
 from components.health.sample import Sample
 
@@ -33,37 +33,61 @@ ROWS_FILE, SAMPLE_FILE, VECTORS_FILE, COUNTS_FILE = "rows.pickle", "sample.pickl
 _ROWS, _SAMPLED, _COUNTS, _VECTORS = "rows", "sampled", "counts", "vectors"
 
 
-def build(pipeline: beam.Pipeline, examples: Dict[str, str], features: Optional[Dict[str, Any]], hp,
-          names: List[str], sample: Sample, keep_pixels: bool, multi_label: bool, out_dir: str) -> None:
+def build(
+    pipeline: beam.Pipeline,
+    examples: Dict[str, str],
+    features: Optional[Dict[str, Any]],
+    hp,
+    names: List[str],
+    sample: Sample,
+    keep_pixels: bool,
+    multi_label: bool,
+    out_dir: str,
+) -> None:
     """The graph. examples: split -> file pattern of Transform's examples; features: None, or {"dim": values an
     image, "views": split -> augmented views a record, "files": split -> file pattern}."""
     if features is None:
         far = pipeline | "NoFeatures" >> beam.Create([frozenset()])
     else:
         far, sampled_vectors = _feature_passes(pipeline, features, sample, multi_label, far_too=not multi_label)
-        _ = sampled_vectors | "VectorsList" >> beam.combiners.ToList() | "WriteVectors" >> beam.Map(
-            _write, os.path.join(out_dir, VECTORS_FILE))
+        _ = (
+            sampled_vectors
+            | "VectorsList" >> beam.combiners.ToList()
+            | "WriteVectors" >> beam.Map(_write, os.path.join(out_dir, VECTORS_FILE))
+        )
     outputs = []
     for split, pattern in examples.items():
         outputs.append(
             _batches(pipeline, f"Examples[{split}]", pattern, EXAMPLE_BATCH)
-            | f"Examples[{split}]" >> beam.ParDo(
-                _Examples(hp, names, sample, split, keep_pixels, multi_label), beam.pvalue.AsSingleton(far))
-            .with_outputs(_SAMPLED, _COUNTS, main=_ROWS))
+            | f"Examples[{split}]"
+            >> beam.ParDo(
+                _Examples(hp, names, sample, split, keep_pixels, multi_label), beam.pvalue.AsSingleton(far)
+            ).with_outputs(_SAMPLED, _COUNTS, main=_ROWS)
+        )
     for tag, file_name in ((_ROWS, ROWS_FILE), (_SAMPLED, SAMPLE_FILE)):
-        _ = ([o[tag] for o in outputs] | f"Flatten[{tag}]" >> beam.Flatten(pipeline=pipeline)
-             | f"List[{tag}]" >> beam.combiners.ToList()
-             | f"Write[{tag}]" >> beam.Map(_write, os.path.join(out_dir, file_name)))
-    _ = ([o[_COUNTS] for o in outputs] | "FlattenCounts" >> beam.Flatten(pipeline=pipeline)
-         | "Counts" >> beam.CombineGlobally(_add_counts)
-         | "WriteCounts" >> beam.Map(_write, os.path.join(out_dir, COUNTS_FILE)))
+        _ = (
+            [o[tag] for o in outputs]
+            | f"Flatten[{tag}]" >> beam.Flatten(pipeline=pipeline)
+            | f"List[{tag}]" >> beam.combiners.ToList()
+            | f"Write[{tag}]" >> beam.Map(_write, os.path.join(out_dir, file_name))
+        )
+    _ = (
+        [o[_COUNTS] for o in outputs]
+        | "FlattenCounts" >> beam.Flatten(pipeline=pipeline)
+        | "Counts" >> beam.CombineGlobally(_add_counts)
+        | "WriteCounts" >> beam.Map(_write, os.path.join(out_dir, COUNTS_FILE))
+    )
 
 
 def read(out_dir: str) -> Dict[str, Any]:
     """What the graph left: rows, sample, vectors (key -> vector, {} without features), counts."""
     found = {}
-    for name, file_name in (("rows", ROWS_FILE), ("sample", SAMPLE_FILE), ("counts", COUNTS_FILE),
-                            ("vectors", VECTORS_FILE)):
+    for name, file_name in (
+        ("rows", ROWS_FILE),
+        ("sample", SAMPLE_FILE),
+        ("counts", COUNTS_FILE),
+        ("vectors", VECTORS_FILE),
+    ):
         path = os.path.join(out_dir, file_name)
         written = name != "vectors" or fileio.exists(path)  # no features: no vectors
         found[name] = pickle.loads(io_utils.read_bytes_file(path)) if written else []
@@ -78,11 +102,13 @@ def _write(value, path: str) -> None:
 def _batches(pipeline, step: str, pattern: str, size: int):
     """The TFRecord files matching the pattern, spread over the workers a file each, read in batches of `size`
     serialized records (TensorFlow's reader: Beam's reads and decompresses record by record in Python)."""
-    return (pipeline
-            | f"Pattern{step}" >> beam.Create([pattern])
-            | f"Files{step}" >> beam.FlatMap(_files)
-            | f"Spread{step}" >> beam.Reshuffle()
-            | f"Read{step}" >> beam.ParDo(_ReadBatches(size)))
+    return (
+        pipeline
+        | f"Pattern{step}" >> beam.Create([pattern])
+        | f"Files{step}" >> beam.FlatMap(_files)
+        | f"Spread{step}" >> beam.Reshuffle()
+        | f"Read{step}" >> beam.ParDo(_ReadBatches(size))
+    )
 
 
 def _files(pattern: str) -> List[str]:
@@ -115,24 +141,31 @@ def _feature_passes(pipeline, features: Dict[str, Any], sample: Sample, multi_la
         for split, pattern in features["files"].items():
             parse = _ParseFeatures(features["dim"], features["views"].get(split, 0), split, multi_label)
             applied = beam.ParDo(transform, *side_inputs)
-            parts.append(_batches(pipeline, f"{step}[{split}]", pattern, FEATURE_BATCH)
-                         | f"{step}Parse[{split}]" >> beam.ParDo(parse)
-                         | f"{step}[{split}]" >> (applied.with_outputs(*outputs, main="main") if outputs
-                                                  else applied))
+            parts.append(
+                _batches(pipeline, f"{step}[{split}]", pattern, FEATURE_BATCH)
+                | f"{step}Parse[{split}]" >> beam.ParDo(parse)
+                | f"{step}[{split}]" >> (applied.with_outputs(*outputs, main="main") if outputs else applied)
+            )
         if outputs:
-            return {tag: [part[tag] for part in parts] | f"{step}Flatten[{tag}]" >> beam.Flatten(pipeline=pipeline)
-                    for tag in ("main",) + tuple(outputs)}
+            return {
+                tag: [part[tag] for part in parts] | f"{step}Flatten[{tag}]" >> beam.Flatten(pipeline=pipeline)
+                for tag in ("main",) + tuple(outputs)
+            }
         return parts | f"{step}Flatten" >> beam.Flatten(pipeline=pipeline)
 
     if not far_too:
         far = pipeline | "NoFar" >> beam.Create([frozenset()])
         return far, each_split("Sample", _SampledVectors(sample))
-    centres = (each_split("Moments", _Moments())
-               | "AddMoments" >> beam.CombineGlobally(_add_moments) | "Centres" >> beam.Map(_centres))
+    centres = (
+        each_split("Moments", _Moments())
+        | "AddMoments" >> beam.CombineGlobally(_add_moments)
+        | "Centres" >> beam.Map(_centres)
+    )
     measured = each_split("Distances", _Distances(sample), beam.pvalue.AsSingleton(centres), outputs=(_VECTORS,))
     fence = measured["main"] | "Fence" >> beam.CombineGlobally(_FenceFn())
-    far = (each_split("Far", _PastFence(), beam.pvalue.AsSingleton(centres), beam.pvalue.AsSingleton(fence))
-           | "FarKeys" >> beam.CombineGlobally(_KeySetFn()))
+    far = each_split(
+        "Far", _PastFence(), beam.pvalue.AsSingleton(centres), beam.pvalue.AsSingleton(fence)
+    ) | "FarKeys" >> beam.CombineGlobally(_KeySetFn())
     return far, measured[_VECTORS]
 
 
@@ -148,16 +181,17 @@ class _ParseFeatures(beam.DoFn):
         from trainer import features as names
 
         self._tf, self._names = tf, names
-        self._spec = {names.FEATURES_KEY: tf.io.FixedLenFeature([(self._views + 1) * self._dim], tf.float32),
-                      names.KEY: tf.io.FixedLenFeature([], tf.string),
-                      **({} if self._multi_label else
-                         {names.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=-1)})}
+        self._spec = {
+            names.FEATURES_KEY: tf.io.FixedLenFeature([(self._views + 1) * self._dim], tf.float32),
+            names.KEY: tf.io.FixedLenFeature([], tf.string),
+            **({} if self._multi_label else {names.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=-1)}),
+        }
 
     def process(self, batch):
         parsed = self._tf.io.parse_example(batch, self._spec)
         keys = [k.decode() for k in parsed[self._names.KEY].numpy()]
         labels = None if self._multi_label else parsed[self._names.LABEL_KEY].numpy()
-        yield self._split, keys, labels, parsed[self._names.FEATURES_KEY].numpy()[:, :self._dim]
+        yield self._split, keys, labels, parsed[self._names.FEATURES_KEY].numpy()[:, : self._dim]
 
 
 def _sampled_vectors(parsed, sample: Sample):
@@ -192,7 +226,7 @@ def _moments(parsed):
             if c >= 0:
                 rows = wide[labels == c]
                 classes[int(c)] = (rows.sum(axis=0), len(rows))
-    return len(wide), wide.sum(axis=0), (wide ** 2).sum(axis=0), classes
+    return len(wide), wide.sum(axis=0), (wide**2).sum(axis=0), classes
 
 
 def _add_moments(parts):
@@ -211,7 +245,7 @@ def _centres(moments):
     if count <= 2 or not classes:
         return None
     mean = total / count
-    scale = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0)) + 1e-6
+    scale = np.sqrt(np.maximum(squares / count - mean**2, 0.0)) + 1e-6
     centres = np.stack([(classes[c][0] / classes[c][1] - mean) / scale for c in sorted(classes)]).astype(np.float32)
     return mean, scale, centres
 
@@ -293,12 +327,14 @@ class _Examples(beam.DoFn):
         from trainer import features as names
 
         self._tf, self._keys = tf, names
-        self._spec = {names.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
-                      **names.label_spec(self._multi_label),
-                      names.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
-                      names.FILENAME_KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
-                      "original_height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
-                      "original_width": tf.io.FixedLenFeature([], tf.int64, default_value=0)}
+        self._spec = {
+            names.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
+            **names.label_spec(self._multi_label),
+            names.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
+            names.FILENAME_KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
+            "original_height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+            "original_width": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+        }
 
     def process(self, batch, far: frozenset):
         tf, names, hp = self._tf, self._keys, self._hp
@@ -306,8 +342,11 @@ class _Examples(beam.DoFn):
         pixels = names.decode_pixels(parsed[names.PIXELS_KEY], hp.image_size, hp.channels)
         gray = tf.reduce_mean(pixels, axis=-1)
         means, stds = tf.reduce_mean(gray, axis=[1, 2]).numpy(), tf.math.reduce_std(gray, axis=[1, 2]).numpy()
-        labels = (tf.RaggedTensor.from_sparse(parsed[names.LABELS_KEY]).to_list() if self._multi_label
-                  else [int(n) for n in parsed[names.LABEL_KEY].numpy()])
+        labels = (
+            tf.RaggedTensor.from_sparse(parsed[names.LABELS_KEY]).to_list()
+            if self._multi_label
+            else [int(n) for n in parsed[names.LABEL_KEY].numpy()]
+        )
         keys = [k.decode() for k in parsed[names.KEY].numpy()]
         paths = [p.decode("utf-8", "replace") for p in parsed[names.FILENAME_KEY].numpy()]
         heights, widths = parsed["original_height"].numpy(), parsed["original_width"].numpy()
@@ -321,8 +360,13 @@ class _Examples(beam.DoFn):
             if key in far:
                 reasons.append(FAR_REASON)
             if reasons:
-                yield {"path": paths[i], "split": self._split, "label": self._label_text(labels[i]),
-                       "reasons": "; ".join(reasons), "key": key}
+                yield {
+                    "path": paths[i],
+                    "split": self._split,
+                    "label": self._label_text(labels[i]),
+                    "reasons": "; ".join(reasons),
+                    "key": key,
+                }
         small = None
         if self._keep_pixels and kept:  # for the cnn label check, at most CNN_MAX_SIZE a side
             small = tf.gather(pixels, kept)
@@ -330,8 +374,9 @@ class _Examples(beam.DoFn):
                 small = tf.image.resize(small, [label_issues.CNN_MAX_SIZE] * 2, antialias=True)
             small = np.clip(small.numpy(), 0, 255).astype(np.uint8)
         for j, i in enumerate(kept):
-            yield beam.pvalue.TaggedOutput(_SAMPLED, (keys[i], paths[i], self._split, labels[i],
-                                                      None if small is None else small[j]))
+            yield beam.pvalue.TaggedOutput(
+                _SAMPLED, (keys[i], paths[i], self._split, labels[i], None if small is None else small[j])
+            )
         yield beam.pvalue.TaggedOutput(_COUNTS, counts)
 
     def _label_text(self, label) -> str:

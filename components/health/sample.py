@@ -22,7 +22,9 @@ class Sample:
         elif multi_label:
             self.shares, self.uniform = {}, most / total
         else:
-            self.shares = {c: min(1.0, max(MIN_SAMPLED_PER_CLASS, most * n / total) / n) for c, n in counts.items() if n}
+            self.shares = {
+                c: min(1.0, max(MIN_SAMPLED_PER_CLASS, most * n / total) / n) for c, n in counts.items() if n
+            }
             self.uniform = 1.0
 
     @classmethod
@@ -39,5 +41,5 @@ class Sample:
 
 def sample_position(key: str) -> float:
     """Where an image falls in the sample's order: the content hash's second 64 bits (the first place it in its
-    split, example_gen/stratify.py: a sample by those would hold the train split only)."""
-    return int(key[16:32], 16) / 2.0 ** 64
+    split, example_gen/splitting/stratify.py: a sample by those would hold the train split only)."""
+    return int(key[16:32], 16) / 2.0**64

@@ -1,10 +1,10 @@
 """The ModelCard component (the Pusher puts its files beside the model it pushes: components/pusher).
 
-    ModelCard(model=trainer.outputs["model"], model_run=trainer.outputs["model_run"],
-              evaluation=evaluator.outputs["evaluation"], blessing=evaluator.outputs["blessing"],
-              examples=example_gen.outputs["examples"], ingestion_report=example_gen.outputs["report"],
-              health=<DataHealth's report>, baseline_model=<the latest blessed model>, pipeline=NAME)
-      outputs["model_card"]   ModelCard: model_card.json, .md, .html, threshold.json
+ModelCard(model=trainer.outputs["model"], model_run=trainer.outputs["model_run"],
+          evaluation=evaluator.outputs["evaluation"], blessing=evaluator.outputs["blessing"],
+          examples=example_gen.outputs["examples"], ingestion_report=example_gen.outputs["report"],
+          health=<DataHealth's report>, baseline_model=<the latest blessed model>, pipeline=NAME)
+  outputs["model_card"]   ModelCard: model_card.json, .md, .html, threshold.json
 """
 
 from typing import Optional
@@ -38,11 +38,29 @@ class ModelCard(base_component.BaseComponent):
     SPEC_CLASS = ModelCardSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-    def __init__(self, model: types.BaseChannel, model_run: types.BaseChannel, evaluation: types.BaseChannel,
-                 blessing: types.BaseChannel, examples: types.BaseChannel, ingestion_report: types.BaseChannel,
-                 pipeline: str, health: Optional[types.BaseChannel] = None,
-                 baseline_model: Optional[types.BaseChannel] = None):
-        super().__init__(spec=ModelCardSpec(
-            model=model, model_run=model_run, evaluation=evaluation, blessing=blessing, examples=examples,
-            ingestion_report=ingestion_report, health=health, baseline_model=baseline_model, pipeline=pipeline,
-            model_card=types.Channel(type=ModelCardArtifact)))
+    def __init__(
+        self,
+        model: types.BaseChannel,
+        model_run: types.BaseChannel,
+        evaluation: types.BaseChannel,
+        blessing: types.BaseChannel,
+        examples: types.BaseChannel,
+        ingestion_report: types.BaseChannel,
+        pipeline: str,
+        health: Optional[types.BaseChannel] = None,
+        baseline_model: Optional[types.BaseChannel] = None,
+    ):
+        super().__init__(
+            spec=ModelCardSpec(
+                model=model,
+                model_run=model_run,
+                evaluation=evaluation,
+                blessing=blessing,
+                examples=examples,
+                ingestion_report=ingestion_report,
+                health=health,
+                baseline_model=baseline_model,
+                pipeline=pipeline,
+                model_card=types.Channel(type=ModelCardArtifact),
+            )
+        )

@@ -38,8 +38,10 @@ class PusherExecutor(pusher_executor.Executor):
         base = destination.filesystem.base_directory
         staging = f"{base.rstrip('/')}/{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"
         destination.filesystem.base_directory = staging
-        staged_properties = {**exec_properties,
-                             standard_component_specs.PUSH_DESTINATION_KEY: proto_utils.proto_to_json(destination)}
+        staged_properties = {
+            **exec_properties,
+            standard_component_specs.PUSH_DESTINATION_KEY: proto_utils.proto_to_json(destination),
+        }
         try:
             super().Do(input_dict, output_dict, staged_properties)
             pushed = artifact_utils.get_single_instance(output_dict[standard_component_specs.PUSHED_MODEL_KEY])
@@ -78,16 +80,30 @@ def _move_version(staged: str, final: str, version: str) -> None:
 
 
 class ImagePusherSpec(standard_component_specs.PusherSpec):
-    INPUTS = {**standard_component_specs.PusherSpec.INPUTS,
-              "model_card": ChannelParameter(type=ModelCardArtifact, optional=True)}
+    INPUTS = {
+        **standard_component_specs.PusherSpec.INPUTS,
+        "model_card": ChannelParameter(type=ModelCardArtifact, optional=True),
+    }
 
 
 class ImagePusher(base_component.BaseComponent):
     SPEC_CLASS = ImagePusherSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(PusherExecutor)
 
-    def __init__(self, model: types.BaseChannel, model_blessing: types.BaseChannel, push_destination,
-                 model_card: Optional[types.BaseChannel] = None):
-        super().__init__(spec=ImagePusherSpec(
-            model=model, model_blessing=model_blessing, model_card=model_card, push_destination=push_destination,
-            custom_config=json_utils.dumps(None), pushed_model=types.Channel(type=standard_artifacts.PushedModel)))
+    def __init__(
+        self,
+        model: types.BaseChannel,
+        model_blessing: types.BaseChannel,
+        push_destination,
+        model_card: Optional[types.BaseChannel] = None,
+    ):
+        super().__init__(
+            spec=ImagePusherSpec(
+                model=model,
+                model_blessing=model_blessing,
+                model_card=model_card,
+                push_destination=push_destination,
+                custom_config=json_utils.dumps(None),
+                pushed_model=types.Channel(type=standard_artifacts.PushedModel),
+            )
+        )

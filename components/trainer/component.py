@@ -49,8 +49,10 @@ class VertexTrainerExecutor(vertex_trainer_executor.GenericExecutor):
 
 
 class ImageTrainerSpec(standard_component_specs.TrainerSpec):
-    PARAMETERS = {**standard_component_specs.TrainerSpec.PARAMETERS,
-                  **{k: ExecutionParameter(type=t, optional=True) for k, t in TRAINER_SETTINGS.items()}}
+    PARAMETERS = {
+        **standard_component_specs.TrainerSpec.PARAMETERS,
+        **{k: ExecutionParameter(type=t, optional=True) for k, t in TRAINER_SETTINGS.items()},
+    }
 
 
 class ImageTrainer(base_component.BaseComponent):
@@ -59,16 +61,33 @@ class ImageTrainer(base_component.BaseComponent):
     SPEC_CLASS = ImageTrainerSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TrainerExecutor)
 
-    def __init__(self, run_fn: str, examples: types.BaseChannel, transform_graph: types.BaseChannel,
-                 schema: types.BaseChannel, custom_config: Dict[str, Any], settings: Dict[str, Any],
-                 base_model: Optional[types.BaseChannel] = None,
-                 hyperparameters: Optional[types.BaseChannel] = None, vertex: bool = False):
-        super().__init__(spec=ImageTrainerSpec(
-            examples=examples, transform_graph=transform_graph, schema=schema, base_model=base_model,
-            hyperparameters=hyperparameters, train_args=trainer_pb2.TrainArgs(splits=["train"]),
-            eval_args=trainer_pb2.EvalArgs(splits=["eval"]), run_fn=run_fn,
-            custom_config=json_utils.dumps(custom_config), **settings,
-            model=types.Channel(type=standard_artifacts.Model),
-            model_run=types.Channel(type=standard_artifacts.ModelRun)))
+    def __init__(
+        self,
+        run_fn: str,
+        examples: types.BaseChannel,
+        transform_graph: types.BaseChannel,
+        schema: types.BaseChannel,
+        custom_config: Dict[str, Any],
+        settings: Dict[str, Any],
+        base_model: Optional[types.BaseChannel] = None,
+        hyperparameters: Optional[types.BaseChannel] = None,
+        vertex: bool = False,
+    ):
+        super().__init__(
+            spec=ImageTrainerSpec(
+                examples=examples,
+                transform_graph=transform_graph,
+                schema=schema,
+                base_model=base_model,
+                hyperparameters=hyperparameters,
+                train_args=trainer_pb2.TrainArgs(splits=["train"]),
+                eval_args=trainer_pb2.EvalArgs(splits=["eval"]),
+                run_fn=run_fn,
+                custom_config=json_utils.dumps(custom_config),
+                **settings,
+                model=types.Channel(type=standard_artifacts.Model),
+                model_run=types.Channel(type=standard_artifacts.ModelRun),
+            )
+        )
         if vertex:  # the Trainer as a Vertex AI Training job (custom_config has the extension's settings)
             self.executor_spec = executor_spec.ExecutorClassSpec(VertexTrainerExecutor)

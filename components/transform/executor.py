@@ -16,8 +16,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfx.components.transform import executor as transform_executor
 from tfx.components.transform import labels as transform_labels
 
-from components.beam_settings import Tuned
-from components.example_gen import tfrecord_io
+from components.beam_settings import BeamConfigured
+from components.example_gen.writing import tfrecord_io
 
 
 class StoredGzipTFRecordSink(filebasedsink.FileBasedSink):
@@ -25,9 +25,15 @@ class StoredGzipTFRecordSink(filebasedsink.FileBasedSink):
     Beam opens uncompressed (Beam's own gzip always deflates at level 6)."""
 
     def __init__(self, file_path_prefix: str, file_name_suffix: str = ".gz"):
-        super().__init__(file_path_prefix, coder=beam.coders.BytesCoder(), file_name_suffix=file_name_suffix,
-                         num_shards=0, shard_name_template=None, mime_type="application/octet-stream",
-                         compression_type=CompressionTypes.UNCOMPRESSED)
+        super().__init__(
+            file_path_prefix,
+            coder=beam.coders.BytesCoder(),
+            file_name_suffix=file_name_suffix,
+            num_shards=0,
+            shard_name_template=None,
+            mime_type="application/octet-stream",
+            compression_type=CompressionTypes.UNCOMPRESSED,
+        )
 
     def open(self, temp_path):
         return tfrecord_io.GzipTFRecordWriter(super().open(temp_path), level=0)
@@ -46,14 +52,15 @@ class StoredTransformProcessor(_TFX_PROCESSOR):
         """TFX's _EncodeAndWrite, writing TFRecords through StoredGzipTFRecordSink."""
         if file_format != transform_labels.FORMAT_TFRECORD:
             return pcoll | _TFX_PROCESSOR._EncodeAndWrite(schema, file_format, output_path)
-        return (pcoll
-                | "EncodeAndSerialize" >> beam.ParDo(
-                    _TFX_PROCESSOR._RecordBatchToExamplesFn(schema))  # pylint: disable=protected-access
-                | "ExtractExamples" >> beam.Values()
-                | "WriteToTFRecord" >> beam.io.Write(StoredGzipTFRecordSink(output_path)))
+        return (
+            pcoll
+            | "EncodeAndSerialize" >> beam.ParDo(_TFX_PROCESSOR._RecordBatchToExamplesFn(schema))  # pylint: disable=protected-access
+            | "ExtractExamples" >> beam.Values()
+            | "WriteToTFRecord" >> beam.io.Write(StoredGzipTFRecordSink(output_path))
+        )
 
 
-class TransformExecutor(Tuned, transform_executor.Executor):
+class TransformExecutor(BeamConfigured, transform_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         # TFX's Do makes a TransformProcessor by its module-level name (no hook to pass another): ours is put
         # there while the Beam graph is built, which happens within this call, in this process.

@@ -18,8 +18,9 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from trainer import features
+from trainer.decode_memory import DECODES_IN_FLIGHT
 from trainer.decoding import decode_and_resize
-from trainer.hparams import DECODES_IN_FLIGHT, HParams
+from trainer.hparams import HParams
 
 
 def preprocessing_fn(inputs: Dict[str, Any], custom_config: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -27,8 +28,10 @@ def preprocessing_fn(inputs: Dict[str, Any], custom_config: Optional[Dict[str, A
     encoded = features.to_dense(inputs[features.IMAGE_KEY])
     pixels = tf.map_fn(
         lambda e: tf.io.serialize_tensor(decode_and_resize(e, hp.image_size, hp.channels)),
-        encoded, fn_output_signature=tf.TensorSpec([], tf.string),
-        parallel_iterations=DECODES_IN_FLIGHT)  # bounds decoding memory (hparams.decode_memory_bytes)
+        encoded,
+        fn_output_signature=tf.TensorSpec([], tf.string),
+        parallel_iterations=DECODES_IN_FLIGHT,
+    )  # bounds decoding memory (trainer/decode_memory.py)
     # The file's hash, name and size, unchanged, for the features step and data health (a curated schema
     # may leave any of them out).
     outputs = {name: features.to_dense(inputs[raw]) for name, raw in features.PASSTHROUGH.items() if raw in inputs}
@@ -43,6 +46,10 @@ def preprocessing_fn(inputs: Dict[str, Any], custom_config: Optional[Dict[str, A
         # Ordered by a fingerprint of each name, not by frequency: the same classes get the same
         # ids in every run, whatever their counts, so a retrained model can warm-start.
         features.LABELS_KEY if multi_label else features.LABEL_KEY: tft.compute_and_apply_vocabulary(
-            names, vocab_filename=features.LABEL_VOCABULARY, num_oov_buckets=0, default_value=-1,
-            fingerprint_shuffle=True),
+            names,
+            vocab_filename=features.LABEL_VOCABULARY,
+            num_oov_buckets=0,
+            default_value=-1,
+            fingerprint_shuffle=True,
+        ),
     }

@@ -31,8 +31,10 @@ class LatestSearch(LatestArtifactStrategy):
     taken from the cache. Vertex's compiler knows TFX's strategies only: there the latest of any run."""
 
     def resolve_artifacts(self, store, input_dict):
-        searched = {key: [a for a in artifacts if a.get_int_custom_property(executor.SEARCHED) == 1]
-                    for key, artifacts in input_dict.items()}
+        searched = {
+            key: [a for a in artifacts if a.get_int_custom_property(executor.SEARCHED) == 1]
+            for key, artifacts in input_dict.items()
+        }
         return super().resolve_artifacts(store, searched) or {key: [] for key in input_dict}
 
 
@@ -56,18 +58,40 @@ class ImageTuner(base_component.BaseComponent):
     SPEC_CLASS = ImageTunerSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-    def __init__(self, examples: types.BaseChannel, transform_graph: types.BaseChannel,
-                 ingestion_report: types.BaseChannel, trials: Union[int, data_types.RuntimeParameter], mode: str,
-                 pipeline: str, hparams: Dict[str, Any], max_class_drift: float, max_feature_drift: float,
-                 previous: Optional[types.BaseChannel] = None, vertex: Optional[Dict[str, Any]] = None,
-                 parallel_trials: int = 1, epochs: Union[int, data_types.RuntimeParameter, None] = None):
-        super().__init__(spec=ImageTunerSpec(
-            examples=examples, transform_graph=transform_graph, ingestion_report=ingestion_report,
-            previous=previous, tuner_fn="trainer.search.tuner_fn",
-            train_args=trainer_pb2.TrainArgs(splits=["train"]), eval_args=trainer_pb2.EvalArgs(splits=["eval"]),
-            tune_args=tuner_pb2.TuneArgs(num_parallel_trials=parallel_trials) if vertex else None,
-            custom_config=json_utils.dumps({**hparams, **(vertex or {})}),
-            trials=trials, epochs=epochs, mode=mode, pipeline=pipeline, max_class_drift=max_class_drift,
-            max_feature_drift=max_feature_drift,
-            best_hyperparameters=types.Channel(type=standard_artifacts.HyperParameters),
-            tuner_results=types.Channel(type=standard_artifacts.TunerResults)))
+    def __init__(
+        self,
+        examples: types.BaseChannel,
+        transform_graph: types.BaseChannel,
+        ingestion_report: types.BaseChannel,
+        trials: Union[int, data_types.RuntimeParameter],
+        mode: str,
+        pipeline: str,
+        hparams: Dict[str, Any],
+        max_class_drift: float,
+        max_feature_drift: float,
+        previous: Optional[types.BaseChannel] = None,
+        vertex: Optional[Dict[str, Any]] = None,
+        parallel_trials: int = 1,
+        epochs: Union[int, data_types.RuntimeParameter, None] = None,
+    ):
+        super().__init__(
+            spec=ImageTunerSpec(
+                examples=examples,
+                transform_graph=transform_graph,
+                ingestion_report=ingestion_report,
+                previous=previous,
+                tuner_fn="trainer.search.tuner_fn",
+                train_args=trainer_pb2.TrainArgs(splits=["train"]),
+                eval_args=trainer_pb2.EvalArgs(splits=["eval"]),
+                tune_args=tuner_pb2.TuneArgs(num_parallel_trials=parallel_trials) if vertex else None,
+                custom_config=json_utils.dumps({**hparams, **(vertex or {})}),
+                trials=trials,
+                epochs=epochs,
+                mode=mode,
+                pipeline=pipeline,
+                max_class_drift=max_class_drift,
+                max_feature_drift=max_feature_drift,
+                best_hyperparameters=types.Channel(type=standard_artifacts.HyperParameters),
+                tuner_results=types.Channel(type=standard_artifacts.TunerResults),
+            )
+        )

@@ -29,9 +29,9 @@ from tfx.utils import io_utils, json_utils
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.trainer.component import with_settings
 from components.tuner import DECISION_FILE, SEARCH_FILE, decision
-from storage.output_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from storage.relocation import pipeline_root_of, relocate
 from trainer import search as tuning
+from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
 
 BEST_FILE = "best_hyperparameters.txt"  # TFX's names (tfx/components/tuner/executor.py)
@@ -50,7 +50,10 @@ def _features(examples: types.Artifact) -> Optional[Dict[str, Any]]:
     source = _read_json(os.path.join(examples.uri, FEATURES_SOURCE_FILE))
     if source is None:
         return None
-    return {"fingerprint": source.get("fingerprint"), "profile": _read_json(os.path.join(examples.uri, FEATURE_PROFILE_FILE))}
+    return {
+        "fingerprint": source.get("fingerprint"),
+        "profile": _read_json(os.path.join(examples.uri, FEATURE_PROFILE_FILE)),
+    }
 
 
 def _classes(transform_graph: types.Artifact) -> List[str]:
@@ -58,8 +61,9 @@ def _classes(transform_graph: types.Artifact) -> List[str]:
 
     from trainer import features
 
-    return [n.decode() for n in tft.TFTransformOutput(transform_graph.uri).vocabulary_by_name(
-        features.LABEL_VOCABULARY)]
+    return [
+        n.decode() for n in tft.TFTransformOutput(transform_graph.uri).vocabulary_by_name(features.LABEL_VOCABULARY)
+    ]
 
 
 def _trials_in_order(results_uri: str) -> List[Dict[str, Any]]:
@@ -68,14 +72,19 @@ def _trials_in_order(results_uri: str) -> List[Dict[str, Any]]:
     ordered = []
     for row in sorted(rows, key=lambda r: str(r.get("trial_id"))):
         values = {k: v for k, v in row.items() if k not in ("trial_id", "score")}
-        ordered.append({"trial": len(ordered) + 1, "trial_id": row.get("trial_id"), "score": row.get("score"),
-                        "values": values})
+        ordered.append(
+            {"trial": len(ordered) + 1, "trial_id": row.get("trial_id"), "score": row.get("score"), "values": values}
+        )
     return ordered
 
 
 class Executor(base_executor.BaseExecutor):
-    def Do(self, input_dict: Dict[str, List[types.Artifact]], output_dict: Dict[str, List[types.Artifact]],
-           exec_properties: Dict[str, Any]) -> None:
+    def Do(
+        self,
+        input_dict: Dict[str, List[types.Artifact]],
+        output_dict: Dict[str, List[types.Artifact]],
+        exec_properties: Dict[str, Any],
+    ) -> None:
         started = time.monotonic()
         # A run's epochs (a compiled job's runtime parameter) reach the trials as they reach the Trainer.
         exec_properties = with_settings(exec_properties)
@@ -89,16 +98,23 @@ class Executor(base_executor.BaseExecutor):
         summary = json.loads(io_utils.read_string_file(os.path.join(report.uri, INGESTION_SUMMARY)))
         train_counts = (summary.get("examples_per_split_and_class") or {}).get("train", {})
         current = decision.profile(
-            hp, trials, exec_properties[PIPELINE],
+            hp,
+            trials,
+            exec_properties[PIPELINE],
             _classes(artifact_utils.get_single_instance(input_dict[standard_component_specs.TRANSFORM_GRAPH_KEY])),
-            train_counts, _features(examples), tuning.space_names(hp), tuning.SPACE_VERSION)
+            train_counts,
+            _features(examples),
+            tuning.space_names(hp),
+            tuning.SPACE_VERSION,
+        )
         best = artifact_utils.get_single_instance(output_dict[standard_component_specs.BEST_HYPERPARAMETERS_KEY])
         results = artifact_utils.get_single_instance(output_dict[standard_component_specs.TUNER_RESULTS_KEY])
         previous_artifact = (input_dict.get("previous") or [None])[0]
         previous_uri = relocate(previous_artifact.uri, pipeline_root_of(best.uri)) if previous_artifact else None
         previous = _read_json(os.path.join(previous_uri, SEARCH_FILE)) if previous_uri else None
-        verdict = decision.decide(exec_properties[MODE], previous, current,
-                                  *(float(exec_properties[k]) for k in LIMITS))
+        verdict = decision.decide(
+            exec_properties[MODE], previous, current, *(float(exec_properties[k]) for k in LIMITS)
+        )
         logging.info("Tuner: %s (%s)", "searching" if verdict.search else "reusing the last search", verdict.reason)
 
         if verdict.search:
@@ -108,23 +124,51 @@ class Executor(base_executor.BaseExecutor):
             best_config = json.loads(io_utils.read_string_file(os.path.join(best.uri, BEST_FILE)))
             ordered = _trials_in_order(results.uri)
             scores = [t["score"] for t in ordered if t["score"] is not None]
-            record = {**current, "searched_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec="seconds"), "algorithm": tuning.ALGORITHM, "objective": tuning.objective_for(
-                    train_counts, multi_label=summary.get("task") == "multi"),
-                "best": tuning.values_of(best_config), "best_config": best_config,
-                "best_score": max(scores) if scores else None, "results": ordered,
-                "seconds": round(time.monotonic() - started, 2)}
+            record = {
+                **current,
+                "searched_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "algorithm": tuning.ALGORITHM,
+                "objective": tuning.objective_for(train_counts, multi_label=summary.get("task") == "multi"),
+                "best": tuning.values_of(best_config),
+                "best_config": best_config,
+                "best_score": max(scores) if scores else None,
+                "results": ordered,
+                "seconds": round(time.monotonic() - started, 2),
+            }
         else:
             record = previous
             io_utils.write_string_file(os.path.join(best.uri, BEST_FILE), json.dumps(record["best_config"]))
-            fileio.copy(os.path.join(previous_uri, RESULTS_FILE), os.path.join(results.uri, RESULTS_FILE),
-                        overwrite=True)
+            fileio.copy(
+                os.path.join(previous_uri, RESULTS_FILE), os.path.join(results.uri, RESULTS_FILE), overwrite=True
+            )
         io_utils.write_string_file(os.path.join(results.uri, SEARCH_FILE), json.dumps(record, indent=1))
-        io_utils.write_string_file(os.path.join(results.uri, DECISION_FILE), json.dumps({
-            "searched": verdict.search, "reason": verdict.reason, "mode": exec_properties[MODE], "trials": trials,
-            "reused_from": None if verdict.search else previous_uri, "seconds": round(time.monotonic() - started, 2),
-            **{k: record.get(k) for k in ("searched_at", "algorithm", "objective", "best", "best_score", "results",
-                                          "space", "model")}}, indent=1))
+        io_utils.write_string_file(
+            os.path.join(results.uri, DECISION_FILE),
+            json.dumps(
+                {
+                    "searched": verdict.search,
+                    "reason": verdict.reason,
+                    "mode": exec_properties[MODE],
+                    "trials": trials,
+                    "reused_from": None if verdict.search else previous_uri,
+                    "seconds": round(time.monotonic() - started, 2),
+                    **{
+                        k: record.get(k)
+                        for k in (
+                            "searched_at",
+                            "algorithm",
+                            "objective",
+                            "best",
+                            "best_score",
+                            "results",
+                            "space",
+                            "model",
+                        )
+                    },
+                },
+                indent=1,
+            ),
+        )
         for artifact in (best, results):
             artifact.set_int_custom_property(SEARCHED, int(verdict.search))
 

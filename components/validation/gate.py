@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2
-from tfx.dsl.component.experimental.annotations import (InputArtifact, OutputArtifact, Parameter)
+from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
 from tfx.dsl.component.experimental.decorators import component
 from tfx.dsl.io import fileio
 from tfx.types import standard_artifacts
@@ -24,8 +24,8 @@ from tfx.utils import io_utils
 
 from components import drift
 from components.example_gen import PROFILE_FILE
+from components.validation import GATE_DRIFT_FILE, GATE_RESULT_FILE
 from storage.artifact_types import DataValidationResult
-from storage.output_files import GATE_DRIFT_FILE, GATE_RESULT_FILE
 from storage.relocation import locate
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes per split
@@ -39,7 +39,7 @@ def read_anomalies(anomalies_uri: str) -> List[Dict[str, str]]:
     """Every anomaly of every split under an ExampleAnomalies URI, as plain dicts."""
     found = []
     for split_dir in sorted(fileio.glob(os.path.join(anomalies_uri, "Split-*"))):
-        split = os.path.basename(split_dir.rstrip("/"))[len("Split-"):]
+        split = os.path.basename(split_dir.rstrip("/"))[len("Split-") :]
         path = os.path.join(split_dir, ANOMALIES_FILE)
         if not fileio.exists(path):
             continue
@@ -48,9 +48,15 @@ def read_anomalies(anomalies_uri: str) -> List[Dict[str, str]]:
         if proto.HasField("dataset_anomaly_info"):
             infos.append(("(dataset)", proto.dataset_anomaly_info))
         for feature, info in infos:
-            found.append({"split": split, "feature": feature,
-                          "short": info.short_description, "description": info.description,
-                          "types": [anomalies_pb2.AnomalyInfo.Type.Name(r.type) for r in info.reason]})
+            found.append(
+                {
+                    "split": split,
+                    "feature": feature,
+                    "short": info.short_description,
+                    "description": info.description,
+                    "types": [anomalies_pb2.AnomalyInfo.Type.Name(r.type) for r in info.reason],
+                }
+            )
     return found
 
 
@@ -58,10 +64,15 @@ def describe(found: List[Dict[str, str]], drifted: List[Dict] = ()) -> str:
     """A first line that names every problem (feature, and distance for drift), then one line of detail each."""
     short = [f"[{a['split']}] {a['feature']}: {a['short']}" for a in found] + [drift.short_check(c) for c in drifted]
     shown = "; ".join(short[:4]) + (f"; and {len(short) - 4} more" if len(short) > 4 else "")
-    fixes = ["fix the data"] + (["update the schema (schemas/README.md)"] if found else []) + \
-        ([f"raise {' / '.join(sorted({c['option'] for c in drifted}))}"] if drifted else [])
-    lines = [f"data validation found {len(short)} problem{'s' if len(short) > 1 else ''}: {shown}; "
-             f"{', or '.join(fixes)}, or run with --gate warn"]
+    fixes = (
+        ["fix the data"]
+        + (["update the schema (schemas/README.md)"] if found else [])
+        + ([f"raise {' / '.join(sorted({c['option'] for c in drifted}))}"] if drifted else [])
+    )
+    lines = [
+        f"data validation found {len(short)} problem{'s' if len(short) > 1 else ''}: {shown}; "
+        f"{', or '.join(fixes)}, or run with --gate warn"
+    ]
     for a in found:
         lines.append(f"  [{a['split']}] {a['feature']}: {a['short']} - {a['description']}")
     for check in drifted:
@@ -87,8 +98,12 @@ def DataValidationGate(
     max_count_drop: Parameter[float] = 1.0,
 ) -> None:
     found = read_anomalies(anomalies.uri)
-    limits = drift.Thresholds(max_class_drift=max_class_drift, max_size_drift=max_size_drift,
-                              max_format_drift=max_format_drift, max_count_drop=max_count_drop)
+    limits = drift.Thresholds(
+        max_class_drift=max_class_drift,
+        max_size_drift=max_size_drift,
+        max_format_drift=max_format_drift,
+        max_count_drop=max_count_drop,
+    )
     # The blessing's folder where the root now is; gone, the run stops here (storage/relocation.py),
     # before training a model that could not be compared either.
     reference = read_profile(locate(baseline_blessing.uri, examples.uri, "blessing")) if baseline_blessing else None

@@ -1,17 +1,17 @@
 """StatisticsGen: TFX's, with the Beam settings for large examples, and its options for images.
 
-    StatisticsGen(examples=..., stats_options=stats_options()) running StatisticsGenExecutor (beam_settings.tuned)
+StatisticsGen(examples=..., stats_options=stats_options()) running StatisticsGenExecutor (beam_settings.with_executor)
 """
 
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.statistics_gen import executor as statistics_gen_executor
 
-from components.beam_settings import Tuned
+from components.beam_settings import BeamConfigured
 from trainer.features import IMAGE_KEY
 
 
-class StatisticsGenExecutor(Tuned, statistics_gen_executor.Executor):
+class StatisticsGenExecutor(BeamConfigured, statistics_gen_executor.Executor):
     pass
 
 

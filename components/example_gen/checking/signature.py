@@ -17,7 +17,7 @@ from typing import List, NamedTuple, Sequence
 import numpy as np
 from PIL import Image
 
-from components.example_gen.similarity import GRID, SCALES, THUMB
+from components.example_gen.checking.similarity import GRID, SCALES, THUMB
 
 THUMBNAIL_BYTES = THUMB * THUMB * 4  # the thumbnail in grey, then in RGB
 
@@ -45,12 +45,12 @@ def signatures(thumbnails: Sequence[bytes]) -> List[bytes]:
     n, w = len(thumbnails), _weights()
     raw = np.frombuffer(b"".join(thumbnails), np.uint8).reshape(n, THUMBNAIL_BYTES).astype(np.float64)
     # Each pass is one matrix product over every row of every thumbnail (numpy's stacked products were slower).
-    gray = raw[:, :THUMB * THUMB].reshape(n * THUMB, THUMB)  # [n * 64 rows, 64 columns]
-    rgb = raw[:, THUMB * THUMB:].reshape(n * THUMB, THUMB * 3)  # [n * 64 rows, 64 columns * 3 channels]
+    gray = raw[:, : THUMB * THUMB].reshape(n * THUMB, THUMB)  # [n * 64 rows, 64 columns]
+    rgb = raw[:, THUMB * THUMB :].reshape(n * THUMB, THUMB * 3)  # [n * 64 rows, 64 columns * 3 channels]
     # Horizontal passes of every crop's resizes at once, then each crop's vertical pass (rows of zeros outside it).
     across = _round(gray @ w.columns).reshape(n, THUMB, -1)  # [n, 64, 3 * (32 + 9)]
-    phash_rows = across[..., :3 * 32].reshape(n, THUMB, 3, 32).transpose(0, 2, 1, 3)  # [n, 3, 64, 32]
-    dhash_rows = across[..., 3 * 32:].reshape(n, THUMB, 3, 9).transpose(0, 2, 1, 3)  # [n, 3, 64, 9]
+    phash_rows = across[..., : 3 * 32].reshape(n, THUMB, 3, 32).transpose(0, 2, 1, 3)  # [n, 3, 64, 32]
+    dhash_rows = across[..., 3 * 32 :].reshape(n, THUMB, 3, 9).transpose(0, 2, 1, 3)  # [n, 3, 64, 9]
     dct = _DCT8 @ _round(w.rows32 @ phash_rows) @ _DCT8.T  # [n, 3, 8, 8]: the low 8x8 of scipy.fftpack.dct twice
     # A flat image's (or a one-way gradient's) other coefficients are 0 but for floating-point noise, which would
     # set their bits at random (ImageHash's own do): rounded, they are 0 and never above the median.
@@ -99,7 +99,7 @@ def _crop_weights(new: int, kernel, support: float) -> np.ndarray:
     out = np.zeros((len(SCALES), new, THUMB))
     for s, scale in enumerate(SCALES):
         margin = int(round(THUMB * (1 - scale) / 2))
-        out[s, :, margin:THUMB - margin] = _fixed(_pillow_weights(THUMB - 2 * margin, new, support, kernel))
+        out[s, :, margin : THUMB - margin] = _fixed(_pillow_weights(THUMB - 2 * margin, new, support, kernel))
     return out
 
 
@@ -132,11 +132,18 @@ def _weights() -> _Matrices:
     if not _MATRICES:
         lanczos32, lanczos9 = _crop_weights(32, _lanczos, 3.0), _crop_weights(9, _lanczos, 3.0)
         box = _crop_weights(GRID, _box, 0.5)
-        _MATRICES.append(_Matrices(
-            columns=np.concatenate([lanczos32.transpose(2, 0, 1).reshape(THUMB, -1),
-                                    lanczos9.transpose(2, 0, 1).reshape(THUMB, -1)], axis=1),
-            rows32=lanczos32, rows8=_crop_weights(8, _lanczos, 3.0),
-            grid_columns_rgb=np.kron(box.transpose(2, 0, 1).reshape(THUMB, -1), np.eye(3)), grid_rows=box))
+        _MATRICES.append(
+            _Matrices(
+                columns=np.concatenate(
+                    [lanczos32.transpose(2, 0, 1).reshape(THUMB, -1), lanczos9.transpose(2, 0, 1).reshape(THUMB, -1)],
+                    axis=1,
+                ),
+                rows32=lanczos32,
+                rows8=_crop_weights(8, _lanczos, 3.0),
+                grid_columns_rgb=np.kron(box.transpose(2, 0, 1).reshape(THUMB, -1), np.eye(3)),
+                grid_rows=box,
+            )
+        )
     return _MATRICES[0]
 
 

@@ -14,9 +14,11 @@ import json
 import uuid
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from components.example_gen import example_codec, similarity, stratify, tfrecord_io
-from components.example_gen.image_check import (BadImage, ImageInfo, Reason, check_and_store)
-from components.example_gen.listing import Candidate, labels_of
+from components.example_gen.checking import example_codec, similarity
+from components.example_gen.checking.image_check import BadImage, ImageInfo, Reason, check_and_store
+from components.example_gen.finding.listing import Candidate, labels_of
+from components.example_gen.splitting import stratify
+from components.example_gen.writing import tfrecord_io
 from storage import files as fs
 from trainer import feature_keys as keys
 
@@ -105,8 +107,7 @@ def label_features(label: str, settings: Settings) -> Dict[str, object]:
 
 
 def bad_row(rel_path: str, reason: str, detail: str, label=None, split=None) -> Dict[str, str]:
-    return {"path": rel_path, "reason": reason, "detail": detail,
-            "label": label or "", "split": split or ""}
+    return {"path": rel_path, "reason": reason, "detail": detail, "label": label or "", "split": split or ""}
 
 
 class ShardWriter:
@@ -150,8 +151,9 @@ def max_file_bytes(max_pixels: int) -> int:
 def check_file_size(size: int, max_pixels: int) -> None:
     """BadImage for a file bigger than any image within max_pixels can be: such a file is never read."""
     if size > max_file_bytes(max_pixels):
-        raise BadImage(Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels could be; "
-                                              "not read")
+        raise BadImage(
+            Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels could be; not read"
+        )
 
 
 class Inspected(NamedTuple):
@@ -166,6 +168,7 @@ class Inspected(NamedTuple):
 
 def inspect(c: Candidate, max_pixels: int, store_max_pixels: int = 0, sign: bool = True) -> Inspected:
     """Reads and validates one file."""
+
     def bad(reason: str, detail: str) -> Inspected:
         return Inspected(bad_row(c.rel_path, reason, detail, c.label, c.split))
 
@@ -193,13 +196,14 @@ def inspect(c: Candidate, max_pixels: int, store_max_pixels: int = 0, sign: bool
 def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult:
     """Validates every candidate and writes the good ones, as tf.Examples, to staging shards."""
     writers: Dict[str, ShardWriter] = {}
-    result = BatchResult([], [], [], collections.Counter(), collections.Counter(), collections.Counter(), [], [],
-                         [])
-    batch_key = hashlib.sha256(candidates[0].rel_path.encode("utf-8", "surrogateescape")).hexdigest()[:16] \
-        if candidates else "empty"
+    result = BatchResult([], [], [], collections.Counter(), collections.Counter(), collections.Counter(), [], [], [])
+    batch_key = (
+        hashlib.sha256(candidates[0].rel_path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        if candidates
+        else "empty"
+    )
     for c in candidates:
-        bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels,
-                                                       settings.sign)
+        bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels, settings.sign)
         if bad:
             result.bad.append(bad)
             continue
@@ -209,34 +213,50 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
             action, new_label, review_file = decided
             result.reviewed.append((sha, action if action == "exclude" or new_label != c.label else "unchanged"))
             if action == "exclude":
-                result.bad.append(bad_row(c.rel_path, Reason.EXCLUDED_BY_REVIEW, f"excluded by {review_file}",
-                                          c.label, c.split))
+                result.bad.append(
+                    bad_row(c.rel_path, Reason.EXCLUDED_BY_REVIEW, f"excluded by {review_file}", c.label, c.split)
+                )
                 continue
             c = c._replace(label=new_label)
         # The layout's split, or the class's stratified split by content hash (stratify.py: or PENDING when the
         # file's place in its class decides it): identical bytes always land in the same split.
         stratum = stratify.stratum(c.label, settings.strata)
         split = c.split or stratify.zone(sha, settings.hash_splits, settings.bands.get(stratum))
-        record = example_codec.encode_example({
-            keys.ENCODED: stored,  # the original bytes, or the downscaled copy above store_max_pixels
-            keys.FORMAT: stored_info.format,
-            keys.HEIGHT: stored_info.height,
-            keys.WIDTH: stored_info.width,
-            keys.CHANNELS: stored_info.channels,
-            keys.ORIGINAL_HEIGHT: info.height,
-            keys.ORIGINAL_WIDTH: info.width,
-            **label_features(c.label, settings),
-            keys.FILENAME: c.rel_path,
-            keys.SHA256: sha,
-            keys.SIGNATURE: similarity.hashes_only(info.signature).hex() if info.signature else "",
-        })
+        record = example_codec.encode_example(
+            {
+                keys.ENCODED: stored,  # the original bytes, or the downscaled copy above store_max_pixels
+                keys.FORMAT: stored_info.format,
+                keys.HEIGHT: stored_info.height,
+                keys.WIDTH: stored_info.width,
+                keys.CHANNELS: stored_info.channels,
+                keys.ORIGINAL_HEIGHT: info.height,
+                keys.ORIGINAL_WIDTH: info.width,
+                **label_features(c.label, settings),
+                keys.FILENAME: c.rel_path,
+                keys.SHA256: sha,
+                keys.SIGNATURE: similarity.hashes_only(info.signature).hex() if info.signature else "",
+            }
+        )
         if split not in writers:
-            writers[split] = ShardWriter(settings.staging_dir, split, settings.compression_level,
-                                         settings.shard_bytes, batch_key)
+            writers[split] = ShardWriter(
+                settings.staging_dir, split, settings.compression_level, settings.shard_bytes, batch_key
+            )
         shard, index = writers[split].write(record)
         downscaled = stored is not data
-        result.metas.append(Meta(sha, c.rel_path, c.label, split, c.split is not None, info.format, shard, index,
-                                 downscaled, info.signature.hex()))
+        result.metas.append(
+            Meta(
+                sha,
+                c.rel_path,
+                c.label,
+                split,
+                c.split is not None,
+                info.format,
+                shard,
+                index,
+                downscaled,
+                info.signature.hex(),
+            )
+        )
         if split == stratify.PENDING:
             result.pending.append(Pending(result.metas[-1], info.width, info.height))
         result.written[(split, c.label, info.format, downscaled)] += 1
@@ -264,7 +284,7 @@ def write_signatures(metas: List[Meta], staging_dir: str, batch_key: str) -> str
     without them to <name>.json; returns the .bin's path. The random part keeps a retried batch apart."""
     path = fs.join(staging_dir, SIGNATURES_DIR, f"{batch_key}-{uuid.uuid4().hex[:8]}.bin")
     fs.write_bytes(path, b"".join(bytes.fromhex(m.signature) + bytes.fromhex(m.sha256) for m in metas))
-    fs.write_bytes(path[:-len(".bin")] + ".json", json.dumps([list(m[:-1]) for m in metas]).encode("ascii"))
+    fs.write_bytes(path[: -len(".bin")] + ".json", json.dumps([list(m[:-1]) for m in metas]).encode("ascii"))
     return path
 
 

@@ -1,4 +1,4 @@
-"""A minimal process pool whose workers start as `python -m components.example_gen.worker_pool`.
+"""A minimal process pool whose workers start as `python -m components.example_gen.writing.worker_pool`.
 
 multiprocessing's spawn and forkserver re-import the caller's `__main__`, so a
 user's script without an `if __name__ == "__main__":` guard would run its whole
@@ -28,9 +28,10 @@ class WorkerPool:
     def __init__(self, processes: int):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._tasks: "queue.Queue" = queue.Queue()
-        self._procs = [subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env)
-                       for _ in range(processes)]
+        self._procs = [
+            subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            for _ in range(processes)
+        ]
         self._threads: List[threading.Thread] = []
         for proc in self._procs:
             thread = threading.Thread(target=self._serve, args=(proc,), daemon=True)
@@ -55,8 +56,9 @@ class WorkerPool:
                 proc.stdin.flush()
                 ok, value = pickle.load(proc.stdout)
             except (EOFError, OSError, pickle.UnpicklingError):
-                future.set_exception(WorkerError(
-                    f"ingestion worker process {proc.pid} died (exit code {proc.poll()}); see its stderr"))
+                future.set_exception(
+                    WorkerError(f"ingestion worker process {proc.pid} died (exit code {proc.poll()}); see its stderr")
+                )
                 continue
             if ok:
                 future.set_result(value)

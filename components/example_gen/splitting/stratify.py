@@ -25,7 +25,7 @@ import collections
 import math
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from components.example_gen.listing import labels_of
+from components.example_gen.finding.listing import labels_of
 
 PENDING = "_pending"  # the staging split of files near a class's boundary, placed after the run
 POOLED = "\0pooled"  # a multi-label stratum: the files whose rarest label is too rare to be split on its own
@@ -34,7 +34,7 @@ Z = 5.0  # the band's half-width in standard deviations of a class's boundary po
 
 def position(sha256: str) -> float:
     """A file's place in its class's order: the first 64 bits of its content hash, as a fraction."""
-    return int(sha256[:16], 16) / 2.0 ** 64
+    return int(sha256[:16], 16) / 2.0**64
 
 
 def shares(buckets: Sequence[int]) -> List[float]:
@@ -49,7 +49,7 @@ def band(count: int, split_shares: Sequence[float]) -> Tuple[float, float]:
     the first and the last split lies inside (a middle split, in a three-way split, is pending whole)."""
     if len(split_shares) < 2 or count <= 0:
         return 0.0, 0.0
-    cuts = [sum(split_shares[:i + 1]) for i in range(len(split_shares) - 1)]
+    cuts = [sum(split_shares[: i + 1]) for i in range(len(split_shares) - 1)]
     widths = [Z * math.sqrt(max(c * (1 - c), 1e-12) / count) + 2.0 / count for c in cuts]
     return max(0.0, cuts[0] - widths[0]), min(1.0, cuts[-1] + widths[-1])
 
@@ -74,7 +74,7 @@ def quotas(count: int, split_shares: Sequence[float]) -> List[int]:
     taken from the split with the most."""
     exact = [count * s for s in split_shares]
     given = [math.floor(e) for e in exact]
-    for i in sorted(range(len(exact)), key=lambda i: (given[i] - exact[i], i))[:count - sum(given)]:
+    for i in sorted(range(len(exact)), key=lambda i: (given[i] - exact[i], i))[: count - sum(given)]:
         given[i] += 1
     if count >= len(split_shares):
         for i, n in enumerate(given):
@@ -84,8 +84,12 @@ def quotas(count: int, split_shares: Sequence[float]) -> List[int]:
     return given
 
 
-def assign(names: Sequence[str], split_shares: Sequence[float], sure: Dict[str, Dict[str, int]],
-           pending: Dict[str, List[Tuple[str, object]]]) -> Tuple[Dict[object, str], List[str]]:
+def assign(
+    names: Sequence[str],
+    split_shares: Sequence[float],
+    sure: Dict[str, Dict[str, int]],
+    pending: Dict[str, List[Tuple[str, object]]],
+) -> Tuple[Dict[object, str], List[str]]:
     """Places the pending files of each class by rank.
 
     sure: per class, the files already in the first and the last split (after any copy was rejected);
@@ -98,7 +102,7 @@ def assign(names: Sequence[str], split_shares: Sequence[float], sure: Dict[str, 
         ordered = sorted(pending.get(label, []), key=lambda item: (position(item[0]), item[0]))
         low, high = sure.get(label, {}).get(names[0], 0), sure.get(label, {}).get(names[-1], 0)
         count = low + len(ordered) + high
-        ends = [sum(quotas(count, split_shares)[:i + 1]) for i in range(len(names))]
+        ends = [sum(quotas(count, split_shares)[: i + 1]) for i in range(len(names))]
         if low > ends[0] or count - high < ends[-2]:
             what = "the files of labels too rare to split alone" if label == POOLED else f"class {label!r}"
             notes.append(f"{what}: its split is off its quota by files far from the boundary")

@@ -22,7 +22,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import apache_beam as beam
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
-from components.example_gen import batch_ingest, stratify, tfrecord_io
+from components.example_gen.splitting import stratify
+from components.example_gen.writing import batch_ingest, tfrecord_io
 from storage import files as fs
 
 # Under the staging folder: the shards the pending files are rewritten to, and their moves. Hidden: a split's folder
@@ -41,9 +42,14 @@ def moves_path(staging: str, pending_shard: str, attempt: str) -> str:
     return fs.join(placed_dir(staging), "moves", f"{os.path.basename(pending_shard)}-{attempt}.json")
 
 
-def stratum_items(results: beam.PCollection, rejected: beam.PCollection, pending: beam.PCollection,
-                  strata: Optional[stratify.LabelStrata]) -> beam.PCollection:
+def stratum_items(
+    results: beam.PCollection,
+    rejected: beam.PCollection,
+    pending: beam.PCollection,
+    strata: Optional[stratify.LabelStrata],
+) -> beam.PCollection:
     """(stratum, {"sure": [(split, n)], "rejected": [Meta], "pending": [Pending]}) for every stratum."""
+
     def sure_rows(kind_value):
         kind, value = kind_value
         if kind == "stratified":
@@ -61,14 +67,16 @@ def stratum_items(results: beam.PCollection, rejected: beam.PCollection, pending
             yield stratify.stratum(meta.label, strata), ("sure", (meta.split, -1))
 
     rejections = rejected | "RejectedByStratum" >> beam.FlatMap(rejected_rows)
-    return ({"sure": ((results | "SureByStratum" >> beam.FlatMap(sure_rows)),
-                      (rejections | "SureRemoved" >> beam.FlatMap(lambda kv: [(kv[0], kv[1][1])] if kv[1][0] == "sure"
-                                                                  else []))) | "AllSure" >> beam.Flatten(),
-             "rejected": rejections | "RejectedPending" >> beam.FlatMap(
-                 lambda kv: [(kv[0], kv[1][1])] if kv[1][0] == "rejected" else []),
-             "pending": pending | "PendingByStratum" >> beam.Map(
-                 lambda p: (stratify.stratum(p.meta.label, strata), p))}
-            | "ByStratum" >> beam.CoGroupByKey())
+    return {
+        "sure": (
+            (results | "SureByStratum" >> beam.FlatMap(sure_rows)),
+            (rejections | "SureRemoved" >> beam.FlatMap(lambda kv: [(kv[0], kv[1][1])] if kv[1][0] == "sure" else [])),
+        )
+        | "AllSure" >> beam.Flatten(),
+        "rejected": rejections
+        | "RejectedPending" >> beam.FlatMap(lambda kv: [(kv[0], kv[1][1])] if kv[1][0] == "rejected" else []),
+        "pending": pending | "PendingByStratum" >> beam.Map(lambda p: (stratify.stratum(p.meta.label, strata), p)),
+    } | "ByStratum" >> beam.CoGroupByKey()
 
 
 class Assign(beam.DoFn):
@@ -88,8 +96,9 @@ class Assign(beam.DoFn):
         for split, n in grouped["sure"]:
             sure[split] += n
         gone = {(m.shard, m.index) for m in grouped["rejected"]}
-        waiting = [(p.meta.sha256, (p.meta.shard, p.meta.index)) for p in pending
-                   if (p.meta.shard, p.meta.index) not in gone]
+        waiting = [
+            (p.meta.sha256, (p.meta.shard, p.meta.index)) for p in pending if (p.meta.shard, p.meta.index) not in gone
+        ]
         placed, notes = stratify.assign(self._names, self._shares, {stratum: dict(sure)}, {stratum: waiting})
         for note in notes:  # in the order of their strata, as one assign over every stratum gave them
             yield beam.pvalue.TaggedOutput("results", ("notes", [stratum, note]))
@@ -126,7 +135,7 @@ class Rewrite(beam.DoFn):
         shard, placements = element
         split_of = dict(placements)
         attempt = uuid.uuid4().hex[:8]
-        writers: Dict[str, list] = {}  # split -> [writer, path, records, bytes, shards closed]
+        writers: Dict[str, list] = {}  # split -> [writer, path, records, bytes] of its open placed shard
         moves, closed = [], []
         with FileSystems.open(shard, compression_type=CompressionTypes.UNCOMPRESSED) as src:
             for index, record in enumerate(tfrecord_io.read_gzip_tfrecords(src)):
@@ -140,10 +149,14 @@ class Rewrite(beam.DoFn):
                     state = None
                 if state is None:
                     n = sum(s.split == split for s in closed)
-                    name = f"{os.path.basename(shard)[:-len('.gz')]}-{split}-{n:03d}-{attempt}.gz"
+                    name = f"{os.path.basename(shard)[: -len('.gz')]}-{split}-{n:03d}-{attempt}.gz"
                     path = fs.join(placed_dir(self._staging), split, name)
-                    state = writers[split] = [tfrecord_io.GzipTFRecordWriter(fs.open_for_write(path), self._level),
-                                              path, 0, 0]
+                    state = writers[split] = [
+                        tfrecord_io.GzipTFRecordWriter(fs.open_for_write(path), self._level),
+                        path,
+                        0,
+                        0,
+                    ]
                 state[0].write(record)
                 moves.append([index, split, state[1], state[2]])
                 state[2] += 1
@@ -158,8 +171,9 @@ class Rewrite(beam.DoFn):
         yield "moves", [shard, kept]
 
 
-def moved(metas: Iterable[batch_ingest.Meta], moves_of: Dict[str, str], rejected_split: Dict[Tuple[str, int], str]
-          ) -> Dict[Tuple[str, int], batch_ingest.Meta]:
+def moved(
+    metas: Iterable[batch_ingest.Meta], moves_of: Dict[str, str], rejected_split: Dict[Tuple[str, int], str]
+) -> Dict[Tuple[str, int], batch_ingest.Meta]:
     """The pending files among `metas`, as placed: {(pending shard, index): the meta with its split, and the placed
     shard and index that now hold it}; a rejected copy keeps its pending shard (it was not written). `moves_of`:
     each rewritten pending shard's moves file (Rewrite's "moves"), read one at a time."""
@@ -175,8 +189,7 @@ def moved(metas: Iterable[batch_ingest.Meta], moves_of: Dict[str, str], rejected
                 found[(m.shard, m.index)] = m._replace(split=rejected_split[(m.shard, m.index)])
         if not kept:
             continue
-        moves = {index: (split, path, at) for index, split, path, at
-                 in json.loads(fs.read_bytes(moves_of[shard]))}
+        moves = {index: (split, path, at) for index, split, path, at in json.loads(fs.read_bytes(moves_of[shard]))}
         for m in kept:
             split, path, at = moves[m.index]
             found[(m.shard, m.index)] = m._replace(split=split, shard=path, index=at)

@@ -28,8 +28,7 @@ def _masked_crc(data: bytes) -> int:
 def frame(record: bytes) -> bytes:
     """One TFRecord: length, masked CRC of the length, data, masked CRC of the data."""
     length = struct.pack("<Q", len(record))
-    return b"".join((length, struct.pack("<I", _masked_crc(length)), record,
-                     struct.pack("<I", _masked_crc(record))))
+    return b"".join((length, struct.pack("<I", _masked_crc(length)), record, struct.pack("<I", _masked_crc(record))))
 
 
 class GzipTFRecordWriter:
@@ -60,9 +59,10 @@ def read_gzip_tfrecords(raw: BinaryIO, chunk_size: int = 1 << 20) -> Iterator[by
             end = pos + 12 + length
             if len(buffer) < end + 4:
                 break
-            record = buffer[pos + 12:end]
-            if (struct.unpack_from("<I", buffer, pos + 8)[0] != _masked_crc(buffer[pos:pos + 8])
-                    or struct.unpack_from("<I", buffer, end)[0] != _masked_crc(record)):
+            record = buffer[pos + 12 : end]
+            if struct.unpack_from("<I", buffer, pos + 8)[0] != _masked_crc(buffer[pos : pos + 8]) or struct.unpack_from(
+                "<I", buffer, end
+            )[0] != _masked_crc(record):
                 raise ValueError("TFRecord CRC mismatch: the file is corrupt")
             yield record
             pos = end + 4

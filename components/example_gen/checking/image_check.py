@@ -23,12 +23,10 @@ from typing import Optional, Tuple
 
 from PIL import Image
 
-from components.example_gen import signature, similarity
+from components.example_gen.checking import signature, similarity
 
 # Our own budget (open_bounded, --max-pixels) replaces Pillow's decompression-bomb check.
 Image.MAX_IMAGE_PIXELS = None
-
-SUPPORTED_FORMATS = ("jpeg", "png", "gif", "bmp")
 
 
 class Reason:
@@ -64,7 +62,7 @@ class BadImage(Exception):
 
 @dataclass(frozen=True)
 class ImageInfo:
-    format: str  # one of SUPPORTED_FORMATS
+    format: str  # "jpeg", "png", "gif" or "bmp"
     height: int
     width: int
     channels: int  # what tf.io.decode_image(channels=0) returns
@@ -86,8 +84,13 @@ _UNSUPPORTED_MAGIC = (
     (0, b"qoif", "QOI"),
 )
 _ISO_BMFF_IMAGE_BRANDS = {
-    b"heic": "HEIC", b"heix": "HEIC", b"hevc": "HEIC", b"mif1": "HEIF",
-    b"msf1": "HEIF", b"avif": "AVIF", b"avis": "AVIF",
+    b"heic": "HEIC",
+    b"heix": "HEIC",
+    b"hevc": "HEIC",
+    b"mif1": "HEIF",
+    b"msf1": "HEIF",
+    b"avif": "AVIF",
+    b"avis": "AVIF",
 }
 
 
@@ -109,7 +112,7 @@ def sniff_format(data: bytes) -> str:
         name = _ISO_BMFF_IMAGE_BRANDS[data[8:12]]
         raise BadImage(Reason.UNSUPPORTED, f"{name} image; TensorFlow decodes JPEG, PNG, GIF and BMP")
     for offset, magic, name in _UNSUPPORTED_MAGIC:
-        if data[offset:offset + len(magic)] == magic:
+        if data[offset : offset + len(magic)] == magic:
             raise BadImage(Reason.UNSUPPORTED, f"{name} file; TensorFlow decodes JPEG, PNG, GIF and BMP")
     raise BadImage(Reason.NOT_AN_IMAGE, f"unrecognised content (starts with {data[:8]!r})")
 
@@ -123,8 +126,9 @@ def check_image(data: bytes, max_pixels: int) -> ImageInfo:
     return _decode(data, max_pixels, 0)[0]
 
 
-def check_and_store(data: bytes, max_pixels: int, store_max_pixels: int,
-                    sign: bool = True) -> Tuple[ImageInfo, bytes, ImageInfo]:
+def check_and_store(
+    data: bytes, max_pixels: int, store_max_pixels: int, sign: bool = True
+) -> Tuple[ImageInfo, bytes, ImageInfo]:
     """Validates `data` like check_image; returns (its info, with its perceptual signature when `sign`, the
     bytes to store, their info).
 
@@ -201,8 +205,12 @@ def open_bounded(data: bytes, max_pixels: int, fmt: Optional[str] = None) -> Ima
         raise BadImage(Reason.CORRUPT, f"invalid size {width}x{height}")
     pixels = width * height * frames
     if pixels > max_pixels:
-        raise BadImage(Reason.TOO_MANY_PIXELS, f"{width}x{height}" + (f"x{frames} frames" if frames > 1 else "")
-                       + f" = {pixels:,} pixels, over the budget of {max_pixels:,} (--max-pixels)")
+        raise BadImage(
+            Reason.TOO_MANY_PIXELS,
+            f"{width}x{height}"
+            + (f"x{frames} frames" if frames > 1 else "")
+            + f" = {pixels:,} pixels, over the budget of {max_pixels:,} (--max-pixels)",
+        )
     return image
 
 
@@ -221,8 +229,9 @@ def thumbnail(data: bytes, size: int, max_pixels: int, fmt: str = "PNG") -> Opti
     return out.getvalue()
 
 
-def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
-            sign: bool = False) -> Tuple[ImageInfo, Optional[Image.Image]]:
+def _decode(
+    data: bytes, max_pixels: int, store_max_pixels: int, sign: bool = False
+) -> Tuple[ImageInfo, Optional[Image.Image]]:
     """Decodes `data` (checks first); returns its info (with its perceptual signature when `sign`) and,
     when a stored copy is due, the image."""
     if not data:
@@ -246,13 +255,19 @@ def _decode(data: bytes, max_pixels: int, store_max_pixels: int,
                 blocks = -(-width // 8) * -(-height // 8)
                 coded = jpeg_scan_bytes(data)
                 if coded * 8 < blocks:
-                    raise BadImage(Reason.TRUNCATED, f"{coded:,} bytes of image data cannot hold a {width}x{height} "
-                                   f"JPEG (at least {-(-blocks // 8):,} for its 8x8 blocks): the image data ends early")
+                    raise BadImage(
+                        Reason.TRUNCATED,
+                        f"{coded:,} bytes of image data cannot hold a {width}x{height} "
+                        f"JPEG (at least {-(-blocks // 8):,} for its 8x8 blocks): the image data ends early",
+                    )
                 # DCT-domain downscaling still decodes every coefficient (and so catches truncation):
                 # to 1/8 of the side for the check alone (but not below similarity.DECODE_FLOOR for the
                 # signature), or to the scale of the stored copy.
-                target = _dct_size(info, store_max_pixels) if copy_due else _draft_size(
-                    width, height, similarity.DECODE_FLOOR if sign else 1)
+                target = (
+                    _dct_size(info, store_max_pixels)
+                    if copy_due
+                    else _draft_size(width, height, similarity.DECODE_FLOOR if sign else 1)
+                )
                 image.draft(image.mode, target)
             image.load()
             if sign:
@@ -355,7 +370,7 @@ def _check_png_chunks(data: bytes) -> None:
         if body_end + 4 > end:
             raise BadImage(Reason.TRUNCATED, f"PNG data ends inside chunk {ctype!r}")
         crc = struct.unpack_from(">I", data, body_end)[0]
-        if zlib.crc32(data[pos + 4:body_end]) != crc:
+        if zlib.crc32(data[pos + 4 : body_end]) != crc:
             raise BadImage(Reason.CORRUPT, f"PNG chunk {ctype.decode('latin-1')!r} fails its CRC check")
         if ctype == b"IEND":
             return
@@ -380,13 +395,15 @@ def _check_bmp_layout(data: bytes) -> int:
     if bpp not in (8, 24, 32):
         raise BadImage(Reason.UNSUPPORTED, f"{bpp}-bit BMP; TensorFlow decodes 8-, 24- and 32-bit BMPs")
     if compression != 0:
-        raise BadImage(Reason.UNSUPPORTED, f"compressed BMP (compression={compression}); TensorFlow reads uncompressed BMPs")
+        raise BadImage(
+            Reason.UNSUPPORTED, f"compressed BMP (compression={compression}); TensorFlow reads uncompressed BMPs"
+        )
     if width <= 0 or height == 0:
         raise BadImage(Reason.CORRUPT, f"invalid BMP size {width}x{height}")
     if bpp == 8:
         # TF ignores the palette and reads indices as gray levels: only a gray ramp is safe.
-        palette = data[14 + dib_size:pixel_offset]
-        entries = [palette[i:i + 3] for i in range(0, min(len(palette), 1024) - 3, 4)]
+        palette = data[14 + dib_size : pixel_offset]
+        entries = [palette[i : i + 3] for i in range(0, min(len(palette), 1024) - 3, 4)]
         if any(e != bytes((i, i, i)) for i, e in enumerate(entries)):
             raise BadImage(Reason.UNSUPPORTED, "8-bit colour-palette BMP; TensorFlow would read it as grayscale")
     row_size = (bpp * width + 31) // 32 * 4
@@ -396,5 +413,6 @@ def _check_bmp_layout(data: bytes) -> int:
     if len(data) > expected:
         raise BadImage(
             Reason.UNSUPPORTED,
-            f"BMP has {len(data) - expected:,} bytes after the pixel data, which TensorFlow's decoder rejects")
+            f"BMP has {len(data) - expected:,} bytes after the pixel data, which TensorFlow's decoder rejects",
+        )
     return bpp // 8

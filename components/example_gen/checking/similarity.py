@@ -55,7 +55,7 @@ class NearDuplicateLimits(NamedTuple):
 
 def hashes_only(sig: bytes) -> bytes:
     """The pHash and dHash of each scale (48 bytes): what the example keeps as its perceptual hash."""
-    return b"".join(sig[i * SCALE_BYTES:i * SCALE_BYTES + HASH_BYTES] for i in range(len(SCALES)))
+    return b"".join(sig[i * SCALE_BYTES : i * SCALE_BYTES + HASH_BYTES] for i in range(len(SCALES)))
 
 
 class Parsed(NamedTuple):
@@ -94,8 +94,11 @@ def hash_distances(a: Parsed, b: Parsed) -> Tuple[np.ndarray, np.ndarray, np.nda
     pHashes agree best: three [n, m] arrays (the pair as i * len(SCALES) + j)."""
     p, d = _bits_apart(a.phash, b.phash), _bits_apart(a.dhash, b.dhash)
     best = p.argmin(axis=-1)
-    return (np.take_along_axis(p, best[..., None], -1)[..., 0], np.take_along_axis(d, best[..., None], -1)[..., 0],
-            best)
+    return (
+        np.take_along_axis(p, best[..., None], -1)[..., 0],
+        np.take_along_axis(d, best[..., None], -1)[..., 0],
+        best,
+    )
 
 
 def thresholds(sample) -> NearDuplicateLimits:
@@ -108,8 +111,9 @@ def thresholds(sample) -> NearDuplicateLimits:
     p, d, _ = hash_distances(parsed, parsed)
     upper = np.triu_indices(len(sample), 1)
     p, d = p[upper], d[upper]
-    return NearDuplicateLimits(int(np.clip(p.mean() - 4 * p.std(), 2, PHASH_BITS)),
-                  int(np.clip(d.mean() - 3 * d.std(), 2, DHASH_BITS)))
+    return NearDuplicateLimits(
+        int(np.clip(p.mean() - 4 * p.std(), 2, PHASH_BITS)), int(np.clip(d.mean() - 3 * d.std(), 2, DHASH_BITS))
+    )
 
 
 def band_width(images: int) -> int:
@@ -138,8 +142,13 @@ def band_codes(signatures, bands: List[np.ndarray]) -> np.ndarray:
     of its pHash at each scale (an image may repeat a bucket: its scales can agree on a band)."""
     raw = as_rows(signatures).reshape(-1, len(SCALES), SCALE_BYTES)[..., :8]
     bits = np.unpackbits(raw, axis=-1).astype(np.int64)  # [n, scales, 64]
-    return np.concatenate([(band << 40) + bits[..., chosen] @ (1 << np.arange(len(chosen) - 1, -1, -1))
-                           for band, chosen in enumerate(bands)], axis=1)
+    return np.concatenate(
+        [
+            (band << 40) + bits[..., chosen] @ (1 << np.arange(len(chosen) - 1, -1, -1))
+            for band, chosen in enumerate(bands)
+        ],
+        axis=1,
+    )
 
 
 class Hashes(NamedTuple):
@@ -177,8 +186,9 @@ def near(h: Hashes, i: np.ndarray, j: np.ndarray, limits: NearDuplicateLimits) -
     return found
 
 
-def near_in_group(parsed: Parsed, limits: NearDuplicateLimits,
-                  block: int = 64) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+def near_in_group(
+    parsed: Parsed, limits: NearDuplicateLimits, block: int = 64
+) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
     """The pairs (i < j) of near-duplicates among a group of signatures (a large bucket), the test of near() as
     matrix products: a block of rows' +1/-1 bits against all, for every scale pair at once (measured on the
     benchmark's 40,000 look-alike photos, whose buckets hold hundreds: 10.7 s against 46 s with near())."""
@@ -186,8 +196,9 @@ def near_in_group(parsed: Parsed, limits: NearDuplicateLimits,
     phash, dhash = parsed.phash.reshape(-1, 64), parsed.dhash.reshape(-1, 64)
     for start in range(0, n, block):
         rows = slice(start * k, min(n, start + block) * k)
-        passed = ((phash[rows] @ phash.T >= 64 - 2 * limits.phash_bits)
-                  & (dhash[rows] @ dhash.T >= 64 - 2 * limits.dhash_bits))
+        passed = (phash[rows] @ phash.T >= 64 - 2 * limits.phash_bits) & (
+            dhash[rows] @ dhash.T >= 64 - 2 * limits.dhash_bits
+        )
         first, second = np.nonzero(passed)
         (i, scale_a), (j, scale_b) = np.divmod(first + start * k, k), np.divmod(second, k)
         later = i < j
@@ -207,8 +218,9 @@ def buckets(codes: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return flat[once], image[once]
 
 
-def bucket_candidates(flat: np.ndarray, image: np.ndarray, most: int = 1 << 18) -> Iterator[Tuple[np.ndarray,
-                                                                                                   np.ndarray]]:
+def bucket_candidates(
+    flat: np.ndarray, image: np.ndarray, most: int = 1 << 18
+) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
     """Every pair of images that share a bucket (flat codes sorted, as buckets() gives them), in chunks of about
     `most` pairs (a pair in several buckets comes once from each)."""
     if len(flat) < 2:

@@ -28,10 +28,21 @@ import os
 import posixpath
 from typing import List, NamedTuple, Optional, Tuple
 
-from components.example_gen.image_check import Reason
-from components.example_gen.listing import (LABEL_SEPARATOR, Candidate, Listing, display, is_hidden, label_set,
-                                            manifest_row, normalize_label, read_manifest, relative_to_root,
-                                            resolve_task, stat_file)
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding.listing import (
+    LABEL_SEPARATOR,
+    Candidate,
+    Listing,
+    display,
+    is_hidden,
+    label_set,
+    manifest_row,
+    normalize_label,
+    read_manifest,
+    relative_to_root,
+    resolve_task,
+    stat_file,
+)
 from storage.errors import DataError
 from storage.files import is_dir, is_remote, join, remote_top_files
 
@@ -50,7 +61,8 @@ def looks_like_import_csv(text: str) -> bool:
         if cells[0].lower() in ML_USE:
             return True
         return cells[0].lower() not in ("path", "label", "split") and (
-            is_remote(cells[0]) or cells[0].lower().endswith(IMAGE_SUFFIXES))
+            is_remote(cells[0]) or cells[0].lower().endswith(IMAGE_SUFFIXES)
+        )
     return False
 
 
@@ -79,18 +91,24 @@ def list_import(data_root: str, source: str, task: str = "auto") -> Listing:
     rows = []
     for path in files:
         text = read_manifest(path)
-        rows += [(path, row) for row in (_jsonl_rows(path, text) if path.lower().endswith(".jsonl")
-                                         else _csv_rows(path, text))]
+        rows += [
+            (path, row)
+            for row in (_jsonl_rows(path, text) if path.lower().endswith(".jsonl") else _csv_rows(path, text))
+        ]
     listing.task = resolve_task(task, any(len(row.labels) > 1 or row.multi_kind for _, row in rows))
     for path, row in rows:
         if len(row.labels) > 1 and listing.task == "single":
-            raise DataError(f"{path} line {row.where.rsplit(' ', 1)[-1]}: {len(row.labels)} "
-                            f"labels ({', '.join(map(repr, row.labels[:3]))}): a multi-label row with --task single; "
-                            "give each image one label, or train a multi-label model with --task multi (or auto)")
+            raise DataError(
+                f"{path} line {row.where.rsplit(' ', 1)[-1]}: {len(row.labels)} "
+                f"labels ({', '.join(map(repr, row.labels[:3]))}): a multi-label row with --task single; "
+                "give each image one label, or train a multi-label model with --task multi (or auto)"
+            )
         bad = next((n for n in row.labels if LABEL_SEPARATOR in n), None) if listing.task == "multi" else None
         if bad is not None:
-            raise DataError(f"{path} line {row.where.rsplit(' ', 1)[-1]}: label {bad!r} holds "
-                            f"{LABEL_SEPARATOR!r}, which separates a multi-label image's labels; rename the label")
+            raise DataError(
+                f"{path} line {row.where.rsplit(' ', 1)[-1]}: label {bad!r} holds "
+                f"{LABEL_SEPARATOR!r}, which separates a multi-label image's labels; rename the label"
+            )
         listing.candidates.append(_candidate(data_root, path, row, listing.task == "multi"))
     if not listing.candidates:
         raise DataError(f"{source}: the import file has no rows; add one row per image")
@@ -148,8 +166,13 @@ def _jsonl_rows(path: str, text: str):
             continue
         labels_of_item = item.get("dataItemResourceLabels") or {}
         ml_use = labels_of_item.get(ML_USE_LABEL) if isinstance(labels_of_item, dict) else None
-        yield Row(where, str(item.get("imageGcsUri") or ""), tuple(n for n in labels if n),
-                  ml_use if isinstance(ml_use, str) else None, multi_kind="classificationAnnotations" in item)
+        yield Row(
+            where,
+            str(item.get("imageGcsUri") or ""),
+            tuple(n for n in labels if n),
+            ml_use if isinstance(ml_use, str) else None,
+            multi_kind="classificationAnnotations" in item,
+        )
 
 
 def _is_path(text: str) -> bool:
@@ -161,26 +184,37 @@ def _candidate(data_root: str, import_file: str, row: Row, multi: bool = False) 
     where, raw_path, ml_use = row.where, row.path, row.ml_use
     label = label_set(row.labels) if multi else (row.labels[0] if row.labels else "")
     if row.error:
-        return Candidate(uri="", rel_path=f"<{where}>", label=None, split=None,
-                         problem=(Reason.UNREADABLE, f"{where}: {row.error}"))
+        return Candidate(
+            uri="", rel_path=f"<{where}>", label=None, split=None, problem=(Reason.UNREADABLE, f"{where}: {row.error}")
+        )
     split = None
     problem = None
     if ml_use:
         if ml_use.lower() not in ML_USE:
-            problem = (Reason.UNKNOWN_SPLIT, f"{where}: ML_USE {ml_use!r} is not TRAINING, VALIDATION, TEST or "
-                                             "UNASSIGNED")
+            problem = (
+                Reason.UNKNOWN_SPLIT,
+                f"{where}: ML_USE {ml_use!r} is not TRAINING, VALIDATION, TEST or UNASSIGNED",
+            )
         else:
             split = ML_USE[ml_use.lower()]
     label = normalize_label(label) if label and not multi else label
     if not raw_path:
-        return Candidate(uri="", rel_path=f"<{where}>", label=label if multi else (label or None), split=split,
-                         problem=problem or (Reason.MISSING_FILE, f"{where} has no image path"))
+        return Candidate(
+            uri="",
+            rel_path=f"<{where}>",
+            label=label if multi else (label or None),
+            split=split,
+            problem=problem or (Reason.MISSING_FILE, f"{where} has no image path"),
+        )
     base = posixpath.dirname(import_file) if is_remote(import_file) else os.path.dirname(os.path.abspath(import_file))
     if is_remote(raw_path) and not is_remote(import_file):
         uri = raw_path  # a local import file of Cloud Storage images: the user points it there
     else:
-        root = _bucket(import_file) if is_remote(raw_path) else (
-            data_root.rstrip("/") if is_remote(data_root) else os.path.abspath(data_root))
+        root = (
+            _bucket(import_file)
+            if is_remote(raw_path)
+            else (data_root.rstrip("/") if is_remote(data_root) else os.path.abspath(data_root))
+        )
         uri, outside = manifest_row(root, base, raw_path, where)
         problem = problem or outside
     if not label and problem is None and not multi:
@@ -189,10 +223,18 @@ def _candidate(data_root: str, import_file: str, row: Row, multi: bool = False) 
     if problem is None:
         size, mtime, unreadable = stat_file(uri)
         problem = (Reason.UNREADABLE, f"{where}: {unreadable}") if unreadable else None
-    rel = uri if is_remote(uri) and not uri.startswith(data_root.rstrip("/") + "/") else relative_to_root(data_root, uri)
-    return Candidate(uri=uri, rel_path=display(rel), label=label if multi else (label or None), split=split,
-                     size=size, mtime_ns=mtime,
-                     problem=problem)
+    rel = (
+        uri if is_remote(uri) and not uri.startswith(data_root.rstrip("/") + "/") else relative_to_root(data_root, uri)
+    )
+    return Candidate(
+        uri=uri,
+        rel_path=display(rel),
+        label=label if multi else (label or None),
+        split=split,
+        size=size,
+        mtime_ns=mtime,
+        problem=problem,
+    )
 
 
 def _bucket(uri: str) -> str:

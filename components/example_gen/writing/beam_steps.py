@@ -19,10 +19,10 @@ import apache_beam as beam
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
-from components.example_gen import worker_pool
-from components.example_gen.batch_ingest import (BatchResult, Meta, Settings, bad_row, ingest_batch_file)
-from components.example_gen.image_check import Reason
-from components.example_gen.listing import split_sort_key
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding.listing import split_sort_key
+from components.example_gen.writing import worker_pool
+from components.example_gen.writing.batch_ingest import BatchResult, Meta, Settings, bad_row, ingest_batch_file
 from storage import files as fs
 from storage.progress_events import progress_event
 
@@ -131,11 +131,13 @@ class Resolve(beam.DoFn):
             # The same bytes under two labels: no way to know which one is right. Each row names a few of the
             # others (a manifest naming one file 5,000 times made rows of 5,000 paths each: quadratic).
             for m in metas:
-                others = [o for o in metas[:CONFLICTS_SHOWN + 1] if o is not m][:CONFLICTS_SHOWN]
+                others = [o for o in metas[: CONFLICTS_SHOWN + 1] if o is not m][:CONFLICTS_SHOWN]
                 more = len(metas) - 1 - len(others)
                 named = ", ".join(f"{o.rel_path} ({o.label})" for o in others) + (f" and {more:,} more" if more else "")
-                yield "rejected", (m, bad_row(m.rel_path, Reason.LABEL_CONFLICT, f"same content as {named}",
-                                              m.label, m.split))
+                yield (
+                    "rejected",
+                    (m, bad_row(m.rel_path, Reason.LABEL_CONFLICT, f"same content as {named}", m.label, m.split)),
+                )
             return
         # Keep copies in one split only: the first pre-assigned split, else the hash split.
         preassigned = sorted({m.split for m in metas if m.preassigned}, key=split_sort_key)
@@ -144,13 +146,24 @@ class Resolve(beam.DoFn):
         kept: List[Meta] = []
         for m in metas:
             if m.split != keep_split:
-                yield "rejected", (m, bad_row(
-                    m.rel_path, Reason.DUPLICATE_ACROSS_SPLITS,
-                    f"same content as {anchor.rel_path} in split {keep_split!r}; kept there only",
-                    m.label, m.split))
+                yield (
+                    "rejected",
+                    (
+                        m,
+                        bad_row(
+                            m.rel_path,
+                            Reason.DUPLICATE_ACROSS_SPLITS,
+                            f"same content as {anchor.rel_path} in split {keep_split!r}; kept there only",
+                            m.label,
+                            m.split,
+                        ),
+                    ),
+                )
             elif self._drop_duplicates and kept:
-                yield "rejected", (m, bad_row(
-                    m.rel_path, Reason.DUPLICATE, f"same content as {kept[0].rel_path}", m.label, m.split))
+                yield (
+                    "rejected",
+                    (m, bad_row(m.rel_path, Reason.DUPLICATE, f"same content as {kept[0].rel_path}", m.label, m.split)),
+                )
             else:
                 kept.append(m)
 
@@ -158,8 +171,18 @@ class Resolve(beam.DoFn):
 class CollectResults(beam.CombineFn):
     """Gathers the small results of the run into one dict (lists, and counts of written examples)."""
 
-    KINDS = ("bad", "shard", "rejected", "duplicates", "near_pairs", "signatures", "reviewed", "notes",
-             "rejected_split", "moves")
+    KINDS = (
+        "bad",
+        "shard",
+        "rejected",
+        "duplicates",
+        "near_pairs",
+        "signatures",
+        "reviewed",
+        "notes",
+        "rejected_split",
+        "moves",
+    )
     COUNTS = ("written", "sizes", "stratified")  # [*key, n] rows, summed by key
 
     def create_accumulator(self):
@@ -184,8 +207,10 @@ class CollectResults(beam.CombineFn):
         return out
 
     def extract_output(self, acc):
-        return {**{kind: acc[kind] for kind in self.KINDS},
-                **{kind: [[*key, n] for key, n in sorted(acc[kind].items())] for kind in self.COUNTS}}
+        return {
+            **{kind: acc[kind] for kind in self.KINDS},
+            **{kind: [[*key, n] for key, n in sorted(acc[kind].items())] for kind in self.COUNTS},
+        }
 
 
 def save_json(value, path: str) -> None:

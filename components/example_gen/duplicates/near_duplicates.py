@@ -26,10 +26,10 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
-from components.example_gen import similarity
-from components.example_gen.batch_ingest import SIGNATURE_ROW, Meta, bad_row
-from components.example_gen.image_check import Reason
-from components.example_gen.listing import split_sort_key
+from components.example_gen.checking import similarity
+from components.example_gen.checking.image_check import Reason
+from components.example_gen.finding.listing import split_sort_key
+from components.example_gen.writing.batch_ingest import SIGNATURE_ROW, Meta, bad_row
 from storage import files as fs
 
 EXAMPLES_SHOWN = 20  # groups kept in summary.json (all of them are in near_duplicates.csv)
@@ -62,8 +62,9 @@ class Joined:
         return list(self._parent)
 
 
-def band_items(metas: List[Meta], limits: similarity.NearDuplicateLimits,
-               images: int) -> Iterable[Tuple[Tuple[int, int], List[Item]]]:
+def band_items(
+    metas: List[Meta], limits: similarity.NearDuplicateLimits, images: int
+) -> Iterable[Tuple[Tuple[int, int], List[Item]]]:
     """(bucket, the items of `metas` in it) for each bucket a batch of images goes into (similarity.band_bits):
     a batch sends each bucket once instead of an element per image and bucket through Beam's shuffle (measured
     on 1,886 digits: 0.3 s of the search's 2.9 s)."""
@@ -117,8 +118,9 @@ def bucket_pairs(element, limits: similarity.NearDuplicateLimits) -> Iterable[Tu
             yield items[first_of[fields[0]]][0], items[k][0]
 
 
-def _near_pairs(h: similarity.Hashes, content: np.ndarray, i: np.ndarray, j: np.ndarray,
-                limits: similarity.NearDuplicateLimits) -> Tuple[List[int], List[int]]:
+def _near_pairs(
+    h: similarity.Hashes, content: np.ndarray, i: np.ndarray, j: np.ndarray, limits: similarity.NearDuplicateLimits
+) -> Tuple[List[int], List[int]]:
     """The candidate pairs that are near-duplicates; copies of the same bytes (one content hash) are exact
     duplicates, handled apart."""
     found = similarity.near(h, i, j, limits) & (content[i] != content[j])
@@ -133,8 +135,9 @@ MEMORY_MAX_IMAGES = 2_000_000
 LARGE_BUCKET = 32  # buckets of more images are tested as matrix products (similarity.near_in_group)
 
 
-def search(rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplicateLimits,
-           images: int) -> List[Tuple[int, int]]:
+def search(
+    rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplicateLimits, images: int
+) -> List[Tuple[int, int]]:
     """The near-duplicate groups among rows [n, SIGNATURE_BYTES] uint8 (content: their SHA-256 digests), as pairs
     (the first image of each group with each other one). Exact copies (one content hash) are searched once: the
     search runs on one image per content, then each copy of an image in a group joins it (a manifest naming two
@@ -149,12 +152,13 @@ def search(rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplica
     for u in range(len(distinct)):
         representative = int(first[u])
         if representative in grouped:
-            pairs += [(representative, int(k)) for k in order[bounds[u]:bounds[u + 1]] if k != representative]
+            pairs += [(representative, int(k)) for k in order[bounds[u] : bounds[u + 1]] if k != representative]
     return pairs
 
 
-def _search(rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplicateLimits,
-            images: int) -> List[Tuple[int, int]]:
+def _search(
+    rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplicateLimits, images: int
+) -> List[Tuple[int, int]]:
     """search() on rows of distinct contents, in one vectorised pass: every image's buckets at once, every pair of
     images sharing a bucket tested (the pairs Beam's way tests, bucket by bucket): those of the small buckets in
     chunks, each large bucket (look-alike images) as matrix products; the passing pairs joined into groups."""
@@ -168,7 +172,7 @@ def _search(rows: np.ndarray, content: np.ndarray, limits: similarity.NearDuplic
         for a, b in zip(*_near_pairs(h, content, i, j, limits)):
             joined.join(a, b)
     for start, size in zip(starts[sizes > LARGE_BUCKET], sizes[sizes > LARGE_BUCKET]):  # a few large ones
-        members = image[start:start + size]
+        members = image[start : start + size]
         for i, j in similarity.near_in_group(similarity.parse(rows[members]), limits):
             for a, b in zip(members[i].tolist(), members[j].tolist()):
                 if content[a] != content[b]:
@@ -182,8 +186,8 @@ def search_files(paths: Sequence[str], images: int) -> List[Tuple[Meta, Meta]]:
     paths = sorted(paths)
     tables = [np.frombuffer(fs.read_bytes(path), np.uint8).reshape(-1, SIGNATURE_ROW) for path in paths]
     table = np.concatenate(tables) if tables else np.zeros((0, SIGNATURE_ROW), np.uint8)
-    rows = table[:, :similarity.SIGNATURE_BYTES]
-    content = table[:, similarity.SIGNATURE_BYTES:].copy().view("S32")[:, 0]
+    rows = table[:, : similarity.SIGNATURE_BYTES]
+    content = table[:, similarity.SIGNATURE_BYTES :].copy().view("S32")[:, 0]
     sample = np.argsort(content, kind="stable")[:SAMPLE]  # as Beam's sample: the smallest content hashes
     limits = similarity.thresholds(rows[sample])
     pairs = search(rows, content, limits, images)
@@ -192,7 +196,7 @@ def search_files(paths: Sequence[str], images: int) -> List[Tuple[Meta, Meta]]:
     first_row = np.r_[0, np.cumsum([len(t) for t in tables])]
     metas: Dict[int, Meta] = {}
     for f in sorted({int(file_of[k]) for pair in pairs for k in pair}):
-        fields = json.loads(fs.read_bytes(paths[f][:-len(".bin")] + ".json").decode("ascii"))
+        fields = json.loads(fs.read_bytes(paths[f][: -len(".bin")] + ".json").decode("ascii"))
         for k in {k for pair in pairs for k in pair if file_of[k] == f}:
             metas[k] = Meta(*fields[k - first_row[f]])
     return [(metas[i], metas[j]) for i, j in pairs]
@@ -214,13 +218,21 @@ def group(pairs: Sequence[Tuple[Meta, Meta]], removed: Iterable[str] = ()) -> Li
     for path in metas:
         if path not in gone:
             groups[joined.root(path)].append(metas[path])
-    return sorted((sorted(g, key=lambda m: (split_sort_key(m.split), m.rel_path)) for g in groups.values()
-                   if len(g) > 1), key=lambda g: g[0].rel_path)
+    return sorted(
+        (sorted(g, key=lambda m: (split_sort_key(m.split), m.rel_path)) for g in groups.values() if len(g) > 1),
+        key=lambda g: g[0].rel_path,
+    )
 
 
 # What decide() counts; None when the search is off (--near-duplicates off).
-SEARCHED_FIGURES = ("near_duplicate_groups", "near_duplicate_files", "near_duplicate_eval_leaks",
-                    "near_duplicate_eval_leak_fraction", "near_duplicate_conflicts", "near_duplicate_within_class")
+SEARCHED_FIGURES = (
+    "near_duplicate_groups",
+    "near_duplicate_files",
+    "near_duplicate_eval_leaks",
+    "near_duplicate_eval_leak_fraction",
+    "near_duplicate_conflicts",
+    "near_duplicate_within_class",
+)
 
 
 def decide(groups: List[List[Meta]], mode: str, eval_examples: int) -> Tuple[Dict, List[Tuple[Meta, Dict]]]:
@@ -235,9 +247,19 @@ def decide(groups: List[List[Meta]], mode: str, eval_examples: int) -> Tuple[Dic
             leaked += sum(m.split == "eval" for m in g)
         if mode == "drop" and len(labels) == 1:
             kept = g[0]  # the first split's first path: train before eval
-            rejected += [(m, bad_row(m.rel_path, Reason.NEAR_DUPLICATE,
-                                     f"near-duplicate of {kept.rel_path} ({kept.split}); kept there only", m.label,
-                                     m.split)) for m in g[1:]]
+            rejected += [
+                (
+                    m,
+                    bad_row(
+                        m.rel_path,
+                        Reason.NEAR_DUPLICATE,
+                        f"near-duplicate of {kept.rel_path} ({kept.split}); kept there only",
+                        m.label,
+                        m.split,
+                    ),
+                )
+                for m in g[1:]
+            ]
     summary = {
         "near_duplicate_groups": len(groups),
         "near_duplicate_files": sum(len(g) for g in groups),
@@ -247,8 +269,12 @@ def decide(groups: List[List[Meta]], mode: str, eval_examples: int) -> Tuple[Dic
         "near_duplicate_conflicts": conflicts,
         "near_duplicate_within_class": sum(len({m.label for m in g}) == 1 for g in groups),
         # Shown first: conflicting labels, then copies across train and eval, then copies within a class.
-        "near_duplicate_examples": [[[m.rel_path, m.label, m.split] for m in g] for g in sorted(
-            groups, key=lambda g: (len({m.label for m in g}) == 1, len({m.split for m in g}) == 1))[:EXAMPLES_SHOWN]],
+        "near_duplicate_examples": [
+            [[m.rel_path, m.label, m.split] for m in g]
+            for g in sorted(groups, key=lambda g: (len({m.label for m in g}) == 1, len({m.split for m in g}) == 1))[
+                :EXAMPLES_SHOWN
+            ]
+        ],
         "near_duplicates_dropped": len(rejected),
     }
     return summary, rejected
@@ -256,5 +282,8 @@ def decide(groups: List[List[Meta]], mode: str, eval_examples: int) -> Tuple[Dic
 
 def csv_rows(groups: List[List[Meta]]) -> List[Dict[str, str]]:
     """near_duplicates.csv: a row per member, groups numbered from 1."""
-    return [{"group": str(n), "path": m.rel_path, "label": m.label, "split": m.split}
-            for n, g in enumerate(groups, start=1) for m in g]
+    return [
+        {"group": str(n), "path": m.rel_path, "label": m.label, "split": m.split}
+        for n, g in enumerate(groups, start=1)
+        for m in g
+    ]

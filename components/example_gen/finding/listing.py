@@ -10,7 +10,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterator, List, NamedTuple, Optional, Tuple
 
-from components.example_gen.image_check import Reason
+from components.example_gen.checking.image_check import Reason
 from storage.errors import DataError
 from storage.files import is_remote, local_or_supported, read_bytes, remote_files
 
@@ -37,9 +37,15 @@ def resolve_task(task: str, multi_found: bool) -> str:
 
 # Folder names and manifest values accepted for each split.
 SPLIT_ALIASES = {
-    "train": "train", "training": "train",
-    "eval": "eval", "evaluation": "eval", "validation": "eval", "valid": "eval", "val": "eval",
-    "test": "test", "testing": "test",
+    "train": "train",
+    "training": "train",
+    "eval": "eval",
+    "evaluation": "eval",
+    "validation": "eval",
+    "valid": "eval",
+    "val": "eval",
+    "test": "test",
+    "testing": "test",
 }
 
 
@@ -83,8 +89,9 @@ class Listing:
         """Changes when any file is added, removed, renamed, relabelled or rewritten."""
         digest = hashlib.sha256(self.task.encode() if self.task != "single" else b"")
         for c in self.candidates:
-            digest.update(f"{c.rel_path}\0{c.label}\0{c.split}\0{c.size}\0{c.mtime_ns}\n"
-                          .encode("utf-8", "surrogateescape"))
+            digest.update(
+                f"{c.rel_path}\0{c.label}\0{c.split}\0{c.size}\0{c.mtime_ns}\n".encode("utf-8", "surrogateescape")
+            )
         return f"layout:{self.layout},files:{len(self.candidates)},sha256:{digest.hexdigest()}"
 
 
@@ -97,8 +104,10 @@ def read_manifest(path: str) -> str:
         except OSError as e:
             raise DataError(f"{path}: cannot read the manifest ({e.strerror}); check the path") from None
         if not stat.S_ISREG(mode):
-            raise DataError(f"{path}: not a regular file (a named pipe, device or folder), so it is not read; "
-                            "give a CSV manifest file")
+            raise DataError(
+                f"{path}: not a regular file (a named pipe, device or folder), so it is not read; "
+                "give a CSV manifest file"
+            )
     try:
         return read_bytes(path).decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -129,8 +138,9 @@ def walk(root: str, boundary: Optional[str] = None) -> Iterator[Tuple[str, int, 
         rel = os.path.relpath(path, root)
         return "" if rel == "." else rel.replace(os.sep, "/")
 
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True,
-                                                onerror=lambda e: unlistable.append((e.filename, e.strerror))):
+    for dirpath, dirnames, filenames in os.walk(
+        root, followlinks=True, onerror=lambda e: unlistable.append((e.filename, e.strerror))
+    ):
         st = os.stat(dirpath)
         above = ancestors.get(os.path.dirname(dirpath), frozenset()) if dirpath != root else frozenset()
         if (st.st_dev, st.st_ino) in above:
@@ -161,8 +171,9 @@ def walk(root: str, boundary: Optional[str] = None) -> Iterator[Tuple[str, int, 
 
 def is_hidden(rel_path: str) -> bool:
     parts = rel_path.split("/")
-    return (any(p.startswith(".") for p in parts)
-            or parts[-1].lower() in _SYSTEM_FILES or parts[-1].startswith("__MACOSX"))
+    return (
+        any(p.startswith(".") for p in parts) or parts[-1].lower() in _SYSTEM_FILES or parts[-1].startswith("__MACOSX")
+    )
 
 
 def display(rel_path: str) -> str:
@@ -177,7 +188,7 @@ def normalize_label(label: str) -> str:
 
 def relative_to_root(data_root: str, path: str) -> str:
     if is_remote(data_root):
-        rel = path[len(data_root.rstrip("/")) + 1:] if path.startswith(data_root.rstrip("/") + "/") else path
+        rel = path[len(data_root.rstrip("/")) + 1 :] if path.startswith(data_root.rstrip("/") + "/") else path
     else:
         rel = os.path.relpath(path, data_root).replace(os.sep, "/")
     return rel

@@ -1,0 +1,25 @@
+"""The Evaluator's summary, read back for the run summary and the report: TFMA's figures (results.py), the blessing,
+the explanations' index."""
+
+from typing import Any, Dict
+
+from components.evaluator import explanations, results
+from components.summary_reading import first
+
+
+def read(c: Dict[str, Any]) -> Dict[str, Any]:
+    evaluation = first(c["outputs"], "evaluation")
+    if not evaluation:
+        return {}
+    blessing = (c["output_properties"].get("blessing") or [{}])[0]
+    return {
+        **results.metrics(evaluation),
+        "confusion": results.confusion_matrix(evaluation),
+        "views": results.views(evaluation),
+        "test": results.test_split(evaluation),
+        # where the model looked on a sample of eval images (explanations.py)
+        "explanations": explanations.read_index(evaluation),
+        "blessed": bool(blessing.get("blessed")),
+        # Set by executor.py when the last blessed model predicts other classes.
+        "baseline_skipped": blessing.get("baseline_skipped", ""),
+    }

@@ -1,0 +1,15 @@
+"""Names of the files in the artifacts the model code writes or reads, read back by the later stages, the run
+summary, the report and predict (without importing TFX or TensorFlow).
+"""
+
+# The Trainer (trainer/task.py): in the model_run folder, and beside Format-Serving in the Model artifact
+TRAINING_LOG = "training.json"  # per-epoch metrics, strategy, hyperparameters, TFLite scores
+KERAS_DIR = "keras"  # the weights warm starts and the TFLite export load
+WEIGHTS_FILE = "model.weights.h5"
+INFO_FILE = "model_info.json"  # classes, model and input shape the weights fit
+
+# BackboneFeatures' `features` (components/features writes them; the Trainer, the Tuner and data health read them)
+FEATURES_SOURCE_FILE = "source.json"  # the Transform output the pixels came from, the backbone weights, dim, views
+# The mean and standard deviation of each feature over the training split: the Trainer keeps it with the
+# model, and the next run's data health check measures drift in feature space against it.
+FEATURE_PROFILE_FILE = "feature_profile.json"
