@@ -2,8 +2,8 @@
 every layer shares.
 
 errors.py            ConfigError and DataError, the one-line mistakes every layer raises
-files.py             is_remote, join, exists, is_dir, read_bytes, open_for_write, write_bytes, remote_files (gs://
-                     through Beam)
+files.py             is_remote, join, exists, is_dir, read_bytes, read_range, open_for_write, write_bytes,
+                     remote_files (gs:// through Beam; ranged reads through one Cloud Storage client)
 user_files.py        reports, results and schemas written where the user points, whole or not at all
 artifact_types.py    this project's own artifact types
 progress_events.py   fine-grained progress events (files ingested, epochs trained) for whoever runs a stage

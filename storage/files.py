@@ -5,7 +5,8 @@ it imports nothing of this project but its errors.
 
 import os
 import posixpath
-from typing import BinaryIO, List, Optional, Tuple
+import threading
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from storage.errors import DataError
 
@@ -96,6 +97,32 @@ def read_bytes(uri: str) -> bytes:
             return f.read()
     with open(uri, "rb") as f:
         return f.read()
+
+
+def read_range(path: str, start: int, length: int) -> bytes:
+    """`length` bytes of a file from `start` (fewer at its end): a local read, or one ranged request through a
+    Cloud Storage client shared by the process (its connections reused)."""
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read(length)
+    if length <= 0:
+        return b""
+    bucket, _, name = path[len("gs://") :].partition("/")
+    return _storage_client().bucket(bucket).blob(name).download_as_bytes(start=start, end=start + length - 1)
+
+
+_CLIENT: Dict[str, object] = {}
+_CLIENT_LOCK = threading.Lock()
+
+
+def _storage_client():
+    with _CLIENT_LOCK:
+        if "client" not in _CLIENT:
+            from google.cloud import storage
+
+            _CLIENT["client"] = storage.Client()
+        return _CLIENT["client"]
 
 
 def open_for_write(path: str) -> BinaryIO:

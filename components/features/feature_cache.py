@@ -162,12 +162,12 @@ class FeatureCache:
     def _pack_keys(self, path: str, whole_entries: int) -> bytes:
         """A pack's keys (b"" when its header or keys are damaged: its entries are computed again)."""
         try:
-            head = read_range(path, 0, Pack.HEADER + 32 * whole_entries)
+            head = fs.read_range(path, 0, Pack.HEADER + 32 * whole_entries)
             if head[:4] != Pack.MAGIC:
                 return b""
             dim, n, crc = struct.unpack("<III", head[4 : Pack.HEADER])
             if n != whole_entries:  # cut short: its keys may still be whole
-                head = read_range(path, 0, Pack.HEADER + 32 * n)
+                head = fs.read_range(path, 0, Pack.HEADER + 32 * n)
             keys = head[Pack.HEADER : Pack.HEADER + 32 * n]
             return keys if dim == self.dim and len(keys) == 32 * n and zlib.crc32(keys) == crc else b""
         except Exception:  # noqa: BLE001 - gone since listed, or unreadable: its entries are computed again
@@ -189,7 +189,7 @@ class FeatureCache:
             for run in _runs(sorted(wanted[pack]), size):
                 first = Pack.offset(self.dim, n, run[0][0])
                 try:
-                    data = read_range(path, first, Pack.offset(self.dim, n, run[-1][0]) + size - first)
+                    data = fs.read_range(path, first, Pack.offset(self.dim, n, run[-1][0]) + size - first)
                 except Exception:  # noqa: BLE001 - removed (pruned) since the index was read
                     continue
                 for position, place in run:
@@ -231,32 +231,6 @@ def _runs(positions: List[Tuple[int, int]], entry_bytes: int) -> List[List[Tuple
         else:
             runs.append([item])
     return runs
-
-
-def read_range(path: str, start: int, length: int) -> bytes:
-    """`length` bytes of a file from `start` (fewer at its end): a local read, or one ranged request through a
-    Cloud Storage client shared by the process (its connections reused)."""
-    if not fs.is_remote(path):
-        with open(path, "rb") as f:
-            f.seek(start)
-            return f.read(length)
-    if length <= 0:
-        return b""
-    bucket, _, name = path[len("gs://") :].partition("/")
-    return _storage_client().bucket(bucket).blob(name).download_as_bytes(start=start, end=start + length - 1)
-
-
-_CLIENT: Dict[str, object] = {}
-_CLIENT_LOCK = threading.Lock()
-
-
-def _storage_client():
-    with _CLIENT_LOCK:
-        if "client" not in _CLIENT:
-            from google.cloud import storage
-
-            _CLIENT["client"] = storage.Client()
-        return _CLIENT["client"]
 
 
 def _objects(folder: str) -> List[Tuple[str, int, float]]:

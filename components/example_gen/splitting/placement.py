@@ -124,9 +124,9 @@ class Assign(beam.DoFn):
 
 class Rewrite(beam.DoFn):
     """Reads one pending shard once and writes each record it keeps to its split's placed shard (a new one past
-    shard_bytes), in the shard's order; keeps the moves (`moves_path`). Outputs ("shard", Shard) per placed shard and
-    ("moves", [pending shard, moves file]). A retried element writes new files (a random part in each name); only
-    the shards and moves of the attempt Beam keeps are finalized and read."""
+    shard_bytes: batch_ingest.ShardWriter), in the shard's order; keeps the moves (`moves_path`). Outputs ("shard",
+    Shard) per placed shard and ("moves", [pending shard, moves file]). A retried element writes new files (a random
+    part in each name); only the shards and moves of the attempt Beam keeps are finalized and read."""
 
     def __init__(self, staging: str, level: int, shard_bytes: int):
         self._staging, self._level, self._shard_bytes = staging, level, shard_bytes
@@ -134,40 +134,26 @@ class Rewrite(beam.DoFn):
     def process(self, element: Tuple[str, Iterable[Tuple[int, str]]]):
         shard, placements = element
         split_of = dict(placements)
-        attempt = uuid.uuid4().hex[:8]
-        writers: Dict[str, list] = {}  # split -> [writer, path, records, bytes] of its open placed shard
-        moves, closed = [], []
+        # Placed shards named after the pending shard, so they keep its place in each split's order.
+        batch_key = os.path.basename(shard)[: -len(".gz")]
+        writers: Dict[str, batch_ingest.ShardWriter] = {}
+        moves = []
         with FileSystems.open(shard, compression_type=CompressionTypes.UNCOMPRESSED) as src:
             for index, record in enumerate(tfrecord_io.read_gzip_tfrecords(src)):
                 split = split_of.get(index)
                 if split is None:  # a copy Resolve rejected
                     continue
-                state = writers.get(split)
-                if state is not None and state[3] and state[3] + len(record) > self._shard_bytes:
-                    state[0].close()
-                    closed.append(batch_ingest.Shard(split, state[1], state[2]))
-                    state = None
-                if state is None:
-                    n = sum(s.split == split for s in closed)
-                    name = f"{os.path.basename(shard)[: -len('.gz')]}-{split}-{n:03d}-{attempt}.gz"
-                    path = fs.join(placed_dir(self._staging), split, name)
-                    state = writers[split] = [
-                        tfrecord_io.GzipTFRecordWriter(fs.open_for_write(path), self._level),
-                        path,
-                        0,
-                        0,
-                    ]
-                state[0].write(record)
-                moves.append([index, split, state[1], state[2]])
-                state[2] += 1
-                state[3] += len(record)
-        for split, (writer, path, records, _) in writers.items():
-            writer.close()
-            closed.append(batch_ingest.Shard(split, path, records))
-        kept = moves_path(self._staging, shard, attempt)
+                if split not in writers:
+                    writers[split] = batch_ingest.ShardWriter(
+                        placed_dir(self._staging), split, self._level, self._shard_bytes, batch_key
+                    )
+                moves.append([index, split, *writers[split].write(record)])
+        kept = moves_path(self._staging, shard, uuid.uuid4().hex[:8])
         fs.write_bytes(kept, json.dumps(moves).encode("ascii"))
-        for placed_shard in closed:
-            yield "shard", list(placed_shard)
+        for writer in writers.values():
+            writer.close()
+            for placed_shard in writer.closed:
+                yield "shard", list(placed_shard)
         yield "moves", [shard, kept]
 
 
