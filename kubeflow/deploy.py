@@ -57,8 +57,8 @@ def parameter_defaults(config: PipelineConfig) -> Dict[str, Any]:
     from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
 
     return {
-        name: kind(getattr(config, field))
-        for name, (field, kind) in RUNTIME_PARAMETERS.items()
+        name: kind(getattr(config, name))
+        for name, kind in RUNTIME_PARAMETERS.items()
         if job_has_parameter(config, name)
     }
 
@@ -374,7 +374,7 @@ def _describe(config: PipelineConfig, cloud: CloudConfig, parameters: Dict[str, 
         "enable_caching": config.enable_cache,
         "dataflow": cloud.dataflow,
         "vertex_training": cloud.vertex_training,
-        "tune": config.tune or None,
+        "tune": config.tune_trials or None,
         "parameters": ", ".join(f"{k}={v}" for k, v in parameters.items()) or None,
     }
 

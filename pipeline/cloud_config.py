@@ -204,7 +204,7 @@ class CloudConfig:
             )
         if not 1 <= self.parallel_trials <= 64:
             raise ConfigError(f"--parallel-trials {self.parallel_trials}: use 1 to 64 machines")
-        if self.parallel_trials > 1 and not (self.vertex_training and config.tune):
+        if self.parallel_trials > 1 and not (self.vertex_training and config.tune_trials):
             raise ConfigError(
                 "--parallel-trials runs the --tune search on Vertex AI Training; add --tune N and --vertex-training"
             )

@@ -215,7 +215,7 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     """A run without --tune of a pipeline that searched before keeps its tuned training: the Tuner step runs
     with the last search's trial count and reuses its best values unless the data or settings moved
     (components/tuner/decision.py). --retune (tune_mode "search") searches again with that count."""
-    if config.tune:
+    if config.tune_trials:
         return config
     import json
 
@@ -234,7 +234,7 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
                     trials = int(json.load(f).get("trials") or 0)
                 break
     if trials:
-        return dataclasses.replace(config, tune=trials)
+        return dataclasses.replace(config, tune_trials=trials)
     if config.tune_mode == "search":
         raise ConfigError(f"--retune: pipeline {config.pipeline_name!r} has not searched yet; give --tune N (trials)")
     return config

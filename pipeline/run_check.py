@@ -62,7 +62,7 @@ def check(values: dict, service_account: str = "") -> None:
 
     # The job's own settings do not reach this task: only what decides which parameters the job has.
     config = PipelineConfig(
-        tune=1 if values.get("tune_trials") is not None else 0,
+        tune_trials=1 if values.get("tune_trials") is not None else 0,
         span_pattern="span-{SPAN}" if values.get("span_window") is not None else None,
     )
     given = [f"{name}={value}" for name, value in values.items() if value is not None]

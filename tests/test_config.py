@@ -39,7 +39,7 @@ def test_remote_data_paths_are_kept_as_they_are():
         ({"augment": "flip,spin"}, "augment spin"),
         ({"accuracy_threshold": 1.5}, "--accuracy-threshold 1.5"),
         ({"weights": "/no/such/weights.h5", "model": "mobilenet_v2"}, "--weights /no/such/weights.h5: no such file"),
-        ({"near_duplicates": "delete"}, "--near-duplicates 'delete': use report or drop"),
+        ({"near_duplicates": "delete"}, "--near-duplicates 'delete': use report, drop, off"),
         ({"label_check": "yes"}, "--label-check 'yes': use auto, on, off"),
         ({"max_label_issues": 5.0}, "--max-label-issues 5.0: use a fraction from 0 to 1 (1: no check)"),
         ({"max_eval_near_duplicates": -0.1}, "--max-eval-near-duplicates -0.1: use a fraction"),
@@ -59,9 +59,10 @@ def test_training_settings_are_declared_once_and_reach_config_cli_and_trainer():
 
     from cli.common import config_from_args
     from cli.parser import build_parser
+    from settings import declared as declared_in
     from trainer.hparams import HParams
 
-    declared = HParams.user_settings()
+    declared = declared_in(HParams)
     fields = {f.name: f for f in dataclasses.fields(PipelineConfig)}
     run = build_parser().parse_args(["run"])
     options = {a.dest: a for a in build_parser().commands["run"]._actions}
@@ -71,7 +72,8 @@ def test_training_settings_are_declared_once_and_reach_config_cli_and_trainer():
             assert fields[setting.name].default == setting.default == getattr(HParams(), setting.name)
         assert options[setting.name].help.startswith(setting.metadata["help"].split("{")[0][:20])
     # Every config field a user sets has an option, and an option's value reaches the Trainer's settings.
-    not_options = {"tune_mode", "model_choice"}  # --retune sets one, --model auto the other
+    # --retune sets tune_mode, --model auto model_choice; shard_megabytes is an IMAGEPIPE_ variable only
+    not_options = {"tune_mode", "model_choice", "shard_megabytes"}
     assert set(fields) - set(options) - not_options == set(), set(fields) - set(options)
     args = build_parser().parse_args(
         ["run", "--epochs", "7", "--class-balance", "off", "--nondeterministic", "--seed", "3"]
@@ -80,9 +82,9 @@ def test_training_settings_are_declared_once_and_reach_config_cli_and_trainer():
     assert (hp.epochs, hp.class_balance, hp.deterministic, hp.seed) == (7, "off", False, 3)
     assert run.epochs is None  # not given: the config's default stands
     # One seed default: ingestion shuffles with the run's seed.
-    from components.example_gen import ingest_defaults
+    from components.example_gen.ingest_settings import IngestSettings
 
-    assert ingest_defaults.SEED == HParams.seed == PipelineConfig().seed
+    assert IngestSettings().seed == HParams.seed == PipelineConfig().seed
 
 
 def test_data_health_limits_are_declared_once_and_reach_config_cli_and_the_component():

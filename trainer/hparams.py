@@ -8,7 +8,7 @@ the configuration; here it is parsed (with defaults), so that run_fn and preproc
 import dataclasses
 import math
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from settings import setting
 from trainer.class_balance import IMBALANCED_RATIO
@@ -24,6 +24,7 @@ EXPORT_KINDS = ("onnx", "coreml")  # exports for other runtimes (trainer/model_e
 MIXED_PRECISION_MODES = ("auto", "on", "off")  # trainer/strategy.py
 # Input side each model is usually trained at; the sample digits use 32.
 DEFAULT_IMAGE_SIZE = {"cnn": 64, "efficientnet_lite0": 224, "mobilenet_v2": 224, "efficientnet_b0": 224}
+SAMPLE_IMAGE_SIZE = 32  # the digits sample's images are 8x8: the cnn's usual 64 would only upsample them more
 MAX_IMAGE_SIZE = 1024  # 3 MB of uint8 pixels per image in Transform's output
 MAX_EPOCHS = 10_000
 MAX_HEAD_UNITS = 4096
@@ -59,8 +60,15 @@ class HParams:
     )
     # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py): the summary says it.
     model_choice: str = ""
-    image_size: int = setting(
-        64, "side of the square model input (default: 32 for the sample, 64 for cnn, 224 for the backbones)"
+    # None: the model's usual input side (DEFAULT_IMAGE_SIZE; pipeline/config.py gives the digits sample its own).
+    image_size: Optional[int] = setting(
+        None,
+        f"side of the square model input (default: {SAMPLE_IMAGE_SIZE} for the sample, else the model's usual: "
+        + ", ".join(
+            f"{size} for {' and '.join(m for m in MODELS if DEFAULT_IMAGE_SIZE[m] == size)}"
+            for size in sorted(set(DEFAULT_IMAGE_SIZE.values()))
+        )
+        + ")",
     )
     channels: int = 3
     # The backbones' weights: "imagenet" (efficientnet_lite0's come with an installed package, keras.applications
@@ -77,11 +85,12 @@ class HParams:
         100,
         "the most training epochs: training stops earlier once the eval loss has not "
         "improved for --patience epochs, keeping the best epoch (default {default})",
+        runtime=True,
     )
     fine_tune_epochs: int = setting(0, "backbones: then at most this many epochs with the top layers unfrozen")
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
     batch_size: int = setting(64, "per replica (default {default})")
-    learning_rate: float = setting(1e-3, "(default {default})")
+    learning_rate: float = setting(1e-3, "(default {default})", runtime=True)
     # The head: dropout before the classifier (None: 0.3 for the cnn, 0.2 for the backbones' head), and the
     # width of a hidden ReLU layer before it (0: none, the classifier sits on the features).
     dropout: Optional[float] = None
@@ -135,6 +144,10 @@ class HParams:
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.
     cache_megabytes: int = 0
 
+    def __post_init__(self):
+        if self.image_size is None:
+            object.__setattr__(self, "image_size", DEFAULT_IMAGE_SIZE.get(self.model, DEFAULT_IMAGE_SIZE["cnn"]))
+
     @classmethod
     def from_custom_config(cls, custom_config: Optional[Dict[str, Any]]) -> "HParams":
         known = {f.name for f in dataclasses.fields(cls)}
@@ -181,11 +194,6 @@ class HParams:
             return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 / 4
         except (ValueError, OSError, AttributeError):  # pragma: no cover
             return 1024
-
-    @classmethod
-    def user_settings(cls) -> List[dataclasses.Field]:
-        """The settings declared with setting(), in declaration order."""
-        return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
 
     @property
     def head_dropout(self) -> float:

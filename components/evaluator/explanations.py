@@ -20,10 +20,12 @@ import os
 import time
 from typing import Any, Dict, List
 
+from components.evaluator import Blessing
+
 EXPLANATIONS_DIR = "explanations"
 INDEX_FILE = "index.json"
 MAX_EXAMINED = 2000  # eval records classified to find the sample (full-size photos: streamed, batch by batch)
-LIMIT = 24  # images explained by default (--explanations; 0: none)
+LIMIT = Blessing.explanations  # images explained by default (--explanations; 0: none)
 OVERLAY_SIZE = 128
 
 

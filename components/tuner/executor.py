@@ -36,7 +36,7 @@ from trainer.hparams import HParams
 
 BEST_FILE = "best_hyperparameters.txt"  # TFX's names (tfx/components/tuner/executor.py)
 RESULTS_FILE = "tuner_results.json"
-TRIALS, MODE, PIPELINE = "trials", "mode", "pipeline"
+TRIALS, MODE, PIPELINE = "tune_trials", "tune_mode", "pipeline"  # the settings' names (components/tuner Search)
 SEARCHED = "searched"  # custom property of both outputs: 1 when this run searched, 0 when it reused a search
 LIMITS = ("max_class_drift", "max_feature_drift")
 
