@@ -43,19 +43,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     writers = [w for w in (writer, automl, explanations) if w]
     _announce_threshold(threshold, how, multi, result_files.printable)
     quiet_logs(verbose=False)
-    progress = result_files.PredictionProgress(sys.stderr) if writers else None  # else every result is printed anyway
     try:
         seen, failed = _classify_and_write(
-            args,
-            config,
-            model_dir,
-            top,
-            threshold,
-            multi,
-            writers,
-            progress,
-            every_class=bool(automl),
-            explain=bool(explanations),
+            args, config, model_dir, top, threshold, writers, every_class=bool(automl), explain=bool(explanations)
         )
         for w in writers:  # a results file appears under its name only when every input is in it
             w.close(complete=seen > 0)
@@ -107,9 +97,7 @@ def _classify_and_write(
     model_dir: str,
     top: int,
     threshold,
-    multi: bool,
     writers: list,
-    progress,
     every_class: bool,
     explain: bool,
 ) -> tuple:
@@ -117,6 +105,8 @@ def _classify_and_write(
     PREDICT_SHOWN when there are writers): (inputs seen, inputs failed)."""
     from prediction import image_inputs, predict, result_files
 
+    multi = predict.is_multi_label(threshold)
+    progress = result_files.PredictionProgress(sys.stderr) if writers else None  # else every result is printed anyway
     seen = failed = 0
     for result in predict.classify(
         model_dir,
