@@ -6,8 +6,9 @@
 This module owns a local run: `prepare(config)` checks the settings (once), the input and --root (a one-line
 DataError or ConfigError, with nothing written) and settles what the run will be (the model --model auto chose, an
 earlier search's trials); `run(prepared)` takes the pipeline's turn and runs create_pipeline(config,
-platform.local(config)), returning the summary of what each component did. `imagepipe run` (cli/run.py) only
-parses, prints and reports around them.
+platform.local(config)), returning the summary of what each component did; `run_watched(prepared, ...)` is the
+run as `imagepipe run` makes it (live progress, Ctrl-C and SIGTERM recorded as an interruption, a failed run's
+summary of what completed). `imagepipe run` (cli/run.py) only parses, prints and writes the report.
 """
 
 import dataclasses

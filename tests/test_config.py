@@ -105,3 +105,47 @@ def test_data_health_limits_are_declared_once_and_reach_config_cli_and_the_compo
     assert config.health_limits() == Limits(max_label_issues=0.05)
     with pytest.raises(ConfigError, match=r"^--max-label-issues 2.0: use a fraction from 0 to 1"):
         dataclasses.replace(config, max_label_issues=2.0).validate()
+
+
+def test_ingestion_settings_are_declared_once_and_reach_config_cli_component_and_executor():
+    """components/example_gen/ingest_defaults.py declares each ingestion setting; the config field, the option, its
+    check, ImageExampleGen's parameter and what the executor reads all follow from the declaration: a new setting is
+    one field (the note of issue 53 says how one was added in a test branch)."""
+    import dataclasses
+
+    from tfx.utils import proto_utils
+
+    from cli.common import config_from_args
+    from cli.parser import build_parser
+    from components.example_gen.ingest_defaults import IN_TFX_CONFIGS, Ingestion
+    from components.example_gen.ingest_settings import IngestSettings
+    from pipeline import platform
+    from pipeline.pipeline import create_pipeline
+
+    options = {a.dest: a for a in build_parser().commands["run"]._actions}
+    fields = {f.name: f for f in dataclasses.fields(PipelineConfig)}
+    for declared in dataclasses.fields(Ingestion):
+        assert fields[declared.name].default == declared.default, declared.name
+        assert declared.name in options or declared.metadata["flag"] is None, declared.name
+    # Values given as options reach the executor's settings through the compiled component's parameters.
+    given = {"max_pixels": 1234567, "store_max_pixels": 0, "near_duplicates": "off", "task": "single"}
+    args = build_parser().parse_args(
+        ["run", "--model", "cnn", "--drop-duplicates", "--compression-level", "3"]
+        + [arg for name, value in given.items() for arg in (f"--{name.replace('_', '-')}", str(value))]
+    )
+    config = config_from_args(args).validate()
+    example_gen = next(
+        c for c in create_pipeline(config, platform.local(config)).components if c.id == "ImageExampleGen"
+    )
+    props = {
+        k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
+        for k, v in example_gen.exec_properties.items()
+    }
+    read = IngestSettings.from_exec_properties(props)
+    for name, value in {**given, "drop_duplicates": True, "compression_level": 3}.items():
+        assert getattr(read, name) == value, name
+    for name in {f.name for f in dataclasses.fields(Ingestion)} - set(IN_TFX_CONFIGS):
+        assert getattr(read, name) == getattr(config, name), name
+    # Each declared check: one line naming the option.
+    with pytest.raises(ConfigError, match=r"^--compression-level 12: use 0 \(none\) to 9$"):
+        PipelineConfig(compression_level=12).validate()
