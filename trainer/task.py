@@ -273,6 +273,7 @@ class _Inputs:
         self.monitor = self.balancing["monitor"]
 
     def pixels(self, training: bool):
+        """The train or eval split's pixels, batched (and spread over a cluster's workers)."""
         dataset = input_pipeline.make_dataset(
             self.pixel_files["train" if training else "eval"],
             self.hp,
