@@ -334,9 +334,9 @@ class Outcome(NamedTuple):
 
 
 def run_watched(prepared: Prepared, progress_mode: str, on_wait: Callable[[str], None]) -> Outcome:
-    """The run as `imagepipe run` makes it: in its pipeline's turn (runs/run_lock.py: this run's progress, summary
-    and report are its own, whatever else runs on the same root), with live progress, Ctrl-C and SIGTERM recorded as
-    an interruption, and a failed run's summary of what completed."""
+    """The run as `imagepipe run` makes it: in its pipeline's turn (runs/run_lock.py: this run's progress and
+    summary are its own, whatever else runs on the same root), with live progress, Ctrl-C and SIGTERM recorded as an
+    interruption, and a failed run's summary of what completed (the report is made from that summary)."""
     with run_lock.hold(prepared.config.metadata_path, on_wait=on_wait):
         return _run_watched(prepared, progress_mode)
 

@@ -101,6 +101,10 @@ class RunCheckExecutor(base_executor.BaseExecutor):
         check({name: exec_properties.get(name) for name in names}, exec_properties.get("service_account") or "")
 
 
+# The executor's name in jobs compiled before RunCheck was a class (a function component's): their runs still check.
+RunCheck_Executor = RunCheckExecutor
+
+
 class RunCheck(base_component.BaseComponent):
     SPEC_CLASS = RunCheckSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(RunCheckExecutor)

@@ -6,11 +6,11 @@ import dataclasses
 from typing import Any, Dict, List
 
 from pipeline.config import PipelineConfig
-from settings import option
+from settings import kind, option
 from storage.errors import ConfigError
 
 # Runtime parameter name (the setting's) -> its type: the declarations marked `runtime` (settings.setting()).
-RUNTIME_PARAMETERS = {f.name: f.type for f in dataclasses.fields(PipelineConfig) if f.metadata.get("runtime")}
+RUNTIME_PARAMETERS = {f.name: kind(f) for f in dataclasses.fields(PipelineConfig) if f.metadata.get("runtime")}
 _ONLY_WITH = {f.name: f.metadata["runtime"] for f in dataclasses.fields(PipelineConfig) if f.metadata.get("runtime")}
 
 

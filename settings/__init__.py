@@ -2,8 +2,9 @@
 meaning lives:
 
   components/example_gen/ingest_defaults.py  Ingestion: what ImageExampleGen reads and how it writes
-  components/validation/__init__.py          Checks: the gate and its drift thresholds
-  components/health/__init__.py              Limits: data health's
+  components/validation/__init__.py          Gate: what the gates do with what they find
+  components/drift.py                        Thresholds: the drift from the last blessed model's data
+  components/health/__init__.py              LabelCheck, Limits: data health's
   trainer/hparams.py                         HParams: the training settings
   components/tuner/__init__.py               Search: the hyperparameter search
   components/evaluator/__init__.py           Blessing: what blesses a model, the threshold that goes with it
@@ -41,6 +42,8 @@ def setting(
     runtime   True: a runtime parameter of compiled jobs, named as the setting; a field's name: only in jobs
               compiled with that setting given (span_window with span_pattern)
     """
+    if runtime and type(default) not in (int, float):  # a RuntimeParameter's ptype: int, float or str
+        raise TypeError(f"setting({default!r}, runtime=...): runtime parameters are whole numbers or numbers")
     metadata = {"help": help, "choices": choices, "flag": flag, "check": check, "runtime": runtime}
     metadata["metavar"] = metavar
     if isinstance(default, (list, tuple)) and not isinstance(default, str):
@@ -54,8 +57,18 @@ def declared(cls) -> list:
 
 
 def option(field: dataclasses.Field) -> str:
-    """A declared setting's `imagepipe run` option (also in its errors), e.g. --max-pixels."""
+    """How a user gives a declared setting (its errors name it): its `imagepipe run` option, e.g. --max-pixels, or
+    for a setting without one (flag=None), its IMAGEPIPE_ variable."""
+    if field.metadata.get("flag", "") is None:
+        return f"IMAGEPIPE_{field.name.upper()}"
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def kind(field: dataclasses.Field) -> type:
+    """A declared setting's plain type: int for Optional[int]; what a component parameter or a runtime parameter of
+    it is made of (a bool travels as an int)."""
+    plain = next((t for t in getattr(field.type, "__args__", ()) if t is not type(None)), field.type)
+    return int if plain is bool else plain
 
 
 def default_of(field: dataclasses.Field):

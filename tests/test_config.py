@@ -149,3 +149,22 @@ def test_ingestion_settings_are_declared_once_and_reach_config_cli_component_and
     # Each declared check: one line naming the option.
     with pytest.raises(ConfigError, match=r"^--compression-level 12: use 0 \(none\) to 9$"):
         PipelineConfig(compression_level=12).validate()
+
+
+def test_a_renamed_variable_or_a_refused_parameter_is_one_line_never_ignored():
+    """IMAGEPIPE_TUNE (the trial count's old name) would turn the search off without a word: it is refused, naming
+    the new variable. A setting with no option is named by its variable. An ImageExampleGen parameter its
+    declaration refuses (a compiled job edited by hand) stops ingestion in one line; "" means unset."""
+    from components.example_gen.ingest_defaults import PARAMETERS
+    from components.example_gen.ingest_settings import _parameter
+
+    with pytest.raises(ConfigError, match=r"^IMAGEPIPE_TUNE is now IMAGEPIPE_TUNE_TRIALS"):
+        from_environment(PipelineConfig(), {"IMAGEPIPE_TUNE": "5"})
+    assert from_environment(PipelineConfig(), {"IMAGEPIPE_TUNE_TRIALS": "5"}).tune_trials == 5
+    with pytest.raises(ConfigError, match=r"^IMAGEPIPE_SHARD_MEGABYTES 0: use 1 or more$"):
+        PipelineConfig(shard_megabytes=0).validate()
+    declared = {f.name: f for f in PARAMETERS}
+    with pytest.raises(ValueError, match=r"^ImageExampleGen parameter max_pixels: use a positive number of pixels$"):
+        _parameter(declared["max_pixels"], 0)
+    assert _parameter(declared["layout"], "") == "auto" and _parameter(declared["store_max_pixels"], 0) == 0
+    assert _parameter(declared["drop_duplicates"], 1) is True

@@ -28,6 +28,7 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from components.example_gen import executor as image_executor
 from components.example_gen import ingest_defaults as defaults
 from components.example_gen import ingest_settings
+from settings import kind
 from storage.artifact_types import ImageIngestionReport
 from trainer.hparams import SEED
 
@@ -36,10 +37,7 @@ class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
     PARAMETERS = {
         **standard_component_specs.FileBasedExampleGenSpec.PARAMETERS,
         # each declared ingestion setting (ingest_defaults.Ingestion); a bool travels as an int
-        **{
-            f.name: ExecutionParameter(type=int if f.type is bool else type(f.default), optional=True)
-            for f in defaults.PARAMETERS
-        },
+        **{f.name: ExecutionParameter(type=kind(f), optional=True) for f in defaults.PARAMETERS},
         ingest_settings.SPAN_PATTERN_KEY: ExecutionParameter(type=str, optional=True),
         ingest_settings.SEED_KEY: ExecutionParameter(type=int, optional=True),
     }

@@ -20,6 +20,7 @@ from tfx.utils import proto_utils
 from components.example_gen import ingest_defaults as defaults
 from components.example_gen.finding import sources
 from components.example_gen.finding.listing import SPLIT_ALIASES, Listing
+from settings import kind, problem
 from storage import files as fs
 from trainer.hparams import SEED
 
@@ -31,7 +32,8 @@ SEED_KEY = "seed"  # declared with the training settings (trainer/hparams.py): t
 @dataclasses.dataclass(frozen=True)
 class IngestSettings(defaults.Ingestion):
     """The component's parameters, parsed once from exec_properties: TFX's (input_base, input_config,
-    output_config, the resolved span) and the declared ones (defaults.Ingestion)."""
+    output_config, the resolved span) and the declared ones (defaults.Ingestion; those TFX's configs carry,
+    IN_TFX_CONFIGS, keep their defaults here and are read from input_config and output_config)."""
 
     input_base: str = ""
     input_config: example_gen_pb2.Input = dataclasses.field(default_factory=example_gen_pb2.Input)
@@ -161,7 +163,12 @@ def _given(value, default):
 
 def _parameter(field: dataclasses.Field, value):
     """A declared parameter's exec property as its setting's type (a bool travels as an int; 0 is a value, as
-    store_max_pixels's "store every original"); its default when the compiled pipeline left it out or unset."""
-    if value is None:
+    store_max_pixels's "store every original"); its default when the compiled pipeline left it out or unset ("").
+    A value its declaration refuses (a job edited by hand) is one line naming the parameter, never used."""
+    if value is None or value == "":
         return field.default
-    return bool(value) if field.type is bool else type(field.default)(value)
+    value = bool(value) if field.type is bool else kind(field)(value)
+    found = problem(field, value)
+    if found:
+        raise ValueError(f"ImageExampleGen parameter {field.name}: {found.split(': ', 1)[-1]}")
+    return value

@@ -37,6 +37,8 @@ from trainer.hparams import HParams
 BEST_FILE = "best_hyperparameters.txt"  # TFX's names (tfx/components/tuner/executor.py)
 RESULTS_FILE = "tuner_results.json"
 TRIALS, MODE, PIPELINE = "tune_trials", "tune_mode", "pipeline"  # the settings' names (components/tuner Search)
+# Their names in jobs compiled before the trial count had one name: such jobs' runs still search.
+EARLIER_NAMES = {TRIALS: "trials", MODE: "mode"}
 SEARCHED = "searched"  # custom property of both outputs: 1 when this run searched, 0 when it reused a search
 LIMITS = ("max_class_drift", "max_feature_drift")
 
@@ -130,6 +132,10 @@ class Executor(base_executor.BaseExecutor):
         started = time.monotonic()
         # A run's epochs (a compiled job's runtime parameter) reach the trials as they reach the Trainer.
         exec_properties = with_settings(exec_properties)
+        exec_properties = {
+            **{new: exec_properties[old] for new, old in EARLIER_NAMES.items() if old in exec_properties},
+            **exec_properties,
+        }
         config = json_utils.loads(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null") or {}
         hp = HParams.from_custom_config(config)
         trials = int(exec_properties[TRIALS])
