@@ -62,10 +62,10 @@ def quiet_logs(verbose: bool) -> None:
 
 def with_tuning(config: PipelineConfig, args: argparse.Namespace, local: bool) -> PipelineConfig:
     """A local run given --tune searches; a compiled job's runs search only when needed; --retune always."""
-    if args.retune and args.tune == 0:
+    if args.retune and args.tune_trials == 0:
         raise ConfigError(
             "--retune with --tune 0: --tune 0 turns the search off; give --tune N (trials), or leave "
             "--tune out to search again with the last search's count"
         )
-    search = args.retune or (local and bool(args.tune))
+    search = args.retune or (local and bool(args.tune_trials))
     return dataclasses.replace(config, tune_mode="search" if search else config.tune_mode)

@@ -27,11 +27,34 @@ ONNX_FILE = user_files.Kind("an ONNX model", _onnx_of_ours)
 
 def cmd_export(args: argparse.Namespace) -> int:
     from prediction import predict
-    from trainer import model_exports
 
     if args.format not in FORMATS:
         raise ConfigError(f"--format {args.format!r}: use {' or '.join(FORMATS)}")
     config = config_from_args(args) if args.model_dir else existing_pipeline(args)
+    out = _export_target(args)
+    quiet_logs(False)
+    try:
+        model_dir = predict.resolve_model_dir(args.model_dir or config.serving_dir)
+    except (predict.ModelNotFound, predict.ModelUnusable) as e:
+        raise ConfigError(str(e)) from None
+    if model_dir.endswith(".tflite"):
+        raise ConfigError(f"--model {model_dir}: a TFLite model; give the SavedModel folder it came with")
+    threshold, _ = predict.model_threshold(model_dir)
+    multi_label = predict.is_multi_label(threshold)
+    frozen, size, names = _pixel_classifier(model_dir, args.format)
+    size_bytes = _write_export(args, out, frozen, size, names, multi_label)
+    print(
+        f"{args.format}: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes float32 RGB pixels 0..255 "
+        f"resized to {size}x{size}"
+        if args.format == "onnx"
+        else f"coreml: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes an RGB image of {size}x{size}; "
+        f"{len(names)} class labels"
+    )
+    return 0
+
+
+def _export_target(args: argparse.Namespace) -> str:
+    """--out as an absolute local path, checked before the model loads: never over a file imagepipe did not write."""
     if "://" in args.out:
         raise ConfigError(f"--out {args.out}: a local path only; write it here, then copy it (gsutil cp -r)")
     out = os.path.abspath(args.out)
@@ -43,19 +66,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         _check_package_target(out)
     else:
         user_files.check_target(out, "--out", ONNX_FILE)
-    quiet_logs(False)
+    return out
+
+
+def _pixel_classifier(model_dir: str, fmt: str):
+    """The SavedModel's pixel classifier, frozen for conversion: (frozen, input size, class names); RGB only."""
+    from trainer import model_exports
+
     try:
-        model_dir = predict.resolve_model_dir(args.model_dir or config.serving_dir)
-    except (predict.ModelNotFound, predict.ModelUnusable) as e:
-        raise ConfigError(str(e)) from None
-    if model_dir.endswith(".tflite"):
-        raise ConfigError(f"--model {model_dir}: a TFLite model; give the SavedModel folder it came with")
-    threshold, _ = predict.model_threshold(model_dir)
-    multi_label = predict.is_multi_label(threshold)
-    try:
-        frozen, size, channels, names = model_exports.of_saved_model(
-            model_dir, batch=1 if args.format == "coreml" else None
-        )
+        frozen, size, channels, names = model_exports.of_saved_model(model_dir, batch=1 if fmt == "coreml" else None)
     except model_exports.ExportError as e:
         raise ConfigError(f"--model {model_dir}: {e}") from None
     except Exception as e:  # noqa: BLE001 - a damaged SavedModel: TensorFlow raises many types
@@ -68,6 +87,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             f"--model {model_dir}: a {channels}-channel model; ONNX and Core ML exports are made for "
             "RGB (3-channel) models only"
         )
+    return frozen, size, names
+
+
+def _write_export(args: argparse.Namespace, out: str, frozen, size: int, names, multi_label: bool) -> int:
+    """The ONNX file or the Core ML package, written aside and moved into place whole: its size in bytes."""
+    from trainer import model_exports
+
     try:
         if args.format == "onnx":
             content = model_exports.onnx_bytes(frozen, size, names, multi_label)
@@ -84,14 +110,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             size_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
     except model_exports.ExportError as e:
         raise ConfigError(f"--format {args.format}: {e}") from None
-    print(
-        f"{args.format}: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes float32 RGB pixels 0..255 "
-        f"resized to {size}x{size}"
-        if args.format == "onnx"
-        else f"coreml: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes an RGB image of {size}x{size}; "
-        f"{len(names)} class labels"
-    )
-    return 0
+    return size_bytes
 
 
 def _check_package_target(out: str) -> None:

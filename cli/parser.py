@@ -1,18 +1,15 @@
 """The `imagepipe` argument parser: every command and option, with its help."""
 
 import argparse
-import dataclasses
+from typing import List
 
 from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
-from components.example_gen.ingest_defaults import LAYOUTS
-from components.health import Limits
 from pipeline.cloud_config import TARGETS, CloudConfig
-from pipeline.config import GATE_MODES, LABEL_CHECKS, NEAR_DUPLICATE_MODES, TASKS, PipelineConfig
+from pipeline.config import DECLARED, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
+from settings import declared, help_text, option
 from storage.errors import one_line
-from trainer.class_balance import MIN_EVAL_EXAMPLES
-from trainer.hparams import HParams
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,22 +20,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    d = PipelineConfig()
-    _add_data_options(p, d)
-    _add_check_options(p, d)
-    t = p.add_argument_group("training")
-    _add_declared_options(t, HParams.user_settings())
-    t.add_argument(
-        "--cpu-replicas",
-        type=int,
-        metavar="N",
-        help="split this machine's CPU into N logical devices "
-        "and train across them (MirroredStrategy): runs the multi-replica code without accelerators, "
-        "for tests and debugging (no faster)",
+    """Every setting of a run, each an option made from its declaration (pipeline/config.py), by group."""
+    _add_declared_options(p, [f for f in declared(PipelineConfig) if f.name in PipelineConfig.__annotations__])
+    for group, fields in DECLARED.items():
+        _add_declared_options(p.add_argument_group(GROUP_TITLES.get(group, group)), fields)
+    p.add_argument(
+        "--retune",
+        action="store_true",
+        help="search again now, even if nothing changed (with the last search's N unless --tune gives one)",
     )
-    _add_evaluation_options(p.add_argument_group("evaluation and search"), d)
-    p.add_argument("--no-cache", dest="enable_cache", action="store_false", default=None, help="re-run every component")
-    p.add_argument("--beam-arg", dest="beam_args", action="append", help="extra Beam pipeline argument (repeatable)")
     p.add_argument(
         "--progress",
         choices=PROGRESS_MODES,
@@ -48,161 +38,31 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="show TFX and Beam logs")
 
 
-def _add_data_options(p, d: PipelineConfig) -> None:
-    p.add_argument(
-        "--data",
-        help="folder of class subfolders (optionally train/ eval/ inside) or a CSV "
-        "manifest with a path,label[,split] header; default: the digits sample",
-    )
-    p.add_argument("--root", help=f"where artifacts and ML Metadata go (default {d.root})")
-    p.add_argument(
-        "--name",
-        help="pipeline name: its runs, models and metadata are kept apart (default: from "
-        "--data, e.g. petimages-3f2a9c; 'digits' for the sample)",
-    )
-    p.add_argument("--layout", choices=LAYOUTS, help="input layout (default auto)")
-    p.add_argument("--span-pattern", help="read the latest span below --data, e.g. 'span-{SPAN}'")
-    p.add_argument(
-        "--span-window",
-        type=int,
-        help=f"with --span-pattern: read the latest span and the N-1 spans before it (default {d.span_window})",
-    )
-    p.add_argument("--eval-percent", type=int, help=f"eval share of unsplit data (default {d.eval_percent})")
-    p.add_argument("--max-pixels", type=int, help=f"quarantine larger images (default {d.max_pixels:,})")
-    p.add_argument(
-        "--store-max-pixels",
-        type=int,
-        help="store images above this many pixels as a downscaled "
-        f"copy (aspect kept; 0: store originals; default {d.store_max_pixels:,})",
-    )
-    p.add_argument(
-        "--max-bad-fraction", type=float, help=f"fail when more files than this are bad (default {d.max_bad_fraction})"
-    )
-    p.add_argument(
-        "--drop-duplicates",
-        action="store_true",
-        default=None,
-        help="keep one copy of identical files (default: keep all, in one split)",
-    )
-    p.add_argument(
-        "--near-duplicates",
-        choices=NEAR_DUPLICATE_MODES,
-        help="near-duplicate images (resized, "
-        "recompressed, slightly cropped copies): report them (default), drop all but one copy of each "
-        "group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked)",
-    )
-    p.add_argument(
-        "--review",
-        help="a review file (`imagepipe review` writes it): relabelled images train with "
-        "their new label, excluded ones are quarantined (excluded_by_review); matched by content hash",
-    )
-    p.add_argument(
-        "--task",
-        choices=TASKS,
-        help="single-label (a class an image) or multi-label (any number of "
-        "labels an image, none included); auto (default): multi-label when a manifest has a labels "
-        "column (path,labels, separated by ';'), a row names several labels, or the import file is "
-        "AutoML's multi-label kind. Class folders are single-label",
-    )
-    p.add_argument(
-        "--compression-level", type=int, help=f"gzip level of the TFRecords (default {d.compression_level}; 0: stored)"
-    )
-    p.add_argument(
-        "--schema",
-        help="curated schema.pbtxt for ImportSchemaGen (default: infer with SchemaGen; "
-        "the sample uses schemas/digits/schema.pbtxt)",
-    )
+GROUP_TITLES = {
+    "checks": "data checks: on anomalies, drift from the latest blessed model's data (L-infinity distance of "
+    "shares; 1 turns a check off) or data health over a limit, the run stops (or warns, --gate warn)"
+}
 
 
-def _add_check_options(p, d: PipelineConfig) -> None:
-    p.add_argument("--gate", choices=GATE_MODES, help="on anomalies or drift: stop the run (default) or warn")
-    drift = p.add_argument_group(
-        "drift from the latest blessed model's data (L-infinity distance of shares; 1 turns a check off)"
-    )
-    drift.add_argument("--max-class-drift", type=float, help=f"class mix (default {d.max_class_drift})")
-    drift.add_argument(
-        "--max-size-drift",
-        type=float,
-        help=f"image width and height, in power-of-two bins (default {d.max_size_drift})",
-    )
-    drift.add_argument("--max-format-drift", type=float, help=f"JPEG/PNG/GIF/BMP mix (default {d.max_format_drift})")
-    drift.add_argument(
-        "--max-count-drop",
-        type=float,
-        help=f"largest accepted drop of the example count, as a fraction (default {d.max_count_drop})",
-    )
-    health = p.add_argument_group("data health (each over its limit stops the run, or warns with --gate warn)")
-    health.add_argument(
-        "--label-check",
-        choices=LABEL_CHECKS,
-        help="look for likely label errors: auto (default: "
-        "with the transfer models' features), on (also a k-fold cnn on pixels, ~one more training), off",
-    )
-    _add_declared_options(health, dataclasses.fields(Limits))
-
-
-def _add_evaluation_options(t, d: PipelineConfig) -> None:
-    t.add_argument(
-        "--confidence-threshold",
-        type=float,
-        help="the model answers 'unsure' at or below this top "
-        "probability (imagepipe predict; in the model card): the report shows precision, recall and "
-        "coverage at every threshold",
-    )
-    t.add_argument(
-        "--target-precision",
-        type=float,
-        help="instead: the lowest confidence threshold at which the eval split's precision reaches this",
-    )
-    t.add_argument(
-        "--tune",
-        type=int,
-        metavar="N",
-        help="search hyperparameters first (learning rate, dropout, head "
-        "width, batch size; KerasTuner, Bayesian) in N trials scored on the eval split; later runs of "
-        "the pipeline reuse the best values until the classes, the data or the settings change",
-    )
-    t.add_argument(
-        "--retune",
-        action="store_true",
-        help="search again now, even if nothing changed (with the last search's N unless --tune gives one)",
-    )
-    t.add_argument(
-        "--accuracy-threshold",
-        type=float,
-        help=f"bless the model at this eval accuracy (default {d.accuracy_threshold})",
-    )
-    t.add_argument(
-        "--min-class-recall",
-        type=float,
-        help="and only when every class with at least "
-        f"{MIN_EVAL_EXAMPLES} eval images reaches this recall (default {d.min_class_recall}; 0: no check)",
-    )
-    t.add_argument(
-        "--explanations",
-        type=int,
-        metavar="N",
-        help="show where the model looked on N eval images in "
-        "the report: the misclassified first, then some of each class, and each class's average map "
-        f"(integrated gradients; default {d.explanations}; 0: none)",
-    )
-
-
-def _add_declared_options(t, fields) -> None:
-    """One option a declared setting (trainer/hparams.py: setting()), made from its declaration."""
+def _add_declared_options(group, fields) -> None:
+    """One option a declared setting (settings.setting()), made from its declaration; none for flag=None."""
     for field in fields:
-        flag = field.metadata["flag"] or "--" + field.name.replace("_", "-")
-        text = field.metadata["help"].format(default=field.default)
+        if field.metadata["flag"] is None:
+            continue
+        flag, text = option(field), help_text(field)
         if field.type is bool:  # a switch away from the default
-            t.add_argument(
-                flag, dest=field.name, action="store_false" if field.default else "store_true", default=None, help=text
-            )
+            action = "store_false" if field.default else "store_true"
+            group.add_argument(flag, dest=field.name, action=action, default=None, help=text)
+        elif field.type == List[str]:  # repeatable
+            group.add_argument(flag, dest=field.name, action="append", help=text)
         else:
-            t.add_argument(
+            kind = field.type.__args__[0] if getattr(field.type, "__args__", None) else field.type  # Optional[X]: X
+            group.add_argument(
                 flag,
                 dest=field.name,
-                type=str if field.metadata["choices"] else field.type,
+                type=str if field.metadata["choices"] else kind,
                 choices=field.metadata["choices"],
+                metavar=field.metadata.get("metavar"),
                 help=text,
             )
 
@@ -266,7 +126,7 @@ def _add_dataflow_options(c, what: str) -> None:
 
 
 def _add_param_option(p) -> None:
-    from pipeline.runtime_parameters import RUNTIME_PARAMETERS
+    from pipeline.runtime_parameters import RUNTIME_PARAMETERS, needs
 
     p.add_argument(
         "--param",
@@ -275,7 +135,7 @@ def _add_param_option(p) -> None:
         metavar="NAME=VALUE",
         help="a value for the compiled job's runtime parameter NAME, without recompiling (repeatable): "
         + ", ".join(RUNTIME_PARAMETERS)
-        + " (tune_trials with --tune, span_window with --span-pattern)",
+        + f" ({', '.join(f'{n} with {needs(n)}' for n in RUNTIME_PARAMETERS if needs(n))})",
     )
 
 

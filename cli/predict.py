@@ -18,16 +18,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     config = config_from_args(args) if args.model_dir else existing_pipeline(args)
     model = args.model_dir or config.serving_dir
     top = args.top
-    if top < 1:
-        raise ConfigError(f"--top {top}: give the number of classes to show per image (1 or more)")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if args.workers > cores:
-        raise ConfigError(
-            f"--workers {args.workers}: this machine has {cores} cores, and each worker loads TensorFlow "
-            f"and the model (~0.7 GB); use at most {cores}, or --dataflow for more machines"
-        )
-    if args.confidence_threshold is not None and not 0 <= args.confidence_threshold < 1:
-        raise ConfigError(f"--confidence-threshold {args.confidence_threshold}: use a fraction from 0 to below 1")
+    _check_predict_options(args)
     writer = automl = None
     try:
         model_dir, threshold, how = _model_and_outputs(args, model)
@@ -50,37 +41,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 opened.close(complete=False)
         return fail(EXIT_BAD_INPUT, str(e))
     writers = [w for w in (writer, automl, explanations) if w]
-    if multi:
-        print(
-            f"multi-label: a label applies above its threshold ({how}): "
-            + ", ".join(f"{result_files.printable(name)} {t:g}" for name, t in threshold.items()),
-            file=sys.stderr,
-        )
-    elif threshold:
-        print(f"confidence threshold {threshold:g} ({how}): at or below it an image is 'unsure'", file=sys.stderr)
+    _announce_threshold(threshold, how, multi, result_files.printable)
     quiet_logs(verbose=False)
-    progress = result_files.PredictionProgress(sys.stderr) if writers else None  # else every result is printed anyway
-    seen = failed = 0
     try:
-        for result in predict.classify(
-            model_dir,
-            image_inputs.expand_inputs(args.images),
-            top=predict.EVERY_CLASS if automl else top,
-            max_pixels=config.max_pixels,
-            threshold=threshold,
-            explain=bool(explanations),
-        ):
-            seen += 1
-            failed += "error" in result
-            for w in writers:
-                w.write(result)
-            if progress:
-                progress.update(seen)
-            if writers and seen > PREDICT_SHOWN:
-                continue
-            _print_result(result, multi, top, result_files.printable)
-        if progress:
-            progress.update(seen, final=True)
+        seen, failed = _classify_and_write(
+            args, config, model_dir, top, threshold, writers, every_class=bool(automl), explain=bool(explanations)
+        )
         for w in writers:  # a results file appears under its name only when every input is in it
             w.close(complete=seen > 0)
     except (predict.ModelUnusable, image_inputs.InputError) as e:
@@ -96,6 +62,72 @@ def cmd_predict(args: argparse.Namespace) -> int:
             + " and ".join(w.path for w in writers)
         )
     return EXIT_RUN_FAILED if failed else 0
+
+
+def _check_predict_options(args: argparse.Namespace) -> None:
+    """--top, --workers and --confidence-threshold, before any model or input is read."""
+    top = args.top
+    if top < 1:
+        raise ConfigError(f"--top {top}: give the number of classes to show per image (1 or more)")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.workers > cores:
+        raise ConfigError(
+            f"--workers {args.workers}: this machine has {cores} cores, and each worker loads TensorFlow "
+            f"and the model (~0.7 GB); use at most {cores}, or --dataflow for more machines"
+        )
+    if args.confidence_threshold is not None and not 0 <= args.confidence_threshold < 1:
+        raise ConfigError(f"--confidence-threshold {args.confidence_threshold}: use a fraction from 0 to below 1")
+
+
+def _announce_threshold(threshold, how: str, multi: bool, show) -> None:
+    """The threshold(s) the results use and where they came from, on stderr."""
+    if multi:
+        print(
+            f"multi-label: a label applies above its threshold ({how}): "
+            + ", ".join(f"{show(name)} {t:g}" for name, t in threshold.items()),
+            file=sys.stderr,
+        )
+    elif threshold:
+        print(f"confidence threshold {threshold:g} ({how}): at or below it an image is 'unsure'", file=sys.stderr)
+
+
+def _classify_and_write(
+    args: argparse.Namespace,
+    config: PipelineConfig,
+    model_dir: str,
+    top: int,
+    threshold,
+    writers: list,
+    every_class: bool,
+    explain: bool,
+) -> tuple:
+    """Every input classified in this process into each writer, and onto the terminal (only the first
+    PREDICT_SHOWN when there are writers): (inputs seen, inputs failed)."""
+    from prediction import image_inputs, predict, result_files
+
+    multi = predict.is_multi_label(threshold)
+    progress = result_files.PredictionProgress(sys.stderr) if writers else None  # else every result is printed anyway
+    seen = failed = 0
+    for result in predict.classify(
+        model_dir,
+        image_inputs.expand_inputs(args.images),
+        top=predict.EVERY_CLASS if every_class else top,
+        max_pixels=config.max_pixels,
+        threshold=threshold,
+        explain=explain,
+    ):
+        seen += 1
+        failed += "error" in result
+        for w in writers:
+            w.write(result)
+        if progress:
+            progress.update(seen)
+        if writers and seen > PREDICT_SHOWN:
+            continue
+        _print_result(result, multi, top, result_files.printable)
+    if progress:
+        progress.update(seen, final=True)
+    return seen, failed
 
 
 def _model_and_outputs(args: argparse.Namespace, model: str):
@@ -169,31 +201,8 @@ def _predict_with_beam(
             f"--{'dataflow' if args.dataflow else 'workers'} writes every result to a file: "
             "give --output results.jsonl (or .csv)"
         )
-    temp_dir = None
-    if args.dataflow:
-        cloud = config_from_args(args, CloudConfig)
-        temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images, args.automl_output)
-        from kubeflow.cloud_platform import dataflow_args
-
-        beam_args = dataflow_args(config, cloud)
-    else:
-        for path in (args.output, args.automl_output):
-            if path:
-                batch_predict.check_local_output(path)
-        beam_args = batch_predict.local_args(args.workers)
-    explanations = None
-    if args.explain:
-        if args.dataflow:
-            raise image_inputs.InputError(
-                "--explain runs in this process or with --workers (the maps go to a local "
-                "folder, moved into place whole); leave out --dataflow, or --explain"
-            )
-        from storage.user_files import FolderWriter
-
-        try:
-            explanations = FolderWriter(args.explain, "--explain", result_files.EXPLANATIONS_KIND)
-        except ConfigError as e:
-            raise image_inputs.InputError(str(e)) from None
+    beam_args, temp_dir = _beam_args(args, config, model_dir)
+    explanations = _explanations_folder(args)
     try:
         counts = batch_predict.run(
             model_dir,
@@ -228,3 +237,42 @@ def _predict_with_beam(
         + (f" and {args.explain}" if args.explain else "")
     )
     return EXIT_RUN_FAILED if counts["failed"] else 0
+
+
+def _beam_args(args: argparse.Namespace, config: PipelineConfig, model_dir: str):
+    """Beam's options for Dataflow or for --workers local processes, once the outputs are known to be writable
+    there: (beam_args, the Dataflow temp folder or None)."""
+    from prediction import batch_predict
+
+    temp_dir = None
+    if args.dataflow:
+        cloud = config_from_args(args, CloudConfig)
+        temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images, args.automl_output)
+        from kubeflow.cloud_platform import dataflow_args
+
+        beam_args = dataflow_args(config, cloud)
+    else:
+        for path in (args.output, args.automl_output):
+            if path:
+                batch_predict.check_local_output(path)
+        beam_args = batch_predict.local_args(args.workers)
+    return beam_args, temp_dir
+
+
+def _explanations_folder(args: argparse.Namespace):
+    """The --explain folder the workers write their maps into, or None."""
+    from prediction import image_inputs, result_files
+
+    if not args.explain:
+        return None
+    if args.dataflow:
+        raise image_inputs.InputError(
+            "--explain runs in this process or with --workers (the maps go to a local "
+            "folder, moved into place whole); leave out --dataflow, or --explain"
+        )
+    from storage.user_files import FolderWriter
+
+    try:
+        return FolderWriter(args.explain, "--explain", result_files.EXPLANATIONS_KIND)
+    except ConfigError as e:
+        raise image_inputs.InputError(str(e)) from None

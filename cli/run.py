@@ -3,7 +3,6 @@ time, Ctrl-C and SIGTERM recorded as an interruption, then the summary and the H
 
 import argparse
 import sys
-import time
 from typing import Optional
 
 from cli.common import (
@@ -33,94 +32,62 @@ def print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    mode = args.progress
+    """Parses, prints and reports: the run itself is pipeline/local_runner.py's (prepare, then run_watched)."""
     quiet_logs(args.verbose)
     from pipeline import local_runner
     from storage.errors import DataError
 
+    config = with_tuning(config_from_args(args), args, local=True)
     try:
-        prepared = local_runner.prepare(with_tuning(config_from_args(args), args, local=True))
+        prepared = local_runner.prepare(config)
     except DataError as e:
         return fail(EXIT_BAD_INPUT, str(e))
+    if args.progress == "human":
+        print_start(prepared)
+    outcome = local_runner.run_watched(prepared, args.progress, on_wait=_waiting(args.progress))
+    if outcome.error and args.verbose and not outcome.interrupted:
+        import traceback
+
+        traceback.print_exception(outcome.error)
+    report = write_report(prepared.config, outcome.summary, verbose=args.verbose)
+    return print_outcome(outcome, report, prepared.config, args.progress)
+
+
+def print_start(prepared) -> None:
+    """What the run reads and where it writes, before it starts."""
+    from trainer.hparams import describe_model
+
     config, found = prepared
-    if mode == "human":
-        from trainer.hparams import describe_model
+    sample = " (the digits sample)" if config.uses_sample_data else ""
+    print(
+        f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "
+        f"{found['files']:,} files, {len(found['classes'])} classes, {found['layout']} layout"
+    )
+    print(f"  model:     {describe_model(config.model, config.weights, config.model_choice)}")
+    print(f"  artifacts: {config.pipeline_root}\n  metadata:  {config.metadata_path}", flush=True)
 
-        sample = " (the digits sample)" if config.uses_sample_data else ""
-        print(
-            f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "
-            f"{found['files']:,} files, {len(found['classes'])} classes, {found['layout']} layout"
-        )
-        print(f"  model:     {describe_model(config.model, config.weights, config.model_choice)}")
-        print(f"  artifacts: {config.pipeline_root}\n  metadata:  {config.metadata_path}", flush=True)
-    from runs import run_lock
 
+def _waiting(mode: str):
     def waiting(message: str) -> None:
         print(f"imagepipe: {message}", file=sys.stderr if mode == "json" else sys.stdout, flush=True)
 
-    # Runs of one pipeline take turns (runs/run_lock.py): this run's progress, summary and report
-    # are its own, whatever else runs on the same root.
-    with run_lock.hold(config.metadata_path, on_wait=waiting):
-        return _run_locked(prepared, mode, args.verbose)
+    return waiting
 
 
-class _Interrupted(Exception):
-    """Ctrl-C or SIGTERM during a run."""
+INTERRUPTED = "interrupted; the report shows what completed, and the next run reuses it from the cache"
 
 
-_signalled = []  # the signals received during this run (Beam may wrap the KeyboardInterrupt they raise)
-
-
-def _raise_interrupted(signum, frame):
-    _signalled.append(signum)
-    raise KeyboardInterrupt
-
-
-def _run_locked(prepared, mode: str, verbose: bool) -> int:
-    import signal
-
-    from pipeline import local_runner
-    from runs import progress, run_store, run_summary
-
-    config = prepared.config
-    error = summary = None
-    started_ms = int(time.time() * 1000) - 1000
-    handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
-    _signalled.clear()
-    try:
-        with progress.Progress(config.metadata_path, started_ms, mode) as live:
-            try:
-                summary = local_runner.run(prepared, started_ms=started_ms, locked=True)
-            except (KeyboardInterrupt, Exception) as e:  # reported below, with the report of what did complete
-                error = e
-                if verbose and not _signalled:
-                    import traceback
-
-                    traceback.print_exc()
-            if summary is None and (_signalled or isinstance(error, KeyboardInterrupt)):
-                error = _Interrupted(
-                    "interrupted; the report shows what completed, and the next run reuses it from the cache"
-                )
-                run_store.record_interruption(config.metadata_path, started_ms)
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if error:
-        try:
-            this_run = run_store.newest_run_since(config.metadata_path, started_ms)
-        except Exception:  # noqa: BLE001 - an unreadable store: the run's own error says more
-            this_run = None
-        # None when the run failed before any component (the error says why); never an older run.
-        summary = run_summary.summarize(config.metadata_path, this_run.name) if this_run else None
-    report = write_report(config, summary, verbose=verbose)
+def print_outcome(outcome, report: Optional[str], config: PipelineConfig, mode: str) -> int:
+    """The run's end: its summary and report, or one line saying why it failed; the exit status."""
+    summary, error = outcome.summary, outcome.error
     if mode == "json":
-        live.printer.emit(
+        outcome.printer.emit(
             {
                 "event": "run_finished",
                 "status": summary["status"] if summary else "failed",
                 "run_id": summary["run_id"] if summary else None,
                 "report": report,
-                "error": error_text(error, config.root) if error else None,
+                "error": (INTERRUPTED if outcome.interrupted else error_text(error, config.root)) if error else None,
                 "components": summary["components"] if summary else [],
             }
         )
@@ -130,8 +97,8 @@ def _run_locked(prepared, mode: str, verbose: bool) -> int:
         print_summary(summary, config if not error else None)
         if report:
             print(f"report: {report}")
-    if isinstance(error, _Interrupted):
-        return fail(EXIT_INTERRUPTED, str(error) + (f" (report: {report})" if report else ""))
+    if outcome.interrupted:
+        return fail(EXIT_INTERRUPTED, INTERRUPTED + (f" (report: {report})" if report else ""))
     if error:
         return fail(EXIT_RUN_FAILED, error_text(error, config.root) + (f" (details: {report})" if report else ""))
     return 0

@@ -11,19 +11,30 @@ the example count. TFX's ExampleValidator cannot do this in 1.16: it passes no
 previous statistics, so drift comparators in a schema are ignored.
 """
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+import dataclasses
+from typing import Any, Dict, List, Optional, Tuple
+
+from settings import fraction, setting
 
 
-class Thresholds(NamedTuple):
-    """Largest accepted L-infinity distances, and the largest accepted drop of the example count.
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """Largest accepted L-infinity distances, and the largest accepted drop of the example count: each declared
+    once, here (settings.setting()), as the pipeline settings and the gate's parameters that set them."""
 
-    Named as the pipeline settings (and the gate's parameters) that set them: --max-class-drift, ...
-    """
+    max_class_drift: float = setting(0.2, "class mix (default {default})", check=fraction("1: no check"))
+    max_size_drift: float = setting(
+        0.3, "image width and height, in power-of-two bins (default {default})", check=fraction("1: no check")
+    )
+    max_format_drift: float = setting(0.3, "JPEG/PNG/GIF/BMP mix (default {default})", check=fraction("1: no check"))
+    max_count_drop: float = setting(
+        0.5,
+        "largest accepted drop of the example count, as a fraction (default {default})",
+        check=fraction("1: no check"),
+    )
 
-    max_class_drift: float
-    max_size_drift: float
-    max_format_drift: float
-    max_count_drop: float
+    def asdict(self) -> Dict[str, float]:
+        return dataclasses.asdict(self)
 
 
 # Each compared distribution of the profile: (profile key, what the user reads, the threshold's setting).
@@ -101,7 +112,7 @@ def linf(a: Dict[str, float], b: Dict[str, float]) -> Tuple[float, str]:
 def compare(reference: Dict[str, Any], current: Dict[str, Any], limits: Thresholds) -> Dict[str, Any]:
     """Every comparison, each with its distance, threshold and both distributions (for the report)."""
     checks = []
-    for key, title, setting in CHECKS:
+    for key, title, name in CHECKS:
         ref, cur = reference.get(key) or {}, current.get(key) or {}
         if key == "classes":
             # A class added or removed is a class change, reported apart (and handled by the Evaluator);
@@ -111,13 +122,13 @@ def compare(reference: Dict[str, Any], current: Dict[str, Any], limits: Threshol
         if not ref or not cur:
             continue  # a profile without this distribution (an older version's): nothing to compare
         distance, at = linf(shares(ref), shares(cur))
-        threshold = getattr(limits, setting)
+        threshold = getattr(limits, name)
         checks.append(
             {
                 "feature": title,
                 "metric": "L-infinity",
                 "distance": round(distance, 4),
-                "option": _option(setting),
+                "option": _option(name),
                 "threshold": threshold,
                 "at": at,
                 "drifted": distance > threshold + 1e-9,

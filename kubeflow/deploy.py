@@ -57,8 +57,8 @@ def parameter_defaults(config: PipelineConfig) -> Dict[str, Any]:
     from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
 
     return {
-        name: kind(getattr(config, field))
-        for name, (field, kind) in RUNTIME_PARAMETERS.items()
+        name: kind(getattr(config, name))
+        for name, kind in RUNTIME_PARAMETERS.items()
         if job_has_parameter(config, name)
     }
 
@@ -297,19 +297,33 @@ def schedule(
     if dry_run:
         return request
     if cloud.target == "vertex":
-        aiplatform = _vertex_init(cloud, credentials)
-        existing = aiplatform.PipelineJobSchedule.list(filter=f'display_name="{request["schedule"]}"')
-        if existing:
-            raise ScheduleExists(request["schedule"], existing[0].resource_name)
-        with _compiled(config, cloud) as template:
-            job = _vertex_job(aiplatform, config, cloud, template, parameters)
-        created = job.create_schedule(
-            display_name=request["schedule"],
-            cron=cloud.cron,
-            max_concurrent_run_count=1,
-            service_account=cloud.service_account,
-        )
-        return {**request, "schedule_resource": created.resource_name}
+        return _schedule_on_vertex(config, cloud, credentials, parameters, request)
+    return _schedule_on_kubeflow(config, cloud, parameters, request)
+
+
+def _schedule_on_vertex(
+    config: PipelineConfig, cloud: CloudConfig, credentials, parameters: Dict[str, Any], request: Dict[str, Any]
+) -> Dict[str, Any]:
+    """A Vertex AI PipelineJobSchedule, unless one of that display name exists."""
+    aiplatform = _vertex_init(cloud, credentials)
+    existing = aiplatform.PipelineJobSchedule.list(filter=f'display_name="{request["schedule"]}"')
+    if existing:
+        raise ScheduleExists(request["schedule"], existing[0].resource_name)
+    with _compiled(config, cloud) as template:
+        job = _vertex_job(aiplatform, config, cloud, template, parameters)
+    created = job.create_schedule(
+        display_name=request["schedule"],
+        cron=cloud.cron,
+        max_concurrent_run_count=1,
+        service_account=cloud.service_account,
+    )
+    return {**request, "schedule_resource": created.resource_name}
+
+
+def _schedule_on_kubeflow(
+    config: PipelineConfig, cloud: CloudConfig, parameters: Dict[str, Any], request: Dict[str, Any]
+) -> Dict[str, Any]:
+    """A Kubeflow Pipelines recurring run in the pipeline's experiment, unless one of that name is there."""
     client = _kfp_client(cloud)
     experiment = client.create_experiment(name=config.pipeline_name)
     page_token = ""
@@ -374,7 +388,7 @@ def _describe(config: PipelineConfig, cloud: CloudConfig, parameters: Dict[str, 
         "enable_caching": config.enable_cache,
         "dataflow": cloud.dataflow,
         "vertex_training": cloud.vertex_training,
-        "tune": config.tune or None,
+        "tune": config.tune_trials or None,
         "parameters": ", ".join(f"{k}={v}" for k, v in parameters.items()) or None,
     }
 

@@ -134,6 +134,17 @@ class CloudConfig:
         self.check_names()
         if self.target not in TARGETS:
             raise ConfigError(f"--target {self.target!r}: use {' or '.join(TARGETS)}")
+        self._check_pipeline_settings(config)
+        self._check_locations(config)
+        self._check_dataflow()
+        self._check_training()
+        self._check_trials_and_push(config, need_host)
+        if self.cron is not None:
+            check_cron(self.cron)
+        return self
+
+    def _check_pipeline_settings(self, config: PipelineConfig) -> None:
+        """The pipeline's own settings that a remote run cannot honour: its name, local files, warm start."""
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", config.pipeline_name):
             raise ConfigError(
                 f"--name {config.pipeline_name!r}: Vertex AI and Kubeflow need lower-case letters, "
@@ -155,6 +166,9 @@ class CloudConfig:
                 "--warm-start needs the latest blessed model, which TFX resolves with a resolver "
                 "node that Kubeflow Pipelines' open-source backend cannot run; use --target vertex"
             )
+
+    def _check_locations(self, config: PipelineConfig) -> None:
+        """The project, pipeline root, image and data, each reachable from the cluster."""
         if self.target == "vertex" and not self.project:
             raise ConfigError("no GCP project: give --project (or IMAGEPIPE_PROJECT)")
         if not self.pipeline_root:
@@ -173,11 +187,16 @@ class CloudConfig:
                 f"--data {config.data or '(the local digits sample)'}: the pipeline runs remotely; "
                 "upload the images and give --data gs://BUCKET/PATH"
             )
+
+    def _check_dataflow(self) -> None:
         if self.dataflow and not self.project:
             raise ConfigError("--dataflow needs --project")
         temp = self.dataflow_temp_location
         if temp and not temp.startswith("gs://"):
             raise ConfigError(f"--dataflow-temp-location {temp}: Dataflow needs a gs:// location")
+
+    def _check_training(self) -> None:
+        """Vertex AI Training's machines: accelerators, replicas and the image they run."""
         if self.vertex_training and not self.project:
             raise ConfigError("--vertex-training needs --project")
         if self.training_accelerator and self.training_tpu:
@@ -202,9 +221,12 @@ class CloudConfig:
                 "libtpu): docker build --build-arg ACCELERATOR=tpu, push it, and "
                 "give --training-image URI"
             )
+
+    def _check_trials_and_push(self, config: PipelineConfig, need_host: bool) -> None:
+        """Parallel tuning trials, the Vertex endpoint and the Kubeflow host."""
         if not 1 <= self.parallel_trials <= 64:
             raise ConfigError(f"--parallel-trials {self.parallel_trials}: use 1 to 64 machines")
-        if self.parallel_trials > 1 and not (self.vertex_training and config.tune):
+        if self.parallel_trials > 1 and not (self.vertex_training and config.tune_trials):
             raise ConfigError(
                 "--parallel-trials runs the --tune search on Vertex AI Training; add --tune N and --vertex-training"
             )
@@ -212,9 +234,6 @@ class CloudConfig:
             raise ConfigError("--endpoint pushes to Vertex AI; use --target vertex")
         if need_host and self.target == "kubeflow" and not self.kfp_host:
             raise ConfigError("no Kubeflow Pipelines host: give --kfp-host URL (or IMAGEPIPE_KFP_HOST)")
-        if self.cron is not None:
-            check_cron(self.cron)
-        return self
 
 
 # (option, CloudConfig field, the form GCP accepts, what it is), checked by CloudConfig.check_names.

@@ -45,11 +45,18 @@ def _env_kind(field: dataclasses.Field) -> str:
     )
 
 
+# Variables of settings since renamed: set, they would be ignored without a word.
+RENAMED = {"IMAGEPIPE_TUNE": "IMAGEPIPE_TUNE_TRIALS"}
+
+
 def from_environment(config, environ=os.environ):
     """Applies IMAGEPIPE_<FIELD> variables (e.g. IMAGEPIPE_ROOT, IMAGEPIPE_EVAL_PERCENT) to a config.
 
     A value that is empty (for a setting that has no "unset") or not of the setting's kind is one
     line naming the variable: never a silent default (IMAGEPIPE_ROOT= would write into the current folder)."""
+    for old, new in RENAMED.items():
+        if old in environ:
+            raise ConfigError(f"{old} is now {new} (the setting's one name); rename the variable")
     changes = {}
     for field in dataclasses.fields(config):
         name = f"IMAGEPIPE_{field.name.upper()}"

@@ -6,8 +6,9 @@
 This module owns a local run: `prepare(config)` checks the settings (once), the input and --root (a one-line
 DataError or ConfigError, with nothing written) and settles what the run will be (the model --model auto chose, an
 earlier search's trials); `run(prepared)` takes the pipeline's turn and runs create_pipeline(config,
-platform.local(config)), returning the summary of what each component did. `imagepipe run` (cli/run.py) only
-parses, prints and reports around them.
+platform.local(config)), returning the summary of what each component did; `run_watched(prepared, ...)` is the
+run as `imagepipe run` makes it (live progress, Ctrl-C and SIGTERM recorded as an interruption, a failed run's
+summary of what completed). `imagepipe run` (cli/run.py) only parses, prints and writes the report.
 """
 
 import dataclasses
@@ -215,7 +216,7 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     """A run without --tune of a pipeline that searched before keeps its tuned training: the Tuner step runs
     with the last search's trial count and reuses its best values unless the data or settings moved
     (components/tuner/decision.py). --retune (tune_mode "search") searches again with that count."""
-    if config.tune:
+    if config.tune_trials:
         return config
     import json
 
@@ -234,7 +235,7 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
                     trials = int(json.load(f).get("trials") or 0)
                 break
     if trials:
-        return dataclasses.replace(config, tune=trials)
+        return dataclasses.replace(config, tune_trials=trials)
     if config.tune_mode == "search":
         raise ConfigError(f"--retune: pipeline {config.pipeline_name!r} has not searched yet; give --tune N (trials)")
     return config
@@ -320,6 +321,63 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
                 pass
         raise
     return run_summary.summarize(config.metadata_path)
+
+
+class Outcome(NamedTuple):
+    """How a watched run ended: the summary of what completed (None when it failed before any component; never an
+    older run's), its error, whether Ctrl-C or SIGTERM stopped it, and the printer its progress went to."""
+
+    summary: Optional[Dict[str, Any]]
+    error: Optional[BaseException]
+    interrupted: bool
+    printer: Any  # runs.progress.Printer
+
+
+def run_watched(prepared: Prepared, progress_mode: str, on_wait: Callable[[str], None]) -> Outcome:
+    """The run as `imagepipe run` makes it: in its pipeline's turn (runs/run_lock.py: this run's progress and
+    summary are its own, whatever else runs on the same root), with live progress, Ctrl-C and SIGTERM recorded as an
+    interruption, and a failed run's summary of what completed (the report is made from that summary)."""
+    with run_lock.hold(prepared.config.metadata_path, on_wait=on_wait):
+        return _run_watched(prepared, progress_mode)
+
+
+_signalled = []  # the signals received during this run (Beam may wrap the KeyboardInterrupt they raise)
+
+
+def _raise_interrupted(signum, frame):
+    _signalled.append(signum)
+    raise KeyboardInterrupt
+
+
+def _run_watched(prepared: Prepared, progress_mode: str) -> Outcome:
+    import signal
+
+    from runs import progress, run_store, run_summary
+
+    metadata_path = prepared.config.metadata_path
+    error = summary = None
+    started_ms = int(time.time() * 1000) - 1000
+    handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _signalled.clear()
+    try:
+        with progress.Progress(metadata_path, started_ms, progress_mode) as live:
+            try:
+                summary = run(prepared, started_ms=started_ms, locked=True)
+            except (KeyboardInterrupt, Exception) as e:  # the summary of what did complete goes with it
+                error = e
+            stopped = summary is None and (bool(_signalled) or isinstance(error, KeyboardInterrupt))
+            if stopped:
+                run_store.record_interruption(metadata_path, started_ms)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if error:
+        try:
+            this_run = run_store.newest_run_since(metadata_path, started_ms)
+        except Exception:  # noqa: BLE001 - an unreadable store: the run's own error says more
+            this_run = None
+        summary = run_summary.summarize(metadata_path, this_run.name) if this_run else None
+    return Outcome(summary, error, stopped, live.printer)
 
 
 def interrupted(error: BaseException) -> bool:

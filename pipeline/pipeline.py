@@ -14,6 +14,7 @@ from components.beam_settings import with_executor
 from components.evaluator.component import ImageEvaluator
 from components.evaluator.eval_config import eval_config
 from components.example_gen.component import ImageExampleGen
+from components.example_gen.ingest_defaults import PARAMETERS
 from components.features.component import BackboneFeatures
 from components.health.component import DataHealth
 from components.health.gate import DataHealthGate
@@ -108,8 +109,8 @@ class _Stages:
 
     def setting(self, name: str):
         """A setting's value, or on a platform that takes them, the runtime parameter that defaults to it."""
-        field, ptype = RUNTIME_PARAMETERS[name]
-        value = getattr(self.config, field)
+        ptype = RUNTIME_PARAMETERS[name]
+        value = getattr(self.config, name)
         if not self.platform.compiled or not job_has_parameter(self.config, name):
             return value
         return tfx.dsl.experimental.RuntimeParameter(name=name, ptype=ptype, default=ptype(value))
@@ -130,21 +131,14 @@ class _Stages:
 
     def example_gen(self, check):
         config = self.config
+        # every declared ingestion parameter (ingest_defaults.PARAMETERS), span_window as a runtime parameter
+        settings = {f.name: getattr(config, f.name) for f in PARAMETERS}
         example_gen = ImageExampleGen(
             input_base=example_gen_base(config),
             input_config=example_gen_input(config),
             output_config=example_gen_output(config),
-            layout=config.layout,
-            max_pixels=config.max_pixels,
-            max_bad_fraction=config.max_bad_fraction,
-            drop_duplicates=config.drop_duplicates,
-            compression_level=config.compression_level,
-            span_window=self.setting("span_window"),
-            store_max_pixels=config.store_max_pixels,
             seed=config.seed,
-            near_duplicates=config.near_duplicates,
-            task=config.task,
-            review=review_file(config),
+            **{**settings, "span_window": self.setting("span_window"), "review": review_file(config)},
         )
         if check is not None:
             example_gen.add_upstream_node(check)
@@ -190,7 +184,7 @@ class _Stages:
             examples=example_gen.outputs["examples"],
             baseline_blessing=baseline.outputs["model_blessing"] if baseline else None,
             fail_on_anomalies=(self.config.gate == "fail"),
-            **self.config.drift_thresholds()._asdict(),
+            **self.config.drift_thresholds().asdict(),
         )
 
     def transform(self, example_gen, schema_gen, gate):
@@ -244,7 +238,7 @@ class _Stages:
         only when the data or settings moved since the last search (components/tuner/decision.py), found by
         the resolver, unless asked to (tune_mode "search")."""
         config, platform = self.config, self.platform
-        if config.tune <= 0:
+        if config.tune_trials <= 0:
             return None, None
         previous_search = None
         if platform.runs_resolvers:
@@ -258,8 +252,8 @@ class _Stages:
             transform_graph=transform.outputs["transform_graph"],
             ingestion_report=example_gen.outputs["report"],
             previous=previous_search.outputs["tuner_results"] if previous_search else None,
-            trials=self.setting("tune_trials"),
-            mode=config.tune_mode,
+            tune_trials=self.setting("tune_trials"),
+            tune_mode=config.tune_mode,
             pipeline=config.pipeline_name,
             hparams=self.hparams,
             max_class_drift=config.max_class_drift,

@@ -16,8 +16,11 @@ import os
 import urllib.request
 from typing import Optional
 
-from tfx.dsl.component.experimental.annotations import Parameter
-from tfx.dsl.component.experimental.decorators import component
+from tfx import types
+from tfx.dsl.components.base import base_component, base_executor, executor_spec
+from tfx.types.component_spec import ExecutionParameter
+
+from pipeline.runtime_parameters import RUNTIME_PARAMETERS
 
 # The GCE metadata server (Vertex AI tasks run on Compute Engine); GCE_METADATA_HOST overrides it, as in google-auth.
 METADATA_HOST = "metadata.google.internal"
@@ -62,7 +65,7 @@ def check(values: dict, service_account: str = "") -> None:
 
     # The job's own settings do not reach this task: only what decides which parameters the job has.
     config = PipelineConfig(
-        tune=1 if values.get("tune_trials") is not None else 0,
+        tune_trials=1 if values.get("tune_trials") is not None else 0,
         span_pattern="span-{SPAN}" if values.get("span_window") is not None else None,
     )
     given = [f"{name}={value}" for name, value in values.items() if value is not None]
@@ -79,25 +82,35 @@ def check(values: dict, service_account: str = "") -> None:
         )
 
 
-@component
-def RunCheck(
-    epochs: Parameter[int],
-    learning_rate: Parameter[float],
-    accuracy_threshold: Parameter[float],
-    min_class_recall: Parameter[float],
-    span_window: Parameter[int] = 0,
-    tune_trials: Parameter[int] = 0,
-    job_parameters: Parameter[str] = "",
-    service_account: Parameter[str] = "",
-) -> None:
-    """`job_parameters`: the job's runtime parameters, comma-separated (span_window and tune_trials are only in
-    some jobs; their 0 here means absent)."""
-    given = {
-        "epochs": epochs,
-        "learning_rate": learning_rate,
-        "accuracy_threshold": accuracy_threshold,
-        "min_class_recall": min_class_recall,
-        "span_window": span_window,
-        "tune_trials": tune_trials,
+class RunCheckSpec(types.ComponentSpec):
+    """Each runtime parameter (pipeline/runtime_parameters.py, from the declarations), the job's own (comma-separated
+    in job_parameters: span_window and tune_trials are only in some jobs), and the account the job was compiled for."""
+
+    PARAMETERS = {
+        **{name: ExecutionParameter(type=kind, optional=True) for name, kind in RUNTIME_PARAMETERS.items()},
+        "job_parameters": ExecutionParameter(type=str, optional=True),
+        "service_account": ExecutionParameter(type=str, optional=True),
     }
-    check({name: value for name, value in given.items() if name in job_parameters.split(",")}, service_account)
+    INPUTS: dict = {}
+    OUTPUTS: dict = {}
+
+
+class RunCheckExecutor(base_executor.BaseExecutor):
+    def Do(self, input_dict, output_dict, exec_properties) -> None:
+        names = [name for name in (exec_properties.get("job_parameters") or "").split(",") if name]
+        check({name: exec_properties.get(name) for name in names}, exec_properties.get("service_account") or "")
+
+
+# The executor's name in jobs compiled before RunCheck was a class (a function component's): their runs still check.
+RunCheck_Executor = RunCheckExecutor
+
+
+class RunCheck(base_component.BaseComponent):
+    SPEC_CLASS = RunCheckSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(RunCheckExecutor)
+
+    def __init__(self, job_parameters: str = "", service_account: str = "", **values):
+        """`values`: the job's runtime parameters by name (RuntimeParameters in a compiled job)."""
+        super().__init__(
+            spec=RunCheckSpec(job_parameters=job_parameters, service_account=service_account or None, **values)
+        )

@@ -6,18 +6,12 @@ import dataclasses
 from typing import Any, Dict, List
 
 from pipeline.config import PipelineConfig
+from settings import kind, option
 from storage.errors import ConfigError
 
-# Pipeline parameter name -> (PipelineConfig field, type). tune_trials exists only in a job compiled with
-# --tune, span_window only with --span-pattern.
-RUNTIME_PARAMETERS = {
-    "epochs": ("epochs", int),
-    "learning_rate": ("learning_rate", float),
-    "accuracy_threshold": ("accuracy_threshold", float),
-    "min_class_recall": ("min_class_recall", float),
-    "span_window": ("span_window", int),
-    "tune_trials": ("tune", int),
-}
+# Runtime parameter name (the setting's) -> its type: the declarations marked `runtime` (settings.setting()).
+RUNTIME_PARAMETERS = {f.name: kind(f) for f in dataclasses.fields(PipelineConfig) if f.metadata.get("runtime")}
+_ONLY_WITH = {f.name: f.metadata["runtime"] for f in dataclasses.fields(PipelineConfig) if f.metadata.get("runtime")}
 
 
 def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
@@ -33,12 +27,8 @@ def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
         if name in values:
             raise ConfigError(f"--param {name}: given twice ({values[name]} and {raw}); give it once")
         if name not in known:
-            raise ConfigError(
-                f"--param {name}: this job has no such parameter ("
-                + ("compile it with --tune N" if name == "tune_trials" else "compile it with --span-pattern")
-                + ")"
-            )
-        field, kind = RUNTIME_PARAMETERS[name]
+            raise ConfigError(f"--param {name}: this job has no such parameter (" + f"compile it with {needs(name)})")
+        kind = RUNTIME_PARAMETERS[name]
         try:
             value = kind(raw)
         except ValueError:
@@ -48,7 +38,7 @@ def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
         if name == "tune_trials" and value < 1:
             raise ConfigError(f"--param tune_trials={raw}: use 1 or more trials")
         try:
-            dataclasses.replace(config, **{field: value}).validate()
+            dataclasses.replace(config, **{name: value}).validate()
         except ConfigError as e:
             raise ConfigError(f"--param {name}={raw}: {str(e).split(': ', 1)[-1]}") from None
         values[name] = value
@@ -56,4 +46,14 @@ def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
 
 
 def job_has_parameter(config: PipelineConfig, name: str) -> bool:
-    return {"tune_trials": bool(config.tune), "span_window": bool(config.span_pattern)}.get(name, True)
+    """Whether a job compiled from `config` has this runtime parameter: some only come with another setting given."""
+    only_with = _ONLY_WITH[name]
+    return only_with is True or bool(getattr(config, only_with))
+
+
+def needs(name: str) -> str:
+    """The option a job must be compiled with to have this runtime parameter, e.g. --tune N; "" for none."""
+    if _ONLY_WITH[name] is True:
+        return ""
+    field = next(f for f in dataclasses.fields(PipelineConfig) if f.name == _ONLY_WITH[name])
+    return option(field) + (f" {field.metadata['metavar']}" if field.metadata.get("metavar") else "")

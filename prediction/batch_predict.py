@@ -170,19 +170,7 @@ def build(
         )
         | "Count" >> beam.Map(count_result)
     )
-    if result_files.output_kind(output) == ".csv":
-        multi = predict.is_multi_label(threshold)
-        header = csv_text(result_files.csv_header(top, multi))
-        format_result = "Format" >> beam.Map(lambda result: csv_text(result_files.csv_cells(result, top, multi)))
-    else:
-        header = None
-        format_result = "Format" >> beam.Map(lambda result: result_files.json_record(result, top))
-    merged = (labelled, read.errors) | "Merge" >> beam.Flatten()
-    _ = (
-        merged
-        | format_result
-        | "Write" >> beam.io.WriteToText(output, shard_name_template="", num_shards=1, header=header)
-    )
+    merged = _write_results(labelled, read.errors, output, top, threshold)
     if automl_output:
         _ = (
             merged
@@ -190,32 +178,55 @@ def build(
             | "WriteAutoML" >> beam.io.WriteToText(automl_output, shard_name_template="", num_shards=1)
         )
     if explain_dir:
-        _ = (
-            labelled
-            | "Explained" >> beam.Filter(lambda result: "overlay" in result)
-            | "FormatExplained"
-            >> beam.Map(
-                lambda result: csv_text(
-                    [
-                        spreadsheet_safe(cell)
-                        for cell in (
-                            result["path"],
-                            result["predictions"][0][0],
-                            f"{result['predictions'][0][1]:.6f}",
-                            result["overlay"],
-                            result["attribution_file"],
-                        )
-                    ]
-                )
-            )  # names are the user's: never formulas
-            | "WriteIndex"
-            >> beam.io.WriteToText(
-                fs.join(explain_dir, result_files.EXPLANATIONS_INDEX),
-                shard_name_template="",
-                num_shards=1,
-                header=",".join(result_files.EXPLANATION_COLUMNS),
+        _write_explanation_index(labelled, explain_dir)
+
+
+def _write_results(labelled, errors, output: str, top: int, threshold):
+    """The classified images and the unreadable ones, as JSONL or CSV lines into `output`; returns them merged."""
+    if result_files.output_kind(output) == ".csv":
+        multi = predict.is_multi_label(threshold)
+        header = csv_text(result_files.csv_header(top, multi))
+        format_result = "Format" >> beam.Map(lambda result: csv_text(result_files.csv_cells(result, top, multi)))
+    else:
+        header = None
+        format_result = "Format" >> beam.Map(lambda result: result_files.json_record(result, top))
+    merged = (labelled, errors) | "Merge" >> beam.Flatten()
+    _ = (
+        merged
+        | format_result
+        | "Write" >> beam.io.WriteToText(output, shard_name_template="", num_shards=1, header=header)
+    )
+    return merged
+
+
+def _write_explanation_index(labelled, explain_dir: str) -> None:
+    """The index.csv of the maps the workers wrote into explain_dir: one row per explained image."""
+    _ = (
+        labelled
+        | "Explained" >> beam.Filter(lambda result: "overlay" in result)
+        | "FormatExplained"
+        >> beam.Map(
+            lambda result: csv_text(
+                [
+                    spreadsheet_safe(cell)
+                    for cell in (
+                        result["path"],
+                        result["predictions"][0][0],
+                        f"{result['predictions'][0][1]:.6f}",
+                        result["overlay"],
+                        result["attribution_file"],
+                    )
+                ]
             )
+        )  # names are the user's: never formulas
+        | "WriteIndex"
+        >> beam.io.WriteToText(
+            fs.join(explain_dir, result_files.EXPLANATIONS_INDEX),
+            shard_name_template="",
+            num_shards=1,
+            header=",".join(result_files.EXPLANATION_COLUMNS),
         )
+    )
 
 
 def local_args(workers: int) -> List[str]:
@@ -285,28 +296,46 @@ def run(
                 if started:
                     started(result)
                 result.wait_until_finish()  # raises when the job failed
-        counters = {
-            c.key.metric.name: c.committed
-            for c in result.metrics().query()["counters"]
-            if c.key.metric.namespace == NAMESPACE
-        }
+        counters = _job_counters(result)
     except BaseException as e:
-        remove_beam_temp(output)
-        if automl_output:
-            remove_beam_temp(automl_output)
-        log = os.path.join(workdir, "workers.log")
-        if local and not worker_error(e) and os.path.exists(log):  # unforeseen: what the workers said helps
-            with open(log, errors="replace") as f:
-                sys.stderr.write("".join(f.readlines()[-30:]))
+        _clean_up_failed_job(e, output, automl_output, workdir, local)
         raise
     finally:
         if temp_dir:
-            from apache_beam.io.filesystems import FileSystems
-
-            if FileSystems.exists(input_list):
-                FileSystems.delete([input_list])
+            _remove_input_list(input_list)
         shutil.rmtree(workdir, ignore_errors=True)
     return {"inputs": count, "classified": counters.get("classified", 0), "failed": counters.get("failed", 0)}
+
+
+def _job_counters(result) -> Dict[str, int]:
+    """The finished job's counters of this namespace (count_result, ReadImage), by name."""
+    return {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query()["counters"]
+        if c.key.metric.namespace == NAMESPACE
+    }
+
+
+def _clean_up_failed_job(
+    e: BaseException, output: str, automl_output: Optional[str], workdir: str, local: bool
+) -> None:
+    """After a failed or interrupted job: Beam's temporary result files go, and on a local run an unforeseen
+    failure shows the end of what the workers said."""
+    remove_beam_temp(output)
+    if automl_output:
+        remove_beam_temp(automl_output)
+    log = os.path.join(workdir, "workers.log")
+    if local and not worker_error(e) and os.path.exists(log):  # unforeseen: what the workers said helps
+        with open(log, errors="replace") as f:
+            sys.stderr.write("".join(f.readlines()[-30:]))
+
+
+def _remove_input_list(input_list: str) -> None:
+    """The input list written to the Dataflow temp folder."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if FileSystems.exists(input_list):
+        FileSystems.delete([input_list])
 
 
 @contextlib.contextmanager

@@ -23,62 +23,10 @@ def data(components: Dict[str, Dict]) -> str:
     d = components["ImageExampleGen"]["details"]
     splits = sorted(d["examples_per_split"], key=split_sort_key)
     classes = sorted(d["label_map"], key=d["label_map"].get)
-    rows = [
-        [name, d["label_map"][name]]
-        + [d["examples_per_split_and_class"].get(s, {}).get(name, 0) for s in splits]
-        + [sum(d["examples_per_split_and_class"].get(s, {}).get(name, 0) for s in splits)]
-        for name in classes
-    ]
-    rows.append(["all classes", ""] + [d["examples_per_split"][s] for s in splits] + [d["examples_written"]])
-    body = (
-        f"<p>{d['files_seen']:,} files read from <code>{esc(d['source'])}</code> ({esc(d['layout'])} layout): "
-        f"{d['examples_written']:,} examples written, {d['quarantined']:,} quarantined, "
-        f"{d['skipped_hidden']:,} hidden file{'' if d['skipped_hidden'] == 1 else 's'} skipped. Formats: "
-        + ", ".join(f"{esc(k)} {v:,}" for k, v in d["formats"].items())
-        + ".</p>"
-    )
-    if d.get("downscaled"):
-        body += (
-            f"<p>{d['downscaled']:,} of the examples hold a downscaled copy of their image (the files are "
-            f"larger than {d['store_max_pixels']:,} pixels, <code>--store-max-pixels</code>); their "
-            "original size and hash are in <code>image/original/height</code>, <code>image/original/width"
-            "</code> and <code>image/key/sha256</code>.</p>"
-        )
+    body = _files_read(d)
     body += "<h3>Examples per split and class (the label map's ids)</h3>"
-    if d.get("imbalance_ratio") is not None:
-        imbalanced = d["imbalance_ratio"] > class_balance.IMBALANCED_RATIO
-        style = ' class="warn"' if imbalanced else ""
-        body += (
-            f"<p{style}>Class mix: {esc(run_text.describe_balance(d))}"
-            + (
-                (
-                    "; training weighs the rare labels' positive examples and follows macro AUC-PR, and the "
-                    "Evaluator judges every label with enough eval images at its threshold"
-                    if d.get("task") == "multi"
-                    else "; training balances the classes and follows balanced accuracy, and the Evaluator judges "
-                    "every class with enough eval images"
-                )
-                + " (<code>--class-balance</code>, <code>--min-class-recall</code>)."
-                if imbalanced
-                else "."
-            )
-            + "</p>"
-        )
-    shares = {s: d["examples_per_split"][s] or 1 for s in splits}
-    body += table(
-        ["class", "id"] + splits + ["total"] + [f"share of {s}" for s in splits],
-        [
-            row
-            + (
-                [share_bar(row[2 + i] / shares[s]) for i, s in enumerate(splits)]
-                if row[0] != "all classes"
-                else [""] * len(splits)
-            )
-            for row in rows
-        ],
-        numeric=range(1, len(splits) + 3),
-        raw=range(len(splits) + 3, 2 * len(splits) + 3),
-    )
+    body += _class_mix(d)
+    body += _examples_table(d, splits, classes)
     if d["quarantined"]:
         body += "<h3>Quarantined files</h3>" + table(["reason", "files"], d["quarantine_reasons"].items(), numeric=[1])
         body += _quarantine_rows(d, components["ImageExampleGen"]["properties"].get("input_base", ""))
@@ -93,6 +41,75 @@ def data(components: Dict[str, Dict]) -> str:
     if d.get("classes_without_examples"):
         body += f'<p class="muted">Classes with no valid image: {esc(", ".join(d["classes_without_examples"]))}</p>'
     return section("data", "Data", body)
+
+
+def _files_read(d: Dict) -> str:
+    """What ingestion read and wrote, and the examples it downscaled."""
+    body = (
+        f"<p>{d['files_seen']:,} files read from <code>{esc(d['source'])}</code> ({esc(d['layout'])} layout): "
+        f"{d['examples_written']:,} examples written, {d['quarantined']:,} quarantined, "
+        f"{d['skipped_hidden']:,} hidden file{'' if d['skipped_hidden'] == 1 else 's'} skipped. Formats: "
+        + ", ".join(f"{esc(k)} {v:,}" for k, v in d["formats"].items())
+        + ".</p>"
+    )
+    if d.get("downscaled"):
+        body += (
+            f"<p>{d['downscaled']:,} of the examples hold a downscaled copy of their image (the files are "
+            f"larger than {d['store_max_pixels']:,} pixels, <code>--store-max-pixels</code>); their "
+            "original size and hash are in <code>image/original/height</code>, <code>image/original/width"
+            "</code> and <code>image/key/sha256</code>.</p>"
+        )
+    return body
+
+
+def _class_mix(d: Dict) -> str:
+    """How balanced the classes are, and what training and the Evaluator do about an imbalance."""
+    if d.get("imbalance_ratio") is None:
+        return ""
+    imbalanced = d["imbalance_ratio"] > class_balance.IMBALANCED_RATIO
+    style = ' class="warn"' if imbalanced else ""
+    return (
+        f"<p{style}>Class mix: {esc(run_text.describe_balance(d))}"
+        + (
+            (
+                "; training weighs the rare labels' positive examples and follows macro AUC-PR, and the "
+                "Evaluator judges every label with enough eval images at its threshold"
+                if d.get("task") == "multi"
+                else "; training balances the classes and follows balanced accuracy, and the Evaluator judges "
+                "every class with enough eval images"
+            )
+            + " (<code>--class-balance</code>, <code>--min-class-recall</code>)."
+            if imbalanced
+            else "."
+        )
+        + "</p>"
+    )
+
+
+def _examples_table(d: Dict, splits: List[str], classes: List[str]) -> str:
+    """Examples per split and class, with each class's share of every split."""
+    rows = [
+        [name, d["label_map"][name]]
+        + [d["examples_per_split_and_class"].get(s, {}).get(name, 0) for s in splits]
+        + [sum(d["examples_per_split_and_class"].get(s, {}).get(name, 0) for s in splits)]
+        for name in classes
+    ]
+    rows.append(["all classes", ""] + [d["examples_per_split"][s] for s in splits] + [d["examples_written"]])
+    shares = {s: d["examples_per_split"][s] or 1 for s in splits}
+    return table(
+        ["class", "id"] + splits + ["total"] + [f"share of {s}" for s in splits],
+        [
+            row
+            + (
+                [share_bar(row[2 + i] / shares[s]) for i, s in enumerate(splits)]
+                if row[0] != "all classes"
+                else [""] * len(splits)
+            )
+            for row in rows
+        ],
+        numeric=range(1, len(splits) + 3),
+        raw=range(len(splits) + 3, 2 * len(splits) + 3),
+    )
 
 
 def _label_mix(d: Dict, labels: List[str]) -> str:

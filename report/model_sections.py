@@ -3,7 +3,7 @@ evaluation (per class at the confidence threshold, precision-recall, confusion m
 images, the test split, the blessing)."""
 
 import os
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from components.evaluator import results as evaluation_results
 from report import report_data
@@ -92,6 +92,18 @@ def training(components: Dict[str, Dict]) -> str:
             f"): {esc(run_text.describe_class_balance(balancing))}; early stopping and the kept epoch followed "
             f"{'macro AUC-PR' if multi else 'balanced accuracy'} (<code>--class-balance</code>).</p>"
         )
+    body += _per_epoch(epochs, multi)
+    body += _on_device(log.get("tflite"))
+    body += _other_runtimes(log.get("exports"))
+    body += "<h3>Hyperparameters</h3>"
+    if log.get("tuned"):
+        body += f"<p>From the search (see Tuning): {esc(run_text.describe_values(log['tuned']))}.</p>"
+    body += table(["name", "value"], sorted(log["hparams"].items()))
+    return section("training", "Training", body)
+
+
+def _per_epoch(epochs: List[Dict[str, Any]], multi: bool) -> str:
+    """Loss and accuracy per epoch: two charts, then a table."""
     loss = {"train loss": [e.get("loss") for e in epochs], "eval loss": [e.get("val_loss") for e in epochs]}
     accuracy = (
         {
@@ -105,8 +117,8 @@ def training(components: Dict[str, Dict]) -> str:
             "eval balanced accuracy": [e.get("val_balanced_accuracy") for e in epochs],
         }
     )
-    body += f'<div class="grid">{line_chart(loss, "loss per epoch")}{line_chart(accuracy, "accuracy per epoch")}</div>'
-    body += table(
+    body = f'<div class="grid">{line_chart(loss, "loss per epoch")}{line_chart(accuracy, "accuracy per epoch")}</div>'
+    return body + table(
         ["epoch", "phase", "seconds", "loss", "accuracy", "eval loss", "eval accuracy", "eval balanced accuracy"],
         [
             [
@@ -123,13 +135,6 @@ def training(components: Dict[str, Dict]) -> str:
         ],
         numeric=[0, 2, 3, 4, 5, 6, 7],
     )
-    body += _on_device(log.get("tflite"))
-    body += _other_runtimes(log.get("exports"))
-    body += "<h3>Hyperparameters</h3>"
-    if log.get("tuned"):
-        body += f"<p>From the search (see Tuning): {esc(run_text.describe_values(log['tuned']))}.</p>"
-    body += table(["name", "value"], sorted(log["hparams"].items()))
-    return section("training", "Training", body)
 
 
 def _on_device(record) -> str:
@@ -182,24 +187,7 @@ def evaluation(components: Dict[str, Dict]) -> str:
     if d.get("task") == "multi":
         return section("evaluation", "Evaluation", _multi_label_evaluation(components, d))
     names = (components.get("Trainer", {}).get("details") or {}).get("class_names") or []
-    threshold = evaluation_results.accuracy_threshold(c["outputs"]["evaluation"][0])
-    reasons = []
-    if d["accuracy"] is None:
-        reasons.append("no accuracy was computed")
-    elif threshold is not None:
-        reasons.append(
-            f"accuracy {d['accuracy']:.4f} {'≥' if d['accuracy'] >= threshold else '<'} threshold {threshold:.4f}"
-        )
-    if d["baseline_accuracy"] is not None and d["accuracy"] is not None:
-        reasons.append(
-            f"{'not below' if d['accuracy'] >= d['baseline_accuracy'] else 'below'} the last blessed "
-            f"model's {d['baseline_accuracy']:.4f}"
-        )
-    elif d.get("baseline_skipped"):
-        reasons.append(f"not compared with the last blessed model: {d['baseline_skipped']}")
-    elif d["baseline_accuracy"] is None:
-        reasons.append("no blessed model to compare with yet")
-    body = _verdict(components, d, "; ".join(reasons))
+    body = _verdict(components, d, _blessing_reasons(c, d))
     body += table(
         ["metric", "value"],
         [
@@ -230,14 +218,41 @@ def evaluation(components: Dict[str, Dict]) -> str:
     body += explanations(d.get("explanations") or {})
     test = d.get("test")
     if test:
-        body += (
-            f'<h3 id="test">Test split</h3><p>Scored apart (it blesses nothing): accuracy '
-            f"{esc(_fmt_or_dash(test['accuracy']))} on {test['example_count'] or 0:,} test examples.</p>"
-        )
-        if test.get("views"):
-            body += _threshold_views(test["views"], "test", curves=False)
-        body += _confusion(names, test.get("confusion"))
+        body += _test_split(test, names)
     return section("evaluation", "Evaluation", body)
+
+
+def _blessing_reasons(c: Dict[str, Any], d: Dict[str, Any]) -> str:
+    """Why the Evaluator blessed the model or not: its accuracy against the threshold and the last blessed model."""
+    threshold = evaluation_results.accuracy_threshold(c["outputs"]["evaluation"][0])
+    reasons = []
+    if d["accuracy"] is None:
+        reasons.append("no accuracy was computed")
+    elif threshold is not None:
+        reasons.append(
+            f"accuracy {d['accuracy']:.4f} {'≥' if d['accuracy'] >= threshold else '<'} threshold {threshold:.4f}"
+        )
+    if d["baseline_accuracy"] is not None and d["accuracy"] is not None:
+        reasons.append(
+            f"{'not below' if d['accuracy'] >= d['baseline_accuracy'] else 'below'} the last blessed "
+            f"model's {d['baseline_accuracy']:.4f}"
+        )
+    elif d.get("baseline_skipped"):
+        reasons.append(f"not compared with the last blessed model: {d['baseline_skipped']}")
+    elif d["baseline_accuracy"] is None:
+        reasons.append("no blessed model to compare with yet")
+    return "; ".join(reasons)
+
+
+def _test_split(test: Dict[str, Any], names) -> str:
+    """The test split, scored apart."""
+    body = (
+        f'<h3 id="test">Test split</h3><p>Scored apart (it blesses nothing): accuracy '
+        f"{esc(_fmt_or_dash(test['accuracy']))} on {test['example_count'] or 0:,} test examples.</p>"
+    )
+    if test.get("views"):
+        body += _threshold_views(test["views"], "test", curves=False)
+    return body + _confusion(names, test.get("confusion"))
 
 
 def explanations(found: Dict[str, Any]) -> str:

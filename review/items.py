@@ -78,6 +78,17 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
     data_root = str((ingestion.get("properties") or {}).get("input_base") or "")
     found = Items(data_root)
     health = _output(components.get("DataHealth"), "health")
+    _add_label_suspects(found, health)
+    _add_conflicts(found, _output(ingestion, "report"))
+    _add_misclassified(found, _output(components.get("Evaluator"), "evaluation"))
+    _add_outliers(found, health)
+    if predictions:
+        _add_unsure(found, predictions)
+    return found
+
+
+def _add_label_suspects(found: Items, health: Optional[str]) -> None:
+    """The label check's suspects (DataHealth's label_issues.csv)."""
     for row in _csv(health, "label_issues.csv"):
         probability = float(row["given_probability"] or 0)
         found.add(
@@ -91,7 +102,10 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
             suggested=row["suggested"],
             confidence=round(1 - probability, 4),
         )
-    report = _output(ingestion, "report")
+
+
+def _add_conflicts(found: Items, report: Optional[str]) -> None:
+    """Near-duplicate groups (ingestion's near_duplicates.csv) whose members differ in label or split."""
     groups: Dict[str, List[Dict[str, str]]] = {}
     for row in _csv(report, "near_duplicates.csv"):
         groups.setdefault(row["group"], []).append(row)
@@ -106,7 +120,10 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
             for m in members:
                 others = ", ".join(o["path"] for o in members if o is not m)[:300]
                 found.add(CONFLICT, m["path"], f"{why}: {others}", split=m["split"], given=m["label"])
-    evaluation = _output(components.get("Evaluator"), "evaluation")
+
+
+def _add_misclassified(found: Items, evaluation: Optional[str]) -> None:
+    """The eval images the model got wrong (the Evaluator's explanations/index.json)."""
     index = _json(evaluation, os.path.join("explanations", "index.json")) or {}
     for image in index.get("images", []):
         if not image.get("correct", True):
@@ -119,6 +136,10 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
                 suggested=image["predicted"],
                 confidence=image["probability"],
             )
+
+
+def _add_outliers(found: Items, health: Optional[str]) -> None:
+    """DataHealth's outliers.csv."""
     for row in _csv(health, "outliers.csv"):
         found.add(
             OUTLIER,
@@ -128,18 +149,20 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
             split=row["split"],
             given=row["label"],
         )
-    if predictions:
-        for record in _predictions(predictions):
-            best = (record.get("predictions") or [{}])[0]
-            found.add(
-                UNSURE,
-                record["path"],
-                f"unsure prediction: best {best.get('class')} at {best.get('probability', 0):.2f}",
-                file=record["path"],
-                suggested=best.get("class", ""),
-                confidence=best.get("probability"),
-            )
-    return found
+
+
+def _add_unsure(found: Items, predictions: str) -> None:
+    """The unsure results of a predictions file."""
+    for record in _predictions(predictions):
+        best = (record.get("predictions") or [{}])[0]
+        found.add(
+            UNSURE,
+            record["path"],
+            f"unsure prediction: best {best.get('class')} at {best.get('probability', 0):.2f}",
+            file=record["path"],
+            suggested=best.get("class", ""),
+            confidence=best.get("probability"),
+        )
 
 
 def _output(component: Optional[Dict[str, Any]], name: str) -> Optional[str]:

@@ -106,82 +106,94 @@ def serve(review: Review, port: int = 0) -> http.server.ThreadingHTTPServer:
     token = secrets.token_urlsafe(24)
     page, script = (open(path, encoding="utf-8").read().encode("utf-8") for path in (PAGE, SCRIPT))
     page = page.replace(b'src="page.js"', f'src="page.js?token={token}"'.encode("ascii"))  # url-safe token
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        server_version = "imagepipe-review"
-
-        def log_message(self, *args):  # quiet: the terminal shows the URL and decisions only
-            pass
-
-        def _allowed(self) -> Optional[urllib.parse.ParseResult]:
-            url = urllib.parse.urlparse(self.path)
-            given = urllib.parse.parse_qs(url.query).get("token", [""])[0]
-            host = (self.headers.get("Host") or "").rsplit(":", 1)[0]
-            if host not in ("127.0.0.1", "localhost") or not hmac.compare_digest(given.encode(), token.encode()):
-                self._send(403, b"forbidden", "text/plain")
-                return None
-            return url
-
-        def _send(self, code: int, body: bytes, kind: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in HEADERS.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):
-            if self.path == "/favicon.ico":  # the browser asks without the token: nothing to give
-                self._send(204, b"", "text/plain")
-                return
-            url = self._allowed()
-            if url is None:
-                return
-            if url.path == "/":
-                self._send(200, page, "text/html; charset=utf-8")
-            elif url.path == "/page.js":
-                self._send(200, script, "text/javascript; charset=utf-8")
-            elif url.path == "/state":
-                self._send(200, json.dumps(review.state()).encode("utf-8"), "application/json")
-            elif url.path.startswith("/image/"):
-                number = _number(url.path.rsplit("/", 1)[1], len(review.items.items))
-                large = "large" in urllib.parse.parse_qs(url.query)
-                body = review.image(number, LARGE if large else THUMBNAIL) if number is not None else None
-                if body is None:
-                    self._send(404, b"cannot show this image", "text/plain")
-                else:
-                    self._send(200, body, "image/jpeg")
-            else:
-                self._send(404, b"not found", "text/plain")
-
-        def do_POST(self):
-            url = self._allowed()
-            if url is None:
-                return
-            if url.path != "/decide":
-                self._send(404, b"not found", "text/plain")
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if not 0 < length <= 65536:
-                    raise ValueError("a decision is a small JSON object")
-                asked = json.loads(self.rfile.read(length))
-                if not isinstance(asked, dict):
-                    raise ValueError("a decision is a JSON object: item, action, new_label")
-                number = _number(str(asked.get("item")), len(review.items.items))
-                if number is None:
-                    raise ValueError("no such item")
-                body = review.decide(number, str(asked.get("action")), str(asked.get("new_label") or ""))
-            except (ValueError, TypeError, OSError) as e:
-                self._send(400, json.dumps({"error": str(e)}).encode("utf-8"), "application/json")
-                return
-            self._send(200, json.dumps(body).encode("utf-8"), "application/json")
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
     server.daemon_threads = True
+    # Each request's handler reads what it answers with from its server.
+    server.review, server.token, server.page, server.script = review, token, page, script
     server.url = f"http://127.0.0.1:{server.server_address[1]}/?token={token}"
     return server
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """The page's requests; the review, token, page and script are its server's (serve)."""
+
+    server_version = "imagepipe-review"
+
+    def log_message(self, *args):  # quiet: the terminal shows the URL and decisions only
+        pass
+
+    def _allowed(self) -> Optional[urllib.parse.ParseResult]:
+        url = urllib.parse.urlparse(self.path)
+        given = urllib.parse.parse_qs(url.query).get("token", [""])[0]
+        host = (self.headers.get("Host") or "").rsplit(":", 1)[0]
+        if host not in ("127.0.0.1", "localhost") or not hmac.compare_digest(
+            given.encode(), self.server.token.encode()
+        ):
+            self._send(403, b"forbidden", "text/plain")
+            return None
+        return url
+
+    def _send(self, code: int, body: bytes, kind: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in HEADERS.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/favicon.ico":  # the browser asks without the token: nothing to give
+            self._send(204, b"", "text/plain")
+            return
+        url = self._allowed()
+        if url is None:
+            return
+        review = self.server.review
+        if url.path == "/":
+            self._send(200, self.server.page, "text/html; charset=utf-8")
+        elif url.path == "/page.js":
+            self._send(200, self.server.script, "text/javascript; charset=utf-8")
+        elif url.path == "/state":
+            self._send(200, json.dumps(review.state()).encode("utf-8"), "application/json")
+        elif url.path.startswith("/image/"):
+            number = _number(url.path.rsplit("/", 1)[1], len(review.items.items))
+            large = "large" in urllib.parse.parse_qs(url.query)
+            body = review.image(number, LARGE if large else THUMBNAIL) if number is not None else None
+            if body is None:
+                self._send(404, b"cannot show this image", "text/plain")
+            else:
+                self._send(200, body, "image/jpeg")
+        else:
+            self._send(404, b"not found", "text/plain")
+
+    def do_POST(self):
+        url = self._allowed()
+        if url is None:
+            return
+        if url.path != "/decide":
+            self._send(404, b"not found", "text/plain")
+            return
+        try:
+            body = self._decide()
+        except (ValueError, TypeError, OSError) as e:
+            self._send(400, json.dumps({"error": str(e)}).encode("utf-8"), "application/json")
+            return
+        self._send(200, json.dumps(body).encode("utf-8"), "application/json")
+
+    def _decide(self) -> Dict[str, Any]:
+        """The posted decision, applied: its answer, or ValueError (TypeError, OSError) for one it cannot take."""
+        review = self.server.review
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 < length <= 65536:
+            raise ValueError("a decision is a small JSON object")
+        asked = json.loads(self.rfile.read(length))
+        if not isinstance(asked, dict):
+            raise ValueError("a decision is a JSON object: item, action, new_label")
+        number = _number(str(asked.get("item")), len(review.items.items))
+        if number is None:
+            raise ValueError("no such item")
+        return review.decide(number, str(asked.get("action")), str(asked.get("new_label") or ""))
 
 
 def _number(text: str, count: int) -> Optional[int]:

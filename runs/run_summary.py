@@ -126,39 +126,55 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
     store = run_store.open_store(metadata_path)
     recorded = run_store.runs(store)
     run = run_store.find_run(recorded, metadata_path, run_id)
-    components = []
-    for execution in sorted(store.get_executions_by_context(run.id), key=lambda e: e.id):
-        node = run_store.node_name(store, execution)
-        outputs: Dict[str, List[str]] = {}
-        properties: Dict[str, List[Dict[str, Any]]] = {}
-        inputs: Dict[str, List[str]] = {}
-        events = store.get_events_by_execution_ids([execution.id])
-        artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
-        for event in events:
-            key = event.path.steps[0].key if event.path.steps else "output"
-            artifact = artifacts[event.artifact_id]
-            uri = artifact_path(artifact.uri, metadata_path)
-            if event.type == metadata_store_pb2.Event.INPUT:
-                inputs.setdefault(key, []).append(uri)
-            elif event.type == metadata_store_pb2.Event.OUTPUT:
-                outputs.setdefault(key, []).append(uri)
-                properties.setdefault(key, []).append(run_store.scalars(artifact.custom_properties))
-        components.append(
-            {
-                "component": node,
-                "execution_id": execution.id,
-                "state": run_store.state_name(execution),
-                "started_ms": execution.create_time_since_epoch,
-                "seconds": round(
-                    (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000, 1
-                ),
-                "inputs": inputs,
-                "outputs": outputs,
-                "output_properties": properties,
-                "properties": run_store.scalars(execution.custom_properties),
-                "error": run_store.execution_error(execution),
-            }
-        )
+    components = [
+        _component(store, execution, metadata_path)
+        for execution in sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
+    ]
+    _add_details(components, metadata_path)
+    _add_per_class_metrics(components)
+    status = run_store.run_status(components, recorded[0].id == run.id and run_lock.held(metadata_path))
+    return {
+        "run_id": run.name,
+        "started_ms": run.create_time_since_epoch,
+        "status": status,
+        "metadata_path": metadata_path,
+        "components": components,
+    }
+
+
+def _component(store, execution, metadata_path: str) -> Dict[str, Any]:
+    """One executed component as recorded: state, times, its input and output artifacts' paths, properties."""
+    node = run_store.node_name(store, execution)
+    outputs: Dict[str, List[str]] = {}
+    properties: Dict[str, List[Dict[str, Any]]] = {}
+    inputs: Dict[str, List[str]] = {}
+    events = store.get_events_by_execution_ids([execution.id])
+    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
+    for event in events:
+        key = event.path.steps[0].key if event.path.steps else "output"
+        artifact = artifacts[event.artifact_id]
+        uri = artifact_path(artifact.uri, metadata_path)
+        if event.type == metadata_store_pb2.Event.INPUT:
+            inputs.setdefault(key, []).append(uri)
+        elif event.type == metadata_store_pb2.Event.OUTPUT:
+            outputs.setdefault(key, []).append(uri)
+            properties.setdefault(key, []).append(run_store.scalars(artifact.custom_properties))
+    return {
+        "component": node,
+        "execution_id": execution.id,
+        "state": run_store.state_name(execution),
+        "started_ms": execution.create_time_since_epoch,
+        "seconds": round((execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000, 1),
+        "inputs": inputs,
+        "outputs": outputs,
+        "output_properties": properties,
+        "properties": run_store.scalars(execution.custom_properties),
+        "error": run_store.execution_error(execution),
+    }
+
+
+def _add_details(components: List[Dict[str, Any]], metadata_path: str) -> None:
+    """Each component's "missing" outputs and, when none are, its "details" (each stage's summary reader)."""
     for c in components:
         # Outputs deleted since (a pipelines/ folder removed by hand): said so, never read.
         c["missing"] = sorted(
@@ -172,6 +188,9 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
             c["details"] = example_gen_summary.read_failed(c, metadata_path)
         if c["details"].get("destination"):  # the Pusher's folder, recorded like an artifact's
             c["details"]["destination"] = artifact_path(c["details"]["destination"], metadata_path)
+
+
+def _add_per_class_metrics(components: List[Dict[str, Any]]) -> None:
     trainer = next((c["details"] for c in components if c["component"] == "Trainer"), {})
     for c in components:
         # Evaluations made before TFMA computed each class's figures: from the confusion matrix.
@@ -182,14 +201,6 @@ def summarize(metadata_path: str, run_id: Optional[str] = None) -> Dict[str, Any
             and trainer.get("class_names")
         ):
             c["details"]["per_class"] = per_class_metrics(c["details"]["confusion"], trainer["class_names"])
-    status = run_store.run_status(components, recorded[0].id == run.id and run_lock.held(metadata_path))
-    return {
-        "run_id": run.name,
-        "started_ms": run.create_time_since_epoch,
-        "status": status,
-        "metadata_path": metadata_path,
-        "components": components,
-    }
 
 
 # The reader of each component's details, by the component's id (or the start of it): each stage's summary.py.

@@ -43,8 +43,8 @@ ORDER = [
 ]
 
 
-def production(tune: int = 0, **changes):
-    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, tune=tune).validate()
+def production(tune_trials: int = 0, **changes):
+    config = PipelineConfig(name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, tune_trials=tune_trials).validate()
     cloud = CloudConfig(
         project="proj-1",
         region="europe-west4",
@@ -64,7 +64,7 @@ def vertex_job(tmp_path_factory):
         training_accelerator="NVIDIA_TESLA_T4",
         training_accelerator_count=2,
         parallel_trials=3,
-        tune=4,
+        tune_trials=4,
     )
     path = deploy.compile_pipeline(config, cloud, str(tmp_path_factory.mktemp("vertex") / "job.json"))
     text = open(path).read()
@@ -171,7 +171,7 @@ def test_training_replicas_compile_a_chief_and_workers_alike(tmp_path):
     """--training-replicas 3: Vertex AI Training runs a chief and 2 workers of the same machine and image (Vertex
     sets TF_CONFIG on each; trainer/strategy.py trains across them); a trial of the Tuner keeps one machine."""
     config, cloud = production(
-        vertex_training=True, training_accelerator="NVIDIA_L4", training_replicas=3, tune=4, parallel_trials=2
+        vertex_training=True, training_accelerator="NVIDIA_L4", training_replicas=3, tune_trials=4, parallel_trials=2
     )
     spec = json_format.MessageToDict(
         json_format.Parse(
@@ -245,8 +245,8 @@ def test_vertex_spec_tunes_as_a_vertex_ai_training_job_of_parallel_trials(vertex
     assert pool["container_spec"]["image_uri"] == IMAGE and custom_config["ai_platform_enable_vertex"] is True
     assert custom_config["remote_trials_working_dir"] == f"{ROOT}/imagepipe/tuner"
     assert json.loads(constant("tune_args")) == {"num_parallel_trials": 3}
-    assert constant("tuner_fn") == "trainer.search.tuner_fn" and constant("mode") == "auto"  # searches when needed
-    assert parameters["trials"] == {"componentInputParameter": "tune_trials"}
+    assert constant("tuner_fn") == "trainer.search.tuner_fn" and constant("tune_mode") == "auto"  # searches when needed
+    assert parameters["tune_trials"] == {"componentInputParameter": "tune_trials"}
     assert task["inputs"]["artifacts"]["previous"]["taskOutputArtifact"]["producerTask"] == "latest_search_resolver"
     trainer = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["artifacts"]["hyperparameters"]
     assert trainer["taskOutputArtifact"] == {"producerTask": "Tuner", "outputArtifactKey": "best_hyperparameters"}
@@ -539,7 +539,7 @@ def test_runtime_parameter_values_reach_the_service_and_bad_ones_stop_before_it(
     with FakeService() as fake:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)
         fake.serve_resource_manager(monkeypatch)
-        config, cloud = production(api_endpoint=fake.url, tune=5)
+        config, cloud = production(api_endpoint=fake.url, tune_trials=5)
         values = runtime_values(config, ["epochs=20", "learning_rate=0.003", "tune_trials=8"])
         request = deploy.submit(config, cloud, credentials=AnonymousCredentials(), parameters=values)
         (job,) = fake.find("POST", r"/pipelineJobs$")
@@ -793,7 +793,7 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     # so the features step runs too; the thresholds given at run time are 0 because 3 epochs on 32 px digits
     # through a backbone made for photos may not reach the compiled 0.9 and every class's recall of 0.5.
     config = PipelineConfig(
-        name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=30, image_size=32, tune=2
+        name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=30, image_size=32, tune_trials=2
     ).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
     job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))

@@ -8,9 +8,9 @@ the configuration; here it is parsed (with defaults), so that run_fn and preproc
 import dataclasses
 import math
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
-from settings import setting
+from settings import checked, declared, setting
 from trainer.class_balance import IMBALANCED_RATIO
 from trainer.class_balance import MODES as BALANCE_MODES
 
@@ -24,9 +24,18 @@ EXPORT_KINDS = ("onnx", "coreml")  # exports for other runtimes (trainer/model_e
 MIXED_PRECISION_MODES = ("auto", "on", "off")  # trainer/strategy.py
 # Input side each model is usually trained at; the sample digits use 32.
 DEFAULT_IMAGE_SIZE = {"cnn": 64, "efficientnet_lite0": 224, "mobilenet_v2": 224, "efficientnet_b0": 224}
+SAMPLE_IMAGE_SIZE = 32  # the digits sample's images are 8x8: the cnn's usual 64 would only upsample them more
 MAX_IMAGE_SIZE = 1024  # 3 MB of uint8 pixels per image in Transform's output
 MAX_EPOCHS = 10_000
 MAX_HEAD_UNITS = 4096
+MAX_BATCH_SIZE = 65536
+
+
+def _whole(least: int, most: int):
+    """A declared check (settings.setting()): a whole number in a range."""
+    return (lambda v: least <= v <= most, f"use a whole number from {least} to {most:,}")
+
+
 DEFAULT_DROPOUT = {"cnn": 0.3}  # the backbones' head: TRANSFER_DROPOUT
 TRANSFER_DROPOUT = 0.2
 
@@ -59,8 +68,15 @@ class HParams:
     )
     # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py): the summary says it.
     model_choice: str = ""
-    image_size: int = setting(
-        64, "side of the square model input (default: 32 for the sample, 64 for cnn, 224 for the backbones)"
+    # None: the model's usual input side (DEFAULT_IMAGE_SIZE; pipeline/config.py gives the digits sample its own).
+    image_size: Optional[int] = setting(
+        None,
+        f"side of the square model input (default: {SAMPLE_IMAGE_SIZE} for the sample, else the model's usual: "
+        + ", ".join(
+            f"{size} for {' and '.join(m for m in MODELS if DEFAULT_IMAGE_SIZE[m] == size)}"
+            for size in sorted(set(DEFAULT_IMAGE_SIZE.values()))
+        )
+        + ")",
     )
     channels: int = 3
     # The backbones' weights: "imagenet" (efficientnet_lite0's come with an installed package, keras.applications
@@ -77,11 +93,13 @@ class HParams:
         100,
         "the most training epochs: training stops earlier once the eval loss has not "
         "improved for --patience epochs, keeping the best epoch (default {default})",
+        check=_whole(1, MAX_EPOCHS),
+        runtime=True,
     )
     fine_tune_epochs: int = setting(0, "backbones: then at most this many epochs with the top layers unfrozen")
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
-    batch_size: int = setting(64, "per replica (default {default})")
-    learning_rate: float = setting(1e-3, "(default {default})")
+    batch_size: int = setting(64, "per replica (default {default})", check=_whole(1, MAX_BATCH_SIZE))
+    learning_rate: float = setting(1e-3, "(default {default})", runtime=True)
     # The head: dropout before the classifier (None: 0.3 for the cnn, 0.2 for the backbones' head), and the
     # width of a hidden ReLU layer before it (0: none, the classifier sits on the features).
     dropout: Optional[float] = None
@@ -105,6 +123,7 @@ class HParams:
     seed: int = setting(
         SEED,
         "the run's random seed: the order files are ingested in, initial weights, augmentation (default {default})",
+        check=_whole(0, 2**32 - 1),  # what NumPy and TensorFlow accept as a seed
     )
     # TensorFlow's op determinism: the same data, settings and seed give the same weights (docs/retraining.md:
     # Reproducible training has its cost); False trades that for speed.
@@ -134,6 +153,10 @@ class HParams:
     required_device: str = ""
     # Cache the records in memory when they are smaller than this; 0: a quarter of this machine's memory.
     cache_megabytes: int = 0
+
+    def __post_init__(self):
+        if self.image_size is None:
+            object.__setattr__(self, "image_size", DEFAULT_IMAGE_SIZE.get(self.model, DEFAULT_IMAGE_SIZE["cnn"]))
 
     @classmethod
     def from_custom_config(cls, custom_config: Optional[Dict[str, Any]]) -> "HParams":
@@ -182,11 +205,6 @@ class HParams:
         except (ValueError, OSError, AttributeError):  # pragma: no cover
             return 1024
 
-    @classmethod
-    def user_settings(cls) -> List[dataclasses.Field]:
-        """The settings declared with setting(), in declaration order."""
-        return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
-
     @property
     def head_dropout(self) -> float:
         return self.dropout if self.dropout is not None else DEFAULT_DROPOUT.get(self.model, TRANSFER_DROPOUT)
@@ -205,8 +223,7 @@ class HParams:
 
     def validate(self) -> "HParams":
         """One-line errors that name the option (as `imagepipe run` spells it) and the accepted range."""
-        if self.model not in (AUTO,) + MODELS:
-            raise ValueError(f"--model {self.model!r}: use one of {', '.join((AUTO,) + MODELS)}")
+        checked(self, declared(HParams))  # each declared setting's choices and range
         if self.channels not in (1, 3):
             raise ValueError(f"channels {self.channels}: use 1 or 3")
         if self.model in BACKBONES and self.channels != 3:
@@ -226,17 +243,8 @@ class HParams:
         unknown = set(self.export_kinds) - set(EXPORT_KINDS)
         if unknown:
             raise ValueError(f"--exports {','.join(sorted(unknown))}: use {', '.join(EXPORT_KINDS)}")
-        if self.class_balance not in BALANCE_MODES:
-            raise ValueError(f"--class-balance {self.class_balance!r}: use one of {', '.join(BALANCE_MODES)}")
-        if self.mixed_precision not in MIXED_PRECISION_MODES:
-            raise ValueError(f"--mixed-precision {self.mixed_precision!r}: use auto, on or off")
         if self.required_device not in ("", "tpu"):
             raise ValueError(f"required_device {self.required_device!r}: use '' or 'tpu'")
-        for option, value, most in (("--epochs", self.epochs, MAX_EPOCHS), ("--batch-size", self.batch_size, 65536)):
-            if not 1 <= value <= most:
-                raise ValueError(f"{option} {value}: use a whole number from 1 to {most:,}")
-        if not 0 <= self.seed <= 2**32 - 1:  # what NumPy and TensorFlow accept as a seed
-            raise ValueError(f"--seed {self.seed}: use a whole number from 0 to {2**32 - 1:,}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise ValueError(
                 f"dropout {self.dropout} (a hyperparameter the Tuner sets): use a fraction from 0 to below 1"

@@ -280,22 +280,7 @@ def make_feature_dataset(
     cached = megabytes <= hp.cache_limit_megabytes()
     sampling = training and balance is not None and balance.mode == "sampling"
     reused = cached and shared is not None and not sampling  # class-balanced batches cache each class's records
-    if reused:
-        dataset = shared
-    elif cached:
-        dataset = tf.data.TFRecordDataset(
-            files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE
-        )
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices(files)
-        if training:
-            dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
-        dataset = dataset.interleave(
-            lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
-            cycle_length=min(len(files), 8),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=True,
-        )
+    dataset = shared if reused else _feature_records(files, cached, training, hp)
     buffer = max(1, records) if cached else shuffle_buffer(records, megabytes, False, hp)
     if sampling:
         dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)
@@ -306,6 +291,31 @@ def make_feature_dataset(
     elif cached and not reused:
         dataset = dataset.cache()
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
+    parse = _feature_parser(dim, views, training, multi_hot, hp.seed)
+    dataset = dataset.map(parsed_keeping_weights(parse, padded), num_parallel_calls=AUTOTUNE)
+    if training and balance is not None and balance.mode == "weights":
+        dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
+    return dataset.prefetch(AUTOTUNE)
+
+
+def _feature_records(files: List[str], cached: bool, training: bool, hp: HParams) -> tf.data.Dataset:
+    """The features' serialized records: read in order when they are to be cached, else streamed from the files
+    (shuffled for training)."""
+    if cached:
+        return tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if training:
+        dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
+    return dataset.interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
+        cycle_length=min(len(files), 8),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def _feature_parser(dim: int, views: int, training: bool, multi_hot: int, seed: int):
+    """A batch of feature records -> (vectors [batch, dim], labels): training draws one of each image's views."""
     spec = {
         features.FEATURES_KEY: tf.io.FixedLenFeature([views * dim], tf.float32),
         **features.label_spec(multi_hot > 0),
@@ -316,14 +326,11 @@ def make_feature_dataset(
         vectors = tf.reshape(parsed[features.FEATURES_KEY], [-1, views, dim])
         target = features.label_target(parsed, multi_hot, multi_hot > 0)
         if training and views > 1:
-            chosen = tf.random.uniform([tf.shape(vectors)[0]], 0, views, tf.int32, seed=hp.seed)
+            chosen = tf.random.uniform([tf.shape(vectors)[0]], 0, views, tf.int32, seed=seed)
             return tf.gather(vectors, chosen, batch_dims=1), target
         return vectors[:, 0], target
 
-    dataset = dataset.map(parsed_keeping_weights(parse, padded), num_parallel_calls=AUTOTUNE)
-    if training and balance is not None and balance.mode == "weights":
-        dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
-    return dataset.prefetch(AUTOTUNE)
+    return parse
 
 
 def label_counts(file_patterns: List[str], num_classes: int, multi_label: bool = False) -> List[int]:

@@ -233,31 +233,37 @@ def _hypermodel(trials: _Trials):
             )
             if not (trials.source and hp.fine_tune_epochs > 0):
                 return history
-            # The fine-tune phase, as the Trainer runs it: the head into the whole model, the top layers unfrozen.
-            with trials.strategy.scope(), strategies.policy(trials.plan.mixed_precision_policy):
-                whole = models.build(
-                    hp,
-                    trials.num_classes,
-                    models.make_backbone(hp, trials.source["backbone_weights"]),
-                    trials.multi_label,
-                )
-                models.copy_head(model, whole)
-                models.unfreeze_top(whole, hp.fine_tune_layers)
-                models.compile_model(whole, hp.fine_tune_learning_rate, trials.positive_weights)
-            train, steps, evaluation = trials.datasets(hp, on_features=False)
-            stop = early_stopping(hp, trials.objective)
-            stop.restore_best_weights = True
-            tuned = whole.fit(
-                train,
-                steps_per_epoch=steps,
-                validation_data=evaluation,
-                epochs=hp.fine_tune_epochs,
-                callbacks=[stop],
-                verbose=0,
-            )
-            return {trials.objective: max(tuned.history[trials.objective])}
+            return _fine_tune_trial(trials, hp, model)
 
     return ImageHyperModel()
+
+
+def _fine_tune_trial(trials: _Trials, hp: HParams, head) -> dict:
+    """A transfer model's trial after its head's phase: {objective: its best value while fine-tuning}."""
+    from trainer import models
+    from trainer import strategy as strategies
+    from trainer.training import early_stopping
+
+    # The fine-tune phase, as the Trainer runs it: the head into the whole model, the top layers unfrozen.
+    with trials.strategy.scope(), strategies.policy(trials.plan.mixed_precision_policy):
+        whole = models.build(
+            hp, trials.num_classes, models.make_backbone(hp, trials.source["backbone_weights"]), trials.multi_label
+        )
+        models.copy_head(head, whole)
+        models.unfreeze_top(whole, hp.fine_tune_layers)
+        models.compile_model(whole, hp.fine_tune_learning_rate, trials.positive_weights)
+    train, steps, evaluation = trials.datasets(hp, on_features=False)
+    stop = early_stopping(hp, trials.objective)
+    stop.restore_best_weights = True
+    tuned = whole.fit(
+        train,
+        steps_per_epoch=steps,
+        validation_data=evaluation,
+        epochs=hp.fine_tune_epochs,
+        callbacks=[stop],
+        verbose=0,
+    )
+    return {trials.objective: max(tuned.history[trials.objective])}
 
 
 def trial_plan(hp: HParams):

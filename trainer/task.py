@@ -243,121 +243,166 @@ def run_fn(fn_args) -> None:
             tf_config.disable_op_determinism()
 
 
-def _train_and_export(
-    fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy, tuned: dict
-) -> None:
-    replicas = strategy.num_replicas_in_sync
+class _Inputs:
+    """What a training run's steps share: the Transform output's classes, the examples' files, the batch and the
+    class balance."""
 
-    tft_output = tft.TFTransformOutput(fn_args.transform_output)
-    num_classes = tft_output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
-    # Multi-label examples (ImageExampleGen --task multi): a sigmoid per label, weighted binary cross-entropy.
-    multi_label = features.is_multi_label(tft_output.transformed_feature_spec())
-    multi_hot = num_classes if multi_label else 0
-    batch = hp.batch_size * replicas
-    static = plan.static_shapes  # XLA on TPU compiles one batch shape (eval: padded with weightless examples)
-    # Transfer models train on the features step's output: their frozen phase on the cached features; the
-    # pixels (fine-tuning, TFLite) are in the Transform output that step read.
-    source = features_source(fn_args.train_files) if hp.model != "cnn" else None
-    pixel_files = (
-        {"train": fn_args.train_files, "eval": fn_args.eval_files}
-        if not source
-        else {
-            split: [os.path.join(source["transformed_examples"], f"Split-{split}", "*")] for split in ("train", "eval")
-        }
-    )
-    class_names = [n.decode() for n in tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
-    balancing, balance = balance_of(hp, fn_args.train_files, class_names, multi_label)
-    monitor = balancing["monitor"]
-
-    def pixels(training: bool):
-        dataset = input_pipeline.make_dataset(
-            pixel_files["train" if training else "eval"],
-            hp,
-            training=training,
-            batch_size=batch,
-            drop_remainder=static,
-            balance=balance,
-            multi_hot=multi_hot,
+    def __init__(self, fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy):
+        self.fn_args, self.hp, self.plan, self.strategy = fn_args, hp, plan, strategy
+        self.replicas = strategy.num_replicas_in_sync
+        self.tft_output = tft.TFTransformOutput(fn_args.transform_output)
+        self.num_classes = self.tft_output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
+        # Multi-label examples (ImageExampleGen --task multi): a sigmoid per label, weighted binary cross-entropy.
+        self.multi_label = features.is_multi_label(self.tft_output.transformed_feature_spec())
+        self.multi_hot = self.num_classes if self.multi_label else 0
+        self.batch = hp.batch_size * self.replicas
+        self.static = plan.static_shapes  # XLA on TPU compiles one batch shape (eval: padded with weightless examples)
+        # Transfer models train on the features step's output: their frozen phase on the cached features; the
+        # pixels (fine-tuning, TFLite) are in the Transform output that step read.
+        self.source = features_source(fn_args.train_files) if hp.model != "cnn" else None
+        self.pixel_files = (
+            {"train": fn_args.train_files, "eval": fn_args.eval_files}
+            if not self.source
+            else {
+                split: [os.path.join(self.source["transformed_examples"], f"Split-{split}", "*")]
+                for split in ("train", "eval")
+            }
         )
-        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        self.class_names = [n.decode() for n in self.tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+        self.balancing, self.balance = balance_of(hp, fn_args.train_files, self.class_names, self.multi_label)
+        self.monitor = self.balancing["monitor"]
+
+    def pixels(self, training: bool):
+        """The train or eval split's pixels, batched (and spread over a cluster's workers)."""
+        dataset = input_pipeline.make_dataset(
+            self.pixel_files["train" if training else "eval"],
+            self.hp,
+            training=training,
+            batch_size=self.batch,
+            drop_remainder=self.static,
+            balance=self.balance,
+            multi_hot=self.multi_hot,
+        )
+        if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return dataset
         return input_pipeline.sharded_across_workers(
             dataset,
-            input_pipeline.list_files(pixel_files["train"]) if training else [],
-            plan.workers,
+            input_pipeline.list_files(self.pixel_files["train"]) if training else [],
+            self.plan.workers,
             training,
-            sampling=balance is not None and balance.mode == "sampling",
+            sampling=self.balance is not None and self.balance.mode == "sampling",
         )
 
-    info = {
-        "class_names": class_names,
-        "model": hp.model,
-        "image_size": hp.image_size,
-        "channels": hp.channels,
-        # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
-        **({"head_units": hp.head_units} if hp.head_units else {}),
-        **({"task": "multi"} if multi_label else {}),
-    }  # the Evaluator, predict and the card read it
+    def info(self) -> dict:
+        hp = self.hp
+        return {
+            "class_names": self.class_names,
+            "model": hp.model,
+            "image_size": hp.image_size,
+            "channels": hp.channels,
+            # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
+            **({"head_units": hp.head_units} if hp.head_units else {}),
+            **({"task": "multi"} if self.multi_label else {}),
+        }  # the Evaluator, predict and the card read it
+
+
+def _train_and_export(
+    fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy, tuned: dict
+) -> None:
+    inputs = _Inputs(fn_args, hp, plan, strategy)
+    info = inputs.info()
     model, warm_started, cold_reason = _build_model(
-        fn_args, hp, strategy, source, num_classes, multi_label, balancing, info
+        fn_args, hp, strategy, inputs.source, inputs.num_classes, inputs.multi_label, inputs.balancing, info
     )
     # Each phase keeps the weights of its best epoch (EpochLog). Only the chief writes the pipeline's outputs;
     # another worker of a cluster writes its logs and export to a scratch folder it deletes.
     scratch = None if plan.is_chief else tempfile.mkdtemp(prefix="imagepipe-worker-")
     logs_dir = fn_args.model_run_dir if plan.is_chief else os.path.join(scratch, "logs")
-    callbacks = [keras.callbacks.TensorBoard(log_dir=logs_dir), early_stopping(hp, monitor)]
+    callbacks = [keras.callbacks.TensorBoard(log_dir=logs_dir), early_stopping(hp, inputs.monitor)]
     started = time.monotonic()
+    phases = _train_phases(model, inputs, callbacks)
+    seconds = time.monotonic() - started
+
+    # Every worker saves (saving a distributed model may take every replica's part: TensorFlow's documented
+    # pattern); only the chief's copy is kept.
+    export.export(
+        model, inputs.tft_output, hp, fn_args.serving_model_dir if plan.is_chief else os.path.join(scratch, "model")
+    )
+    if not plan.is_chief:
+        shutil.rmtree(scratch, ignore_errors=True)
+        wait_for_chief(fn_args, plan)
+        return
+    on_device = _keep_model_files(
+        fn_args, hp, model, info, inputs.class_names, inputs.multi_label, inputs.pixel_files, inputs.source
+    )
+    record = _training_record(inputs, tuned, warm_started, cold_reason, seconds, phases, on_device)
+    tf.io.gfile.makedirs(fn_args.model_run_dir)
+    with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
+        f.write(json.dumps(record, indent=1))
+
+
+def _train_phases(model, inputs: _Inputs, callbacks) -> list:
+    """The first phase (a transfer model's head on cached features, else the whole model on pixels), then a
+    transfer model's fine-tuning; returns their EpochLogs."""
+    hp = inputs.hp
     planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
-    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=monitor)]
-    if source:
+    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=inputs.monitor)]
+    if inputs.source:
         _train_head_on_features(
             model,
-            fn_args,
+            inputs.fn_args,
             hp,
-            source,
-            strategy,
-            num_classes,
-            batch,
-            static,
+            inputs.source,
+            inputs.strategy,
+            inputs.num_classes,
+            inputs.batch,
+            inputs.static,
             callbacks + [phases[0]],
-            balance,
-            balancing,
-            multi_label,
-            plan.workers,
+            inputs.balance,
+            inputs.balancing,
+            inputs.multi_label,
+            inputs.plan.workers,
         )
     else:
-        train, steps = input_pipeline.repeated(pixels(training=True))
+        train, steps = input_pipeline.repeated(inputs.pixels(training=True))
         model.fit(
             train,
             steps_per_epoch=steps,
-            validation_data=pixels(training=False),
+            validation_data=inputs.pixels(training=False),
             epochs=hp.epochs,
             callbacks=callbacks + [phases[0]],
             verbose=0,
         )
     if hp.model != "cnn" and hp.fine_tune_epochs > 0:
         phases.append(
-            _fine_tune(model, hp, strategy, pixels, callbacks, balancing, planned, done=len(phases[0].epochs))
+            _fine_tune(
+                model,
+                hp,
+                inputs.strategy,
+                inputs.pixels,
+                callbacks,
+                inputs.balancing,
+                planned,
+                done=len(phases[0].epochs),
+            )
         )
-    seconds = time.monotonic() - started
+    return phases
 
-    # Every worker saves (saving a distributed model may take every replica's part: TensorFlow's documented
-    # pattern); only the chief's copy is kept.
-    export.export(model, tft_output, hp, fn_args.serving_model_dir if plan.is_chief else os.path.join(scratch, "model"))
-    if not plan.is_chief:
-        shutil.rmtree(scratch, ignore_errors=True)
-        wait_for_chief(fn_args, plan)
-        return
-    on_device = _keep_model_files(fn_args, hp, model, info, class_names, multi_label, pixel_files, source)
-    record = {
+
+def _training_record(
+    inputs: _Inputs, tuned: dict, warm_started, cold_reason: str, seconds: float, phases: list, on_device: dict
+) -> dict:
+    """training.json: the strategy, settings, classes, each epoch's metrics and the exports."""
+    hp, plan, source, replicas = inputs.hp, inputs.plan, inputs.source, inputs.replicas
+    return {
         "strategy": plan.describe(replicas),
         "device_kind": plan.kind,
         "replicas": replicas,
         # Multi-worker: the cluster's machines (TF_CONFIG), this one the chief.
         "workers": plan.workers,
         "hparams": hp.to_custom_config(),
-        "num_classes": num_classes,
-        "class_names": class_names,
+        "num_classes": inputs.num_classes,
+        "class_names": inputs.class_names,
         "tuned": tuned or None,  # the settings the Tuner's best trial chose (in hparams too)
         "warm_started_from": warm_started,
         "warm_start_skipped": cold_reason,
@@ -369,13 +414,10 @@ def _train_and_export(
         "tflite": on_device.get("tflite"),
         "exports": on_device.get("exports"),  # ONNX, Core ML (trainer/model_exports.py)
         # The train split's class mix and what training did about it (trainer/class_balance.py).
-        "class_balance": balancing,
+        "class_balance": inputs.balancing,
         # Transfer models: the frozen phase trained the head on the features step's cached features.
         "features": {k: source[k] for k in ("fingerprint", "dim", "views")} if source else None,
     }
-    tf.io.gfile.makedirs(fn_args.model_run_dir)
-    with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
-        f.write(json.dumps(record, indent=1))
 
 
 def _build_model(

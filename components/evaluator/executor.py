@@ -194,6 +194,48 @@ def with_label_checks(
     return {**exec_properties, key: proto_utils.proto_to_json(config)}, gate
 
 
+def _comparable_baseline(input_dict, candidate, info: Dict[str, Any], names: Optional[List[str]]):
+    """(input_dict, why the baseline is not compared: "" when it is): a baseline trained on other classes, or for
+    the other task, leaves input_dict without it."""
+    key = standard_component_specs.BASELINE_MODEL_KEY
+    skipped = ""
+    if input_dict.get(key):
+        baseline = input_dict[key][0]
+        # Never judged on the threshold alone because the baseline's folder moved or went: read it
+        # where the root now is, or stop (storage/relocation.py).
+        baseline.uri = locate(baseline.uri, candidate.uri, "model")
+        baseline_info = model_info(baseline.uri)
+        skipped = class_change(baseline_info.get("class_names"), names)
+        tasks = [i.get("task") or "single" for i in (baseline_info, info)]
+        if not skipped and tasks[0] != tasks[1]:  # one scores each class alone, the other one class of all
+            skipped = f"the last blessed model is {tasks[0]}-label, this one {tasks[1]}-label"
+        if skipped:
+            logging.warning(
+                "Evaluator: not comparing with the last blessed model: %s; blessing on the threshold alone", skipped
+            )
+            input_dict = {**input_dict, key: []}  # TFX then ignores change thresholds (rubber stamp)
+    return input_dict, skipped
+
+
+def _with_checks(exec_properties, examples, names: Optional[List[str]], multi_label: bool, compare: bool):
+    """(exec_properties with each class's or label's checks, class_gate.json's content or None)."""
+    gate = None
+    if multi_label:  # each label judged at its own threshold (components/evaluator/multi_label.py)
+        exec_properties, gate = with_label_checks(
+            exec_properties,
+            names,
+            split_class_counts(examples, "eval"),
+            split_class_counts(examples, "train"),
+            compare,
+            split_examples(examples, "eval"),
+        )
+    elif names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
+        exec_properties, gate = with_class_checks(
+            exec_properties, names, split_class_counts(examples, "eval"), split_class_counts(examples, "train")
+        )
+    return exec_properties, gate
+
+
 class Executor(BeamConfigured, evaluator_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         exec_properties = with_threshold(exec_properties)
@@ -201,37 +243,9 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         candidate = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
         info = model_info(candidate.uri)  # read once: the classes (labels) and the task the candidate predicts
         names, multi_label = info.get("class_names"), info.get("task") == "multi" and bool(info.get("class_names"))
-        skipped = ""
-        if input_dict.get(key):
-            baseline = input_dict[key][0]
-            # Never judged on the threshold alone because the baseline's folder moved or went: read it
-            # where the root now is, or stop (storage/relocation.py).
-            baseline.uri = locate(baseline.uri, candidate.uri, "model")
-            baseline_info = model_info(baseline.uri)
-            skipped = class_change(baseline_info.get("class_names"), names)
-            tasks = [i.get("task") or "single" for i in (baseline_info, info)]
-            if not skipped and tasks[0] != tasks[1]:  # one scores each class alone, the other one class of all
-                skipped = f"the last blessed model is {tasks[0]}-label, this one {tasks[1]}-label"
-            if skipped:
-                logging.warning(
-                    "Evaluator: not comparing with the last blessed model: %s; blessing on the threshold alone", skipped
-                )
-                input_dict = {**input_dict, key: []}  # TFX then ignores change thresholds (rubber stamp)
+        input_dict, skipped = _comparable_baseline(input_dict, candidate, info, names)
         examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
-        gate = None
-        if multi_label:  # each label judged at its own threshold (components/evaluator/multi_label.py)
-            exec_properties, gate = with_label_checks(
-                exec_properties,
-                names,
-                split_class_counts(examples, "eval"),
-                split_class_counts(examples, "train"),
-                bool(input_dict.get(key)),
-                split_examples(examples, "eval"),
-            )
-        elif names:  # every class judged (a model that does not record its classes: accuracy alone, as before)
-            exec_properties, gate = with_class_checks(
-                exec_properties, names, split_class_counts(examples, "eval"), split_class_counts(examples, "train")
-            )
+        exec_properties, gate = _with_checks(exec_properties, examples, names, multi_label, bool(input_dict.get(key)))
         with smaller_batches():  # bounded by count too: each batch is decoded whole
             super().Do(input_dict, output_dict, exec_properties)
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])

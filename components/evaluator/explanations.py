@@ -20,10 +20,12 @@ import os
 import time
 from typing import Any, Dict, List
 
+from components.evaluator import Blessing
+
 EXPLANATIONS_DIR = "explanations"
 INDEX_FILE = "index.json"
 MAX_EXAMINED = 2000  # eval records classified to find the sample (full-size photos: streamed, batch by batch)
-LIMIT = 24  # images explained by default (--explanations; 0: none)
+LIMIT = Blessing.explanations  # images explained by default (--explanations; 0: none)
 OVERLAY_SIZE = 128
 
 
@@ -46,17 +48,38 @@ def sample(rows: List[Dict[str, Any]], limit: int) -> List[int]:
 def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, multi_label: bool = False) -> Dict:
     """Explains up to `limit` eval images of `examples_uri` (ImageExampleGen's output) with the SavedModel at
     model_dir into out_dir; returns index.json's dict."""
-    import numpy as np
     import tensorflow as tf
 
     from trainer import explain
-    from trainer import feature_keys as keys
 
     started = time.monotonic()
-    from trainer import features
-
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
     explainer = explain.Explainer(model_dir)
+    rows, images = _classify(explainer, files, limit, multi_label)
+    chosen = sample(rows, limit)
+    tf.io.gfile.makedirs(out_dir)  # local or gs:// (the evaluation artifact's folder)
+    shown, per_class = _explain_chosen(explainer, rows, images, chosen, out_dir)
+    classes = _class_maps(per_class, out_dir)
+    index = {
+        "method": f"integrated gradients ({explain.METHOD}, {explain.STEPS} steps)",
+        "images": shown,
+        "classes": classes,
+        "examined": len(rows),
+        "limit": limit,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    _write(os.path.join(out_dir, INDEX_FILE), json.dumps(index, indent=1).encode())
+    return index
+
+
+def _classify(explainer, files: List[str], limit: int, multi_label: bool):
+    """The first MAX_EXAMINED eval records classified: (a row each, the pixels of the rows sample() may choose, by
+    row)."""
+    import tensorflow as tf
+
+    from trainer import feature_keys as keys
+    from trainer import features
+
     labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT
     spec = {
         keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
@@ -89,8 +112,16 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
                     "id": int(row.argmax()),
                 }
             )
-    chosen = sample(rows, limit)
-    tf.io.gfile.makedirs(out_dir)  # local or gs:// (the evaluation artifact's folder)
+    return rows, images
+
+
+def _explain_chosen(explainer, rows: List[Dict[str, Any]], images, chosen: List[int], out_dir: str):
+    """Each chosen image's map written over it: (index.json's image entries, the correct ones' (image, map) by
+    predicted class)."""
+    import numpy as np
+
+    from trainer import explain
+
     shown, per_class = [], {}
     for start in range(0, len(chosen), 32):
         part = chosen[start : start + 32]
@@ -102,6 +133,15 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
             shown.append({**{k: v for k, v in rows[i].items() if k != "id"}, "overlay": name})
             if rows[i]["correct"]:
                 per_class.setdefault(rows[i]["predicted"], []).append((image, attribution))
+    return shown, per_class
+
+
+def _class_maps(per_class: Dict[str, list], out_dir: str) -> List[Dict[str, Any]]:
+    """Per predicted class, the mean map of its correctly classified images, over their mean image."""
+    import numpy as np
+
+    from trainer import explain
+
     classes = []
     for c, (name, items) in enumerate(sorted(per_class.items())):
         average = explain.class_average([m for _, m in items])
@@ -112,16 +152,7 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
         np.save(saved, average)
         _write(os.path.join(out_dir, f"class-{c:03d}.npy"), saved.getvalue())
         classes.append({"name": name, "images": len(items), "overlay": overlay, "map": f"class-{c:03d}.npy"})
-    index = {
-        "method": f"integrated gradients ({explain.METHOD}, {explain.STEPS} steps)",
-        "images": shown,
-        "classes": classes,
-        "examined": len(rows),
-        "limit": limit,
-        "seconds": round(time.monotonic() - started, 2),
-    }
-    _write(os.path.join(out_dir, INDEX_FILE), json.dumps(index, indent=1).encode())
-    return index
+    return classes
 
 
 def _write(path: str, data: bytes) -> None:

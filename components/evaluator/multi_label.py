@@ -64,7 +64,22 @@ def eval_config_for(
 
     from trainer.features import LABELS_KEY
 
-    bound = next(
+    bound = _accuracy_bound(config)
+    for spec in config.model_specs:
+        spec.label_key = LABELS_KEY
+    threshold = tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(lower_bound={"value": bound}))
+    if compare:
+        threshold.change_threshold.CopyFrom(
+            tfma.GenericChangeThreshold(direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10})
+        )
+    del config.metrics_specs[:]
+    config.metrics_specs.extend(_metrics_specs(num_labels, threshold, confidence_threshold, eval_support, eval_images))
+    return config, bound
+
+
+def _accuracy_bound(config) -> float:
+    """The accuracy metric's lower bound in `config` (0 without one)."""
+    return next(
         (
             m.threshold.value_threshold.lower_bound.value
             for spec in config.metrics_specs
@@ -73,52 +88,52 @@ def eval_config_for(
         ),
         0.0,
     )
-    for spec in config.model_specs:
-        spec.label_key = LABELS_KEY
+
+
+def _metrics_specs(
+    num_labels: int,
+    threshold,
+    confidence_threshold: Optional[float],
+    eval_support: Optional[Sequence[int]],
+    eval_images: Optional[int],
+) -> list:
+    """The multi-label metrics: counts and the confusion plot, each label's figures, and macro AUC-PR held to
+    `threshold`."""
+    import tensorflow_model_analysis as tfma
+
     labels = tfma.BinarizationOptions(class_ids=tfma.RepeatedInt32Value(values=list(range(num_labels))))
-    threshold = tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(lower_bound={"value": bound}))
-    if compare:
-        threshold.change_threshold.CopyFrom(
-            tfma.GenericChangeThreshold(direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10})
-        )
-    del config.metrics_specs[:]
-    config.metrics_specs.extend(
-        [
-            tfma.MetricsSpec(
-                metrics=[
-                    tfma.MetricConfig(class_name="ExampleCount"),
-                    tfma.MetricConfig(
-                        class_name="MultiLabelConfusionMatrixPlot", config=json.dumps({"thresholds": PLOT_THRESHOLDS})
-                    ),
-                ]
-            ),
-            tfma.MetricsSpec(
-                metrics=[
-                    tfma.MetricConfig(class_name=AUC_PR),
-                    tfma.MetricConfig(class_name="Precision"),
-                    tfma.MetricConfig(class_name="Recall"),
-                    tfma.MetricConfig(
-                        class_name="ConfusionMatrixAtThresholds",
-                        config=json.dumps({"thresholds": thresholds_with(confidence_threshold)}),
-                    ),
-                ],
-                binarize=labels,
-            ),
-            tfma.MetricsSpec(
-                metrics=[tfma.MetricConfig(class_name=AUC_PR, threshold=threshold)],
-                aggregate=tfma.AggregationOptions(
-                    macro_average=True,
-                    class_weights={
-                        i: 1.0
-                        for i in range(num_labels)
-                        if not eval_support or informative(eval_support[i], eval_images)
-                    }
-                    or {i: 1.0 for i in range(num_labels)},
+    return [
+        tfma.MetricsSpec(
+            metrics=[
+                tfma.MetricConfig(class_name="ExampleCount"),
+                tfma.MetricConfig(
+                    class_name="MultiLabelConfusionMatrixPlot", config=json.dumps({"thresholds": PLOT_THRESHOLDS})
                 ),
+            ]
+        ),
+        tfma.MetricsSpec(
+            metrics=[
+                tfma.MetricConfig(class_name=AUC_PR),
+                tfma.MetricConfig(class_name="Precision"),
+                tfma.MetricConfig(class_name="Recall"),
+                tfma.MetricConfig(
+                    class_name="ConfusionMatrixAtThresholds",
+                    config=json.dumps({"thresholds": thresholds_with(confidence_threshold)}),
+                ),
+            ],
+            binarize=labels,
+        ),
+        tfma.MetricsSpec(
+            metrics=[tfma.MetricConfig(class_name=AUC_PR, threshold=threshold)],
+            aggregate=tfma.AggregationOptions(
+                macro_average=True,
+                class_weights={
+                    i: 1.0 for i in range(num_labels) if not eval_support or informative(eval_support[i], eval_images)
+                }
+                or {i: 1.0 for i in range(num_labels)},
             ),
-        ]
-    )
-    return config, bound
+        ),
+    ]
 
 
 def read_metrics(evaluation_uri: str) -> Dict[str, Any]:

@@ -10,11 +10,7 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
     """Overall accuracy, balanced accuracy and example count of the candidate (and baseline), each class's
     recall and precision (components/evaluator/metrics.py), what the gate judged (class_gate.json), and the
     validation verdict: one line per failed check, naming the class."""
-    import math
-
     import tensorflow_model_analysis as tfma
-
-    from components.evaluator.metrics import BALANCED_ACCURACY, CLASS_PRECISION, CLASS_RECALL
 
     found: Dict[str, Any] = {
         "accuracy": None,
@@ -29,6 +25,33 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
     if (found["gate"] or views(evaluation_uri) or {}).get("task") == "multi":  # (a test split has no gate of its own)
         return _multi_label_metrics(evaluation_uri, found)
     names = (found["gate"] or {}).get("class_names") or []
+    _read_overall_slice(evaluation_uri, names, found)
+    support = (found["gate"] or {}).get("eval_examples") or []
+    found["per_class"] = {
+        name: {
+            "precision": found["per_class"].get(name, {}).get("precision"),
+            "recall": found["per_class"].get(name, {}).get("recall"),
+            "support": support[i] if i < len(support) else None,
+        }
+        for i, name in enumerate(names)
+        if name in found["per_class"]
+    }
+    validation = tfma.load_validation_result(evaluation_uri)
+    for per_slice in validation.metric_validations_per_slice:
+        for failure in per_slice.failures:
+            found["failures"].append(_failure_text(failure, found))
+    return found
+
+
+def _read_overall_slice(evaluation_uri: str, names: List[str], found: Dict[str, Any]) -> None:
+    """The overall slice's accuracies and example count into `found`, and each class's recall and precision
+    (NaN: None) into found["per_class"] by name."""
+    import math
+
+    import tensorflow_model_analysis as tfma
+
+    from components.evaluator.metrics import BALANCED_ACCURACY, CLASS_PRECISION, CLASS_RECALL
+
     for metrics in tfma.load_metrics(evaluation_uri):
         if metrics.slice_key.single_slice_keys:
             continue  # overall slice only
@@ -54,21 +77,6 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
                 )
             elif key.name == "example_count" and not baseline:
                 found["example_count"] = int(value)
-    support = (found["gate"] or {}).get("eval_examples") or []
-    found["per_class"] = {
-        name: {
-            "precision": found["per_class"].get(name, {}).get("precision"),
-            "recall": found["per_class"].get(name, {}).get("recall"),
-            "support": support[i] if i < len(support) else None,
-        }
-        for i, name in enumerate(names)
-        if name in found["per_class"]
-    }
-    validation = tfma.load_validation_result(evaluation_uri)
-    for per_slice in validation.metric_validations_per_slice:
-        for failure in per_slice.failures:
-            found["failures"].append(_failure_text(failure, found))
-    return found
 
 
 def _multi_label_metrics(evaluation_uri: str, found: Dict[str, Any]) -> Dict[str, Any]:

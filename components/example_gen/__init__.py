@@ -1,7 +1,8 @@
 """ImageExampleGen: image files to validated, split, sharded tf.Examples (component.py is the entry point).
 
 component.py        the component, its spec and parameters; vertex_driver.py its driver on Vertex AI
-ingest_defaults.py  the ingestion settings' defaults; ingest_settings.py the parameters as the executor reads them
+ingest_defaults.py  the ingestion settings, each declared once (Ingestion); ingest_settings.py the parameters as
+                    the executor reads them
 executor.py         the Beam graph of a run (its module docstring draws it), then the report
 ingest_report.py    the summary, the quarantine list and their checks
 finding/            which files, with which labels and splits (the input's layouts)

@@ -7,24 +7,11 @@ resolution works the same locally and on Vertex, and adds:
   outputs['report']   an ImageIngestionReport: summary.json (counts per split,
                       class, format, reason), quarantine.csv (path, reason, detail,
                       label, split) and label_map.json
-  layout              auto | folders | presplit | manifest
-  max_pixels          decompression-bomb guard (width * height * frames)
-  max_bad_fraction    fail the run when more of the files than this are bad
-  drop_duplicates     quarantine all but one copy of identical files with one label
-  compression_level   deflate level of the gzip TFRecords; 0 (stored) suits JPEG/PNG,
-                      which deflate shrinks by ~1% at a large CPU cost
-  shard_megabytes     start a new output shard past this size
-  store_max_pixels    store images above this many pixels as a downscaled copy (aspect kept;
-                      the original's size and hash stay in the example); 0 stores originals
   seed                files are ingested in an order shuffled with it (never class-folder order, which
                       would reach the Trainer's shuffle buffer one class at a time)
-  near_duplicates     report (default); drop: keep one copy of each near-duplicate group with one label;
-                      off: no search (faster; eval leaks of near-duplicates go unchecked)
-  task                auto (default), single or multi: multi-label examples carry image/labels/id and
-                      image/labels/text (every label of the image, none included) instead of the class
-  review              a review file (`imagepipe review`): its relabels and exclusions apply, by content hash
-  span_window         with {SPAN} patterns: ingest the latest span and the span_window - 1
-                      spans before it together (a rolling window for retraining)
+  and each declared ingestion setting (ingest_defaults.Ingestion: layout, max_pixels, store_max_pixels,
+  max_bad_fraction, drop_duplicates, near_duplicates, task, review, compression_level, shard_megabytes, and
+  span_window: with {SPAN} patterns, the latest span and the span_window - 1 spans before it together)
 """
 
 from typing import Any, Dict, Optional
@@ -41,25 +28,18 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from components.example_gen import executor as image_executor
 from components.example_gen import ingest_defaults as defaults
 from components.example_gen import ingest_settings
+from settings import kind
 from storage.artifact_types import ImageIngestionReport
+from trainer.hparams import SEED
 
 
 class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
     PARAMETERS = {
         **standard_component_specs.FileBasedExampleGenSpec.PARAMETERS,
-        ingest_settings.LAYOUT_KEY: ExecutionParameter(type=str),
-        ingest_settings.MAX_PIXELS_KEY: ExecutionParameter(type=int),
-        ingest_settings.MAX_BAD_FRACTION_KEY: ExecutionParameter(type=float),
-        ingest_settings.DROP_DUPLICATES_KEY: ExecutionParameter(type=int),
-        ingest_settings.COMPRESSION_LEVEL_KEY: ExecutionParameter(type=int),
-        ingest_settings.SHARD_MEGABYTES_KEY: ExecutionParameter(type=int),
-        ingest_settings.SPAN_WINDOW_KEY: ExecutionParameter(type=int),
+        # each declared ingestion setting (ingest_defaults.Ingestion); a bool travels as an int
+        **{f.name: ExecutionParameter(type=kind(f), optional=True) for f in defaults.PARAMETERS},
         ingest_settings.SPAN_PATTERN_KEY: ExecutionParameter(type=str, optional=True),
-        ingest_settings.STORE_MAX_PIXELS_KEY: ExecutionParameter(type=int, optional=True),
         ingest_settings.SEED_KEY: ExecutionParameter(type=int, optional=True),
-        ingest_settings.NEAR_DUPLICATES_KEY: ExecutionParameter(type=str, optional=True),
-        ingest_settings.TASK_KEY: ExecutionParameter(type=str, optional=True),
-        ingest_settings.REVIEW_KEY: ExecutionParameter(type=str, optional=True),
     }
     OUTPUTS = {
         **standard_component_specs.FileBasedExampleGenSpec.OUTPUTS,
@@ -96,19 +76,16 @@ class ImageExampleGen(FileBasedExampleGen):
         input_config: Optional[example_gen_pb2.Input] = None,
         output_config: Optional[example_gen_pb2.Output] = None,
         range_config: Optional[range_config_pb2.RangeConfig] = None,
-        layout: str = defaults.LAYOUT,
-        max_pixels: int = defaults.MAX_PIXELS,
-        max_bad_fraction: float = defaults.MAX_BAD_FRACTION,
-        drop_duplicates: bool = defaults.DROP_DUPLICATES,
-        compression_level: int = defaults.COMPRESSION_LEVEL,
-        shard_megabytes: int = defaults.SHARD_MEGABYTES,
-        span_window: int = defaults.SPAN_WINDOW,
-        store_max_pixels: int = defaults.STORE_MAX_PIXELS,
-        seed: int = defaults.SEED,
-        near_duplicates: str = defaults.NEAR_DUPLICATES,
-        task: str = defaults.TASK,
-        review: str = "",
+        seed: int = SEED,
+        **settings,
     ):
+        """`settings`: any of the declared ingestion settings (ingest_defaults.PARAMETERS), by name; each
+        left out takes its declared default."""
+        declared = {f.name: f.default for f in defaults.PARAMETERS}
+        unknown = sorted(set(settings) - set(declared))
+        if unknown:
+            raise TypeError(f"ImageExampleGen: no setting {', '.join(unknown)} (ingest_defaults.Ingestion)")
+        settings = {**declared, **settings}
         input_config = input_config or example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="single_split", pattern=".")]
         )
@@ -122,18 +99,8 @@ class ImageExampleGen(FileBasedExampleGen):
             custom_config=None,
             output_data_format=example_gen_pb2.FORMAT_TF_EXAMPLE,
             output_file_format=example_gen_pb2.FORMAT_TFRECORDS_GZIP,
-            layout=layout,
-            max_pixels=max_pixels,
-            max_bad_fraction=max_bad_fraction,
-            drop_duplicates=int(drop_duplicates),
-            compression_level=compression_level,
-            shard_megabytes=shard_megabytes,
-            span_window=span_window,
-            store_max_pixels=store_max_pixels,
+            **{name: _parameter(value) for name, value in settings.items()},
             seed=seed,
-            near_duplicates=near_duplicates,
-            task=task,
-            review=review or None,
             # The driver fills {SPAN} into input_config; the window needs the pattern as written (kept whatever
             # the window: span_window may be a runtime parameter of a compiled job).
             span_pattern=input_config.splits[0].pattern if "{SPAN" in input_config.splits[0].pattern else None,
@@ -142,3 +109,8 @@ class ImageExampleGen(FileBasedExampleGen):
         )
         # FileBasedExampleGen.__init__ would build its own spec; skip to the base.
         base_beam_component.BaseBeamComponent.__init__(self, spec=spec)
+
+
+def _parameter(value):
+    """A setting as an exec property: a bool as an int, "" (none given) left out."""
+    return int(value) if isinstance(value, bool) else None if value == "" else value

@@ -144,77 +144,29 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         """Every file inspected and written in one Beam pass (this machine's processes, or Dataflow's workers),
         and the near-duplicate pairs: (what Beam found, the pairs, seconds, where the search ran)."""
         processes = local_processes(self._beam_pipeline_args, listing.candidates)
-        batch_files = []
-        for n, batch in enumerate(batches(ingest_order(listing.candidates, settings.seed), processes)):
-            batch_files.append(fs.join(staging, "candidates", f"batch-{n:06d}.json"))
-            batch_ingest.write_candidates(batch, batch_files[-1])
-        # The classes' counts that place their files (stratify.py), with the review's relabels by path: a file
-        # relabelled is placed in its new class.
-        relabelled = {
-            review["paths"][key]: new
-            for key, (action, new, _) in (review or {}).get("apply", {}).items()
-            if action == "relabel"
-        }
-        unsplit = collections.Counter(
-            stratify.stratum(relabelled.get(c.rel_path, c.label), strata) for c in listing.candidates if not c.split
-        )
+        batch_files = write_candidate_batches(listing, settings.seed, staging, processes)
         searched = settings.near_duplicates != "off"
         in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
-        ingest_settings = batch_ingest.Settings(
-            staging_dir=staging,
-            label_ids=label_map,
-            hash_splits=hash_splits,
-            max_pixels=settings.max_pixels,
-            compression_level=settings.compression_level,
-            shard_bytes=settings.shard_megabytes << 20,
-            store_max_pixels=settings.store_max_pixels,
-            bands=stratify.bands(dict(unsplit), shares),
-            strata=strata,
-            signatures_in_files=in_memory,
-            sign=searched,
-            multi_label=listing.task == "multi",
-            review=(review or {}).get("apply", {}),
+        ingest_settings = batch_settings(
+            listing, settings, staging, label_map, hash_splits, shares, strata, review, searched, in_memory
         )
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()
         with self._make_beam_pipeline() as p:
-            inspected = (
-                p
-                # File names travel in batch files: a Create of a million names would exceed
-                # Dataflow's 10 MB limit on job graphs. Locally the DoFn spreads batches over its
-                # own processes, so Beam's reshuffle (which spreads them over workers) is skipped.
-                | "CandidateBatches" >> beam.Create(batch_files, reshuffle=processes == 1)
-                | "InspectAndWrite"
-                >> beam.ParDo(
-                    beam_steps.InspectAndWrite(ingest_settings, processes, total_files=len(listing.candidates))
-                ).with_outputs("results", "pending", main="metas")
-            )
-            resolved = (
-                inspected.metas
-                | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
-                | "GroupByHash" >> beam.GroupByKey()
-                | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates))
-            )
-            # The pending files placed by rank in their stratum, and their shards rewritten (placement.py).
-            assigned = placement.stratum_items(
-                inspected.results, resolved, inspected.pending, strata
-            ) | "Assign" >> beam.ParDo(placement.Assign(hash_splits, shares)).with_outputs("results", main="placed")
-            rewritten = (
-                assigned.placed
-                | "ByPendingShard" >> beam.GroupByKey()
-                | "Rewrite"
-                >> beam.ParDo(placement.Rewrite(staging, settings.compression_level, settings.shard_megabytes << 20))
-            )
-            outputs = [inspected.results, resolved, assigned.results, rewritten]
-            if searched and not in_memory:  # near-duplicates through Beam's shuffle (else after the run)
-                outputs.append(near_pairs_in_beam(inspected.metas, len(listing.candidates)))
-            # The small results go through one file, checked after the run.
-            _ = (
-                tuple(outputs)
-                | "AllResults" >> beam.Flatten()
-                | "Collect" >> beam.CombineGlobally(beam_steps.CollectResults())
-                | "Save" >> beam.Map(beam_steps.save_json, results_path)
+            inspect_and_write_stages(
+                p,
+                batch_files,
+                processes,
+                ingest_settings,
+                len(listing.candidates),
+                settings,
+                staging,
+                hash_splits,
+                shares,
+                strata,
+                near_in_beam=searched and not in_memory,
+                results_path=results_path,
             )
         found = _read_json(results_path)
         if not searched:
@@ -226,6 +178,109 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         pairs = near_duplicates.search_files(found["signatures"], len(listing.candidates))
         near_seconds = time.monotonic() - near_started
         return found, pairs, time.monotonic() - started, {"where": "memory", "seconds": round(near_seconds, 2)}
+
+
+def write_candidate_batches(listing: Listing, seed: int, staging: str, processes: int) -> List[str]:
+    """The candidates in shuffled batches, each in a staging file: the files InspectAndWrite reads."""
+    batch_files = []
+    for n, batch in enumerate(batches(ingest_order(listing.candidates, seed), processes)):
+        batch_files.append(fs.join(staging, "candidates", f"batch-{n:06d}.json"))
+        batch_ingest.write_candidates(batch, batch_files[-1])
+    return batch_files
+
+
+def batch_settings(
+    listing: Listing,
+    settings: IngestSettings,
+    staging: str,
+    label_map: Dict[str, int],
+    hash_splits,
+    shares,
+    strata: Optional[stratify.LabelStrata],
+    review: Optional[Dict[str, Any]],
+    searched: bool,
+    in_memory: bool,
+) -> batch_ingest.Settings:
+    """What each InspectAndWrite batch needs to know, the strata's split bands included."""
+    # The classes' counts that place their files (stratify.py), with the review's relabels by path: a file
+    # relabelled is placed in its new class.
+    relabelled = {
+        review["paths"][key]: new
+        for key, (action, new, _) in (review or {}).get("apply", {}).items()
+        if action == "relabel"
+    }
+    unsplit = collections.Counter(
+        stratify.stratum(relabelled.get(c.rel_path, c.label), strata) for c in listing.candidates if not c.split
+    )
+    return batch_ingest.Settings(
+        staging_dir=staging,
+        label_ids=label_map,
+        hash_splits=hash_splits,
+        max_pixels=settings.max_pixels,
+        compression_level=settings.compression_level,
+        shard_bytes=settings.shard_megabytes << 20,
+        store_max_pixels=settings.store_max_pixels,
+        bands=stratify.bands(dict(unsplit), shares),
+        strata=strata,
+        signatures_in_files=in_memory,
+        sign=searched,
+        multi_label=listing.task == "multi",
+        review=(review or {}).get("apply", {}),
+    )
+
+
+def inspect_and_write_stages(
+    p,
+    batch_files: List[str],
+    processes: int,
+    ingest_settings: batch_ingest.Settings,
+    total_files: int,
+    settings: IngestSettings,
+    staging: str,
+    hash_splits,
+    shares,
+    strata: Optional[stratify.LabelStrata],
+    near_in_beam: bool,
+    results_path: str,
+) -> None:
+    """The Beam graph (see the module docstring); its small results go to `results_path`."""
+    inspected = (
+        p
+        # File names travel in batch files: a Create of a million names would exceed
+        # Dataflow's 10 MB limit on job graphs. Locally the DoFn spreads batches over its
+        # own processes, so Beam's reshuffle (which spreads them over workers) is skipped.
+        | "CandidateBatches" >> beam.Create(batch_files, reshuffle=processes == 1)
+        | "InspectAndWrite"
+        >> beam.ParDo(beam_steps.InspectAndWrite(ingest_settings, processes, total_files=total_files)).with_outputs(
+            "results", "pending", main="metas"
+        )
+    )
+    resolved = (
+        inspected.metas
+        | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
+        | "GroupByHash" >> beam.GroupByKey()
+        | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates))
+    )
+    # The pending files placed by rank in their stratum, and their shards rewritten (placement.py).
+    assigned = placement.stratum_items(inspected.results, resolved, inspected.pending, strata) | "Assign" >> beam.ParDo(
+        placement.Assign(hash_splits, shares)
+    ).with_outputs("results", main="placed")
+    rewritten = (
+        assigned.placed
+        | "ByPendingShard" >> beam.GroupByKey()
+        | "Rewrite"
+        >> beam.ParDo(placement.Rewrite(staging, settings.compression_level, settings.shard_megabytes << 20))
+    )
+    outputs = [inspected.results, resolved, assigned.results, rewritten]
+    if near_in_beam:  # near-duplicates through Beam's shuffle (else after the run)
+        outputs.append(near_pairs_in_beam(inspected.metas, total_files))
+    # The small results go through one file, checked after the run.
+    _ = (
+        tuple(outputs)
+        | "AllResults" >> beam.Flatten()
+        | "Collect" >> beam.CombineGlobally(beam_steps.CollectResults())
+        | "Save" >> beam.Map(beam_steps.save_json, results_path)
+    )
 
 
 def review_decisions(path: str, listing: Listing) -> Dict[str, Any]:

@@ -9,7 +9,7 @@ component's `report` output; runs/run_summary.py reads them back.
 import collections
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, NamedTuple
 
 from absl import logging
 from tfx.utils import io_utils
@@ -28,16 +28,20 @@ class IngestionError(RuntimeError):
     """The run cannot produce usable examples; one line that says why and what to do."""
 
 
-def build_summary(
-    listing: Listing,
-    counts: Dict[tuple, int],
-    bad: List[Dict[str, str]],
-    label_map: Dict[str, int],
-    split_names: List[str],
-    duplicates: List[List[str]],
-) -> Dict[str, Any]:
-    """Everything a person or a test wants to know about the run, as plain JSON."""
-    multi = listing.task == "multi"
+class _Tally(NamedTuple):
+    """The examples written, counted per split and class, and in all."""
+
+    per_split: Dict[str, Dict[str, int]]
+    examples: Dict[str, int]
+    without_labels: Dict[str, int]
+    label_sets: Dict[str, int]
+    formats: Dict[str, int]
+    written: int
+    downscaled: int
+
+
+def _tally(counts: Dict[tuple, int], split_names: List[str], multi: bool) -> _Tally:
+    """Sums the counts per (split, label, format, copy) the ways the summary shows them."""
     per_split: Dict[str, Dict[str, int]] = {s: {} for s in split_names}  # multi-label: images per label
     examples: Dict[str, int] = {s: 0 for s in split_names}
     without_labels: Dict[str, int] = {s: 0 for s in split_names}  # multi-label: images no label applies to
@@ -58,32 +62,39 @@ def build_summary(
         formats[fmt] += n
         written += n
         downscaled += n if is_copy else 0
+    return _Tally(per_split, examples, without_labels, label_sets, formats, written, downscaled)
+
+
+def build_summary(
+    listing: Listing,
+    counts: Dict[tuple, int],
+    bad: List[Dict[str, str]],
+    label_map: Dict[str, int],
+    split_names: List[str],
+    duplicates: List[List[str]],
+) -> Dict[str, Any]:
+    """Everything a person or a test wants to know about the run, as plain JSON."""
+    multi = listing.task == "multi"
+    tally = _tally(counts, split_names, multi)
+    per_split = tally.per_split
     reasons = collections.Counter(row["reason"] for row in bad)
     return {
         "source": listing.source,
         "layout": listing.layout,
         "task": listing.task,  # single- or multi-label (sources.py)
         "files_seen": len(listing.candidates),
-        "examples_written": written,
-        "downscaled": downscaled,  # examples holding a copy within store_max_pixels
+        "examples_written": tally.written,
+        "downscaled": tally.downscaled,  # examples holding a copy within store_max_pixels
         "quarantined": len(bad),
         "skipped_hidden": listing.skipped_hidden,
         # Files quarantined on request (copies dropped with --drop-duplicates or --near-duplicates drop, images a
         # review excluded) are not bad files.
         "bad_fraction": round((len(bad) - quarantined_on_request(reasons)) / max(1, len(listing.candidates)), 6),
         "quarantine_reasons": dict(sorted(reasons.items())),
-        "examples_per_split": examples,
+        "examples_per_split": tally.examples,
         "examples_per_split_and_class": per_split,  # multi-label: images per label (an image counts for each)
         # Multi-label: images with no label (negatives for every label), and the most common label sets in train.
-        **(
-            {
-                "examples_without_labels": without_labels,
-                "label_sets_in_train": dict(sorted(label_sets.items(), key=lambda kv: (-kv[1], kv[0]))[:20]),
-                "label_cooccurrence_in_train": cooccurrence(label_sets),
-            }
-            if multi
-            else {}
-        ),
+        **(_multi_label_summary(tally) if multi else {}),
         # Largest / smallest class in train (trainer/class_balance.py): above 3 training balances the classes.
         "imbalance_ratio": class_balance.imbalance_ratio(per_split.get("train", {})),
         # Classes with too few eval images to judge the model on, none included (the Evaluator does not hold them to
@@ -94,7 +105,7 @@ def build_summary(
             if any(c.get(label) for c in per_split.values())
             and per_split.get("eval", {}).get(label, 0) < class_balance.MIN_EVAL_EXAMPLES
         ),
-        "formats": dict(sorted(formats.items())),
+        "formats": dict(sorted(tally.formats.items())),
         "label_map": label_map,
         "classes_without_examples": sorted(
             set(label_map) - {label for c in per_split.values() for label, n in c.items() if n}
@@ -104,6 +115,14 @@ def build_summary(
         "duplicate_groups": len(duplicates),
         "duplicate_files": sum(len(g) for g in duplicates),
         "duplicate_examples": sorted(duplicates)[:20],
+    }
+
+
+def _multi_label_summary(tally: _Tally) -> Dict[str, Any]:
+    return {
+        "examples_without_labels": tally.without_labels,
+        "label_sets_in_train": dict(sorted(tally.label_sets.items(), key=lambda kv: (-kv[1], kv[0]))[:20]),
+        "label_cooccurrence_in_train": cooccurrence(tally.label_sets),
     }
 
 

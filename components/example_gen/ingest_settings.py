@@ -6,8 +6,9 @@ here when no driver did), the window of spans before it, and the listing whose f
 whether a cached ingestion is still valid. Nothing here runs Beam.
 """
 
+import dataclasses
 import re
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, Tuple
 
 from absl import logging
 from tfx.components.example_gen import utils as example_gen_utils
@@ -19,45 +20,26 @@ from tfx.utils import proto_utils
 from components.example_gen import ingest_defaults as defaults
 from components.example_gen.finding import sources
 from components.example_gen.finding.listing import SPLIT_ALIASES, Listing
+from settings import kind, problem
 from storage import files as fs
+from trainer.hparams import SEED
 
-# The component's own exec properties (beside FileBasedExampleGen's).
-REPORT_KEY = "report"
-LAYOUT_KEY = "layout"
-MAX_PIXELS_KEY = "max_pixels"
-MAX_BAD_FRACTION_KEY = "max_bad_fraction"
-DROP_DUPLICATES_KEY = "drop_duplicates"
-COMPRESSION_LEVEL_KEY = "compression_level"
-SHARD_MEGABYTES_KEY = "shard_megabytes"
-SPAN_WINDOW_KEY = "span_window"
+REPORT_KEY = "report"  # the component's own output (beside FileBasedExampleGen's examples)
 SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills in {SPAN}
-STORE_MAX_PIXELS_KEY = "store_max_pixels"
-SEED_KEY = "seed"
-NEAR_DUPLICATES_KEY = "near_duplicates"
-TASK_KEY = "task"
-REVIEW_KEY = "review"
+SEED_KEY = "seed"  # declared with the training settings (trainer/hparams.py): the run's one seed
 
 
-class IngestSettings(NamedTuple):
-    """The component's parameters, parsed once from exec_properties."""
+@dataclasses.dataclass(frozen=True)
+class IngestSettings(defaults.Ingestion):
+    """The component's parameters, parsed once from exec_properties: TFX's (input_base, input_config,
+    output_config, the resolved span) and the declared ones (defaults.Ingestion; those TFX's configs carry,
+    IN_TFX_CONFIGS, keep their defaults here and are read from input_config and output_config)."""
 
-    input_base: str
-    input_config: example_gen_pb2.Input
-    output_config: example_gen_pb2.Output
-    layout: str
-    max_pixels: int
-    max_bad_fraction: float
-    drop_duplicates: bool
-    compression_level: int
-    shard_megabytes: int
-    span: int  # resolved by the driver, else by from_exec_properties (0 without {SPAN})
-    span_window: int
-    span_pattern: str
-    store_max_pixels: int  # 0: store every original
-    seed: int  # the order files are ingested in (ingest_order)
-    near_duplicates: str  # report | drop | off (near_duplicates.py)
-    task: str = defaults.TASK  # auto | single | multi (sources.py)
-    review: str = ""  # a review file (review/review_file.py) whose decisions apply; "" for none
+    input_base: str = ""
+    input_config: example_gen_pb2.Input = dataclasses.field(default_factory=example_gen_pb2.Input)
+    output_config: example_gen_pb2.Output = dataclasses.field(default_factory=example_gen_pb2.Output)
+    span: int = 0  # resolved by the driver, else by from_exec_properties (0 without {SPAN})
+    seed: int = SEED  # the order files are ingested in (ingest_order)
 
     @classmethod
     def from_exec_properties(cls, props: Dict[str, Any]) -> "IngestSettings":
@@ -81,21 +63,10 @@ class IngestSettings(NamedTuple):
             input_base=props[standard_component_specs.INPUT_BASE_KEY],
             input_config=input_config,
             output_config=output_config,
-            layout=props.get(LAYOUT_KEY) or defaults.LAYOUT,
-            max_pixels=int(props.get(MAX_PIXELS_KEY) or defaults.MAX_PIXELS),
-            max_bad_fraction=float(_given(props.get(MAX_BAD_FRACTION_KEY), defaults.MAX_BAD_FRACTION)),
-            drop_duplicates=bool(props.get(DROP_DUPLICATES_KEY) or defaults.DROP_DUPLICATES),
-            compression_level=int(props.get(COMPRESSION_LEVEL_KEY) or defaults.COMPRESSION_LEVEL),
-            shard_megabytes=int(props.get(SHARD_MEGABYTES_KEY) or defaults.SHARD_MEGABYTES),
             span=int(span or 0),
-            span_window=int(props.get(SPAN_WINDOW_KEY) or defaults.SPAN_WINDOW),
             span_pattern=props.get(SPAN_PATTERN_KEY) or "",
-            # 0 is a setting (store every original): only a missing or unset parameter falls back.
-            store_max_pixels=int(_given(props.get(STORE_MAX_PIXELS_KEY), defaults.STORE_MAX_PIXELS)),
-            seed=int(_given(props.get(SEED_KEY), defaults.SEED)),
-            near_duplicates=props.get(NEAR_DUPLICATES_KEY) or defaults.NEAR_DUPLICATES,
-            task=props.get(TASK_KEY) or defaults.TASK,
-            review=props.get(REVIEW_KEY) or "",
+            seed=int(_given(props.get(SEED_KEY), SEED)),
+            **{f.name: _parameter(f, props.get(f.name)) for f in defaults.PARAMETERS},
         )
 
     def input_fingerprint(self) -> str:
@@ -188,3 +159,16 @@ def _zero_pad(span: int, width_spec) -> str:
 def _given(value, default):
     """An exec property's value, or the default when the compiled pipeline left it out or unset."""
     return default if value is None else value
+
+
+def _parameter(field: dataclasses.Field, value):
+    """A declared parameter's exec property as its setting's type (a bool travels as an int; 0 is a value, as
+    store_max_pixels's "store every original"); its default when the compiled pipeline left it out or unset ("").
+    A value its declaration refuses (a job edited by hand) is one line naming the parameter, never used."""
+    if value is None or value == "":
+        return field.default
+    value = bool(value) if field.type is bool else kind(field)(value)
+    found = problem(field, value)
+    if found:
+        raise ValueError(f"ImageExampleGen parameter {field.name}: {found.split(': ', 1)[-1]}")
+    return value

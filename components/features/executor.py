@@ -316,37 +316,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         run = uuid.uuid4().hex  # its splits share one index of the cache (shared_cache)
         profile_path = os.path.join(output.uri, FEATURE_PROFILE_FILE)
         for split in splits:
-            computed = (
-                pipeline
-                | f"Read[{split}]"
-                >> beam.io.ReadFromTFRecord(
-                    io_utils.all_files_pattern(artifact_utils.get_split_uri([source], split)),
-                    coder=beam.coders.BytesCoder(),
-                )
-                # Fixed-size batches by bytes (Beam's adaptive sizes start at one image, and each backbone
-                # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
-                | f"Batch[{split}]"
-                >> beam.BatchElements(min_batch_size=BATCH_BYTES, max_batch_size=BATCH_BYTES, element_size_fn=len)
-                | f"Features[{split}]"
-                >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views[split], run)).with_outputs(
-                    MOMENTS, main="examples"
-                )
+            _add_split_stages(
+                pipeline, split, source, output, hp, prepared, cache_root, views[split], run, profile_path
             )
-            _ = (
-                computed.examples
-                | f"Write[{split}]"
-                >> beam.io.WriteToTFRecord(  # uncompressed (trainer/features.py compression)
-                    os.path.join(artifact_utils.get_split_uri([output], split), "features"),
-                    file_name_suffix=".tfrecord",
-                    coder=beam.coders.BytesCoder(),
-                )
-            )
-            if split == "train":
-                _ = (
-                    computed[MOMENTS]
-                    | "Moments" >> beam.CombineGlobally(_add_moments)
-                    | "Profile" >> beam.Map(_write_profile, profile_path)
-                )
         try:
             result = pipeline.run()
             result.wait_until_finish()
@@ -354,19 +326,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             release_shared_extractor()  # in-process workers are done: the Trainer's process needs the memory
         counts = {name: _counter(result, name) for name in COUNTERS}
         spent = {name[:-3] + "_seconds": round(_counter(result, name) / 1000, 2) for name in TIMERS}
-        io_utils.write_string_file(
-            os.path.join(output.uri, FEATURES_SOURCE_FILE),
-            json.dumps(
-                {
-                    "transformed_examples": source.uri,
-                    "backbone_weights": prepared.weights_file,
-                    "fingerprint": prepared.fingerprint,
-                    "dim": prepared.dim,
-                    "views": views,
-                },
-                indent=1,
-            ),
-        )
+        _write_features_source(output, source, prepared, views)
         summary = {
             **counts,
             "fingerprint": prepared.fingerprint,
@@ -380,6 +340,66 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for name in COUNTERS:
             output.set_int_custom_property(name, counts[name])
         logging.info("BackboneFeatures: %s", summary)
+
+
+def _add_split_stages(
+    pipeline,
+    split: str,
+    source,
+    output,
+    hp: HParams,
+    prepared,
+    cache_root: str,
+    views: int,
+    run: str,
+    profile_path: str,
+) -> None:
+    """A split's stages: its examples read, batched, through the backbone and written; train's moments profiled."""
+    computed = (
+        pipeline
+        | f"Read[{split}]"
+        >> beam.io.ReadFromTFRecord(
+            io_utils.all_files_pattern(artifact_utils.get_split_uri([source], split)), coder=beam.coders.BytesCoder()
+        )
+        # Fixed-size batches by bytes (Beam's adaptive sizes start at one image, and each backbone
+        # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
+        | f"Batch[{split}]"
+        >> beam.BatchElements(min_batch_size=BATCH_BYTES, max_batch_size=BATCH_BYTES, element_size_fn=len)
+        | f"Features[{split}]"
+        >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views, run)).with_outputs(MOMENTS, main="examples")
+    )
+    _ = (
+        computed.examples
+        | f"Write[{split}]"
+        >> beam.io.WriteToTFRecord(  # uncompressed (trainer/features.py compression)
+            os.path.join(artifact_utils.get_split_uri([output], split), "features"),
+            file_name_suffix=".tfrecord",
+            coder=beam.coders.BytesCoder(),
+        )
+    )
+    if split == "train":
+        _ = (
+            computed[MOMENTS]
+            | "Moments" >> beam.CombineGlobally(_add_moments)
+            | "Profile" >> beam.Map(_write_profile, profile_path)
+        )
+
+
+def _write_features_source(output, source, prepared, views) -> None:
+    """What the Trainer reads to train on these features (trainer/training.py features_source)."""
+    io_utils.write_string_file(
+        os.path.join(output.uri, FEATURES_SOURCE_FILE),
+        json.dumps(
+            {
+                "transformed_examples": source.uri,
+                "backbone_weights": prepared.weights_file,
+                "fingerprint": prepared.fingerprint,
+                "dim": prepared.dim,
+                "views": views,
+            },
+            indent=1,
+        ),
+    )
 
 
 def _add_moments(parts):

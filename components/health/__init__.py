@@ -14,7 +14,7 @@ Files of the `health` output, read by the run summary and the report without TFX
 
 import dataclasses
 
-from settings import setting
+from settings import checked, declared, fraction, setting
 
 HEALTH_FILE = "health.json"  # counts, checks against their thresholds, the first suspects
 LABEL_ISSUES_FILE = "label_issues.csv"  # every suspected label error, most likely first
@@ -28,26 +28,39 @@ TRUSTED_ACCURACY = 0.8
 
 
 @dataclasses.dataclass(frozen=True)
+class LabelCheck:
+    """Whether data health looks for likely label errors: auto (on for the transfer models, whose backbone features
+    make it cheap), on (also a k-fold cnn on pixels), off."""
+
+    label_check: str = setting(
+        "auto",
+        "look for likely label errors: auto (default: with the transfer models' features), on (also a k-fold cnn "
+        "on pixels, ~one more training), off",
+        LABEL_CHECKS,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Limits:
     """What stops the run like the validation gate (or warns, --gate warn): each limit declared once, here.
     PipelineConfig's field, its IMAGEPIPE_<NAME> variable, the `imagepipe run --<name>` option and DataHealth's
     parameter are made from these declarations; checks.problems() says what each finding is."""
 
     max_eval_near_duplicates: float = setting(
-        1.0, "largest share of eval examples with a near-duplicate in train (default {default}: no check)"
+        1.0,
+        "largest share of eval examples with a near-duplicate in train (default {default}: no check)",
+        check=fraction("1: no check"),
     )
-    max_label_issues: float = setting(1.0, "largest share of suspected label errors (default {default}: no check)")
+    max_label_issues: float = setting(
+        1.0, "largest share of suspected label errors (default {default}: no check)", check=fraction("1: no check")
+    )
     max_feature_drift: float = setting(
-        0.5, "largest shift of the backbone features from the last blessed model's data (default {default})"
+        0.5,
+        "largest shift of the backbone features from the last blessed model's data (default {default})",
+        check=(lambda v: 0 <= v, "use 0 or more (a standardised shift)"),
     )
 
     def validate(self) -> "Limits":
         """One-line errors that name the option."""
-        for name in ("max_eval_near_duplicates", "max_label_issues"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(
-                    f"--{name.replace('_', '-')} {getattr(self, name)}: use a fraction from 0 to 1 (1: no check)"
-                )
-        if not 0 <= self.max_feature_drift:
-            raise ValueError(f"--max-feature-drift {self.max_feature_drift}: use 0 or more (a standardised shift)")
+        checked(self, declared(Limits))
         return self

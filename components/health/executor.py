@@ -161,36 +161,13 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         near = None if near is None else float(near)
         result["near_duplicate_eval_leak_fraction"] = near
 
-        if not check_labels:
-            issue_rows = []
-        else:
-            vectors = (
-                np.stack([examples.vectors[key] for key in examples.keys])
-                if features is not None and examples.keys
-                else None
-            )
-            issue_rows = (_multi_label_issues if multi_label else _single_label_issues)(
-                examples, names, vectors, hp, result
-            )
-        result["label_issues"] = len(issue_rows)
-        result["label_issue_fraction"] = (
-            _issue_fraction(examples, issue_rows, multi_label) if "label_check_method" in result else None
-        )  # None: not checked
-        result["label_issue_examples"] = issue_rows[:SHOWN]
-        if check_labels and len(examples.keys) < examples.total:
-            result["label_check_sampled"] = len(examples.keys)  # of result["examples"]
+        issue_rows = _check_labels(examples, names, features, hp, result, check_labels, multi_label)
 
         result["outliers"] = len(outlier_rows)
         result["outlier_examples"] = outlier_rows[:SHOWN]
 
         drift = _feature_drift(features, baseline, health.uri, result)
-        limits = Limits(**{f.name: float(exec_properties[f.name]) for f in dataclasses.fields(Limits)})
-        # A weak check's share of suspects (a model that is often wrong suspects many) stops nothing: the
-        # summary and the report say that its ranking is unreliable.
-        trusted = result.get("label_check_accuracy", 1.0) >= TRUSTED_ACCURACY
-        found = checks.problems(near, result["label_issue_fraction"] if trusted else None, drift, limits)
-        # The class mix: warned about, never stopping the run (the Evaluator judges every class it can).
-        warnings = checks.class_warnings(ingestion.get("examples_per_split_and_class") or {})
+        found, warnings, limits = _problems(result, near, drift, ingestion, exec_properties)
         result.update(
             problems=found,
             warnings=warnings,
@@ -199,17 +176,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         )
 
         _write(health, result, issue_rows, outlier_rows)
-        logging.info(
-            "DataHealth: %d label issues, %d outliers, near-duplicate eval share %s, feature drift %s",
-            result["label_issues"],
-            len(outlier_rows),
-            "not searched" if near is None else f"{near:.3f}",
-            drift,
-        )
-        if found:  # DataHealthGate stops the run on them (or warns), after these files are kept
-            logging.warning("DataHealth: %s", checks.describe(found))
-        for warning in warnings:
-            logging.warning("DataHealth: %s", warning["text"])
+        _log_health(result, outlier_rows, near, drift, found, warnings)
 
     def _passes(
         self,
@@ -239,6 +206,59 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 fileio.rmtree(out_dir)
         rows = sorted(found["rows"], key=lambda r: (_SPLITS.index(r["split"]), r["path"], r["key"]))
         return _examples(found), rows
+
+
+def _check_labels(
+    examples: Examples, names: List[str], features, hp, result: Dict[str, Any], check_labels: bool, multi_label: bool
+) -> List[Dict[str, str]]:
+    """The label check on the sample (when asked): its suspects' rows, and its figures in `result`."""
+    if not check_labels:
+        issue_rows = []
+    else:
+        vectors = (
+            np.stack([examples.vectors[key] for key in examples.keys])
+            if features is not None and examples.keys
+            else None
+        )
+        issue_rows = (_multi_label_issues if multi_label else _single_label_issues)(
+            examples, names, vectors, hp, result
+        )
+    result["label_issues"] = len(issue_rows)
+    result["label_issue_fraction"] = (
+        _issue_fraction(examples, issue_rows, multi_label) if "label_check_method" in result else None
+    )  # None: not checked
+    result["label_issue_examples"] = issue_rows[:SHOWN]
+    if check_labels and len(examples.keys) < examples.total:
+        result["label_check_sampled"] = len(examples.keys)  # of result["examples"]
+    return issue_rows
+
+
+def _problems(
+    result: Dict[str, Any], near: Optional[float], drift: Optional[float], ingestion: Dict[str, Any], exec_properties
+):
+    """(the problems DataHealthGate acts on, the class mix's warnings, the limits they were judged by)."""
+    limits = Limits(**{f.name: float(exec_properties[f.name]) for f in dataclasses.fields(Limits)})
+    # A weak check's share of suspects (a model that is often wrong suspects many) stops nothing: the
+    # summary and the report say that its ranking is unreliable.
+    trusted = result.get("label_check_accuracy", 1.0) >= TRUSTED_ACCURACY
+    found = checks.problems(near, result["label_issue_fraction"] if trusted else None, drift, limits)
+    # The class mix: warned about, never stopping the run (the Evaluator judges every class it can).
+    warnings = checks.class_warnings(ingestion.get("examples_per_split_and_class") or {})
+    return found, warnings, limits
+
+
+def _log_health(result: Dict[str, Any], outlier_rows, near: Optional[float], drift, found, warnings) -> None:
+    logging.info(
+        "DataHealth: %d label issues, %d outliers, near-duplicate eval share %s, feature drift %s",
+        result["label_issues"],
+        len(outlier_rows),
+        "not searched" if near is None else f"{near:.3f}",
+        drift,
+    )
+    if found:  # DataHealthGate stops the run on them (or warns), after these files are kept
+        logging.warning("DataHealth: %s", checks.describe(found))
+    for warning in warnings:
+        logging.warning("DataHealth: %s", warning["text"])
 
 
 def _class_counts(ingestion: Dict[str, Any], names: List[str], multi_label: bool) -> Dict[Any, int]:

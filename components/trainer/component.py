@@ -23,7 +23,12 @@ from tfx.types import standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ExecutionParameter
 from tfx.utils import json_utils
 
-TRAINER_SETTINGS = {"epochs": int, "learning_rate": float}  # custom_config keys (trainer/hparams.py)
+from settings import declared, kind
+from trainer.hparams import HParams
+
+# The training settings a compiled job's runs can change (declared `runtime` in trainer/hparams.py): parameters of
+# the Trainer's own, written into its custom_config when given.
+TRAINER_SETTINGS = {f.name: kind(f) for f in declared(HParams) if f.metadata["runtime"]}
 
 
 def with_settings(exec_properties: Dict[str, Any]) -> Dict[str, Any]:

@@ -2,7 +2,7 @@
 
     ImageTuner(examples=<features (transfer models) or Transform's examples>, transform_graph=...,
                ingestion_report=example_gen.outputs["report"], previous=<latest tuner_results>,
-               trials=20 | RuntimeParameter, mode="auto" | "search", pipeline=NAME, hparams={...})
+               tune_trials=20 | RuntimeParameter, tune_mode="auto" | "search", pipeline=NAME, hparams={...})
       outputs["best_hyperparameters"]   HyperParameters: TFX's best_hyperparameters.txt (what the Trainer reads)
       outputs["tuner_results"]          TunerResults: TFX's tuner_results.json, search.json and tuning.json
 
@@ -63,8 +63,8 @@ class ImageTuner(base_component.BaseComponent):
         examples: types.BaseChannel,
         transform_graph: types.BaseChannel,
         ingestion_report: types.BaseChannel,
-        trials: Union[int, data_types.RuntimeParameter],
-        mode: str,
+        tune_trials: Union[int, data_types.RuntimeParameter],
+        tune_mode: str,
         pipeline: str,
         hparams: Dict[str, Any],
         max_class_drift: float,
@@ -85,9 +85,9 @@ class ImageTuner(base_component.BaseComponent):
                 eval_args=trainer_pb2.EvalArgs(splits=["eval"]),
                 tune_args=tuner_pb2.TuneArgs(num_parallel_trials=parallel_trials) if vertex else None,
                 custom_config=json_utils.dumps({**hparams, **(vertex or {})}),
-                trials=trials,
+                tune_trials=tune_trials,
                 epochs=epochs,
-                mode=mode,
+                tune_mode=tune_mode,
                 pipeline=pipeline,
                 max_class_drift=max_class_drift,
                 max_feature_drift=max_feature_drift,

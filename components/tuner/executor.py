@@ -36,7 +36,9 @@ from trainer.hparams import HParams
 
 BEST_FILE = "best_hyperparameters.txt"  # TFX's names (tfx/components/tuner/executor.py)
 RESULTS_FILE = "tuner_results.json"
-TRIALS, MODE, PIPELINE = "trials", "mode", "pipeline"
+TRIALS, MODE, PIPELINE = "tune_trials", "tune_mode", "pipeline"  # the settings' names (components/tuner Search)
+# Their names in jobs compiled before the trial count had one name: such jobs' runs still search.
+EARLIER_NAMES = {TRIALS: "trials", MODE: "mode"}
 SEARCHED = "searched"  # custom property of both outputs: 1 when this run searched, 0 when it reused a search
 LIMITS = ("max_class_drift", "max_feature_drift")
 
@@ -78,6 +80,48 @@ def _trials_in_order(results_uri: str) -> List[Dict[str, Any]]:
     return ordered
 
 
+# What tuning.json repeats of the search it used (this run's or the last one's), for the summary and the report.
+DECISION_COPIES = ("searched_at", "algorithm", "objective", "best", "best_score", "results", "space", "model")
+
+
+def _this_search(input_dict, exec_properties, hp: HParams, trials: int):
+    """The ingestion summary, and what this search would be: its data, settings and space (decision.profile)."""
+    examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
+    report = artifact_utils.get_single_instance(input_dict["ingestion_report"])
+    summary = json.loads(io_utils.read_string_file(os.path.join(report.uri, INGESTION_SUMMARY)))
+    train_counts = (summary.get("examples_per_split_and_class") or {}).get("train", {})
+    current = decision.profile(
+        hp,
+        trials,
+        exec_properties[PIPELINE],
+        _classes(artifact_utils.get_single_instance(input_dict[standard_component_specs.TRANSFORM_GRAPH_KEY])),
+        train_counts,
+        _features(examples),
+        tuning.space_names(hp),
+        tuning.SPACE_VERSION,
+    )
+    return summary, current
+
+
+def _searched(current, summary, best_uri: str, results_uri: str, started: float) -> Dict[str, Any]:
+    """search.json of the search this run made: its profile, best values and every trial in the order they ran."""
+    best_config = json.loads(io_utils.read_string_file(os.path.join(best_uri, BEST_FILE)))
+    ordered = _trials_in_order(results_uri)
+    scores = [t["score"] for t in ordered if t["score"] is not None]
+    train_counts = (summary.get("examples_per_split_and_class") or {}).get("train", {})
+    return {
+        **current,
+        "searched_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "algorithm": tuning.ALGORITHM,
+        "objective": tuning.objective_for(train_counts, multi_label=summary.get("task") == "multi"),
+        "best": tuning.values_of(best_config),
+        "best_config": best_config,
+        "best_score": max(scores) if scores else None,
+        "results": ordered,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
 class Executor(base_executor.BaseExecutor):
     def Do(
         self,
@@ -88,25 +132,16 @@ class Executor(base_executor.BaseExecutor):
         started = time.monotonic()
         # A run's epochs (a compiled job's runtime parameter) reach the trials as they reach the Trainer.
         exec_properties = with_settings(exec_properties)
+        exec_properties = {
+            **{new: exec_properties[old] for new, old in EARLIER_NAMES.items() if old in exec_properties},
+            **exec_properties,
+        }
         config = json_utils.loads(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null") or {}
         hp = HParams.from_custom_config(config)
         trials = int(exec_properties[TRIALS])
         if trials < 1:
             raise ValueError(f"tune_trials {trials}: use 1 or more trials")
-        examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
-        report = artifact_utils.get_single_instance(input_dict["ingestion_report"])
-        summary = json.loads(io_utils.read_string_file(os.path.join(report.uri, INGESTION_SUMMARY)))
-        train_counts = (summary.get("examples_per_split_and_class") or {}).get("train", {})
-        current = decision.profile(
-            hp,
-            trials,
-            exec_properties[PIPELINE],
-            _classes(artifact_utils.get_single_instance(input_dict[standard_component_specs.TRANSFORM_GRAPH_KEY])),
-            train_counts,
-            _features(examples),
-            tuning.space_names(hp),
-            tuning.SPACE_VERSION,
-        )
+        summary, current = _this_search(input_dict, exec_properties, hp, trials)
         best = artifact_utils.get_single_instance(output_dict[standard_component_specs.BEST_HYPERPARAMETERS_KEY])
         results = artifact_utils.get_single_instance(output_dict[standard_component_specs.TUNER_RESULTS_KEY])
         previous_artifact = (input_dict.get("previous") or [None])[0]
@@ -121,20 +156,7 @@ class Executor(base_executor.BaseExecutor):
             properties = dict(exec_properties)
             properties[standard_component_specs.CUSTOM_CONFIG_KEY] = json.dumps({**config, tuning.TRIALS_KEY: trials})
             self._search(input_dict, output_dict, properties, config, hp)
-            best_config = json.loads(io_utils.read_string_file(os.path.join(best.uri, BEST_FILE)))
-            ordered = _trials_in_order(results.uri)
-            scores = [t["score"] for t in ordered if t["score"] is not None]
-            record = {
-                **current,
-                "searched_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "algorithm": tuning.ALGORITHM,
-                "objective": tuning.objective_for(train_counts, multi_label=summary.get("task") == "multi"),
-                "best": tuning.values_of(best_config),
-                "best_config": best_config,
-                "best_score": max(scores) if scores else None,
-                "results": ordered,
-                "seconds": round(time.monotonic() - started, 2),
-            }
+            record = _searched(current, summary, best.uri, results.uri, started)
         else:
             record = previous
             io_utils.write_string_file(os.path.join(best.uri, BEST_FILE), json.dumps(record["best_config"]))
@@ -142,33 +164,16 @@ class Executor(base_executor.BaseExecutor):
                 os.path.join(previous_uri, RESULTS_FILE), os.path.join(results.uri, RESULTS_FILE), overwrite=True
             )
         io_utils.write_string_file(os.path.join(results.uri, SEARCH_FILE), json.dumps(record, indent=1))
-        io_utils.write_string_file(
-            os.path.join(results.uri, DECISION_FILE),
-            json.dumps(
-                {
-                    "searched": verdict.search,
-                    "reason": verdict.reason,
-                    "mode": exec_properties[MODE],
-                    "trials": trials,
-                    "reused_from": None if verdict.search else previous_uri,
-                    "seconds": round(time.monotonic() - started, 2),
-                    **{
-                        k: record.get(k)
-                        for k in (
-                            "searched_at",
-                            "algorithm",
-                            "objective",
-                            "best",
-                            "best_score",
-                            "results",
-                            "space",
-                            "model",
-                        )
-                    },
-                },
-                indent=1,
-            ),
-        )
+        decided = {
+            "searched": verdict.search,
+            "reason": verdict.reason,
+            "mode": exec_properties[MODE],
+            "trials": trials,
+            "reused_from": None if verdict.search else previous_uri,
+            "seconds": round(time.monotonic() - started, 2),
+            **{k: record.get(k) for k in DECISION_COPIES},
+        }
+        io_utils.write_string_file(os.path.join(results.uri, DECISION_FILE), json.dumps(decided, indent=1))
         for artifact in (best, results):
             artifact.set_int_custom_property(SEARCHED, int(verdict.search))
 

@@ -92,10 +92,10 @@ def DataValidationGate(
     result: OutputArtifact[DataValidationResult],
     baseline_blessing: InputArtifact[standard_artifacts.ModelBlessing] = None,
     fail_on_anomalies: Parameter[bool] = True,
-    max_class_drift: Parameter[float] = 1.0,
-    max_size_drift: Parameter[float] = 1.0,
-    max_format_drift: Parameter[float] = 1.0,
-    max_count_drop: Parameter[float] = 1.0,
+    max_class_drift: Parameter[float] = drift.Thresholds.max_class_drift,
+    max_size_drift: Parameter[float] = drift.Thresholds.max_size_drift,
+    max_format_drift: Parameter[float] = drift.Thresholds.max_format_drift,
+    max_count_drop: Parameter[float] = drift.Thresholds.max_count_drop,
 ) -> None:
     found = read_anomalies(anomalies.uri)
     limits = drift.Thresholds(

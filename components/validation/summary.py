@@ -32,7 +32,8 @@ def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
     """The gate's drift result, from its inputs and parameters (its outputs are gone when it failed)."""
     from components.validation.gate import read_profile
 
-    limits = drift_lib.Thresholds(**{k: float(c["properties"].get(k, 1.0)) for k in drift_lib.Thresholds._fields})
+    given = {k: float(c["properties"][k]) for k in drift_lib.Thresholds.__dataclass_fields__ if k in c["properties"]}
+    limits = drift_lib.Thresholds(**given)
     blessing = first(c["inputs"], "baseline_blessing")
     return drift_lib.check(
         read_profile(blessing) if blessing else None,

@@ -186,8 +186,9 @@ def _check_distinct_classes(folders, source: str) -> None:
             )
 
 
-def _list_manifest(data_root: str, manifest: str, task: str = "auto") -> Listing:
-    listing = Listing(layout="manifest", source=manifest)
+def _manifest_rows(manifest: str):
+    """The manifest's rows and its header's column names (lower case), or DataError on a header that does not
+    name its columns."""
     text = read_manifest(manifest)
     try:
         rows = list(csv.reader(io.StringIO(text)))
@@ -206,13 +207,25 @@ def _list_manifest(data_root: str, manifest: str, task: str = "auto") -> Listing
             f"{manifest}: the header names both label and labels; keep one column (labels for several "
             f"labels an image, separated by {LABEL_SEPARATOR!r})"
         )
-    listing.task = resolve_task(task, "labels" in header)
-    multi = listing.task == "multi"
-    if "labels" in header and not multi:
+    return rows, header
+
+
+def _manifest_task(manifest: str, header: List[str], task: str) -> str:
+    """--task resolved by the header (a labels column: several labels an image)."""
+    resolved = resolve_task(task, "labels" in header)
+    if "labels" in header and resolved != "multi":
         raise DataError(
             f"{manifest}: a labels column (several labels an image) with --task single; name the column "
             "label for one class an image, or use --task multi (or auto)"
         )
+    return resolved
+
+
+def _list_manifest(data_root: str, manifest: str, task: str = "auto") -> Listing:
+    listing = Listing(layout="manifest", source=manifest)
+    rows, header = _manifest_rows(manifest)
+    listing.task = _manifest_task(manifest, header, task)
+    multi = listing.task == "multi"
     col_path, col_label = header.index("path"), header.index("labels" if "labels" in header else "label")
     col_split = header.index("split") if "split" in header else None
     base = posixpath.dirname(manifest) if is_remote(manifest) else os.path.dirname(os.path.abspath(manifest))

@@ -202,6 +202,27 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
         if candidates
         else "empty"
     )
+    # In phases, each a loop of its own: a function call per file would cost on this hot path.
+    written = _write_examples(candidates, settings, writers, batch_key, result)
+    _account_examples(written, result)
+    for writer in writers.values():
+        writer.close()
+        result.shards.extend(writer.closed)
+    if settings.signatures_in_files:
+        signed = [m for m in result.metas if m.signature]
+        if signed:
+            result.signature_files.append(write_signatures(signed, settings.staging_dir, batch_key))
+        result.metas[:] = [m._replace(signature="") for m in result.metas]
+    return result
+
+
+def _write_examples(
+    candidates: List[Candidate], settings: Settings, writers: Dict[str, ShardWriter], batch_key: str, result
+) -> list:
+    """Ingestion's first phase: each file read, validated, reviewed, given its split and written by the split's
+    writer; quarantine rows and review decisions go into `result`. Returns each example written as
+    (candidate, sha256, split, stratum, info, shard, index, downscaled)."""
+    written = []
     for c in candidates:
         bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels, settings.sign)
         if bad:
@@ -242,7 +263,13 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
                 settings.staging_dir, split, settings.compression_level, settings.shard_bytes, batch_key
             )
         shard, index = writers[split].write(record)
-        downscaled = stored is not data
+        written.append((c, sha, split, stratum, info, shard, index, stored is not data))
+    return written
+
+
+def _account_examples(written: list, result: BatchResult) -> None:
+    """Ingestion's second phase: each written example's Meta (and Pending, in a PENDING shard) and its counts."""
+    for c, sha, split, stratum, info, shard, index, downscaled in written:
         result.metas.append(
             Meta(
                 sha,
@@ -264,15 +291,6 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
             result.stratified[(stratum, split)] += 1
         result.sizes[(split, "width", size_bucket(info.width))] += 1
         result.sizes[(split, "height", size_bucket(info.height))] += 1
-    for writer in writers.values():
-        writer.close()
-        result.shards.extend(writer.closed)
-    if settings.signatures_in_files:
-        signed = [m for m in result.metas if m.signature]
-        if signed:
-            result.signature_files.append(write_signatures(signed, settings.staging_dir, batch_key))
-        result.metas[:] = [m._replace(signature="") for m in result.metas]
-    return result
 
 
 SIGNATURES_DIR = "signatures"  # in the staging folder: a batch's signatures (near_duplicates.search_files)
