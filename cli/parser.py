@@ -220,7 +220,7 @@ def _add_predict_command(commands) -> None:
     )
     predict.add_argument("--root", help="the run's --root (to find the pushed model)")
     predict.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
-    predict.add_argument("--top", type=int, default=1, help="classes to show per image (default 1)")
+    predict.add_argument("--top", type=int, default=1, help="classes to show per image (default %(default)s)")
     predict.add_argument(
         "--confidence-threshold",
         type=float,
