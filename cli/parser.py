@@ -8,7 +8,7 @@ from cli.predict import PREDICT_SHOWN
 from pipeline.cloud_config import TARGETS, CloudConfig
 from pipeline.config import DECLARED, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
-from settings import declared, help_text, option
+from settings import declared, help_text, kind, option
 from storage.errors import one_line
 
 
@@ -56,11 +56,10 @@ def _add_declared_options(group, fields) -> None:
         elif field.type == List[str]:  # repeatable
             group.add_argument(flag, dest=field.name, action="append", help=text)
         else:
-            kind = field.type.__args__[0] if getattr(field.type, "__args__", None) else field.type  # Optional[X]: X
             group.add_argument(
                 flag,
                 dest=field.name,
-                type=str if field.metadata["choices"] else kind,
+                type=str if field.metadata["choices"] else kind(field),  # Optional[int]: int
                 choices=field.metadata["choices"],
                 metavar=field.metadata.get("metavar"),
                 help=text,
@@ -220,7 +219,7 @@ def _add_predict_command(commands) -> None:
     )
     predict.add_argument("--root", help="the run's --root (to find the pushed model)")
     predict.add_argument("--name", help="the run's --name (default: the only pipeline in --root)")
-    predict.add_argument("--top", type=int, default=1, help="classes to show per image (default 1)")
+    predict.add_argument("--top", type=int, default=1, help="classes to show per image (default %(default)s)")
     predict.add_argument(
         "--confidence-threshold",
         type=float,

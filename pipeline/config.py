@@ -185,13 +185,12 @@ class PipelineConfig(DeclaredSettings):
     def validate(self) -> "PipelineConfig":
         """Each declared setting's own check, then what settings need of each other and of the files they name."""
         declared_here = [f for f in declared(PipelineConfig) if f.name in PipelineConfig.__annotations__]
-        checked(self, declared_here, ConfigError)  # the run's own first: --name, then --data
+        checked(self, declared_here + [f for fields in DECLARED.values() for f in fields], ConfigError)  # --name first
         if self.data:
             try:
                 local_or_supported(self.data, f"--data {self.data}")
             except DataError as e:
                 raise ConfigError(str(e)) from None
-        checked(self, [f for fields in DECLARED.values() for f in fields], ConfigError)
         if self.review:
             self._check_review_file()
         check_beam_args(self.beam_args)

@@ -11,6 +11,7 @@ the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compile
 from tfx import v1 as tfx
 
 from components.beam_settings import with_executor
+from components.evaluator import Blessing
 from components.evaluator.component import ImageEvaluator
 from components.evaluator.eval_config import eval_config
 from components.example_gen.component import ImageExampleGen
@@ -29,6 +30,7 @@ from pipeline.config import PipelineConfig
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output, review_file
 from pipeline.platform import Platform
 from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
+from settings import declared
 from trainer.hparams import AUTO
 
 
@@ -108,11 +110,12 @@ class _Stages:
                 component.with_beam_pipeline_args(self.platform.step_beam_args[component.id])
 
     def setting(self, name: str):
-        """A setting's value, or on a platform that takes them, the runtime parameter that defaults to it."""
-        ptype = RUNTIME_PARAMETERS[name]
+        """A setting's value, or on a platform that takes them, the runtime parameter that defaults to it (for the
+        settings declared `runtime`)."""
         value = getattr(self.config, name)
-        if not self.platform.compiled or not job_has_parameter(self.config, name):
+        if name not in RUNTIME_PARAMETERS or not self.platform.compiled or not job_has_parameter(self.config, name):
             return value
+        ptype = RUNTIME_PARAMETERS[name]
         return tfx.dsl.experimental.RuntimeParameter(name=name, ptype=ptype, default=ptype(value))
 
     def run_check(self):
@@ -289,14 +292,12 @@ class _Stages:
             baseline_model=baseline.outputs["model"] if baseline else None,
             eval_config=eval_config(config.accuracy_threshold, config.confidence_threshold),
             example_splits=["eval"],
+            # each declared blessing setting (components/evaluator Blessing); locally eval_config carries the
+            # accuracy threshold, a compiled job's runs may change it
             settings={
-                **({"accuracy_threshold": self.setting("accuracy_threshold")} if self.platform.compiled else {}),
-                # every class with enough eval images must reach it (components/evaluator/metrics.py)
-                "min_class_recall": self.setting("min_class_recall"),
-                "confidence_threshold": config.confidence_threshold,
-                "target_precision": config.target_precision,
-                # eval images whose maps the report shows (components/evaluator/explanations.py)
-                "explanations": config.explanations,
+                f.name: self.setting(f.name)
+                for f in declared(Blessing)
+                if self.platform.compiled or f.name != "accuracy_threshold"
             },
         ).with_id("Evaluator")
 

@@ -27,7 +27,7 @@ def setting(
     default,
     help: str,
     choices: Optional[Tuple[str, ...]] = None,
-    flag: str = "",
+    flag: Optional[str] = "",
     check: Optional[Check] = None,
     runtime: Union[bool, str] = False,
     metavar: Optional[str] = None,
@@ -39,13 +39,13 @@ def setting(
     choices   the values it takes (checked)
     flag      its `imagepipe run` option when that is not --<name>; None: no option (an IMAGEPIPE_ variable only)
     check     (predicate, what to use instead) for values beyond `choices`
+    metavar   the option's placeholder in --help (default: the name in capitals)
     runtime   True: a runtime parameter of compiled jobs, named as the setting; a field's name: only in jobs
               compiled with that setting given (span_window with span_pattern)
     """
-    if runtime and type(default) not in (int, float):  # a RuntimeParameter's ptype: int, float or str
+    if runtime and type(default) not in (int, float):  # what pipeline/runtime_parameters.py checks and parses
         raise TypeError(f"setting({default!r}, runtime=...): runtime parameters are whole numbers or numbers")
-    metadata = {"help": help, "choices": choices, "flag": flag, "check": check, "runtime": runtime}
-    metadata["metavar"] = metavar
+    metadata = {"help": help, "choices": choices, "flag": flag, "check": check, "runtime": runtime, "metavar": metavar}
     if isinstance(default, (list, tuple)) and not isinstance(default, str):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

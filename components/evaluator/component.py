@@ -13,16 +13,12 @@ from tfx.types import standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ExecutionParameter
 from tfx.utils import json_utils
 
-from components.evaluator import eval_config as settings
+from components.evaluator import Blessing
 from components.evaluator.executor import Executor
+from settings import declared, kind
 
-EVALUATOR_SETTINGS = {
-    settings.THRESHOLD: float,
-    settings.CONFIDENCE: float,
-    settings.TARGET_PRECISION: float,
-    settings.MIN_CLASS_RECALL: float,
-    settings.EXPLANATIONS: int,
-}
+# Its parameters: the settings declared in components/evaluator/__init__.py (Blessing), by name.
+EVALUATOR_SETTINGS = {f.name: kind(f) for f in declared(Blessing)}
 
 
 class ImageEvaluatorSpec(standard_component_specs.EvaluatorSpec):
