@@ -17,7 +17,7 @@ augmented view.
 
 Packed, not a file an entry: at ten million images, an object per image and view was tens of
 millions of objects, a request each on every rerun. A worker writes the entries of one batch into one
-pack; a run reads every pack's keys once (its index: 40 bytes an entry in each worker process, twice that while it is sorted) and
+pack; a run reads every pack's keys once (its index: 40 bytes an entry in each worker process, about 90 while it is sorted) and
 then, per batch, each pack it needs in one ranged read of the span it needs (a rerun's batches are
 the first run's, so that is a pack or two a batch).
 
@@ -145,19 +145,15 @@ class FeatureCache:
             if name.endswith(PACK_SUFFIX)
         ]
         keys = self._map(lambda pack: self._pack_keys(*pack), packs)
-        found = [(n, k) for n, k in enumerate(keys) if k]
-        if not found:
+        counts = [len(k) // 32 for k in keys]
+        if not any(counts):
             return Index(np.array([], "S32"), np.array([], np.int32), np.array([], np.int32), [])
-        digests = np.concatenate([np.frombuffer(k, dtype="S32") for _, k in found])
-        pack = np.concatenate([np.full(len(k) // 32, n, np.int32) for n, k in found])
-        position = np.concatenate([np.arange(len(k) // 32, dtype=np.int32) for _, k in found])
+        digests = np.frombuffer(b"".join(keys), dtype="S32")
+        del keys  # the joined copy alone from here: the sort's peak is the arrays and their sorted copies
+        pack = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        position = np.concatenate([np.arange(n, dtype=np.int32) for n in counts])
         order = np.argsort(digests, kind="stable")
-        return Index(
-            digests[order],
-            pack[order],
-            position[order],
-            [(path, len(keys[n]) // 32 if keys[n] else 0) for n, (path, _) in enumerate(packs)],
-        )
+        return Index(digests[order], pack[order], position[order], [(path, n) for (path, _), n in zip(packs, counts)])
 
     def _pack_keys(self, path: str, whole_entries: int) -> bytes:
         """A pack's keys (b"" when its header or keys are damaged: its entries are computed again)."""
@@ -209,9 +205,6 @@ class FeatureCache:
                 fs.join(self.folder, PACKS_DIR, f"{uuid.uuid4().hex}{PACK_SUFFIX}"),
                 Pack.encode([digest(k) for k in keys], vectors),
             )
-
-    def get(self, key: str) -> Optional[np.ndarray]:
-        return self.get_many([key])[0]
 
     def put(self, key: str, vector: np.ndarray) -> None:
         self.put_many([key], np.asarray(vector)[None])
