@@ -33,9 +33,6 @@ class Thresholds:
         check=fraction("1: no check"),
     )
 
-    def asdict(self) -> Dict[str, float]:
-        return dataclasses.asdict(self)
-
 
 # Each compared distribution of the profile: (profile key, what the user reads, the threshold's setting).
 CHECKS = (
