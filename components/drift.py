@@ -14,7 +14,7 @@ previous statistics, so drift comparators in a schema are ignored.
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
-from settings import fraction, setting
+from settings import fraction, option, setting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +43,9 @@ CHECKS = (
 )
 
 
-def _option(setting: str) -> str:
-    return "--" + setting.replace("_", "-")
+def _option(name: str) -> str:
+    """The option that sets a threshold, as its declaration names it (settings.option)."""
+    return option(Thresholds.__dataclass_fields__[name])
 
 
 def check(
