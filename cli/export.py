@@ -114,21 +114,16 @@ def _write_export(args: argparse.Namespace, out: str, frozen, size: int, names, 
 
 
 def _check_package_target(out: str) -> None:
-    """A Core ML package is written only where none is, or over one this command wrote (its metadata says so)."""
+    """A Core ML package is written only where none is, or over one this command wrote (its metadata says so):
+    checked before the minutes-long conversion, and again at the replace (model_exports.check_replaceable)."""
     if not os.path.lexists(out):
         return
     from trainer import model_exports
 
     try:
-        ours = (
-            os.path.isdir(out)
-            and not os.path.islink(out)
-            and model_exports.describe_coreml(out)["producer"] == model_exports.PRODUCER
-        )
-    except Exception:  # noqa: BLE001 - not a package coremltools reads: not ours
-        ours = False
-    if not ours:
+        model_exports.check_replaceable(out)
+    except model_exports.ExportError:
         raise ConfigError(
             f"--out {out}: exists and is not a Core ML package imagepipe wrote, so it is never "
             "replaced; give a new path"
-        )
+        ) from None

@@ -14,7 +14,7 @@ previous statistics, so drift comparators in a schema are ignored.
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
-from settings import fraction, setting
+from settings import fraction, option, setting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,9 +33,6 @@ class Thresholds:
         check=fraction("1: no check"),
     )
 
-    def asdict(self) -> Dict[str, float]:
-        return dataclasses.asdict(self)
-
 
 # Each compared distribution of the profile: (profile key, what the user reads, the threshold's setting).
 CHECKS = (
@@ -46,8 +43,9 @@ CHECKS = (
 )
 
 
-def _option(setting: str) -> str:
-    return "--" + setting.replace("_", "-")
+def _option(name: str) -> str:
+    """The option that sets a threshold, as its declaration names it (settings.option)."""
+    return option(Thresholds.__dataclass_fields__[name])
 
 
 def check(

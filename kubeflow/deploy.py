@@ -54,13 +54,9 @@ def run_runner(runner, tfx_pipeline, **kwargs):
 def parameter_defaults(config: PipelineConfig) -> Dict[str, Any]:
     """The job's runtime parameters (pipeline/runtime_parameters.py RUNTIME_PARAMETERS) with this configuration's values: the
     compiled spec declares only their types, the job's runtimeConfig carries these values."""
-    from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
+    from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_parameters
 
-    return {
-        name: kind(getattr(config, name))
-        for name, kind in RUNTIME_PARAMETERS.items()
-        if job_has_parameter(config, name)
-    }
+    return {name: RUNTIME_PARAMETERS[name](getattr(config, name)) for name in job_parameters(config)}
 
 
 def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):

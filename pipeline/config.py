@@ -205,7 +205,7 @@ class PipelineConfig(DeclaredSettings):
             raise ConfigError(
                 "--confidence-threshold and --target-precision: give one (a threshold, or the precision it must reach)"
             )
-        self._validate_training()
+        self.validate_training()
         return self
 
     def _check_review_file(self) -> None:
@@ -217,8 +217,9 @@ class PipelineConfig(DeclaredSettings):
             )
         review_file.read(self.review)  # a file that is not a review file: one line
 
-    def _validate_training(self) -> None:
-        """The training settings (HParams names the option), and what they need of the stored images and schema."""
+    def validate_training(self) -> "PipelineConfig":
+        """What depends on the model (checked again once --model auto has chosen): the training settings together
+        (HParams names the option), and what they need of the stored images, weights and schema."""
         if (
             self.weights
             and self.weights != "imagenet"
@@ -230,7 +231,7 @@ class PipelineConfig(DeclaredSettings):
                 "'imagenet' or '' (random initialisation)"
             )
         try:
-            side = self.hparams().validate().image_size
+            side = self.hparams().validate_together().image_size
         except ValueError as e:
             raise ConfigError(str(e)) from None  # HParams names the option
         # A JPEG's copy is the largest DCT scale-down within the budget: a quarter of it at worst.
@@ -242,6 +243,7 @@ class PipelineConfig(DeclaredSettings):
         schema = self.schema_path()
         if schema and not is_remote(schema) and not os.path.isfile(schema):
             raise ConfigError(f"--schema {schema}: no such file; give a schema.pbtxt, or leave it out to infer one")
+        return self
 
     def check_memory(self, total_bytes: int) -> None:
         """One-line error when decoding images of up to max_pixels cannot fit in total_bytes of memory."""

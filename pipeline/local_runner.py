@@ -66,7 +66,7 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     listing = sources.list_source(base, source, config.layout, task=config.task)
     sources.check_usable(listing)
     choice = model_choice.choose([c.uri for c in listing.candidates if not c.problem]) if config.model == AUTO else None
-    check_imagenet_weights(model_choice.resolved(config, choice))
+    check_imagenet_weights(model_choice.resolved(config, choice))  # the model-dependent checks only: cheap
     return {
         "source": source,
         "layout": listing.layout,

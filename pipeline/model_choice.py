@@ -82,14 +82,14 @@ def for_compiled_job() -> Choice:
 
 
 def resolved(config, choice: Optional[Choice]):
-    """`config` with --model auto replaced by the choice (and the reason kept), checked again (the image size
-    is the chosen model's); a given model is kept as it is."""
+    """`config` (validated) with --model auto replaced by the choice (and the reason kept), its model-dependent
+    settings checked again (the image size is the chosen model's); a given model is kept as it is."""
     from storage.errors import ConfigError
 
     if config.model != AUTO or choice is None:
         return config
     chosen = dataclasses.replace(config, model=choice.model, model_choice=choice.reason)
     try:
-        return chosen.validate()
+        return chosen.validate_training()
     except ConfigError as e:
         raise ConfigError(f"{e} ({choice.reason}; give --model to choose another)") from None

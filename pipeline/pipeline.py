@@ -8,6 +8,8 @@ Transform runs after the gate, so nothing consumes data that failed validation. 
 the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compiled job can change them.
 """
 
+import dataclasses
+
 from tfx import v1 as tfx
 
 from components.beam_settings import with_executor
@@ -29,7 +31,7 @@ from components.validation.statistics import StatisticsGenExecutor, stats_option
 from pipeline.config import PipelineConfig
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output, review_file
 from pipeline.platform import Platform
-from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter
+from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter, job_parameters
 from settings import declared
 from trainer.hparams import AUTO
 
@@ -125,7 +127,7 @@ class _Stages:
             return None
         from pipeline.run_check import RunCheck
 
-        names = [name for name in RUNTIME_PARAMETERS if job_has_parameter(self.config, name)]
+        names = job_parameters(self.config)
         return RunCheck(
             **{name: self.setting(name) for name in names},
             job_parameters=",".join(names),
@@ -187,7 +189,7 @@ class _Stages:
             examples=example_gen.outputs["examples"],
             baseline_blessing=baseline.outputs["model_blessing"] if baseline else None,
             fail_on_anomalies=(self.config.gate == "fail"),
-            **self.config.drift_thresholds().asdict(),
+            **dataclasses.asdict(self.config.drift_thresholds()),
         )
 
     def transform(self, example_gen, schema_gen, gate):

@@ -18,7 +18,7 @@ def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
     """`--param NAME=VALUE` values for the compiled job's runtime parameters, each checked as its setting is:
     an unknown name, a parameter the job does not have, or a bad value is one line, before anything is sent."""
     values: Dict[str, Any] = {}
-    known = [n for n in RUNTIME_PARAMETERS if job_has_parameter(config, n)]
+    known = job_parameters(config)
     for item in given:
         name, sep, raw = item.partition("=")
         name, raw = name.strip(), raw.strip()
@@ -43,6 +43,11 @@ def runtime_values(config: PipelineConfig, given: List[str]) -> Dict[str, Any]:
             raise ConfigError(f"--param {name}={raw}: {str(e).split(': ', 1)[-1]}") from None
         values[name] = value
     return values
+
+
+def job_parameters(config: PipelineConfig) -> List[str]:
+    """The runtime parameters a job compiled from `config` has, in declaration order."""
+    return [name for name in RUNTIME_PARAMETERS if job_has_parameter(config, name)]
 
 
 def job_has_parameter(config: PipelineConfig, name: str) -> bool:

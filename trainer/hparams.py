@@ -224,6 +224,10 @@ class HParams:
     def validate(self) -> "HParams":
         """One-line errors that name the option (as `imagepipe run` spells it) and the accepted range."""
         checked(self, declared(HParams))  # each declared setting's choices and range
+        return self.validate_together()
+
+    def validate_together(self) -> "HParams":
+        """What the settings need of each other (PipelineConfig.validate has checked each declared one already)."""
         if self.channels not in (1, 3):
             raise ValueError(f"channels {self.channels}: use 1 or 3")
         if self.model in BACKBONES and self.channels != 3:

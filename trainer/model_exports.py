@@ -165,11 +165,22 @@ def write_coreml(frozen_one, image_size: int, class_names: Sequence[str], multi_
     try:
         staged = os.path.join(folder, os.path.basename(path))
         model.save(staged)
-        if os.path.exists(path):
+        if os.path.lexists(path):
+            check_replaceable(path)  # checked again here, at the replace: never a folder the project did not write
             shutil.rmtree(path)
         os.replace(staged, path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_replaceable(path: str) -> None:
+    """ExportError unless `path` is a Core ML package imagepipe wrote (its metadata names the producer)."""
+    try:
+        ours = os.path.isdir(path) and not os.path.islink(path) and describe_coreml(path)["producer"] == PRODUCER
+    except Exception:  # noqa: BLE001 - not a package coremltools reads: not ours
+        ours = False
+    if not ours:
+        raise ExportError(f"{path}: exists and is not a Core ML package imagepipe wrote, so it is never replaced")
 
 
 def describe_coreml(path: str) -> Dict:

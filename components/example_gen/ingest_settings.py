@@ -65,7 +65,7 @@ class IngestSettings(defaults.Ingestion):
             output_config=output_config,
             span=int(span or 0),
             span_pattern=props.get(SPAN_PATTERN_KEY) or "",
-            seed=int(_given(props.get(SEED_KEY), SEED)),
+            seed=SEED if props.get(SEED_KEY) is None else int(props[SEED_KEY]),
             **{f.name: _parameter(f, props.get(f.name)) for f in defaults.PARAMETERS},
         )
 
@@ -154,11 +154,6 @@ class IngestSettings(defaults.Ingestion):
 def _zero_pad(span: int, width_spec) -> str:
     """{SPAN:2} means a zero-padded width of 2, as in TFX's own span specs."""
     return str(span).zfill(int(width_spec[1:])) if width_spec else str(span)
-
-
-def _given(value, default):
-    """An exec property's value, or the default when the compiled pipeline left it out or unset."""
-    return default if value is None else value
 
 
 def _parameter(field: dataclasses.Field, value):

@@ -134,14 +134,18 @@ class ComputeFeatures(beam.DoFn):
         out = np.zeros((len(records), self._views + 1, dim), np.float32)
         missing = []  # per view: (the images the cache lacks, their entry names)
         started = time.perf_counter()
-        for view in range(self._views + 1):
-            names = [k if view == 0 else f"{k}.aug-{self._augment_id}-{view}" for k in keys]
+        views = [
+            [k if view == 0 else f"{k}.aug-{self._augment_id}-{view}" for k in keys] for view in range(self._views + 1)
+        ]
+        # One lookup for every view: a batch's views share its packs, read in one ranged request each.
+        cached = self._cache.get_many([name for names in views for name in names])
+        for view, names in enumerate(views):
             lacking = []
-            for i, cached in enumerate(self._cache.get_many(names)):
-                if cached is None:
+            for i, vector in enumerate(cached[view * len(keys) : (view + 1) * len(keys)]):
+                if vector is None:
                     lacking.append(i)
                 else:
-                    out[i, view] = cached
+                    out[i, view] = vector
             missing.append((lacking, [names[i] for i in lacking]))
             self._counters["computed"].inc(len(lacking))
             self._counters["reused"].inc(len(names) - len(lacking))

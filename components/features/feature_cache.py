@@ -17,7 +17,7 @@ augmented view.
 
 Packed, not a file an entry: at ten million images, an object per image and view was tens of
 millions of objects, a request each on every rerun. A worker writes the entries of one batch into one
-pack; a run reads every pack's keys once (its index: 40 bytes an entry in each worker process, twice that while it is sorted) and
+pack; a run reads every pack's keys once (its index: 40 bytes an entry in each worker process, about 90 while it is sorted) and
 then, per batch, each pack it needs in one ranged read of the span it needs (a rerun's batches are
 the first run's, so that is a pack or two a batch).
 
@@ -39,7 +39,7 @@ import time
 import uuid
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -145,19 +145,15 @@ class FeatureCache:
             if name.endswith(PACK_SUFFIX)
         ]
         keys = self._map(lambda pack: self._pack_keys(*pack), packs)
-        found = [(n, k) for n, k in enumerate(keys) if k]
-        if not found:
+        counts = [len(k) // 32 for k in keys]
+        if not any(counts):
             return Index(np.array([], "S32"), np.array([], np.int32), np.array([], np.int32), [])
-        digests = np.concatenate([np.frombuffer(k, dtype="S32") for _, k in found])
-        pack = np.concatenate([np.full(len(k) // 32, n, np.int32) for n, k in found])
-        position = np.concatenate([np.arange(len(k) // 32, dtype=np.int32) for _, k in found])
+        digests = np.frombuffer(b"".join(keys), dtype="S32")
+        del keys  # the joined copy alone from here: the sort's peak is the arrays and their sorted copies
+        pack = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        position = np.concatenate([np.arange(n, dtype=np.int32) for n in counts])
         order = np.argsort(digests, kind="stable")
-        return Index(
-            digests[order],
-            pack[order],
-            position[order],
-            [(path, len(keys[n]) // 32 if keys[n] else 0) for n, (path, _) in enumerate(packs)],
-        )
+        return Index(digests[order], pack[order], position[order], [(path, n) for (path, _), n in zip(packs, counts)])
 
     def _pack_keys(self, path: str, whole_entries: int) -> bytes:
         """A pack's keys (b"" when its header or keys are damaged: its entries are computed again)."""
@@ -210,9 +206,6 @@ class FeatureCache:
                 Pack.encode([digest(k) for k in keys], vectors),
             )
 
-    def get(self, key: str) -> Optional[np.ndarray]:
-        return self.get_many([key])[0]
-
     def put(self, key: str, vector: np.ndarray) -> None:
         self.put_many([key], np.asarray(vector)[None])
 
@@ -233,19 +226,17 @@ def _runs(positions: List[Tuple[int, int]], entry_bytes: int) -> List[List[Tuple
     return runs
 
 
-def _objects(folder: str) -> List[Tuple[str, int, float]]:
+def _objects(folder: str) -> Iterator[Tuple[str, int, float]]:
     """(name under the folder, bytes, modified seconds) of every file under a folder, local or on an object store
-    (one listing); none when it does not exist."""
+    (one listing), as the listing goes; none when it does not exist."""
     if fs.is_remote(folder):
-        return [(name, size, modified / 1e9) for name, size, modified in _remote_files(folder)]
-    found = []
+        for name, size, modified in _remote_files(folder):
+            yield name, size, modified / 1e9
+        return
     for path, _, names in os.walk(folder):
         for name in names:
             stat = os.stat(os.path.join(path, name))
-            found.append(
-                (os.path.relpath(os.path.join(path, name), folder).replace(os.sep, "/"), stat.st_size, stat.st_mtime)
-            )
-    return found
+            yield os.path.relpath(os.path.join(path, name), folder).replace(os.sep, "/"), stat.st_size, stat.st_mtime
 
 
 def _remote_files(folder: str):
@@ -295,45 +286,45 @@ LEGACY_ENTRY_SUFFIX = ".f32"  # an entry a file (FORMAT_VERSION 2): counted and 
 
 
 def describe(root: str) -> List[Dict]:
-    """Each fingerprint under a cache root (a local folder or gs://, one listing): its info, entries, bytes and
-    when it was last used."""
-    files: Dict[str, List[Tuple[str, int, float]]] = collections.defaultdict(list)
+    """Each fingerprint under a cache root (a local folder or gs://, one listing, streamed): its info, entries,
+    bytes and when it was last used. Counted as the listing goes: no file names are kept (a cache written before
+    packs has a file an image), only those of interrupted writes, which prune removes."""
+    found: Dict[str, Dict] = {}
+
+    def fingerprint_of(name: str) -> Dict:
+        if name not in found:
+            try:
+                info = read_info(root, name)
+            except Exception:  # noqa: BLE001 - missing or damaged (locally OSError/ValueError, remotely the store's)
+                info = {}
+            dim = info.get("dim") if isinstance(info.get("dim"), int) and info.get("dim") > 0 else 0
+            found[name] = {"fingerprint": name, "entries": 0, "bytes": 0, "newest": None, "temporary": [], "size": dim}
+            found[name].update({k: info.get(k) for k in ("model", "image_size", "dim", "weights")})
+        return found[name]
+
     if not fs.is_remote(root) and os.path.isdir(root):  # an empty local folder is listed too (and pruned)
         for name in os.listdir(root):
             if os.path.isdir(os.path.join(root, name)) and name != SOURCES_DIR:
-                files[name] = []
+                fingerprint_of(name)
     for name, size, modified in _objects(root):
-        if "/" in name and name.split("/", 1)[0] != SOURCES_DIR:
-            fingerprint, rest = name.split("/", 1)
-            files[fingerprint].append((rest, size, modified))
-    found = []
-    for fingerprint, listed in sorted(files.items()):
+        if "/" not in name or name.split("/", 1)[0] == SOURCES_DIR:
+            continue
+        fingerprint, rest = name.split("/", 1)
+        d = fingerprint_of(fingerprint)
+        packed = d["size"] and rest.endswith(PACK_SUFFIX)
+        d["entries"] += Pack.entries_in(size, d["size"]) if packed else rest.endswith(LEGACY_ENTRY_SUFFIX)
+        d["bytes"] += size
+        d["newest"] = modified if d["newest"] is None else max(d["newest"], modified)
+        if ".tmp-" in rest:
+            d["temporary"].append(rest)
+    for d in found.values():
+        newest = d.pop("newest")
+        del d["size"]
         try:
-            info = read_info(root, fingerprint)
-        except Exception:  # noqa: BLE001 - missing or damaged (locally OSError/ValueError, remotely the store's)
-            info = {}
-        dim = info.get("dim") if isinstance(info.get("dim"), int) and info.get("dim") > 0 else 0
-        entries = sum(
-            Pack.entries_in(size, dim) if dim and name.endswith(PACK_SUFFIX) else name.endswith(LEGACY_ENTRY_SUFFIX)
-            for name, size, _ in listed
-        )
-        try:
-            last_used = float(fs.read_bytes(fs.join(root, fingerprint, LAST_USED)))
+            d["last_used"] = float(fs.read_bytes(fs.join(root, d["fingerprint"], LAST_USED)))
         except Exception:  # noqa: BLE001 - never touched: its newest file (an empty folder: the folder's time)
-            last_used = max(
-                [modified for _, _, modified in listed] or [os.path.getmtime(os.path.join(root, fingerprint))]
-            )
-        found.append(
-            {
-                "fingerprint": fingerprint,
-                "entries": entries,
-                "bytes": sum(size for _, size, _ in listed),
-                "last_used": last_used,
-                "files": [name for name, _, _ in listed],
-                **{k: info.get(k) for k in ("model", "image_size", "dim", "weights")},
-            }
-        )
-    return found
+            d["last_used"] = newest if newest is not None else os.path.getmtime(os.path.join(root, d["fingerprint"]))
+    return [found[name] for name in sorted(found)]
 
 
 STALE_SECONDS = 3600  # a temporary file this old is left by an interrupted write, not one in progress
@@ -347,30 +338,36 @@ def prune(root: str, max_bytes: int) -> List[Dict]:
     removed, total = [], sum(d["bytes"] for d in kept)
     while kept and total > max_bytes:
         oldest = kept.pop()
-        _remove(root, oldest["fingerprint"], oldest["files"])
+        _remove(root, oldest["fingerprint"])
         total -= oldest["bytes"]
         removed.append(oldest)
     if not kept:
-        _remove(
-            root,
-            SOURCES_DIR,
-            [name.split("/", 1)[1] for name, _, _ in _objects(root) if name.startswith(SOURCES_DIR + "/")],
-        )
+        _remove(root, SOURCES_DIR)
     for d in kept:
-        for name in d["files"]:
+        for name in d["temporary"]:
             path = fs.join(root, d["fingerprint"], name)
-            if ".tmp-" in name and not fs.is_remote(root) and time.time() - os.path.getmtime(path) > STALE_SECONDS:
+            if not fs.is_remote(root) and time.time() - os.path.getmtime(path) > STALE_SECONDS:
                 os.remove(path)
     return removed
 
 
-def _remove(root: str, folder: str, names: List[str]) -> None:
-    """A fingerprint's (or sources/) files: the local folder whole, or each object listed."""
+DELETE_CHUNK = 1000  # objects one remote delete names at most: a fingerprint's listing is never held whole
+
+
+def _remove(root: str, folder: str) -> None:
+    """A fingerprint's (or sources/) files: the local folder whole, or its objects, listed as they go."""
     if not fs.is_remote(root):
         import shutil
 
         shutil.rmtree(os.path.join(root, folder), ignore_errors=True)
-    elif names:
-        from apache_beam.io.filesystems import FileSystems
+        return
+    from apache_beam.io.filesystems import FileSystems
 
-        FileSystems.delete([fs.join(root, folder, name) for name in names])
+    chunk = []
+    for name, _, _ in _objects(fs.join(root, folder)):
+        chunk.append(fs.join(root, folder, name))
+        if len(chunk) == DELETE_CHUNK:
+            FileSystems.delete(chunk)
+            chunk = []
+    if chunk:
+        FileSystems.delete(chunk)

@@ -14,7 +14,7 @@ Files of the `health` output, read by the run summary and the report without TFX
 
 import dataclasses
 
-from settings import checked, declared, fraction, setting
+from settings import fraction, setting
 
 HEALTH_FILE = "health.json"  # counts, checks against their thresholds, the first suspects
 LABEL_ISSUES_FILE = "label_issues.csv"  # every suspected label error, most likely first
@@ -59,8 +59,3 @@ class Limits:
         "largest shift of the backbone features from the last blessed model's data (default {default})",
         check=(lambda v: 0 <= v, "use 0 or more (a standardised shift)"),
     )
-
-    def validate(self) -> "Limits":
-        """One-line errors that name the option."""
-        checked(self, declared(Limits))
-        return self

@@ -6,6 +6,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+import settings
 from components.health import Limits
 
 # Poor images, on the resized pixels (0..255): nearly one colour, nearly black, nearly white; and a
@@ -103,7 +104,7 @@ def problems(
         limit = getattr(limits, setting)
         if value is None or value <= limit + 1e-9:
             continue
-        option = "--" + setting.replace("_", "-")
+        option = settings.option(Limits.__dataclass_fields__[setting])
         shown, bound = (f"{value:.1%}", f"{limit:.1%}") if share else (f"{value:.3f}", f"{limit:.3f}")
         found.append(
             {
