@@ -78,8 +78,8 @@ class Printer:
         self._line(f"  artifacts: {event['artifacts']}\n  metadata:  {event['metadata']}")
 
     def note(self, message: str) -> None:
-        """A line about the run itself (why it waits, a report that could not be written): on standard error where
-        standard output is JSON, else beside the progress."""
+        """A line about the run itself (why it waits for its turn): on standard error where standard output is JSON,
+        else beside the progress."""
         with self._lock:
             if self.mode == "json":
                 print(f"imagepipe: {message}", file=sys.stderr, flush=True)
