@@ -2,7 +2,6 @@
 time, Ctrl-C and SIGTERM recorded as an interruption, then the summary and the HTML report."""
 
 import argparse
-import sys
 from typing import Optional
 
 from cli.common import (
@@ -32,54 +31,29 @@ def print_summary(summary, config: Optional[PipelineConfig] = None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Parses, prints and reports: the run itself is pipeline/local_runner.py's (prepare, then run_watched)."""
+    """Parses and prints: the run, whole, is pipeline/local_runner.py's (run_local)."""
     quiet_logs(args.verbose)
     from pipeline import local_runner
     from storage.errors import DataError
 
     config = with_tuning(config_from_args(args), args, local=True)
     try:
-        prepared = local_runner.prepare(config)
+        outcome = local_runner.run_local(config, args.progress, args.verbose)
     except DataError as e:
         return fail(EXIT_BAD_INPUT, str(e))
-    if args.progress == "human":
-        print_start(prepared)
-    outcome = local_runner.run_watched(prepared, args.progress, on_wait=_waiting(args.progress))
-    if outcome.error and args.verbose and not outcome.interrupted:
-        import traceback
-
-        traceback.print_exception(outcome.error)
-    report = write_report(prepared.config, outcome.summary, verbose=args.verbose)
-    return print_outcome(outcome, report, prepared.config, args.progress)
-
-
-def print_start(prepared) -> None:
-    """What the run reads and where it writes, before it starts."""
-    from trainer.hparams import describe_model
-
-    config, found = prepared
-    sample = " (the digits sample)" if config.uses_sample_data else ""
-    print(
-        f"imagepipe: pipeline {config.pipeline_name!r} on {found['source']}{sample}: "
-        f"{found['files']:,} files, {len(found['classes'])} classes, {found['layout']} layout"
-    )
-    print(f"  model:     {describe_model(config.model, config.weights, config.model_choice)}")
-    print(f"  artifacts: {config.pipeline_root}\n  metadata:  {config.metadata_path}", flush=True)
-
-
-def _waiting(mode: str):
-    def waiting(message: str) -> None:
-        print(f"imagepipe: {message}", file=sys.stderr if mode == "json" else sys.stdout, flush=True)
-
-    return waiting
+    return print_outcome(outcome, args.progress, args.verbose)
 
 
 INTERRUPTED = "interrupted; the report shows what completed, and the next run reuses it from the cache"
 
 
-def print_outcome(outcome, report: Optional[str], config: PipelineConfig, mode: str) -> int:
+def print_outcome(outcome, mode: str, verbose: bool = False) -> int:
     """The run's end: its summary and report, or one line saying why it failed; the exit status."""
-    summary, error = outcome.summary, outcome.error
+    summary, error, report, config = outcome.summary, outcome.error, outcome.report, outcome.config
+    if error and verbose and not outcome.interrupted:
+        import traceback
+
+        traceback.print_exception(error)
     if mode == "json":
         outcome.printer.emit(
             {
@@ -118,22 +92,3 @@ def error_text(error: Exception, root: str = "") -> str:
             "free space there or give a --root on a disk with room, then run again (finished steps are cached)"
         )
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
-
-
-def write_report(config: PipelineConfig, summary, verbose: bool = False) -> Optional[str]:
-    """The run's HTML report (best effort: a report must never hide the run's own outcome)."""
-    if not summary:
-        return None
-    from report import report
-
-    try:
-        return report.build(
-            summary,
-            report.report_path(config.root, config.pipeline_name, summary["run_id"]),
-            pipeline_name=config.pipeline_name,
-        )
-    except Exception as e:  # noqa: BLE001
-        print(f"imagepipe: warning: the HTML report could not be written ({type(e).__name__}: {e})", file=sys.stderr)
-        if verbose:
-            raise
-        return None

@@ -6,9 +6,10 @@
 This module owns a local run: `prepare(config)` checks the settings (once), the input and --root (a one-line
 DataError or ConfigError, with nothing written) and settles what the run will be (the model --model auto chose, an
 earlier search's trials); `run(prepared)` takes the pipeline's turn and runs create_pipeline(config,
-platform.local(config)), returning the summary of what each component did; `run_watched(prepared, ...)` is the
-run as `imagepipe run` makes it (live progress, Ctrl-C and SIGTERM recorded as an interruption, a failed run's
-summary of what completed). `imagepipe run` (cli/run.py) only parses, prints and writes the report.
+platform.local(config)), returning the summary of what each component did; `run_local(config, ...)` is the
+run as `imagepipe run` makes it, whole (prepared, said, watched: live progress, Ctrl-C and SIGTERM recorded as an
+interruption, a failed run's summary of what completed; then its HTML report). `imagepipe run` (cli/run.py) only
+parses and prints the outcome.
 """
 
 import dataclasses
@@ -24,8 +25,17 @@ from runs import run_lock
 from trainer.hparams import AUTO, BACKBONES
 
 
-def preflight(config: PipelineConfig) -> Dict[str, Any]:
-    """Lists the input as ImageExampleGen will, and fails fast on unusable data.
+class Prepared(NamedTuple):
+    """A local run ready to start: its configuration as it will run (--model auto's choice, an earlier search's
+    trials) and what preflight() found in the input (source, layout, files, classes, model_choice)."""
+
+    config: PipelineConfig
+    found: Dict[str, Any]
+
+
+def preflight(config: PipelineConfig) -> Prepared:
+    """Lists the input as ImageExampleGen will, fails fast on unusable data, and settles the model (--model auto's
+    choice from the listed images, its settings and weights checked once).
 
     Cheap on purpose (no TFX import unless spans must be resolved): bad input is
     reported in a second, before anything is written. `config` is validated (prepare() does it).
@@ -66,14 +76,16 @@ def preflight(config: PipelineConfig) -> Dict[str, Any]:
     listing = sources.list_source(base, source, config.layout, task=config.task)
     sources.check_usable(listing)
     choice = model_choice.choose([c.uri for c in listing.candidates if not c.problem]) if config.model == AUTO else None
-    check_imagenet_weights(model_choice.resolved(config, choice))  # the model-dependent checks only: cheap
-    return {
+    resolved = model_choice.resolved(config, choice)
+    check_imagenet_weights(resolved)  # the model-dependent checks only: cheap
+    found = {
         "source": source,
         "layout": listing.layout,
         "files": len(listing.candidates),
         "classes": listing.classes,
         "model_choice": choice,
     }
+    return Prepared(resolved, found)
 
 
 # Beam runners that run on this machine (LocalDagRunner's components run Beam in-process).
@@ -241,14 +253,6 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     return config
 
 
-class Prepared(NamedTuple):
-    """A local run ready to start: its configuration as it will run (--model auto's choice, an earlier search's
-    trials) and what preflight() found in the input (source, layout, files, classes, model_choice)."""
-
-    config: PipelineConfig
-    found: Dict[str, Any]
-
-
 def prepare(config: PipelineConfig) -> Prepared:
     """Checks the settings once, makes the sample data if it is the input, then checks the input (see preflight)
     and --root, and settles the run's model and search.
@@ -260,12 +264,12 @@ def prepare(config: PipelineConfig) -> Prepared:
     if config.uses_sample_data:
         check_root(config)
         sample_data.make_digits(config.sample_data_dir, "the sample data folder (under --root)")
-        found = preflight(config)
+        prepared = preflight(config)
     else:
-        found = preflight(config)
+        prepared = preflight(config)
         check_root_outside_data(config)
         check_root(config)
-    return Prepared(with_earlier_search(model_choice.resolved(config, found["model_choice"])), found)
+    return prepared._replace(config=with_earlier_search(prepared.config))
 
 
 def run(
@@ -324,21 +328,50 @@ def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
 
 
 class Outcome(NamedTuple):
-    """How a watched run ended: the summary of what completed (None when it failed before any component; never an
-    older run's), its error, whether Ctrl-C or SIGTERM stopped it, and the printer its progress went to."""
+    """How a watched run ended: its configuration as it ran, the summary of what completed (None when it failed before
+    any component; never an older run's), its error, whether Ctrl-C or SIGTERM stopped it, the printer its progress
+    went to and its HTML report (None when there is no summary or it could not be written)."""
 
+    config: PipelineConfig
     summary: Optional[Dict[str, Any]]
     error: Optional[BaseException]
     interrupted: bool
     printer: Any  # runs.progress.Printer
+    report: Optional[str] = None
 
 
-def run_watched(prepared: Prepared, progress_mode: str, on_wait: Callable[[str], None]) -> Outcome:
-    """The run as `imagepipe run` makes it: in its pipeline's turn (runs/run_lock.py: this run's progress and
-    summary are its own, whatever else runs on the same root), with live progress, Ctrl-C and SIGTERM recorded as an
-    interruption, and a failed run's summary of what completed (the report is made from that summary)."""
-    with run_lock.hold(prepared.config.metadata_path, on_wait=on_wait):
-        return _run_watched(prepared, progress_mode)
+def run_local(config: PipelineConfig, progress_mode: str = "human", verbose: bool = False) -> Outcome:
+    """`imagepipe run`, whole: prepare() (a bad setting or input raises its one-line ConfigError or DataError, with
+    nothing written), what the run reads and where it writes said, the run in its pipeline's turn (runs/run_lock.py:
+    this run's progress and summary are its own, whatever else runs on the same root) with live progress, Ctrl-C and
+    SIGTERM recorded as an interruption, then the HTML report of what completed. `verbose`: a report that cannot be
+    written raises (else a warning)."""
+    from runs import progress
+
+    prepared = prepare(config)
+    printer = progress.Printer(progress_mode)
+    printer.emit(_prepared_event(prepared))
+    with run_lock.hold(prepared.config.metadata_path, on_wait=printer.note):
+        outcome = _run_watched(prepared.config, printer)
+    return outcome._replace(report=write_report(outcome, verbose))
+
+
+def _prepared_event(prepared: Prepared) -> Dict[str, Any]:
+    from trainer.hparams import describe_model
+
+    config, found = prepared
+    return {
+        "event": "run_prepared",
+        "pipeline": config.pipeline_name,
+        "source": found["source"],
+        "sample": config.uses_sample_data,
+        "files": found["files"],
+        "classes": len(found["classes"]),
+        "layout": found["layout"],
+        "model": describe_model(config.model, config.weights, config.model_choice),
+        "artifacts": config.pipeline_root,
+        "metadata": config.metadata_path,
+    }
 
 
 _signalled = []  # the signals received during this run (Beam may wrap the KeyboardInterrupt they raise)
@@ -349,20 +382,20 @@ def _raise_interrupted(signum, frame):
     raise KeyboardInterrupt
 
 
-def _run_watched(prepared: Prepared, progress_mode: str) -> Outcome:
+def _run_watched(config: PipelineConfig, printer) -> Outcome:
     import signal
 
     from runs import progress, run_store, run_summary
 
-    metadata_path = prepared.config.metadata_path
+    metadata_path = config.metadata_path
     error = summary = None
     started_ms = int(time.time() * 1000) - 1000
     handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
     _signalled.clear()
     try:
-        with progress.Progress(metadata_path, started_ms, progress_mode) as live:
+        with progress.Progress(metadata_path, started_ms, printer):
             try:
-                summary = run(prepared, started_ms=started_ms, locked=True)
+                summary = _run(config, started_ms)
             except (KeyboardInterrupt, Exception) as e:  # the summary of what did complete goes with it
                 error = e
             stopped = summary is None and (bool(_signalled) or isinstance(error, KeyboardInterrupt))
@@ -377,7 +410,26 @@ def _run_watched(prepared: Prepared, progress_mode: str) -> Outcome:
         except Exception:  # noqa: BLE001 - an unreadable store: the run's own error says more
             this_run = None
         summary = run_summary.summarize(metadata_path, this_run.name) if this_run else None
-    return Outcome(summary, error, stopped, live.printer)
+    return Outcome(config, summary, error, stopped, printer)
+
+
+def write_report(outcome: Outcome, verbose: bool = False) -> Optional[str]:
+    """The run's HTML report (best effort: a report must never hide the run's own outcome)."""
+    if not outcome.summary:
+        return None
+    import sys
+
+    from report import report
+
+    config = outcome.config
+    try:
+        path = report.report_path(config.root, config.pipeline_name, outcome.summary["run_id"])
+        return report.build(outcome.summary, path, pipeline_name=config.pipeline_name)
+    except Exception as e:  # noqa: BLE001
+        print(f"imagepipe: warning: the HTML report could not be written ({type(e).__name__}: {e})", file=sys.stderr)
+        if verbose:
+            raise
+        return None
 
 
 def interrupted(error: BaseException) -> bool:

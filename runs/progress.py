@@ -55,7 +55,9 @@ class Printer:
     def _human(self, event: Dict[str, Any]) -> None:
         clock = time.strftime("%H:%M:%S", time.gmtime(event["time"]))
         kind = event["event"]
-        if kind == "run_started":
+        if kind == "run_prepared":
+            self._prepared(event)
+        elif kind == "run_started":
             self._line(f"[{clock}] loading TensorFlow and TFX, compiling the pipeline ...")
         elif kind == "component_started":
             self._line(f"[{clock}] {event['component']} ...")
@@ -64,6 +66,25 @@ class Printer:
             self._line(f"[{clock}] {event['component']} {event['state']}{took}")
         elif kind == "progress":
             self._progress(event)
+
+    def _prepared(self, event: Dict[str, Any]) -> None:
+        """What the run reads and where it writes, before it starts."""
+        sample = " (the digits sample)" if event["sample"] else ""
+        self._line(
+            f"imagepipe: pipeline {event['pipeline']!r} on {event['source']}{sample}: "
+            f"{event['files']:,} files, {event['classes']:,} classes, {event['layout']} layout"
+        )
+        self._line(f"  model:     {event['model']}")
+        self._line(f"  artifacts: {event['artifacts']}\n  metadata:  {event['metadata']}")
+
+    def note(self, message: str) -> None:
+        """A line about the run itself (why it waits for its turn): on standard error where standard output is JSON,
+        else beside the progress."""
+        with self._lock:
+            if self.mode == "json":
+                print(f"imagepipe: {message}", file=sys.stderr, flush=True)
+            else:
+                self._line(f"imagepipe: {message}")
 
     def _progress(self, event: Dict[str, Any]) -> None:
         if not event["total"]:  # a count with no known end (the features step's images)
@@ -175,11 +196,11 @@ class MetadataWatcher(threading.Thread):
 
 
 class Progress:
-    """`with Progress(metadata_path, since_ms, mode):` around a run prints the progress of the
+    """`with Progress(metadata_path, since_ms, printer):` around a run prints the progress of the
     run created after since_ms (milliseconds since the epoch)."""
 
-    def __init__(self, metadata_path: str, since_ms: int, mode: str = "human", stream=None):
-        self.printer = Printer(mode, stream)
+    def __init__(self, metadata_path: str, since_ms: int, printer: Printer):
+        self.printer = printer
         self._metadata_path = metadata_path
         self._since_ms = since_ms
         self._handler: Optional[_LogHandler] = None

@@ -255,13 +255,13 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     from tfx.types import artifact_utils, standard_artifacts
     from tfx.utils import proto_utils
 
-    from pipeline import local_runner, model_choice, platform
+    from pipeline import local_runner, platform
     from pipeline.config import PipelineConfig
     from pipeline.pipeline import create_pipeline
 
     root = replica_runs["replicas"]["root"]
     config = PipelineConfig(root=root, data=small_digits, epochs=8, accuracy_threshold=0.0, min_class_recall=0.0)
-    config = model_choice.resolved(config, local_runner.preflight(config)["model_choice"])  # as the runner does
+    config = local_runner.preflight(config).config  # --model auto resolved, as the runner does
     trainer = next(c for c in create_pipeline(config, platform.local(config)).components if c.id == "Trainer")
     properties = {
         k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v

@@ -4,10 +4,10 @@ folder a layer; the stages of the DAG import each other without a loop; no modul
     bench/        benchmarks (they drive the commands)
     cli/          the command line (nothing but bench imports it)
     kubeflow/     the pipeline compiled, submitted and scheduled on Vertex AI / Kubeflow
-    report/       a run's HTML report
     review/       `imagepipe review`: what a run flags, on a local page, decided by a person
+    pipeline/     the DAG: create_pipeline, its configuration, the platform, the local runner (it writes the report)
+    report/       a run's HTML report
     prediction/   classifying images with a pushed model (in process, on Beam)
-    pipeline/     the DAG: create_pipeline, its configuration, the platform, the local runner
     runs/         run history in ML Metadata, one run at a time, live progress, the summary
     components/   the stages of the DAG, a folder each (what runs in the pipeline image and on workers)
     trainer/      the model code: hparams, inputs, Keras models, strategy, exports, run_fn (imports no stage)
@@ -26,10 +26,10 @@ LAYERS = [
     "bench",
     "cli",
     "kubeflow",
-    "report",
     "review",
-    "prediction",
     "pipeline",
+    "report",
+    "prediction",
     "runs",
     "components",
     "trainer",
