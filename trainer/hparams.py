@@ -88,7 +88,7 @@ class HParams:
     weights: str = setting(
         "imagenet",
         "backbones: 'imagenet' (installed with efficientnet_lite0, downloaded for the "
-        "others), a weights file (local or gs://), or '' (random) (default {default})",
+        "others), a weights file (local or gs://), or '' (random); default {default}",
     )
     # The most epochs: training stops earlier, once the eval loss has not improved for `patience` epochs,
     # and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the backbone frozen.
