@@ -17,7 +17,7 @@ from pipeline import local_runner
 from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, PipelineConfig
 from runs import run_summary
 
-pytestmark = pytest.mark.slow  # two whole pipeline runs
+pytestmark = pytest.mark.slow  # two whole pipeline runs for each earlier version
 
 # The last commits before each change of layout (docs/layout.md: Moving from an earlier layout).
 EARLIER_VERSIONS = {
@@ -48,7 +48,7 @@ def _details(summary, name):
 
 
 @pytest.mark.parametrize("commit", EARLIER_VERSIONS.values(), ids=EARLIER_VERSIONS.keys())
-def test_a_root_made_before_the_move_keeps_its_history_baseline_and_warm_start(tmp_path, small_digits, commit):
+def test_a_root_made_by_an_earlier_version_keeps_its_history_baseline_and_warm_start(tmp_path, small_digits, commit):
     earlier = _earlier_version(tmp_path / "earlier", commit)
     root = str(tmp_path / "root")
     settings = [

@@ -66,7 +66,7 @@ class HParams:
     model: str = setting(
         AUTO,
         "auto (efficientnet_lite0, pretrained on ImageNet, for photo-sized images; the small cnn for small ones; "
-        "the run says which and why), cnn, or a pretrained backbone for transfer learning (default {default})",
+        "the run says which and why), cnn, or a pretrained backbone for transfer learning; default {default}",
         (AUTO,) + MODELS,
     )
     # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py): the summary says it.
@@ -156,7 +156,7 @@ class HParams:
         "auto",
         f"imbalanced classes (the largest over {IMBALANCED_RATIO:g} times the "
         "smallest in train): auto (loss weights by class, and training follows balanced "
-        "accuracy), weights, sampling (class-balanced batches), off (default {default})",
+        "accuracy), weights, sampling (class-balanced batches), off; default {default}",
         BALANCE_MODES,
     )
     mixed_precision: str = setting(

@@ -68,15 +68,15 @@ class Ingestion:
     near_duplicates: str = setting(
         "report",
         "near-duplicate images (resized, recompressed, slightly cropped copies): report them, drop all but one "
-        "copy of each group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked) "
-        "(default {default})",
+        "copy of each group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked); "
+        "default {default}",
         NEAR_DUPLICATE_MODES,
     )
     task: str = setting(
         "auto",
         "single-label (a class an image) or multi-label (any number of labels an image, none included); auto: "
         "multi-label when a manifest has a labels column (path,labels, separated by ';'), a row names several "
-        "labels, or the import file is AutoML's multi-label kind (default {default}). Class folders are "
+        "labels, or the import file is AutoML's multi-label kind; default {default}. Class folders are "
         "single-label",
         TASKS,
     )

@@ -35,7 +35,7 @@ class LabelCheck:
     label_check: str = setting(
         "auto",
         "look for likely label errors: auto (with the transfer models' features), on (also a k-fold cnn on "
-        "pixels, ~one more training), off (default {default})",
+        "pixels, ~one more training), off; default {default}",
         LABEL_CHECKS,
     )
 
