@@ -13,8 +13,8 @@
     imagepipe sample-data --out DIR
     imagepipe export-schema --out schemas/pets/schema.pbtxt
 
-One module per group of commands (run.py, predict.py, cloud.py, history.py, data.py), the parser in
-parser.py. Heavy imports (TFX, TensorFlow) happen inside the commands, so `--help` and argument errors
+One module per group of commands (run.py, predict.py, export.py, cloud.py, history.py, data.py, review.py),
+what they share in common.py, the parser in parser.py. Heavy imports (TFX, TensorFlow) happen inside the commands, so `--help` and argument errors
 are instant. Errors are one line: what is wrong and what to do.
 """
 

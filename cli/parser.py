@@ -33,7 +33,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--progress",
         choices=PROGRESS_MODES,
         default=PROGRESS_MODES[0],
-        help="live progress: human (default), json (one JSON object per line), quiet",
+        help=f"live progress: human, json (one JSON object per line), quiet; default {PROGRESS_MODES[0]}",
     )
     p.add_argument("--verbose", action="store_true", help="show TFX and Beam logs")
 

@@ -41,19 +41,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         outcome = local_runner.run_local(config, args.progress, args.verbose)
     except DataError as e:
         return fail(EXIT_BAD_INPUT, str(e))
-    return print_outcome(outcome, args.progress, args.verbose)
+    return print_outcome(outcome, args.progress)
 
 
 INTERRUPTED = "interrupted; the report shows what completed, and the next run reuses it from the cache"
 
 
-def print_outcome(outcome, mode: str, verbose: bool = False) -> int:
+def print_outcome(outcome, mode: str) -> int:
     """The run's end: its summary and report, or one line saying why it failed; the exit status."""
     summary, error, report, config = outcome.summary, outcome.error, outcome.report, outcome.config
-    if error and verbose and not outcome.interrupted:
-        import traceback
-
-        traceback.print_exception(error)
     if mode == "json":
         outcome.printer.emit(
             {

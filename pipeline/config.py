@@ -111,7 +111,7 @@ class PipelineConfig(DeclaredSettings):
     cpu_replicas: int = setting(
         1,
         "split this machine's CPU into N logical devices and train across them (MirroredStrategy): runs the "
-        "multi-replica code without accelerators, for tests and debugging (no faster)",
+        "multi-replica code without accelerators, for tests and debugging (no faster; default {default})",
         check=(lambda v: 1 <= v <= MAX_CPU_REPLICAS, f"use 1 to {MAX_CPU_REPLICAS} logical CPU devices"),
         metavar="N",
     )
@@ -218,8 +218,7 @@ class PipelineConfig(DeclaredSettings):
         review_file.read(self.review)  # a file that is not a review file: one line
 
     def validate_training(self) -> "PipelineConfig":
-        """What depends on the model (checked again once --model auto has chosen): the training settings together
-        (HParams names the option), and what they need of the stored images, weights and schema."""
+        """The training settings together and what they need of the weights, stored images and schema files."""
         if (
             self.weights
             and self.weights != "imagenet"
@@ -230,19 +229,25 @@ class PipelineConfig(DeclaredSettings):
                 f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
                 "'imagenet' or '' (random initialisation)"
             )
+        self.validate_model()
+        schema = self.schema_path()
+        if schema and not is_remote(schema) and not os.path.isfile(schema):
+            raise ConfigError(f"--schema {schema}: no such file; give a schema.pbtxt, or leave it out to infer one")
+        return self
+
+    def validate_model(self) -> "PipelineConfig":
+        """What depends on the model, checked again once --model auto has chosen (pipeline/model_choice.py): the
+        training settings together (HParams names the option) and the stored images' size against its input."""
         try:
             side = self.hparams().validate_together().image_size
         except ValueError as e:
-            raise ConfigError(str(e)) from None  # HParams names the option
+            raise ConfigError(str(e)) from None
         # A JPEG's copy is the largest DCT scale-down within the budget: a quarter of it at worst.
         if self.store_max_pixels and self.store_max_pixels < 8 * side * side:
             raise ConfigError(
                 f"--store-max-pixels {self.store_max_pixels:,}: stored copies could be smaller than the "
                 f"{side}x{side} model input; use at least {8 * side * side:,} (or 0 to store originals)"
             )
-        schema = self.schema_path()
-        if schema and not is_remote(schema) and not os.path.isfile(schema):
-            raise ConfigError(f"--schema {schema}: no such file; give a schema.pbtxt, or leave it out to infer one")
         return self
 
     def check_memory(self, total_bytes: int) -> None:

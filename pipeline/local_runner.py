@@ -344,15 +344,22 @@ def run_local(config: PipelineConfig, progress_mode: str = "human", verbose: boo
     """`imagepipe run`, whole: prepare() (a bad setting or input raises its one-line ConfigError or DataError, with
     nothing written), what the run reads and where it writes said, the run in its pipeline's turn (runs/run_lock.py:
     this run's progress and summary are its own, whatever else runs on the same root) with live progress, Ctrl-C and
-    SIGTERM recorded as an interruption, then the HTML report of what completed. `verbose`: a report that cannot be
-    written raises (else a warning)."""
+    SIGTERM recorded as an interruption, then the HTML report of what completed. `verbose`: the run's error with its
+    traceback on standard error, and a report that cannot be written raises (else a warning)."""
     from runs import progress
 
     prepared = prepare(config)
     printer = progress.Printer(progress_mode)
     printer.emit(_prepared_event(prepared))
-    with run_lock.hold(prepared.config.metadata_path, on_wait=printer.note):
-        outcome = _run_watched(prepared.config, printer)
+    try:
+        with run_lock.hold(prepared.config.metadata_path, on_wait=printer.note):
+            outcome = _run_watched(prepared.config, printer)
+    except KeyboardInterrupt as e:  # Ctrl-C while waiting for the pipeline's turn: nothing ran
+        outcome = Outcome(prepared.config, None, e, True, printer)
+    if verbose and outcome.error and not outcome.interrupted:
+        import traceback
+
+        traceback.print_exception(outcome.error)  # before the report's own trouble, if any
     return outcome._replace(report=write_report(outcome, verbose))
 
 

@@ -90,6 +90,6 @@ def resolved(config, choice: Optional[Choice]):
         return config
     chosen = dataclasses.replace(config, model=choice.model, model_choice=choice.reason)
     try:
-        return chosen.validate_training()
+        return chosen.validate_model()
     except ConfigError as e:
         raise ConfigError(f"{e} ({choice.reason}; give --model to choose another)") from None

@@ -13,6 +13,9 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
+from components.evaluator.explanations import EXPLANATIONS_DIR, INDEX_FILE
+from components.example_gen import NEAR_DUPLICATES_FILE
+from components.health import LABEL_ISSUES_FILE, OUTLIERS_FILE
 from storage import files as fs
 
 LABEL_SUSPECT, CONFLICT, MISCLASSIFIED, OUTLIER, UNSURE = (
@@ -89,7 +92,7 @@ def from_run(summary: Dict[str, Any], predictions: Optional[str] = None) -> Item
 
 def _add_label_suspects(found: Items, health: Optional[str]) -> None:
     """The label check's suspects (DataHealth's label_issues.csv)."""
-    for row in _csv(health, "label_issues.csv"):
+    for row in _csv(health, LABEL_ISSUES_FILE):
         probability = float(row["given_probability"] or 0)
         found.add(
             LABEL_SUSPECT,
@@ -107,7 +110,7 @@ def _add_label_suspects(found: Items, health: Optional[str]) -> None:
 def _add_conflicts(found: Items, report: Optional[str]) -> None:
     """Near-duplicate groups (ingestion's near_duplicates.csv) whose members differ in label or split."""
     groups: Dict[str, List[Dict[str, str]]] = {}
-    for row in _csv(report, "near_duplicates.csv"):
+    for row in _csv(report, NEAR_DUPLICATES_FILE):
         groups.setdefault(row["group"], []).append(row)
     for members in groups.values():
         labels, splits = {m["label"] for m in members}, {m["split"] for m in members}
@@ -124,7 +127,7 @@ def _add_conflicts(found: Items, report: Optional[str]) -> None:
 
 def _add_misclassified(found: Items, evaluation: Optional[str]) -> None:
     """The eval images the model got wrong (the Evaluator's explanations/index.json)."""
-    index = _json(evaluation, os.path.join("explanations", "index.json")) or {}
+    index = _json(evaluation, os.path.join(EXPLANATIONS_DIR, INDEX_FILE)) or {}
     for image in index.get("images", []):
         if not image.get("correct", True):
             found.add(
@@ -140,7 +143,7 @@ def _add_misclassified(found: Items, evaluation: Optional[str]) -> None:
 
 def _add_outliers(found: Items, health: Optional[str]) -> None:
     """DataHealth's outliers.csv."""
-    for row in _csv(health, "outliers.csv"):
+    for row in _csv(health, OUTLIERS_FILE):
         found.add(
             OUTLIER,
             row["path"],

@@ -34,6 +34,10 @@ class Printer:
         self._last_step: Dict[str, int] = {}
         self._lock = threading.Lock()
 
+    def restart_clock(self) -> None:
+        """Times count from now: from the run's start, not from before it waited for its turn."""
+        self._started = time.monotonic()
+
     def emit(self, event: Dict[str, Any]) -> None:
         with self._lock:
             event = {"time": round(time.monotonic() - self._started, 2), **event}
@@ -214,6 +218,7 @@ class Progress:
         logger.addHandler(self._handler)
         self._watcher = MetadataWatcher(self._metadata_path, self._since_ms, self.printer.emit)
         self._watcher.start()
+        self.printer.restart_clock()
         self.printer.emit({"event": "run_started"})
         return self
 

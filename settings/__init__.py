@@ -19,8 +19,9 @@ declaration says `runtime` (pipeline/runtime_parameters.py). The bottom layer: i
 import dataclasses
 from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
-# A check: (what a good value satisfies, what to do otherwise), e.g. (lambda v: v >= 1, "use 1 or more spans").
-Check = Tuple[Callable[[Any], bool], str]
+# A check: (what a good value satisfies, what to do otherwise), e.g. (lambda v: v >= 1, "use 1 or more spans"); what
+# to do may be a function of the value that says which part of it is wrong, then what to do (any_of's).
+Check = Tuple[Callable[[Any], bool], Union[str, Callable[[Any], str]]]
 
 
 def setting(
@@ -87,7 +88,8 @@ def problem(field: dataclasses.Field, value) -> Optional[str]:
     if choices and value not in choices:
         return f"{option(field)} {value!r}: use {', '.join(choices)}"
     if check and not check[0](value):
-        return f"{option(field)} {value!r}: {check[1]}"
+        what = check[1]
+        return f"{option(field)} {what(value)}" if callable(what) else f"{option(field)} {value!r}: {what}"
     return None
 
 
@@ -97,6 +99,20 @@ def checked(values, fields: Iterable[dataclasses.Field], error=ValueError) -> No
         found = problem(field, getattr(values, field.name))
         if found:
             raise error(found)
+
+
+def items(value: str) -> list:
+    """A comma-separated setting's items."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def any_of(choices: Tuple[str, ...]) -> Check:
+    """A comma-separated list of some of `choices`; its error names the items that are not."""
+
+    def unknown(value: str) -> list:
+        return sorted(set(items(value)) - set(choices))
+
+    return (lambda v: not unknown(v), lambda v: f"{','.join(unknown(v))}: use {', '.join(choices)}")
 
 
 def fraction(none_means: str = "") -> Check:

@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import signal
+import time
 
 import pytest
 from commands import StartedCommand, run_imagepipe
@@ -15,7 +16,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from pipeline import local_runner
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
-from runs import run_store, run_summary
+from runs import run_lock, run_store, run_summary
 
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 
@@ -172,3 +173,24 @@ def test_sigterm_during_ingestion_is_recorded_as_interrupted(tmp_path, small_dig
     text = run_imagepipe("runs", "--root", str(tmp_path / "root")).stdout
     header, row = text.splitlines()[:2]
     assert row[header.index("components") :].startswith("1 canceled")  # the status fits its column
+
+
+def test_ctrl_c_while_waiting_for_its_turn_ends_the_run_and_its_json_progress(tmp_path, small_digits):
+    """A run waiting for another run of its pipeline (runs/run_lock.py) and stopped there: nothing ran, the exit
+    status is Ctrl-C's, and --progress json still ends with run_finished (scripts wait for it)."""
+    root = str(tmp_path / "root")
+    metadata_path = PipelineConfig(root=root, data=small_digits).metadata_path
+    with run_lock.hold(metadata_path):  # another run of the pipeline has its turn
+        proc = StartedCommand(["run", "--root", root, "--data", small_digits, "--progress", "json"])
+        for line in proc.lines(timeout=300):
+            if line.startswith("{") and json.loads(line)["event"] == "run_prepared":
+                break
+        time.sleep(2)  # from run_prepared to waiting on the lock is a few lines of Python
+        proc.send_signal(signal.SIGINT)
+        done = proc.wait(timeout=300)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert "another run of this pipeline is in progress" in done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [e["event"] for e in events] == ["run_prepared", "run_finished"], events
+    assert events[-1]["error"].startswith("interrupted") and events[-1]["report"] is None
+    assert not os.path.exists(metadata_path)  # nothing ran: no store was made

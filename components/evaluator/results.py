@@ -235,7 +235,9 @@ def test_split(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """The test split's scores (the Evaluator's <evaluation>/test), or None when the data had no test split."""
     from tfx.dsl.io import fileio
 
-    folder = os.path.join(evaluation_uri, "test")
+    from components.evaluator.eval_config import TEST_SPLIT
+
+    folder = os.path.join(evaluation_uri, TEST_SPLIT)
     if not fileio.exists(folder):
         return None
     return {**metrics(folder), "confusion": confusion_matrix(folder), "views": views(folder)}

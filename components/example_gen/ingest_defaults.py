@@ -67,16 +67,17 @@ class Ingestion:
     drop_duplicates: bool = setting(False, "keep one copy of identical files (default: keep all, in one split)")
     near_duplicates: str = setting(
         "report",
-        "near-duplicate images (resized, recompressed, slightly cropped copies): report them (default), drop all "
-        "but one copy of each group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go "
-        "unchecked)",
+        "near-duplicate images (resized, recompressed, slightly cropped copies): report them, drop all but one "
+        "copy of each group with one label, or off: no search (ingestion ~1.8x faster; eval leaks go unchecked); "
+        "default {default}",
         NEAR_DUPLICATE_MODES,
     )
     task: str = setting(
         "auto",
-        "single-label (a class an image) or multi-label (any number of labels an image, none included); auto "
-        "(default): multi-label when a manifest has a labels column (path,labels, separated by ';'), a row names "
-        "several labels, or the import file is AutoML's multi-label kind. Class folders are single-label",
+        "single-label (a class an image) or multi-label (any number of labels an image, none included); auto: "
+        "multi-label when a manifest has a labels column (path,labels, separated by ';'), a row names several "
+        "labels, or the import file is AutoML's multi-label kind; default {default}. Class folders are "
+        "single-label",
         TASKS,
     )
     # A review file whose relabels and exclusions apply, by content hash (review/, storage/review_file.py).

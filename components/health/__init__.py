@@ -34,8 +34,8 @@ class LabelCheck:
 
     label_check: str = setting(
         "auto",
-        "look for likely label errors: auto (default: with the transfer models' features), on (also a k-fold cnn "
-        "on pixels, ~one more training), off",
+        "look for likely label errors: auto (with the transfer models' features), on (also a k-fold cnn on "
+        "pixels, ~one more training), off; default {default}",
         LABEL_CHECKS,
     )
 

@@ -35,10 +35,10 @@ class Search:
         0,
         "search hyperparameters first (learning rate, dropout, head width, batch size; KerasTuner, Bayesian) in N "
         "trials scored on the eval split; later runs of the pipeline reuse the best values until the classes, the "
-        "data or the settings change",
+        "data or the settings change (default {default}: no search)",
         flag="--tune",
         check=(lambda v: 0 <= v <= MAX_TRIALS, f"use a number of trials from 1 to {MAX_TRIALS:,} (0: no search)"),
         runtime="tune_trials",
         metavar="N",
     )
-    tune_mode: str = setting("auto", "search or auto (IMAGEPIPE_TUNE_MODE; --retune sets it to search)", flag=None)
+    tune_mode: str = setting("auto", "search or auto; default {default} (--retune sets it to search)", flag=None)

@@ -13,7 +13,7 @@ GATE_MODES = ("fail", "warn")
 class Gate:
     """What the gates do with what they find (this one and data health's, components/health/gate.py)."""
 
-    gate: str = setting("fail", "on anomalies or drift: stop the run (default) or warn", GATE_MODES)
+    gate: str = setting("fail", "on anomalies or drift: fail (stop the run) or warn; default {default}", GATE_MODES)
 
 
 # DataValidationGate's `result` (gate.py), read back by the run summary and the report
