@@ -5,7 +5,7 @@
 
 This module owns a local run: `prepare(config)` checks the settings (once), the input and --root (a one-line
 DataError or ConfigError, with nothing written) and settles what the run will be (the model --model auto chose, an
-earlier search's trials); `run(prepared)` takes the pipeline's turn and runs create_pipeline(config,
+earlier search's trials); `run(config)` prepares it, takes the pipeline's turn and runs create_pipeline(config,
 platform.local(config)), returning the summary of what each component did; `run_local(config, ...)` is the
 run as `imagepipe run` makes it, whole (prepared, said, watched: live progress, Ctrl-C and SIGTERM recorded as an
 interruption, a failed run's summary of what completed; then its HTML report). `imagepipe run` (cli/run.py) only
@@ -16,7 +16,7 @@ import dataclasses
 import os
 import tempfile
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional, Union
+from typing import Any, Dict, NamedTuple, Optional
 
 from pipeline import model_choice, sample_data
 from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
@@ -272,25 +272,15 @@ def prepare(config: PipelineConfig) -> Prepared:
     return prepared._replace(config=with_earlier_search(prepared.config))
 
 
-def run(
-    config: Union[PipelineConfig, Prepared],
-    started_ms: int = 0,
-    locked: bool = False,
-    on_wait: Optional[Callable[[str], None]] = None,
-) -> Dict[str, Any]:
-    """Runs the pipeline; returns {'run_id', 'components': [...]} (see run_summary).
-
-    `config`: the settings (prepared first: bad input fails in a second, before TFX is imported), or what
-    prepare() returned. `started_ms` (milliseconds since the epoch, default now) tells this run from earlier ones
-    in ML Metadata. Runs of one pipeline take turns (runs/run_lock.py): `locked`, the caller holds the lock; else
-    `on_wait` hears why this run waits (default: printed).
-    """
-    prepared = config if isinstance(config, Prepared) else prepare(config)
-    started_ms = started_ms or int(time.time() * 1000)
-    if locked:
-        return _run(prepared.config, started_ms)
-    waiting = on_wait or (lambda message: print(f"imagepipe: {message}", flush=True))
-    with run_lock.hold(prepared.config.metadata_path, on_wait=waiting):
+def run(config: PipelineConfig) -> Dict[str, Any]:
+    """Runs the pipeline, prepared first (bad input fails in a second, before TFX is imported), in its pipeline's
+    turn (runs/run_lock.py; why it waits is printed); returns {'run_id', 'components': [...]} (see run_summary).
+    For scripts and tests: `imagepipe run` is run_local()."""
+    prepared = prepare(config)
+    started_ms = int(time.time() * 1000)  # tells this run from earlier ones in ML Metadata
+    with run_lock.hold(
+        prepared.config.metadata_path, on_wait=lambda message: print(f"imagepipe: {message}", flush=True)
+    ):
         return _run(prepared.config, started_ms)
 
 
