@@ -7,6 +7,7 @@ import os
 import sys
 import warnings
 
+import stacks
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.environment import from_environment
 from storage.errors import one_line
@@ -47,6 +48,7 @@ def fail(code: int, message: str) -> int:
 def quiet_logs(verbose: bool) -> None:
     if not verbose:
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # CUDA-not-found and oneDNN notices are noise here
+        stacks.quiet_tensorflow_start()  # the same notices where TensorFlow ignores the variable
         warnings.filterwarnings("ignore")
         import logging as std_logging
 

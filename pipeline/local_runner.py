@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import Any, Dict, NamedTuple, Optional
 
+import stacks
 from pipeline import model_choice, sample_data
 from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input
@@ -96,6 +97,7 @@ LOCAL_RUNNERS = (
     "BundleBasedDirectRunner",
     "SwitchingDirectRunner",
     "PrismRunner",
+    stacks.LOCAL_BEAM_RUNNER,
 )
 
 
@@ -339,8 +341,9 @@ def run_local(config: PipelineConfig, progress_mode: str = "human", verbose: boo
     from runs import progress
 
     prepared = prepare(config)
+    said = _prepared_event(prepared)  # before the clock starts: its reads (the stack's versions) take a few ms
     printer = progress.Printer(progress_mode)
-    printer.emit(_prepared_event(prepared))
+    printer.emit(said)
     try:
         with run_lock.hold(prepared.config.metadata_path, on_wait=printer.note):
             outcome = _run_watched(prepared.config, printer)
@@ -359,6 +362,7 @@ def _prepared_event(prepared: Prepared) -> Dict[str, Any]:
     config, found = prepared
     return {
         "event": "run_prepared",
+        "stack": stacks.describe(),
         "pipeline": config.pipeline_name,
         "source": found["source"],
         "sample": config.uses_sample_data,

@@ -29,6 +29,7 @@ import apache_beam as beam
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
+import stacks
 from prediction import image_inputs, predict, result_files
 from storage import files as fs
 from storage.spreadsheet import spreadsheet_safe
@@ -239,7 +240,7 @@ def local_args(workers: int) -> List[str]:
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", share)
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", share)
     return [
-        "--runner=DirectRunner",
+        f"--runner={stacks.LOCAL_BEAM_RUNNER}",
         f"--direct_num_workers={workers}",
         "--default_sdk_harness_log_level=CRITICAL",
         "--direct_running_mode=multi_processing" if workers > 1 else "--direct_running_mode=in_memory",

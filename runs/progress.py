@@ -74,6 +74,7 @@ class Printer:
     def _prepared(self, event: Dict[str, Any]) -> None:
         """What the run reads and where it writes, before it starts."""
         sample = " (the digits sample)" if event["sample"] else ""
+        self._line(f"imagepipe on the {event['stack']}")
         self._line(
             f"imagepipe: pipeline {event['pipeline']!r} on {event['source']}{sample}: "
             f"{event['files']:,} files, {event['classes']:,} classes, {event['layout']} layout"

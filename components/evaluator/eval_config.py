@@ -26,17 +26,17 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
     (each model has its own vocabulary), so candidate and baseline are each scored consistently.
     """
     # Here, not at the top: the constants above are read by plain-Python code (multi_label's gate, the summary)
-    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
     from trainer.features import LABEL_KEY
 
-    accuracy = tfma.MetricConfig(
+    accuracy = tfma_config.MetricConfig(
         class_name=ACCURACY_METRIC,  # its lower bound: the accuracy_threshold runtime parameter
-        threshold=tfma.MetricThreshold(
-            value_threshold=tfma.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
+        threshold=tfma_config.MetricThreshold(
+            value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
             # Ignored on the first run, when there is no blessed baseline yet.
-            change_threshold=tfma.GenericChangeThreshold(
-                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+            change_threshold=tfma_config.GenericChangeThreshold(
+                direction=tfma_config.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
             ),
         ),
     )
@@ -44,23 +44,23 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
     # binarizing by class id would need the class count before the data is read, and fail when
     # a class has no valid image.
     specs = [
-        tfma.MetricsSpec(
+        tfma_config.MetricsSpec(
             metrics=[
-                tfma.MetricConfig(class_name="ExampleCount"),
+                tfma_config.MetricConfig(class_name="ExampleCount"),
                 accuracy,
-                tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
+                tfma_config.MetricConfig(class_name="SparseCategoricalCrossentropy"),
                 # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
                 # (components/evaluator/views.py; threshold 0 is the plain argmax confusion matrix).
-                tfma.MetricConfig(
+                tfma_config.MetricConfig(
                     class_name="MultiClassConfusionMatrixPlot",
                     config=json.dumps({"thresholds": evaluation_views.thresholds_with(confidence_threshold)}),
                 ),
             ]
         )
     ]
-    return tfma.EvalConfig(
+    return tfma_config.EvalConfig(
         model_specs=[
-            tfma.ModelSpec(
+            tfma_config.ModelSpec(
                 signature_name="serving_examples",
                 label_key=LABEL_KEY,
                 prediction_key="probabilities",
@@ -68,7 +68,7 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
                 inference_batch_size=INFERENCE_BATCH,
             )
         ],  # images a model call decodes at once
-        slicing_specs=[tfma.SlicingSpec()],
+        slicing_specs=[tfma_config.SlicingSpec()],
         metrics_specs=specs,
     )
 

@@ -93,11 +93,11 @@ def with_threshold(exec_properties):
     threshold = exec_properties.get(THRESHOLD)
     if threshold is None:
         return exec_properties
-    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
     from tfx.utils import proto_utils
 
     key = standard_component_specs.EVAL_CONFIG_KEY
-    config = proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig())
+    config = proto_utils.json_to_proto(exec_properties[key], tfma_config.EvalConfig())
     for spec in config.metrics_specs:
         for metric in spec.metrics:
             if metric.class_name == ACCURACY_METRIC:
@@ -143,14 +143,14 @@ def with_class_checks(
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """exec_properties with eval_config's per-class metrics and floors (components/evaluator/metrics.py), and
     what class_gate.json records: which classes are judged, on what counts, and what the baseline is compared on."""
-    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
     from tfx.utils import proto_utils
 
     floor = min_class_recall(exec_properties)
     gate = class_gate(names, eval_counts, train_counts, floor)
     imbalanced = gate["imbalanced"]
     key = standard_component_specs.EVAL_CONFIG_KEY
-    config = proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig())
+    config = proto_utils.json_to_proto(exec_properties[key], tfma_config.EvalConfig())
     if imbalanced:  # the baseline is compared on balanced accuracy instead
         for spec in config.metrics_specs:
             for metric in spec.metrics:
@@ -175,7 +175,7 @@ def with_label_checks(
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """exec_properties with a multi-label eval config (components/evaluator/multi_label.py), and what
     class_gate.json records: which labels are judged at their thresholds, on what counts, and the macro bound."""
-    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
     from tfx.utils import proto_utils
 
     from components.evaluator import multi_label as multi_label_evaluation
@@ -183,7 +183,7 @@ def with_label_checks(
     floor = min_class_recall(exec_properties)
     key = standard_component_specs.EVAL_CONFIG_KEY
     config, bound = multi_label_evaluation.eval_config_for(
-        proto_utils.json_to_proto(exec_properties[key], tfma.EvalConfig()),
+        proto_utils.json_to_proto(exec_properties[key], tfma_config.EvalConfig()),
         len(names),
         compare,
         exec_properties.get(CONFIDENCE),

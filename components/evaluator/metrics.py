@@ -167,28 +167,30 @@ def class_specs(
     every class, recall bounded below by min_class_recall for the `judged` class ids and above 0 for the
     `must_find` ones, and balanced accuracy (with the change threshold against the last blessed model when
     `compare_balanced`)."""
-    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
     def metric(class_name: str, threshold=None):
-        return tfma.MetricConfig(class_name=class_name, module=MODULE, threshold=threshold)
+        return tfma_config.MetricConfig(class_name=class_name, module=MODULE, threshold=threshold)
 
     def classes(ids):
-        return tfma.BinarizationOptions(class_ids=tfma.RepeatedInt32Value(values=list(ids)))
+        return tfma_config.BinarizationOptions(class_ids=tfma_config.RepeatedInt32Value(values=list(ids)))
 
     judged, must_find = sorted(set(judged)), sorted(set(must_find) - set(judged))
     others = [c for c in range(len(eval_examples)) if c not in judged and c not in must_find]
 
     def floor(value: float):
-        return tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(lower_bound={"value": value}))
+        return tfma_config.MetricThreshold(
+            value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": value})
+        )
 
     specs = [
-        tfma.MetricsSpec(
+        tfma_config.MetricsSpec(
             metrics=[
                 metric(
                     "MeanClassRecall",
-                    tfma.MetricThreshold(
-                        change_threshold=tfma.GenericChangeThreshold(
-                            direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+                    tfma_config.MetricThreshold(
+                        change_threshold=tfma_config.GenericChangeThreshold(
+                            direction=tfma_config.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
                         )
                     )
                     if compare_balanced
@@ -199,19 +201,19 @@ def class_specs(
     ]
     if judged:
         specs.append(
-            tfma.MetricsSpec(
+            tfma_config.MetricsSpec(
                 metrics=[metric("ClassRecall", floor(min_class_recall)), metric("ClassPrecision")],
                 binarize=classes(judged),
             )
         )
     if must_find:
         specs.append(
-            tfma.MetricsSpec(
+            tfma_config.MetricsSpec(
                 metrics=[metric("ClassRecall", floor(FOUND_ONE)), metric("ClassPrecision")], binarize=classes(must_find)
             )
         )
     if others:
         specs.append(
-            tfma.MetricsSpec(metrics=[metric("ClassRecall"), metric("ClassPrecision")], binarize=classes(others))
+            tfma_config.MetricsSpec(metrics=[metric("ClassRecall"), metric("ClassPrecision")], binarize=classes(others))
         )
     return specs

@@ -60,17 +60,21 @@ def eval_config_for(
     as the multi-hot LABELS_KEY, and the metrics above. Its accuracy lower bound becomes macro AUC-PR's, averaged over
     the informative labels (eval_support: images per label id, of eval_images; a label on no eval image has no
     precision-recall curve, and TFMA would count it 0; one on every eval image scores 1 whatever the model does)."""
-    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
     from trainer.features import LABELS_KEY
 
     bound = _accuracy_bound(config)
     for spec in config.model_specs:
         spec.label_key = LABELS_KEY
-    threshold = tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(lower_bound={"value": bound}))
+    threshold = tfma_config.MetricThreshold(
+        value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": bound})
+    )
     if compare:
         threshold.change_threshold.CopyFrom(
-            tfma.GenericChangeThreshold(direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10})
+            tfma_config.GenericChangeThreshold(
+                direction=tfma_config.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+            )
         )
     del config.metrics_specs[:]
     config.metrics_specs.extend(_metrics_specs(num_labels, threshold, confidence_threshold, eval_support, eval_images))
@@ -99,33 +103,33 @@ def _metrics_specs(
 ) -> list:
     """The multi-label metrics: counts and the confusion plot, each label's figures, and macro AUC-PR held to
     `threshold`."""
-    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
-    labels = tfma.BinarizationOptions(class_ids=tfma.RepeatedInt32Value(values=list(range(num_labels))))
+    labels = tfma_config.BinarizationOptions(class_ids=tfma_config.RepeatedInt32Value(values=list(range(num_labels))))
     return [
-        tfma.MetricsSpec(
+        tfma_config.MetricsSpec(
             metrics=[
-                tfma.MetricConfig(class_name="ExampleCount"),
-                tfma.MetricConfig(
+                tfma_config.MetricConfig(class_name="ExampleCount"),
+                tfma_config.MetricConfig(
                     class_name="MultiLabelConfusionMatrixPlot", config=json.dumps({"thresholds": PLOT_THRESHOLDS})
                 ),
             ]
         ),
-        tfma.MetricsSpec(
+        tfma_config.MetricsSpec(
             metrics=[
-                tfma.MetricConfig(class_name=AUC_PR),
-                tfma.MetricConfig(class_name="Precision"),
-                tfma.MetricConfig(class_name="Recall"),
-                tfma.MetricConfig(
+                tfma_config.MetricConfig(class_name=AUC_PR),
+                tfma_config.MetricConfig(class_name="Precision"),
+                tfma_config.MetricConfig(class_name="Recall"),
+                tfma_config.MetricConfig(
                     class_name="ConfusionMatrixAtThresholds",
                     config=json.dumps({"thresholds": thresholds_with(confidence_threshold)}),
                 ),
             ],
             binarize=labels,
         ),
-        tfma.MetricsSpec(
-            metrics=[tfma.MetricConfig(class_name=AUC_PR, threshold=threshold)],
-            aggregate=tfma.AggregationOptions(
+        tfma_config.MetricsSpec(
+            metrics=[tfma_config.MetricConfig(class_name=AUC_PR, threshold=threshold)],
+            aggregate=tfma_config.AggregationOptions(
                 macro_average=True,
                 class_weights={
                     i: 1.0 for i in range(num_labels) if not eval_support or informative(eval_support[i], eval_images)

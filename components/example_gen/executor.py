@@ -57,6 +57,7 @@ from components.example_gen.ingest_report import (
 from components.example_gen.ingest_settings import REPORT_KEY, IngestSettings
 from components.example_gen.splitting import placement, shards, stratify
 from components.example_gen.writing import batch_ingest, beam_steps
+from stacks import IN_PROCESS_BEAM_RUNNERS
 from storage import files as fs
 from storage import review_file
 from storage.spreadsheet import csv_text
@@ -466,8 +467,7 @@ def near_search_in_memory(beam_args: List[str], files: int) -> bool:
     up to near_duplicates.MEMORY_MAX_IMAGES; otherwise (Dataflow, more images) as Beam stages."""
     runner = PipelineOptions(beam_args or []).view_as(StandardOptions).runner or "DirectRunner"
     return (
-        runner in ("DirectRunner", "direct", "FnApiRunner", "BundleBasedDirectRunner")
-        and files <= near_duplicates.MEMORY_MAX_IMAGES
+        runner in (*IN_PROCESS_BEAM_RUNNERS, "BundleBasedDirectRunner") and files <= near_duplicates.MEMORY_MAX_IMAGES
     )
 
 
@@ -515,7 +515,7 @@ def local_processes(beam_args: List[str], candidates: List[Candidate]) -> int:
     options = PipelineOptions(beam_args or [])
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
     direct = options.view_as(DirectOptions)
-    if runner not in ("DirectRunner", "direct") or direct.direct_running_mode == "multi_processing":
+    if runner not in IN_PROCESS_BEAM_RUNNERS or direct.direct_running_mode == "multi_processing":
         return 1
     if any(arg.split("=", 1)[0] == "--direct_num_workers" for arg in beam_args or []):
         return max(1, direct.direct_num_workers or cpu_count())

@@ -24,7 +24,7 @@ TO_FILL_IN = "TO FILL IN"
 #                       evaluation.weakest_class, evaluation.class_gate, last_blessed.balanced_accuracy)
 #   model               name (the pipeline), architecture (cnn | efficientnet_lite0 | mobilenet_v2 | efficientnet_b0),
 #                       architecture_detail (its weights, and why --model auto chose it), image_size,
-#                       classes [names, in id order], created (UTC), framework {tensorflow, tfx, keras},
+#                       classes [names, in id order], created (UTC), framework {stack, python, tensorflow, tfx, keras},
 #                       artifact (the Trainer's model URI), signature (serving_default input and outputs)
 #   data                sources [the ingested folder or file], layout, span, files_seen, examples,
 #                       per_split {split: n}, per_class_and_split {split: {class: n}}, imbalance_ratio

@@ -8,6 +8,7 @@ for the schema of model_card.json.
 import datetime
 import json
 import os
+import platform
 from typing import Any, Dict, List, Optional
 
 from absl import logging
@@ -17,6 +18,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
+import stacks
 from components.evaluator import results as evaluation_results
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.health import HEALTH_FILE
@@ -148,7 +150,14 @@ def _model(model_uri: str, info: Dict[str, Any], log: Dict[str, Any], pipeline: 
         # multi: any number of the classes (labels) an image, each with its own probability and threshold
         "task": info.get("task") or "single",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "framework": {"tensorflow": tf.__version__, "tfx": tfx.__version__, "keras": keras.__version__},
+        # the stack that trained it (stacks/): which lock, and the versions that matter for serving it
+        "framework": {
+            "stack": stacks.NAME,
+            "python": platform.python_version(),
+            "tensorflow": tf.__version__,
+            "tfx": tfx.__version__,
+            "keras": keras.__version__,
+        },
         "artifact": model_uri,
         "signature": "serving_default: image_bytes [batch] encoded JPEG/PNG/GIF/BMP -> probabilities, "
         "class_names, predicted_class, predicted_probability",

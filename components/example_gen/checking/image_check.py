@@ -107,7 +107,7 @@ def sniff_format(data: bytes) -> str:
         if dib_size in (12, 40, 52, 56, 64, 108, 124):
             return "bmp"
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        raise BadImage(Reason.UNSUPPORTED, "WebP image; TensorFlow decodes JPEG, PNG, GIF and BMP")
+        raise BadImage(Reason.UNSUPPORTED, "WebP image; the serving model decodes JPEG, PNG, GIF and BMP")
     if data[4:8] == b"ftyp" and data[8:12] in _ISO_BMFF_IMAGE_BRANDS:
         name = _ISO_BMFF_IMAGE_BRANDS[data[8:12]]
         raise BadImage(Reason.UNSUPPORTED, f"{name} image; TensorFlow decodes JPEG, PNG, GIF and BMP")

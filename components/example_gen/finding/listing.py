@@ -97,7 +97,8 @@ class Listing:
 
 def read_manifest(path: str) -> str:
     """A CSV manifest's text; DataError unless it is a regular file (a named pipe would block forever,
-    a device never end) of UTF-8 text."""
+    a device never end) of UTF-8 text. A NUL character is refused here, as Python 3.10's csv module refused it (3.11 and
+    later read it into a cell: a binary file would pass as a manifest of odd paths)."""
     if not is_remote(path):
         try:
             mode = os.stat(path).st_mode
@@ -109,9 +110,13 @@ def read_manifest(path: str) -> str:
                 "give a CSV manifest file"
             )
     try:
-        return read_bytes(path).decode("utf-8-sig")
+        text = read_bytes(path).decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text; save the manifest as UTF-8 CSV") from None
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise DataError(f"{path}: not a readable CSV (line {line} contains NUL); save it as plain UTF-8 CSV")
+    return text
 
 
 OUTSIDE_ROOT_PROBLEM = "symbolic link leading outside the data root (not read)"
