@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
@@ -29,7 +30,7 @@ def _predictions():
 def test_a_class_below_the_floor_fails_the_blessing_in_one_line_naming_it(tmp_path):
     names, counts = ["ok", "defect", "scratch"], {"ok": 400, "defect": 16, "scratch": 4}
     config = eval_config(accuracy_threshold=0.9)
-    config.model_specs[0].CopyFrom(tfma.ModelSpec(label_key="label", prediction_key="prediction"))
+    config.model_specs[0].CopyFrom(tfma_config.ModelSpec(label_key="label", prediction_key="prediction"))
     properties = {standard_component_specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(config), MIN_CLASS_RECALL: 0.5}
     properties, gate = model_evaluator.with_class_checks(
         properties, names, counts, {"ok": 1600, "defect": 64, "scratch": 16}
@@ -37,11 +38,11 @@ def test_a_class_below_the_floor_fails_the_blessing_in_one_line_naming_it(tmp_pa
     assert gate["judged"] == [0, 1]  # scratch: 4 eval images, too few to judge its recall...
     assert gate["must_find"] == [2]  # ... but enough that a model finding none of them misses the class
     assert gate["imbalanced"] and gate["compared_on"] == "balanced_accuracy"
-    config = proto_utils.json_to_proto(properties[standard_component_specs.EVAL_CONFIG_KEY], tfma.EvalConfig())
+    config = proto_utils.json_to_proto(properties[standard_component_specs.EVAL_CONFIG_KEY], tfma_config.EvalConfig())
     accuracy = next(m for s in config.metrics_specs for m in s.metrics if m.class_name == "SparseCategoricalAccuracy")
     assert not accuracy.threshold.HasField("change_threshold")  # compared on balanced accuracy instead
     balanced = next(m for s in config.metrics_specs for m in s.metrics if m.class_name == "MeanClassRecall")
-    assert balanced.threshold.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+    assert balanced.threshold.change_threshold.direction == tfma_config.MetricDirection.HIGHER_IS_BETTER
     balanced.threshold.ClearField("change_threshold")  # a first run: no baseline (TFX ignores change thresholds)
 
     out = tmp_path / "evaluation"
@@ -68,7 +69,7 @@ def test_balanced_data_keeps_comparing_on_accuracy_and_a_zero_floor_judges_no_cl
         properties, ["a", "b"], {"a": 50, "b": 48}, {"a": 200, "b": 190}
     )
     assert (gate["judged"], gate["must_find"], gate["imbalanced"], gate["compared_on"]) == ([], [], False, "accuracy")
-    config = proto_utils.json_to_proto(properties[standard_component_specs.EVAL_CONFIG_KEY], tfma.EvalConfig())
+    config = proto_utils.json_to_proto(properties[standard_component_specs.EVAL_CONFIG_KEY], tfma_config.EvalConfig())
     accuracy = next(m for s in config.metrics_specs for m in s.metrics if m.class_name == "SparseCategoricalAccuracy")
     assert accuracy.threshold.HasField("change_threshold")
     recall_specs = [s for s in config.metrics_specs if any(m.class_name == "ClassRecall" for m in s.metrics)]

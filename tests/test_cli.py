@@ -8,6 +8,7 @@ import pytest
 from commands import IMAGEPIPE, run_imagepipe, run_pipeline_module
 from conftest import expected_strategy_kind, image_bytes, make_class_tree, write
 
+import stacks
 from pipeline.config import PROJECT_DIR, default_pipeline_name
 
 
@@ -71,6 +72,7 @@ def test_run_prints_what_each_component_did(cli_runs):
     result = cli_runs["text"]  # `imagepipe run --no-cache` on 300 digits, the default text output
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
+    assert out.splitlines()[0] == f"imagepipe on the {stacks.describe()}"  # the first line names the stack
     assert "300 files, 10 classes, folders layout" in out
     assert re.search(r"ImageExampleGen +ran .*300 files -> 300 examples", out)
     assert re.search(r"DataValidationGate +ran .*passed: no anomalies", out)

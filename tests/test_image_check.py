@@ -10,6 +10,7 @@ import tensorflow as tf
 from conftest import image_bytes
 from PIL import Image
 
+import stacks
 from components.example_gen.checking.image_check import BadImage, Reason, check_image
 
 BUDGET = 50_000_000
@@ -108,6 +109,11 @@ def test_bad_files_get_a_reason(name):
 @pytest.mark.parametrize("name", sorted(n for n in BAD if n not in ("jpeg_truncated_end",)))
 def test_what_we_reject_tensorflow_cannot_decode_correctly(name):
     data, _ = BAD[name]
+    if name == "webp" and stacks.NAME == "modern":
+        # TensorFlow 2.21 decodes WebP; ingestion and predict refuse it all the same, so that what one stack takes in,
+        # a model pushed by the other still serves (TensorFlow 2.16 cannot decode it).
+        assert tf.io.decode_image(data, channels=3).shape[-1] == 3
+        return
     if name == "bmp_palette":
         # TF decodes it, but reads palette indices as gray levels: wrong pixels.
         decoded = tf.io.decode_image(data, channels=3).numpy()

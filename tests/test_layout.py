@@ -12,6 +12,8 @@ folder a layer; the stages of the DAG import each other without a loop; no modul
     components/   the stages of the DAG, a folder each (what runs in the pipeline image and on workers)
     trainer/      the model code: hparams, inputs, Keras models, strategy, exports, run_fn (imports no stage)
     storage/      files local or in an object store, output file names, artifact types, the one-line errors
+    settings/     a setting's one declaration
+    stacks/       the two supported stacks: what differs between them in code
 """
 
 import ast
@@ -35,6 +37,7 @@ LAYERS = [
     "trainer",
     "storage",
     "settings",
+    "stacks",
 ]
 LEVEL = {folder: level for level, folder in enumerate(LAYERS)}
 

@@ -494,7 +494,7 @@ def test_the_label_check_and_the_macro_average_leave_out_what_cannot_be_scored()
     assert label_issues.multi_label_folds(hot) == (5, "")
     assert label_issues.multi_label_folds(hot[:, :1])[0] == 0
     # Macro AUC-PR averages the labels with eval images (TFMA would count a label without any as 0).
-    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
     from pipeline.pipeline import eval_config
 
@@ -502,7 +502,7 @@ def test_the_label_check_and_the_macro_average_leave_out_what_cannot_be_scored()
     macro = [s for s in config.metrics_specs if s.HasField("aggregate")][0]
     assert dict(macro.aggregate.class_weights) == {0: 1.0, 2: 1.0} and bound == pytest.approx(0.7)
     assert macro.metrics[0].threshold.value_threshold.lower_bound.value == pytest.approx(0.7)
-    assert isinstance(config, tfma.EvalConfig) and config.model_specs[0].label_key == "labels"
+    assert isinstance(config, tfma_config.EvalConfig) and config.model_specs[0].label_key == "labels"
 
 
 def test_multi_label_splits_honour_the_eval_percent_per_label(tmp_path):

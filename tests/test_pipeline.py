@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from tfx import v1 as tfx
 from tfx.dsl.component.experimental.decorators import component
 from tfx.orchestration import metadata
 
+import stacks
 from cli.main import main as cli_main
 from components.example_gen.ingest_report import IngestionError
 from components.validation.gate import DataValidationError
@@ -536,6 +538,8 @@ def test_onnx_and_core_ml_exports_agree_with_the_savedmodel_and_are_listed(sampl
     assert spec["outputs"] == ["classLabel", "classLabel_probs"] and spec["class_names"] == trainer["class_names"]
     card = json.load(open(os.path.join(pushed, CARD_JSON)))
     assert [e["name"] for e in card["exports"]] == ["SavedModel", "TFLite float16", "TFLite int8", "onnx", "coreml"]
+    assert card["model"]["framework"]["stack"] == stacks.NAME  # which stack trained it, and its versions
+    assert card["model"]["framework"]["python"] == "{}.{}.{}".format(*sys.version_info[:3])
     line = next(line for line in run_text.format_summary(first) if "Trainer" in line)
     assert "ONNX" in line and "top-1 as the SavedModel on" in line and "Core ML" in line
 

@@ -209,20 +209,28 @@ def test_a_tpu_job_runs_the_tpu_image_and_must_find_its_tpu(tmp_path):
     assert HParams.from_custom_config(trainer).required_device == "tpu"
 
 
-def test_the_tpu_build_of_the_image_swaps_in_tensorflow_s_tpu_build_of_the_locked_version():
-    """./Dockerfile with --build-arg ACCELERATOR=tpu: TensorFlow's TPU build of the version the lock has, and
-    the libtpu that build requires (tensorflow-tpu 2.16.x: libtpu==2.16.0rc0, from Google's libtpu-releases index,
-    PyPI has no such version), in place of the plain TensorFlow; the default build is untouched."""
-    from importlib.metadata import version
+def _locked(stack: str, package: str) -> str:
+    """The version of `package` that stacks/<stack>.lock pins."""
+    lock = open(os.path.join(PROJECT_DIR, "stacks", f"{stack}.lock")).read()
+    return re.search(rf"^{re.escape(package)}==(\S+)", lock, re.M)[1]
 
+
+def test_the_tpu_build_of_the_image_swaps_in_tensorflow_s_tpu_build_of_the_locked_version():
+    """./Dockerfile with --build-arg ACCELERATOR=tpu: TensorFlow's TPU build of the version the legacy lock has, and
+    the libtpu that build requires (tensorflow-tpu 2.16.x: libtpu==2.16.0rc0, from Google's libtpu-releases index,
+    PyPI has no such version), in place of the plain TensorFlow; the default build is untouched. The modern stack has
+    none (tensorflow-tpu stops at 2.20): that build is refused in one line, naming the way out."""
     steps = _dockerfile(os.path.join(PROJECT_DIR, "Dockerfile"))
     args = dict(a.split("=", 1) for kind, a in steps if kind == "ARG")
     assert args["ACCELERATOR"] == "cpu"
-    assert args["TPU_TENSORFLOW"] == f"tensorflow-tpu=={version('tensorflow')}"
+    assert args["TPU_TENSORFLOW"] == f"tensorflow-tpu=={_locked('legacy', 'tensorflow')}"
+    assert _locked("modern", "tensorflow").startswith("2.21.")
     assert args["LIBTPU"] == "libtpu==2.16.0rc0"
     assert args["LIBTPU_INDEX"] == "https://storage.googleapis.com/libtpu-releases/index.html"
     (swap,) = [a for kind, a in steps if kind == "RUN" and "ACCELERATOR" in a]
     assert '[ "$ACCELERATOR" = "tpu" ]' in swap and "uv pip uninstall --system tensorflow" in swap
+    refusal = re.search(r'"\$STACK" != "legacy" \];\s+then\s+echo "([^"]+)" && exit 1', swap)
+    assert refusal and "no TPU build of 2.21" in refusal[1] and "--build-arg STACK=legacy" in refusal[1]
     assert '--no-deps "$TPU_TENSORFLOW" "$LIBTPU" --find-links "$LIBTPU_INDEX"' in swap and "import libtpu" in swap
     assert [kind for kind, _ in steps].index("RUN") < [s for s in steps].index(("RUN", swap))  # after the lock
 
@@ -750,19 +758,23 @@ def _project_modules(spec):
 def test_the_image_holds_and_imports_what_the_compiled_job_runs(vertex_job):
     """./Dockerfile, read instruction by instruction against the compiled job and this tree."""
     import fnmatch
-    from importlib.metadata import version
 
     from pipeline.cloud_config import IMAGE_PROJECT_DIR
 
     steps = _dockerfile(os.path.join(PROJECT_DIR, "Dockerfile"))
     kinds = [kind for kind, _ in steps]
-    assert steps[0] == ("FROM", f"tensorflow/tfx:{version('tfx')}")  # the TFX this project locks
+    # The modern stack by default, the legacy one by --build-arg STACK=legacy: each stack's base, with its lock.
+    assert steps[0] == ("ARG", "STACK=modern")
+    bases = dict(reversed(args.split(" AS ")) for kind, args in steps if kind == "FROM" and " AS " in args)
+    assert bases["legacy-base"] == f"tensorflow/tfx:{_locked('legacy', 'tfx')}"  # the TFX the legacy lock has
+    assert re.fullmatch(r"python:3\.1[23]-slim-trixie", bases["modern-base"])  # Debian 13: glibc 2.41
+    assert ("FROM", "${STACK}-base") in steps
     assert ("WORKDIR", IMAGE_PROJECT_DIR) in steps and ("ENV", f"PYTHONPATH={IMAGE_PROJECT_DIR}") in steps
     runs = [args for kind, args in steps if kind == "RUN"]
     uv_version = re.search(r"^UV_VERSION := (\S+)$", open(os.path.join(PROJECT_DIR, "Makefile")).read(), re.M)[1]
-    assert f"uv=={uv_version}" in runs[0] and "-r requirements.lock" in runs[0]  # the Makefile's installer, the lock
+    assert f"uv=={uv_version}" in runs[0] and "-r ${STACK}.lock" in runs[0]  # the Makefile's installer, the lock
     # The lock is installed before the project is copied (a code change does not reinstall TFX).
-    assert kinds.index("COPY") < kinds.index("RUN") and steps[kinds.index("COPY")][1].startswith("requirements.lock")
+    assert kinds.index("COPY") < kinds.index("RUN") and steps[kinds.index("COPY")][1].startswith("stacks/${STACK}.lock")
     assert ("COPY", ". .") in steps[kinds.index("RUN") :]
 
     _, _, spec = vertex_job
@@ -1013,7 +1025,7 @@ def test_tfx_build_image_builds_the_project_s_dockerfile(monkeypatch):
     dockerfile.Dockerfile(filename=path)  # the builder's first step: generate a Dockerfile if none exists
     assert open(path).read() == before  # kept, not replaced by TFX's default
     steps = _dockerfile(path)
-    assert steps[0][0] == "FROM" and any("-r requirements.lock" in args for kind, args in steps if kind == "RUN")
+    assert "FROM" in dict(steps) and any("-r ${STACK}.lock" in args for kind, args in steps if kind == "RUN")
     assert not os.path.exists(os.path.join(PROJECT_DIR, "kubeflow", "Dockerfile"))  # one Dockerfile, at the root
 
 

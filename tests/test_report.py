@@ -7,6 +7,8 @@ import pytest
 from browser import open_page
 from commands import run_imagepipe
 
+import stacks
+
 pytestmark = pytest.mark.slow  # whole pipeline runs (make test-fast leaves them out)
 
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
@@ -30,6 +32,7 @@ def test_json_progress_reports_components_ingestion_and_training(runs):
     # What the run reads and where it writes comes first, before TensorFlow loads (the human lines' facts).
     assert events[0]["event"] == "run_prepared" and (events[0]["files"], events[0]["classes"]) == (300, 10)
     assert events[0]["layout"] == "folders" and events[0]["metadata"].endswith("metadata.db")
+    assert events[0]["stack"] == stacks.describe()
     finished = [e["component"] for e in events if e["event"] == "component_finished"]
     assert finished[0] == "ImageExampleGen" and finished[-1] == "Pusher" and len(finished) == 13
     assert {e["component"] for e in events if e["event"] == "component_started"} >= {"ImageExampleGen", "Trainer"}
