@@ -47,6 +47,20 @@ def _earlier_version(folder, commit: str) -> str:
     return str(folder)
 
 
+def _second_run(root: str, data: str, **settings) -> PipelineConfig:
+    """The next run on the earlier root: its first run's settings, warm-started from its blessed model."""
+    return PipelineConfig(
+        root=root,
+        data=data,
+        schema=SAMPLE_SCHEMA,
+        epochs=3,
+        accuracy_threshold=0.2,
+        min_class_recall=0.0,
+        warm_start=True,
+        **settings,
+    )
+
+
 def _details(summary, name):
     return next(c["details"] for c in summary["components"] if c["component"] == name)
 
@@ -84,15 +98,7 @@ def test_a_root_made_by_an_earlier_version_keeps_its_history_baseline_and_warm_s
         timeout=900,
     )
     assert first.returncode == 0, first.stderr[-3000:]
-    config = PipelineConfig(
-        root=root,
-        data=small_digits,
-        schema=SAMPLE_SCHEMA,
-        epochs=3,
-        accuracy_threshold=0.2,
-        min_class_recall=0.0,
-        warm_start=True,
-    )
+    config = _second_run(root, small_digits)
     [earlier_run] = run_summary.list_runs(config.metadata_path)
     assert earlier_run["status"] == "complete" and earlier_run["blessed"], earlier_run
 
@@ -150,17 +156,7 @@ def test_a_root_made_by_the_legacy_stack_keeps_working_on_the_modern_one(tmp_pat
     settings += ["--image-size", "32"]  # the pretrained backbone: its features step and cache too
     first = _legacy("run", *settings, "--progress", "quiet", cwd=str(tmp_path))
     assert first.returncode == 0, first.stderr[-3000:]
-    config = PipelineConfig(
-        root=root,
-        data=small_digits,
-        schema=SAMPLE_SCHEMA,
-        epochs=3,
-        accuracy_threshold=0.2,
-        min_class_recall=0.0,
-        model="efficientnet_lite0",
-        image_size=32,
-        warm_start=True,
-    )
+    config = _second_run(root, small_digits, model="efficientnet_lite0", image_size=32)
     [legacy_run] = run_summary.list_runs(config.metadata_path)
     assert legacy_run["status"] == "complete" and legacy_run["blessed"], legacy_run
     before = run_summary.summarize(config.metadata_path, legacy_run["run_id"])
