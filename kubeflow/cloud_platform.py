@@ -24,7 +24,9 @@ def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
     schema = config.schema_path()
     return Platform(
         pipeline_root=root,
-        beam_pipeline_args=dataflow_args(config, cloud) if cloud.dataflow else stacks.local_beam_args(config.beam_args),
+        beam_pipeline_args=dataflow_args(config, cloud)
+        if cloud.dataflow
+        else stacks.local_beam_args(config.beam_args, stacks.IMAGE_BEAM_RUNNER),
         serving_dir=f"{root}/serving",
         feature_cache=cloud.feature_cache,
         schema_file=schema_in_image(schema) if schema else None,

@@ -97,7 +97,7 @@ LOCAL_RUNNERS = (
     "BundleBasedDirectRunner",
     "SwitchingDirectRunner",
     "PrismRunner",
-    stacks.LOCAL_BEAM_RUNNER,
+    stacks.FN_API_RUNNER,
 )
 
 

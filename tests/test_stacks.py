@@ -71,7 +71,7 @@ def test_a_compiled_job_names_the_same_runner_for_either_stacks_image(tmp_path):
     config = PipelineConfig(name="imagepipe", data="gs://bucket/images").validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root="gs://bucket/root", image="img:1")
     args = cloud_platform.platform(config, cloud.validate(config)).beam_pipeline_args
-    assert args == [f"--runner={stacks.LOCAL_BEAM_RUNNER}"] == stacks.local_beam_args([])
+    assert args == [f"--runner={stacks.FN_API_RUNNER}"]
 
 
 def test_beam_runs_here_without_trying_to_download_a_runner(caplog):
