@@ -34,7 +34,6 @@ import tempfile
 import threading
 import time
 
-import stacks
 from bench import corpus as corpus_lib
 from bench import examplegen_package, measure_in_fresh_process
 
@@ -98,9 +97,7 @@ def measure_examplegen(corpus, scratch, code_dir=None, **component_args):
     os.makedirs(examples.uri)
     os.makedirs(report.uri)
     begun = time.monotonic()
-    # The local run's Beam arguments: the stack's runner (Beam 2.77's DirectRunner would first try to download Prism).
-    beam_args = stacks.local_beam_args([]) if not code_dir else []
-    executor.Executor(executor.Executor.Context(tmp_dir=scratch, beam_pipeline_args=beam_args)).Do(
+    executor.Executor(executor.Executor.Context(tmp_dir=scratch)).Do(
         {}, {"examples": [examples], "report": [report]}, props
     )
     work = time.monotonic() - begun

@@ -12,7 +12,6 @@ from typing import List
 
 from tfx import v1 as tfx
 
-import stacks
 from pipeline.cloud_config import IMAGE_PROJECT_DIR, CloudConfig
 from pipeline.config import PROJECT_DIR, ConfigError, PipelineConfig
 from pipeline.platform import Platform, StepMachine
@@ -24,9 +23,7 @@ def platform(config: PipelineConfig, cloud: CloudConfig) -> Platform:
     schema = config.schema_path()
     return Platform(
         pipeline_root=root,
-        beam_pipeline_args=dataflow_args(config, cloud)
-        if cloud.dataflow
-        else stacks.local_beam_args(config.beam_args, stacks.IMAGE_BEAM_RUNNER),
+        beam_pipeline_args=dataflow_args(config, cloud) if cloud.dataflow else list(config.beam_args),
         serving_dir=f"{root}/serving",
         feature_cache=cloud.feature_cache,
         schema_file=schema_in_image(schema) if schema else None,

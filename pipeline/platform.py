@@ -12,7 +12,6 @@ never asks which runner it is on.
 import dataclasses
 from typing import Any, Dict, List, Optional
 
-import stacks
 from pipeline.config import PipelineConfig
 
 
@@ -55,7 +54,7 @@ def local(config: PipelineConfig) -> Platform:
     """This machine: LocalDagRunner, SQLite ML Metadata, Beam's local runner, folders under --root."""
     return Platform(
         pipeline_root=config.pipeline_root,
-        beam_pipeline_args=stacks.local_beam_args(config.beam_args),
+        beam_pipeline_args=list(config.beam_args),
         serving_dir=config.serving_dir,
         feature_cache=config.feature_cache,
         schema_file=config.schema_path(),

@@ -23,16 +23,13 @@ from importlib import metadata
 # lock is made for 3.12 and 3.13); TFX 1.16 needs Python < 3.11.
 NAME = "modern" if sys.version_info >= (3, 12) else "legacy"
 
-# Beam's in-process runner. Beam 2.70+'s DirectRunner first tries PrismRunner, which it downloads from the internet
-# (offline it fails and logs the failure on every Beam stage; online it runs the pipeline on a runner nothing here
-# tests), then falls back to FnApiRunner for a batch pipeline: the modern stack names FnApiRunner. Beam 2.61's
-# DirectRunner goes to FnApiRunner at once, and stays: named directly there, a run of the digits sample took 1.10x as
-# long (wall, 2 pairs side by side). Its full name: Beam 2.61 knows no short one.
+# Beam's in-process runner for `imagepipe predict --workers`, named there. Beam 2.70+'s DirectRunner first tries
+# PrismRunner, which it downloads from the internet (offline it fails at once and falls back to FnApiRunner): the modern
+# stack names FnApiRunner, by its full name (Beam 2.61 knows no short one). The DAG's own Beam steps name no runner:
+# naming one, any one, made ImageExampleGen 1.7-2x as slow on both stacks (1,005 files, work seconds 1.56 -> 2.63 on
+# the modern stack, 1.54-1.76 -> 2.95-3.17 on the legacy one), for a reason not yet found.
 FN_API_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 LOCAL_BEAM_RUNNER = FN_API_RUNNER if NAME == "modern" else "DirectRunner"
-# A compiled job's steps that run Beam in the image: a job compiled on either stack may run in either stack's image
-# (the modern one by default), so it names the runner both have.
-IMAGE_BEAM_RUNNER = FN_API_RUNNER
 # The names of Beam's in-process runners (ours, and a user's --beam-arg --runner=...).
 IN_PROCESS_BEAM_RUNNERS = ("DirectRunner", "direct", "FnApiRunner", FN_API_RUNNER)
 
@@ -49,12 +46,6 @@ def describe() -> str:
     return (
         f"{NAME} stack: TFX {_version('tfx')}, TensorFlow {_version('tensorflow')}, Python {platform.python_version()}"
     )
-
-
-def local_beam_args(beam_args, runner: str = LOCAL_BEAM_RUNNER) -> list:
-    """Beam arguments for a run in this process (or, given IMAGE_BEAM_RUNNER, in the pipeline image): the in-process
-    runner unless the user named one (theirs comes last, and Beam takes the last --runner)."""
-    return [f"--runner={runner}", *beam_args]
 
 
 # TensorFlow 2.17+ logs through absl before absl's logging is set up, which TF_CPP_MIN_LOG_LEVEL does not reach

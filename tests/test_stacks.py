@@ -9,8 +9,7 @@ from importlib import metadata
 import pytest
 
 import stacks
-from pipeline import platform
-from pipeline.config import PROJECT_DIR, PipelineConfig
+from pipeline.config import PROJECT_DIR
 
 LOCKED = {"modern": ("1.21.0", "2.21.0", (3, 12)), "legacy": ("1.16.0", "2.16.2", (3, 10))}
 
@@ -53,29 +52,9 @@ def test_no_google_library_warns_about_the_python_version_on_the_modern_stack():
     assert "non-supported Python version" not in done.stderr and "Python version" not in done.stderr, done.stderr
 
 
-def test_a_local_run_names_the_stacks_beam_runner_and_keeps_the_users(tmp_path):
-    config = PipelineConfig(root=str(tmp_path), data=str(tmp_path))
-    assert platform.local(config).beam_pipeline_args == [f"--runner={stacks.LOCAL_BEAM_RUNNER}"]
-    users = PipelineConfig(root=str(tmp_path), data=str(tmp_path), beam_args=("--runner=DirectRunner",))
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-
-    args = platform.local(users).beam_pipeline_args
-    assert PipelineOptions(args).view_as(StandardOptions).runner == "DirectRunner"  # the user's, given last
-
-
-def test_a_compiled_job_names_the_same_runner_for_either_stacks_image(tmp_path):
-    """A job compiled on one stack may run in the other stack's image: its Beam steps name the runner both have."""
-    from kubeflow import cloud_platform
-    from pipeline.cloud_config import CloudConfig
-
-    config = PipelineConfig(name="imagepipe", data="gs://bucket/images").validate()
-    cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root="gs://bucket/root", image="img:1")
-    args = cloud_platform.platform(config, cloud.validate(config)).beam_pipeline_args
-    assert args == [f"--runner={stacks.FN_API_RUNNER}"]
-
-
 def test_beam_runs_here_without_trying_to_download_a_runner(caplog):
-    """Beam 2.70+'s DirectRunner first fetches PrismRunner from the internet: the stack's runner never does."""
+    """Beam 2.70+'s DirectRunner first fetches PrismRunner from the internet: the runner `predict --workers` names
+    never does."""
     import logging
 
     import apache_beam as beam
@@ -83,7 +62,7 @@ def test_beam_runs_here_without_trying_to_download_a_runner(caplog):
     from apache_beam.testing.util import assert_that, equal_to
 
     caplog.set_level(logging.INFO)
-    with beam.Pipeline(options=PipelineOptions(stacks.local_beam_args([]))) as pipeline:
+    with beam.Pipeline(options=PipelineOptions([f"--runner={stacks.LOCAL_BEAM_RUNNER}"])) as pipeline:
         summed = pipeline | beam.Create([1, 2, 3]) | beam.CombineGlobally(sum)
         assert_that(summed, equal_to([6]))
     assert not [r for r in caplog.records if "prism" in r.getMessage().lower()], caplog.text
