@@ -172,7 +172,13 @@ class PipelineConfig(DeclaredSettings):
         given = {f.name: getattr(self, f.name) for f in declared(HParams)}
         if self.image_size is None and self.uses_sample_data:
             given["image_size"] = SAMPLE_IMAGE_SIZE
-        return HParams(**given, model_choice=self.model_choice)
+        # the Trainer chooses its operating point against what the Evaluator will ask (trainer/operating_point.py)
+        return HParams(
+            **given,
+            model_choice=self.model_choice,
+            gate_accuracy=self.accuracy_threshold,
+            gate_min_class_recall=self.min_class_recall,
+        )
 
     def health_limits(self) -> Limits:
         """The data health check's limits from these settings."""

@@ -138,7 +138,7 @@ def _per_epoch(epochs: List[Dict[str, Any]], multi: bool) -> str:
 
 
 def _on_device(record) -> str:
-    """The TFLite exports next to the SavedModel, scored on the same eval examples."""
+    """The TFLite exports next to the SavedModel, scored on the same held-out train examples (older runs: eval)."""
     if not record:
         return ""
     if "error" in record:
@@ -149,9 +149,10 @@ def _on_device(record) -> str:
         for kind, m in record["models"].items()
     ]
     return (
-        f"<h3>On-device (TFLite)</h3><p>Accuracy on the same {record['examples']:,} eval examples; "
-        "the TFLite models take uint8 pixels resized to the model's input, with <code>tflite/labels.txt</code>.</p>"
-        + table(["model", "eval accuracy", "KB", "file in the pushed model"], rows, numeric=[1, 2])
+        f"<h3>On-device (TFLite)</h3><p>Accuracy on the same {record['examples']:,} "
+        f"{record.get('scored_on', 'eval')} examples; the TFLite models take uint8 pixels resized to the model's "
+        "input, with <code>tflite/labels.txt</code>.</p>"
+        + table(["model", "accuracy", "KB", "file in the pushed model"], rows, numeric=[1, 2])
     )
 
 

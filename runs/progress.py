@@ -99,17 +99,17 @@ class Printer:
         label = {"ingest": "files", "train": "epochs at most", "tune": "trials"}.get(event["kind"], event["kind"])
         extra = ""
         if event["kind"] == "train" and "val_accuracy" in event:
-            extra = f"  loss {event.get('loss', 0):.3f}  eval accuracy {event['val_accuracy']:.3f}"
+            extra = f"  loss {event.get('loss', 0):.3f}  held-out accuracy {event['val_accuracy']:.3f}"
             if "val_balanced_accuracy" in event:  # imbalanced classes: what training follows
                 extra += f"  balanced {event['val_balanced_accuracy']:.3f}"
             if "val_auc_pr" in event:  # multi-label: what training follows (val_accuracy: over label bits)
                 extra = (
-                    f"  loss {event.get('loss', 0):.3f}  eval macro AUC-PR {event['val_auc_pr']:.3f}"
+                    f"  loss {event.get('loss', 0):.3f}  held-out macro AUC-PR {event['val_auc_pr']:.3f}"
                     f"  bit accuracy {event['val_accuracy']:.3f}"
                 )
         if event["kind"] == "tune" and "best" in event:
-            shown = {"val_auc_pr": "eval macro AUC-PR", "val_balanced_accuracy": "balanced accuracy"}.get(
-                event.get("objective"), "eval accuracy"
+            shown = {"val_auc_pr": "held-out macro AUC-PR", "val_balanced_accuracy": "balanced accuracy"}.get(
+                event.get("objective"), "held-out accuracy"
             )
             extra = f"  best {shown} {event['best']:.3f}"
         if self.stream.isatty():

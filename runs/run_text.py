@@ -10,7 +10,7 @@ from components import drift as drift_lib
 from components.example_gen.finding.listing import split_sort_key
 from components.health import TRUSTED_ACCURACY
 from runs.run_summary import component_kind
-from trainer import class_balance, hparams
+from trainer import class_balance, hparams, operating_point
 
 
 def format_summary(summary: Dict[str, Any]) -> List[str]:
@@ -161,16 +161,17 @@ def _trainer(c: Dict[str, Any]) -> str:
     accuracy = d["kept_eval_accuracy"]
     balanced = d.get("monitor") == class_balance.BALANCED_ACCURACY and d.get("kept_balanced_accuracy") is not None
     multi = d.get("monitor") == class_balance.MACRO_AUC_PR and d.get("kept_macro_auc_pr") is not None
+    split = validated_on(d)
     return (
         describe_model(d)
         + f"{d['epochs']} epochs on {d['strategy']}"
         + (
-            f", kept epoch {d['kept_epoch']} (best eval macro AUC-PR): {d['kept_macro_auc_pr']:.4f}"
+            f", kept epoch {d['kept_epoch']} (best {split} macro AUC-PR): {d['kept_macro_auc_pr']:.4f}"
             if multi
-            else f", kept epoch {d['kept_epoch']} (best balanced accuracy): balanced accuracy "
-            f"{d['kept_balanced_accuracy']:.4f}, eval accuracy {accuracy:.4f}"
+            else f", kept epoch {d['kept_epoch']} (best {split} balanced accuracy): balanced accuracy "
+            f"{d['kept_balanced_accuracy']:.4f}, {split} accuracy {accuracy:.4f}"
             if balanced and accuracy is not None
-            else f", kept epoch {d['kept_epoch']} (best eval accuracy): eval accuracy {accuracy:.4f}"
+            else f", kept epoch {d['kept_epoch']} (best {split} accuracy): {split} accuracy {accuracy:.4f}"
             if accuracy is not None
             else ""
         )
@@ -179,6 +180,7 @@ def _trainer(c: Dict[str, Any]) -> str:
             if (d.get("class_balance") or {}).get("imbalanced")
             else ""
         )
+        + (f"; {operating_point.describe(d['operating_point'])}" if d.get("operating_point") else "")
         + (", with the search's values" if d.get("tuned") else "")
         + (", warm-started" if d.get("warm_started_from") else "")
         + (f", not warm-started: {d['warm_start_skipped']}" if d.get("warm_start_skipped") else "")
@@ -186,6 +188,15 @@ def _trainer(c: Dict[str, Any]) -> str:
         + (f"; {describe_tflite(d['tflite'])}" if d.get("tflite") else "")
         + (f"; {describe_exports(d['exports'])}" if d.get("exports") else "")
     )
+
+
+def validated_on(d: Dict[str, Any]) -> str:
+    """What a training run's figures were measured on: its held-out train images (trainer/holdout.py), or for a run
+    made before them, the eval split."""
+    held = d.get("held_out")
+    if not held:
+        return "eval"
+    return "held-out" if held.get("held_out_examples") else "training"
 
 
 def describe_model(d: Dict[str, Any]) -> str:
@@ -228,11 +239,12 @@ def _tuner(c: Dict[str, Any]) -> str:
 
 
 def objective_name(d: Dict[str, Any]) -> str:
-    """What a search's trials were scored on: eval accuracy, or balanced accuracy on imbalanced classes (multi-label:
-    macro AUC-PR)."""
-    return {class_balance.BALANCED_ACCURACY: "balanced accuracy", class_balance.MACRO_AUC_PR: "eval macro AUC-PR"}.get(
-        d.get("objective"), "eval accuracy"
-    )
+    """What a search's trials were scored on: held-out accuracy, or balanced accuracy on imbalanced classes
+    (multi-label: macro AUC-PR), all on the held-out part of the train split (trainer/holdout.py)."""
+    return {
+        class_balance.BALANCED_ACCURACY: "held-out balanced accuracy",
+        class_balance.MACRO_AUC_PR: "held-out macro AUC-PR",
+    }.get(d.get("objective"), "held-out accuracy")
 
 
 def still_improving(options: List[str]) -> str:
@@ -363,7 +375,7 @@ def describe_exports(record: Dict[str, Any]) -> str:
                 f"ONNX {export['bytes'] / 2**20:.1f} MB"
                 + (
                     f", {export.get('agreement_on', 'top-1')} as the SavedModel on {export['agreement']:.1%} of "
-                    f"{export['examples']:,} eval images"
+                    f"{export['examples']:,} {export.get('scored_on', 'eval')} images"
                     if export.get("agreement") is not None
                     else ""
                 )
@@ -374,13 +386,16 @@ def describe_exports(record: Dict[str, Any]) -> str:
 
 
 def describe_tflite(record: Dict[str, Any]) -> str:
-    """The Trainer's TFLite exports in a phrase: each one's eval accuracy next to the SavedModel's."""
+    """The Trainer's TFLite exports in a phrase: each one's held-out accuracy next to the SavedModel's."""
     if "error" in record:
         return f"TFLite export failed: {record['error']}"
     models = ", ".join(
         f"{kind} {m['accuracy']:.4f} ({m['bytes'] / 1024:,.0f} KB)" for kind, m in record["models"].items()
     )
-    return f"TFLite {models} vs SavedModel {record['savedmodel_accuracy']:.4f} on {record['examples']:,} eval examples"
+    return (
+        f"TFLite {models} vs SavedModel {record['savedmodel_accuracy']:.4f} on {record['examples']:,} "
+        f"{record.get('scored_on', 'eval')} examples"
+    )
 
 
 LINES: Dict[str, Callable[[Dict[str, Any]], str]] = {

@@ -331,7 +331,7 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     assert sorted(os.listdir(model.uri)) == ["Format-Serving", "keras"]  # one model, the chief's
     assert os.path.exists(os.path.join(model.uri, "Format-Serving", "saved_model.pb"))
     assert "waits for the chief's model" in outputs[1]
-    # In the single-machine range: the last kept eval accuracy against the one-process runs'.
+    # In the single-machine range: the last kept held-out accuracy against the one-process runs'.
     best = max(e["val_sparse_categorical_accuracy"] for e in record["epochs"])
     single = max(e["val_sparse_categorical_accuracy"] for e in _training(replica_runs["mixed"]["summary"])["epochs"])
     assert best >= 0.6 and abs(best - single) <= 0.25

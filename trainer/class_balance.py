@@ -22,6 +22,7 @@ MIN_EVAL_EXAMPLES = 10  # fewer eval images say too little about a class's recal
 # ... but from this many on, a model that finds none of them is not blessed either (it misses the class).
 MIN_EVAL_TO_FIND = 3
 MIN_CLASS_RECALL = 0.5  # --min-class-recall's default
+ACCURACY_THRESHOLD = 0.9  # --accuracy-threshold's default (the Evaluator's; the Trainer's operating point meets it)
 MODES = ("auto", "weights", "sampling", "off")  # --class-balance
 # A class's loss weight is at most this many times the weight the classes would have if they were all equal:
 # a class of a handful of images otherwise gets weights in the hundreds, and its few images swing every step.

@@ -11,12 +11,11 @@ ACCURACY = "val_sparse_categorical_accuracy"  # what training follows on balance
 
 
 def best_epoch(epochs: List[Epoch], monitor: str = ACCURACY) -> Epoch:
-    """The epoch whose weights training keeps: the highest eval accuracy (on imbalanced data, `monitor` is
-    balanced accuracy), ties to the lower eval loss.
+    """The epoch whose weights training keeps: the highest held-out accuracy (trainer/holdout.py; on imbalanced
+    data, `monitor` is balanced accuracy), ties to the lower held-out loss.
 
-    Early stopping on balanced data watches the eval loss (it stops after --patience epochs without a lower
-    one), but the model is judged on accuracy, which often keeps rising while an overconfident model's loss
-    does not (measured on bench/shapes.py: eval loss lowest at epoch 10, accuracy 0.24; at epoch 14, 0.29)."""
+    The model is judged on accuracy, which often keeps rising while an overconfident model's loss does not
+    (measured on bench/shapes.py: loss lowest at epoch 10, accuracy 0.24; at epoch 14, 0.29)."""
     return max(epochs, key=lambda e: (e.get(monitor, e.get(ACCURACY, 0.0)), -e.get("val_loss", float("inf"))))
 
 
@@ -32,10 +31,12 @@ def monitor_of(log: Dict[str, Any]) -> str:
     return ((log or {}).get("class_balance") or {}).get("monitor") or ACCURACY
 
 
-def still_improving(epochs: List[Epoch], cap: int, monitor: str = ACCURACY) -> bool:
-    """The phase ran to its cap with its best eval loss or accuracy at the last epoch: the cap, not
-    early stopping, ended it, and more epochs would likely have helped."""
+def still_improving(epochs: List[Epoch], cap: int, monitor: str = ACCURACY, patience: int = 5) -> bool:
+    """The phase ran to its cap while the figure its epoch is kept by was still rising: its best value, below the
+    ceiling, was first reached within the last `patience` epochs. More epochs would likely have helped; a phase
+    that only lowered its loss at a figure already flat (or at 1.0) would not have."""
     if not epochs or len(epochs) < cap:
         return False
-    last = epochs[-1]
-    return last is min(epochs, key=lambda e: e.get("val_loss", float("inf"))) or last is best_epoch(epochs, monitor)
+    values = [e.get(monitor, e.get(ACCURACY, 0.0)) for e in epochs]
+    best = max(values)
+    return best < 1.0 and values.index(best) >= len(values) - max(1, patience)

@@ -50,6 +50,14 @@ def label_target(parsed, num_classes: int, multi_label: bool) -> tf.Tensor:
     return tf.cast(tf.sparse.to_indicator(known, num_classes), tf.float32)
 
 
+def list_files(patterns) -> list:
+    """The record files these patterns match, sorted; FileNotFoundError when none."""
+    files = sorted({f for p in patterns for f in tf.io.gfile.glob(p)})
+    if not files:
+        raise FileNotFoundError(f"no transformed records match {patterns}")
+    return files
+
+
 def compression(files) -> str:
     """The TFRecord compression of these files: Transform writes gzip (.gz); the features step writes its small,
     barely compressible vectors uncompressed (gzip cost it more than reading them saves)."""

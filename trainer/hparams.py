@@ -11,7 +11,8 @@ import os
 from typing import Any, Dict, Optional
 
 from settings import any_of, checked, declared, items, setting
-from trainer.class_balance import IMBALANCED_RATIO
+from trainer import operating_point
+from trainer.class_balance import ACCURACY_THRESHOLD, IMBALANCED_RATIO, MIN_CLASS_RECALL
 from trainer.class_balance import MODES as BALANCE_MODES
 
 MODELS = ("cnn", "efficientnet_lite0", "mobilenet_v2", "efficientnet_b0")
@@ -90,12 +91,14 @@ class HParams:
         "backbones: 'imagenet' (installed with efficientnet_lite0, downloaded for the "
         "others), a weights file (local or gs://), or '' (random); default {default}",
     )
-    # The most epochs: training stops earlier, once the eval loss has not improved for `patience` epochs,
-    # and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the backbone frozen.
+    # The most epochs: training stops earlier, once the held-out figure it keeps its epoch by has not improved for
+    # `patience` epochs, and keeps its best epoch (trainer/epochs.py). For transfer models: the epochs with the
+    # backbone frozen.
     epochs: int = setting(
         100,
-        "the most training epochs: training stops earlier once the eval loss has not "
-        "improved for --patience epochs, keeping the best epoch (default {default})",
+        "the most training epochs: training stops earlier once its held-out accuracy (balanced accuracy on "
+        "imbalanced classes) and loss have not improved for --patience epochs, keeping the best epoch "
+        "(default {default})",
         check=_whole(1, MAX_EPOCHS),
         runtime=True,
     )
@@ -114,7 +117,7 @@ class HParams:
     fine_tune_learning_rate: float = 1e-5
     patience: int = setting(
         5,
-        "epochs without a lower eval loss before training stops (default {default})",
+        "epochs without a better held-out figure before training stops (default {default})",
         check=(lambda v: 1 <= v <= MAX_EPOCHS, f"use a whole number of epochs from 1 to {MAX_EPOCHS:,}"),
     )
     augment: str = setting(
@@ -159,6 +162,16 @@ class HParams:
         "accuracy), weights, sampling (class-balanced batches), off; default {default}",
         BALANCE_MODES,
     )
+    # How the trained model decides (trainer/operating_point.py): chosen on held-out train data, against the gate's
+    # accuracy threshold and class recall floor (gate_accuracy, gate_min_class_recall: the Evaluator's settings, which
+    # pipeline/config.py copies here).
+    operating_point: str = setting(
+        operating_point.AUTO,
+        operating_point.RULE_HELP,
+        check=(operating_point.check, "use auto, argmax, or class recall floors as 'CLASS>=R[,CLASS>=R]'"),
+    )
+    gate_accuracy: float = ACCURACY_THRESHOLD
+    gate_min_class_recall: float = MIN_CLASS_RECALL
     mixed_precision: str = setting(
         "auto",
         "auto (default: float16 on GPUs, bfloat16 on TPUs, none on CPUs), on (bfloat16 on a CPU), off",

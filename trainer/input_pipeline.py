@@ -19,6 +19,8 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from trainer import features
+from trainer.features import list_files
+from trainer.holdout import Part
 from trainer.hparams import HParams
 
 
@@ -33,13 +35,6 @@ class Balance(NamedTuple):
 
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-
-def list_files(patterns: List[str]) -> List[str]:
-    files = sorted({f for p in patterns for f in tf.io.gfile.glob(p)})
-    if not files:
-        raise FileNotFoundError(f"no transformed records match {patterns}")
-    return files
 
 
 # Without a cache, the shuffle buffer holds at most this share of the cache budget (hp.cache_limit_megabytes).
@@ -66,22 +61,25 @@ class Records(NamedTuple):
     in_memory: Optional[tf.data.Dataset]  # the serialized records, cached on their first whole pass; None: streamed
 
 
-def read_records(file_patterns: List[str], hp: HParams) -> Records:
-    counted = _counted(file_patterns)
+def read_records(file_patterns: List[str], hp: HParams, part: Optional[Part] = None) -> Records:
+    """These files' records (of `part` of a holdout: trainer/holdout.py), counted, and cached when they fit."""
+    counted = _counted(file_patterns, part)
     if counted.megabytes > hp.cache_limit_megabytes():
         return counted
-    return counted._replace(
-        in_memory=tf.data.TFRecordDataset(
-            counted.files, compression_type=features.compression(counted.files), num_parallel_reads=AUTOTUNE
-        ).cache()
+    records = tf.data.TFRecordDataset(
+        counted.files, compression_type=features.compression(counted.files), num_parallel_reads=AUTOTUNE
     )
+    return counted._replace(in_memory=(part.keep(records) if part else records).cache())
 
 
-def _counted(file_patterns: List[str]) -> Records:
-    """These files' records counted, nothing held: a dataset that reads and caches them for itself."""
+def _counted(file_patterns: List[str], part: Optional[Part] = None) -> Records:
+    """These files' records counted, nothing held: a dataset that reads and caches them for itself. Of a part of a
+    holdout: its count, and its share of the megabytes."""
     files = list_files(file_patterns)
     count, megabytes = measure(files)
-    return Records(files, count, megabytes, None)
+    if part is None:
+        return Records(files, count, megabytes, None)
+    return Records(files, part.count, megabytes * part.count / max(1, count), None)
 
 
 def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) -> int:
@@ -101,6 +99,7 @@ def make_dataset(
     balance: Optional[Balance] = None,
     multi_hot: int = 0,
     shared_records: Optional[Records] = None,
+    part: Optional[Part] = None,
 ) -> tf.data.Dataset:
     """(images float32 [batch, size, size, channels] in 0..255, labels int64 [batch]), and with balance
     "weights" per-example loss weights [batch]. Multi-label records (multi_hot: their number of labels): the
@@ -112,11 +111,12 @@ def make_dataset(
     (batched).
 
     `shared_records` (read_records of these files): the records counted and cached once for several datasets (the
-    Tuner's trials); without, each call counts them and caches its own.
+    Tuner's trials); without, each call counts them and caches its own. `part`: only that part of a holdout's
+    records (trainer/holdout.py; shared_records must be of the same part).
     """
     batch_size = batch_size or hp.batch_size
     sampling = training and balance is not None and balance.mode == "sampling"
-    files, records, megabytes, shared = shared_records or _counted(file_patterns)
+    files, records, megabytes, shared = shared_records or _counted(file_patterns, part)
     cached = megabytes <= hp.cache_limit_megabytes()
     if cached and shared is not None and not sampling:
         dataset = shared
@@ -130,6 +130,8 @@ def make_dataset(
             num_parallel_calls=AUTOTUNE,
             deterministic=True,
         )  # seeds reproduce
+        if part:
+            dataset = part.keep(dataset)
         # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
         # (docs/benchmarks.md: Training input). So cache whenever they fit.
         if cached and not sampling:  # class-balanced batches cache each class's records instead (class_balanced)
@@ -266,6 +268,7 @@ def make_feature_dataset(
     balance: Optional[Balance] = None,
     multi_hot: int = 0,
     shared_records: Optional[Records] = None,
+    part: Optional[Part] = None,
 ) -> tf.data.Dataset:
     """(features float32 [batch, dim], labels int64 [batch]) from the features step's records
     (components/features): what the frozen phase of a transfer model trains its head on.
@@ -273,14 +276,17 @@ def make_feature_dataset(
     Small (a few kB an image), so cached and shuffled over the whole set when they fit the cache budget (the
     pixels' rule: HParams.cache_limit_megabytes); past it (a few million images) streamed from shuffled files
     through a bounded shuffle buffer. A record holds `views` vectors (the plain image, then augmented views);
-    training draws one per image each epoch, evaluation takes the plain one. `shared_records`: as make_dataset's.
+    training draws one per image each epoch, evaluation takes the plain one. `shared_records` and `part`: as
+    make_dataset's.
     """
     batch_size = batch_size or hp.batch_size
-    files, records, megabytes, shared = shared_records or _counted(file_patterns)
+    files, records, megabytes, shared = shared_records or _counted(file_patterns, part)
     cached = megabytes <= hp.cache_limit_megabytes()
     sampling = training and balance is not None and balance.mode == "sampling"
     reused = cached and shared is not None and not sampling  # class-balanced batches cache each class's records
     dataset = shared if reused else _feature_records(files, cached, training, hp)
+    if part and not reused:
+        dataset = part.keep(dataset)
     buffer = max(1, records) if cached else shuffle_buffer(records, megabytes, False, hp)
     if sampling:
         dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)

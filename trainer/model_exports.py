@@ -9,7 +9,7 @@
 Like the TFLite models (trainer/tflite_export.py), they take the image already decoded and resized to the model's
 input, as AutoML's edge exports do (trainer/decoding.decode_and_resize is how training resized); the scaling to
 the backbone's range is inside. Both are made from the same frozen graph of the Keras model (pixels to
-probabilities). ONNX is scored on the eval split next to the Keras model (top-1 agreement and the largest
+probabilities). ONNX is scored on the held-out train images (trainer/holdout.py) next to the Keras model (top-1 agreement and the largest
 difference of a probability); Core ML cannot run on Linux, so what can be checked is: the spec's input (an image
 of the right size), its outputs and its class labels, read back from the saved package. A format that cannot be
 made for a model is one line naming it (`ExportError`), in the Trainer's record and from `imagepipe export`.
@@ -291,6 +291,7 @@ class Agreement:
         if not self.examples:
             return {"examples": 0, "agreement": None, "max_difference": None}
         return {
+            "scored_on": "held-out",  # the held-out train images (before them: the eval split)
             "examples": self.examples,
             "agreement": round(self.same / self.examples, 6),
             "agreement_on": "every label at 0.5" if self.multi_label else "top-1",

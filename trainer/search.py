@@ -3,8 +3,9 @@
     ImageTuner(tuner_fn="trainer.search.tuner_fn", ...)   -> best_hyperparameters (KerasTuner's config)
     Trainer(hyperparameters=...)                           -> run_fn: apply(hp, values)
 
-KerasTuner's BayesianOptimization runs `--tune N` trials, each scored by the eval accuracy of its best epoch
-(the metric the Evaluator blesses on), or on imbalanced classes its balanced accuracy (trainer/class_balance.py:
+KerasTuner's BayesianOptimization runs `--tune N` trials, each scored by the accuracy of its best epoch on the
+held-out part of the train split (trainer/holdout.py: the Trainer's; the eval split is left to the Evaluator),
+or on imbalanced classes its balanced accuracy (trainer/class_balance.py:
 a trial is trained with the Trainer's class balancing too). Why Bayesian: a run searches 10 to 30 trials over 4 to 6 settings,
 mostly continuous (the learning rates, dropout); a Gaussian process over the finished trials puts the next
 ones where the score is likely higher, which random search only does by luck at such budgets, and it keeps
@@ -43,7 +44,7 @@ TUNED = ("learning_rate", "dropout", "head_units", "batch_size", "fine_tune_lear
 
 
 def objective_for(train_counts, multi_label: bool = False) -> str:
-    """What the trials are scored on: eval accuracy, or balanced accuracy when the train split is imbalanced (a
+    """What the trials are scored on: held-out accuracy, or balanced accuracy when the train split is imbalanced (a
     multi-label model's: macro AUC-PR, as the Trainer follows)."""
     if multi_label:
         return class_balance.MACRO_AUC_PR
@@ -96,7 +97,7 @@ class _Trials:
     def __init__(self, fn_args, hp: HParams, plan, strategy):
         import tensorflow_transform as tft
 
-        from trainer import features, training
+        from trainer import features, holdout, training
 
         self.hp = hp
         # The Trainer's device plan and strategy (trainer/strategy.py): trials train where it trains, with its
@@ -108,37 +109,44 @@ class _Trials:
         self.multi_label = features.is_multi_label(output.transformed_feature_spec())
         self.multi_hot = self.num_classes if self.multi_label else 0
         self.source = training.features_source(fn_args.train_files) if hp.model != "cnn" else None
-        self.train_files, self.eval_files = fn_args.train_files, fn_args.eval_files
+        self.train_files = fn_args.train_files
+        # The Trainer's held-out part of the train split (trainer/holdout.py: the same images, by their hash and
+        # the seed): trials are scored on it, never on the eval split the Evaluator judges with.
+        self.holdout = holdout.choose(self.train_files, self.num_classes, self.multi_label, hp.seed)
+        self.parts = {
+            "train": holdout.Part(self.holdout, held=False),
+            "held_out": holdout.validation_part(self.holdout),
+        }
         # The Trainer's class balancing, and the metric it follows (a trial's values must not be judged on data
         # the Trainer then treats otherwise).
         self.balancing, self.balance = training.balance_of(
-            hp, self.train_files, [str(i) for i in range(self.num_classes)], self.multi_label
+            hp, self.holdout, [str(i) for i in range(self.num_classes)], self.multi_label
         )
         self.positive_weights = self.balancing.get("positive_weights")
         self.objective = self.balancing["monitor"]
         self._records = {}  # (split, on features) -> input_pipeline.Records: one count and one cache for all trials
 
-    def pixel_files(self, split: str):
+    def pixel_files(self):
+        """The train split's pixels (a transfer model's: the Transform output its features were computed from)."""
         import os
 
         if not self.source:
-            return self.train_files if split == "train" else self.eval_files
-        return [os.path.join(self.source["transformed_examples"], f"Split-{split}", "*")]
+            return self.train_files
+        return [os.path.join(self.source["transformed_examples"], "Split-train", "*")]
 
-    def records(self, split: str, on_features: bool):
-        """A split's records, counted once and held in memory once (when they fit) for every trial: the features,
-        or the cnn's pixels. A transfer model's fine-tune phase reads its pixels trial by trial, as before (held
-        beside the features, they would take a second cache budget)."""
+    def records(self, part: str, on_features: bool):
+        """A part's records ("train": the training part, "held_out": the held-out part of the train split), counted
+        once and held in memory once (when they fit) for every trial: the features, or the cnn's pixels. A transfer
+        model's fine-tune phase reads its pixels trial by trial, as before (held beside the features, they would
+        take a second cache budget)."""
         from trainer import input_pipeline
 
         if not on_features and self.source:
             return None
-        key = (split, on_features)
+        key = (part, on_features)
         if key not in self._records:
-            files = (
-                (self.train_files if split == "train" else self.eval_files) if on_features else self.pixel_files(split)
-            )
-            self._records[key] = input_pipeline.read_records(files, self.hp)
+            files = self.train_files if on_features else self.pixel_files()
+            self._records[key] = input_pipeline.read_records(files, self.hp, self.parts[part])
         return self._records[key]
 
     def datasets(self, hp: HParams, on_features: bool):
@@ -148,7 +156,7 @@ class _Trials:
             "batch_size": hp.batch_size * self.strategy.num_replicas_in_sync,
             "drop_remainder": self.plan.static_shapes,
         }
-        train_records, eval_records = self.records("train", on_features), self.records("eval", on_features)
+        train_records, eval_records = self.records("train", on_features), self.records("held_out", on_features)
         if on_features:
             views = self.source["views"].get("train", 0) + 1
             train = input_pipeline.make_feature_dataset(
@@ -160,34 +168,38 @@ class _Trials:
                 balance=self.balance,
                 multi_hot=self.multi_hot,
                 shared_records=train_records,
+                part=self.parts["train"],
                 **shape,
             )
             evaluation = input_pipeline.make_feature_dataset(
-                self.eval_files,
+                self.train_files,
                 hp,
                 self.source["dim"],
                 1,
                 training=False,
                 multi_hot=self.multi_hot,
                 shared_records=eval_records,
+                part=self.parts["held_out"],
                 **shape,
             )
         else:
             train = input_pipeline.make_dataset(
-                self.pixel_files("train"),
+                self.pixel_files(),
                 hp,
                 training=True,
                 balance=self.balance,
                 multi_hot=self.multi_hot,
                 shared_records=train_records,
+                part=self.parts["train"],
                 **shape,
             )
             evaluation = input_pipeline.make_dataset(
-                self.pixel_files("eval"),
+                self.pixel_files(),
                 hp,
                 training=False,
                 multi_hot=self.multi_hot,
                 shared_records=eval_records,
+                part=self.parts["held_out"],
                 **shape,
             )
         train, steps = input_pipeline.repeated(train)
@@ -220,8 +232,7 @@ def _hypermodel(trials: _Trials):
             from trainer.training import early_stopping
 
             hp = apply(trials.hp, space.values)
-            stop = early_stopping(hp, trials.objective)
-            stop.restore_best_weights = True
+            stop = early_stopping(hp, trials.objective, restore_best_weights=True)
             train, steps, evaluation = trials.datasets(hp, on_features=bool(trials.source))
             history = model.fit(
                 train,
@@ -253,8 +264,7 @@ def _fine_tune_trial(trials: _Trials, hp: HParams, head) -> dict:
         models.unfreeze_top(whole, hp.fine_tune_layers)
         models.compile_model(whole, hp.fine_tune_learning_rate, trials.positive_weights)
     train, steps, evaluation = trials.datasets(hp, on_features=False)
-    stop = early_stopping(hp, trials.objective)
-    stop.restore_best_weights = True
+    stop = early_stopping(hp, trials.objective, restore_best_weights=True)
     tuned = whole.fit(
         train,
         steps_per_epoch=steps,

@@ -18,6 +18,7 @@ import time
 from typing import Optional, Tuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 from absl import logging
@@ -25,7 +26,17 @@ from tensorflow.python.framework import config as tf_config  # disable_op_determ
 
 from storage.progress_events import progress_event
 from storage.relocation import pipeline_root_of, relocate
-from trainer import class_balance, export, features, input_pipeline, models, search, tflite_export
+from trainer import (
+    class_balance,
+    export,
+    features,
+    holdout,
+    input_pipeline,
+    models,
+    operating_point,
+    search,
+    tflite_export,
+)
 from trainer import strategy as strategies
 from trainer.artifact_files import FEATURE_PROFILE_FILE, INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
 from trainer.epochs import best_epoch, still_improving
@@ -44,17 +55,19 @@ class EpochLog(keras.callbacks.Callback):
         cap: int = 0,
         option: str = "--epochs",
         monitor: str = class_balance.ACCURACY,
+        patience: int = 5,
     ):
         super().__init__()
         self.phase = phase
         self.total_epochs = total_epochs
         self.cap, self.option = cap, option  # this phase's most epochs, and the option that sets it
-        self.monitor = monitor  # the eval metric whose best epoch is kept (balanced accuracy on imbalanced data)
+        # the held-out metric whose best epoch is kept (balanced accuracy on imbalanced data: trainer/holdout.py)
+        self.monitor, self.patience = monitor, patience
         self.epochs = []
         self._best_weights = None
 
     def still_improving(self) -> bool:
-        return still_improving(self.epochs, self.cap, self.monitor)
+        return still_improving(self.epochs, self.cap, self.monitor, self.patience)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._started = time.monotonic()
@@ -95,63 +108,37 @@ class EpochLog(keras.callbacks.Callback):
             self.model.set_weights(self._best_weights)
 
 
-def _train_head_on_features(
-    model,
-    fn_args,
-    hp: HParams,
-    source: dict,
-    strategy,
-    num_classes: int,
-    batch: int,
-    static: bool,
-    callbacks,
-    balance: Optional[input_pipeline.Balance],
-    balancing: dict,
-    multi_label: bool,
-    workers: int = 1,
-) -> None:
+def _train_head_on_features(model, inputs: "_Inputs", callbacks) -> None:
     """The frozen phase of a transfer model: the head alone on the features step's cached backbone output
-    (an epoch is a pass over small vectors, not the backbone over every image), then into the model."""
+    (an epoch is a pass over small vectors, not the backbone over every image), then into the model. It trains
+    on the training part of the train split and validates on its held-out part (trainer/holdout.py)."""
+    hp, source = inputs.hp, inputs.source
+    train_files = inputs.fn_args.train_files
     views = source["views"].get("train", 0) + 1
-    multi_hot = num_classes if multi_label else 0
+    shape = {"batch_size": inputs.batch, "drop_remainder": inputs.static, "multi_hot": inputs.multi_hot}
     train, steps = input_pipeline.repeated(
         input_pipeline.make_feature_dataset(
-            fn_args.train_files,
-            hp,
-            source["dim"],
-            views,
-            training=True,
-            batch_size=batch,
-            drop_remainder=static,
-            balance=balance,
-            multi_hot=multi_hot,
+            train_files, hp, source["dim"], views, training=True, balance=inputs.balance, part=inputs.training, **shape
         )
     )
-    evaluation = input_pipeline.make_feature_dataset(
-        fn_args.eval_files,
-        hp,
-        source["dim"],
-        1,
-        training=False,
-        batch_size=batch,
-        drop_remainder=static,
-        multi_hot=multi_hot,
+    validation = input_pipeline.make_feature_dataset(
+        train_files, hp, source["dim"], 1, training=False, part=inputs.validation, **shape
     )
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    if isinstance(inputs.strategy, tf.distribute.MultiWorkerMirroredStrategy):
         train = input_pipeline.sharded_across_workers(
             train,
-            input_pipeline.list_files(fn_args.train_files),
-            workers,
+            input_pipeline.list_files(train_files),
+            inputs.plan.workers,
             training=True,
-            sampling=balance is not None and balance.mode == "sampling",
+            sampling=inputs.balance is not None and inputs.balance.mode == "sampling",
         )
-        evaluation = input_pipeline.sharded_across_workers(evaluation, [], workers, training=False)
-    with strategy.scope():
-        head = models.head(num_classes, source["dim"], hp, multi_label)
+        validation = input_pipeline.sharded_across_workers(validation, [], inputs.plan.workers, training=False)
+    with inputs.strategy.scope():
+        head = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
-        models.compile_model(head, hp.learning_rate, balancing.get("positive_weights"))
+        models.compile_model(head, hp.learning_rate, inputs.balancing.get("positive_weights"))
     logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
-    head.fit(train, steps_per_epoch=steps, validation_data=evaluation, epochs=hp.epochs, callbacks=callbacks, verbose=0)
+    head.fit(train, steps_per_epoch=steps, validation_data=validation, epochs=hp.epochs, callbacks=callbacks, verbose=0)
     models.copy_head(head, model)
 
 
@@ -194,6 +181,7 @@ def _export_on_device(
     class_names,
     weights_file: str,
     pixel_files,
+    scored: holdout.Part,
     serving_model_dir,
     multi_label: bool = False,
 ) -> dict:
@@ -202,14 +190,7 @@ def _export_on_device(
     a converter lacks) is reported, not a reason to discard the training."""
     try:
         record = tflite_export.export_in_child(
-            hp,
-            num_classes,
-            class_names,
-            weights_file,
-            pixel_files["train"],
-            pixel_files["eval"],
-            serving_model_dir,
-            multi_label,
+            hp, num_classes, class_names, weights_file, pixel_files, scored, serving_model_dir, multi_label
         )
     except tflite_export.TFLiteExportError as e:
         logging.warning("Trainer: the exports failed: %s", e)
@@ -260,34 +241,43 @@ class _Inputs:
         # Transfer models train on the features step's output: their frozen phase on the cached features; the
         # pixels (fine-tuning, TFLite) are in the Transform output that step read.
         self.source = features_source(fn_args.train_files) if hp.model != "cnn" else None
+        # The train split's pixels: the Trainer reads no other split (the eval split is the Evaluator's alone).
         self.pixel_files = (
-            {"train": fn_args.train_files, "eval": fn_args.eval_files}
+            fn_args.train_files
             if not self.source
-            else {
-                split: [os.path.join(self.source["transformed_examples"], f"Split-{split}", "*")]
-                for split in ("train", "eval")
-            }
+            else [os.path.join(self.source["transformed_examples"], "Split-train", "*")]
         )
         self.class_names = [n.decode() for n in self.tft_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
-        self.balancing, self.balance = balance_of(hp, fn_args.train_files, self.class_names, self.multi_label)
+        # What training validates on, early stopping to the operating point: a stratified part of the train split
+        # (trainer/holdout.py), the same images in the features and the pixels.
+        self.holdout = holdout.choose(fn_args.train_files, self.num_classes, self.multi_label, hp.seed)
+        self.training = holdout.Part(self.holdout, held=False)
+        self.validation = holdout.validation_part(self.holdout)
+        logging.info(
+            "Trainer: validating on %d held-out train images (%d train)",
+            self.holdout.held_examples,
+            self.holdout.train_examples,
+        )
+        self.balancing, self.balance = balance_of(hp, self.holdout, self.class_names, self.multi_label)
         self.monitor = self.balancing["monitor"]
 
     def pixels(self, training: bool):
-        """The train or eval split's pixels, batched (and spread over a cluster's workers)."""
+        """The training part's pixels, or the held-out part's, batched (and spread over a cluster's workers)."""
         dataset = input_pipeline.make_dataset(
-            self.pixel_files["train" if training else "eval"],
+            self.pixel_files,
             self.hp,
             training=training,
             batch_size=self.batch,
             drop_remainder=self.static,
             balance=self.balance,
             multi_hot=self.multi_hot,
+            part=self.training if training else self.validation,
         )
         if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return dataset
         return input_pipeline.sharded_across_workers(
             dataset,
-            input_pipeline.list_files(self.pixel_files["train"]) if training else [],
+            input_pipeline.list_files(self.pixel_files) if training else [],
             self.plan.workers,
             training,
             sampling=self.balance is not None and self.balance.mode == "sampling",
@@ -322,6 +312,9 @@ def _train_and_export(
     started = time.monotonic()
     phases = _train_phases(model, inputs, callbacks)
     seconds = time.monotonic() - started
+    # How the model decides, and its probabilities' temperature, chosen on the held-out images and folded into its
+    # last layer: every export decides alike (trainer/operating_point.py). Every worker does it alike.
+    decision = _choose_operating_point(model, inputs)
 
     # Every worker saves (saving a distributed model may take every replica's part: TensorFlow's documented
     # pattern); only the chief's copy is kept.
@@ -332,10 +325,8 @@ def _train_and_export(
         shutil.rmtree(scratch, ignore_errors=True)
         wait_for_chief(fn_args, plan)
         return
-    on_device = _keep_model_files(
-        fn_args, hp, model, info, inputs.class_names, inputs.multi_label, inputs.pixel_files, inputs.source
-    )
-    record = _training_record(inputs, tuned, warm_started, cold_reason, seconds, phases, on_device)
+    on_device = _keep_model_files(fn_args, hp, model, info, inputs)
+    record = _training_record(inputs, tuned, warm_started, cold_reason, seconds, phases, on_device, decision)
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
         f.write(json.dumps(record, indent=1))
@@ -346,23 +337,17 @@ def _train_phases(model, inputs: _Inputs, callbacks) -> list:
     transfer model's fine-tuning; returns their EpochLogs."""
     hp = inputs.hp
     planned = hp.epochs + (hp.fine_tune_epochs if hp.model != "cnn" else 0)
-    phases = [EpochLog("frozen backbone" if hp.model != "cnn" else "train", planned, hp.epochs, monitor=inputs.monitor)]
-    if inputs.source:
-        _train_head_on_features(
-            model,
-            inputs.fn_args,
-            hp,
-            inputs.source,
-            inputs.strategy,
-            inputs.num_classes,
-            inputs.batch,
-            inputs.static,
-            callbacks + [phases[0]],
-            inputs.balance,
-            inputs.balancing,
-            inputs.multi_label,
-            inputs.plan.workers,
+    phases = [
+        EpochLog(
+            "frozen backbone" if hp.model != "cnn" else "train",
+            planned,
+            hp.epochs,
+            monitor=inputs.monitor,
+            patience=hp.patience,
         )
+    ]
+    if inputs.source:
+        _train_head_on_features(model, inputs, callbacks + [phases[0]])
     else:
         train, steps = input_pipeline.repeated(inputs.pixels(training=True))
         model.fit(
@@ -390,7 +375,14 @@ def _train_phases(model, inputs: _Inputs, callbacks) -> list:
 
 
 def _training_record(
-    inputs: _Inputs, tuned: dict, warm_started, cold_reason: str, seconds: float, phases: list, on_device: dict
+    inputs: _Inputs,
+    tuned: dict,
+    warm_started,
+    cold_reason: str,
+    seconds: float,
+    phases: list,
+    on_device: dict,
+    decision: Optional[dict],
 ) -> dict:
     """training.json: the strategy, settings, classes, each epoch's metrics and the exports."""
     hp, plan, source, replicas = inputs.hp, inputs.plan, inputs.source, inputs.replicas
@@ -417,6 +409,10 @@ def _training_record(
         "class_balance": inputs.balancing,
         # Transfer models: the frozen phase trained the head on the features step's cached features.
         "features": {k: source[k] for k in ("fingerprint", "dim", "views")} if source else None,
+        # What every choice above was measured on: a stratified part of the train split (trainer/holdout.py).
+        "held_out": inputs.holdout.record(inputs.class_names),
+        # How the model decides and its temperature (trainer/operating_point.py); None: multi-label.
+        "operating_point": decision,
     }
 
 
@@ -455,7 +451,14 @@ def _fine_tune(
         unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
         models.compile_model(model, hp.fine_tune_learning_rate, balancing.get("positive_weights"))
     logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
-    phase = EpochLog("fine-tune", planned, hp.fine_tune_epochs, "--fine-tune-epochs", monitor=balancing["monitor"])
+    phase = EpochLog(
+        "fine-tune",
+        planned,
+        hp.fine_tune_epochs,
+        "--fine-tune-epochs",
+        monitor=balancing["monitor"],
+        patience=hp.patience,
+    )
     train, steps = input_pipeline.repeated(pixels(training=True))
     model.fit(
         train,
@@ -469,18 +472,24 @@ def _fine_tune(
     return phase
 
 
-def _keep_model_files(
-    fn_args, hp: HParams, model, info: dict, class_names, multi_label: bool, pixel_files, source: Optional[dict]
-):
+def _keep_model_files(fn_args, hp: HParams, model, info: dict, inputs: _Inputs):
     """Beside the SavedModel (the chief only): the Keras weights and what they fit (warm starts, TFLite), the
     TFLite and other exports, the features' profile; returns the exports' record ({"tflite", "exports"})."""
+    source = inputs.source
     keras_dir = os.path.join(os.path.dirname(fn_args.serving_model_dir), KERAS_DIR)
     tf.io.gfile.makedirs(keras_dir)
     weights = models.save_weights(model, os.path.join(keras_dir, WEIGHTS_FILE))  # local: the child reads it
     try:
         on_device = (
             _export_on_device(
-                hp, len(class_names), class_names, weights, pixel_files, fn_args.serving_model_dir, multi_label
+                hp,
+                len(inputs.class_names),
+                inputs.class_names,
+                weights,
+                inputs.pixel_files,
+                inputs.validation,  # the exports are scored on the held-out images
+                fn_args.serving_model_dir,
+                inputs.multi_label,
             )
             if hp.tflite_kinds or hp.export_kinds
             else {}
@@ -494,6 +503,62 @@ def _keep_model_files(
         if tf.io.gfile.exists(profile):
             tf.io.gfile.copy(profile, os.path.join(keras_dir, FEATURE_PROFILE_FILE), overwrite=True)
     return on_device
+
+
+def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
+    """(probabilities [images, classes], labels [images]) of the held-out images, by a copy of the model outside
+    the strategy (plain calls, any device): the head on the cached features when the head was the last thing
+    trained, else the whole model on pixels. Held in memory: a fifth of the train split's labels and
+    probabilities (20,000 images of 100 classes: 8 MB)."""
+    hp, source = inputs.hp, inputs.source
+    if source and not fine_tuned:
+        copy = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
+        models.copy_head(model, copy)
+        dataset = input_pipeline.make_feature_dataset(
+            inputs.fn_args.train_files, hp, source["dim"], 1, training=False, part=inputs.validation
+        )
+    else:
+        backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
+        copy = models.build(hp, inputs.num_classes, backbone, inputs.multi_label)
+        copy.set_weights(model.get_weights())
+        dataset = input_pipeline.make_dataset(inputs.pixel_files, hp, training=False, part=inputs.validation)
+    probabilities, labels = [], []
+    for x, y in dataset:
+        probabilities.append(np.asarray(copy(x, training=False), dtype=np.float64))
+        labels.append(y.numpy())
+    if not probabilities:
+        return np.zeros([0, inputs.num_classes]), np.zeros([0], np.int64)
+    return np.concatenate(probabilities), np.concatenate(labels)
+
+
+def _choose_operating_point(model, inputs: _Inputs) -> Optional[dict]:
+    """The single-label model's decision rule and temperature, chosen on the held-out images and folded into its
+    last layer (trainer/operating_point.py); None for a multi-label model (its per-label thresholds are the
+    Evaluator's)."""
+    hp = inputs.hp
+    if inputs.multi_label:
+        return None
+    fine_tuned = hp.model != "cnn" and hp.fine_tune_epochs > 0
+    if inputs.holdout.empty:  # nothing to choose on: the argmax, at temperature 1
+        probabilities, labels = np.zeros([0, inputs.num_classes]), np.zeros([0], np.int64)
+    else:
+        probabilities, labels = _held_out_probabilities(model, inputs, fine_tuned)
+    decision = operating_point.choose(
+        probabilities,
+        labels,
+        inputs.class_names,
+        hp.operating_point,
+        hp.gate_accuracy,
+        hp.gate_min_class_recall,
+        imbalanced=inputs.balancing["mode"] != "off",
+    )
+    if inputs.holdout.empty:
+        decision["reason"] = "nothing held out (no class has two train images): the head's argmax"
+    layer = model.get_layer("probabilities")
+    kernel, bias = layer.get_weights()
+    layer.set_weights(operating_point.fold(kernel, bias, decision["offsets"], decision["temperature"]))
+    logging.info("Trainer: %s", operating_point.describe(decision))
+    return decision
 
 
 CHIEF_WAIT_SECONDS = 6 * 3600  # a worker waits this long at most for the chief's model (a TFLite export included)

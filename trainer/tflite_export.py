@@ -8,8 +8,9 @@
 Each takes what a mobile app holds: uint8 RGB (or grey) pixels [1, size, size, channels], the
 image already resized to the model's input size (trainer/decoding.decode_and_resize is how
 training did it), and gives class probabilities [batch, classes]. Pusher copies the folder, so the
-files travel with every pushed model. Each is scored on the eval split (up to EVAL_LIMIT examples)
-next to the Keras model the SavedModel serves, on the same examples; training.json keeps the figures.
+files travel with every pushed model. Each is scored on the held-out train images (up to EVAL_LIMIT;
+trainer/holdout.py: the Trainer never reads the eval split) next to the Keras model the SavedModel serves, on the
+same examples; training.json keeps the figures.
 
 The Trainer runs all this in a child process (`python -m trainer.tflite_export JOB RESULT`) from the
 weights it saved: the converter writes C++ log lines straight to stderr, and on some graphs aborts the
@@ -27,12 +28,13 @@ import numpy as np
 import tensorflow as tf
 
 from trainer import features, input_pipeline, models
+from trainer.holdout import Holdout, Part
 from trainer.hparams import TFLITE_KINDS, HParams
 
 TFLITE_DIR = "tflite"
 LABELS_FILE = "labels.txt"
-EVAL_LIMIT = 2000  # eval examples scored per model: enough for a +-1 point comparison, bounded time
-SCORING_BATCH = 64  # eval images in memory at once while scoring (2,000 at 224 px, float32, are 1.2 GB)
+EVAL_LIMIT = 2000  # held-out examples scored per model: enough for a +-1 point comparison, bounded time
+SCORING_BATCH = 64  # images in memory at once while scoring (2,000 at 224 px, float32, are 1.2 GB)
 CALIBRATION_SAMPLES = 200  # training images the int8 converter measures activation ranges on
 
 
@@ -85,7 +87,7 @@ def _quantize(pixels: np.ndarray, detail: Dict) -> np.ndarray:
 
 
 def export(
-    model, hp: HParams, class_names: List[str], train_files: List[str], eval_files: List[str], serving_model_dir: str
+    model, hp: HParams, class_names: List[str], train_files: List[str], scored: Part, serving_model_dir: str
 ) -> Dict:
     """Writes the hp.tflite_kinds models and labels; returns what training.json records about them."""
     folder = os.path.join(serving_model_dir, TFLITE_DIR)
@@ -100,9 +102,13 @@ def export(
         written[kind] = content
     multi_hot = len(class_names) if models.is_multi_label(model) else 0
     scores = score(
-        model, {kind: TFLiteClassifier(content) for kind, content in written.items()}, eval_files, hp, multi_hot
+        model,
+        {kind: TFLiteClassifier(content) for kind, content in written.items()},
+        lambda: first_scored_batches(train_files, scored, hp, multi_hot),
+        hp,
     )
     return {
+        "scored_on": "held-out",  # the held-out train images (before them: the eval split)
         "examples": scores.pop("examples"),
         "savedmodel_accuracy": scores.pop("keras"),
         "models": {
@@ -154,14 +160,12 @@ def _correct(probabilities: np.ndarray, labels: np.ndarray) -> float:
     return float((probabilities.argmax(1) == labels).sum())
 
 
-def score(
-    model, classifiers: Dict[str, TFLiteClassifier], eval_files: List[str], hp: HParams, multi_hot: int = 0
-) -> Dict:
-    """Accuracy (multi-label: binary accuracy at 0.5) of the Keras model and of each TFLite model on the same first
-    EVAL_LIMIT eval examples."""
+def score(model, classifiers: Dict[str, TFLiteClassifier], batches, hp: HParams) -> Dict:
+    """Accuracy (multi-label: binary accuracy at 0.5) of the Keras model and of each TFLite model on the same
+    examples, batches() of them (first_scored_batches: the first EVAL_LIMIT held-out train images)."""
     correct = {name: 0.0 for name in ["keras", *classifiers]}
     seen = 0
-    for images, labels in first_eval_batches(eval_files, hp, multi_hot):
+    for images, labels in batches():
         correct["keras"] += _correct(model(images, training=False).numpy(), labels)
         pixels = images.astype(np.uint8)  # already whole numbers 0..255 (Transform stored uint8)
         for name, classifier in classifiers.items():
@@ -180,11 +184,12 @@ def export_in_child(
     class_names: List[str],
     weights_file: str,
     train_files: List[str],
-    eval_files: List[str],
+    scored: Part,
     serving_model_dir: str,
     multi_label: bool = False,
 ) -> Dict:
-    """main() in a fresh process, from the saved weights: {"tflite": ..., "exports": ...}, or TFLiteExportError."""
+    """main() in a fresh process, from the saved weights: {"tflite": ..., "exports": ...}, or TFLiteExportError.
+    The exports are scored on the `scored` part of the train split (its held-out images: trainer/holdout.py)."""
     job = {
         "hparams": hp.to_custom_config(),
         "num_classes": num_classes,
@@ -192,7 +197,8 @@ def export_in_child(
         "multi_label": multi_label,
         "weights_file": weights_file,
         "train_files": train_files,
-        "eval_files": eval_files,
+        "holdout": scored.holdout.to_json(),
+        "held": scored.held,
         "serving_model_dir": serving_model_dir,
     }
     with tempfile.TemporaryDirectory(prefix="imagepipe-tflite-") as folder:
@@ -228,10 +234,9 @@ def main(job_file: str, result_file: str) -> None:
     with models.local_file(job["weights_file"]) as local:
         model.load_weights(local)
     record = {}
+    scored = Part(Holdout.from_json(job["holdout"]), job["held"])
     if hp.tflite_kinds:
-        record["tflite"] = export(
-            model, hp, job["class_names"], job["train_files"], job["eval_files"], job["serving_model_dir"]
-        )
+        record["tflite"] = export(model, hp, job["class_names"], job["train_files"], scored, job["serving_model_dir"])
     if hp.export_kinds:
         record["exports"] = model_exports.export(
             model,
@@ -240,21 +245,21 @@ def main(job_file: str, result_file: str) -> None:
             job["class_names"],
             hp.export_kinds,
             job["serving_model_dir"],
-            lambda: first_eval_batches(job["eval_files"], hp, len(job["class_names"]) if multi_label else 0),
+            lambda: first_scored_batches(job["train_files"], scored, hp, len(job["class_names"]) if multi_label else 0),
             multi_label,
         )
     with open(result_file, "w") as f:
         json.dump(record, f)
 
 
-def first_eval_batches(
-    eval_files: List[str], hp: HParams, multi_hot: int = 0
+def first_scored_batches(
+    train_files: List[str], scored: Part, hp: HParams, multi_hot: int = 0
 ) -> Iterable[Tuple[np.ndarray, np.ndarray]]:
-    """(images float32 0..255, labels) of the first EVAL_LIMIT eval examples, SCORING_BATCH at a time: what every
-    export is scored on. Read straight from the records (no count of the whole split first, nothing cached), one
-    batch in memory at a time."""
-    files = input_pipeline.list_files(eval_files)
-    records = tf.data.TFRecordDataset(files, compression_type=features.compression(files)).take(EVAL_LIMIT)
+    """(images float32 0..255, labels) of the first EVAL_LIMIT held-out train examples, SCORING_BATCH at a time:
+    what every export is scored on. Read straight from the records (no count of the whole split first, nothing
+    cached), one batch in memory at a time."""
+    files = input_pipeline.list_files(train_files)
+    records = scored.keep(tf.data.TFRecordDataset(files, compression_type=features.compression(files))).take(EVAL_LIMIT)
     for batch in records.batch(SCORING_BATCH):
         images, labels = input_pipeline.parse_batch(batch, hp, multi_hot)
         yield images.numpy(), labels.numpy()

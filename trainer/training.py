@@ -11,6 +11,7 @@ from absl import logging
 
 from trainer import class_balance, input_pipeline
 from trainer.artifact_files import FEATURES_SOURCE_FILE
+from trainer.holdout import Holdout
 from trainer.hparams import HParams
 
 
@@ -25,22 +26,22 @@ def features_source(example_patterns) -> Optional[dict]:
 
 
 def balance_of(
-    hp: HParams, train_files, class_names, multi_label: bool = False
+    hp: HParams, holdout: Holdout, class_names, multi_label: bool = False
 ) -> Tuple[dict, Optional[input_pipeline.Balance]]:
-    """What training does about its train split's class mix (trainer/class_balance.py): the plan training.json
-    records, and the input pipeline's balancing (None: none; multi-label: rare labels are weighed in the loss)."""
+    """What training does about the class mix of its training part (the train split less the held-out images:
+    trainer/holdout.py; trainer/class_balance.py): the plan training.json records, and the input pipeline's
+    balancing (None: none; multi-label: rare labels are weighed in the loss)."""
+    counts = list(holdout.train_counts)
     if multi_label:
-        counts, examples = input_pipeline.multi_label_counts(train_files, len(class_names))
-        balancing = class_balance.multi_label_plan(hp.class_balance, counts, examples, class_names)
+        balancing = class_balance.multi_label_plan(hp.class_balance, counts, holdout.train_examples, class_names)
         if balancing["mode"] == "weights":
             logging.info(
                 "Trainer: rare labels (%s of %d images): positive weights %s",
                 class_balance.describe_mix(balancing["counts"]),
-                examples,
+                holdout.train_examples,
                 balancing["positive_weights"],
             )
         return balancing, None
-    counts = input_pipeline.label_counts(train_files, len(class_names))
     balancing = class_balance.plan(hp.class_balance, counts, class_names)
     if balancing["mode"] == "off":
         return balancing, None
@@ -54,15 +55,71 @@ def balance_of(
     )
 
 
-def early_stopping(hp: HParams, monitor: str) -> keras.callbacks.Callback:
-    """Within the cap (--epochs), training stops once the eval loss has not improved for --patience epochs.
+class StopWhenSettled(keras.callbacks.Callback):
+    """Stops a phase once the held-out figure its epoch is kept by (`monitor`: accuracy, or balanced accuracy on
+    imbalanced classes, or macro AUC-PR) has not improved for `patience` epochs, counted from `start_from_epoch`.
 
-    On imbalanced data it follows balanced accuracy instead (a lower loss there mostly means the majority class
-    fits better), which moves in steps of a few rare eval images: it waits twice --patience, and only from the
+    With `follow_loss` (balanced classes), a lower held-out loss also counts as progress while the figure is below
+    its ceiling: accuracy moves in steps and often rises again after a flat stretch in which the loss falls
+    (bench/shapes.py: lowest loss at epoch 10, accuracy 0.24; at epoch 14, 0.29). At the ceiling (1.0) nothing
+    can improve it: training stops `patience` epochs later (a clean set no longer trains to --epochs).
+    `restore_best_weights`: the weights of the best epoch are put back when training ends (the Tuner's trials)."""
+
+    def __init__(
+        self,
+        monitor: str,
+        patience: int,
+        start_from_epoch: int = 0,
+        follow_loss: bool = True,
+        restore_best_weights: bool = False,
+    ):
+        super().__init__()
+        self.monitor, self.patience, self.start_from_epoch = monitor, patience, start_from_epoch
+        self.follow_loss, self.restore_best_weights = follow_loss, restore_best_weights
+
+    def on_train_begin(self, logs=None):
+        self.wait, self.best, self.best_loss, self.best_weights = 0, -float("inf"), float("inf"), None
+        self.stopped_epoch = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        value, loss = logs.get(self.monitor), logs.get("val_loss")
+        if value is None:
+            return
+        improved = value > self.best
+        if improved:
+            self.best = value
+            if self.restore_best_weights:
+                self.best_weights = self.model.get_weights()
+        if self.follow_loss and loss is not None and loss < self.best_loss:
+            improved = improved or self.best < 1.0
+            self.best_loss = loss
+        if epoch < self.start_from_epoch:
+            return
+        self.wait = 0 if improved else self.wait + 1
+        if self.wait >= self.patience:
+            self.stopped_epoch = epoch + 1
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        if self.restore_best_weights and self.best_weights is not None:
+            self.model.set_weights(self.best_weights)
+
+
+def early_stopping(hp: HParams, monitor: str, restore_best_weights: bool = False) -> keras.callbacks.Callback:
+    """Within the cap (--epochs), training stops once the held-out figure it keeps its epoch by has settled
+    (StopWhenSettled): on balanced classes accuracy and loss, --patience epochs.
+
+    On imbalanced data it follows balanced accuracy alone (a lower loss there mostly means the majority class
+    fits better), which moves in steps of a few rare images: it waits twice --patience, and only from the
     end of the first --patience epochs, while a balanced loss is still learning the rare class (measured on
     bench/imbalanced.py's 2% set: flat for 12 epochs, best at 17; --patience 5 from epoch 1 kept epoch 1)."""
     if monitor == class_balance.ACCURACY:
-        return keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience)
-    return keras.callbacks.EarlyStopping(
-        monitor=monitor, mode="max", patience=2 * hp.patience, start_from_epoch=hp.patience
+        return StopWhenSettled(monitor, hp.patience, restore_best_weights=restore_best_weights)
+    return StopWhenSettled(
+        monitor,
+        2 * hp.patience,
+        start_from_epoch=hp.patience,
+        follow_loss=False,
+        restore_best_weights=restore_best_weights,
     )

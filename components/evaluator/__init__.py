@@ -14,7 +14,7 @@ import dataclasses
 from typing import Optional
 
 from settings import fraction, setting
-from trainer.class_balance import MIN_CLASS_RECALL, MIN_EVAL_EXAMPLES
+from trainer.class_balance import ACCURACY_THRESHOLD, MIN_CLASS_RECALL, MIN_EVAL_EXAMPLES
 
 _THRESHOLD = (lambda v: 0 <= v < 1, "use a fraction from 0 to below 1")
 
@@ -25,7 +25,7 @@ class Blessing:
     that goes with it. The Pusher copies blessed models under <root>/serving/<name>."""
 
     accuracy_threshold: float = setting(
-        0.9, "bless the model at this eval accuracy (default {default})", check=fraction(), runtime=True
+        ACCURACY_THRESHOLD, "bless the model at this eval accuracy (default {default})", check=fraction(), runtime=True
     )
     # Every class with at least MIN_EVAL_EXAMPLES eval images must reach it: a model that misses a class is never
     # blessed, whatever its accuracy.

@@ -38,4 +38,8 @@ def read(c: Dict[str, Any]) -> Dict[str, Any]:
         "model": log["hparams"].get("model"),
         "weights": log["hparams"].get("weights", ""),
         "model_choice": log["hparams"].get("model_choice") or "",
+        # what training was measured on (trainer/holdout.py; a log written before: the eval split) and how the model
+        # decides (trainer/operating_point.py)
+        "held_out": log.get("held_out"),
+        "operating_point": log.get("operating_point"),
     }

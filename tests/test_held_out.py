@@ -1,0 +1,69 @@
+"""Decisions made on held-out train data (trainer/holdout.py, trainer/operating_point.py): nothing the Trainer
+chooses reads the eval split, which is left to the Evaluator."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from pipeline import local_runner
+from pipeline.config import PipelineConfig
+
+pytestmark = pytest.mark.slow  # whole pipeline runs
+
+
+def _details(summary, name):
+    return next(c["details"] for c in summary["components"] if c["component"] == name)
+
+
+def _presplit(source, target, wrong_eval: bool):
+    """24 train and 6 eval digits a class; with wrong_eval, each eval file (the same path) holds the image of the
+    same place in the next class: every eval label is wrong, and nothing else about the listing changes (the
+    ingest order follows the paths)."""
+    classes = sorted(d for d in os.listdir(source) if not d.startswith("."))
+    for i, label in enumerate(classes):
+        names = sorted(os.listdir(os.path.join(source, label)))
+        other = classes[(i + 1) % len(classes)]
+        others = sorted(os.listdir(os.path.join(source, other)))
+        for split, chosen in (("train", range(24)), ("eval", range(24, 30))):
+            os.makedirs(os.path.join(target, split, label), exist_ok=True)
+            for n in chosen:
+                taken = os.path.join(source, other, others[n]) if split == "eval" and wrong_eval else None
+                shutil.copy2(
+                    taken or os.path.join(source, label, names[n]), os.path.join(target, split, label, names[n])
+                )
+
+
+def test_the_trainer_never_reads_the_eval_split(tmp_path, small_digits):
+    """The same train split with two eval splits, one of them labelled wrongly throughout: the Trainer's epochs,
+    kept epoch, held-out images and operating point are the same to the bit; only the Evaluator's figures differ."""
+    runs = {}
+    for name, wrong in (("right", False), ("wrong", True)):
+        data = tmp_path / f"{name}-data"
+        _presplit(small_digits, data, wrong)
+        config = PipelineConfig(
+            root=str(tmp_path / name),
+            data=str(data),
+            image_size=32,
+            epochs=4,
+            accuracy_threshold=0.0,
+            min_class_recall=0.0,
+        )
+        summary = local_runner.run(config)
+        with open(os.path.join(_details(summary, "Trainer")["model_run"], "training.json")) as f:
+            runs[name] = (json.load(f), _details(summary, "Evaluator"))
+
+    (right, right_eval), (wrong, wrong_eval) = runs["right"], runs["wrong"]
+    assert right["held_out"]["held_out_examples"] == 10 * 5  # a fifth of 24 a class, rounded: 5
+    assert right["held_out"]["train_examples"] == 10 * 19
+    assert right["held_out"] == wrong["held_out"]
+    metrics = lambda log: [{k: v for k, v in e.items() if k != "seconds"} for e in log["epochs"]]  # noqa: E731
+    assert metrics(right) == metrics(wrong)
+    assert right["operating_point"] == wrong["operating_point"]
+    # ... while the eval splits did differ: the wrongly labelled one scores near zero
+    assert right_eval["accuracy"] > 0.5 and wrong_eval["accuracy"] < 0.3
+    # the kept epoch's held-out accuracy is the one the operating point's argmax measured, image for image
+    kept = max(right["epochs"], key=lambda e: (e["val_sparse_categorical_accuracy"], -e["val_loss"]))
+    held = right["operating_point"]["held_out"]
+    assert kept["val_sparse_categorical_accuracy"] == pytest.approx(held["argmax"]["accuracy"], abs=1.01 / 50)
