@@ -78,11 +78,20 @@ def training(components: Dict[str, Dict]) -> str:
         + (f", not warm-started ({esc(log['warm_start_skipped'])})" if log.get("warm_start_skipped") else "")
         + f". TensorBoard: <code>tensorboard --logdir {esc(d['model_run'])}</code></p>"
     )
+    split = run_text.validated_on(d)
+    if log.get("held_out"):
+        held = log["held_out"]
+        body += (
+            f"<p>Every choice of training (early stopping, the kept epoch, the search's trials, the operating point "
+            f"and the calibration) was measured on <b>{held['held_out_examples']:,} held-out train images</b> (a "
+            f"stratified {held['share']:.0%} of each class's; {held['train_examples']:,} trained on), never on the "
+            "eval split, which the Evaluator alone reads.</p>"
+        )
     if d.get("still_improving"):
         body += (
-            f'<p class="warn"><b>{esc(run_text.still_improving(d["still_improving"]))}</b>: the eval loss was '
-            "still falling when the epoch cap ended training, so more epochs would likely give a better "
-            "model.</p>"
+            f'<p class="warn"><b>{esc(run_text.still_improving(d["still_improving"]))}</b>: the {split} figure the '
+            "epoch is kept by was still rising when the epoch cap ended training, so more epochs would likely give "
+            "a better model.</p>"
         )
     balancing = log.get("class_balance") or {}
     multi = balancing.get("task") == "multi"
@@ -92,7 +101,8 @@ def training(components: Dict[str, Dict]) -> str:
             f"): {esc(run_text.describe_class_balance(balancing))}; early stopping and the kept epoch followed "
             f"{'macro AUC-PR' if multi else 'balanced accuracy'} (<code>--class-balance</code>).</p>"
         )
-    body += _per_epoch(epochs, multi)
+    body += _per_epoch(epochs, multi, split)
+    body += _operating_point(log.get("operating_point"), log["class_names"])
     body += _on_device(log.get("tflite"))
     body += _other_runtimes(log.get("exports"))
     body += "<h3>Hyperparameters</h3>"
@@ -102,24 +112,33 @@ def training(components: Dict[str, Dict]) -> str:
     return section("training", "Training", body)
 
 
-def _per_epoch(epochs: List[Dict[str, Any]], multi: bool) -> str:
-    """Loss and accuracy per epoch: two charts, then a table."""
-    loss = {"train loss": [e.get("loss") for e in epochs], "eval loss": [e.get("val_loss") for e in epochs]}
+def _per_epoch(epochs: List[Dict[str, Any]], multi: bool, split: str = "eval") -> str:
+    """Loss and accuracy per epoch: two charts, then a table (`split`: what the val_ figures were measured on)."""
+    loss = {"train loss": [e.get("loss") for e in epochs], f"{split} loss": [e.get("val_loss") for e in epochs]}
     accuracy = (
         {
             "train macro AUC-PR": [e.get("auc_pr") for e in epochs],
-            "eval macro AUC-PR": [e.get("val_auc_pr") for e in epochs],
+            f"{split} macro AUC-PR": [e.get("val_auc_pr") for e in epochs],
         }
         if multi
         else {
             "train accuracy": [e.get("sparse_categorical_accuracy") for e in epochs],
-            "eval accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs],
-            "eval balanced accuracy": [e.get("val_balanced_accuracy") for e in epochs],
+            f"{split} accuracy": [e.get("val_sparse_categorical_accuracy") for e in epochs],
+            f"{split} balanced accuracy": [e.get("val_balanced_accuracy") for e in epochs],
         }
     )
     body = f'<div class="grid">{line_chart(loss, "loss per epoch")}{line_chart(accuracy, "accuracy per epoch")}</div>'
     return body + table(
-        ["epoch", "phase", "seconds", "loss", "accuracy", "eval loss", "eval accuracy", "eval balanced accuracy"],
+        [
+            "epoch",
+            "phase",
+            "seconds",
+            "loss",
+            "accuracy",
+            f"{split} loss",
+            f"{split} accuracy",
+            f"{split} balanced accuracy",
+        ],
         [
             [
                 e["epoch"],
@@ -134,6 +153,51 @@ def _per_epoch(epochs: List[Dict[str, Any]], multi: bool) -> str:
             for e in epochs
         ],
         numeric=[0, 2, 3, 4, 5, 6, 7],
+    )
+
+
+OPERATING_POINT_ROWS = 30  # classes listed in the operating point's table, the weakest first
+
+
+def _operating_point(record, class_names) -> str:
+    """How the model decides and how sure it is, on the held-out train images (trainer/operating_point.py): each
+    class's recall at the head's argmax and at the chosen rule, and the reliability diagram before and after the
+    temperature."""
+    if not record or not record.get("held_out", {}).get("images"):
+        return ""
+    held = record["held_out"]
+    asked = record.get("asked", {}).get("recall", {})
+    rows = [
+        [name, before, after, asked.get(name)]
+        for name, before, after in zip(class_names, held["argmax"]["recall"], held["chosen"]["recall"])
+        if after is not None
+    ]
+    rows.sort(key=lambda r: (r[2], r[0]))
+    verdict = (
+        "meets what is asked" if record.get("meets") else f'<span class="bad">{esc(record.get("reason", ""))}</span>'
+    )
+    diagonal = [(0.0, 0.0), (1.0, 1.0)]
+    reliability = xy_chart(
+        {
+            "perfect": diagonal,
+            "before": [(b["confidence"], b["accuracy"]) for b in held["reliability_before"]],
+            "after": [(b["confidence"], b["accuracy"]) for b in held["reliability_after"]],
+        },
+        "reliability on held-out train images",
+        "confidence",
+        "accuracy",
+    )
+    return (
+        f"<h3>Operating point and calibration</h3><p>Rule <code>{esc(record['rule'])}</code> on "
+        f"{held['images']:,} held-out train images: accuracy {held['argmax']['accuracy']:.3f} at the head's argmax -> "
+        f"{held['chosen']['accuracy']:.3f}, balanced accuracy {held['argmax']['balanced_accuracy']:.3f} -> "
+        f"{held['chosen']['balanced_accuracy']:.3f}; {verdict}. Temperature {record['temperature']:.2f}"
+        + ("" if record.get("calibrated", True) else " (too few held-out mistakes to fit one)")
+        + f": expected calibration error {held['ece_before']:.3f} -> {held['ece_after']:.3f}. Both are part of the "
+        "pushed model (its last layer), so the SavedModel, TFLite, ONNX, Core ML and <code>imagepipe predict</code> "
+        "decide alike.</p>"
+        + reliability
+        + table(["class", "recall at argmax", "recall chosen", "asked"], rows[:OPERATING_POINT_ROWS], numeric=[1, 2, 3])
     )
 
 
