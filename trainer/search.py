@@ -175,7 +175,7 @@ class _Trials:
                 self.train_files,
                 hp,
                 self.source["dim"],
-                1,
+                views,  # the held-out train records hold the augmented views too: the plain one is read
                 training=False,
                 multi_hot=self.multi_hot,
                 shared_records=eval_records,

@@ -121,8 +121,9 @@ def _train_head_on_features(model, inputs: "_Inputs", callbacks) -> None:
             train_files, hp, source["dim"], views, training=True, balance=inputs.balance, part=inputs.training, **shape
         )
     )
+    # held-out train records hold the augmented views too: validation reads the plain one
     validation = input_pipeline.make_feature_dataset(
-        train_files, hp, source["dim"], 1, training=False, part=inputs.validation, **shape
+        train_files, hp, source["dim"], views, training=False, part=inputs.validation, **shape
     )
     if isinstance(inputs.strategy, tf.distribute.MultiWorkerMirroredStrategy):
         train = input_pipeline.sharded_across_workers(
@@ -514,8 +515,9 @@ def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
     if source and not fine_tuned:
         copy = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
         models.copy_head(model, copy)
+        views = source["views"].get("train", 0) + 1  # the plain view is read
         dataset = input_pipeline.make_feature_dataset(
-            inputs.fn_args.train_files, hp, source["dim"], 1, training=False, part=inputs.validation
+            inputs.fn_args.train_files, hp, source["dim"], views, training=False, part=inputs.validation
         )
     else:
         backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
