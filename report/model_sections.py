@@ -163,8 +163,8 @@ def _operating_point(record, class_names) -> str:
     """How the model decides and how sure it is, on the held-out train images (trainer/operating_point.py): each
     class's recall at the head's argmax and at the chosen rule, and the reliability diagram before and after the
     temperature."""
-    if not record or not record.get("held_out", {}).get("images"):
-        return ""
+    if not record or not record.get("held_out", {}).get("images") or "thresholds" in record:
+        return ""  # a multi-label model's thresholds are shown with its evaluation
     held = record["held_out"]
     asked = record.get("asked", {}).get("recall", {})
     rows = [

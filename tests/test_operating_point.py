@@ -103,3 +103,29 @@ def test_a_malformed_rule_is_one_line_naming_the_option(rule):
 def test_a_rule_naming_no_class_of_the_run_is_refused():
     with pytest.raises(ValueError, match=r"--operating-point names 'dog': not one of the classes \(ok, defect\)"):
         operating_point.choose(np.full((2, 2), 0.5), np.array([0, 1]), ["ok", "defect"], "dog>=0.5", 0.9, 0.5)
+
+
+def test_each_label_gets_the_threshold_of_its_best_held_out_f1_on_the_evaluators_grid():
+    rng = np.random.default_rng(5)
+    hot = (rng.random((400, 2)) < [0.3, 0.05]).astype(np.float32)
+    probabilities = np.clip(
+        0.25 * hot + rng.random((400, 2)) * 0.5, 0, 1
+    )  # a rare label scored low: its best F1 is too
+
+    chosen = operating_point.label_thresholds(probabilities, hot, ["common", "rare"])
+
+    assert chosen["rule"] == "best F1 on held-out train images" and chosen["held_out"]["images"] == 400
+    for j, name in enumerate(["common", "rare"]):
+        t = chosen["thresholds"][name]
+        assert t in operating_point.THRESHOLD_GRID and t > 0
+
+        def f1(u, j=j):
+            given, actual = probabilities[:, j] >= u, hot[:, j] > 0
+            return 2 * (given & actual).sum() / (given.sum() + actual.sum())
+
+        assert chosen["held_out"]["per_label"][name]["f1"] == pytest.approx(f1(t))
+        assert all(
+            f1(u) <= f1(t) + 1e-12 for u in operating_point.THRESHOLD_GRID[1:] if (probabilities[:, j] >= u).any()
+        )
+    none = operating_point.label_thresholds(probabilities, np.zeros_like(hot), ["common", "rare"])
+    assert none["thresholds"] == {"common": 0.5, "rare": 0.5}  # no held-out image has them

@@ -7,6 +7,8 @@ TRAINING_LOG = "training.json"  # per-epoch metrics, strategy, hyperparameters, 
 KERAS_DIR = "keras"  # the weights warm starts and the TFLite export load
 WEIGHTS_FILE = "model.weights.h5"
 INFO_FILE = "model_info.json"  # classes, model and input shape the weights fit
+# a multi-label model's threshold per label, chosen on held-out train images (trainer/operating_point.py)
+LABEL_THRESHOLDS_FILE = "label_thresholds.json"
 
 # BackboneFeatures' `features` (components/features writes them; the Trainer, the Tuner and data health read them)
 FEATURES_SOURCE_FILE = "source.json"  # the Transform output the pixels came from, the backbone weights, dim, views

@@ -291,6 +291,38 @@ def _shortfalls(chosen: Dict, floors: np.ndarray, accuracy_floor: float, class_n
     return ", ".join(text for _, text in sorted(missed, key=lambda m: -m[0]))
 
 
+# The probability thresholds a multi-label model's labels are judged at: the Evaluator's curves
+# (components/evaluator/views.py) and the Trainer's choice share them, so its figures are read off the same points.
+THRESHOLD_GRID = [round(i / 40, 3) for i in range(40)] + [0.99]  # 0, 0.025, ..., 0.975, 0.99
+LABEL_RULE = "best F1 on held-out train images"
+
+
+def label_thresholds(probabilities: np.ndarray, hot: np.ndarray, names: Sequence[str]) -> Dict:
+    """A multi-label model's threshold per label, chosen on held-out (probabilities and multi-hot labels
+    [images, labels]): the grid point of best F1 (ties: the lower), among those that do not give the label to every
+    image (they tell nothing); 0.5 for a label no held-out image has. As training.json and label_thresholds.json
+    record it: {rule, thresholds, held_out: {images, per_label: {name: {threshold, f1, precision, recall, support}}}}."""
+    thresholds, per_label = {}, {}
+    images = len(hot)
+    for j, name in enumerate(names):
+        actual = hot[:, j] > 0.5
+        best = None
+        for t in THRESHOLD_GRID[1:]:
+            given = probabilities[:, j] >= t
+            if images and given.all():
+                continue
+            tp = int((given & actual).sum())
+            precision = tp / given.sum() if given.any() else None
+            recall = tp / actual.sum() if actual.any() else None
+            f1 = 2 * tp / (given.sum() + actual.sum()) if actual.any() else None
+            if f1 is not None and (best is None or f1 > best["f1"]):
+                best = {"threshold": t, "f1": f1, "precision": precision, "recall": recall}
+        chosen = best or {"threshold": 0.5, "f1": None, "precision": None, "recall": None}
+        thresholds[name] = chosen["threshold"]
+        per_label[name] = {**chosen, "support": int(actual.sum())}
+    return {"rule": LABEL_RULE, "thresholds": thresholds, "held_out": {"images": images, "per_label": per_label}}
+
+
 def fold(kernel: np.ndarray, bias: np.ndarray, offsets: Sequence[float], temperature: float):
     """The last layer's weights that output softmax((logits + offsets) / temperature)."""
     return kernel / temperature, (bias + np.asarray(offsets, dtype=bias.dtype)) / temperature
@@ -302,6 +334,11 @@ def describe(record: Optional[Dict]) -> str:
     if not record or "held_out" not in record:
         return ""
     held = record["held_out"]
+    if "thresholds" in record:  # multi-label: a threshold per label
+        scores = [m["f1"] for m in held["per_label"].values() if m.get("f1") is not None]
+        return f"label thresholds: {record['rule']} ({held['images']:,} images" + (
+            f", mean F1 {sum(scores) / len(scores):.3f})" if scores else ")"
+        )
     if not held["images"]:
         return f"operating point: {record.get('reason') or 'argmax'}"
     text = (

@@ -38,7 +38,14 @@ from trainer import (
     tflite_export,
 )
 from trainer import strategy as strategies
-from trainer.artifact_files import FEATURE_PROFILE_FILE, INFO_FILE, KERAS_DIR, TRAINING_LOG, WEIGHTS_FILE
+from trainer.artifact_files import (
+    FEATURE_PROFILE_FILE,
+    INFO_FILE,
+    KERAS_DIR,
+    LABEL_THRESHOLDS_FILE,
+    TRAINING_LOG,
+    WEIGHTS_FILE,
+)
 from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
 from trainer.training import balance_of, early_stopping, features_source
@@ -326,7 +333,7 @@ def _train_and_export(
         shutil.rmtree(scratch, ignore_errors=True)
         wait_for_chief(fn_args, plan)
         return
-    on_device = _keep_model_files(fn_args, hp, model, info, inputs)
+    on_device = _keep_model_files(fn_args, hp, model, info, inputs, decision)
     record = _training_record(inputs, tuned, warm_started, cold_reason, seconds, phases, on_device, decision)
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
@@ -383,7 +390,7 @@ def _training_record(
     seconds: float,
     phases: list,
     on_device: dict,
-    decision: Optional[dict],
+    decision: dict,
 ) -> dict:
     """training.json: the strategy, settings, classes, each epoch's metrics and the exports."""
     hp, plan, source, replicas = inputs.hp, inputs.plan, inputs.source, inputs.replicas
@@ -412,7 +419,8 @@ def _training_record(
         "features": {k: source[k] for k in ("fingerprint", "dim", "views")} if source else None,
         # What every choice above was measured on: a stratified part of the train split (trainer/holdout.py).
         "held_out": inputs.holdout.record(inputs.class_names),
-        # How the model decides and its temperature (trainer/operating_point.py); None: multi-label.
+        # How the model decides and its temperature, or a multi-label model's label thresholds
+        # (trainer/operating_point.py)
         "operating_point": decision,
     }
 
@@ -473,7 +481,7 @@ def _fine_tune(
     return phase
 
 
-def _keep_model_files(fn_args, hp: HParams, model, info: dict, inputs: _Inputs):
+def _keep_model_files(fn_args, hp: HParams, model, info: dict, inputs: _Inputs, decision: dict):
     """Beside the SavedModel (the chief only): the Keras weights and what they fit (warm starts, TFLite), the
     TFLite and other exports, the features' profile; returns the exports' record ({"tflite", "exports"})."""
     source = inputs.source
@@ -499,6 +507,9 @@ def _keep_model_files(fn_args, hp: HParams, model, info: dict, inputs: _Inputs):
         models.discard_staged(weights)
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
         f.write(json.dumps(info))
+    if "thresholds" in decision:  # multi-label: what the Evaluator judges each label at
+        with tf.io.gfile.GFile(os.path.join(keras_dir, LABEL_THRESHOLDS_FILE), "w") as f:
+            f.write(json.dumps(decision))
     if source:  # the features the model learnt from, in profile: what the next run's drift is measured against
         profile = os.path.join(source["uri"], FEATURE_PROFILE_FILE)
         if tf.io.gfile.exists(profile):
@@ -517,30 +528,44 @@ def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
         models.copy_head(model, copy)
         views = source["views"].get("train", 0) + 1  # the plain view is read
         dataset = input_pipeline.make_feature_dataset(
-            inputs.fn_args.train_files, hp, source["dim"], views, training=False, part=inputs.validation
+            inputs.fn_args.train_files,
+            hp,
+            source["dim"],
+            views,
+            training=False,
+            part=inputs.validation,
+            multi_hot=inputs.multi_hot,
         )
     else:
         backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
         copy = models.build(hp, inputs.num_classes, backbone, inputs.multi_label)
         copy.set_weights(model.get_weights())
-        dataset = input_pipeline.make_dataset(inputs.pixel_files, hp, training=False, part=inputs.validation)
+        dataset = input_pipeline.make_dataset(
+            inputs.pixel_files, hp, training=False, part=inputs.validation, multi_hot=inputs.multi_hot
+        )
     probabilities, labels = [], []
     for x, y in dataset:
         probabilities.append(np.asarray(copy(x, training=False), dtype=np.float64))
         labels.append(y.numpy())
     if not probabilities:
-        return np.zeros([0, inputs.num_classes]), np.zeros([0], np.int64)
+        return np.zeros([0, inputs.num_classes]), np.zeros([0, inputs.num_classes] if inputs.multi_label else [0])
     return np.concatenate(probabilities), np.concatenate(labels)
 
 
-def _choose_operating_point(model, inputs: _Inputs) -> Optional[dict]:
+def _choose_operating_point(model, inputs: _Inputs) -> dict:
     """The single-label model's decision rule and temperature, chosen on the held-out images and folded into its
-    last layer (trainer/operating_point.py); None for a multi-label model (its per-label thresholds are the
-    Evaluator's)."""
+    last layer; a multi-label model's threshold per label, chosen on them (trainer/operating_point.py)."""
     hp = inputs.hp
-    if inputs.multi_label:
-        return None
     fine_tuned = hp.model != "cnn" and hp.fine_tune_epochs > 0
+    if inputs.multi_label:
+        probabilities, hot = (
+            _held_out_probabilities(model, inputs, fine_tuned)
+            if not inputs.holdout.empty
+            else (np.zeros([0, inputs.num_classes]), np.zeros([0, inputs.num_classes]))
+        )
+        thresholds = operating_point.label_thresholds(probabilities, hot, inputs.class_names)
+        logging.info("Trainer: %s", operating_point.describe(thresholds))
+        return thresholds
     if inputs.holdout.empty:  # nothing to choose on: the argmax, at temperature 1
         probabilities, labels = np.zeros([0, inputs.num_classes]), np.zeros([0], np.int64)
     else:

@@ -52,7 +52,8 @@ from components.evaluator.eval_config import (
 )
 from components.example_gen import PROFILE_FILE
 from storage.relocation import locate
-from trainer.artifact_files import INFO_FILE, KERAS_DIR
+from trainer import operating_point
+from trainer.artifact_files import INFO_FILE, KERAS_DIR, LABEL_THRESHOLDS_FILE
 
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
 MODEL_INFO = os.path.join(KERAS_DIR, INFO_FILE)
@@ -63,6 +64,15 @@ def model_info(model_uri: str) -> Dict[str, Any]:
     path = os.path.join(model_uri, MODEL_INFO)
     if not fileio.exists(path):
         return {}
+    with fileio.open(path, "r") as f:
+        return json.loads(f.read())
+
+
+def held_out_thresholds(model_uri: str) -> Optional[Dict[str, Any]]:
+    """The multi-label thresholds the Trainer chose on held-out train data (trainer/operating_point.py), or None."""
+    path = os.path.join(model_uri, KERAS_DIR, LABEL_THRESHOLDS_FILE)
+    if not fileio.exists(path):
+        return None
     with fileio.open(path, "r") as f:
         return json.loads(f.read())
 
@@ -255,7 +265,13 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         if fileio.exists(profile):
             fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
         evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
-        found = self._judge_labels(blessing, evaluation.uri, names, gate, exec_properties) if multi_label else None
+        found = (
+            self._judge_labels(
+                blessing, evaluation.uri, names, gate, exec_properties, held_out_thresholds(candidate.uri)
+            )
+            if multi_label
+            else None
+        )
         if gate:
             from tfx.utils import io_utils
 
@@ -269,7 +285,8 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
             )
         if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
             self._score_test(input_dict, evaluation.uri, exec_properties)
-            how = f"the eval split's: {found['chosen']['how']}"
+            chosen_how = found["chosen"]["how"]
+            how = chosen_how if chosen_how == operating_point.LABEL_RULE else f"the eval split's: {chosen_how}"
             if multi_label:
                 self._write_label_views(
                     os.path.join(evaluation.uri, TEST_SPLIT), names, given=found["chosen"]["thresholds"], how=how
@@ -280,17 +297,28 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
                 )
 
     def _judge_labels(
-        self, blessing, evaluation_uri: str, names: List[str], gate: Dict[str, Any], exec_properties
+        self,
+        blessing,
+        evaluation_uri: str,
+        names: List[str],
+        gate: Dict[str, Any],
+        exec_properties,
+        trainers: Optional[Dict[str, Any]] = None,
     ) -> Dict[str, Any]:
         """A multi-label model, after TFMA: a threshold per label (views.json), and every label judged at its own
-        (into `gate`: a failure takes the blessing back). Returns the views."""
+        (into `gate`: a failure takes the blessing back). Returns the views. The thresholds are the ones the Trainer
+        chose on its held-out train images (`trainers`), unless the run asks for a confidence threshold or a target
+        precision; a model trained before them gets them chosen here, on eval."""
         from components.evaluator import multi_label as multi
 
+        confidence, target = exec_properties.get(CONFIDENCE), exec_properties.get(TARGET_PRECISION)
+        given = trainers if trainers and confidence is None and target is None else None
         found = self._write_label_views(
             evaluation_uri,
             names,
-            confidence_threshold=exec_properties.get(CONFIDENCE),
-            target_precision=exec_properties.get(TARGET_PRECISION),
+            confidence_threshold=confidence,
+            target_precision=target,
+            **({"given": given["thresholds"], "how": given["rule"]} if given else {}),
         )
         gate["failures"] = multi.label_failures(gate, found)
         if gate["failures"] and blessing.get_int_custom_property("blessed"):

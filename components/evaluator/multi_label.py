@@ -14,8 +14,9 @@ TFMA computes (the eval config is rewritten once the model is known, as for sing
 
 Then, from TFMA's matrices (plain Python, `thresholds_and_views`): a threshold per label. With
 --confidence-threshold, that one for every label; with --target-precision, the lowest threshold at which the
-label's precision reaches it (a label that never does keeps its best-F1 threshold, and says so); else each label's
-best F1 on eval. views.json records the curves, the thresholds and every label's precision, recall and F1 at its
+label's precision reaches it (a label that never does keeps its best-F1 threshold, and says so); else the Trainer's:
+each label's best F1 on its held-out train images (trainer/operating_point.label_thresholds; a model trained before
+them: each label's best F1 on eval). views.json records the curves, the thresholds and every label's precision, recall and F1 at its
 own. And every label is judged as single-label's classes are: recall at its threshold at least --min-class-recall
 for a label on at least class_balance.MIN_EVAL_EXAMPLES eval images, some image found for one on at least
 MIN_EVAL_TO_FIND, and no label judged may be at chance level (its AUC-PR within MIN_AUC_PR_LIFT of its base rate,

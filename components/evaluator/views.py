@@ -16,7 +16,9 @@ views.json with the evaluation; the report, the model card and predict read it.
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-THRESHOLDS = [round(i / 40, 3) for i in range(40)] + [0.99]  # 0, 0.025, ..., 0.975, 0.99
+from trainer.operating_point import THRESHOLD_GRID
+
+THRESHOLDS = THRESHOLD_GRID  # 0, 0.025, ..., 0.975, 0.99: the Trainer's label thresholds are chosen on them too
 VIEWS_FILE = "views.json"  # in the evaluation artifact (and test/ for a test split)
 
 Matrix = List[Tuple[int, int, float]]  # (actual class id, predicted class id or -1, count)
