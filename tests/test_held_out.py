@@ -65,5 +65,5 @@ def test_the_trainer_never_reads_the_eval_split(tmp_path, small_digits):
     assert right_eval["accuracy"] > 0.5 and wrong_eval["accuracy"] < 0.3
     # the kept epoch's held-out accuracy is the one the operating point's argmax measured, image for image
     kept = max(right["epochs"], key=lambda e: (e["val_sparse_categorical_accuracy"], -e["val_loss"]))
-    held = right["operating_point"]["held_out"]
+    held = right["operating_point"]["model_on_held_out"]
     assert kept["val_sparse_categorical_accuracy"] == pytest.approx(held["argmax"]["accuracy"], abs=1.01 / 50)

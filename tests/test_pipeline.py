@@ -123,7 +123,7 @@ def test_sample_run_ingests_validates_trains_blesses_and_pushes(sample_runs):
     # model whose decisions the operating point then measured on them (an image whose top two probabilities tie
     # to float rounding may differ on another CPU: one image).
     trainer = details(first, "Trainer")
-    held = trainer["operating_point"]["held_out"]
+    held = trainer["operating_point"]["model_on_held_out"]
     assert trainer["held_out"]["held_out_examples"] == held["images"] == 287  # a fifth of each class's train images
     assert trainer["kept_eval_accuracy"] == pytest.approx(held["argmax"]["accuracy"], abs=1.01 / held["images"])
     pushed = details(first, "Pusher")
@@ -457,7 +457,7 @@ def test_tflite_exports_score_next_to_the_savedmodel_and_classify_files(sample_r
     config, first, _ = sample_runs
     trainer, evaluation = details(first, "Trainer"), details(first, "Evaluator")
     record = trainer["tflite"]
-    held = trainer["operating_point"]["held_out"]
+    held = trainer["operating_point"]["model_on_held_out"]
     assert record["examples"] == held["images"] == 287 and evaluation["example_count"] == 359
     # The Keras model the child process rebuilt from the saved weights decides as the operating point chose.
     assert record["savedmodel_accuracy"] == pytest.approx(held["chosen"]["accuracy"], abs=1.01 / record["examples"])

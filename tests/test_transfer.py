@@ -69,10 +69,14 @@ def test_the_head_trains_on_features_computed_once(transfer_runs):
     assert len(recalls) == 10 and min(recalls.values()) >= 0.2, recalls
     # The kept epoch's held-out accuracy (the head on features, in training) is what the model the operating point
     # was chosen for gives on the same held-out images, by plain calls.
-    held = trainer["operating_point"]["held_out"]
+    held = trainer["operating_point"]["model_on_held_out"]
     assert trainer["kept_eval_accuracy"] == pytest.approx(
         held["argmax"]["accuracy"], abs=1.01 / held["images"]
     )  # one image may round otherwise elsewhere
+    # A head on cached features chooses its operating point on out-of-fold predictions of every train image.
+    trained = details(plain, "ImageExampleGen")["examples_per_split"]["train"]
+    assert trainer["operating_point"]["chosen_on"] == f"5-fold out-of-fold predictions of all {trained:,} train images"
+    assert trainer["operating_point"]["held_out"]["images"] == trained
 
     # --augment: the cached plain features are reused, and 4 augmented views of each training image are
     # computed once; then a fine-tune epoch on pixels (read from the Transform output the features came from).
@@ -167,6 +171,6 @@ def test_the_head_trains_across_three_replicas(transfer_runs):
     evaluation = details(summary, "Evaluator")
     # The padding counts nowhere: the Trainer's held-out accuracy (padded batches over 3 replicas) is what plain
     # calls of the same model give on the same held-out images (unpadded).
-    held = trainer["operating_point"]["held_out"]
+    held = trainer["operating_point"]["model_on_held_out"]
     assert evaluation["example_count"] > 0
     assert trainer["kept_eval_accuracy"] == pytest.approx(held["argmax"]["accuracy"], abs=1.01 / held["images"])

@@ -341,8 +341,10 @@ def describe(record: Optional[Dict]) -> str:
         )
     if not held["images"]:
         return f"operating point: {record.get('reason') or 'argmax'}"
+    held_images = f"{held['images']:,}"
     text = (
-        f"operating point {record['rule']} on {held['images']:,} held-out train images (balanced accuracy "
+        f"operating point {record['rule']} on {record.get('chosen_on') or f'{held_images} held-out train images'}"
+        " (balanced accuracy "
         f"{held['argmax']['balanced_accuracy']:.3f} at argmax -> {held['chosen']['balanced_accuracy']:.3f}); "
         + (
             f"calibrated: T {record['temperature']:.2f}, ECE {held['ece_before']:.3f} -> {held['ece_after']:.3f}"

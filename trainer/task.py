@@ -322,7 +322,7 @@ def _train_and_export(
     seconds = time.monotonic() - started
     # How the model decides, and its probabilities' temperature, chosen on the held-out images and folded into its
     # last layer: every export decides alike (trainer/operating_point.py). Every worker does it alike.
-    decision = _choose_operating_point(model, inputs)
+    decision = _choose_operating_point(model, inputs, phases[0])
 
     # Every worker saves (saving a distributed model may take every replica's part: TensorFlow's documented
     # pattern); only the chief's copy is kept.
@@ -552,9 +552,69 @@ def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
     return np.concatenate(probabilities), np.concatenate(labels)
 
 
-def _choose_operating_point(model, inputs: _Inputs) -> dict:
-    """The single-label model's decision rule and temperature, chosen on the held-out images and folded into its
-    last layer; a multi-label model's threshold per label, chosen on them (trainer/operating_point.py)."""
+# The operating point of a head trained on cached features is chosen on out-of-fold predictions of the whole train
+# split (OUT_OF_FOLD heads, each trained on the other folds for the kept epoch's count): every rare image counts, not
+# a fifth of them. Measured on bench/decision_benchmark.py's rare-1 (32 defects, 6 held out): see docs/benchmarks.md.
+OUT_OF_FOLD = 5
+# ... when the train split's features fit in memory at once for it (Lite0's 1,280 floats: 5 KB an image, 100 MB);
+# past it, on the held-out images.
+OUT_OF_FOLD_LIMIT = 20_000
+
+
+def _train_features(inputs: _Inputs):
+    """(the plain view's features [images, dim], labels [images]) of the whole train split, in memory."""
+    source = inputs.source
+    dataset = input_pipeline.make_feature_dataset(
+        inputs.fn_args.train_files, inputs.hp, source["dim"], source["views"].get("train", 0) + 1, training=False
+    )
+    vectors, labels = [], []
+    for x, y in dataset:
+        vectors.append(x.numpy())
+        labels.append(y.numpy())
+    return np.concatenate(vectors), np.concatenate(labels)
+
+
+def _out_of_fold(inputs: _Inputs, epochs: int):
+    """(probabilities, labels) of every train image from a head that did not train on it: OUT_OF_FOLD stratified
+    folds (scikit-learn's StratifiedKFold), each head trained on the others as the Trainer trains (its class
+    weights, initial bias, learning rate, batch) for `epochs`, outside any strategy."""
+    import warnings
+
+    from sklearn.model_selection import StratifiedKFold
+
+    hp, balancing = inputs.hp, inputs.balancing
+    vectors, labels = _train_features(inputs)
+    counts = np.bincount(labels[labels >= 0], minlength=inputs.num_classes)
+    # class-balanced batches are weighed as loss weights here (the same in expectation)
+    weights = balancing.get("weights") or (
+        class_balance.loss_weights(list(counts)) if balancing["mode"] == "sampling" else None
+    )
+    probabilities = np.zeros([len(labels), inputs.num_classes])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a class of fewer images than folds: StratifiedKFold says so, and copes
+        folds = list(StratifiedKFold(OUT_OF_FOLD, shuffle=True, random_state=hp.seed).split(vectors, labels))
+    for fold, (fitted, held) in enumerate(folds):
+        keras.utils.set_random_seed(hp.seed + fold)
+        head = models.head(inputs.num_classes, inputs.source["dim"], hp)
+        models.set_output_bias(head, balancing["initial_bias"])
+        models.compile_model(head, hp.learning_rate)
+        head.fit(
+            vectors[fitted],
+            labels[fitted],
+            sample_weight=np.asarray(weights, np.float32)[np.clip(labels[fitted], 0, None)] if weights else None,
+            batch_size=hp.batch_size,
+            epochs=epochs,
+            shuffle=True,
+            verbose=0,
+        )
+        probabilities[held] = head.predict(vectors[held], batch_size=1024, verbose=0)
+    return probabilities, labels
+
+
+def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog") -> dict:
+    """The single-label model's decision rule and temperature, chosen on the held-out images (a head on cached
+    features: on out-of-fold predictions of the whole train split) and folded into its last layer; a multi-label
+    model's threshold per label, chosen on the held-out images (trainer/operating_point.py)."""
     hp = inputs.hp
     fine_tuned = hp.model != "cnn" and hp.fine_tune_epochs > 0
     if inputs.multi_label:
@@ -566,10 +626,18 @@ def _choose_operating_point(model, inputs: _Inputs) -> dict:
         thresholds = operating_point.label_thresholds(probabilities, hot, inputs.class_names)
         logging.info("Trainer: %s", operating_point.describe(thresholds))
         return thresholds
-    if inputs.holdout.empty:  # nothing to choose on: the argmax, at temperature 1
-        probabilities, labels = np.zeros([0, inputs.num_classes]), np.zeros([0], np.int64)
-    else:
-        probabilities, labels = _held_out_probabilities(model, inputs, fine_tuned)
+    images = inputs.holdout.train_examples + inputs.holdout.held_examples
+    chosen_on = f"{inputs.holdout.held_examples:,} held-out train images"
+    held = (
+        _held_out_probabilities(model, inputs, fine_tuned)
+        if not inputs.holdout.empty
+        else (np.zeros([0, inputs.num_classes]), np.zeros([0], np.int64))
+    )  # the trained model on its held-out images
+    probabilities, labels = held
+    if not inputs.holdout.empty and inputs.source and not fine_tuned and images <= OUT_OF_FOLD_LIMIT:
+        kept = best_epoch(first_phase.epochs, inputs.monitor)["epoch"]
+        probabilities, labels = _out_of_fold(inputs, kept)
+        chosen_on = f"{OUT_OF_FOLD}-fold out-of-fold predictions of all {images:,} train images"
     decision = operating_point.choose(
         probabilities,
         labels,
@@ -579,6 +647,18 @@ def _choose_operating_point(model, inputs: _Inputs) -> dict:
         hp.gate_min_class_recall,
         imbalanced=inputs.balancing["mode"] != "off",
     )
+    decision["chosen_on"] = chosen_on
+    # the trained model itself on its held-out images, at its argmax and as it decides now (what the kept epoch was
+    # measured on, whatever the rule was chosen on)
+    known = (held[1] >= 0) & (held[1] < inputs.num_classes)
+    logits = operating_point.log_probabilities(held[0][known])
+    decision["model_on_held_out"] = {
+        "images": int(known.sum()),
+        "argmax": operating_point.figures(held[1][known], logits.argmax(1), inputs.num_classes),
+        "chosen": operating_point.figures(
+            held[1][known], (logits + np.asarray(decision["offsets"])).argmax(1), inputs.num_classes
+        ),
+    }
     if inputs.holdout.empty:
         decision["reason"] = "nothing held out (no class has two train images): the head's argmax"
     layer = model.get_layer("probabilities")
