@@ -43,7 +43,7 @@ UV := $(IN_ROOT) $(BIN)/uv pip install --python $(BIN)/python
 PY := $(IN_ROOT) $(BIN)/python
 
 .PHONY: install stack run lint format test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy \
-	bench-features bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-scale \
+	bench-features bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-decisions bench-scale \
 	bench-exports bench-review bench-stacks lock clean
 
 install: $(VENV)/.installed
@@ -147,6 +147,9 @@ bench-explain: install
 # Transfer learning: the default run (--model auto: the pretrained EfficientNet-Lite0 on photo-sized images) against
 # the Keras CNN script, its class_weight recipe and the Keras transfer-learning recipe with the same backbone, on a
 # marked-object set, 2% defects and a long tail, 2 seeds; and the default at 160, 192 and 224 px (~1.5 hours).
+bench-decisions: install
+	$(PY) -m bench.decision_benchmark --seeds 1 --baseline 619ec93
+
 bench-transfer: install
 	$(PY) -m bench.transfer_benchmark --seeds 1,2
 	$(PY) -m bench.transfer_benchmark --seeds 1 --sizes 160,192,224 --no-default --no-baselines

@@ -322,7 +322,7 @@ def _train_and_export(
     seconds = time.monotonic() - started
     # How the model decides, and its probabilities' temperature, chosen on the held-out images and folded into its
     # last layer: every export decides alike (trainer/operating_point.py). Every worker does it alike.
-    decision = _choose_operating_point(model, inputs, phases[0])
+    decision = _choose_operating_point(model, inputs, phases[0], warm_started)
 
     # Every worker saves (saving a distributed model may take every replica's part: TensorFlow's documented
     # pattern); only the chief's copy is kept.
@@ -574,44 +574,49 @@ def _train_features(inputs: _Inputs):
     return np.concatenate(vectors), np.concatenate(labels)
 
 
-def _out_of_fold(inputs: _Inputs, epochs: int):
-    """(probabilities, labels) of every train image from a head that did not train on it: OUT_OF_FOLD stratified
-    folds (scikit-learn's StratifiedKFold), each head trained on the others as the Trainer trains (its class
-    weights, initial bias, learning rate, batch) for `epochs`, outside any strategy."""
-    import warnings
-
-    from sklearn.model_selection import StratifiedKFold
-
+def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
+    """A head trained on these features as the Trainer trains one (its class weights, initial bias, learning rate,
+    batch) for `epochs`, outside any strategy."""
     hp, balancing = inputs.hp, inputs.balancing
-    vectors, labels = _train_features(inputs)
     counts = np.bincount(labels[labels >= 0], minlength=inputs.num_classes)
     # class-balanced batches are weighed as loss weights here (the same in expectation)
     weights = balancing.get("weights") or (
         class_balance.loss_weights(list(counts)) if balancing["mode"] == "sampling" else None
     )
+    keras.utils.set_random_seed(seed)
+    head = models.head(inputs.num_classes, inputs.source["dim"], hp)
+    models.set_output_bias(head, balancing["initial_bias"])
+    models.compile_model(head, hp.learning_rate)
+    head.fit(
+        vectors,
+        labels,
+        sample_weight=np.asarray(weights, np.float32)[np.clip(labels, 0, None)] if weights else None,
+        batch_size=hp.batch_size,
+        epochs=epochs,
+        shuffle=True,
+        verbose=0,
+    )
+    return head
+
+
+def _out_of_fold(inputs: _Inputs, vectors, labels, epochs: int):
+    """The probabilities of every train image from a head that did not train on it: OUT_OF_FOLD stratified folds
+    (scikit-learn's StratifiedKFold), each head trained on the others (_fit_head)."""
+    import warnings
+
+    from sklearn.model_selection import StratifiedKFold
+
     probabilities = np.zeros([len(labels), inputs.num_classes])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a class of fewer images than folds: StratifiedKFold says so, and copes
-        folds = list(StratifiedKFold(OUT_OF_FOLD, shuffle=True, random_state=hp.seed).split(vectors, labels))
+        folds = list(StratifiedKFold(OUT_OF_FOLD, shuffle=True, random_state=inputs.hp.seed).split(vectors, labels))
     for fold, (fitted, held) in enumerate(folds):
-        keras.utils.set_random_seed(hp.seed + fold)
-        head = models.head(inputs.num_classes, inputs.source["dim"], hp)
-        models.set_output_bias(head, balancing["initial_bias"])
-        models.compile_model(head, hp.learning_rate)
-        head.fit(
-            vectors[fitted],
-            labels[fitted],
-            sample_weight=np.asarray(weights, np.float32)[np.clip(labels[fitted], 0, None)] if weights else None,
-            batch_size=hp.batch_size,
-            epochs=epochs,
-            shuffle=True,
-            verbose=0,
-        )
+        head = _fit_head(inputs, vectors[fitted], labels[fitted], epochs, inputs.hp.seed + fold)
         probabilities[held] = head.predict(vectors[held], batch_size=1024, verbose=0)
-    return probabilities, labels
+    return probabilities
 
 
-def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog") -> dict:
+def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", warm_started=None) -> dict:
     """The single-label model's decision rule and temperature, chosen on the held-out images (a head on cached
     features: on out-of-fold predictions of the whole train split) and folded into its last layer; a multi-label
     model's threshold per label, chosen on the held-out images (trainer/operating_point.py)."""
@@ -634,10 +639,14 @@ def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog") -> 
         else (np.zeros([0, inputs.num_classes]), np.zeros([0], np.int64))
     )  # the trained model on its held-out images
     probabilities, labels = held
+    refit = None
     if not inputs.holdout.empty and inputs.source and not fine_tuned and images <= OUT_OF_FOLD_LIMIT:
         kept = best_epoch(first_phase.epochs, inputs.monitor)["epoch"]
-        probabilities, labels = _out_of_fold(inputs, kept)
+        vectors, labels = _train_features(inputs)
+        probabilities = _out_of_fold(inputs, vectors, labels, kept)
         chosen_on = f"{OUT_OF_FOLD}-fold out-of-fold predictions of all {images:,} train images"
+        if not warm_started:  # refitted on every train image for the kept epoch's count (its rare images too)
+            refit = _fit_head(inputs, vectors, labels, kept, inputs.hp.seed)
     decision = operating_point.choose(
         probabilities,
         labels,
@@ -648,6 +657,7 @@ def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog") -> 
         imbalanced=inputs.balancing["mode"] != "off",
     )
     decision["chosen_on"] = chosen_on
+    decision["refitted"] = refit is not None
     # the trained model itself on its held-out images, at its argmax and as it decides now (what the kept epoch was
     # measured on, whatever the rule was chosen on)
     known = (held[1] >= 0) & (held[1] < inputs.num_classes)
@@ -661,6 +671,9 @@ def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog") -> 
     }
     if inputs.holdout.empty:
         decision["reason"] = "nothing held out (no class has two train images): the head's argmax"
+    if refit is not None:
+        models.copy_head(refit, model)
+        logging.info("Trainer: the head refitted on all %d train images for %d epochs", images, kept)
     layer = model.get_layer("probabilities")
     kernel, bias = layer.get_weights()
     layer.set_weights(operating_point.fold(kernel, bias, decision["offsets"], decision["temperature"]))
