@@ -600,20 +600,22 @@ def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
 
 
 def _out_of_fold(inputs: _Inputs, vectors, labels, epochs: int):
-    """The probabilities of every train image from a head that did not train on it: OUT_OF_FOLD stratified folds
-    (scikit-learn's StratifiedKFold), each head trained on the others (_fit_head)."""
+    """(the probabilities of every train image from a head that did not train on it, the folds): OUT_OF_FOLD
+    stratified folds (scikit-learn's StratifiedKFold), each head trained on the others (_fit_head)."""
     import warnings
 
     from sklearn.model_selection import StratifiedKFold
 
     probabilities = np.zeros([len(labels), inputs.num_classes])
+    # StratifiedKFold refuses more folds than the largest class has images (a tiny set: as many as it has, from 2)
+    splits = min(OUT_OF_FOLD, int(np.bincount(labels[labels >= 0]).max()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a class of fewer images than folds: StratifiedKFold says so, and copes
-        folds = list(StratifiedKFold(OUT_OF_FOLD, shuffle=True, random_state=inputs.hp.seed).split(vectors, labels))
+        folds = list(StratifiedKFold(splits, shuffle=True, random_state=inputs.hp.seed).split(vectors, labels))
     for fold, (fitted, held) in enumerate(folds):
         head = _fit_head(inputs, vectors[fitted], labels[fitted], epochs, inputs.hp.seed + fold)
         probabilities[held] = head.predict(vectors[held], batch_size=1024, verbose=0)
-    return probabilities
+    return probabilities, splits
 
 
 def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", warm_started=None) -> dict:
@@ -643,8 +645,8 @@ def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", war
     if not inputs.holdout.empty and inputs.source and not fine_tuned and images <= OUT_OF_FOLD_LIMIT:
         kept = best_epoch(first_phase.epochs, inputs.monitor)["epoch"]
         vectors, labels = _train_features(inputs)
-        probabilities = _out_of_fold(inputs, vectors, labels, kept)
-        chosen_on = f"{OUT_OF_FOLD}-fold out-of-fold predictions of all {images:,} train images"
+        probabilities, splits = _out_of_fold(inputs, vectors, labels, kept)
+        chosen_on = f"{splits}-fold out-of-fold predictions of all {images:,} train images"
         if not warm_started:  # refitted on every train image for the kept epoch's count (its rare images too)
             refit = _fit_head(inputs, vectors, labels, kept, inputs.hp.seed)
     decision = operating_point.choose(
