@@ -129,13 +129,13 @@ class HParams:
     tflite: str = setting(
         "",
         f"also export TensorFlow Lite models for devices: any of {','.join(TFLITE_KINDS)} "
-        "(scored on the eval split next to the SavedModel)",
+        "(scored on the held-out train images next to the SavedModel)",
         check=any_of(TFLITE_KINDS),
     )  # comma-separated
     exports: str = setting(
         "",
         f"also export the model for other runtimes: any of {','.join(EXPORT_KINDS)} (beside the "
-        "SavedModel; ONNX scored on the eval split next to it)",
+        "SavedModel; ONNX scored on the held-out train images next to it)",
         check=any_of(EXPORT_KINDS),
     )  # comma-separated
     seed: int = setting(

@@ -34,7 +34,7 @@ class Search:
     tune_trials: int = setting(
         0,
         "search hyperparameters first (learning rate, dropout, head width, batch size; KerasTuner, Bayesian) in N "
-        "trials scored on the eval split; later runs of the pipeline reuse the best values until the classes, the "
+        "trials scored on held-out train images; later runs of the pipeline reuse the best values until the classes, the "
         "data or the settings change (default {default}: no search)",
         flag="--tune",
         check=(lambda v: 0 <= v <= MAX_TRIALS, f"use a number of trials from 1 to {MAX_TRIALS:,} (0: no search)"),
