@@ -339,42 +339,6 @@ def _feature_parser(dim: int, views: int, training: bool, multi_hot: int, seed: 
     return parse
 
 
-def label_counts(file_patterns: List[str], num_classes: int, multi_label: bool = False) -> List[int]:
-    """Examples per class id in these records (Transform's or the features step's): one pass, labels only.
-    Multi-label: the examples each label applies to."""
-    if multi_label:
-        return multi_label_counts(file_patterns, num_classes)[0]
-    counts = _labels(file_patterns, num_classes, False).reduce(
-        tf.zeros([num_classes], tf.int64),
-        lambda acc, ids: acc + tf.math.bincount(ids, minlength=num_classes, maxlength=num_classes, dtype=tf.int64),
-    )
-    return [int(n) for n in counts.numpy()]
-
-
-def multi_label_counts(file_patterns: List[str], num_classes: int) -> Tuple[List[int], int]:
-    """(the examples each label applies to, the examples) of multi-label records: one pass, labels only."""
-    counts, examples = _labels(file_patterns, num_classes, True).reduce(
-        (tf.zeros([num_classes], tf.float32), tf.constant(0, tf.int64)),
-        lambda acc, hot: (acc[0] + tf.reduce_sum(hot, 0), acc[1] + tf.cast(tf.shape(hot)[0], tf.int64)),
-    )
-    return [int(n) for n in counts.numpy()], int(examples)
-
-
-def _labels(file_patterns: List[str], num_classes: int, multi_label: bool) -> tf.data.Dataset:
-    """Batches of the records' label targets (ids, or multi-hot rows), nothing else parsed."""
-    files = list_files(file_patterns)
-    return (
-        tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
-        .batch(1024)
-        .map(
-            lambda batch: features.label_target(
-                tf.io.parse_example(batch, features.label_spec(multi_label)), num_classes, multi_label
-            ),
-            num_parallel_calls=AUTOTUNE,
-        )
-    )
-
-
 def repeated(dataset: tf.data.Dataset) -> Tuple[tf.data.Dataset, int]:
     """(the training dataset repeated, its batches per epoch), for fit(steps_per_epoch=...): one iterator
     for the whole training. Keras otherwise makes a new one each epoch, and tearing one down stalls the
