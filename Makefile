@@ -43,7 +43,7 @@ UV := $(IN_ROOT) $(BIN)/uv pip install --python $(BIN)/python
 PY := $(IN_ROOT) $(BIN)/python
 
 .PHONY: install stack run lint format test test-fast bench bench-photos bench-determinism bench-predict bench-accuracy \
-	bench-features bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-decisions bench-scale \
+	bench-features bench-health bench-tuning bench-imbalance bench-multilabel bench-explain bench-transfer bench-decisions bench-model-choice bench-scale \
 	bench-exports bench-review bench-stacks lock clean
 
 install: $(VENV)/.installed
@@ -149,6 +149,9 @@ bench-explain: install
 # marked-object set, 2% defects and a long tail, 2 seeds; and the default at 160, 192 and 224 px (~1.5 hours).
 bench-decisions: install
 	$(PY) -m bench.decision_benchmark --seeds 1 --baseline 619ec93
+
+bench-model-choice: install
+	$(PY) -m bench.model_choice_benchmark --seeds 1 --baseline 116db38
 
 bench-transfer: install
 	$(PY) -m bench.transfer_benchmark --seeds 1,2

@@ -8,7 +8,8 @@ long tail: 0.72 against 0.37); on 64 px crops told apart by one 12 px mark and o
 wins or ties, and a backbone would upscale each image to its 224 px input.
 
 The choice is made once, before the DAG (Transform's image size follows it): by the local runner after listing
-the input; a compiled job (Vertex AI, Kubeflow) takes the backbone without reading its images
+the input (the Trainer then compares the backbone's head with the cnn and the backbone fine-tuned on the same
+pixels, and keeps the best: trainer/model_trials.py); a compiled job (Vertex AI, Kubeflow) takes the backbone without reading its images
 (for_compiled_job). It is said in the run's first line and the Trainer's summary (HParams.model_choice, kept in
 training.json) and the model card.
 """

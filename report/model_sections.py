@@ -9,7 +9,7 @@ from components.evaluator import results as evaluation_results
 from report import report_data
 from report.report_html import confusion_svg, esc, line_chart, section, table, thumbnail, tiles, unfinished, xy_chart
 from runs import run_text
-from trainer import class_balance
+from trainer import class_balance, model_trials
 
 MAX_EVAL_EXAMPLES = 2000
 
@@ -101,6 +101,7 @@ def training(components: Dict[str, Dict]) -> str:
             f"): {esc(run_text.describe_class_balance(balancing))}; early stopping and the kept epoch followed "
             f"{'macro AUC-PR' if multi else 'balanced accuracy'} (<code>--class-balance</code>).</p>"
         )
+    body += _model_trials(log.get("model_trials"))
     body += _per_epoch(epochs, multi, split)
     body += _operating_point(log.get("operating_point"), log["class_names"])
     body += _on_device(log.get("tflite"))
@@ -157,6 +158,30 @@ def _per_epoch(epochs: List[Dict[str, Any]], multi: bool, split: str = "eval") -
 
 
 OPERATING_POINT_ROWS = 30  # classes listed in the operating point's table, the weakest first
+
+
+def _model_trials(record) -> str:
+    """--model auto's candidates on photo-sized images (trainer/model_trials.py): each one's held-out figure, epochs
+    and seconds, or why it was not tried; the kept one in bold."""
+    if not record:
+        return ""
+    rows = [
+        [
+            f"<b>{esc(t['label'])}</b>" if t["name"] == record["kept"] else esc(t["label"]),
+            t["figure"],
+            t["epochs"] or None,
+            f"{t['seconds']:.1f}" if t["seconds"] else None,
+            t["note"],
+        ]
+        for t in record["candidates"]
+    ]
+    return (
+        f"<h3>Model choice</h3><p><code>--model auto</code> ({esc(record['size_rule'])}): "
+        f"each candidate scored on the held-out train images by {esc(class_balance.figure_name(record['figure']))}, "
+        f"within <code>--auto-trial-minutes {record['budget_minutes']}</code>; a costlier one is kept only when it "
+        f"beats the best so far by more than {model_trials.MIN_GAIN}.</p>"
+        + table(["candidate", "held-out figure", "epochs", "seconds", "note"], rows, numeric=[1, 2, 3], raw=[0])
+    )
 
 
 def _operating_point(record, class_names) -> str:

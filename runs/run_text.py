@@ -241,10 +241,7 @@ def _tuner(c: Dict[str, Any]) -> str:
 def objective_name(d: Dict[str, Any]) -> str:
     """What a search's trials were scored on: held-out accuracy, or balanced accuracy on imbalanced classes
     (multi-label: macro AUC-PR), all on the held-out part of the train split (trainer/holdout.py)."""
-    return {
-        class_balance.BALANCED_ACCURACY: "held-out balanced accuracy",
-        class_balance.MACRO_AUC_PR: "held-out macro AUC-PR",
-    }.get(d.get("objective"), "held-out accuracy")
+    return "held-out " + class_balance.figure_name(d.get("objective"))
 
 
 def still_improving(options: List[str]) -> str:

@@ -3,9 +3,9 @@ chooses reads the eval split, which is left to the Evaluator."""
 
 import json
 import os
-import shutil
 
 import pytest
+from PIL import Image
 
 from pipeline import local_runner
 from pipeline.config import PipelineConfig
@@ -18,9 +18,10 @@ def _details(summary, name):
 
 
 def _presplit(source, target, wrong_eval: bool):
-    """24 train and 6 eval digits a class; with wrong_eval, each eval file (the same path) holds the image of the
-    same place in the next class: every eval label is wrong, and nothing else about the listing changes (the
-    ingest order follows the paths)."""
+    """24 train and 6 eval digits a class, enlarged to 96 px (photo-sized: --model auto compares its candidates,
+    trainer/model_trials.py); with wrong_eval, each eval file (the same path) holds the image of the same place in
+    the next class: every eval label is wrong, and nothing else about the listing changes (the ingest order follows
+    the paths)."""
     classes = sorted(d for d in os.listdir(source) if not d.startswith("."))
     for i, label in enumerate(classes):
         names = sorted(os.listdir(os.path.join(source, label)))
@@ -30,9 +31,10 @@ def _presplit(source, target, wrong_eval: bool):
             os.makedirs(os.path.join(target, split, label), exist_ok=True)
             for n in chosen:
                 taken = os.path.join(source, other, others[n]) if split == "eval" and wrong_eval else None
-                shutil.copy2(
-                    taken or os.path.join(source, label, names[n]), os.path.join(target, split, label, names[n])
-                )
+                with Image.open(taken or os.path.join(source, label, names[n])) as image:
+                    image.convert("RGB").resize((96, 96), Image.NEAREST).save(
+                        os.path.join(target, split, label, names[n])
+                    )
 
 
 def test_the_trainer_never_reads_the_eval_split(tmp_path, small_digits):
@@ -61,6 +63,11 @@ def test_the_trainer_never_reads_the_eval_split(tmp_path, small_digits):
     metrics = lambda log: [{k: v for k, v in e.items() if k != "seconds"} for e in log["epochs"]]  # noqa: E731
     assert metrics(right) == metrics(wrong)
     assert right["operating_point"] == wrong["operating_point"]
+    # --model auto's candidates were compared on the same held-out images, alike (their seconds aside)
+    candidates = lambda log: [{k: v for k, v in t.items() if k != "seconds"} for t in log["model_trials"]["candidates"]]  # noqa: E731
+    assert [t["name"] for t in candidates(right)] == ["head", "cnn", "fine-tuned"]
+    assert all(t["figure"] is not None for t in candidates(right)), candidates(right)
+    assert candidates(right) == candidates(wrong) and right["hparams"] == wrong["hparams"]
     # ... while the eval splits did differ: the wrongly labelled one scores near zero
     assert right_eval["accuracy"] > 0.5 and wrong_eval["accuracy"] < 0.3
     # the kept epoch's held-out accuracy is the one the operating point's argmax measured, image for image

@@ -79,14 +79,19 @@ def sampling_shares(counts: Sequence[int], cap: float = MAX_WEIGHT) -> List[floa
     return effective_mix(counts, loss_weights(counts, cap))
 
 
-# What training follows (trainer/epochs.py, early stopping, the Tuner's objective): Keras' names of the eval
-# split's metrics.
+# What training follows (trainer/epochs.py, early stopping, the Tuner's objective): Keras' names of the held-out
+# metrics (trainer/holdout.py; Keras calls its validation data's metrics val_*).
 ACCURACY, BALANCED_ACCURACY = "val_sparse_categorical_accuracy", "val_balanced_accuracy"
 
 
 # Multi-label training follows the macro-averaged area under the precision-recall curve of its labels
 # (models.compile_model): accuracy over label bits flatters a model that predicts no rare label.
 MACRO_AUC_PR = "val_auc_pr"
+
+
+def figure_name(monitor: str) -> str:
+    """What a followed metric is called in the summary: accuracy, balanced accuracy or macro AUC-PR."""
+    return {BALANCED_ACCURACY: "balanced accuracy", MACRO_AUC_PR: "macro AUC-PR"}.get(monitor, "accuracy")
 
 
 def positive_weights(counts: Sequence[int], examples: int, cap: float = MAX_WEIGHT) -> List[float]:

@@ -66,12 +66,27 @@ SEED = 42  # the one default seed of a run: ingestion's shuffle, the splits' ord
 class HParams:
     model: str = setting(
         AUTO,
-        "auto (efficientnet_lite0, pretrained on ImageNet, for photo-sized images; the small cnn for small ones; "
-        "the run says which and why), cnn, or a pretrained backbone for transfer learning; default {default}",
+        "auto (photo-sized images: efficientnet_lite0 pretrained on ImageNet, its head against the small cnn and its "
+        "top layers fine-tuned, compared on held-out train images within --auto-trial-minutes; small images: the "
+        "small cnn; the run says which and why), cnn, or a pretrained backbone for transfer learning; default "
+        "{default}",
         (AUTO,) + MODELS,
     )
-    # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py): the summary says it.
+    # Why the model is what it is, when --model auto chose it (pipeline/model_choice.py, then the Trainer's trials:
+    # trainer/model_trials.py): the summary says it.
     model_choice: str = ""
+    # --model auto on photo-sized images: the Trainer also trains the small cnn and the backbone with its top layers
+    # fine-tuned, and keeps whichever is best on the held-out train images (trainer/model_trials.py).
+    auto_trial_minutes: int = setting(
+        20,
+        "--model auto on photo-sized images: the most minutes the Trainer spends training the other candidates (the "
+        "small cnn, the backbone's top layers fine-tuned) to compare with the backbone's head on held-out train "
+        "images; a candidate whose measured pace would pass it is not tried (0: the head alone; default {default})",
+        check=_whole(0, 24 * 60),
+    )
+    # The cnn averages cnn_downsample x cnn_downsample pixels first (1: none): --model auto's cnn candidate works at
+    # about its usual 64 px on the backbone's 224 px input (trainer/model_trials.py).
+    cnn_downsample: int = 1
     # None: the model's usual input side (DEFAULT_IMAGE_SIZE; pipeline/config.py gives the digits sample its own).
     image_size: Optional[int] = setting(
         None,
@@ -275,6 +290,11 @@ class HParams:
         if not 0 <= self.head_units <= MAX_HEAD_UNITS:
             raise ValueError(
                 f"head_units {self.head_units} (a hyperparameter the Tuner sets): use 0 (none) to {MAX_HEAD_UNITS:,}"
+            )
+        if not 1 <= self.cnn_downsample <= 16 or self.image_size // self.cnn_downsample < 8:
+            raise ValueError(
+                f"cnn_downsample {self.cnn_downsample}: use 1 to 16, leaving the cnn at least 8 px of its "
+                f"{self.image_size} px input"
             )
         if not 1 <= self.augment_views <= 64:
             raise ValueError(f"augment_views {self.augment_views}: use 1 to 64 views")

@@ -137,7 +137,10 @@ def is_multi_label(model: keras.Model) -> bool:
 def _cnn(inputs, num_classes, hp: HParams, multi_label: bool = False):
     # Three conv/pool blocks and a flattened head (docs/training.md: Training, evaluation and serving has
     # what it reaches): a global-average-pooled head is position-blind, and did worse on digits.
-    x = keras.layers.Rescaling(1 / 255.0)(inputs)
+    x = inputs
+    if hp.cnn_downsample > 1:  # area-averaged to a cnn's size (every converter has average pooling; not resizing)
+        x = keras.layers.AveragePooling2D(hp.cnn_downsample, name="downsampled")(x)
+    x = keras.layers.Rescaling(1 / 255.0)(x)
     for filters in (16, 32, 64):
         x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         x = keras.layers.MaxPooling2D()(x)

@@ -10,6 +10,8 @@ takes every replica), and only the chief writes where the pipeline reads: the
 others write to a scratch folder they delete, then wait for the chief's model.
 """
 
+import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -32,6 +34,7 @@ from trainer import (
     features,
     holdout,
     input_pipeline,
+    model_trials,
     models,
     operating_point,
     search,
@@ -48,7 +51,7 @@ from trainer.artifact_files import (
 )
 from trainer.epochs import best_epoch, still_improving
 from trainer.hparams import HParams
-from trainer.training import balance_of, early_stopping, features_source
+from trainer.training import Deadline, balance_of, early_stopping, features_source, seconds_per_step
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -269,6 +272,18 @@ class _Inputs:
         self.balancing, self.balance = balance_of(hp, self.holdout, self.class_names, self.multi_label)
         self.monitor = self.balancing["monitor"]
 
+    @property
+    def on_features(self) -> bool:
+        """Whether the first phase trains a backbone's head on the features step's cached features; else the model
+        trains on pixels (the cnn, --model auto's cnn candidate too)."""
+        return self.source is not None and self.hp.model != "cnn"
+
+    def with_hp(self, hp: HParams) -> "_Inputs":
+        """The same inputs for other settings (--model auto's candidates: trainer/model_trials.py)."""
+        other = copy.copy(self)
+        other.hp = hp
+        return other
+
     def pixels(self, training: bool):
         """The training part's pixels, or the held-out part's, batched (and spread over a cluster's workers)."""
         dataset = input_pipeline.make_dataset(
@@ -298,6 +313,7 @@ class _Inputs:
             "model": hp.model,
             "image_size": hp.image_size,
             "channels": hp.channels,
+            **({"cnn_downsample": hp.cnn_downsample} if hp.cnn_downsample > 1 else {}),
             # a hidden head layer changes the weights' shapes (recorded only when there is one: older models lack it)
             **({"head_units": hp.head_units} if hp.head_units else {}),
             **({"task": "multi"} if self.multi_label else {}),
@@ -308,9 +324,8 @@ def _train_and_export(
     fn_args, hp: HParams, plan: strategies.Plan, strategy: tf.distribute.Strategy, tuned: dict
 ) -> None:
     inputs = _Inputs(fn_args, hp, plan, strategy)
-    info = inputs.info()
     model, warm_started, cold_reason = _build_model(
-        fn_args, hp, strategy, inputs.source, inputs.num_classes, inputs.multi_label, inputs.balancing, info
+        fn_args, hp, strategy, inputs.source, inputs.num_classes, inputs.multi_label, inputs.balancing, inputs.info()
     )
     # Each phase keeps the weights of its best epoch (EpochLog). Only the chief writes the pipeline's outputs;
     # another worker of a cluster writes its logs and export to a scratch folder it deletes.
@@ -319,7 +334,16 @@ def _train_and_export(
     callbacks = [keras.callbacks.TensorBoard(log_dir=logs_dir), early_stopping(hp, inputs.monitor)]
     started = time.monotonic()
     phases = _train_phases(model, inputs, callbacks)
+    trials = None
+    # --model auto on photo-sized images: the cnn and the fine-tuned backbone against the head, on held-out images
+    not_compared = model_trials.applies(hp, bool(tuned), bool(warm_started), plan.workers, inputs.holdout.held_examples)
+    if not not_compared:
+        model, phases, trials = _compare_models(model, phases, inputs, time.monotonic() - started)
+        hp = inputs.hp  # the kept candidate's settings, from here on
+    elif hp.model_choice:
+        logging.info("Trainer: --model auto: %s, by the size rule (%s)", hp.model, not_compared)
     seconds = time.monotonic() - started
+    info = inputs.info()
     # How the model decides, and its probabilities' temperature, chosen on the held-out images and folded into its
     # last layer: every export decides alike (trainer/operating_point.py). Every worker does it alike.
     decision = _choose_operating_point(model, inputs, phases[0], warm_started)
@@ -334,7 +358,7 @@ def _train_and_export(
         wait_for_chief(fn_args, plan)
         return
     on_device = _keep_model_files(fn_args, hp, model, info, inputs, decision)
-    record = _training_record(inputs, tuned, warm_started, cold_reason, seconds, phases, on_device, decision)
+    record = _training_record(inputs, tuned, warm_started, cold_reason, seconds, phases, on_device, decision, trials)
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
         f.write(json.dumps(record, indent=1))
@@ -354,7 +378,7 @@ def _train_phases(model, inputs: _Inputs, callbacks) -> list:
             patience=hp.patience,
         )
     ]
-    if inputs.source:
+    if inputs.on_features:
         _train_head_on_features(model, inputs, callbacks + [phases[0]])
     else:
         train, steps = input_pipeline.repeated(inputs.pixels(training=True))
@@ -367,18 +391,86 @@ def _train_phases(model, inputs: _Inputs, callbacks) -> list:
             verbose=0,
         )
     if hp.model != "cnn" and hp.fine_tune_epochs > 0:
-        phases.append(
-            _fine_tune(
-                model,
-                hp,
-                inputs.strategy,
-                inputs.pixels,
-                callbacks,
-                inputs.balancing,
-                planned,
-                done=len(phases[0].epochs),
-            )
+        phases.append(_fine_tune(model, inputs, callbacks, planned, done=len(phases[0].epochs)))
+    return phases
+
+
+def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
+    """--model auto on photo-sized images (trainer/model_trials.py): the trained backbone's head against the small
+    cnn and the backbone's top layers fine-tuned, each scored on the held-out images, those whose measured pace fits
+    --auto-trial-minutes. Returns (the kept model, its phases, the trials' record); inputs.hp becomes its settings."""
+    hp, monitor = inputs.hp, inputs.monitor
+    budget = model_trials.Budget(hp.auto_trial_minutes)
+    first = model_trials.Trial(
+        model_trials.FINE_TUNED if hp.fine_tune_epochs else model_trials.HEAD,
+        f"{hp.model} fine-tuned" if hp.fine_tune_epochs else f"{hp.model}'s head",
+    )
+    _scored(first, phases[-1], head_seconds)
+    trials, kept = [first], [(model, phases, hp)]
+
+    cnn_hp = model_trials.cnn_hparams(hp)
+    cnn_inputs = inputs.with_hp(cnn_hp)
+    with inputs.strategy.scope():
+        cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
+        models.set_output_bias(cnn, inputs.balancing["initial_bias"])
+        models.compile_model(cnn, cnn_hp.learning_rate, inputs.balancing.get("positive_weights"))
+    trial = model_trials.Trial(model_trials.CNN, f"the cnn ({hp.image_size // cnn_hp.cnn_downsample} px)")
+    cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
+    trials.append(trial)
+    kept.append((cnn, cnn_phases, cnn_hp))
+
+    if not hp.fine_tune_epochs:
+        tuned_hp = model_trials.fine_tuned_hparams(hp)
+        tuned_inputs = inputs.with_hp(tuned_hp)
+        head_weights = model.get_weights()
+        _unfreeze(model, tuned_inputs)
+        trial = model_trials.Trial(model_trials.FINE_TUNED, f"{hp.model} fine-tuned")
+        planned = len(phases[0].epochs) + tuned_hp.fine_tune_epochs
+        tuned = _trial(
+            trial,
+            model,
+            tuned_inputs,
+            budget,
+            lambda extra: [_fine_tune(model, tuned_inputs, extra, planned, len(phases[0].epochs), unfrozen=True)],
         )
+        trials.append(trial)
+        kept.append((model, phases + tuned if tuned else None, tuned_hp))
+        if model_trials.winner(trials) != len(trials) - 1:
+            model.set_weights(head_weights)  # the head's model, as it was before fine-tuning
+    best = model_trials.winner(trials)
+    described = model_trials.describe(trials, best, class_balance.figure_name(monitor), inputs.holdout.held_examples)
+    logging.info("Trainer: --model auto %s", described)
+    chosen, chosen_phases, chosen_hp = kept[best]
+    inputs.hp = dataclasses.replace(chosen_hp, model_choice=described)
+    return (
+        chosen,
+        chosen_phases,
+        {
+            "size_rule": hp.model_choice,
+            "budget_minutes": hp.auto_trial_minutes,
+            "figure": monitor,
+            "candidates": [t.record() for t in trials],
+            "kept": trials[best].name,
+        },
+    )
+
+
+def _trial(trial: model_trials.Trial, model, inputs: _Inputs, budget: model_trials.Budget, train) -> Optional[list]:
+    """One candidate: its pace measured (training.seconds_per_step), then trained by `train(callbacks)` when its
+    MIN_EPOCHS fit in what is left of the budget, stopping at the budget; returns its phases (None: not tried)."""
+    started = time.monotonic()
+    dataset, _ = input_pipeline.repeated(inputs.pixels(training=True))
+    step = seconds_per_step(model, dataset, model_trials.PROBE_STEPS)
+    estimated = model_trials.estimate(step, inputs.batch, inputs.holdout.train_examples, inputs.holdout.held_examples)
+    if estimated > budget.left():
+        trial.note = model_trials.not_tried(estimated, budget.left())
+        logging.info("Trainer: --model auto: %s %s", trial.label, trial.note)
+        return None
+    deadline = Deadline(budget.deadline)
+    phases = train([early_stopping(inputs.hp, inputs.monitor), deadline])
+    _scored(trial, phases[-1], time.monotonic() - started)
+    if deadline.stopped:
+        trial.note = "stopped at --auto-trial-minutes"
     return phases
 
 
@@ -391,6 +483,7 @@ def _training_record(
     phases: list,
     on_device: dict,
     decision: dict,
+    trials: Optional[dict] = None,
 ) -> dict:
     """training.json: the strategy, settings, classes, each epoch's metrics and the exports."""
     hp, plan, source, replicas = inputs.hp, inputs.plan, inputs.source, inputs.replicas
@@ -422,6 +515,8 @@ def _training_record(
         # How the model decides and its temperature, or a multi-label model's label thresholds
         # (trainer/operating_point.py)
         "operating_point": decision,
+        # --model auto's candidates on photo-sized images, each scored on the held-out images (trainer/model_trials.py)
+        "model_trials": trials,
     }
 
 
@@ -452,14 +547,28 @@ def _build_model(
     return model, warm_started, cold_reason
 
 
-def _fine_tune(
-    model, hp: HParams, strategy: tf.distribute.Strategy, pixels, callbacks, balancing: dict, planned: int, done: int
-) -> EpochLog:
-    """Transfer models' second phase: the backbone's top layers unfrozen, on pixels, after `done` epochs."""
-    with strategy.scope():
+def _scored(trial: model_trials.Trial, phase: "EpochLog", seconds: float) -> None:
+    """A trained candidate's held-out figure at its kept epoch, its epochs and seconds."""
+    best = best_epoch(phase.epochs, phase.monitor)
+    trial.figure = float(best.get(phase.monitor, best.get(class_balance.ACCURACY, 0.0)))
+    trial.epochs, trial.kept_epoch, trial.seconds = len(phase.epochs), int(best["epoch"]), round(seconds, 1)
+
+
+def _unfreeze(model, inputs: _Inputs) -> None:
+    """The backbone's top layers made trainable, the model compiled at the fine-tuning learning rate."""
+    hp, balancing = inputs.hp, inputs.balancing
+    with inputs.strategy.scope():
         unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
         models.compile_model(model, hp.fine_tune_learning_rate, balancing.get("positive_weights"))
     logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
+
+
+def _fine_tune(model, inputs: _Inputs, callbacks, planned: int, done: int, unfrozen: bool = False) -> EpochLog:
+    """Transfer models' second phase: the backbone's top layers unfrozen (unless they are), on pixels, after `done`
+    epochs."""
+    hp, balancing, pixels = inputs.hp, inputs.balancing, inputs.pixels
+    if not unfrozen:
+        _unfreeze(model, inputs)
     phase = EpochLog(
         "fine-tune",
         planned,
@@ -523,9 +632,9 @@ def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
     trained, else the whole model on pixels. Held in memory: a fifth of the train split's labels and
     probabilities (20,000 images of 100 classes: 8 MB)."""
     hp, source = inputs.hp, inputs.source
-    if source and not fine_tuned:
-        copy = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
-        models.copy_head(model, copy)
+    if inputs.on_features and not fine_tuned:
+        scorer = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
+        models.copy_head(model, scorer)
         views = source["views"].get("train", 0) + 1  # the plain view is read
         dataset = input_pipeline.make_feature_dataset(
             inputs.fn_args.train_files,
@@ -537,15 +646,15 @@ def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
             multi_hot=inputs.multi_hot,
         )
     else:
-        backbone = models.make_backbone(hp, source["backbone_weights"]) if source else None
-        copy = models.build(hp, inputs.num_classes, backbone, inputs.multi_label)
-        copy.set_weights(model.get_weights())
+        backbone = models.make_backbone(hp, source["backbone_weights"]) if inputs.on_features else None
+        scorer = models.build(hp, inputs.num_classes, backbone, inputs.multi_label)
+        scorer.set_weights(model.get_weights())
         dataset = input_pipeline.make_dataset(
             inputs.pixel_files, hp, training=False, part=inputs.validation, multi_hot=inputs.multi_hot
         )
     probabilities, labels = [], []
     for x, y in dataset:
-        probabilities.append(np.asarray(copy(x, training=False), dtype=np.float64))
+        probabilities.append(np.asarray(scorer(x, training=False), dtype=np.float64))
         labels.append(y.numpy())
     if not probabilities:
         return np.zeros([0, inputs.num_classes]), np.zeros([0, inputs.num_classes] if inputs.multi_label else [0])
@@ -642,7 +751,7 @@ def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", war
     )  # the trained model on its held-out images
     probabilities, labels = held
     refit = None
-    if not inputs.holdout.empty and inputs.source and not fine_tuned and images <= OUT_OF_FOLD_LIMIT:
+    if not inputs.holdout.empty and inputs.on_features and not fine_tuned and images <= OUT_OF_FOLD_LIMIT:
         kept = best_epoch(first_phase.epochs, inputs.monitor)["epoch"]
         vectors, labels = _train_features(inputs)
         probabilities, splits = _out_of_fold(inputs, vectors, labels, kept)

@@ -3,6 +3,8 @@ Tuner's trials (trainer/search.py): where its examples came from, what it does a
 
 import json
 import os
+import statistics
+import time
 from typing import Optional, Tuple
 
 import keras
@@ -123,3 +125,37 @@ def early_stopping(hp: HParams, monitor: str, restore_best_weights: bool = False
         follow_loss=False,
         restore_best_weights=restore_best_weights,
     )
+
+
+class Deadline(keras.callbacks.Callback):
+    """Stops training when another epoch as long as the last would end past `deadline` (a time.monotonic() value):
+    --model auto's candidates keep within --auto-trial-minutes (trainer/model_trials.py)."""
+
+    def __init__(self, deadline: float):
+        super().__init__()
+        self.deadline, self.stopped = deadline, False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.monotonic()
+        if now + (now - self._started) > self.deadline:
+            self.stopped = True
+            self.model.stop_training = True
+
+
+def seconds_per_step(model: keras.Model, dataset, steps: int) -> float:
+    """The median seconds of `steps` training steps of `model` on a repeated `dataset`, after one untimed step (which
+    traces it): what a candidate costs on this machine (trainer/model_trials.py). The model trains on those batches."""
+    times = []
+
+    class _Clock(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            self._started = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            times.append(time.perf_counter() - self._started)
+
+    model.fit(dataset, steps_per_epoch=steps + 1, epochs=1, callbacks=[_Clock()], verbose=0)
+    return statistics.median(times[1:])

@@ -1,0 +1,146 @@
+"""--model auto by measurement (trainer/model_trials.py): which candidate the Trainer keeps, what it says, what a
+candidate may cost, and the cnn candidate on the backbone's input. The whole DAG with the comparison runs in
+tests/test_held_out.py (photo-sized digits: the same candidates and figures whatever the eval split holds)."""
+
+import numpy as np
+import pytest
+
+from trainer import model_trials
+from trainer.hparams import HParams
+from trainer.model_trials import Trial
+
+
+def _trials(*figures):
+    names = [("head", "efficientnet_lite0's head"), ("cnn", "the cnn (56 px)"), ("fine-tuned", "fine-tuned")]
+    return [Trial(name, label, figure) for (name, label), figure in zip(names, figures)]
+
+
+@pytest.mark.parametrize(
+    "figures, kept",
+    [
+        ((0.80, 0.805, None), 0),  # within MIN_GAIN of the head: the head, the cheaper, stays
+        ((0.80, 0.85, None), 1),
+        ((0.80, 0.85, 0.855), 1),  # the fine-tuned one does not beat the best so far by more than MIN_GAIN
+        ((0.80, 0.50, 0.90), 2),
+        ((0.80, None, None), 0),  # nothing else tried
+    ],
+)
+def test_a_costlier_candidate_is_kept_only_when_it_beats_the_best_so_far_by_more_than_the_margin(figures, kept):
+    assert model_trials.winner(_trials(*figures)) == kept
+
+
+def test_the_summary_says_what_was_tried_each_figure_and_why_the_winner_won():
+    trials = _trials(0.889, 1.0, None)
+    trials[2].note = model_trials.not_tried(25 * 60, 12 * 60)
+    said = model_trials.describe(trials, model_trials.winner(trials), "accuracy", 90)
+    assert said == (
+        "compared on 90 held-out train images by accuracy: efficientnet_lite0's head 0.889; the cnn (56 px) 1.000; "
+        "fine-tuned not tried: 5 epochs would take ~25.0 min at its measured pace, 12.0 min of --auto-trial-minutes "
+        "left; kept the cnn (56 px): better than efficientnet_lite0's head by 0.111"
+    )
+    head_kept = model_trials.describe(_trials(0.9, 0.5, 0.905), 0, "balanced accuracy", 412)
+    assert head_kept.endswith("kept efficientnet_lite0's head: no other candidate beat it by more than 0.01")
+
+
+def test_a_candidate_costs_its_measured_pace_over_its_first_epochs():
+    # 0.5 s a step of 64 images; 6,400 training images and 1,600 held out (a held-out image: a third of a step's)
+    assert model_trials.estimate(0.5, 64, 6400, 1600) == pytest.approx(5 * 0.5 / 64 * (6400 + 1600 / 3))
+    now = [1000.0]
+    budget = model_trials.Budget(20, clock=lambda: now[0])
+    assert budget.left() == 1200.0
+    now[0] += 1500
+    assert budget.left() == 0.0
+
+
+@pytest.mark.parametrize(
+    "changes, tuned, warm, workers, held, reason",
+    [
+        ({}, False, False, 1, 50, ""),
+        ({"model_choice": ""}, False, False, 1, 50, "the model was given"),
+        ({"model": "cnn"}, False, False, 1, 50, "the size rule chose the cnn"),
+        ({"auto_trial_minutes": 0}, False, False, 1, 50, "--auto-trial-minutes 0"),
+        ({}, True, False, 1, 50, "the Tuner"),
+        ({}, False, True, 1, 50, "warm-started"),
+        ({}, False, False, 2, 50, "a cluster"),
+        ({}, False, False, 1, 0, "nothing held out"),
+    ],
+)
+def test_candidates_are_compared_only_where_auto_chose_a_backbone_and_nothing_else_fixes_the_model(
+    changes, tuned, warm, workers, held, reason
+):
+    hp = HParams(**{"model": "efficientnet_lite0", "model_choice": "photo-sized images", **changes})
+    said = model_trials.applies(hp, tuned, warm, workers, held)
+    assert (said == "") if not reason else (reason in said), said
+
+
+def test_the_candidates_settings():
+    hp = HParams(model="efficientnet_lite0", model_choice="photo-sized images")
+    cnn = model_trials.cnn_hparams(hp)
+    assert (cnn.model, cnn.image_size, cnn.cnn_downsample, cnn.head_dropout) == ("cnn", 224, 4, 0.3)
+    assert model_trials.cnn_hparams(HParams(model="efficientnet_lite0", image_size=300)).cnn_downsample == 5
+    assert model_trials.cnn_hparams(HParams(model="efficientnet_lite0", image_size=32)).cnn_downsample == 1
+    tuned = model_trials.fine_tuned_hparams(hp)
+    assert (tuned.fine_tune_epochs, tuned.fine_tune_learning_rate) == (10, pytest.approx(1e-4))
+    assert (
+        model_trials.fine_tuned_hparams(HParams(model="efficientnet_lite0", fine_tune_epochs=3)).fine_tune_epochs == 3
+    )
+    with pytest.raises(ValueError, match="cnn_downsample 9: use 1 to 16, leaving the cnn at least 8 px of its 64 px"):
+        HParams(model="cnn", image_size=64, cnn_downsample=9).validate()
+
+
+def test_the_cnn_candidate_averages_the_backbone_input_down_and_rebuilds_from_its_settings():
+    """What the TFLite and ONNX child does: the model made again from training.json's settings takes the saved
+    weights and gives the same probabilities."""
+    import keras
+
+    from trainer import models
+
+    hp = model_trials.cnn_hparams(HParams(model="efficientnet_lite0", image_size=224))
+    model = models.build(hp, 3)
+    assert model.input_shape == (None, 224, 224, 3) and model.get_layer("downsampled").output.shape[1:3] == (56, 56)
+    again = models.build(HParams.from_custom_config(hp.to_custom_config()), 3)
+    again.set_weights(model.get_weights())
+    pixels = np.random.default_rng(0).uniform(0, 255, (2, 224, 224, 3)).astype("float32")
+    np.testing.assert_allclose(again(pixels), model(pixels), rtol=1e-5, atol=1e-6)
+    assert isinstance(model.get_layer("downsampled"), keras.layers.AveragePooling2D)  # every converter has it
+
+
+def test_a_candidate_stops_at_the_deadline_and_its_pace_is_measured_by_training_steps():
+    import time
+
+    import keras
+    import tensorflow as tf
+
+    from trainer.training import Deadline, seconds_per_step
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    data = tf.data.Dataset.from_tensor_slices((rng.normal(size=(64, 4)), rng.integers(0, 2, 64))).batch(8).repeat()
+    before = [w.copy() for w in model.get_weights()]
+    assert seconds_per_step(model, data, 3) > 0
+    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))  # it trained on those steps
+    deadline = Deadline(time.monotonic())  # already past: the first epoch is the last
+    history = model.fit(data, steps_per_epoch=2, epochs=10, callbacks=[deadline], verbose=0)
+    assert deadline.stopped and len(history.history["loss"]) == 1
+
+
+def test_the_report_shows_each_candidate_and_the_kept_one():
+    from report.model_sections import _model_trials
+
+    trials = _trials(0.889, 1.0, None)
+    trials[2].note = model_trials.not_tried(25 * 60, 12 * 60)
+    html = _model_trials(
+        {
+            "size_rule": "photo-sized images, median shorter side 128 px over 64 sampled images",
+            "budget_minutes": 20,
+            "figure": "val_balanced_accuracy",
+            "candidates": [t.record() for t in trials],
+            "kept": "cnn",
+        }
+    )
+    assert "<h3>Model choice</h3>" in html and "by balanced accuracy" in html
+    assert '<td><b>the cnn (56 px)</b></td><td class="n">1.0000</td>' in html
+    assert 'efficientnet_lite0&#x27;s head</td><td class="n">0.8890</td>' in html
+    assert "not tried: 5 epochs would take ~25.0 min" in html
+    assert _model_trials(None) == ""

@@ -1,0 +1,144 @@
+"""--model auto, by measurement: which model the Trainer keeps on photo-sized images.
+
+Before the DAG, the size rule (pipeline/model_choice.py) gives photo-sized images the pretrained backbone: its
+features are cached and Transform stores its input size. The Trainer then trains the backbone's head (seconds on
+the cached features) and, within --auto-trial-minutes, the other candidates on the same pixels:
+  cnn         the small cnn, at about its usual 64 px (it averages the backbone's input down: cnn_downsample)
+  fine-tuned  the head's model with the backbone's top layers unfrozen (--fine-tune-epochs, or FINE_TUNE_EPOCHS)
+Each is scored as training keeps its epoch: on the held-out train images (trainer/holdout.py), by the figure the
+epoch is kept by (accuracy; balanced accuracy on imbalanced classes; macro AUC-PR for multi-label). A candidate
+replaces the best so far only when it beats it by more than MIN_GAIN, so a tie keeps the cheaper model.
+
+What a candidate costs is measured, not guessed: PROBE_STEPS training steps are timed on this machine, and a
+candidate whose MIN_EPOCHS epochs (with their held-out passes) would pass what is left of the budget is not tried
+(the summary says so, with the estimate): past a few thousand images on two CPU cores, the head alone, by the
+size rule. A candidate that is tried stops at the budget (trainer/training.py: Deadline), its best epoch kept.
+
+Plain Python: the Trainer (trainer/task.py) trains; here is what it compares and says.
+"""
+
+import dataclasses
+import time
+from typing import List, Optional
+
+from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams
+
+MIN_GAIN = 0.01  # a costlier candidate must beat the best so far by more than this held-out figure
+PROBE_STEPS = 3  # timed training steps (after one untimed, which traces the step) that estimate a candidate's cost
+MIN_EPOCHS = 5  # a candidate is tried only when this many of its epochs fit in what is left of the budget
+FINE_TUNE_EPOCHS = 10  # the fine-tuned candidate's most epochs when --fine-tune-epochs is not given
+EVAL_SHARE = 1 / 3  # a held-out image costs about a third of a training one (a forward pass, no gradients)
+
+HEAD, CNN, FINE_TUNED = "head", "cnn", "fine-tuned"
+
+
+@dataclasses.dataclass
+class Trial:
+    """One candidate: what it is, its held-out figure, its best epoch and cost, or why it was not tried."""
+
+    name: str  # HEAD, CNN or FINE_TUNED
+    label: str  # what the summary calls it, e.g. "efficientnet_lite0's head"
+    figure: Optional[float] = None  # the held-out figure at its kept epoch; None: not tried
+    epochs: int = 0  # epochs trained
+    kept_epoch: int = 0
+    seconds: float = 0.0
+    note: str = ""  # why not tried, or "stopped at the budget"
+
+    def record(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+def applies(hp: HParams, tuned: bool, warm_started: bool, workers: int, held_out: int) -> str:
+    """ "" when the Trainer compares candidates, else why not (for the log): --model auto chose a backbone and
+    nothing else fixes the model."""
+    if not hp.model_choice or hp.model == "cnn":
+        return "the model was given, or the size rule chose the cnn"
+    if hp.auto_trial_minutes <= 0:
+        return "--auto-trial-minutes 0"
+    if tuned:
+        return "the Tuner searched the backbone's head"
+    if warm_started:
+        return "warm-started from the last blessed model"
+    if workers > 1:
+        return "a cluster of machines (each would time its candidates differently)"
+    if not held_out:
+        return "nothing held out to compare on"
+    return ""
+
+
+def cnn_hparams(hp: HParams) -> HParams:
+    """The cnn candidate's settings: the small cnn on the backbone's input, averaged down to about its usual side."""
+    return dataclasses.replace(
+        hp, model="cnn", fine_tune_epochs=0, cnn_downsample=max(1, round(hp.image_size / DEFAULT_IMAGE_SIZE["cnn"]))
+    )
+
+
+def fine_tuned_hparams(hp: HParams) -> HParams:
+    """The fine-tuned candidate's settings: its top layers at a tenth of the head's learning rate (TensorFlow's
+    transfer-learning tutorial's rule; at the whole-model 1e-5, ten epochs of a few hundred images moved nothing:
+    the shapes set's held-out accuracy stayed at the head's 0.720)."""
+    return dataclasses.replace(
+        hp,
+        fine_tune_epochs=hp.fine_tune_epochs or FINE_TUNE_EPOCHS,
+        fine_tune_learning_rate=max(hp.fine_tune_learning_rate, hp.learning_rate / 10),
+    )
+
+
+def head_hparams(hp: HParams) -> HParams:
+    return dataclasses.replace(hp, fine_tune_epochs=0)
+
+
+class Budget:
+    """The seconds --auto-trial-minutes gives the candidates after the head, from when the head was trained."""
+
+    def __init__(self, minutes: float, clock=time.monotonic):
+        self.clock = clock
+        self.deadline = clock() + 60.0 * minutes
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - self.clock())
+
+
+def estimate(step_seconds: float, batch: int, train_images: int, held_images: int, epochs: int = MIN_EPOCHS) -> float:
+    """Seconds for `epochs` epochs at a measured step time: the training part's steps and the held-out passes."""
+    per_image = step_seconds / max(1, batch)
+    return epochs * per_image * (train_images + EVAL_SHARE * held_images)
+
+
+def not_tried(estimated: float, left: float) -> str:
+    return (
+        f"not tried: {MIN_EPOCHS} epochs would take ~{estimated / 60:.1f} min at its measured pace, "
+        f"{left / 60:.1f} min of --auto-trial-minutes left"
+    )
+
+
+def winner(trials: List[Trial]) -> int:
+    """The index of the kept candidate: the first (the head), replaced by a later one only when that beats the best
+    so far by more than MIN_GAIN."""
+    best = 0
+    for i, trial in enumerate(trials[1:], start=1):
+        if trial.figure is not None and trial.figure > trials[best].figure + MIN_GAIN:
+            best = i
+    return best
+
+
+def describe(trials: List[Trial], kept: int, figure_name: str, held_images: int) -> str:
+    """Why the kept model won, in one phrase for the summary, e.g. "compared on 412 held-out train images by
+    accuracy: efficientnet_lite0's head 0.871, the cnn 0.995 (kept: better by 0.124), efficientnet_lite0 fine-tuned
+    not tried (...)"."""
+    parts = []
+    for trial in trials:
+        if trial.figure is None:
+            parts.append(f"{trial.label} {trial.note}")
+            continue
+        said = f"{trial.label} {trial.figure:.3f}"
+        if trial.note:
+            said += f" ({trial.note})"
+        parts.append(said)
+    best = trials[kept]
+    if kept == 0:
+        why = f"kept {best.label}: no other candidate beat it by more than {MIN_GAIN}"
+    else:
+        runner_up = max((t for i, t in enumerate(trials) if i != kept and t.figure is not None), key=lambda t: t.figure)
+        why = f"kept {best.label}: better than {runner_up.label} by {best.figure - runner_up.figure:.3f}"
+    return f"compared on {held_images:,} held-out train images by {figure_name}: {'; '.join(parts)}; {why}"
