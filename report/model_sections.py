@@ -222,8 +222,28 @@ def _operating_point(record, class_names) -> str:
         "pushed model (its last layer), so the SavedModel, TFLite, ONNX, Core ML and <code>imagepipe predict</code> "
         "decide alike.</p>"
         + reliability
+        + _precision_recall(held.get("precision_recall") or {})
         + table(["class", "recall at argmax", "recall chosen", "asked"], rows[:OPERATING_POINT_ROWS], numeric=[1, 2, 3])
     )
+
+
+PR_CHARTS = 6  # the weakest classes' precision-recall curves drawn (training.json keeps up to 20)
+
+
+def _precision_recall(curves: Dict[str, Dict]) -> str:
+    """The weakest classes' precision-recall curves on held-out train images (calibrated probabilities, one class
+    against the rest), each with the point the chosen rule decides at."""
+    charts = [
+        xy_chart(
+            {"held-out PR curve": [tuple(p) for p in c["curve"]]},
+            f"{name}: precision against recall",
+            "recall",
+            "precision",
+            dots={"chosen rule": tuple(c["chosen"])},
+        )
+        for name, c in list(curves.items())[:PR_CHARTS]
+    ]
+    return "".join(charts)
 
 
 def _on_device(record) -> str:
@@ -521,20 +541,50 @@ def _every_class(d: Dict[str, Any]) -> str:
     )
 
 
+MAX_CONFUSION_CLASSES = 30  # a matrix of more is k^2 cells (1,000 classes: 241 MB of SVG that hangs a browser)
+CONFUSED_PAIRS = 20  # beyond it: the pairs most often confused, listed
+
+
 def _confusion(names, confusion, shares: bool = False) -> str:
+    """The confusion matrix, its classes in name order; past MAX_CONFUSION_CLASSES, the matrix of the classes in
+    the most confusions, and (once, with the counts) a table of the most confused pairs."""
     if not names or not confusion:
         return ""
-    matrix = [[0] * len(names) for _ in names]
+    cells: Dict[tuple, int] = {}
     for actual, predicted, count in confusion:
         if 0 <= actual < len(names) and 0 <= predicted < len(names):
-            matrix[actual][predicted] += count
-    order = sorted(range(len(names)), key=lambda i: names[i])
-    matrix = [[matrix[i][j] for j in order] for i in order]
-    if shares:
-        return "<h3>Confusion matrix, each row as shares of its class (the diagonal is recall)</h3>" + confusion_svg(
-            matrix, [names[i] for i in order], shares=True
+            cells[actual, predicted] = cells.get((actual, predicted), 0) + count
+    kept = range(len(names))
+    note = pairs = ""
+    if len(names) > MAX_CONFUSION_CLASSES:
+        mistakes: Dict[int, int] = {}
+        for (actual, predicted), count in cells.items():
+            if actual != predicted:
+                mistakes[actual] = mistakes.get(actual, 0) + count
+                mistakes[predicted] = mistakes.get(predicted, 0) + count
+        kept = sorted(mistakes, key=lambda i: (-mistakes[i], names[i]))[:MAX_CONFUSION_CLASSES]
+        note = (
+            f"<p>{len(names):,} classes: the {len(kept)} classes in the most confusions are drawn"
+            + ("" if shares else ", and the most confused pairs listed")
+            + ".</p>"
         )
-    return "<h3>Confusion matrix (counts)</h3>" + confusion_svg(matrix, [names[i] for i in order])
+        confused = sorted(((c, a, p) for (a, p), c in cells.items() if a != p), key=lambda t: (-t[0], t[1], t[2]))
+        if not shares and confused:
+            pairs = table(
+                ["actual", "predicted", "images"],
+                [[names[a], names[p], c] for c, a, p in confused[:CONFUSED_PAIRS]],
+                numeric=[2],
+            )
+    order = sorted(kept, key=lambda i: names[i])
+    matrix = [[cells.get((i, j), 0) for j in order] for i in order]
+    title = (
+        "Confusion matrix, each row as shares of its class (the diagonal is recall)"
+        if shares
+        else "Confusion matrix (counts)"
+    )
+    totals = [sum(c for (a, _), c in cells.items() if a == i) for i in order]
+    svg = confusion_svg(matrix, [names[i] for i in order], shares=shares, row_totals=totals)
+    return f"<h3>{title}</h3>" + note + svg + pairs
 
 
 MAX_CURVES = 10  # per-class precision-recall curves drawn (the classes with the most examples)

@@ -120,9 +120,11 @@ def xy_chart(
     marker_x: float = None,
     width: int = 420,
     height: int = 240,
+    dots: Dict[str, tuple] = None,
 ) -> str:
     """Curves of (x, y) points in the unit square (precision against recall, rates against a threshold) as
-    inline SVG; a vertical dashed line at marker_x (the chosen threshold)."""
+    inline SVG; a vertical dashed line at marker_x (the chosen threshold); `dots`: named single points (a chosen
+    operating point), drawn as circles after the curves' colours."""
     if not any(series.values()):
         return ""
     left, right, top, bottom = 44, 130, 38, 34  # the title on the first line, the y label under it
@@ -149,12 +151,20 @@ def xy_chart(
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
         parts.append(f'<rect x="{width - right + 10}" y="{top + 15 * k}" width="10" height="10" fill="{color}"/>')
         parts.append(f'<text x="{width - right + 24}" y="{top + 9 + 15 * k}">{esc(name[:18])}</text>')
+    for k, (name, (px, py)) in enumerate((dots or {}).items(), start=len(series)):
+        color = PALETTE[k % len(PALETTE)]
+        parts.append(f'<circle cx="{x(px):.1f}" cy="{y(py):.1f}" r="5" fill="{color}"/>')
+        parts.append(f'<circle cx="{width - right + 15}" cy="{top + 5 + 15 * k}" r="5" fill="{color}"/>')
+        parts.append(f'<text x="{width - right + 24}" y="{top + 9 + 15 * k}">{esc(name[:18])}</text>')
     return f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">{"".join(parts)}</svg>'
 
 
-def confusion_svg(matrix: List[List[int]], names: List[str], cell: int = 28, shares: bool = False) -> str:
+def confusion_svg(
+    matrix: List[List[int]], names: List[str], cell: int = 28, shares: bool = False, row_totals: List[int] = None
+) -> str:
     """A heatmap of [actual][predicted] counts, rows normalised for the colour; with `shares`, each cell shows
-    its share of the row (the diagonal is each class's recall) and the count is in its tooltip."""
+    its share of the row (the diagonal is each class's recall) and the count is in its tooltip. `row_totals`: each
+    row's images when the matrix shows some of the classes only (default: the row's sum)."""
     k = len(names)
     left, top = 90, 80
     size_w, size_h = left + cell * k + 10, top + cell * k + 10
@@ -166,7 +176,8 @@ def confusion_svg(matrix: List[List[int]], names: List[str], cell: int = 28, sha
         )
     for i, name in enumerate(names):
         parts.append(f'<text x="4" y="{top + cell * i + cell / 2 + 4}">{esc(name[:12])}</text>')
-        row_total = max(1, sum(matrix[i]))
+        images = row_totals[i] if row_totals else sum(matrix[i])
+        row_total = max(1, images)
         for j in range(k):
             count = matrix[i][j]
             share = count / row_total
@@ -180,7 +191,7 @@ def confusion_svg(matrix: List[List[int]], names: List[str], cell: int = 28, sha
                 f'height="{cell - 1}" fill="{color}"><title>actual {esc(name)}, predicted '
                 f"{esc(names[j])}: {count}</title></rect>"
             )
-            if count or (shares and i == j and sum(matrix[i])):
+            if count or (shares and i == j and images):
                 ink = ' style="fill:#fff"' if i == j and share > 0.5 else ""  # readable on dark cells
                 shown = f"{share:.2f}".lstrip("0") if shares and share < 1 else "1" if shares else f"{count}"
                 parts.append(f'<text x="{left + cell * j + 4}" y="{top + cell * i + cell / 2 + 4}"{ink}>{shown}</text>')

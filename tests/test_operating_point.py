@@ -36,6 +36,32 @@ def test_a_moved_boundary_is_moved_back_to_meet_the_gate():
     deployed = operating_point.softmax(logits @ folded_kernel + folded_bias)
     assert (deployed.argmax(1) == (logits + decision["offsets"]).argmax(1)).all()
     assert operating_point.figures(labels, deployed.argmax(1), 2) == chosen
+    # each class's precision-recall curve on the held-out images, and the chosen rule's point on it
+    curves = decision["held_out"]["precision_recall"]
+    assert sorted(curves) == ["defect", "ok"]
+    assert [c["chosen"][0] for c in curves.values()] == pytest.approx(
+        sorted(chosen["recall"]), abs=1e-4
+    )  # the lowest chosen recall first
+    defect = curves["defect"]
+    assert defect["chosen"][0] == pytest.approx(chosen["recall"][1], abs=1e-4)  # kept to 4 places
+    predicted = (logits + decision["offsets"]).argmax(1) == 1
+    assert defect["chosen"][1] == pytest.approx((labels[predicted] == 1).mean(), abs=1e-4)
+    recalls = [r for r, _ in defect["curve"]]
+    assert recalls == sorted(recalls, reverse=True) and recalls[0] == 1.0  # a higher threshold finds fewer
+    assert all(0 <= p <= 1 for _, p in defect["curve"])
+
+
+def test_the_report_draws_each_weak_class_precision_recall_curve_with_the_chosen_point():
+    from report.model_sections import _precision_recall
+
+    html = _precision_recall(
+        {
+            "defect": {"curve": [[1.0, 0.1], [0.5, 0.6], [0.25, 0.9]], "chosen": [0.5, 0.6]},
+            "ok": {"curve": [[1.0, 0.98]], "chosen": [0.98, 0.99]},
+        }
+    )
+    assert html.count("<svg") == 2 and "defect: precision against recall" in html
+    assert html.count("<circle") == 4  # the chosen point and its legend, in each chart
 
 
 def test_several_rare_classes_each_reach_the_floor():

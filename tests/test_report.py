@@ -126,3 +126,16 @@ def test_the_report_shows_the_tflite_exports_or_why_there_are_none():
     assert "On-device (TFLite)" in html and "0.9791" in html and "tflite/model_float16.tflite" in html
     assert "Export failed: exit status 134: LLVM ERROR" in _on_device({"error": "exit status 134: LLVM ERROR"})
     assert _on_device(None) == ""
+
+
+def test_a_thousand_classes_draw_the_most_confused_ones_not_a_million_cells():
+    from report.model_sections import MAX_CONFUSION_CLASSES, _confusion
+
+    names = [f"class-{i:04d}" for i in range(1000)]
+    confusion = [[i, i, 3] for i in range(1000)] + [[5, 7, 2], [7, 5, 1], [9, 9, 0], [11, 12, 1]]
+    html = _confusion(names, confusion) + _confusion(names, confusion, shares=True)
+    assert len(html) < 400_000 and html.count("<rect") <= 2 * MAX_CONFUSION_CLASSES**2
+    assert "1,000 classes: the 4 classes in the most confusions are drawn" in html
+    assert '<td>class-0005</td><td>class-0007</td><td class="n">2</td>' in html  # the most confused pair first
+    # shares are of each class's own images, not of the drawn columns: class-0005's recall 3 / 5
+    assert ">.60</text>" in html

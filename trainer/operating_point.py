@@ -276,8 +276,43 @@ def choose(
             "ece_after": expected_calibration_error(calibrated, labels),
             "reliability_before": reliability(probabilities, labels),
             "reliability_after": reliability(calibrated, labels),
+            "precision_recall": precision_recall(calibrated, labels, shifted.argmax(axis=1), class_names),
         },
     }
+
+
+PR_CURVE_CLASSES = 20  # the classes whose precision-recall curves training.json keeps: the weakest by chosen recall
+
+
+def precision_recall(
+    probabilities: np.ndarray, labels: np.ndarray, predicted: np.ndarray, class_names: Sequence[str]
+) -> Dict[str, Dict]:
+    """Each class's one-against-the-rest precision-recall curve on held-out images, its probability thresholded at
+    THRESHOLD_GRID's points, and where the chosen rule puts it: {name: {"curve": [[recall, precision], ...],
+    "chosen": [recall, precision]}} for up to PR_CURVE_CLASSES classes with held-out images, the lowest chosen
+    recall first (the report draws them)."""
+    found = {}
+    for j, name in enumerate(class_names):
+        actual = labels == j
+        if not actual.any():
+            continue
+        curve = []
+        for t in THRESHOLD_GRID[1:]:
+            given = probabilities[:, j] >= t
+            if given.any():
+                curve.append(
+                    [round(float((given & actual).sum() / actual.sum()), 4), round(float(actual[given].mean()), 4)]
+                )
+        chosen = predicted == j
+        found[name] = {
+            "curve": curve,
+            "chosen": [
+                round(float((chosen & actual).sum() / actual.sum()), 4),
+                round(float(actual[chosen].mean()), 4) if chosen.any() else 0.0,
+            ],
+        }
+    weakest = sorted(found, key=lambda name: (found[name]["chosen"][0], name))[:PR_CURVE_CLASSES]
+    return {name: found[name] for name in weakest}
 
 
 def _shortfalls(chosen: Dict, floors: np.ndarray, accuracy_floor: float, class_names: Sequence[str]) -> str:
