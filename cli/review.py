@@ -7,13 +7,20 @@ import sys
 from cli.common import EXIT_BAD_INPUT, fail, quiet_logs
 from cli.history import summary_of_run
 
+MAX_PORT = 65535
+
 
 def cmd_review(args: argparse.Namespace) -> int:
     quiet_logs(verbose=False)
     from review import items, server
     from runs import run_store
-    from storage import review_file
+    from storage import files, review_file
 
+    # its inputs checked first, as `run` checks its own: each a line naming the option
+    if not 0 <= args.port <= MAX_PORT:
+        return fail(EXIT_BAD_INPUT, f"--port {args.port}: use 0 (any free port) or a port from 1 to {MAX_PORT}")
+    if args.review_file and not files.is_remote(args.review_file):
+        review_file.check_local(args.review_file, review_file.WRITE_OPTION)
     try:
         config, summary = summary_of_run(args)
     except run_store.NoMetadata as e:
@@ -29,7 +36,15 @@ def cmd_review(args: argparse.Namespace) -> int:
     found = items.from_run(summary, args.predictions)
     log = review_file.Log(args.review_file or review_file.default_path(config.root, config.pipeline_name))
     review = server.Review(found, classes, log, multi_label=ingestion.get("task") == "multi")
-    page = server.serve(review, args.port)
+    try:
+        page = server.serve(review, args.port)
+    except OSError as e:
+        log.close()
+        return fail(
+            EXIT_BAD_INPUT,
+            f"--port {args.port}: cannot serve on it ({e.strerror or e}); give another port, or leave --port out "
+            "for any free one",
+        )
     counts = {kind: sum(kind in it["kinds"] for it in found.items) for kind in items.KINDS}
     listed = ", ".join(f"{n} {items.PLURALS[kind]}" for kind, n in counts.items() if n) or "nothing to review"
     print(

@@ -217,11 +217,11 @@ class PipelineConfig(DeclaredSettings):
     def _check_review_file(self) -> None:
         from storage import review_file
 
-        if not is_remote(self.review) and not os.path.isfile(self.review):
+        if not is_remote(self.review) and not os.path.lexists(self.review):
             raise ConfigError(
                 f"--review {self.review}: no such file; give the file `imagepipe review` wrote (it says where)"
             )
-        review_file.read(self.review)  # a file that is not a review file: one line
+        review_file.read(self.review)  # a pipe, a device, a folder, a file that is not a review file: one line
 
     def validate_training(self) -> "PipelineConfig":
         """The training settings together and what they need of the weights, stored images and schema files."""
@@ -235,6 +235,12 @@ class PipelineConfig(DeclaredSettings):
                 f"--weights {self.weights}: no such file; give a weights file (local or gs://), "
                 "'imagenet' or '' (random initialisation)"
             )
+        if self.weights and self.weights != "imagenet" and not is_remote(self.weights):
+            from trainer.imagenet_weights import check_weights_file
+
+            problem = check_weights_file(self.weights)  # before any stage runs: its header, or a .pth read whole
+            if problem:
+                raise ConfigError(f"--weights {self.weights}: {problem}")
         self.validate_model()
         schema = self.schema_path()
         if schema and not is_remote(schema) and not os.path.isfile(schema):

@@ -3,7 +3,6 @@ quarantine list, TFDV's anomaly, schema and statistics protos, the training log,
 threshold, and the eval images the trained model gets wrong. report.py only presents them.
 """
 
-import csv
 import glob
 import json
 import os
@@ -11,6 +10,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from prediction.image_inputs import byte_batches
 from storage.files import is_remote
+from storage.spreadsheet import read_rows
 from trainer import feature_keys as keys
 from trainer.artifact_files import TRAINING_LOG
 
@@ -23,7 +23,7 @@ def quarantine(
     """(the first `rows` rows of the quarantine list, how many there are, and lazily, each of those rows
     whose file is still on local disk with the file's bytes)."""
     with open(details["quarantine_csv"], newline="", encoding="utf-8") as f:
-        listed = list(csv.DictReader(f))
+        listed = read_rows(f.read())
     shown = listed[:rows]
 
     return (

@@ -8,7 +8,6 @@ label it was given, what the model or the check suggests and how sure, why it is
 """
 
 import csv
-import io
 import json
 import os
 from typing import Any, Dict, List, Optional
@@ -17,6 +16,9 @@ from components.evaluator.explanations import EXPLANATIONS_DIR, INDEX_FILE
 from components.example_gen import NEAR_DUPLICATES_FILE
 from components.health import LABEL_ISSUES_FILE, OUTLIERS_FILE
 from storage import files as fs
+from storage import user_files
+from storage.errors import ConfigError
+from storage.spreadsheet import read_rows
 
 LABEL_SUSPECT, CONFLICT, MISCLASSIFIED, OUTLIER, UNSURE = (
     "label suspect",
@@ -178,7 +180,7 @@ def _output(component: Optional[Dict[str, Any]], name: str) -> Optional[str]:
 def _csv(folder: Optional[str], name: str) -> List[Dict[str, str]]:
     if not folder or not fs.exists(fs.join(folder, name)):
         return []
-    return list(csv.DictReader(io.StringIO(fs.read_bytes(fs.join(folder, name)).decode("utf-8"))))
+    return read_rows(fs.read_bytes(fs.join(folder, name)).decode("utf-8"))
 
 
 def _json(folder: Optional[str], name: str) -> Optional[Dict[str, Any]]:
@@ -187,11 +189,28 @@ def _json(folder: Optional[str], name: str) -> Optional[Dict[str, Any]]:
     return json.loads(fs.read_bytes(fs.join(folder, name)))
 
 
+PREDICTIONS_GIVE = "give the file `imagepipe predict --output` wrote (.jsonl or .csv)"
+
+
 def _predictions(path: str) -> List[Dict[str, Any]]:
-    """The unsure records of `imagepipe predict --output` (JSON Lines or CSV)."""
-    text = fs.read_bytes(path).decode("utf-8")
+    """The unsure records of `imagepipe predict --output` (JSON Lines or CSV); a file that is not one is refused in
+    one line (ConfigError)."""
+    if not fs.is_remote(path):
+        user_files.check_source(path, "--predictions", PREDICTIONS_GIVE)
+    elif not fs.exists(path):
+        raise ConfigError(f"--predictions {path}: no such file; {PREDICTIONS_GIVE}")
+    try:
+        return _unsure_records(path, fs.read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, RecursionError, csv.Error) as e:
+        raise ConfigError(
+            f"--predictions {path}: not a predictions file ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:100]}); "
+            + PREDICTIONS_GIVE
+        ) from None
+
+
+def _unsure_records(path: str, text: str) -> List[Dict[str, Any]]:
     if path.endswith(".csv"):
-        rows = list(csv.DictReader(io.StringIO(text)))
+        rows = read_rows(text)
         return [
             {
                 "path": r["path"],

@@ -179,6 +179,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except (ValueError, TypeError, OSError) as e:
             self._send(400, json.dumps({"error": str(e)}).encode("utf-8"), "application/json")
             return
+        except RecursionError:  # JSON nested past Python's limit
+            self._send(
+                400, json.dumps({"error": "a decision is a flat JSON object"}).encode("utf-8"), "application/json"
+            )
+            return
         self._send(200, json.dumps(body).encode("utf-8"), "application/json")
 
     def _decide(self) -> Dict[str, Any]:
@@ -196,5 +201,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return review.decide(number, str(asked.get("action")), str(asked.get("new_label") or ""))
 
 
+ITEM_DIGITS = 9  # an item's number has at most this many digits (int() of 5,000 of them raises)
+
+
 def _number(text: str, count: int) -> Optional[int]:
-    return int(text) if text.isdigit() and int(text) < count else None
+    """The item number `text` names (ASCII digits: '²' is a digit to str.isdigit, not to int), or None."""
+    if not (text.isascii() and text.isdigit() and len(text) <= ITEM_DIGITS):
+        return None
+    return int(text) if int(text) < count else None

@@ -60,6 +60,23 @@ def check_target(path: str, option: str, kind: Optional[Kind] = None) -> None:
         )
 
 
+def check_source(path: str, option: str, give: str) -> None:
+    """ConfigError, naming `option` and what to `give` instead, unless the local `path` is a regular file (a pipe
+    would block a reader, a device never end, a folder fail in a traceback)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"{option} {path}: no such file; {give}") from None
+    except OSError as e:
+        raise ConfigError(f"{option} {path}: cannot read it ({e.strerror}); {give}") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError(f"{option} {path}: a folder; {give}")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(
+            f"{option} {path}: not a regular file (a device, pipe or socket), which is never read; {give}"
+        )
+
+
 def head(path: str) -> bytes:
     """The first bytes of a file (b"" if it cannot be read: then it is not known as ours)."""
     try:

@@ -391,3 +391,123 @@ def test_predict_s_unsure_images_are_listed_and_sure_ones_are_not(tmp_path):
         writer.writerow(csv_cells({"path": "/photos/b.jpg", "predictions": [("dog", 0.97)], "unsure": False}, 2))
     found = items.from_run({"components": []}, str(table))
     assert [(it["path"], it["suggested"], it["confidence"]) for it in found.items] == [("/photos/a.jpg", "cat", 0.41)]
+
+
+# --- hardening, round 5: names, encodings and files that are not files ------------------------------------------
+
+
+def test_review_file_cells_are_spreadsheet_safe_and_read_back_as_written(tmp_path):
+    """A path or class an attacker names `=HYPERLINK(...)` is text in a spreadsheet, and the review loop reads back
+    exactly what was decided (a leading apostrophe of a name's own too; U+2028 inside a path)."""
+    from storage.spreadsheet import csv_text, read_rows
+
+    path = str(tmp_path / "r.csv")
+    decided = [
+        review_file.Decision("t1", "a" * 64, '=HYPERLINK("http:evil","x").jpg', "relabel", "-1", "+2", "@SUM(1)"),
+        review_file.Decision("t2", "b" * 64, "'quoted.jpg", "exclude", "'cat", "", "outlier"),
+        review_file.Decision("t3", "c" * 64, "line\u2028separator.jpg", "keep", "cat", "", "why\u2028not"),
+    ]
+    log = review_file.Log(path)
+    for decision in decided:
+        log.append(decision)
+    log.close()
+    with open(path, newline="", encoding="utf-8") as f:
+        cells = [cell for row in list(csv.reader(f))[1:] for cell in row]
+    assert not [c for c in cells if c[:1] in ("=", "+", "-", "@")], cells  # no cell a spreadsheet would run
+    assert sorted(review_file.read(path).values()) == sorted(decided)
+    # the health and near-duplicate lists are read back through the same module: a class named -1 is -1
+    assert read_rows(csv_text(("path", "given"), [{"path": "-1/a.jpg", "given": "-1"}])) == [
+        {"path": "-1/a.jpg", "given": "-1"}
+    ]
+
+
+def test_review_files_saved_by_spreadsheets_and_editors_are_read(tmp_path):
+    row = "t1," + "a" * 64 + ",cat/1.jpg,relabel,cat,dog,why"
+    excel = tmp_path / "excel.csv"
+    excel.write_bytes(b"\xef\xbb\xbf" + (review_file.HEADER.strip() + "\r\n" + row + "\r\n").encode())
+    assert review_file.read(str(excel))["a" * 64].new_label == "dog"
+    log = review_file.Log(str(excel))  # appended to as it is
+    log.append(review_file.Decision("t2", "b" * 64, "cat/2.jpg", "exclude", "cat", "", "why"))
+    log.close()
+    assert set(review_file.read(str(excel))) == {"a" * 64, "b" * 64}
+    # Latin-1 bytes, then a last line cut short: reopened, exactly the cut bytes go, and the next decision is whole
+    latin = tmp_path / "latin.csv"
+    whole = ("t1," + "a" * 64 + ",caf").encode() + b"\xe9.jpg,exclude,cat,,why\n"
+    latin.write_bytes(review_file.HEADER.encode() + whole + b"t2," + b"b" * 10)
+    log = review_file.Log(str(latin))
+    log.append(review_file.Decision("t3", "c" * 64, "cat/3.jpg", "exclude", "cat", "", "why"))
+    log.close()
+    assert latin.read_bytes().startswith(review_file.HEADER.encode() + whole + b"t3,")
+    found = review_file.read(str(latin))
+    assert set(found) == {"a" * 64, "c" * 64} and found["a" * 64].path == "caf\ufffd.jpg"
+
+
+@pytest.mark.parametrize("option", [review_file.READ_OPTION, review_file.WRITE_OPTION])
+def test_a_review_file_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, option):
+    pipe = tmp_path / "pipe.csv"
+    os.mkfifo(pipe)  # reading it would block for ever
+    for given, said in ((pipe, "not a regular file"), ("/dev/zero", "not a regular file"), (tmp_path, "a folder")):
+        with pytest.raises(ConfigError) as caught:
+            review_file.read(str(given), option)
+        message = str(caught.value)
+        assert message.startswith(f"{option} {given}: {said}") and "\n" not in message, message
+        assert ("or a new path" in message) == (option == review_file.WRITE_OPTION)  # `run --review` reads only
+    from pipeline.config import PipelineConfig
+
+    with pytest.raises(ConfigError, match="--review .*pipe.csv: not a regular file"):
+        PipelineConfig(review=str(pipe)).validate()
+
+
+def test_the_review_server_answers_malformed_requests_with_a_4xx(tmp_path):
+    import threading
+
+    from review import items, server
+
+    assert server._number("\u00b2", 10) is None and server._number("9" * 5000, 10) is None
+    assert server._number("3", 10) == 3 and server._number("10", 10) is None
+    found = items.Items(str(tmp_path))
+    found.add(items.OUTLIER, "cat/1.jpg", "outlier", given="cat")
+    review = server.Review(found, ["cat", "dog"], review_file.Log(str(tmp_path / "r.csv")))
+    page = server.serve(review)
+    threading.Thread(target=page.serve_forever, daemon=True).start()
+    base, token = page.url.split("/?token=")
+
+    def status(url, data=None):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=data)) as answer:
+                return answer.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    try:
+        assert status(f"{base}/decide?token={token}", b"[" * 60000) == 400  # nested past the recursion limit
+        assert status(f"{base}/image/{'9' * 5000}?token={token}") == 404
+        assert status(f"{base}/image/%C2%B2?token={token}") == 404
+        assert status(f"{base}/decide?token={token}", json.dumps({"item": "9" * 5000}).encode()) == 400
+    finally:
+        page.shutdown()
+        page.server_close()
+        review.log.close()
+
+
+def test_review_s_own_inputs_are_checked_in_one_line(tmp_path, capsys):
+    from cli.main import main as cli_main
+    from review import items
+
+    for argv, said in (
+        (["--port", "99999"], "--port 99999: use 0 (any free port) or a port from 1 to 65535"),
+        (["--review-file", str(tmp_path)], f"--review-file {tmp_path}: a folder"),
+    ):
+        assert cli_main(["review", "--root", str(tmp_path / "root"), *argv]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0], lines
+    binary = tmp_path / "results.jsonl"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    for given, said in (
+        (tmp_path, "a folder"),
+        (tmp_path / "none.jsonl", "no such file"),
+        (binary, "not a predictions file (UnicodeDecodeError"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            items.from_run({"components": []}, str(given))
+        assert str(caught.value).startswith(f"--predictions {given}: {said}"), str(caught.value)
