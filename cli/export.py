@@ -23,15 +23,30 @@ def _onnx_of_ours(head: bytes) -> bool:
 
 
 ONNX_FILE = user_files.Kind("an ONNX model", _onnx_of_ours)
+# A Core ML package is a folder: written as every folder imagepipe writes where the user points (user_files.
+# FolderWriter): new or empty, or one this command wrote, in which only what it wrote is replaced.
+COREML_PACKAGE = "coreml package"
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from prediction import predict
 
     if args.format not in FORMATS:
         raise ConfigError(f"--format {args.format!r}: use {' or '.join(FORMATS)}")
     config = config_from_args(args) if args.model_dir else existing_pipeline(args)
     out = _export_target(args)
+    # the package's folder is made beside --out now: a folder that cannot be written to is one line before the
+    # minutes-long conversion
+    package = user_files.FolderWriter(out, "--out", COREML_PACKAGE) if args.format == "coreml" else None
+    try:
+        return _export(args, config, out, package)
+    finally:
+        if package is not None:
+            package.close(complete=False)  # nothing, once it is in place
+
+
+def _export(args: argparse.Namespace, config, out: str, package) -> int:
+    from prediction import predict
+
     quiet_logs(False)
     try:
         model_dir = predict.resolve_model_dir(args.model_dir or config.serving_dir)
@@ -42,7 +57,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     threshold, _ = predict.model_threshold(model_dir)
     multi_label = predict.is_multi_label(threshold)
     frozen, size, names = _pixel_classifier(model_dir, args.format)
-    size_bytes = _write_export(args, out, frozen, size, names, multi_label)
+    size_bytes = _write_export(args, out, frozen, size, names, multi_label, package)
     print(
         f"{args.format}: {out} ({size_bytes / 2**20:.1f} MB) from {model_dir}: takes float32 RGB pixels 0..255 "
         f"resized to {size}x{size}"
@@ -62,9 +77,7 @@ def _export_target(args: argparse.Namespace) -> str:
         raise ConfigError(
             f"--out {args.out}: a Core ML package is a folder named .mlpackage; give e.g. model.mlpackage"
         )
-    if args.format == "coreml":
-        _check_package_target(out)
-    else:
+    if args.format == "onnx":
         user_files.check_target(out, "--out", ONNX_FILE)
     return out
 
@@ -90,8 +103,9 @@ def _pixel_classifier(model_dir: str, fmt: str):
     return frozen, size, names
 
 
-def _write_export(args: argparse.Namespace, out: str, frozen, size: int, names, multi_label: bool) -> int:
-    """The ONNX file or the Core ML package, written aside and moved into place whole: its size in bytes."""
+def _write_export(args: argparse.Namespace, out: str, frozen, size: int, names, multi_label: bool, package) -> int:
+    """The ONNX file or the Core ML package (into `package`, a user_files.FolderWriter), written aside and moved
+    into place whole: its size in bytes."""
     from trainer import model_exports
 
     try:
@@ -100,30 +114,15 @@ def _write_export(args: argparse.Namespace, out: str, frozen, size: int, names, 
             user_files.write_whole(out, content, "--out", ONNX_FILE)
             size_bytes = len(content)
         else:
-            try:
-                os.makedirs(os.path.dirname(out), exist_ok=True)
-            except OSError as e:
-                raise ConfigError(
-                    f"--out {args.out}: cannot make its folder ({e.strerror or e}); give a path you can write to"
-                ) from None
-            model_exports.write_coreml(frozen, size, names, multi_label, out)
-            size_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
+            staged = os.path.join(package.partial, ".package", os.path.basename(out))
+            os.makedirs(os.path.dirname(staged))
+            model_exports.write_coreml(frozen, size, names, multi_label, staged)
+            for name in os.listdir(staged):  # coremltools makes the package's folder itself: its contents move up
+                os.rename(os.path.join(staged, name), os.path.join(package.partial, name))
+            os.rmdir(staged)
+            os.rmdir(os.path.dirname(staged))
+            size_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(package.partial) for f in fs)
+            package.close(complete=True)
     except model_exports.ExportError as e:
         raise ConfigError(f"--format {args.format}: {e}") from None
     return size_bytes
-
-
-def _check_package_target(out: str) -> None:
-    """A Core ML package is written only where none is, or over one this command wrote (its metadata says so):
-    checked before the minutes-long conversion, and again at the replace (model_exports.check_replaceable)."""
-    if not os.path.lexists(out):
-        return
-    from trainer import model_exports
-
-    try:
-        model_exports.check_replaceable(out)
-    except model_exports.ExportError:
-        raise ConfigError(
-            f"--out {out}: exists and is not a Core ML package imagepipe wrote, so it is never "
-            "replaced; give a new path"
-        ) from None

@@ -565,6 +565,18 @@ def test_onnx_and_core_ml_exports_agree_with_the_savedmodel_and_are_listed(sampl
         done = run_imagepipe("export", "--root", config.root, "--format", "coreml", "--out", str(package), timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert model_exports.describe_coreml(str(package))["class_names"] == trainer["class_names"]
+    # a file the user saved in the package is kept when the package is made again (only what imagepipe wrote is
+    # replaced); a package imagepipe did not write is refused in one line, before any conversion
+    write(package / "notes.txt", b"mine")
+    done = run_imagepipe("export", "--root", config.root, "--format", "coreml", "--out", str(package), timeout=300)
+    assert done.returncode == 0 and (package / "notes.txt").read_bytes() == b"mine", done.stderr[-2000:]
+    assert model_exports.describe_coreml(str(package))["class_names"] == trainer["class_names"]
+    theirs = tmp_path / "theirs.mlpackage"
+    write(theirs / "Manifest.json", b"{}")
+    refused = run_imagepipe("export", "--root", config.root, "--format", "coreml", "--out", str(theirs), timeout=300)
+    assert refused.returncode == 2 and "files imagepipe did not write" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and "coremltools" not in refused.stderr, refused.stderr
+    assert os.listdir(theirs) == ["Manifest.json"] and (theirs / "Manifest.json").read_bytes() == b"{}"
     for argv, said in (
         (["--root", config.root, "--out", "gs://bucket/model.onnx"], "--out gs://bucket/model.onnx: a local path only"),
         (["--model", str(tmp_path / "new"), "--out", str(tmp_path / "x.onnx")], "--model"),

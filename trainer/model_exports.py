@@ -139,7 +139,8 @@ class OnnxClassifier:
 
 
 def write_coreml(frozen_one, image_size: int, class_names: Sequence[str], multi_label: bool, path: str) -> None:
-    """The frozen classifier (batch 1) as a Core ML package at `path` (a folder), written aside then moved."""
+    """The frozen classifier (batch 1) as a Core ML package at `path`, a new folder (`imagepipe export` writes it
+    into a folder of its own that replaces only what it wrote: cli/export.py)."""
     try:
         import coremltools as ct
 
@@ -161,26 +162,7 @@ def write_coreml(frozen_one, image_size: int, class_names: Sequence[str], multi_
     model.user_defined_metadata["producer"] = PRODUCER
     model.user_defined_metadata["task"] = "multi" if multi_label else "single"
     model.input_description[INPUT] = f"RGB image resized to {image_size}x{image_size}"
-    folder = tempfile.mkdtemp(prefix=".coreml-", dir=os.path.dirname(os.path.abspath(path)) or ".")
-    try:
-        staged = os.path.join(folder, os.path.basename(path))
-        model.save(staged)
-        if os.path.lexists(path):
-            check_replaceable(path)  # checked again here, at the replace: never a folder the project did not write
-            shutil.rmtree(path)
-        os.replace(staged, path)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def check_replaceable(path: str) -> None:
-    """ExportError unless `path` is a Core ML package imagepipe wrote (its metadata names the producer)."""
-    try:
-        ours = os.path.isdir(path) and not os.path.islink(path) and describe_coreml(path)["producer"] == PRODUCER
-    except Exception:  # noqa: BLE001 - not a package coremltools reads: not ours
-        ours = False
-    if not ours:
-        raise ExportError(f"{path}: exists and is not a Core ML package imagepipe wrote, so it is never replaced")
+    model.save(path)
 
 
 def describe_coreml(path: str) -> Dict:
