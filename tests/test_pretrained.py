@@ -228,3 +228,31 @@ def test_a_compiled_job_takes_the_pretrained_backbone_without_reading_its_images
     assert "BackboneFeatures" in tasks
     trainer = json.dumps(tasks["Trainer"])
     assert "efficientnet_lite0" in trainer and "a compiled job, chosen without reading its images" in trainer
+
+
+def test_weights_are_checked_before_any_stage_and_a_storage_larger_than_its_file_is_never_allocated(
+    tmp_path, monkeypatch
+):
+    from pipeline.config import PipelineConfig
+
+    small = legacy_torch_file(tmp_path / "small.pth", {"w": (np.arange(7, dtype="<f4"), (1,), (1,))}, monkeypatch)
+    data = open(small, "rb").read()
+    assert data.count(b"K\x07") == 1 and data.count(struct.pack("<q", 7)) == 1  # the storage's count, twice said
+    huge = 2**40  # four TiB of floats
+    claimed = data.replace(b"K\x07", b"\x8a\x06" + huge.to_bytes(6, "little")).replace(
+        struct.pack("<q", 7), struct.pack("<q", huge)
+    )
+    path = write(tmp_path / "huge.pth", claimed)
+    with pytest.raises(torch_checkpoint.CheckpointError, match="claims 1,099,511,627,776 elements, more than the file"):
+        with open(path, "rb") as f:
+            torch_checkpoint.read_state_dict(f)
+    not_h5 = write(tmp_path / "notes.weights.h5", b"my notes")
+    for given, said in (
+        (path, "not a torch.save weights file (storage 0 is cut short: it claims 1,099,511,627,776 elements"),
+        (not_h5, "not a Keras weights file (no HDF5 header)"),
+        (write(tmp_path / "w.bin", b"x"), "not a weights file by its name"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            PipelineConfig(data=str(tmp_path), model="efficientnet_lite0", weights=str(given)).validate_training()
+        assert str(caught.value).startswith(f"--weights {given}: {said}"), str(caught.value)
+    PipelineConfig(model="efficientnet_lite0", weights=small).validate_training()  # a readable .pth passes

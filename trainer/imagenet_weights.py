@@ -4,6 +4,26 @@ an installed package's file (EfficientNet-Lite0's: nothing is downloaded, ever).
 import os
 from typing import Tuple
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"  # the first bytes of a Keras .h5 / .weights.h5 file
+
+
+def check_weights_file(path: str) -> str:
+    """Why the local weights file at `path` cannot be a backbone's weights ("" when it may be), read before any
+    stage runs: a Keras weights file by its HDF5 signature, a .pth (EfficientNet-Lite0's torch.save format) read
+    whole as trainer/torch_checkpoint.py reads it (no code runs, no storage larger than the file is allocated)."""
+    with open(path, "rb") as f:
+        if path.endswith(".h5"):
+            return "" if f.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE else "not a Keras weights file (no HDF5 header)"
+        if path.endswith(".pth"):
+            from trainer import torch_checkpoint
+
+            try:
+                torch_checkpoint.read_state_dict(f)
+            except torch_checkpoint.CheckpointError as e:
+                return f"not a torch.save weights file ({e})"
+            return ""
+    return "not a weights file by its name: give a .h5 or .weights.h5 (Keras) or a .pth (EfficientNet-Lite0)"
+
 
 def imagenet_weights(model: str, image_size: int) -> Tuple[str, str]:
     """(file name, URL) of the ImageNet weights keras.applications downloads for a backbone without its top,

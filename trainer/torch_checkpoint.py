@@ -83,6 +83,7 @@ def read_state_dict(stream: BinaryIO) -> Dict[str, np.ndarray]:
         raise CheckpointError("not a state dict of tensors")
     types = {key: (kind, count) for kind, key, count in (view.storage for view in state.values())}
     storages = {}
+    left = _bytes_left(stream)
     for key in keys:
         kind, count = types.get(str(key), (None, None))
         if kind is None:
@@ -91,11 +92,23 @@ def read_state_dict(stream: BinaryIO) -> Dict[str, np.ndarray]:
         if len(header) != 8 or struct.unpack("<q", header)[0] != count:
             raise CheckpointError(f"storage {key} is cut short or of another size than its tensor says")
         dtype = _STORAGE_TYPES[kind]
+        left -= 8
+        if not 0 <= count * dtype.itemsize <= left:  # a count the file cannot hold: never allocated
+            raise CheckpointError(f"storage {key} is cut short: it claims {count:,} elements, more than the file holds")
+        left -= count * dtype.itemsize
         data = stream.read(count * dtype.itemsize)
         if len(data) != count * dtype.itemsize:
             raise CheckpointError(f"storage {key} is cut short")
         storages[str(key)] = np.frombuffer(data, dtype)
     return {name: _materialized(name, view, storages) for name, view in state.items()}
+
+
+def _bytes_left(stream: BinaryIO) -> int:
+    """The bytes from the stream's position to its end."""
+    here = stream.tell()
+    end = stream.seek(0, 2)
+    stream.seek(here)
+    return end - here
 
 
 def _materialized(name: str, view: _View, storages: Dict[str, np.ndarray]) -> np.ndarray:
