@@ -135,6 +135,8 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     hp = HParams(model=MODEL, image_size=SIZE)
     source_info = json.load(open(tmp_path / "a" / FEATURES_SOURCE_FILE))
     assert source_info["transformed_examples"] == source.uri and source_info["dim"] == 1280
+    # the backbone's weights are in the artifact (a copy of the cache's): a cache cleared leaves the Trainer them
+    assert source_info["backbone_weights"] == str(tmp_path / "a" / "backbone.weights.h5")
     extractor = models.feature_extractor(hp, models.make_backbone(hp, source_info["backbone_weights"]))
     pixels = _pixels(source, "eval")
     for key, vector, label in found["eval"]:
@@ -163,7 +165,10 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     os.rename(packs[1], str(packs[1]) + ".tmp-deadbeef")  # an interrupted write: only its temporary file
 
     graph = cache / first["fingerprint"] / feature_cache.GRAPH_FILE
-    graph.unlink()  # a cache written before the frozen graph was kept: the workers make it again, once
+    with open(graph, "r+b") as f:  # 4 KB overwritten in place: it still parses, and would compute other features
+        f.seek(graph.stat().st_size // 2)
+        f.write(os.urandom(4096))
+    # ... its digest no longer matches: the workers make it again from the weights, once
 
     grown = transformed(tmp_path / "grown", counts=(("train", 23), ("eval", 6)))  # and 3 images added
     monkeypatch.setattr(models, "make_backbone", lambda *a, **k: made.append(a) or make_backbone(*a, **k))

@@ -12,6 +12,9 @@ LABEL_THRESHOLDS_FILE = "label_thresholds.json"
 
 # BackboneFeatures' `features` (components/features writes them; the Trainer, the Tuner and data health read them)
 FEATURES_SOURCE_FILE = "source.json"  # the Transform output the pixels came from, the backbone weights, dim, views
+# the backbone's weights, copied from the features cache: the artifact holds what reading it needs, so a cache
+# cleared (`imagepipe cache --clear`) under TFX's reuse of the artifact leaves the Trainer its backbone
+FEATURES_WEIGHTS_FILE = "backbone.weights.h5"
 # The mean and standard deviation of each feature over the training split: the Trainer keeps it with the
 # model, and the next run's data health check measures drift in feature space against it.
 FEATURE_PROFILE_FILE = "feature_profile.json"

@@ -21,7 +21,10 @@ no backbone at all unless an image is missing from the cache (the workers make t
 
 import hashlib
 import json
+import os
 from typing import NamedTuple, Optional
+
+from absl import logging
 
 from components.features import feature_cache
 from storage import files as fs
@@ -196,18 +199,36 @@ def load_extractor(hp: HParams, prepared: Prepared):
     from google.protobuf.message import DecodeError
 
     if fs.exists(prepared.graph_file):
-        try:
-            return _loaded(hp, fs.read_bytes(prepared.graph_file))
-        except DecodeError:  # a copy of the cache cut short
-            pass
+        graph = fs.read_bytes(prepared.graph_file)
+        if _graph_digest_noted(prepared) == hashlib.sha256(graph).hexdigest():
+            try:
+                return _loaded(hp, graph)
+            except DecodeError:  # pragma: no cover - its digest matched: as written
+                pass
+        logging.warning("BackboneFeatures: %s is not the graph the cache wrote; made again", prepared.graph_file)
     from trainer import models
 
     return _loaded(hp, _store_graph(hp, models.make_backbone(hp, prepared.weights_file), prepared))
 
 
+def _graph_digest_file(prepared: Prepared) -> str:
+    return fs.join(os.path.dirname(prepared.graph_file), feature_cache.GRAPH_DIGEST_FILE)
+
+
+def _graph_digest_noted(prepared: Prepared) -> str:
+    """The SHA-256 the cache noted for its graph ("" when none was: an older cache, or the graph's write was cut
+    short before its digest's): a graph damaged in place (4 KB overwritten parses, and computes other features)
+    is made again from the weights, which the cache checks by their own SHA-256."""
+    try:
+        return fs.read_bytes(_graph_digest_file(prepared)).decode("ascii").strip()
+    except Exception:  # noqa: BLE001 - missing or unreadable
+        return ""
+
+
 def _store_graph(hp: HParams, backbone, prepared: Prepared) -> bytes:
     graph = frozen_graph(hp, backbone)
     feature_cache.write_whole(prepared.graph_file, graph)
+    feature_cache.write_whole(_graph_digest_file(prepared), hashlib.sha256(graph).hexdigest().encode("ascii"))
     return graph
 
 

@@ -13,8 +13,8 @@ augment_views, seeded by the image's key and the view), cached the same way. Eac
 holds `features` (views x dim floats: the plain image first), `label` and `key`.
 
 The artifact also holds `source.json`: the Transform output the pixels came from (the Trainer's
-fine-tune phase and TFLite export read pixels there), the backbone's weights file in the cache, the
-dimension and the views; and `summary.json`: images, features reused and computed, seconds (and the
+fine-tune phase and TFLite export read pixels there), the backbone's weights (a copy of the cache's, in the
+artifact: `backbone.weights.h5`), the dimension and the views; and `summary.json`: images, features reused and computed, seconds (and the
 seconds spent in the backbone and in cache reads and writes).
 """
 
@@ -39,7 +39,7 @@ from components import beam_settings
 from components.example_gen.checking import example_codec
 from components.features import SUMMARY_FILE, backbone, feature_cache
 from storage.progress_events import progress_event
-from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
+from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, FEATURES_WEIGHTS_FILE
 from trainer.hparams import HParams
 
 # Pixel records per Beam batch (870 images at 160 px; 21 at 1,024). When most images are cached, the ones
@@ -390,13 +390,16 @@ def _add_split_stages(
 
 
 def _write_features_source(output, source, prepared, views) -> None:
-    """What the Trainer reads to train on these features (trainer/training.py features_source)."""
+    """What the Trainer reads to train on these features (trainer/training.py features_source), and the backbone's
+    weights beside it (a copy: nothing in the artifact points into the cache, which may be cleared)."""
+    weights = os.path.join(output.uri, FEATURES_WEIGHTS_FILE)
+    io_utils.copy_file(prepared.weights_file, weights, overwrite=True)
     io_utils.write_string_file(
         os.path.join(output.uri, FEATURES_SOURCE_FILE),
         json.dumps(
             {
                 "transformed_examples": source.uri,
-                "backbone_weights": prepared.weights_file,
+                "backbone_weights": weights,
                 "fingerprint": prepared.fingerprint,
                 "dim": prepared.dim,
                 "views": views,

@@ -1,7 +1,9 @@
 """The content-addressed cache of backbone features, under the pipeline root (a local folder or gs://).
 
-    <cache root>/<fingerprint>/backbone.weights.h5      the backbone's weights (what the Trainer loads)
+    <cache root>/<fingerprint>/backbone.weights.h5      the backbone's weights (BackboneFeatures copies them into
+                                                         its artifact, where the Trainer loads them)
     <cache root>/<fingerprint>/features_graph.pb         the same backbone as a frozen graph (what workers run)
+    <cache root>/<fingerprint>/features_graph.sha256     its digest: a graph that differs is made again
     <cache root>/<fingerprint>/info.json                 model, image size, dimension, versions
     <cache root>/<fingerprint>/last_used                 touched by every run that uses it (pruning order)
     <cache root>/<fingerprint>/packs/<id>.pack           the features of one batch of images (Pack)
@@ -47,6 +49,7 @@ from storage import files as fs
 
 WEIGHTS_FILE = "backbone.weights.h5"
 GRAPH_FILE = "features_graph.pb"
+GRAPH_DIGEST_FILE = "features_graph.sha256"  # the graph's SHA-256, written after it: a graph that differs is not used
 INFO_FILE = "info.json"
 LAST_USED = "last_used"
 PACKS_DIR = "packs"
