@@ -280,14 +280,14 @@ def _label_issues(d: Dict[str, Any], tile) -> str:
     elif not d["label_issues"]:
         body += (
             f"<p>None found among {d['examples']:,} examples ({esc(d.get('label_check_method', ''))}; "
-            f"{esc(run_text.describe_label_model(d['label_check_accuracy']))}).</p>"
+            f"{esc(run_text.describe_label_model(d['label_check_accuracy'], d.get('label_check_method', '')))}).</p>"
         )
     else:
         body += (
             f"<p>{d['label_issues']:,} of {d['examples']:,} examples ({d['label_issue_fraction']:.1%}) look "
             f"mislabelled: their given label gets a low probability from a model that never saw them "
             f"({esc(d['label_check_method'])}, ranked by confident learning, most likely first; "
-            f"{esc(run_text.describe_label_model(d['label_check_accuracy']))}). Nothing "
+            f"{esc(run_text.describe_label_model(d['label_check_accuracy'], d.get('label_check_method', '')))}). Nothing "
             f"was relabelled or dropped; review <code>{esc(d['label_issues_csv'])}</code>.</p>"
         )
         rows = d["label_issue_examples"][:MAX_HEALTH_ROWS]

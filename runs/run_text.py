@@ -92,11 +92,17 @@ def describe_near_duplicates(d: Dict[str, Any]) -> str:
     return text
 
 
-def describe_label_model(accuracy: float) -> str:
-    """The label check's model in a phrase, with a warning when it is too weak to rank labels well."""
+def describe_label_model(accuracy: float, method: str = "") -> str:
+    """The label check's model in a phrase, with a warning when it is too weak to rank labels well: on the cnn's
+    pixels, a pretrained backbone's features do better; on those features already, more images or cleaner labels
+    are what helps."""
     text = f"its model's out-of-sample accuracy {accuracy:.2f}"
     if accuracy < TRUSTED_ACCURACY:
-        text += " is too low for a reliable ranking: use a transfer model, whose features do better"
+        text += " is too low for a reliable ranking: " + (
+            "the classes are hard to tell apart on these features, so its suspects are weak hints"
+            if "backbone features" in method
+            else "a pretrained backbone's features do better (--model efficientnet_lite0)"
+        )
     return text
 
 
@@ -110,7 +116,7 @@ def _health(c: Dict[str, Any]) -> str:
             f"{d['label_check_sampled']:,} of {d['examples']:,} examples ({d['label_issue_fraction']:.1%} estimated)"
         )
         if d.get("label_check_accuracy") is not None:
-            text += f" ({describe_label_model(d['label_check_accuracy'])})"
+            text += f" ({describe_label_model(d['label_check_accuracy'], d.get('label_check_method', ''))})"
     else:
         text = "labels not checked" + (
             f" ({d['label_check_skipped']})"

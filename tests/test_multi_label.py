@@ -556,3 +556,18 @@ def test_multi_label_splits_honour_the_eval_percent_per_label(tmp_path):
                 having = sum(label in s.split(";") for s in label_sets)
                 in_eval = sum(label.encode() in e["image/labels/text"] for e in written["eval"])
                 assert in_eval == pytest.approx(0.2 * having, abs=max(3, 0.05 * having)), (label, in_eval, having)
+
+
+def test_label_ids_given_dense_by_a_fixed_length_schema_make_the_same_multi_hot_as_sparse_ones():
+    """SchemaGen gives a label feature a fixed length when every image has as many labels (500 labels on 60
+    images, six each): the ids then come dense, and the multi-hot targets must not change (it was an
+    AttributeError at the Trainer's export)."""
+    import tensorflow as tf
+
+    from trainer.features import LABELS_KEY, label_target
+
+    dense = tf.constant([[0, 2], [1, -1], [4, 4]], tf.int64)  # -1: a name Transform did not know; 4: out of range
+    sparse = tf.SparseTensor([[r, c] for r in range(3) for c in range(2)], tf.reshape(dense, [-1]), [3, 2])
+    expected = [[1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]]
+    for ids in (dense, sparse):
+        np.testing.assert_array_equal(label_target({LABELS_KEY: ids}, 4, multi_label=True).numpy(), expected)

@@ -42,10 +42,17 @@ def label_spec(multi_label: bool):
 
 def label_target(parsed, num_classes: int, multi_label: bool) -> tf.Tensor:
     """What the model is trained on: the class id [batch] int64, or the multi-hot labels [batch, classes] float32
-    (an id out of range, as TFT's -1 for a name it does not know, sets nothing)."""
+    (an id out of range, as TFT's -1 for a name it does not know, sets nothing). The label ids are sparse, or dense
+    [batch, k] where the raw schema gave every image k labels (SchemaGen infers a fixed length when every image of
+    a set has as many: 500 labels on 60 images, six each, ended the Trainer's export in an AttributeError)."""
     if not multi_label:
         return parsed[LABEL_KEY]
     ids = parsed[LABELS_KEY]
+    if not isinstance(ids, tf.SparseTensor):
+        ids = tf.cast(tf.reshape(ids, [tf.shape(ids)[0], -1]), tf.int64)
+        known = (ids >= 0) & (ids < num_classes)
+        hot = tf.one_hot(tf.where(known, ids, -1), num_classes, dtype=tf.float32)  # -1: a row of zeros
+        return tf.maximum(tf.reduce_max(hot, axis=1), 0.0)  # no labels at all (k = 0): zeros
     known = tf.sparse.retain(ids, (ids.values >= 0) & (ids.values < num_classes))
     return tf.cast(tf.sparse.to_indicator(known, num_classes), tf.float32)
 
