@@ -144,3 +144,10 @@ def test_the_report_shows_each_candidate_and_the_kept_one():
     assert 'efficientnet_lite0&#x27;s head</td><td class="n">0.8890</td>' in html
     assert "not tried: 5 epochs would take ~25.0 min" in html
     assert _model_trials(None) == ""
+
+
+def test_nothing_is_tried_against_a_best_that_cannot_be_beaten_by_the_margin():
+    assert model_trials.unbeatable(_trials(0.95)) == ""
+    said = model_trials.unbeatable(_trials(0.995))
+    assert said == "not tried: efficientnet_lite0's head scores 0.995, which nothing can beat by more than 0.01"
+    assert model_trials.unbeatable(_trials(0.80, 1.0)).startswith("not tried: the cnn (56 px) scores 1.000")

@@ -112,6 +112,16 @@ def not_tried(estimated: float, left: float) -> str:
     )
 
 
+def unbeatable(trials: List[Trial]) -> str:
+    """Why no later candidate is tried ("" when one may win): the best so far is within MIN_GAIN of a perfect
+    held-out figure, which nothing can beat by more (measured on bench/model_choice_benchmark.py's rare-1: the
+    head at 1.000 held-out, the others tried for 250 s to tie it)."""
+    best = trials[winner(trials)]
+    if best.figure is not None and best.figure + MIN_GAIN > 1.0:
+        return f"not tried: {best.label} scores {best.figure:.3f}, which nothing can beat by more than {MIN_GAIN}"
+    return ""
+
+
 def winner(trials: List[Trial]) -> int:
     """The index of the kept candidate: the first (the head), replaced by a later one only when that beats the best
     so far by more than MIN_GAIN."""

@@ -409,34 +409,38 @@ def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
     trials, kept = [first], [(model, phases, hp)]
 
     cnn_hp = model_trials.cnn_hparams(hp)
-    cnn_inputs = inputs.with_hp(cnn_hp)
-    with inputs.strategy.scope():
-        cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
-        models.set_output_bias(cnn, inputs.balancing["initial_bias"])
-        models.compile_model(cnn, cnn_hp.learning_rate, inputs.balancing.get("positive_weights"))
     trial = model_trials.Trial(model_trials.CNN, f"the cnn ({hp.image_size // cnn_hp.cnn_downsample} px)")
-    cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
+    trial.note, cnn, cnn_phases = model_trials.unbeatable(trials), None, None
+    if not trial.note:
+        cnn_inputs = inputs.with_hp(cnn_hp)
+        with inputs.strategy.scope():
+            cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
+            models.set_output_bias(cnn, inputs.balancing["initial_bias"])
+            models.compile_model(cnn, cnn_hp.learning_rate, inputs.balancing.get("positive_weights"))
+        cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
     trials.append(trial)
     kept.append((cnn, cnn_phases, cnn_hp))
 
-    if not hp.fine_tune_epochs:
-        tuned_hp = model_trials.fine_tuned_hparams(hp)
-        tuned_inputs = inputs.with_hp(tuned_hp)
-        head_weights = model.get_weights()
-        _unfreeze(model, tuned_inputs)
+    if not hp.fine_tune_epochs:  # the head's model with its top layers unfrozen
+        tuned_hp, tuned, head_weights = model_trials.fine_tuned_hparams(hp), None, None
         trial = model_trials.Trial(model_trials.FINE_TUNED, f"{hp.model} fine-tuned")
-        planned = len(phases[0].epochs) + tuned_hp.fine_tune_epochs
-        tuned = _trial(
-            trial,
-            model,
-            tuned_inputs,
-            budget,
-            lambda extra: [_fine_tune(model, tuned_inputs, extra, planned, len(phases[0].epochs), unfrozen=True)],
-        )
+        trial.note = model_trials.unbeatable(trials)
+        if not trial.note:
+            tuned_inputs = inputs.with_hp(tuned_hp)
+            head_weights = model.get_weights()
+            _unfreeze(model, tuned_inputs)
+            planned, done = len(phases[0].epochs) + tuned_hp.fine_tune_epochs, len(phases[0].epochs)
+            tuned = _trial(
+                trial,
+                model,
+                tuned_inputs,
+                budget,
+                lambda extra: [_fine_tune(model, tuned_inputs, extra, planned, done, unfrozen=True)],
+            )
         trials.append(trial)
         kept.append((model, phases + tuned if tuned else None, tuned_hp))
-        if model_trials.winner(trials) != len(trials) - 1:
-            model.set_weights(head_weights)  # the head's model, as it was before fine-tuning
+        if head_weights is not None and model_trials.winner(trials) != len(trials) - 1:
+            model.set_weights(head_weights)  # the head's model as it was before fine-tuning (or its pace measured)
     best = model_trials.winner(trials)
     described = model_trials.describe(trials, best, class_balance.figure_name(monitor), inputs.holdout.held_examples)
     logging.info("Trainer: --model auto %s", described)
