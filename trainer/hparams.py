@@ -78,7 +78,7 @@ class HParams:
     # --model auto on photo-sized images: the Trainer also trains the small cnn and the backbone with its top layers
     # fine-tuned, and keeps whichever is best on the held-out train images (trainer/model_trials.py).
     auto_trial_minutes: int = setting(
-        20,
+        10,
         "--model auto on photo-sized images: the most minutes the Trainer spends training the other candidates (the "
         "small cnn, the backbone's top layers fine-tuned) to compare with the backbone's head on held-out train "
         "images; a candidate whose measured pace would pass it is not tried (0: the head alone; default {default})",
