@@ -166,6 +166,8 @@ def test_the_head_trains_across_three_replicas(transfer_runs):
         "3",
         "--epochs",
         "3",
+        "--auto-trial-minutes",
+        "0",  # the head alone: what is tested is its batches over three replicas
         "--progress",
         "quiet",
         timeout=900,
