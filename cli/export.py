@@ -29,7 +29,6 @@ COREML_PACKAGE = "coreml package"
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-
     if args.format not in FORMATS:
         raise ConfigError(f"--format {args.format!r}: use {' or '.join(FORMATS)}")
     config = config_from_args(args) if args.model_dir else existing_pipeline(args)

@@ -14,8 +14,8 @@ holds `features` (views x dim floats: the plain image first), `label` and `key`.
 
 The artifact also holds `source.json`: the Transform output the pixels came from (the Trainer's
 fine-tune phase and TFLite export read pixels there), the backbone's weights (a copy of the cache's, in the
-artifact: `backbone.weights.h5`), the dimension and the views; and `summary.json`: images, features reused and computed, seconds (and the
-seconds spent in the backbone and in cache reads and writes).
+artifact: `backbone.weights.h5`), the dimension and the views; and `summary.json`: images, features reused and
+computed, seconds (and the seconds spent in the backbone and in cache reads and writes).
 """
 
 import collections
