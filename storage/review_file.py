@@ -20,10 +20,10 @@ import csv
 import datetime
 import io
 import os
-import stat
 from typing import Dict, NamedTuple, Optional
 
 from storage import files as fs
+from storage import user_files
 from storage.errors import ConfigError
 from storage.spreadsheet import cell_text, spreadsheet_safe
 
@@ -58,24 +58,15 @@ def _what_to_give(option: str) -> str:
 
 
 def check_local(path: str, option: str = READ_OPTION) -> bool:
-    """Whether a local `path` exists (False: not yet); ConfigError, naming `option`, unless it is a regular file of
-    at most MAX_BYTES."""
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
+    """Whether a local `path` exists (False: not yet); ConfigError, naming `option`, unless it is a regular file
+    (user_files.check_source) of at most MAX_BYTES."""
+    if not os.path.lexists(path):
         return False
-    except OSError as e:
-        raise ConfigError(f"{option} {path}: cannot read it ({e.strerror}); {_what_to_give(option)}") from None
-    if stat.S_ISDIR(found.st_mode):
-        raise ConfigError(f"{option} {path}: a folder; {_what_to_give(option)}")
-    if not stat.S_ISREG(found.st_mode):
+    user_files.check_source(path, option, _what_to_give(option))
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
         raise ConfigError(
-            f"{option} {path}: not a regular file (a device, pipe or socket), which is never read; "
-            f"{_what_to_give(option)}"
-        )
-    if found.st_size > MAX_BYTES:
-        raise ConfigError(
-            f"{option} {path}: {found.st_size / 2**30:.1f} GiB, more than a review file holds (at most "
+            f"{option} {path}: {size / 2**30:.1f} GiB, more than a review file holds (at most "
             f"{MAX_BYTES >> 30} GiB); {_what_to_give(option)}"
         )
     return True
