@@ -20,10 +20,10 @@ from components.health import LabelCheck, Limits
 from components.tuner import MODES as TUNE_MODES
 from components.tuner import Search
 from components.validation import Gate
+from images.bounds import decode_memory_bytes
 from settings import checked, declared, setting
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
-from trainer.decode_memory import decode_memory_bytes
 from trainer.hparams import SAMPLE_IMAGE_SIZE, HParams
 
 # The repository root: schemas/ and the default run's outputs are found from here.

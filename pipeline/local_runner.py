@@ -41,7 +41,7 @@ def preflight(config: PipelineConfig) -> Prepared:
     Cheap on purpose (no TFX import unless spans must be resolved): bad input is
     reported in a second, before anything is written. `config` is validated (prepare() does it).
     """
-    from components.example_gen.finding import sources
+    from images.finding import sources
     from storage import files as fs
 
     config.check_memory(machine_memory_bytes())

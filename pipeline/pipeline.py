@@ -136,14 +136,15 @@ class _Stages:
 
     def example_gen(self, check):
         config = self.config
-        # every declared ingestion parameter (ingest_defaults.PARAMETERS), span_window as a runtime parameter
-        settings = {f.name: getattr(config, f.name) for f in PARAMETERS}
+        # every declared ingestion parameter (ingest_defaults.PARAMETERS); those declared `runtime` (span_window) as
+        # runtime parameters of a compiled job
+        settings = {f.name: self.setting(f.name) for f in PARAMETERS}
         example_gen = ImageExampleGen(
             input_base=example_gen_base(config),
             input_config=example_gen_input(config),
             output_config=example_gen_output(config),
             seed=config.seed,
-            **{**settings, "span_window": self.setting("span_window"), "review": review_file(config)},
+            **{**settings, "review": review_file(config)},
         )
         if check is not None:
             example_gen.add_upstream_node(check)

@@ -14,7 +14,7 @@ import threading
 from typing import Dict, Iterable, Iterator, List, Tuple, Union
 
 from components.evaluator.views import given_a_class
-from components.example_gen.ingest_defaults import MAX_PIXELS
+from images.bounds import MAX_PIXELS
 from prediction.image_inputs import Input, byte_batches, inspect_input
 from storage import files as fs
 from storage.errors import DataError
@@ -55,7 +55,7 @@ class TFLiteServing:
     def __init__(self, path: str):
         import tensorflow as tf
 
-        from trainer.decoding import decode_and_resize
+        from images.decoding import decode_and_resize
         from trainer.tflite_export import LABELS_FILE, TFLiteClassifier
 
         labels = fs.join(os.path.dirname(path), LABELS_FILE)

@@ -9,7 +9,7 @@ import unicodedata
 from typing import Dict, List, Optional
 
 from components.evaluator.views import given_a_class
-from components.example_gen.finding.listing import LABEL_SEPARATOR
+from images.finding.listing import LABEL_SEPARATOR
 from prediction.image_inputs import InputError
 from storage import user_files
 from storage.errors import ConfigError

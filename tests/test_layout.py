@@ -35,6 +35,7 @@ LAYERS = [
     "runs",
     "components",
     "trainer",
+    "images",
     "storage",
     "settings",
     "stacks",
@@ -91,6 +92,21 @@ def test_imports_run_downwards_only(folder):
             if top in LEVEL and LEVEL[top] < LEVEL[folder]:
                 upward.append(f"{os.path.relpath(path, PROJECT_DIR)} imports {module}")
     assert modules and not upward, "\n".join(upward)
+
+
+def test_a_stage_s_inner_folders_are_its_own():
+    """What several parts use of images (checks, finding the files, the codec, TFRecords, near-duplicates) is the
+    image library's (images/): no module outside ImageExampleGen's folder reaches into its inner folders."""
+    inner = ("components.example_gen.writing", "components.example_gen.splitting")
+    reaching = [
+        f"{os.path.relpath(path, PROJECT_DIR)} imports {module}"
+        for folder in LAYERS
+        for path in _modules(folder)
+        if not _module_name(path).startswith("components.example_gen")
+        for module in _imports(path)
+        if module.startswith(inner)
+    ]
+    assert not reaching, "\n".join(reaching)
 
 
 def test_storage_imports_nothing_of_the_project_but_itself():

@@ -15,9 +15,9 @@ from conftest import image_bytes, write
 
 from bench.multilabel import make_multilabel, read_rows
 from components.evaluator import multi_label as multi_label_evaluation
-from components.example_gen.finding import sources
-from components.example_gen.finding.listing import labels_of
 from components.health import label_issues
+from images.finding import sources
+from images.finding.listing import labels_of
 from prediction import result_files
 from trainer import class_balance
 
@@ -317,7 +317,7 @@ def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, co
     import tensorflow as tf
 
     from components.example_gen import SUMMARY_FILE
-    from trainer import feature_keys
+    from images import feature_keys
 
     rows = read_rows(colour_set)
     report = _json(manifest_run["outputs"]["ImageExampleGen"]["report"][0], SUMMARY_FILE)

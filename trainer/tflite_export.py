@@ -6,7 +6,7 @@
     <serving model>/tflite/labels.txt            the class names, one per line, in output order
 
 Each takes what a mobile app holds: uint8 RGB (or grey) pixels [1, size, size, channels], the
-image already resized to the model's input size (trainer/decoding.decode_and_resize is how
+image already resized to the model's input size (images/decoding.decode_and_resize is how
 training did it), and gives class probabilities [batch, classes]. Pusher copies the folder, so the
 files travel with every pushed model. Each is scored on the held-out train images (up to EVAL_LIMIT;
 trainer/holdout.py: the Trainer never reads the eval split) next to the Keras model the SavedModel serves, on the

@@ -77,7 +77,7 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
     row)."""
     import tensorflow as tf
 
-    from trainer import feature_keys as keys
+    from images import feature_keys as keys
     from trainer import features
 
     labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT

@@ -36,8 +36,8 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import beam_settings
-from components.example_gen.checking import example_codec
 from components.features import SUMMARY_FILE, backbone, feature_cache
+from images import example_codec
 from storage.progress_events import progress_event
 from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, FEATURES_WEIGHTS_FILE
 from trainer.hparams import HParams

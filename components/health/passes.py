@@ -21,9 +21,9 @@ import numpy as np
 from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
-from components.example_gen.finding.listing import label_set
 from components.health import checks, label_issues
 from components.health.sample import Sample
+from images.finding.listing import label_set
 
 EXAMPLE_BATCH = 128  # examples decoded at a time (224 px: 19 MB of pixels, 77 MB as float32)
 FEATURE_BATCH = 1024  # feature records parsed at a time (1,280 values: ~5 MB a batch)
