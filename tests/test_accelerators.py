@@ -101,7 +101,7 @@ def test_a_tpu_name_that_does_not_answer_is_a_warning_and_the_next_device(monkey
 def test_a_cluster_tf_config_on_a_local_run_is_one_line_before_it_starts(tmp_path):
     """`imagepipe run` with a TF_CONFIG of two machines failed in the Trainer ("Collective ops must be configured
     at program startup") after ingestion and Transform; a one-machine TF_CONFIG (Vertex sets one) is fine."""
-    from pipeline import local_runner
+    from pipeline import preflight
     from pipeline.config import ConfigError
 
     two = {
@@ -114,11 +114,11 @@ def test_a_cluster_tf_config_on_a_local_run_is_one_line_before_it_starts(tmp_pat
         match=r"^TF_CONFIG names a cluster of 2 training machines, which `imagepipe run` "
         r"cannot train on .*--training-replicas 2",
     ):
-        local_runner.check_no_cluster(two)
-    local_runner.check_no_cluster(
+        preflight.check_no_cluster(two)
+    preflight.check_no_cluster(
         {"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"]}, "task": {"type": "chief", "index": 0}})}
     )
-    local_runner.check_no_cluster({})
+    preflight.check_no_cluster({})
 
 
 def test_tf_config_makes_a_multi_worker_plan_and_names_the_chief():
@@ -255,13 +255,13 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     from tfx.types import artifact_utils, standard_artifacts
     from tfx.utils import proto_utils
 
-    from pipeline import local_runner, platform
+    from pipeline import platform, preflight
     from pipeline.config import PipelineConfig
     from pipeline.pipeline import create_pipeline
 
     root = replica_runs["replicas"]["root"]
     config = PipelineConfig(root=root, data=small_digits, epochs=8, accuracy_threshold=0.0, min_class_recall=0.0)
-    config = local_runner.preflight(config).config  # --model auto resolved, as the runner does
+    config = preflight.preflight(config).config  # --model auto resolved, as the runner does
     trainer = next(c for c in create_pipeline(config, platform.local(config)).components if c.id == "Trainer")
     properties = {
         k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v

@@ -82,7 +82,7 @@ def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
         sources.list_source(str(tmp_path / "folders"), str(tmp_path / "folders"), task="multi")
     assert "class folders give each image one label" in str(caught.value) and "\n" not in str(caught.value)
     # The run's pre-flight check knows the task: each of these was a recorded run failing in ImageExampleGen.
-    from pipeline import local_runner
+    from pipeline import preflight
     from pipeline.config import PipelineConfig
 
     for n in range(4):
@@ -105,7 +105,7 @@ def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
     ):
         config = PipelineConfig(data=str(tmp_path / data), task=task, root=str(tmp_path / "root"))
         with pytest.raises(sources.DataError) as caught:
-            local_runner.preflight(config)
+            preflight.preflight(config)
         assert expected in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
 
 
