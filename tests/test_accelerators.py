@@ -4,6 +4,7 @@ TF_CONFIG (MultiWorkerMirroredStrategy) through TFX's own executor entry point, 
 that drops no eval example; and at their boundary what needs a TPU or Vertex AI (the compiled jobs, the image,
 an unreachable TPU). No test assumes the machine has or lacks a GPU."""
 
+import dataclasses
 import json
 import os
 import socket
@@ -63,7 +64,7 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
     flat = keras.layers.Flatten()(inputs)
     probabilities = keras.layers.Dense(2, activation="softmax", name="probabilities")(flat)
     model = keras.Model(inputs, probabilities)
-    models.compile_model(model, 1e-3)
+    models.compile_model(model, dataclasses.replace(hp, learning_rate=1e-3))
     model.get_layer("probabilities").set_weights([np.zeros((SIZE * SIZE * 3, 2)), np.array([5.0, 0.0])])
     scores = model.evaluate(evaluation, verbose=0, return_dict=True)
     assert scores["sparse_categorical_accuracy"] == pytest.approx(1 / count, rel=1e-4)

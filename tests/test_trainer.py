@@ -166,7 +166,7 @@ def test_one_epoch_on_class_sorted_records_learns_well_above_chance(tmp_path):
     hp = HParams(model="cnn", image_size=SIZE, batch_size=64, seed=5)
     keras.utils.set_random_seed(hp.seed)
     model = models.build(hp, num_classes=8)
-    models.compile_model(model, hp.learning_rate)
+    models.compile_model(model, hp)
     model.fit(input_pipeline.make_dataset([str(tmp_path / "train.gz")], hp, training=True), epochs=1, verbose=0)
     _, accuracy, *_ = model.evaluate(
         input_pipeline.make_dataset([str(tmp_path / "eval.gz")], hp, training=False), verbose=0
@@ -344,7 +344,7 @@ def test_transfer_models_train_in_two_phases(name, weights, tmp_path):
         return [w.numpy().copy() for w in backbone.weights], [w.numpy().copy() for w in model.layers[-1].weights]
 
     # Phase 1: the backbone is frozen, the head learns.
-    models.compile_model(model, hp.learning_rate)
+    models.compile_model(model, hp)
     before_backbone, before_head = snapshot()
     model.fit(x, y, epochs=1, batch_size=8, verbose=0)
     after_backbone, after_head = snapshot()
@@ -356,7 +356,9 @@ def test_transfer_models_train_in_two_phases(name, weights, tmp_path):
     assert 0 < unfrozen <= 10
     trainable = [layer for layer in backbone.layers if layer.trainable_weights]
     assert trainable and all(not isinstance(layer, keras.layers.BatchNormalization) for layer in trainable)
-    models.compile_model(model, hp.fine_tune_learning_rate * 1000)
+    models.compile_model(
+        model, dataclasses.replace(hp, fine_tune_learning_rate=hp.fine_tune_learning_rate * 1000), fine_tuning=True
+    )
     tuned_before = [w.numpy().copy() for layer in trainable for w in layer.trainable_weights]
     model.fit(x, y, epochs=1, batch_size=8, verbose=0)
     tuned_after = [w.numpy() for layer in trainable for w in layer.trainable_weights]

@@ -225,7 +225,7 @@ def _hypermodel(trials: _Trials):
                 else:
                     model = models.build(hp, trials.num_classes, multi_label=trials.multi_label)
                 models.set_output_bias(model, trials.balancing["initial_bias"])
-                models.compile_model(model, hp.learning_rate, trials.positive_weights)
+                models.compile_model(model, hp, trials.positive_weights)
             return model
 
         def fit(self, space, model, *args, callbacks=None, **kwargs):
@@ -262,7 +262,7 @@ def _fine_tune_trial(trials: _Trials, hp: HParams, head) -> dict:
         )
         models.copy_head(head, whole)
         models.unfreeze_top(whole, hp.fine_tune_layers)
-        models.compile_model(whole, hp.fine_tune_learning_rate, trials.positive_weights)
+        models.compile_model(whole, hp, trials.positive_weights, fine_tuning=True)
     train, steps, evaluation = trials.datasets(hp, on_features=False)
     stop = early_stopping(hp, trials.objective, restore_best_weights=True)
     tuned = whole.fit(

@@ -147,7 +147,7 @@ def _train_head_on_features(model, inputs: "_Inputs", callbacks) -> None:
     with inputs.strategy.scope():
         head = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
-        models.compile_model(head, hp.learning_rate, inputs.balancing.get("positive_weights"))
+        models.compile_model(head, hp, inputs.balancing.get("positive_weights"))
     logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
     head.fit(train, steps_per_epoch=steps, validation_data=validation, epochs=hp.epochs, callbacks=callbacks, verbose=0)
     models.copy_head(head, model)
@@ -416,7 +416,7 @@ def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
         with inputs.strategy.scope():
             cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
             models.set_output_bias(cnn, inputs.balancing["initial_bias"])
-            models.compile_model(cnn, cnn_hp.learning_rate, inputs.balancing.get("positive_weights"))
+            models.compile_model(cnn, cnn_hp, inputs.balancing.get("positive_weights"))
         cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
     trials.append(trial)
     kept.append((cnn, cnn_phases, cnn_hp))
@@ -547,7 +547,7 @@ def _build_model(
             logging.info("Trainer: warm-started from %s", warm_started)
         elif hp.warm_start:
             logging.warning("Trainer: not warm-starting (%s); training from scratch", cold_reason)
-        models.compile_model(model, hp.learning_rate, balancing.get("positive_weights"))
+        models.compile_model(model, hp, balancing.get("positive_weights"))
     return model, warm_started, cold_reason
 
 
@@ -563,7 +563,7 @@ def _unfreeze(model, inputs: _Inputs) -> None:
     hp, balancing = inputs.hp, inputs.balancing
     with inputs.strategy.scope():
         unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
-        models.compile_model(model, hp.fine_tune_learning_rate, balancing.get("positive_weights"))
+        models.compile_model(model, hp, balancing.get("positive_weights"), fine_tuning=True)
     logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
 
 
@@ -699,7 +699,7 @@ def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
     keras.utils.set_random_seed(seed)
     head = models.head(inputs.num_classes, inputs.source["dim"], hp)
     models.set_output_bias(head, balancing["initial_bias"])
-    models.compile_model(head, hp.learning_rate)
+    models.compile_model(head, hp)
     head.fit(
         vectors,
         labels,

@@ -90,7 +90,7 @@ def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int
     ):
         keras.utils.set_random_seed(hp.seed + fold)
         model = models.build(hp, classes)
-        models.compile_model(model, hp.learning_rate)
+        models.compile_model(model, hp)
         model.fit(
             pixels[train].astype(np.float32),
             labels[train],
@@ -200,9 +200,7 @@ def multi_label_probabilities_from_pixels(pixels: np.ndarray, hot: np.ndarray, f
         model = models.build(hp, hot.shape[1], multi_label=True)
         # Rare labels weighed as the Trainer weighs them: unweighted, a fold's model hardly ever gives them.
         models.compile_model(
-            model,
-            hp.learning_rate,
-            class_balance.positive_weights([int(n) for n in hot[train].sum(axis=0)], len(train)),
+            model, hp, class_balance.positive_weights([int(n) for n in hot[train].sum(axis=0)], len(train))
         )
         model.fit(
             pixels[train].astype(np.float32),
