@@ -17,7 +17,6 @@ from components.drift import Thresholds
 from components.evaluator import Blessing
 from components.example_gen.ingest_defaults import Ingestion
 from components.health import LabelCheck, Limits
-from components.tuner import MODES as TUNE_MODES
 from components.tuner import Search
 from components.validation import Gate
 from images.bounds import decode_memory_bytes
@@ -202,11 +201,6 @@ class PipelineConfig(DeclaredSettings):
         check_beam_args(self.beam_args)
         if self.span_window > 1 and not self.span_pattern:
             raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
-        if self.tune_mode not in TUNE_MODES:
-            raise ConfigError(
-                f"tune mode {self.tune_mode!r} (IMAGEPIPE_TUNE_MODE; --retune sets it to search): use "
-                f"{' or '.join(TUNE_MODES)}"
-            )
         if self.confidence_threshold is not None and self.target_precision is not None:
             raise ConfigError(
                 "--confidence-threshold and --target-precision: give one (a threshold, or the precision it must reach)"

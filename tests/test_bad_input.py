@@ -68,7 +68,7 @@ def test_long_or_unknown_values_from_the_environment_are_one_readable_line(capsy
     monkeypatch.setenv("IMAGEPIPE_TUNE_MODE", "maybe")
     code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"))
     assert code == 2 and err == [
-        "imagepipe: error: tune mode 'maybe' (IMAGEPIPE_TUNE_MODE; --retune sets it to search): use search or auto"
+        "imagepipe: error: IMAGEPIPE_TUNE_MODE 'maybe': use search, auto"
     ]
 
 
