@@ -67,9 +67,7 @@ def test_long_or_unknown_values_from_the_environment_are_one_readable_line(capsy
     monkeypatch.delenv("IMAGEPIPE_NAME")
     monkeypatch.setenv("IMAGEPIPE_TUNE_MODE", "maybe")
     code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"))
-    assert code == 2 and err == [
-        "imagepipe: error: IMAGEPIPE_TUNE_MODE 'maybe': use search, auto"
-    ]
+    assert code == 2 and err == ["imagepipe: error: IMAGEPIPE_TUNE_MODE 'maybe': use search, auto"]
 
 
 @pytest.mark.parametrize("content", [b"just some notes\n", image_bytes("JPEG"), b""])
