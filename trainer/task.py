@@ -395,6 +395,23 @@ def _train_phases(model, inputs: _Inputs, callbacks) -> list:
     return phases
 
 
+def _cnn_trial(inputs: _Inputs, budget: "model_trials.Budget", trials: list) -> tuple:
+    """The small cnn as a candidate, at about its usual input size: (its trial, model, phases and settings; the
+    model and phases None when it was not tried)."""
+    hp = inputs.hp
+    cnn_hp = model_trials.cnn_hparams(hp)
+    trial = model_trials.Trial(model_trials.CNN, f"the cnn ({hp.image_size // cnn_hp.cnn_downsample} px)")
+    trial.note, cnn, cnn_phases = model_trials.unbeatable(trials), None, None
+    if not trial.note:
+        cnn_inputs = inputs.with_hp(cnn_hp)
+        with inputs.strategy.scope():
+            cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
+            models.set_output_bias(cnn, inputs.balancing["initial_bias"])
+            models.compile_model(cnn, cnn_hp, inputs.balancing.get("positive_weights"))
+        cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
+    return trial, cnn, cnn_phases, cnn_hp
+
+
 def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
     """--model auto on photo-sized images (trainer/model_trials.py): the trained backbone's head against the small
     cnn and the backbone's top layers fine-tuned, each scored on the held-out images, those whose measured pace fits
@@ -408,16 +425,7 @@ def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
     _scored(first, phases[-1], head_seconds)
     trials, kept = [first], [(model, phases, hp)]
 
-    cnn_hp = model_trials.cnn_hparams(hp)
-    trial = model_trials.Trial(model_trials.CNN, f"the cnn ({hp.image_size // cnn_hp.cnn_downsample} px)")
-    trial.note, cnn, cnn_phases = model_trials.unbeatable(trials), None, None
-    if not trial.note:
-        cnn_inputs = inputs.with_hp(cnn_hp)
-        with inputs.strategy.scope():
-            cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
-            models.set_output_bias(cnn, inputs.balancing["initial_bias"])
-            models.compile_model(cnn, cnn_hp, inputs.balancing.get("positive_weights"))
-        cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
+    trial, cnn, cnn_phases, cnn_hp = _cnn_trial(inputs, budget, trials)
     trials.append(trial)
     kept.append((cnn, cnn_phases, cnn_hp))
 
@@ -731,6 +739,19 @@ def _out_of_fold(inputs: _Inputs, vectors, labels, epochs: int):
     return probabilities, splits
 
 
+def _model_on_held_out(held, offsets, num_classes: int) -> dict:
+    """The trained model itself on its held-out images, at its argmax and as it decides now (what the kept epoch was
+    measured on, whatever the rule was chosen on)."""
+    probabilities, labels = held
+    known = (labels >= 0) & (labels < num_classes)
+    logits = operating_point.log_probabilities(probabilities[known])
+    return {
+        "images": int(known.sum()),
+        "argmax": operating_point.figures(labels[known], logits.argmax(1), num_classes),
+        "chosen": operating_point.figures(labels[known], (logits + np.asarray(offsets)).argmax(1), num_classes),
+    }
+
+
 def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", warm_started=None) -> dict:
     """The single-label model's decision rule and temperature, chosen on the held-out images (a head on cached
     features: on out-of-fold predictions of the whole train split) and folded into its last layer; a multi-label
@@ -773,17 +794,7 @@ def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", war
     )
     decision["chosen_on"] = chosen_on
     decision["refitted"] = refit is not None
-    # the trained model itself on its held-out images, at its argmax and as it decides now (what the kept epoch was
-    # measured on, whatever the rule was chosen on)
-    known = (held[1] >= 0) & (held[1] < inputs.num_classes)
-    logits = operating_point.log_probabilities(held[0][known])
-    decision["model_on_held_out"] = {
-        "images": int(known.sum()),
-        "argmax": operating_point.figures(held[1][known], logits.argmax(1), inputs.num_classes),
-        "chosen": operating_point.figures(
-            held[1][known], (logits + np.asarray(decision["offsets"])).argmax(1), inputs.num_classes
-        ),
-    }
+    decision["model_on_held_out"] = _model_on_held_out(held, decision["offsets"], inputs.num_classes)
     if inputs.holdout.empty:
         decision["reason"] = "nothing held out (no class has two train images): the head's argmax"
     if refit is not None:
