@@ -71,6 +71,15 @@ def _read_json(path: str) -> Any:
     return json.loads(io_utils.read_string_file(path))
 
 
+class SplitPlan(NamedTuple):
+    """How the files without a split of their own are split: the hash-assigned splits, each split's share of a
+    class, and for multi-label files the strata of their rarest label (stratify.py)."""
+
+    hash_splits: List[str]
+    shares: Any
+    strata: Optional[stratify.LabelStrata]
+
+
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Ingests image files into tf.Examples; see the module docstring for the graph."""
 
@@ -107,8 +116,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             else None
         )  # multi-label files are split by their rarest label
         review = review_decisions(settings.review, listing)
+        splits = SplitPlan(hash_splits, shares, strata)
         found, found_pairs, elapsed, search = self._inspect_and_write(
-            listing, settings, staging, label_map, hash_splits, shares, strata, review
+            listing, settings, staging, label_map, splits, review
         )
         placed = place_and_finalize(found, found_pairs, settings, staging, examples.uri, split_names)
         io_utils.delete_dir(staging)
@@ -137,9 +147,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         settings: IngestSettings,
         staging: str,
         label_map: Dict[str, int],
-        hash_splits,
-        shares,
-        strata: Optional[stratify.LabelStrata] = None,
+        splits: "SplitPlan",
         review: Optional[Dict[str, Any]] = None,
     ):
         """Every file inspected and written in one Beam pass (this machine's processes, or Dataflow's workers),
@@ -148,9 +156,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         batch_files = write_candidate_batches(listing, settings.seed, staging, processes)
         searched = settings.near_duplicates != "off"
         in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
-        ingest_settings = batch_settings(
-            listing, settings, staging, label_map, hash_splits, shares, strata, review, searched, in_memory
-        )
+        ingest_settings = batch_settings(listing, settings, staging, label_map, splits, review, in_memory)
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()
@@ -161,11 +167,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 processes,
                 ingest_settings,
                 len(listing.candidates),
-                settings,
-                staging,
-                hash_splits,
-                shares,
-                strata,
+                splits.shares,
                 near_in_beam=searched and not in_memory,
                 results_path=results_path,
             )
@@ -196,14 +198,12 @@ def batch_settings(
     settings: IngestSettings,
     staging: str,
     label_map: Dict[str, int],
-    hash_splits,
-    shares,
-    strata: Optional[stratify.LabelStrata],
+    splits: SplitPlan,
     review: Optional[Dict[str, Any]],
-    searched: bool,
     in_memory: bool,
 ) -> batch_ingest.Settings:
-    """What each InspectAndWrite batch needs to know, the strata's split bands included."""
+    """What each InspectAndWrite batch needs to know, the strata's split bands included. `in_memory`: the
+    near-duplicate search runs in this process (the workers write their signatures to files)."""
     # The classes' counts that place their files (stratify.py), with the review's relabels by path: a file
     # relabelled is placed in its new class.
     relabelled = {
@@ -212,17 +212,17 @@ def batch_settings(
         if action == "relabel"
     }
     unsplit = collections.Counter(
-        stratify.stratum(relabelled.get(c.rel_path, c.label), strata) for c in listing.candidates if not c.split
+        stratify.stratum(relabelled.get(c.rel_path, c.label), splits.strata) for c in listing.candidates if not c.split
     )
     return batch_ingest.Settings(
         declared=settings.declared(),
         staging_dir=staging,
         label_ids=label_map,
-        hash_splits=hash_splits,
-        bands=stratify.bands(dict(unsplit), shares),
-        strata=strata,
+        hash_splits=splits.hash_splits,
+        bands=stratify.bands(dict(unsplit), splits.shares),
+        strata=splits.strata,
         signatures_in_files=in_memory,
-        sign=searched,
+        sign=settings.near_duplicates != "off",
         multi_label=listing.task == "multi",
         review=(review or {}).get("apply", {}),
     )
@@ -234,15 +234,13 @@ def inspect_and_write_stages(
     processes: int,
     ingest_settings: batch_ingest.Settings,
     total_files: int,
-    settings: IngestSettings,
-    staging: str,
-    hash_splits,
     shares,
-    strata: Optional[stratify.LabelStrata],
     near_in_beam: bool,
     results_path: str,
 ) -> None:
-    """The Beam graph (see the module docstring); its small results go to `results_path`."""
+    """The Beam graph (see the module docstring); its small results go to `results_path`. What the batches know
+    (`ingest_settings`: the declared settings, staging, the splits and strata) the later stages read too."""
+    declared, staging, strata = ingest_settings.declared, ingest_settings.staging_dir, ingest_settings.strata
     inspected = (
         p
         # File names travel in batch files: a Create of a million names would exceed
@@ -258,17 +256,17 @@ def inspect_and_write_stages(
         inspected.metas
         | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
         | "GroupByHash" >> beam.GroupByKey()
-        | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates))
+        | "Resolve" >> beam.ParDo(beam_steps.Resolve(declared.drop_duplicates))
     )
     # The pending files placed by rank in their stratum, and their shards rewritten (placement.py).
     assigned = placement.stratum_items(inspected.results, resolved, inspected.pending, strata) | "Assign" >> beam.ParDo(
-        placement.Assign(hash_splits, shares)
+        placement.Assign(ingest_settings.hash_splits, shares)
     ).with_outputs("results", main="placed")
     rewritten = (
         assigned.placed
         | "ByPendingShard" >> beam.GroupByKey()
         | "Rewrite"
-        >> beam.ParDo(placement.Rewrite(staging, settings.compression_level, settings.shard_megabytes << 20))
+        >> beam.ParDo(placement.Rewrite(staging, declared.compression_level, declared.shard_megabytes << 20))
     )
     outputs = [inspected.results, resolved, assigned.results, rewritten]
     if near_in_beam:  # near-duplicates through Beam's shuffle (else after the run)
