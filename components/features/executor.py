@@ -318,11 +318,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         )
         pipeline = self._make_beam_pipeline()
         run = uuid.uuid4().hex  # its splits share one index of the cache (shared_cache)
-        profile_path = os.path.join(output.uri, FEATURE_PROFILE_FILE)
         for split in splits:
-            _add_split_stages(
-                pipeline, split, source, output, hp, prepared, cache_root, views[split], run, profile_path
-            )
+            compute = ComputeFeatures(hp, prepared, cache_root, views[split], run)
+            _add_split_stages(pipeline, split, source, output, compute)
         try:
             result = pipeline.run()
             result.wait_until_finish()
@@ -346,19 +344,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         logging.info("BackboneFeatures: %s", summary)
 
 
-def _add_split_stages(
-    pipeline,
-    split: str,
-    source,
-    output,
-    hp: HParams,
-    prepared,
-    cache_root: str,
-    views: int,
-    run: str,
-    profile_path: str,
-) -> None:
-    """A split's stages: its examples read, batched, through the backbone and written; train's moments profiled."""
+def _add_split_stages(pipeline, split: str, source, output, compute: "ComputeFeatures") -> None:
+    """A split's stages: its examples read, batched, through the backbone (`compute`) and written; train's moments
+    profiled."""
     computed = (
         pipeline
         | f"Read[{split}]"
@@ -369,8 +357,7 @@ def _add_split_stages(
         # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
         | f"Batch[{split}]"
         >> beam.BatchElements(min_batch_size=BATCH_BYTES, max_batch_size=BATCH_BYTES, element_size_fn=len)
-        | f"Features[{split}]"
-        >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views, run)).with_outputs(MOMENTS, main="examples")
+        | f"Features[{split}]" >> beam.ParDo(compute).with_outputs(MOMENTS, main="examples")
     )
     _ = (
         computed.examples
@@ -385,7 +372,7 @@ def _add_split_stages(
         _ = (
             computed[MOMENTS]
             | "Moments" >> beam.CombineGlobally(_add_moments)
-            | "Profile" >> beam.Map(_write_profile, profile_path)
+            | "Profile" >> beam.Map(_write_profile, os.path.join(output.uri, FEATURE_PROFILE_FILE))
         )
 
 
