@@ -47,7 +47,7 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
     labels = [0] + [1] * (count - 1)  # the first is copied as padding: class 0
     files = [_write_records(str(tmp_path / "eval.gz"), labels)]
     hp = HParams(model="cnn", image_size=SIZE)
-    evaluation = input_pipeline.make_dataset(files, hp, training=False, batch_size=512, drop_remainder=True)
+    evaluation = input_pipeline.make_dataset(files, hp, training=False, batching=input_pipeline.Batching(512, True))
     batches = list(evaluation)
     assert len(batches) == -(-count // 512) == int(evaluation.cardinality())
     assert all(x.shape[0] == 512 and w.shape == (512,) for x, _, w in batches)  # one shape for every batch
@@ -72,7 +72,7 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
 
     # Training's batches are whole too: an epoch is every record and then some of the next shuffled pass (the
     # remainder dropped lost a small set's half each epoch); the features' input pads alike.
-    train = input_pipeline.make_dataset(files, hp, training=True, batch_size=512, drop_remainder=True)
+    train = input_pipeline.make_dataset(files, hp, training=True, batching=input_pipeline.Batching(512, True))
     assert int(train.cardinality()) == -(-count // 512)
     assert all(int(x.shape[0]) == 512 for x, _ in train.take(2))
 
@@ -352,10 +352,10 @@ from trainer.hparams import HParams
 files, out = json.loads(sys.argv[1]), sys.argv[2]
 hp = HParams(model="cnn", image_size=8, batch_size=8, seed=1)
 batch = hp.batch_size * strategy.num_replicas_in_sync
-train, steps = input_pipeline.repeated(input_pipeline.make_dataset(files, hp, training=True, batch_size=batch))
+train, steps = input_pipeline.repeated(input_pipeline.make_dataset(files, hp, training=True, batching=input_pipeline.Batching(batch)))
 train = input_pipeline.sharded_across_workers(train, input_pipeline.list_files(files), 2, training=True)
 evaluation = input_pipeline.sharded_across_workers(
-    input_pipeline.make_dataset(files, hp, training=False, batch_size=batch), [], 2, training=False)
+    input_pipeline.make_dataset(files, hp, training=False, batching=input_pipeline.Batching(batch)), [], 2, training=False)
 seen = {"train": [], "eval": []}
 batches = iter(strategy.experimental_distribute_dataset(train))
 for _ in range(steps):

@@ -152,55 +152,47 @@ class _Trials:
     def datasets(self, hp: HParams, on_features: bool):
         from trainer import input_pipeline
 
-        shape = {
-            "batch_size": hp.batch_size * self.strategy.num_replicas_in_sync,
-            "drop_remainder": self.plan.static_shapes,
-        }
+        batching = input_pipeline.Batching(
+            hp.batch_size * self.strategy.num_replicas_in_sync, self.plan.static_shapes, self.multi_hot
+        )
         train_records, eval_records = self.records("train", on_features), self.records("held_out", on_features)
         if on_features:
-            views = self.source["views"].get("train", 0) + 1
             train = input_pipeline.make_feature_dataset(
                 self.train_files,
                 hp,
-                self.source["dim"],
-                views,
+                self.source,
                 training=True,
+                batching=batching,
                 balance=self.balance,
-                multi_hot=self.multi_hot,
                 shared_records=train_records,
                 part=self.parts["train"],
-                **shape,
             )
             evaluation = input_pipeline.make_feature_dataset(
                 self.train_files,
                 hp,
-                self.source["dim"],
-                views,  # the held-out train records hold the augmented views too: the plain one is read
+                self.source,  # the held-out train records hold the augmented views too: the plain one is read
                 training=False,
-                multi_hot=self.multi_hot,
+                batching=batching,
                 shared_records=eval_records,
                 part=self.parts["held_out"],
-                **shape,
             )
         else:
             train = input_pipeline.make_dataset(
                 self.pixel_files(),
                 hp,
                 training=True,
+                batching=batching,
                 balance=self.balance,
-                multi_hot=self.multi_hot,
                 shared_records=train_records,
                 part=self.parts["train"],
-                **shape,
             )
             evaluation = input_pipeline.make_dataset(
                 self.pixel_files(),
                 hp,
                 training=False,
-                multi_hot=self.multi_hot,
+                batching=batching,
                 shared_records=eval_records,
                 part=self.parts["held_out"],
-                **shape,
             )
         train, steps = input_pipeline.repeated(train)
         return train, steps, evaluation

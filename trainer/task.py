@@ -124,16 +124,15 @@ def _train_head_on_features(model, inputs: "_Inputs", callbacks) -> None:
     on the training part of the train split and validates on its held-out part (trainer/holdout.py)."""
     hp, source = inputs.hp, inputs.source
     train_files = inputs.fn_args.train_files
-    views = source["views"].get("train", 0) + 1
-    shape = {"batch_size": inputs.batch, "drop_remainder": inputs.static, "multi_hot": inputs.multi_hot}
+    batching = input_pipeline.Batching(inputs.batch, inputs.static, inputs.multi_hot)
     train, steps = input_pipeline.repeated(
         input_pipeline.make_feature_dataset(
-            train_files, hp, source["dim"], views, training=True, balance=inputs.balance, part=inputs.training, **shape
+            train_files, hp, source, training=True, batching=batching, balance=inputs.balance, part=inputs.training
         )
     )
     # held-out train records hold the augmented views too: validation reads the plain one
     validation = input_pipeline.make_feature_dataset(
-        train_files, hp, source["dim"], views, training=False, part=inputs.validation, **shape
+        train_files, hp, source, training=False, batching=batching, part=inputs.validation
     )
     if isinstance(inputs.strategy, tf.distribute.MultiWorkerMirroredStrategy):
         train = input_pipeline.sharded_across_workers(
@@ -148,6 +147,7 @@ def _train_head_on_features(model, inputs: "_Inputs", callbacks) -> None:
         head = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
         models.compile_model(head, hp, inputs.balancing.get("positive_weights"))
+    views = source["views"].get("train", 0) + 1
     logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
     head.fit(train, steps_per_epoch=steps, validation_data=validation, epochs=hp.epochs, callbacks=callbacks, verbose=0)
     models.copy_head(head, model)
@@ -290,10 +290,8 @@ class _Inputs:
             self.pixel_files,
             self.hp,
             training=training,
-            batch_size=self.batch,
-            drop_remainder=self.static,
+            batching=input_pipeline.Batching(self.batch, self.static, self.multi_hot),
             balance=self.balance,
-            multi_hot=self.multi_hot,
             part=self.training if training else self.validation,
         )
         if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -647,22 +645,24 @@ def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
     if inputs.on_features and not fine_tuned:
         scorer = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
         models.copy_head(model, scorer)
-        views = source["views"].get("train", 0) + 1  # the plain view is read
-        dataset = input_pipeline.make_feature_dataset(
+        dataset = input_pipeline.make_feature_dataset(  # the plain view is read
             inputs.fn_args.train_files,
             hp,
-            source["dim"],
-            views,
+            source,
             training=False,
+            batching=input_pipeline.Batching(multi_hot=inputs.multi_hot),
             part=inputs.validation,
-            multi_hot=inputs.multi_hot,
         )
     else:
         backbone = models.make_backbone(hp, source["backbone_weights"]) if inputs.on_features else None
         scorer = models.build(hp, inputs.num_classes, backbone, inputs.multi_label)
         scorer.set_weights(model.get_weights())
         dataset = input_pipeline.make_dataset(
-            inputs.pixel_files, hp, training=False, part=inputs.validation, multi_hot=inputs.multi_hot
+            inputs.pixel_files,
+            hp,
+            training=False,
+            batching=input_pipeline.Batching(multi_hot=inputs.multi_hot),
+            part=inputs.validation,
         )
     probabilities, labels = [], []
     for x, y in dataset:
@@ -685,9 +685,7 @@ OUT_OF_FOLD_LIMIT = 20_000
 def _train_features(inputs: _Inputs):
     """(the plain view's features [images, dim], labels [images]) of the whole train split, in memory."""
     source = inputs.source
-    dataset = input_pipeline.make_feature_dataset(
-        inputs.fn_args.train_files, inputs.hp, source["dim"], source["views"].get("train", 0) + 1, training=False
-    )
+    dataset = input_pipeline.make_feature_dataset(inputs.fn_args.train_files, inputs.hp, source, training=False)
     vectors, labels = [], []
     for x, y in dataset:
         vectors.append(x.numpy())

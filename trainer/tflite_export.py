@@ -147,7 +147,9 @@ def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:
 
 
 def _calibration(train_files: List[str], hp: HParams, multi_hot: int) -> Iterable[List[np.ndarray]]:
-    dataset = input_pipeline.make_dataset(train_files, hp, training=False, batch_size=1, multi_hot=multi_hot)
+    dataset = input_pipeline.make_dataset(
+        train_files, hp, training=False, batching=input_pipeline.Batching(1, multi_hot=multi_hot)
+    )
     for images, _ in dataset.take(CALIBRATION_SAMPLES):
         yield [images.numpy()]
 
