@@ -662,17 +662,8 @@ def test_data_health_s_passes_run_as_beam_and_find_what_the_in_memory_checks_fin
     hp = HParams(model="cnn", image_size=8)
     options = PipelineOptions(["--direct_running_mode=" + mode, "--direct_num_workers=2"])
     with beam.Pipeline(options=options) as pipeline:
-        passes.build(
-            pipeline,
-            examples,
-            features,
-            hp,
-            ["0", "1", "2"],
-            Sample({0: 100, 1: 100, 2: 100}, False),
-            keep_pixels=False,
-            multi_label=False,
-            out_dir=str(tmp_path / "out"),
-        )
+        gathering = passes.Gathering(hp, ["0", "1", "2"], Sample({0: 100, 1: 100, 2: 100}, False), False, False)
+        passes.build(pipeline, examples, features, gathering, out_dir=str(tmp_path / "out"))
     found = passes.read(str(tmp_path / "out"))
     assert {row["path"]: row["reasons"] for row in found["rows"]} == expected
     assert all(row["label"] == row["path"].split("/")[0] for row in found["rows"])
@@ -703,17 +694,8 @@ def test_data_health_s_passes_gather_the_same_sample_from_examples_and_features_
     hp = HParams(model="cnn", image_size=8)
     for name, given, pixels in (("with", features, False), ("without", None, True)):
         with beam.Pipeline() as pipeline:
-            passes.build(
-                pipeline,
-                examples,
-                given,
-                hp,
-                ["0", "1", "2"],
-                sample,
-                keep_pixels=pixels,
-                multi_label=False,
-                out_dir=str(tmp_path / name),
-            )
+            gathering = passes.Gathering(hp, ["0", "1", "2"], sample, keep_pixels=pixels, multi_label=False)
+            passes.build(pipeline, examples, given, gathering, out_dir=str(tmp_path / name))
         found = passes.read(str(tmp_path / name))
         assert {r[0] for r in found["sample"]} == chosen
         if given is not None:

@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import keras
 import numpy as np
@@ -356,7 +356,8 @@ def _train_and_export(
         wait_for_chief(fn_args, plan)
         return
     on_device = _keep_model_files(fn_args, hp, model, info, inputs, decision)
-    record = _training_record(inputs, tuned, warm_started, cold_reason, seconds, phases, on_device, decision, trials)
+    trained = _Trained(phases, seconds, trials, decision, on_device)
+    record = _training_record(inputs, tuned, warm_started, cold_reason, trained)
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
         f.write(json.dumps(record, indent=1))
@@ -484,19 +485,21 @@ def _trial(trial: model_trials.Trial, model, inputs: _Inputs, budget: model_tria
     return phases
 
 
-def _training_record(
-    inputs: _Inputs,
-    tuned: dict,
-    warm_started,
-    cold_reason: str,
-    seconds: float,
-    phases: list,
-    on_device: dict,
-    decision: dict,
-    trials: Optional[dict] = None,
-) -> dict:
+class _Trained(NamedTuple):
+    """What training did: its phases (EpochLogs), the seconds they took, --model auto's trials (None: no
+    comparison), the operating point chosen, the on-device exports written."""
+
+    phases: list
+    seconds: float
+    trials: Optional[dict]
+    decision: dict
+    on_device: dict
+
+
+def _training_record(inputs: _Inputs, tuned: dict, warm_started, cold_reason: str, trained: _Trained) -> dict:
     """training.json: the strategy, settings, classes, each epoch's metrics and the exports."""
     hp, plan, source, replicas = inputs.hp, inputs.plan, inputs.source, inputs.replicas
+    phases, on_device = trained.phases, trained.on_device
     return {
         "strategy": plan.describe(replicas),
         "device_kind": plan.kind,
@@ -510,7 +513,7 @@ def _training_record(
         "warm_started_from": warm_started,
         "warm_start_skipped": cold_reason,
         "deterministic": hp.deterministic,
-        "train_seconds": round(seconds, 2),
+        "train_seconds": round(trained.seconds, 2),
         "epochs": [e for p in phases for e in p.epochs],
         # The options whose epoch cap ended a phase that was still improving (raise them).
         "still_improving": [p.option for p in phases if p.still_improving()],
@@ -524,9 +527,9 @@ def _training_record(
         "held_out": inputs.holdout.record(inputs.class_names),
         # How the model decides and its temperature, or a multi-label model's label thresholds
         # (trainer/operating_point.py)
-        "operating_point": decision,
+        "operating_point": trained.decision,
         # --model auto's candidates on photo-sized images, each scored on the held-out images (trainer/model_trials.py)
-        "model_trials": trials,
+        "model_trials": trained.trials,
     }
 
 

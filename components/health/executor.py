@@ -199,7 +199,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         out_dir = os.path.join(self._get_tmp_dir(), "data_health")
         try:
             with self._make_beam_pipeline() as pipeline:
-                passes.build(pipeline, examples, feature_source, hp, names, sample, keep_pixels, multi_label, out_dir)
+                gathering = passes.Gathering(hp, names, sample, keep_pixels, multi_label)
+                passes.build(pipeline, examples, feature_source, gathering, out_dir)
             found = passes.read(out_dir)
         finally:
             if fileio.exists(out_dir):
