@@ -109,6 +109,29 @@ def test_a_stage_s_inner_folders_are_its_own():
     assert not reaching, "\n".join(reaching)
 
 
+def test_every_module_is_on_a_map():
+    """docs/layout.md, or the map in its folder's __init__.py, names every module: the layout a newcomer reads is
+    the one the code has."""
+    layout = open(os.path.join(PROJECT_DIR, "docs", "layout.md")).read()
+    unnamed = []
+    for folder in LAYERS:
+        for path in _modules(folder):
+            name = os.path.basename(path)
+            if name in ("__init__.py", "__main__.py") or name in layout:
+                continue
+            package = os.path.join(os.path.dirname(path), "__init__.py")
+            if not (os.path.exists(package) and name in open(package).read()):
+                unnamed.append(os.path.relpath(path, PROJECT_DIR))
+    assert not unnamed, f"on no map (docs/layout.md or the folder's __init__.py): {unnamed}"
+
+
+def test_the_cloud_guide_names_every_runtime_parameter():
+    from pipeline.runtime_parameters import RUNTIME_PARAMETERS
+
+    guide = open(os.path.join(PROJECT_DIR, "docs", "cloud.md")).read()
+    assert [name for name in RUNTIME_PARAMETERS if f"`{name}`" not in guide] == []
+
+
 def test_storage_imports_nothing_of_the_project_but_itself():
     for path in _modules("storage"):
         others = {m.split(".")[0] for m in _imports(path)} & set(LEVEL) - {"storage"}
