@@ -60,6 +60,21 @@ def measure_in_fresh_process(module: str, args: list) -> dict:
     return result
 
 
+def run_recipe(module: str, *args: str) -> dict:
+    """What a user would write instead (bench.plain_keras, plain_keras_transfer, plain_keras_multilabel), run as a
+    script: `python -m module args...`; returns the JSON object it prints last (its own seconds among them)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def recipe_folders(data: str) -> list:
+    """--train and --eval for a recipe, of a presplit set (<data>/train/<class>/, <data>/eval/<class>/)."""
+    return ["--train", os.path.join(data, "train"), "--eval", os.path.join(data, "eval")]
+
+
 def examplegen_package(code_dir: str) -> str:
     """ImageExampleGen's package in the code at `code_dir` (a baseline commit's worktree, or this checkout):
     components.example_gen, or components.image_example_gen in commits before the move to a folder per stage (issue 41)."""
