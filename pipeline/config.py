@@ -7,10 +7,13 @@ environment (`IMAGEPIPE_<FIELD>`) override them. `create_pipeline(config, platfo
 the DAG's only consumer, shared by every runner; each runner makes the platform (pipeline/platform.py).
 """
 
+import contextlib
 import dataclasses
 import hashlib
+import io
 import os
 import re
+import warnings
 from typing import List, Optional
 
 from components.drift import Thresholds
@@ -272,9 +275,6 @@ def check_beam_args(beam_args: List[str]) -> None:
     usage from inside a component, then failed the run)."""
     if not beam_args:
         return
-    import contextlib
-    import io
-    import warnings
 
     with warnings.catch_warnings():  # Google's client libraries warn about Python 3.10 on import
         warnings.simplefilter("ignore")

@@ -13,7 +13,10 @@ raised and its summary returned.
 """
 
 import os
+import signal
+import sys
 import time
+import traceback
 from typing import Any, Dict, NamedTuple, Optional
 
 import stacks
@@ -96,8 +99,6 @@ def run_local(config: PipelineConfig, progress_mode: str = "human", verbose: boo
     except KeyboardInterrupt as e:  # Ctrl-C while waiting for the pipeline's turn: nothing ran
         outcome = Outcome(prepared.config, None, e, True, printer)
     if verbose and outcome.error and not outcome.interrupted:
-        import traceback
-
         traceback.print_exception(outcome.error)  # before the report's own trouble, if any
     return outcome._replace(report=write_report(outcome, verbose))
 
@@ -130,7 +131,6 @@ def _raise_interrupted(signum, frame):
 
 
 def _run_watched(config: PipelineConfig, printer) -> Outcome:
-    import signal
 
     from runs import progress, run_store, run_summary
 
@@ -164,7 +164,6 @@ def write_report(outcome: Outcome, verbose: bool = False) -> Optional[str]:
     """The run's HTML report (best effort: a report must never hide the run's own outcome)."""
     if not outcome.summary:
         return None
-    import sys
 
     from report import report
 
@@ -195,7 +194,6 @@ def main() -> int:
     """`python -m pipeline.local_runner`: settings from IMAGEPIPE_* variables, as `imagepipe run` reads
     them (IMAGEPIPE_DATA, IMAGEPIPE_ROOT, ...; the digits sample by default); bad settings or data are
     one line and exit status 2, before anything is written."""
-    import sys
 
     from absl import logging
 

@@ -9,8 +9,11 @@ mistake is one line, and nothing is written before it. pipeline/local_runner.py 
 """
 
 import dataclasses
+import json
 import os
+import socket
 import tempfile
+import urllib.parse
 from typing import Any, Dict, NamedTuple
 
 import stacks
@@ -141,8 +144,6 @@ def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None
     hp = config.hparams()
     if hp.model not in BACKBONES or hp.weights != "imagenet":
         return
-    import socket
-    import urllib.parse
 
     from trainer import efficientnet_lite
     from trainer.imagenet_weights import PACKAGED_WEIGHTS, imagenet_weights, imagenet_weights_path
@@ -226,7 +227,6 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     (components/tuner/decision.py). --retune (tune_mode "search") searches again with that count."""
     if config.tune_trials:
         return config
-    import json
 
     from components.tuner import SEARCH_FILE
     from runs import run_store

@@ -13,6 +13,8 @@ import queue
 import threading
 from typing import Dict, Iterable, Iterator, List, Tuple, Union
 
+import numpy as np
+
 from components.evaluator.views import given_a_class
 from images.bounds import MAX_PIXELS
 from prediction.image_inputs import Input, byte_batches, inspect_input
@@ -68,7 +70,6 @@ class TFLiteServing:
         self._decode = decode_and_resize
 
     def __call__(self, image_bytes):
-        import numpy as np
         import tensorflow as tf
 
         size, channels = self._model.image_size, self._model.channels

@@ -2,11 +2,15 @@
 shape), the results file (whole or not at all), the progress line, and names made safe for a terminal."""
 
 import csv
+import hashlib
+import io as bytes_io
 import json
 import os
 import time
 import unicodedata
 from typing import Dict, List, Optional
+
+import numpy as np
 
 from components.evaluator.views import given_a_class
 from images.finding.listing import LABEL_SEPARATOR
@@ -344,10 +348,6 @@ def write_explanation(folder: str, result: Dict, stem: Optional[str] = None, ove
     (which know no input order): a hash of the path, then its safe name."""
     if "attribution" not in result:
         return
-    import hashlib
-    import io as bytes_io
-
-    import numpy as np
 
     from trainer import explain
 

@@ -15,6 +15,7 @@ The backbones are trained in two phases: a head on the frozen backbone's cached 
 
 import contextlib
 import os
+import shutil
 import tempfile
 from typing import Iterator, Optional
 
@@ -33,7 +34,6 @@ def staged_path(path: str) -> str:
 
 
 def discard_staged(local: str) -> None:
-    import shutil
 
     shutil.rmtree(os.path.dirname(local), ignore_errors=True)
 

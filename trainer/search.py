@@ -128,7 +128,6 @@ class _Trials:
 
     def pixel_files(self):
         """The train split's pixels (a transfer model's: the Transform output its features were computed from)."""
-        import os
 
         if not self.source:
             return self.train_files

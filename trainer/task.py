@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from typing import NamedTuple, Optional, Tuple
 
 import keras
@@ -724,7 +725,6 @@ def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
 def _out_of_fold(inputs: _Inputs, vectors, labels, epochs: int):
     """(the probabilities of every train image from a head that did not train on it, the folds): OUT_OF_FOLD
     stratified folds (scikit-learn's StratifiedKFold), each head trained on the others (_fit_head)."""
-    import warnings
 
     from sklearn.model_selection import StratifiedKFold
 

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, NamedTuple
 
 import apache_beam as beam
+import numpy as np
 from absl import logging
 from tfx import types
 from tfx.dsl.components.base import base_beam_executor
@@ -102,7 +103,6 @@ class ComputeFeatures(beam.DoFn):
         self._pending = collections.deque()
 
     def process(self, records: List[bytes]):
-        import numpy as np
         import tensorflow as tf
 
         from trainer import features
@@ -174,7 +174,6 @@ class ComputeFeatures(beam.DoFn):
         `raw`: each image's pixel bytes (stacked into arrays only for the images computed: most of a new
         span's are cached). Returns (backbone ms, cache write ms); Beam's counters count only in the DoFn's
         own thread."""
-        import numpy as np
         import tensorflow as tf
 
         from trainer import input_pipeline
@@ -215,7 +214,6 @@ class ComputeFeatures(beam.DoFn):
 
     def _finished(self, batch: _Batch):
         """The batch's outputs, once the backbone is done with it: its examples, and its moments."""
-        import numpy as np
 
         if batch.computing is not None:
             backbone_ms, write_ms = batch.computing.result()
@@ -405,7 +403,6 @@ def _add_moments(parts):
 
 def _write_profile(moments, path: str) -> None:
     """feature_profile.json: the mean and standard deviation of each feature over the training split."""
-    import numpy as np
 
     if moments is None:
         return

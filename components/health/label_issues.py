@@ -13,6 +13,7 @@ probably wrong, ranked most likely first by self-confidence (the probability of 
 Nothing is relabelled or dropped: the suspects go into the report and label_issues.csv.
 """
 
+import dataclasses
 from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -73,7 +74,6 @@ def probabilities_from_features(vectors: np.ndarray, labels: np.ndarray, folds: 
 
 def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int, hp) -> np.ndarray:
     """The `cnn` of trainer/models.py trained a few epochs per fold ([n, size, size, channels] uint8 pixels)."""
-    import dataclasses
 
     import keras
     from sklearn.model_selection import StratifiedKFold
@@ -184,7 +184,6 @@ def multi_label_probabilities_from_features(vectors: np.ndarray, hot: np.ndarray
 
 def multi_label_probabilities_from_pixels(pixels: np.ndarray, hot: np.ndarray, folds: int, hp) -> np.ndarray:
     """The `cnn` of trainer/models.py, multi-label, trained a few epochs per fold (as probabilities_from_pixels)."""
-    import dataclasses
 
     import keras
     from sklearn.model_selection import KFold
