@@ -5,11 +5,11 @@
 
 This module owns a local run: pipeline/preflight.py's `prepare(config)` checks the settings (once), the input and
 --root (a one-line DataError or ConfigError, with nothing written) and settles what the run will be (the model
---model auto chose, an earlier search's trials); `run_local(config, ...)` is the run as `imagepipe run` makes it, whole (prepared, said, in its pipeline's turn,
-create_pipeline(config, platform.local(config)) watched: live progress, Ctrl-C and SIGTERM recorded as an
-interruption, a failed run's summary of what completed; then its HTML report). `imagepipe run` (cli/run.py) only
-parses and prints the outcome; `run(config)`, for scripts, tests and bench/, is the same run, quiet, its error
-raised and its summary returned.
+--model auto chose, an earlier search's trials); `run_local(config, ...)` is the run as `imagepipe run` makes it,
+whole (prepared, said, in its pipeline's turn, create_pipeline(config, platform.local(config)) watched: live
+progress, Ctrl-C and SIGTERM recorded as an interruption, a failed run's summary of what completed; then its HTML
+report). `imagepipe run` (cli/run.py) only parses and prints the outcome; `run(config)`, for scripts, tests and
+bench/, is the same run, quiet, its error raised and its summary returned.
 """
 
 import os

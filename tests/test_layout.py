@@ -125,6 +125,20 @@ def test_every_module_is_on_a_map():
     assert not unnamed, f"on no map (docs/layout.md or the folder's __init__.py): {unnamed}"
 
 
+def test_the_docs_name_only_files_that_exist():
+    """A module named in the docs (README.md, docs/*.md) by its path is where they say: a move updates them."""
+    import glob
+    import re
+
+    named = re.compile(r"\b(?:" + "|".join(LAYERS) + r")/[A-Za-z0-9_/]+\.py\b")
+    missing = []
+    for doc in [os.path.join(PROJECT_DIR, "README.md"), *glob.glob(os.path.join(PROJECT_DIR, "docs", "*.md"))]:
+        for path in set(named.findall(open(doc).read())):
+            if not os.path.exists(os.path.join(PROJECT_DIR, path)):
+                missing.append(f"{os.path.relpath(doc, PROJECT_DIR)} names {path}")
+    assert not missing, "\n".join(missing)
+
+
 def test_the_cloud_guide_names_every_runtime_parameter():
     from pipeline.runtime_parameters import RUNTIME_PARAMETERS
 
