@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from bench import recipe_folders, run_recipe
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "accuracy")
 IMAGEPIPE = os.path.join(os.path.dirname(sys.executable), "imagepipe")
 
@@ -79,28 +81,7 @@ def split_folders(examples_uri: str, data: str, out: str) -> None:
 
 
 def run_plain(folders: str, seed: int, size: int) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.plain_keras",
-            "--train",
-            os.path.join(folders, "train"),
-            "--eval",
-            os.path.join(folders, "eval"),
-            "--size",
-            str(size),
-            "--seed",
-            str(seed),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"plain Keras script failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_recipe("bench.plain_keras", *recipe_folders(folders), "--size", str(size), "--seed", str(seed))
 
 
 def main() -> None:

@@ -163,7 +163,8 @@ def _lite0_features(images: List[bytes]) -> np.ndarray:
     """The pooled EfficientNet-Lite0 features of the images, decoded and resized as the pipeline does."""
     import tensorflow as tf
 
-    from trainer import decoding, models
+    from images import decoding
+    from trainer import models
     from trainer.hparams import HParams
 
     hp = HParams(model="efficientnet_lite0", image_size=224)

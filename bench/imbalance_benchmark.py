@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 
+from bench import recipe_folders, run_recipe
 from bench.photo_benchmark import save_results
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "imbalance")
@@ -71,27 +72,8 @@ def run_imagepipe(data: str, seed: int, root: str, variant: str) -> dict:
 
 
 def run_plain(data: str, seed: int, class_weight: bool) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.plain_keras",
-            "--train",
-            os.path.join(data, "train"),
-            "--eval",
-            os.path.join(data, "eval"),
-            "--seed",
-            str(seed),
-            *(["--class-weight"] if class_weight else []),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"plain Keras script failed:\n{proc.stderr[-3000:]}")
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "blessed": None}
+    weighed = ["--class-weight"] if class_weight else []
+    return {**run_recipe("bench.plain_keras", *recipe_folders(data), "--seed", str(seed), *weighed), "blessed": None}
 
 
 def smallest_class(data: str) -> str:

@@ -35,8 +35,8 @@ def _records(corpus, size, workdir):
     """Writes (once) raw records as ImageExampleGen does and pixel records as Transform does."""
     import tensorflow as tf
 
+    from images.decoding import decode_and_resize
     from trainer import features
-    from trainer.decoding import decode_and_resize
 
     raw_path, pixel_path = os.path.join(workdir, "raw.tfrecord.gz"), os.path.join(workdir, f"pixels-{size}.gz")
     if os.path.exists(pixel_path):

@@ -26,7 +26,7 @@ import sys
 import time
 
 from bench import corpus as corpus_lib
-from components.example_gen.ingest_defaults import MAX_PIXELS
+from images.bounds import MAX_PIXELS
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
@@ -35,7 +35,7 @@ def before(model_dir: str, corpus: str) -> int:
     """The predict that batch prediction replaced, as it was: reads every file first, holds them all."""
     import tensorflow as tf
 
-    from components.example_gen.checking.image_check import BadImage, check_image
+    from images.image_check import BadImage, check_image
     from prediction.image_inputs import byte_batches
 
     paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs)

@@ -25,10 +25,10 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
+from bench import recipe_folders, run_recipe
 from bench.imbalance_benchmark import IMAGEPIPE, run_plain, smallest_class
 from bench.photo_benchmark import save_results
 
@@ -102,26 +102,8 @@ def run_imagepipe(data: str, seed: int, root: str, extra=()) -> dict:
 
 
 def run_transfer_recipe(data: str, seed: int) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.plain_keras_transfer",
-            "--train",
-            os.path.join(data, "train"),
-            "--eval",
-            os.path.join(data, "eval"),
-            "--seed",
-            str(seed),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"the Keras transfer recipe failed:\n{proc.stderr[-3000:]}")
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "blessed": None, "model": "efficientnet_lite0"}
+    found = run_recipe("bench.plain_keras_transfer", *recipe_folders(data), "--seed", str(seed))
+    return {**found, "blessed": None, "model": "efficientnet_lite0"}
 
 
 def _table(results) -> None:

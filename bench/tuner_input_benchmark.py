@@ -59,9 +59,11 @@ def trials(root: str, mode: str, count: int) -> float:
     for t in range(count):
         trial = dataclasses.replace(hp, batch_size=(32, 64, 128)[t % 3])
         datasets = (
-            input_pipeline.make_feature_dataset(train, trial, DIM, 1, training=True, shared_records=shared["train"]),
             input_pipeline.make_feature_dataset(
-                evaluation, trial, DIM, 1, training=False, shared_records=shared["eval"]
+                train, trial, {"dim": DIM, "views": {}}, training=True, shared_records=shared["train"]
+            ),
+            input_pipeline.make_feature_dataset(
+                evaluation, trial, {"dim": DIM, "views": {}}, training=False, shared_records=shared["eval"]
             ),
         )
         for _ in range(2):

@@ -1,6 +1,7 @@
 """`imagepipe sample-data | cache`: the digits sample, and the backbone features cache under --root."""
 
 import argparse
+import datetime
 import math
 import os
 
@@ -27,7 +28,6 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    import datetime
 
     from components.features import feature_cache
 

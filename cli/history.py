@@ -2,6 +2,7 @@
 
 import argparse
 import dataclasses
+import datetime
 import json
 
 from cli.common import EXIT_BAD_INPUT, config_from_args, existing_pipeline, fail, quiet_logs
@@ -44,7 +45,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    import datetime
 
     from pipeline.config import pipelines_in_root
     from runs import run_store, run_summary

@@ -5,7 +5,7 @@ from typing import List
 
 from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
-from pipeline.cloud_config import TARGETS, CloudConfig
+from pipeline.cloud_config import FOR_DATAFLOW_PREDICTION, SCHEDULE_ONLY, CloudConfig
 from pipeline.config import DECLARED, PipelineConfig
 from runs.progress import MODES as PROGRESS_MODES
 from settings import declared, help_text, kind, option
@@ -38,6 +38,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="show TFX and Beam logs")
 
 
+CLOUD_GROUP = "production (each also reads IMAGEPIPE_<OPTION>, e.g. IMAGEPIPE_PROJECT)"
 GROUP_TITLES = {
     "checks": "data checks: on anomalies, drift from the latest blessed model's data (L-infinity distance of "
     "shares; 1 turns a check off) or data health over a limit, the run stops (or warns, --gate warn)"
@@ -66,62 +67,11 @@ def _add_declared_options(group, fields) -> None:
             )
 
 
-def _add_cloud_options(p: argparse.ArgumentParser) -> None:
-    d = CloudConfig()
-    c = p.add_argument_group("production (each also reads IMAGEPIPE_<OPTION>, e.g. IMAGEPIPE_PROJECT)")
-    c.add_argument("--target", choices=TARGETS, help="Vertex AI Pipelines (default) or Kubeflow Pipelines v2")
-    _add_gcp_options(c)
-    c.add_argument("--k8s-service-account", help="Kubeflow: the Kubernetes service account of the run pods")
-    c.add_argument("--api-endpoint", help="Vertex AI API endpoint (private endpoints)")
-    c.add_argument("--kfp-host", help="Kubeflow Pipelines API URL (for --target kubeflow)")
-    _add_dataflow_options(c, "run ExampleGen, StatisticsGen, Transform and the Evaluator on Dataflow")
-    c.add_argument(
-        "--vertex-training", action="store_true", default=None, help="run the Trainer as a Vertex AI Training job"
-    )
-    c.add_argument("--training-machine-type", help=f"(default {d.training_machine_type})")
-    c.add_argument("--training-accelerator", help="e.g. NVIDIA_TESLA_T4, NVIDIA_L4")
-    c.add_argument("--training-accelerator-count", type=int, help=f"(default {d.training_accelerator_count})")
-    c.add_argument(
-        "--training-tpu", help="a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores); needs --training-image"
-    )
-    c.add_argument(
-        "--training-replicas",
-        type=int,
-        metavar="N",
-        help="train on N machines of that type at once: a "
-        f"chief and N - 1 workers (MultiWorkerMirroredStrategy; default {d.training_replicas})",
-    )
-    c.add_argument(
-        "--training-image",
-        help="the image Vertex AI Training runs (default --image); for "
-        "--training-tpu its TPU build: ./Dockerfile with --build-arg ACCELERATOR=tpu",
-    )
-    c.add_argument("--endpoint", help="deploy blessed models to this Vertex AI endpoint (display name)")
-    c.add_argument(
-        "--parallel-trials",
-        type=int,
-        help="with --tune and --vertex-training: trials at once, a "
-        f"training machine each (TFX's Vertex Tuner; default {d.parallel_trials})",
-    )
-
-
-def _add_gcp_options(c) -> None:
-    d = CloudConfig()
-    c.add_argument("--project", help="GCP project")
-    c.add_argument("--region", help=f"GCP region (default {d.region})")
-    c.add_argument("--pipeline-root", help="gs://BUCKET/PATH for the runs' artifacts")
-    c.add_argument("--image", help="the pipeline image (built from ./Dockerfile)")
-    c.add_argument(
-        "--service-account", help="the GCP service account (email) Vertex runs and Dataflow workers execute as"
-    )
-
-
-def _add_dataflow_options(c, what: str) -> None:
-    d = CloudConfig()
-    c.add_argument("--dataflow", action="store_true", default=None, help=what)
-    c.add_argument("--dataflow-max-workers", type=int, help=f"(default {d.dataflow_max_workers})")
-    c.add_argument("--dataflow-machine-type", help=f"(default {d.dataflow_machine_type})")
-    c.add_argument("--dataflow-temp-location", help="gs:// (default <pipeline-root>/<name>/tmp)")
+def _add_cloud_options(p: argparse.ArgumentParser, only=None) -> None:
+    """The production settings (pipeline/cloud_config.py), each an option made from its declaration: all but the
+    schedule's, or `only` these."""
+    fields = [f for f in declared(CloudConfig) if (f.name in only if only else f.name not in SCHEDULE_ONLY)]
+    _add_declared_options(p, fields)
 
 
 def _add_param_option(p) -> None:
@@ -156,18 +106,17 @@ def _add_cloud_commands(commands) -> None:
     """compile, submit, schedule: the pipeline for Vertex AI or Kubeflow Pipelines."""
     compile_cmd = commands.add_parser("compile", help="compile for Vertex AI or Kubeflow Pipelines")
     _add_run_options(compile_cmd)
-    _add_cloud_options(compile_cmd)
+    _add_cloud_options(compile_cmd.add_argument_group(CLOUD_GROUP))
     compile_cmd.add_argument("--output", help="file to write (default <name>_pipeline.json, or .yaml for kubeflow)")
     submit = commands.add_parser("submit", help="compile and start one run on Vertex AI or Kubeflow")
     _add_run_options(submit)
-    _add_cloud_options(submit)
+    _add_cloud_options(submit.add_argument_group(CLOUD_GROUP))
     submit.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
     _add_param_option(submit)
     schedule = commands.add_parser("schedule", help="compile and schedule recurring retraining")
     _add_run_options(schedule)
-    _add_cloud_options(schedule)
-    schedule.add_argument("--cron", help="standard 5-field cron, UTC, e.g. '0 3 * * 1' (Mondays 03:00)")
-    schedule.add_argument("--schedule-name", help="(default <name>-retraining)")
+    _add_cloud_options(schedule.add_argument_group(CLOUD_GROUP))
+    _add_cloud_options(schedule, only=SCHEDULE_ONLY)
     schedule.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
     _add_param_option(schedule)
 
@@ -245,10 +194,7 @@ def _add_predict_command(commands) -> None:
         help="classify with Beam in this many local processes (RunInference; needs --output); default: in this process",
     )
     c = predict.add_argument_group("batch prediction on Dataflow (each also reads IMAGEPIPE_<OPTION>)")
-    _add_gcp_options(c)
-    _add_dataflow_options(
-        c, "classify on Dataflow workers that run the pipeline image (gs:// --model, --output and inputs)"
-    )
+    _add_cloud_options(c, only=FOR_DATAFLOW_PREDICTION)
 
 
 def _add_model_commands(commands) -> None:

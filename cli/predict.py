@@ -204,19 +204,22 @@ def _predict_with_beam(
     beam_args, temp_dir = _beam_args(args, config, model_dir)
     explanations = _explanations_folder(args)
     try:
-        counts = batch_predict.run(
+        job = batch_predict.Job(
             model_dir,
-            image_inputs.expand_inputs(args.images),
             args.output,
             top,
             config.max_pixels,
+            threshold,
+            args.automl_output,
+            explanations.partial if explanations else None,
+        )
+        counts = batch_predict.run(
+            job,
+            image_inputs.expand_inputs(args.images),
             beam_args,
             temp_dir=temp_dir,
             progress=lambda total, stream: result_files.PredictionProgress(stream, total),
             started=_announce_dataflow_job if args.dataflow else None,
-            threshold=threshold,
-            automl_output=args.automl_output,
-            explain_dir=explanations.partial if explanations else None,
         )
     except Exception as e:  # noqa: BLE001 - Beam wraps a worker's exception in its own types
         unusable = batch_predict.worker_error(e)  # the model is loaded by the workers, not here

@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from pipeline.config import ConfigError, PipelineConfig
+from settings import checked, declared, setting
 from storage.errors import shown
 from storage.files import is_remote
 
@@ -31,47 +32,83 @@ GPU_TYPES = (
 )
 GPU_COUNTS = (1, 2, 4, 8, 16)
 TPU_TYPES = ("TPU_V2", "TPU_V3")
+# Which commands take which settings as options: compile, submit and schedule take them all but SCHEDULE_ONLY;
+# `imagepipe predict --dataflow` takes FOR_DATAFLOW_PREDICTION.
+SCHEDULE_ONLY = ("cron", "schedule_name")
+FOR_DATAFLOW_PREDICTION = ("project", "region", "pipeline_root", "image", "service_account") + (
+    "dataflow",
+    "dataflow_max_workers",
+    "dataflow_machine_type",
+    "dataflow_temp_location",
+)
 # Inside the pipeline image (./Dockerfile), the project is copied here.
 IMAGE_PROJECT_DIR = "/pipeline"
 
 
 @dataclasses.dataclass
 class CloudConfig:
-    """Where and how the same DAG runs in production. IMAGEPIPE_<FIELD> variables set these too."""
+    """Where and how the same DAG runs in production, each setting declared once (settings.setting()): its option of
+    `imagepipe compile | submit | schedule` (cli/parser.py makes them), its IMAGEPIPE_<FIELD> variable, its check.
+    What settings need of each other is validate()'s."""
 
-    target: str = "vertex"  # vertex | kubeflow
-    project: Optional[str] = None  # GCP project (Vertex, Dataflow, Vertex AI Training)
-    region: str = "us-central1"
-    pipeline_root: Optional[str] = None  # gs://bucket/path: artifacts of every run
-    image: Optional[str] = None  # the pipeline image built from ./Dockerfile
-    service_account: Optional[str] = None  # Vertex: the GCP service account (email) runs execute as
-    k8s_service_account: Optional[str] = None  # Kubeflow: the Kubernetes service account of the run pods
-    api_endpoint: Optional[str] = None  # Vertex API endpoint override (private endpoints)
-    kfp_host: Optional[str] = None  # Kubeflow Pipelines API, e.g. http://ml-pipeline-ui.kubeflow:80
+    target: str = setting("vertex", "Vertex AI Pipelines (default) or Kubeflow Pipelines v2", TARGETS)
+    project: Optional[str] = setting(None, "GCP project")  # Vertex, Dataflow, Vertex AI Training
+    region: str = setting("us-central1", "GCP region (default {default})")
+    pipeline_root: Optional[str] = setting(None, "gs://BUCKET/PATH for the runs' artifacts")
+    image: Optional[str] = setting(None, "the pipeline image (built from ./Dockerfile)")
+    service_account: Optional[str] = setting(
+        None, "the GCP service account (email) Vertex runs and Dataflow workers execute as"
+    )
+    k8s_service_account: Optional[str] = setting(None, "Kubeflow: the Kubernetes service account of the run pods")
+    api_endpoint: Optional[str] = setting(None, "Vertex AI API endpoint (private endpoints)")
+    # e.g. http://ml-pipeline-ui.kubeflow:80
+    kfp_host: Optional[str] = setting(None, "Kubeflow Pipelines API URL (for --target kubeflow)")
     # Data components (ExampleGen, StatisticsGen, Transform, Evaluator) on Dataflow.
-    dataflow: bool = False
-    dataflow_max_workers: int = 8
-    dataflow_machine_type: str = "n1-standard-4"
-    dataflow_temp_location: Optional[str] = None  # default <pipeline_root>/<name>/tmp (dataflow_temp)
+    dataflow: bool = setting(
+        False,
+        "run on Dataflow workers that run the pipeline image: the pipeline's ExampleGen, StatisticsGen, Transform "
+        "and Evaluator; predict's classification (gs:// --model, --output and inputs)",
+    )
+    dataflow_max_workers: int = setting(8, "(default {default})")
+    dataflow_machine_type: str = setting("n1-standard-4", "(default {default})")
+    dataflow_temp_location: Optional[str] = setting(None, "gs:// (default <pipeline-root>/<name>/tmp)")
     # The Trainer as a Vertex AI Training job on accelerators.
-    vertex_training: bool = False
-    training_machine_type: str = "n1-standard-8"
-    training_accelerator: Optional[str] = None  # e.g. NVIDIA_TESLA_T4, NVIDIA_L4
-    training_accelerator_count: int = 1
-    training_tpu: Optional[str] = None  # e.g. TPU_V3 (a v3-8)
-    # Machines of that type (and accelerators) the Trainer trains on at once: a chief and N - 1 workers
-    # (MultiWorkerMirroredStrategy; trainer/strategy.py).
-    training_replicas: int = 1
-    # The image Vertex AI Training runs: --image, or with --training-tpu its TPU build (./Dockerfile built
-    # with --build-arg ACCELERATOR=tpu: the TPU build of TensorFlow and its libtpu).
-    training_image: Optional[str] = None
-    parallel_trials: int = 1  # --tune with --vertex-training: trials at once, a training machine each
+    vertex_training: bool = setting(False, "run the Trainer as a Vertex AI Training job")
+    training_machine_type: str = setting("n1-standard-8", "(default {default})")
+    training_accelerator: Optional[str] = setting(None, "e.g. NVIDIA_TESLA_T4, NVIDIA_L4")
+    training_accelerator_count: int = setting(1, "(default {default})")
+    training_tpu: Optional[str] = setting(
+        None, "a TPU type for the Trainer instead, e.g. TPU_V3 (8 cores); needs --training-image"
+    )
+    # Machines of that type (and accelerators) the Trainer trains on at once (trainer/strategy.py).
+    training_replicas: int = setting(
+        1,
+        "train on N machines of that type at once: a chief and N - 1 workers (MultiWorkerMirroredStrategy; "
+        "default {default})",
+        metavar="N",
+    )
+    # With --training-tpu, the TPU build: ./Dockerfile built with --build-arg ACCELERATOR=tpu (TensorFlow's TPU
+    # build and its libtpu).
+    training_image: Optional[str] = setting(
+        None,
+        "the image Vertex AI Training runs (default --image); for --training-tpu its TPU build: ./Dockerfile with "
+        "--build-arg ACCELERATOR=tpu",
+    )
+    parallel_trials: int = setting(
+        1,
+        "with --tune and --vertex-training: trials at once, a training machine each (TFX's Vertex Tuner; default "
+        "{default})",
+    )
     # Push blessed models to a Vertex AI endpoint (by display name) instead of a folder.
-    endpoint: Optional[str] = None
-    serving_image: str = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-16:latest"
-    # Scheduled retraining.
-    cron: Optional[str] = None  # "minute hour day-of-month month day-of-week", e.g. "0 3 * * 1"
-    schedule_name: Optional[str] = None
+    endpoint: Optional[str] = setting(None, "deploy blessed models to this Vertex AI endpoint (display name)")
+    serving_image: str = setting(
+        "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-16:latest",
+        "the prediction image of the Vertex AI endpoint's model (default {default})",
+        flag=None,
+    )
+    # Scheduled retraining (`imagepipe schedule`).
+    cron: Optional[str] = setting(None, "standard 5-field cron, UTC, e.g. '0 3 * * 1' (Mondays 03:00)")
+    schedule_name: Optional[str] = setting(None, "(default <name>-retraining)")
 
     @property
     def runs_resolvers(self) -> bool:
@@ -131,9 +168,8 @@ class CloudConfig:
 
     def validate(self, config: PipelineConfig, need_host: bool = False) -> "CloudConfig":
         """One-line errors for everything that would make a compiled pipeline fail remotely."""
+        checked(self, declared(CloudConfig), ConfigError)  # each declaration's own check (--target's choices)
         self.check_names()
-        if self.target not in TARGETS:
-            raise ConfigError(f"--target {self.target!r}: use {' or '.join(TARGETS)}")
         self._check_pipeline_settings(config)
         self._check_locations(config)
         self._check_dataflow()

@@ -7,23 +7,25 @@ environment (`IMAGEPIPE_<FIELD>`) override them. `create_pipeline(config, platfo
 the DAG's only consumer, shared by every runner; each runner makes the platform (pipeline/platform.py).
 """
 
+import contextlib
 import dataclasses
 import hashlib
+import io
 import os
 import re
+import warnings
 from typing import List, Optional
 
 from components.drift import Thresholds
 from components.evaluator import Blessing
 from components.example_gen.ingest_defaults import Ingestion
 from components.health import LabelCheck, Limits
-from components.tuner import MODES as TUNE_MODES
 from components.tuner import Search
 from components.validation import Gate
+from images.bounds import decode_memory_bytes
 from settings import checked, declared, setting
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
-from trainer.decode_memory import decode_memory_bytes
 from trainer.hparams import SAMPLE_IMAGE_SIZE, HParams
 
 # The repository root: schemas/ and the default run's outputs are found from here.
@@ -202,11 +204,6 @@ class PipelineConfig(DeclaredSettings):
         check_beam_args(self.beam_args)
         if self.span_window > 1 and not self.span_pattern:
             raise ConfigError("--span-window needs --span-pattern (e.g. 'span-{SPAN}')")
-        if self.tune_mode not in TUNE_MODES:
-            raise ConfigError(
-                f"tune mode {self.tune_mode!r} (IMAGEPIPE_TUNE_MODE; --retune sets it to search): use "
-                f"{' or '.join(TUNE_MODES)}"
-            )
         if self.confidence_threshold is not None and self.target_precision is not None:
             raise ConfigError(
                 "--confidence-threshold and --target-precision: give one (a threshold, or the precision it must reach)"
@@ -278,9 +275,6 @@ def check_beam_args(beam_args: List[str]) -> None:
     usage from inside a component, then failed the run)."""
     if not beam_args:
         return
-    import contextlib
-    import io
-    import warnings
 
     with warnings.catch_warnings():  # Google's client libraries warn about Python 3.10 on import
         warnings.simplefilter("ignore")

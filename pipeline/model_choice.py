@@ -15,6 +15,7 @@ training.json) and the model card.
 """
 
 import dataclasses
+import io
 import statistics
 from typing import List, NamedTuple, Optional, Sequence
 
@@ -49,8 +50,6 @@ def shorter_sides(uris: Sequence[str]) -> List[int]:
     for uri in uris:
         try:
             if fs.is_remote(uri):
-                import io
-
                 with Image.open(io.BytesIO(fs.read_bytes(uri))) as image:
                     sides.append(min(image.size))
             else:

@@ -9,6 +9,7 @@ the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compile
 """
 
 import dataclasses
+import json
 
 from tfx import v1 as tfx
 
@@ -25,7 +26,9 @@ from components.model_card.component import ModelCard
 from components.pusher.component import ImagePusher
 from components.trainer.component import TRAINER_SETTINGS, ImageTrainer
 from components.transform.executor import TransformExecutor
+from components.tuner import Search
 from components.tuner.component import ImageTuner, LatestSearch
+from components.tuner.executor import LIMITS as TUNER_LIMITS
 from components.validation.gate import DataValidationGate
 from components.validation.statistics import StatisticsGenExecutor, stats_options
 from pipeline.config import PipelineConfig
@@ -136,14 +139,15 @@ class _Stages:
 
     def example_gen(self, check):
         config = self.config
-        # every declared ingestion parameter (ingest_defaults.PARAMETERS), span_window as a runtime parameter
-        settings = {f.name: getattr(config, f.name) for f in PARAMETERS}
+        # every declared ingestion parameter (ingest_defaults.PARAMETERS); those declared `runtime` (span_window) as
+        # runtime parameters of a compiled job
+        settings = {f.name: self.setting(f.name) for f in PARAMETERS}
         example_gen = ImageExampleGen(
             input_base=example_gen_base(config),
             input_config=example_gen_input(config),
             output_config=example_gen_output(config),
             seed=config.seed,
-            **{**settings, "span_window": self.setting("span_window"), "review": review_file(config)},
+            **{**settings, "review": review_file(config)},
         )
         if check is not None:
             example_gen.add_upstream_node(check)
@@ -189,7 +193,7 @@ class _Stages:
             examples=example_gen.outputs["examples"],
             baseline_blessing=baseline.outputs["model_blessing"] if baseline else None,
             fail_on_anomalies=(self.config.gate == "fail"),
-            **dataclasses.asdict(self.config.drift_thresholds()),
+            drift_thresholds=json.dumps(dataclasses.asdict(self.config.drift_thresholds()), sort_keys=True),
         )
 
     def transform(self, example_gen, schema_gen, gate):
@@ -256,16 +260,15 @@ class _Stages:
             examples=training_examples,
             transform_graph=transform.outputs["transform_graph"],
             ingestion_report=example_gen.outputs["report"],
-            previous=previous_search.outputs["tuner_results"] if previous_search else None,
-            tune_trials=self.setting("tune_trials"),
-            tune_mode=config.tune_mode,
-            pipeline=config.pipeline_name,
             hparams=self.hparams,
-            max_class_drift=config.max_class_drift,
-            max_feature_drift=config.max_feature_drift,
+            previous=previous_search.outputs["tuner_results"] if previous_search else None,
             vertex=platform.vertex_tuning_config,
             parallel_trials=platform.parallel_trials,
+            # each declared search setting (a runtime parameter where declared so), and what the decision reads
+            **{f.name: self.setting(f.name) for f in declared(Search)},
+            **{limit: getattr(config, limit) for limit in TUNER_LIMITS},
             epochs=self.setting("epochs"),
+            pipeline=config.pipeline_name,
         ).with_id("Tuner")
         tuner.add_upstream_node(health_gate)  # no search on data that failed its health check
         return previous_search, tuner
@@ -273,7 +276,6 @@ class _Stages:
     def trainer(self, transform, schema_gen, training_examples, baseline, tuner, health_gate):
         platform = self.platform
         trainer = ImageTrainer(
-            run_fn="trainer.task.run_fn",
             examples=training_examples,
             transform_graph=transform.outputs["transform_graph"],
             schema=schema_gen.outputs["schema"],

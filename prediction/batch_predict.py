@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.ml.inference.base import ModelHandler, RunInference
@@ -142,21 +142,23 @@ def csv_text(cells: List[str]) -> str:
     return text.getvalue()
 
 
-def build(
-    p: beam.Pipeline,
-    input_list: str,
-    model_dir: str,
-    output: str,
-    top: int,
-    max_pixels: int,
-    progress_dir: Optional[str] = None,
-    threshold: float = 0.0,
-    automl_output: Optional[str] = None,
-    explain_dir: Optional[str] = None,
-) -> None:
-    """The job: every input read, classified and written to `output` (and, with automl_output, in Vertex
+class Job(NamedTuple):
+    """What a batch prediction does: the model, where the results go (`output`; with automl_output, in Vertex
     AutoML's batch prediction shape there too: every class above the confidence threshold; with explain_dir, each
-    image's map there, and their index.csv)."""
+    image's map there, and their index.csv), the classes kept a result, the pixel bound."""
+
+    model_dir: str
+    output: str
+    top: int
+    max_pixels: int
+    threshold: float = 0.0
+    automl_output: Optional[str] = None
+    explain_dir: Optional[str] = None
+
+
+def build(p: beam.Pipeline, input_list: str, job: Job, progress_dir: Optional[str] = None) -> None:
+    """The Beam job: every input of input_list read, classified and written as `job` says."""
+    model_dir, output, top, max_pixels, threshold, automl_output, explain_dir = job
     read = (
         p
         | "ListInputs" >> beam.io.ReadFromText(input_list, validate=False)  # written just before the job
@@ -248,20 +250,14 @@ def local_args(workers: int) -> List[str]:
 
 
 def run(
-    model_dir: str,
+    job: Job,
     inputs: Iterable[image_inputs.Input],
-    output: str,
-    top: int,
-    max_pixels: int,
     beam_args: List[str],
     temp_dir: Optional[str] = None,
     progress=None,
     started=None,
-    threshold: float = 0.0,
-    automl_output: Optional[str] = None,
-    explain_dir: Optional[str] = None,
 ) -> Dict[str, int]:
-    """Classifies every input into `output` with Beam; {'inputs', 'classified', 'failed'}.
+    """Classifies every input into job.output with Beam; {'inputs', 'classified', 'failed'}.
 
     The input list is written to temp_dir (a gs:// folder for Dataflow, whose workers cannot read
     this machine's files) and removed afterwards. `progress(total, stream)` makes an object whose
@@ -281,25 +277,14 @@ def run(
         with stderr_to(os.path.join(workdir, "workers.log") if local else None) as console:
             with watch_progress(progress_dir, progress(count, console) if progress else None):
                 p = beam.Pipeline(options=PipelineOptions(beam_args))
-                build(
-                    p,
-                    input_list,
-                    model_dir,
-                    output,
-                    top,
-                    max_pixels,
-                    progress_dir,
-                    threshold,
-                    automl_output,
-                    explain_dir,
-                )
+                build(p, input_list, job, progress_dir)
                 result = p.run()
                 if started:
                     started(result)
                 result.wait_until_finish()  # raises when the job failed
         counters = _job_counters(result)
     except BaseException as e:
-        _clean_up_failed_job(e, output, automl_output, workdir, local)
+        _clean_up_failed_job(e, job.output, job.automl_output, workdir, local)
         raise
     finally:
         if temp_dir:

@@ -8,9 +8,8 @@ import posixpath
 import stat
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
-from components.example_gen.checking.image_check import BadImage, Reason, check_image
-from components.example_gen.finding.listing import OUTSIDE_ROOT_PROBLEM, is_hidden, manifest_row, read_manifest, walk
-from components.example_gen.writing.batch_ingest import check_file_size, max_file_bytes
+from images.finding.listing import OUTSIDE_ROOT_PROBLEM, is_hidden, manifest_row, read_manifest, walk
+from images.image_check import BadImage, Reason, check_file_size, check_image, max_file_bytes
 from storage import files as fs
 from storage.errors import DataError
 

@@ -13,8 +13,10 @@ import queue
 import threading
 from typing import Dict, Iterable, Iterator, List, Tuple, Union
 
+import numpy as np
+
 from components.evaluator.views import given_a_class
-from components.example_gen.ingest_defaults import MAX_PIXELS
+from images.bounds import MAX_PIXELS
 from prediction.image_inputs import Input, byte_batches, inspect_input
 from storage import files as fs
 from storage.errors import DataError
@@ -55,7 +57,7 @@ class TFLiteServing:
     def __init__(self, path: str):
         import tensorflow as tf
 
-        from trainer.decoding import decode_and_resize
+        from images.decoding import decode_and_resize
         from trainer.tflite_export import LABELS_FILE, TFLiteClassifier
 
         labels = fs.join(os.path.dirname(path), LABELS_FILE)
@@ -68,7 +70,6 @@ class TFLiteServing:
         self._decode = decode_and_resize
 
     def __call__(self, image_bytes):
-        import numpy as np
         import tensorflow as tf
 
         size, channels = self._model.image_size, self._model.channels

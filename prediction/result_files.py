@@ -2,14 +2,18 @@
 shape), the results file (whole or not at all), the progress line, and names made safe for a terminal."""
 
 import csv
+import hashlib
+import io as bytes_io
 import json
 import os
 import time
 import unicodedata
 from typing import Dict, List, Optional
 
+import numpy as np
+
 from components.evaluator.views import given_a_class
-from components.example_gen.finding.listing import LABEL_SEPARATOR
+from images.finding.listing import LABEL_SEPARATOR
 from prediction.image_inputs import InputError
 from storage import user_files
 from storage.errors import ConfigError
@@ -344,10 +348,6 @@ def write_explanation(folder: str, result: Dict, stem: Optional[str] = None, ove
     (which know no input order): a hash of the path, then its safe name."""
     if "attribution" not in result:
         return
-    import hashlib
-    import io as bytes_io
-
-    import numpy as np
 
     from trainer import explain
 

@@ -4,7 +4,7 @@ statistics, drift) and data health (near-duplicates, likely label errors, outlie
 from typing import Any, Dict, List, Optional
 
 from components import drift as drift_lib
-from components.example_gen.finding.listing import labels_of, split_sort_key
+from images.finding.listing import labels_of, split_sort_key
 from report import report_data
 from report.report_html import esc, histogram_svg, not_reached, section, share_bar, table, thumbnail, tiles, unfinished
 from runs import run_text

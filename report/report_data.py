@@ -8,10 +8,10 @@ import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from images import feature_keys as keys
 from prediction.image_inputs import byte_batches
 from storage.files import is_remote
 from storage.spreadsheet import read_rows
-from trainer import feature_keys as keys
 from trainer.artifact_files import TRAINING_LOG
 
 IMAGE_READ_LIMIT = 8 << 20  # bytes of a quarantined file read for its thumbnail

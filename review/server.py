@@ -18,7 +18,7 @@ import threading
 import urllib.parse
 from typing import Any, Dict, List, Optional
 
-from components.example_gen.ingest_defaults import MAX_PIXELS  # ingestion's bound: a file it refuses, never decoded
+from images.bounds import MAX_PIXELS  # ingestion's bound: a file it refuses, never decoded
 from review.items import Items
 from storage import files as fs
 from storage import review_file
@@ -54,7 +54,7 @@ class Review:
     def decide(self, number: int, action: str, new_label: str = "") -> Dict[str, Any]:
         if action not in review_file.ACTIONS:
             raise ValueError(f"action {action!r}: use {', '.join(review_file.ACTIONS)}")
-        from components.example_gen.finding.listing import label_set, labels_of
+        from images.finding.listing import label_set, labels_of
 
         item = self.items.items[number]
         if action == "relabel":
@@ -81,7 +81,7 @@ class Review:
 
     def image(self, number: int, size: int) -> Optional[bytes]:
         """A JPEG of the item's image at most `size` a side, or None when it cannot be read or decoded."""
-        from components.example_gen.checking.image_check import thumbnail
+        from images.image_check import thumbnail
 
         item = self.items.items[number]
         if not self._readable(item["file"]):

@@ -5,6 +5,7 @@ interrupted). What a run did, read from these and its artifacts, is in run_summa
 
 import json
 import os
+import sqlite3
 from typing import Any, Dict, List, Optional
 
 from ml_metadata.metadata_store import metadata_store
@@ -56,7 +57,6 @@ def check_store_file(metadata_path: str) -> None:
 def _sqlite_damage(path: str) -> str:
     """What SQLite finds wrong with the database at `path` ("" when nothing): a truncated or overwritten
     store has the right header, and ML Metadata's own error comes late, as a query and a traceback."""
-    import sqlite3
 
     try:
         connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

@@ -7,8 +7,8 @@ LINES holds, per component kind (run_summary.DETAILS's keys), the text after its
 from typing import Any, Callable, Dict, List
 
 from components import drift as drift_lib
-from components.example_gen.finding.listing import split_sort_key
 from components.health import TRUSTED_ACCURACY
+from images.finding.listing import split_sort_key
 from runs.run_summary import component_kind
 from trainer import class_balance, hparams, operating_point
 

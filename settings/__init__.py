@@ -19,6 +19,8 @@ declaration says `runtime` (pipeline/runtime_parameters.py). The bottom layer: i
 import dataclasses
 from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
+SEED = 42  # the one default seed of a run (HParams.seed): ingestion's shuffle, the splits' order, weights, augmentation
+
 # A check: (what a good value satisfies, what to do otherwise), e.g. (lambda v: v >= 1, "use 1 or more spans"); what
 # to do may be a function of the value that says which part of it is wrong, then what to do (any_of's).
 Check = Tuple[Callable[[Any], bool], Union[str, Callable[[Any], str]]]

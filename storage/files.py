@@ -5,7 +5,9 @@ it imports nothing of this project but its errors.
 
 import os
 import posixpath
+import socket
 import threading
+import urllib.parse
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from storage.errors import DataError
@@ -25,8 +27,6 @@ def local_or_supported(path: str, what: str) -> str:
     if not is_remote(path):
         return path
     if path.lower().startswith("file://"):
-        import urllib.parse
-
         return urllib.parse.unquote(urllib.parse.urlsplit(path).path) or "/"
     if path.lower().startswith(SUPPORTED_SCHEMES):
         return path
@@ -51,8 +51,6 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
     client would retry each call for two minutes, then raise a chain of tracebacks. Checked once per process."""
     if not uri.startswith("gs://"):
         return
-    import socket
-    import urllib.parse
 
     proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
     endpoint = os.environ.get("STORAGE_EMULATOR_HOST") or proxy or "https://storage.googleapis.com"

@@ -18,6 +18,7 @@ never glues a decision to them. Only a regular file is read (a named pipe would 
 
 import csv
 import datetime
+import hashlib
 import io
 import os
 from typing import Dict, NamedTuple, Optional
@@ -164,7 +165,6 @@ def changes(decisions: Dict[str, Decision]) -> Dict[str, Decision]:
 
 def fingerprint(path: str) -> str:
     """What decides whether a cached ingestion still holds: the review file's decisions ("" without one)."""
-    import hashlib
 
     if not path:
         return ""

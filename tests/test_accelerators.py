@@ -4,6 +4,7 @@ TF_CONFIG (MultiWorkerMirroredStrategy) through TFX's own executor entry point, 
 that drops no eval example; and at their boundary what needs a TPU or Vertex AI (the compiled jobs, the image,
 an unreachable TPU). No test assumes the machine has or lacks a GPU."""
 
+import dataclasses
 import json
 import os
 import socket
@@ -46,7 +47,7 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
     labels = [0] + [1] * (count - 1)  # the first is copied as padding: class 0
     files = [_write_records(str(tmp_path / "eval.gz"), labels)]
     hp = HParams(model="cnn", image_size=SIZE)
-    evaluation = input_pipeline.make_dataset(files, hp, training=False, batch_size=512, drop_remainder=True)
+    evaluation = input_pipeline.make_dataset(files, hp, training=False, batching=input_pipeline.Batching(512, True))
     batches = list(evaluation)
     assert len(batches) == -(-count // 512) == int(evaluation.cardinality())
     assert all(x.shape[0] == 512 and w.shape == (512,) for x, _, w in batches)  # one shape for every batch
@@ -63,7 +64,7 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
     flat = keras.layers.Flatten()(inputs)
     probabilities = keras.layers.Dense(2, activation="softmax", name="probabilities")(flat)
     model = keras.Model(inputs, probabilities)
-    models.compile_model(model, 1e-3)
+    models.compile_model(model, dataclasses.replace(hp, learning_rate=1e-3))
     model.get_layer("probabilities").set_weights([np.zeros((SIZE * SIZE * 3, 2)), np.array([5.0, 0.0])])
     scores = model.evaluate(evaluation, verbose=0, return_dict=True)
     assert scores["sparse_categorical_accuracy"] == pytest.approx(1 / count, rel=1e-4)
@@ -71,7 +72,7 @@ def test_static_batches_drop_no_eval_example_and_the_padding_counts_nowhere(tmp_
 
     # Training's batches are whole too: an epoch is every record and then some of the next shuffled pass (the
     # remainder dropped lost a small set's half each epoch); the features' input pads alike.
-    train = input_pipeline.make_dataset(files, hp, training=True, batch_size=512, drop_remainder=True)
+    train = input_pipeline.make_dataset(files, hp, training=True, batching=input_pipeline.Batching(512, True))
     assert int(train.cardinality()) == -(-count // 512)
     assert all(int(x.shape[0]) == 512 for x, _ in train.take(2))
 
@@ -101,7 +102,7 @@ def test_a_tpu_name_that_does_not_answer_is_a_warning_and_the_next_device(monkey
 def test_a_cluster_tf_config_on_a_local_run_is_one_line_before_it_starts(tmp_path):
     """`imagepipe run` with a TF_CONFIG of two machines failed in the Trainer ("Collective ops must be configured
     at program startup") after ingestion and Transform; a one-machine TF_CONFIG (Vertex sets one) is fine."""
-    from pipeline import local_runner
+    from pipeline import preflight
     from pipeline.config import ConfigError
 
     two = {
@@ -114,11 +115,11 @@ def test_a_cluster_tf_config_on_a_local_run_is_one_line_before_it_starts(tmp_pat
         match=r"^TF_CONFIG names a cluster of 2 training machines, which `imagepipe run` "
         r"cannot train on .*--training-replicas 2",
     ):
-        local_runner.check_no_cluster(two)
-    local_runner.check_no_cluster(
+        preflight.check_no_cluster(two)
+    preflight.check_no_cluster(
         {"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"]}, "task": {"type": "chief", "index": 0}})}
     )
-    local_runner.check_no_cluster({})
+    preflight.check_no_cluster({})
 
 
 def test_tf_config_makes_a_multi_worker_plan_and_names_the_chief():
@@ -255,13 +256,13 @@ def test_two_worker_processes_train_one_model_with_multi_worker_mirrored_strateg
     from tfx.types import artifact_utils, standard_artifacts
     from tfx.utils import proto_utils
 
-    from pipeline import local_runner, platform
+    from pipeline import platform, preflight
     from pipeline.config import PipelineConfig
     from pipeline.pipeline import create_pipeline
 
     root = replica_runs["replicas"]["root"]
     config = PipelineConfig(root=root, data=small_digits, epochs=8, accuracy_threshold=0.0, min_class_recall=0.0)
-    config = local_runner.preflight(config).config  # --model auto resolved, as the runner does
+    config = preflight.preflight(config).config  # --model auto resolved, as the runner does
     trainer = next(c for c in create_pipeline(config, platform.local(config)).components if c.id == "Trainer")
     properties = {
         k: proto_utils.proto_to_json(v) if hasattr(v, "DESCRIPTOR") else v
@@ -351,10 +352,10 @@ from trainer.hparams import HParams
 files, out = json.loads(sys.argv[1]), sys.argv[2]
 hp = HParams(model="cnn", image_size=8, batch_size=8, seed=1)
 batch = hp.batch_size * strategy.num_replicas_in_sync
-train, steps = input_pipeline.repeated(input_pipeline.make_dataset(files, hp, training=True, batch_size=batch))
+train, steps = input_pipeline.repeated(input_pipeline.make_dataset(files, hp, training=True, batching=input_pipeline.Batching(batch)))
 train = input_pipeline.sharded_across_workers(train, input_pipeline.list_files(files), 2, training=True)
 evaluation = input_pipeline.sharded_across_workers(
-    input_pipeline.make_dataset(files, hp, training=False, batch_size=batch), [], 2, training=False)
+    input_pipeline.make_dataset(files, hp, training=False, batching=input_pipeline.Batching(batch)), [], 2, training=False)
 seen = {"train": [], "eval": []}
 batches = iter(strategy.experimental_distribute_dataset(train))
 for _ in range(steps):

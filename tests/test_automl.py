@@ -15,8 +15,8 @@ from conftest import image_bytes, write
 from fake_endpoints import FakeService
 
 from components.evaluator import views as evaluation_views
-from components.example_gen.checking.image_check import Reason
-from components.example_gen.finding import sources
+from images.finding import sources
+from images.image_check import Reason
 from prediction import image_inputs, result_files
 
 ML_USES = ["TRAINING"] * 16 + ["VALIDATION"] * 6 + ["TEST"] * 5 + ["UNASSIGNED"] * 3  # per class

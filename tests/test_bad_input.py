@@ -13,9 +13,9 @@ from conftest import image_bytes, make_class_tree, write
 
 from cli.main import main as cli_main
 from components.example_gen import ingest_report
-from components.example_gen.checking.image_check import BadImage, Reason, check_and_store
-from components.example_gen.finding import sources
-from components.example_gen.finding.listing import OUTSIDE_ROOT_PROBLEM
+from images.finding import sources
+from images.finding.listing import OUTSIDE_ROOT_PROBLEM
+from images.image_check import BadImage, Reason, check_and_store
 from pipeline.config import PipelineConfig, default_pipeline_name
 
 
@@ -67,9 +67,7 @@ def test_long_or_unknown_values_from_the_environment_are_one_readable_line(capsy
     monkeypatch.delenv("IMAGEPIPE_NAME")
     monkeypatch.setenv("IMAGEPIPE_TUNE_MODE", "maybe")
     code, err = run_cli(capsys, "run", "--root", str(tmp_path / "root"))
-    assert code == 2 and err == [
-        "imagepipe: error: tune mode 'maybe' (IMAGEPIPE_TUNE_MODE; --retune sets it to search): use search or auto"
-    ]
+    assert code == 2 and err == ["imagepipe: error: IMAGEPIPE_TUNE_MODE 'maybe': use search, auto"]
 
 
 @pytest.mark.parametrize("content", [b"just some notes\n", image_bytes("JPEG"), b""])
@@ -531,7 +529,7 @@ def test_class_names_in_the_markdown_model_card_are_text_not_markup():
 )
 def test_labels_that_read_the_same_are_refused_from_every_source(tmp_path, labels, shown):
     """Class folders, manifest labels and AutoML import labels alike."""
-    from components.example_gen.finding import sources
+    from images.finding import sources
 
     labels = [*labels, "cat"] * 2
     rows = [f"gs://b/{n}.jpg,{label}" for n, label in enumerate(labels)]
@@ -604,7 +602,7 @@ def test_more_careless_input_is_one_line(capsys, tmp_path, args, expected):
 
 
 def test_a_file_uri_is_a_local_path(tmp_path):
-    from components.example_gen.finding import sources
+    from images.finding import sources
     from pipeline.config import PipelineConfig
     from storage import files
 

@@ -163,12 +163,12 @@ def test_drop_on_hash_split_data_removes_each_copy_from_the_split_it_was_placed_
 @pytest.mark.parametrize("data", ["near_tree", "near_tree with twins dropped", "digits_dir"])
 def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request, tmp_path, monkeypatch):
     """The search in the executor's memory (local runs) and as Beam stages (Dataflow, or past
-    near_duplicates.MEMORY_MAX_IMAGES) give the same groups: on the planted copies (also with exact twins of
+    grouping.MEMORY_MAX_IMAGES) give the same groups: on the planted copies (also with exact twins of
     copies that --drop-duplicates removes, which may be a group's hub either way), and on the 1,797 digits, whose
     look-alike drawings fill the buckets (the limits come from the same sample of signatures either way)."""
     import shutil
 
-    from components.example_gen.duplicates import near_duplicates
+    from images.near_duplicates import grouping
 
     fixture = request.getfixturevalue(data.split()[0])
     folder, layout = (fixture[0], "presplit") if data.startswith("near_tree") else (fixture, "folders")
@@ -181,14 +181,14 @@ def test_the_in_memory_and_the_beam_searches_find_the_same_groups(data, request,
         options = {"drop_duplicates": True}
     found = {}
     # In memory, small buckets' pairs are tested in bulk and large ones as matrix products: both, then all large.
-    memory, usual = near_duplicates.MEMORY_MAX_IMAGES, near_duplicates.LARGE_BUCKET
+    memory, usual = grouping.MEMORY_MAX_IMAGES, grouping.LARGE_BUCKET
     for run, where, most, large in (
         ("memory", "memory", memory, usual),
         ("beam", "beam", 0, usual),
         ("memory, every bucket large", "memory", memory, 1),
     ):
-        monkeypatch.setattr(near_duplicates, "MEMORY_MAX_IMAGES", most)
-        monkeypatch.setattr(near_duplicates, "LARGE_BUCKET", large)
+        monkeypatch.setattr(grouping, "MEMORY_MAX_IMAGES", most)
+        monkeypatch.setattr(grouping, "LARGE_BUCKET", large)
         _, report = run_executor(folder, tmp_path / run, layout=layout, **options)
         summary = _summary(report)
         assert summary["near_duplicate_search"]["where"] == where
@@ -205,7 +205,7 @@ def test_every_pair_within_strict_limits_shares_a_bucket_and_every_bucket_pair_i
     """The bands' promise (similarity.band_bits): with limits of a few bits, limit + 1 disjoint bands, so any two
     pHashes within the limit share a bucket (pigeonhole); and bucket_candidates gives every pair of every bucket,
     in chunks of any size."""
-    from components.example_gen.checking import similarity
+    from images.near_duplicates import similarity
 
     rng = np.random.default_rng(5)
     rows = rng.integers(0, 256, size=(300, similarity.SIGNATURE_BYTES), dtype=np.uint8)
@@ -238,7 +238,7 @@ def test_signatures_hold_imagehash_s_bits():
     rounding of the median: none here, and none on 600 photos with the floating-point weights before)."""
     import imagehash
 
-    from components.example_gen.checking import signature, similarity
+    from images.near_duplicates import signature, similarity
 
     def reference(image):  # what signature.py replaced: ImageHash and Pillow, crop by crop
         thumb = image.convert("RGB").resize((similarity.THUMB, similarity.THUMB), Image.BILINEAR)
@@ -451,22 +451,21 @@ def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped
 
 def test_a_bucket_of_look_alike_images_sends_a_spanning_set_of_pairs():
     """200 blank frames hash alike: one group of 200 from at most 199 pairs, not 19,900."""
-    from components.example_gen.checking import signature, similarity
-    from components.example_gen.duplicates import near_duplicates
     from components.example_gen.writing.batch_ingest import Meta
+    from images.near_duplicates import grouping, signature, similarity
 
     blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200))).hex()
     metas = [
         Meta(f"{n:064x}", f"blank/{n:03d}.png", "blank", "train", False, "png", "s", n, False, blank)
         for n in range(200)
     ]
-    buckets = dict(near_duplicates.band_items(metas[:120], similarity.NearDuplicateLimits(), 200))
+    buckets = dict(grouping.band_items(metas[:120], similarity.NearDuplicateLimits(), 200))
     key = next(iter(buckets))
     assert len(buckets[key]) == 120  # every blank frame in every bucket
-    more = dict(near_duplicates.band_items(metas[120:], similarity.NearDuplicateLimits(), 200))
-    pairs = list(near_duplicates.bucket_pairs((key, [buckets[key], more[key]]), similarity.NearDuplicateLimits()))
+    more = dict(grouping.band_items(metas[120:], similarity.NearDuplicateLimits(), 200))
+    pairs = list(grouping.bucket_pairs((key, [buckets[key], more[key]]), similarity.NearDuplicateLimits()))
     assert len(pairs) == 199
-    groups = near_duplicates.group([(Meta(*a), Meta(*b)) for a, b in pairs])
+    groups = grouping.group([(Meta(*a), Meta(*b)) for a, b in pairs])
     assert [len(g) for g in groups] == [200]
 
 
@@ -474,17 +473,17 @@ def test_a_removed_copy_at_a_group_s_hub_leaves_the_rest_of_the_group():
     """The searches send a spanning set of pairs (a star around one image in memory, a forest per bucket in Beam):
     when an exact duplicate removed at ingestion is the hub, the other copies still form their group (they were
     dropped with it, and the eval copy's leak went uncounted)."""
-    from components.example_gen.duplicates import near_duplicates
     from components.example_gen.writing.batch_ingest import Meta
+    from images.near_duplicates import grouping
 
     def meta(path, split="train"):
         return Meta(path.ljust(64, "0"), path, "cat", split, False, "jpeg", "s", 0, False, "")
 
     hub, twin, resized, recompressed = meta("r2.png"), meta("r1.png"), meta("b.jpg"), meta("c.jpg", "eval")
     star = [(hub, twin), (hub, resized), (hub, recompressed)]
-    groups = near_duplicates.group(star, removed=["r2.png"])
+    groups = grouping.group(star, removed=["r2.png"])
     assert [[m.rel_path for m in g] for g in groups] == [["b.jpg", "r1.png", "c.jpg"]]  # train first, then eval
-    assert near_duplicates.group([(hub, twin)], removed=["r2.png"]) == []  # one image left: no group
+    assert grouping.group([(hub, twin)], removed=["r2.png"]) == []  # one image left: no group
 
 
 def test_exact_copies_are_searched_once_and_grouped_in_linear_time():
@@ -493,10 +492,9 @@ def test_exact_copies_are_searched_once_and_grouped_in_linear_time():
     image's group: 10,000 copies of a blank frame and its one look-alike are one group (a spanning set of 10,000
     pairs, not 50 million), 5,000 copies of an image with no look-alike are none; both searches agree. Rows of a
     label conflict name a few of the other copies, not all of them."""
-    from components.example_gen.checking import signature, similarity
-    from components.example_gen.duplicates import near_duplicates
     from components.example_gen.writing.batch_ingest import Meta
     from components.example_gen.writing.beam_steps import Resolve
+    from images.near_duplicates import grouping, signature, similarity
 
     blank = signature.signature(Image.new("RGB", (64, 48), (200, 200, 200)))
     look_alike = signature.signature(Image.new("RGB", (64, 48), (203, 200, 200)))
@@ -505,16 +503,16 @@ def test_exact_copies_are_searched_once_and_grouped_in_linear_time():
     contents = [b"a" * 32] * 10_000 + [b"b" * 32] + [b"c" * 32] * 5_000
     rows = np.frombuffer(b"".join(signatures), np.uint8).reshape(len(signatures), -1)
     content = np.array(contents, dtype="S32")
-    pairs = near_duplicates.search(rows, content, similarity.NearDuplicateLimits(), len(rows))
+    pairs = grouping.search(rows, content, similarity.NearDuplicateLimits(), len(rows))
     assert len(pairs) == 10_000 and {k for pair in pairs for k in pair} == set(range(10_001))
 
     metas = [
         Meta(c.hex(), f"img/{n:05d}.png", "x", "train", False, "png", "s", n, False, s.hex())
         for n, (c, s) in enumerate(zip(contents, signatures))
     ][::5]  # 2,000 + 1 + 1,000: Beam's way
-    key, items = next(iter(near_duplicates.band_items(metas, similarity.NearDuplicateLimits(), len(metas))))
-    found = list(near_duplicates.bucket_pairs((key, [items]), similarity.NearDuplicateLimits()))
-    groups = near_duplicates.group([(Meta(*a, ""), Meta(*b, "")) for a, b in found])
+    key, items = next(iter(grouping.band_items(metas, similarity.NearDuplicateLimits(), len(metas))))
+    found = list(grouping.bucket_pairs((key, [items]), similarity.NearDuplicateLimits()))
+    groups = grouping.group([(Meta(*a, ""), Meta(*b, "")) for a, b in found])
     assert [len(g) for g in groups] == [2_001]
 
     conflict = [
@@ -664,17 +662,8 @@ def test_data_health_s_passes_run_as_beam_and_find_what_the_in_memory_checks_fin
     hp = HParams(model="cnn", image_size=8)
     options = PipelineOptions(["--direct_running_mode=" + mode, "--direct_num_workers=2"])
     with beam.Pipeline(options=options) as pipeline:
-        passes.build(
-            pipeline,
-            examples,
-            features,
-            hp,
-            ["0", "1", "2"],
-            Sample({0: 100, 1: 100, 2: 100}, False),
-            keep_pixels=False,
-            multi_label=False,
-            out_dir=str(tmp_path / "out"),
-        )
+        gathering = passes.Gathering(hp, ["0", "1", "2"], Sample({0: 100, 1: 100, 2: 100}, False), False, False)
+        passes.build(pipeline, examples, features, gathering, out_dir=str(tmp_path / "out"))
     found = passes.read(str(tmp_path / "out"))
     assert {row["path"]: row["reasons"] for row in found["rows"]} == expected
     assert all(row["label"] == row["path"].split("/")[0] for row in found["rows"])
@@ -705,17 +694,8 @@ def test_data_health_s_passes_gather_the_same_sample_from_examples_and_features_
     hp = HParams(model="cnn", image_size=8)
     for name, given, pixels in (("with", features, False), ("without", None, True)):
         with beam.Pipeline() as pipeline:
-            passes.build(
-                pipeline,
-                examples,
-                given,
-                hp,
-                ["0", "1", "2"],
-                sample,
-                keep_pixels=pixels,
-                multi_label=False,
-                out_dir=str(tmp_path / name),
-            )
+            gathering = passes.Gathering(hp, ["0", "1", "2"], sample, keep_pixels=pixels, multi_label=False)
+            passes.build(pipeline, examples, given, gathering, out_dir=str(tmp_path / name))
         found = passes.read(str(tmp_path / name))
         assert {r[0] for r in found["sample"]} == chosen
         if given is not None:

@@ -8,8 +8,8 @@ import tensorflow as tf
 from conftest import image_bytes, make_class_tree, write
 from example_gen_helpers import by_filename, quarantine, read_examples, run_executor, summary
 
-from components.example_gen.checking.image_check import Reason
 from components.example_gen.ingest_report import IngestionError
+from images.image_check import Reason
 
 GOOD_EXTRA = {
     # path -> (label, format): valid images with odd names, formats and modes
@@ -244,7 +244,7 @@ def test_an_empty_split_fails_clearly(tmp_path):
 
 def test_worker_processes_only_for_inputs_worth_them():
     from components.example_gen import executor
-    from components.example_gen.finding.listing import Candidate
+    from images.finding.listing import Candidate
 
     def files(n, size):
         return [Candidate(f"/d/{i}.jpg", f"{i}.jpg", "cat", None, size) for i in range(n)]

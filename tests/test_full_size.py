@@ -51,7 +51,7 @@ def photo_dir(tmp_path_factory):
 
 
 def test_jpeg_scale_is_the_smallest_that_keeps_the_model_input_sharp():
-    from trainer.decoding import JPEG_RATIOS, jpeg_scale_index
+    from images.decoding import JPEG_RATIOS, jpeg_scale_index
 
     def ratio(height, width, size):
         return JPEG_RATIOS[int(jpeg_scale_index(tf.constant(height), tf.constant(width), size))]
@@ -65,7 +65,7 @@ def test_jpeg_scale_is_the_smallest_that_keeps_the_model_input_sharp():
 
 def test_scaled_decode_matches_a_full_decode():
     """The DCT-scaled path gives the pixels a full decode + antialiased resize gives, within JPEG noise."""
-    from trainer.decoding import decode_and_resize
+    from images.decoding import decode_and_resize
 
     data = tf.constant(photo(np.random.default_rng(5), sources()[1]))
     full = tf.io.decode_image(data, channels=3, expand_animations=False)
@@ -122,7 +122,7 @@ def _gradient(mode: str, fmt: str, size=(2000, 1500)) -> bytes:
     [("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"), ("RGBA", "PNG"), ("LA", "PNG"), ("I;16", "PNG"), ("P", "GIF")],
 )
 def test_downscaled_copies_decode_in_tensorflow_like_their_originals(mode, fmt):
-    from components.example_gen.checking.image_check import check_and_store
+    from images.image_check import check_and_store
 
     original = _gradient(mode, fmt)
     info, stored, stored_info = check_and_store(original, 50_000_000, 1_000_000)

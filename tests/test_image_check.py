@@ -11,7 +11,7 @@ from conftest import image_bytes
 from PIL import Image
 
 import stacks
-from components.example_gen.checking.image_check import BadImage, Reason, check_image
+from images.image_check import BadImage, Reason, check_image
 
 BUDGET = 50_000_000
 

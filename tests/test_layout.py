@@ -35,6 +35,7 @@ LAYERS = [
     "runs",
     "components",
     "trainer",
+    "images",
     "storage",
     "settings",
     "stacks",
@@ -91,6 +92,58 @@ def test_imports_run_downwards_only(folder):
             if top in LEVEL and LEVEL[top] < LEVEL[folder]:
                 upward.append(f"{os.path.relpath(path, PROJECT_DIR)} imports {module}")
     assert modules and not upward, "\n".join(upward)
+
+
+def test_a_stage_s_inner_folders_are_its_own():
+    """What several parts use of images (checks, finding the files, the codec, TFRecords, near-duplicates) is the
+    image library's (images/): no module outside ImageExampleGen's folder reaches into its inner folders."""
+    inner = ("components.example_gen.writing", "components.example_gen.splitting")
+    reaching = [
+        f"{os.path.relpath(path, PROJECT_DIR)} imports {module}"
+        for folder in LAYERS
+        for path in _modules(folder)
+        if not _module_name(path).startswith("components.example_gen")
+        for module in _imports(path)
+        if module.startswith(inner)
+    ]
+    assert not reaching, "\n".join(reaching)
+
+
+def test_every_module_is_on_a_map():
+    """docs/layout.md, or the map in its folder's __init__.py, names every module: the layout a newcomer reads is
+    the one the code has."""
+    layout = open(os.path.join(PROJECT_DIR, "docs", "layout.md")).read()
+    unnamed = []
+    for folder in LAYERS:
+        for path in _modules(folder):
+            name = os.path.basename(path)
+            if name in ("__init__.py", "__main__.py") or name in layout:
+                continue
+            package = os.path.join(os.path.dirname(path), "__init__.py")
+            if not (os.path.exists(package) and name in open(package).read()):
+                unnamed.append(os.path.relpath(path, PROJECT_DIR))
+    assert not unnamed, f"on no map (docs/layout.md or the folder's __init__.py): {unnamed}"
+
+
+def test_the_docs_name_only_files_that_exist():
+    """A module named in the docs (README.md, docs/*.md) by its path is where they say: a move updates them."""
+    import glob
+    import re
+
+    named = re.compile(r"\b(?:" + "|".join(LAYERS) + r")/[A-Za-z0-9_/]+\.py\b")
+    missing = []
+    for doc in [os.path.join(PROJECT_DIR, "README.md"), *glob.glob(os.path.join(PROJECT_DIR, "docs", "*.md"))]:
+        for path in set(named.findall(open(doc).read())):
+            if not os.path.exists(os.path.join(PROJECT_DIR, path)):
+                missing.append(f"{os.path.relpath(doc, PROJECT_DIR)} names {path}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_cloud_guide_names_every_runtime_parameter():
+    from pipeline.runtime_parameters import RUNTIME_PARAMETERS
+
+    guide = open(os.path.join(PROJECT_DIR, "docs", "cloud.md")).read()
+    assert [name for name in RUNTIME_PARAMETERS if f"`{name}`" not in guide] == []
 
 
 def test_storage_imports_nothing_of_the_project_but_itself():

@@ -15,9 +15,9 @@ from conftest import image_bytes, write
 
 from bench.multilabel import make_multilabel, read_rows
 from components.evaluator import multi_label as multi_label_evaluation
-from components.example_gen.finding import sources
-from components.example_gen.finding.listing import labels_of
 from components.health import label_issues
+from images.finding import sources
+from images.finding.listing import labels_of
 from prediction import result_files
 from trainer import class_balance
 
@@ -82,7 +82,7 @@ def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
         sources.list_source(str(tmp_path / "folders"), str(tmp_path / "folders"), task="multi")
     assert "class folders give each image one label" in str(caught.value) and "\n" not in str(caught.value)
     # The run's pre-flight check knows the task: each of these was a recorded run failing in ImageExampleGen.
-    from pipeline import local_runner
+    from pipeline import preflight
     from pipeline.config import PipelineConfig
 
     for n in range(4):
@@ -105,7 +105,7 @@ def test_the_task_is_forced_or_refused_in_one_line(tmp_path):
     ):
         config = PipelineConfig(data=str(tmp_path / data), task=task, root=str(tmp_path / "root"))
         with pytest.raises(sources.DataError) as caught:
-            local_runner.preflight(config)
+            preflight.preflight(config)
         assert expected in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
 
 
@@ -317,7 +317,7 @@ def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, co
     import tensorflow as tf
 
     from components.example_gen import SUMMARY_FILE
-    from trainer import feature_keys
+    from images import feature_keys
 
     rows = read_rows(colour_set)
     report = _json(manifest_run["outputs"]["ImageExampleGen"]["report"][0], SUMMARY_FILE)

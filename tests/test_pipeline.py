@@ -23,7 +23,7 @@ import stacks
 from cli.main import main as cli_main
 from components.example_gen.ingest_report import IngestionError
 from components.validation.gate import DataValidationError
-from pipeline import local_runner, platform
+from pipeline import local_runner, platform, preflight
 from pipeline.config import SAMPLE_SCHEMA, PipelineConfig
 from pipeline.pipeline import create_pipeline
 from prediction import predict
@@ -46,7 +46,7 @@ def run_with_probe(config: PipelineConfig):
     """Runs create_pipeline(config) as far as the validation gate, then a probe component in place of
     Transform and the rest (these tests are about what reaches the Trainer, not training); returns
     the run summary."""
-    config = local_runner.prepare(config).config  # as the run would be: --model auto's choice made
+    config = preflight.prepare(config).config  # as the run would be: --model auto's choice made
     os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
     p = create_pipeline(
         config, platform.local(config), metadata.sqlite_metadata_connection_config(config.metadata_path)

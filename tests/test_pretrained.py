@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import image_bytes, write
 
-from pipeline import local_runner, model_choice
+from pipeline import model_choice, preflight
 from pipeline.config import ConfigError, PipelineConfig
 from trainer import efficientnet_lite, torch_checkpoint
 
@@ -64,7 +64,7 @@ def test_the_packaged_file_must_be_the_expected_one(tmp_path, monkeypatch):
     monkeypatch.setattr(efficientnet_lite, "packaged_weights", lambda: str(changed))
     config = PipelineConfig(model="efficientnet_lite0", data=str(tmp_path))
     with pytest.raises(ConfigError, match=r"^--weights imagenet: .*SHA-256 .*not the efficientnet_lite0 ImageNet"):
-        local_runner.check_imagenet_weights(config)
+        preflight.check_imagenet_weights(config)
 
 
 class _Storage:
@@ -185,10 +185,8 @@ def _images(folder, side, count=6):
 
 
 def test_auto_takes_the_pretrained_backbone_for_photo_sized_images_and_the_cnn_for_small_ones(tmp_path):
-    photos = local_runner.preflight(
-        PipelineConfig(data=_images(tmp_path / "photos", 200), root=str(tmp_path / "r"))
-    ).found
-    small = local_runner.preflight(PipelineConfig(data=_images(tmp_path / "small", 40), root=str(tmp_path / "r"))).found
+    photos = preflight.preflight(PipelineConfig(data=_images(tmp_path / "photos", 200), root=str(tmp_path / "r"))).found
+    small = preflight.preflight(PipelineConfig(data=_images(tmp_path / "small", 40), root=str(tmp_path / "r"))).found
     assert photos["model_choice"] == model_choice.Choice(
         "efficientnet_lite0", "photo-sized images, median shorter side 200 px over 12 sampled images"
     )
@@ -203,7 +201,7 @@ def test_auto_takes_the_pretrained_backbone_for_photo_sized_images_and_the_cnn_f
         photos["model_choice"].reason,
     )
     given = PipelineConfig(model="cnn", data=str(tmp_path / "photos"), root=str(tmp_path / "r"))
-    assert local_runner.preflight(given).found["model_choice"] is None  # a model given is kept
+    assert preflight.preflight(given).found["model_choice"] is None  # a model given is kept
     # An image size the chosen backbone cannot take is one line that says what chose it.
     with pytest.raises(ConfigError, match=r"--image-size 16: use 32 to 1024 .* \(photo-sized images, .*give --model"):
         model_choice.resolved(PipelineConfig(data=str(tmp_path / "photos"), image_size=16), photos["model_choice"])

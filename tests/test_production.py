@@ -315,7 +315,7 @@ def test_dataflow_batch_prediction_is_a_job_on_the_pipeline_image():
     assert temp == "gs://bucket-1/pipelines/imagepipe/tmp"  # the pipeline's own Dataflow temp folder
 
     p = beam.Pipeline(options=PipelineOptions(dataflow_args(config, cloud) + ["--dry_run=True", "--no_auth"]))
-    batch_predict.build(p, f"{temp}/inputs.jsonl", model, output, top=3, max_pixels=config.max_pixels)
+    batch_predict.build(p, f"{temp}/inputs.jsonl", batch_predict.Job(model, output, 3, config.max_pixels))
     job = p.run().job
     workers, gcp = job.options.view_as(WorkerOptions), job.options.view_as(GoogleCloudOptions)
     assert (workers.sdk_container_image, workers.max_num_workers) == (IMAGE, 5)

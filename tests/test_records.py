@@ -7,8 +7,8 @@ import zlib
 import pytest
 import tensorflow as tf
 
-from components.example_gen.checking.example_codec import encode_example
-from components.example_gen.writing import tfrecord_io
+from images import tfrecord_io
+from images.example_codec import encode_example
 
 
 def _tf_example(features):

@@ -282,7 +282,7 @@ def test_decisions_not_applied_are_listed_with_why_and_copies_count_as_files(tmp
     whose new label is not a class, is listed and not applied; exact copies are files each; a relabel to the label
     the file already has changes nothing."""
     from components.example_gen import executor
-    from components.example_gen.finding.listing import Candidate, Listing
+    from images.finding.listing import Candidate, Listing
 
     path = str(tmp_path / "r.csv")
     log = review_file.Log(path)

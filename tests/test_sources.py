@@ -6,8 +6,8 @@ import unicodedata
 import pytest
 from conftest import image_bytes, make_class_tree, write
 
-from components.example_gen.checking.image_check import Reason
-from components.example_gen.finding import sources
+from images.finding import sources
+from images.image_check import Reason
 
 
 def _by_path(listing):

@@ -166,7 +166,7 @@ def test_one_epoch_on_class_sorted_records_learns_well_above_chance(tmp_path):
     hp = HParams(model="cnn", image_size=SIZE, batch_size=64, seed=5)
     keras.utils.set_random_seed(hp.seed)
     model = models.build(hp, num_classes=8)
-    models.compile_model(model, hp.learning_rate)
+    models.compile_model(model, hp)
     model.fit(input_pipeline.make_dataset([str(tmp_path / "train.gz")], hp, training=True), epochs=1, verbose=0)
     _, accuracy, *_ = model.evaluate(
         input_pipeline.make_dataset([str(tmp_path / "eval.gz")], hp, training=False), verbose=0
@@ -198,7 +198,9 @@ def test_features_past_the_cache_budget_stream_through_a_bounded_buffer(tmp_path
     for budget, cached in ((100, True), (0.01, False)):  # megabytes (the records are ~30 kB in all)
         hp = HParams(model="efficientnet_lite0", cache_megabytes=budget, batch_size=50, seed=2)
         assert (input_pipeline.measure(input_pipeline.list_files([str(tmp_path / "*")]))[1] <= budget) == cached
-        dataset = input_pipeline.make_feature_dataset([str(tmp_path / "*")], hp, dim, 1, training=True)
+        dataset = input_pipeline.make_feature_dataset(
+            [str(tmp_path / "*")], hp, {"dim": dim, "views": {}}, training=True
+        )
         seen = np.concatenate([x[:, 0].numpy() for x, _ in dataset]).astype(int)
         assert sorted(seen.tolist()) == list(range(count)) and seen.tolist() != sorted(seen.tolist())
 
@@ -224,7 +226,9 @@ def test_records_read_once_serve_every_dataset_built_on_them(tmp_path):
     assert sum(len(y) for _, y in first) == 40
     seen = lambda d: sorted(np.concatenate([x[:, 0].numpy() for x, _ in d]).astype(int).tolist())  # noqa: E731
     assert seen(
-        input_pipeline.make_feature_dataset([], hp, dim, 1, training=False, shared_records=features_read)
+        input_pipeline.make_feature_dataset(
+            [], hp, {"dim": dim, "views": {}}, training=False, shared_records=features_read
+        )
     ) == list(range(count))
     shutil.rmtree(tmp_path / "pixels")
     shutil.rmtree(tmp_path / "features")  # every later dataset reads the copy in memory
@@ -234,7 +238,11 @@ def test_records_read_once_serve_every_dataset_built_on_them(tmp_path):
         )
         assert [len(y) for _, y in again][:1] == [batch_size] and sum(len(y) for _, y in again) == 40
         trial = input_pipeline.make_feature_dataset(
-            [], dataclasses.replace(hp, batch_size=batch_size), dim, 1, training=True, shared_records=features_read
+            [],
+            dataclasses.replace(hp, batch_size=batch_size),
+            {"dim": dim, "views": {}},
+            training=True,
+            shared_records=features_read,
         )
         assert seen(trial) == list(range(count))
     small = HParams(model="cnn", image_size=SIZE, cache_megabytes=0.001)
@@ -344,7 +352,7 @@ def test_transfer_models_train_in_two_phases(name, weights, tmp_path):
         return [w.numpy().copy() for w in backbone.weights], [w.numpy().copy() for w in model.layers[-1].weights]
 
     # Phase 1: the backbone is frozen, the head learns.
-    models.compile_model(model, hp.learning_rate)
+    models.compile_model(model, hp)
     before_backbone, before_head = snapshot()
     model.fit(x, y, epochs=1, batch_size=8, verbose=0)
     after_backbone, after_head = snapshot()
@@ -356,7 +364,9 @@ def test_transfer_models_train_in_two_phases(name, weights, tmp_path):
     assert 0 < unfrozen <= 10
     trainable = [layer for layer in backbone.layers if layer.trainable_weights]
     assert trainable and all(not isinstance(layer, keras.layers.BatchNormalization) for layer in trainable)
-    models.compile_model(model, hp.fine_tune_learning_rate * 1000)
+    models.compile_model(
+        model, dataclasses.replace(hp, fine_tune_learning_rate=hp.fine_tune_learning_rate * 1000), fine_tuning=True
+    )
     tuned_before = [w.numpy().copy() for layer in trainable for w in layer.trainable_weights]
     model.fit(x, y, epochs=1, batch_size=8, verbose=0)
     tuned_after = [w.numpy() for layer in trainable for w in layer.trainable_weights]

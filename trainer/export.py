@@ -21,7 +21,7 @@ Keras 3 functional model cannot hold; a tf.function can call both.
 The model runs on at most MODEL_CHUNK images at a time, whatever batch a caller sends: its
 activations, not the encoded bytes, are what a batch costs in memory (MobileNetV2 at 160 px: about
 8 MB an image), and callers batch by count or by encoded bytes (TFMA sent ~700 small JPEGs at once,
-5 GB of activations). Transform's decoding is bounded the same way (trainer/decoding.py, in preprocessing_fn).
+5 GB of activations). Transform's decoding is bounded the same way (images/decoding.py, in preprocessing_fn).
 """
 
 import types

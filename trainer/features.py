@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from trainer import feature_keys
+from images import feature_keys
 
 # Raw features, as ImageExampleGen writes them.
 IMAGE_KEY = feature_keys.ENCODED

@@ -10,7 +10,7 @@ import math
 import os
 from typing import Any, Dict, Optional
 
-from settings import any_of, checked, declared, items, setting
+from settings import SEED, any_of, checked, declared, items, setting
 from trainer import operating_point
 from trainer.class_balance import ACCURACY_THRESHOLD, IMBALANCED_RATIO, MIN_CLASS_RECALL
 from trainer.class_balance import MODES as BALANCE_MODES
@@ -57,9 +57,6 @@ def describe_model(model: str, weights: str, choice: str = "") -> str:
             else f", weights {os.path.basename(weights)}"
         )
     return model + (f" (--model auto: {choice})" if choice else "")
-
-
-SEED = 42  # the one default seed of a run: ingestion's shuffle, the splits' order, weights, augmentation
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ arrives in a block even then. The records are counted once, so the dataset has a
 known length: Keras 3 then knows each epoch's steps.
 """
 
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -90,14 +90,24 @@ def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) ->
     return max(1, min(records, max(fits, hp.batch_size)))
 
 
+class Batching(NamedTuple):
+    """How records are batched: `size` a batch (0: hp.batch_size), every batch of one shape (`drop_remainder`:
+    what TPUs and several replicas need), and multi-label records' number of labels (`multi_hot`; 0: single-label)."""
+
+    size: int = 0
+    drop_remainder: bool = False
+    multi_hot: int = 0
+
+
+DEFAULT_BATCHING = Batching()  # hp.batch_size a batch, the last one short, single-label
+
+
 def make_dataset(
     file_patterns: List[str],
     hp: HParams,
     training: bool,
-    batch_size: int = 0,
-    drop_remainder: bool = False,
+    batching: Batching = DEFAULT_BATCHING,
     balance: Optional[Balance] = None,
-    multi_hot: int = 0,
     shared_records: Optional[Records] = None,
     part: Optional[Part] = None,
 ) -> tf.data.Dataset:
@@ -114,7 +124,7 @@ def make_dataset(
     Tuner's trials); without, each call counts them and caches its own. `part`: only that part of a holdout's
     records (trainer/holdout.py; shared_records must be of the same part).
     """
-    batch_size = batch_size or hp.batch_size
+    batch_size, drop_remainder, multi_hot = batching.size or hp.batch_size, batching.drop_remainder, batching.multi_hot
     sampling = training and balance is not None and balance.mode == "sampling"
     files, records, megabytes, shared = shared_records or _counted(file_patterns, part)
     cached = megabytes <= hp.cache_limit_megabytes()
@@ -260,13 +270,10 @@ def class_balanced(
 def make_feature_dataset(
     file_patterns: List[str],
     hp: HParams,
-    dim: int,
-    views: int,
+    source: Dict[str, Any],
     training: bool,
-    batch_size: int = 0,
-    drop_remainder: bool = False,
+    batching: Batching = DEFAULT_BATCHING,
     balance: Optional[Balance] = None,
-    multi_hot: int = 0,
     shared_records: Optional[Records] = None,
     part: Optional[Part] = None,
 ) -> tf.data.Dataset:
@@ -275,11 +282,13 @@ def make_feature_dataset(
 
     Small (a few kB an image), so cached and shuffled over the whole set when they fit the cache budget (the
     pixels' rule: HParams.cache_limit_megabytes); past it (a few million images) streamed from shuffled files
-    through a bounded shuffle buffer. A record holds `views` vectors (the plain image, then augmented views);
-    training draws one per image each epoch, evaluation takes the plain one. `shared_records` and `part`: as
+    through a bounded shuffle buffer. `source`: the features step's (trainer/training.py features_source): the
+    vectors' "dim", and the augmented "views" of each split; a train record holds the plain image's vector, then its
+    views'. Training draws one per image each epoch, evaluation takes the plain one. `shared_records` and `part`: as
     make_dataset's.
     """
-    batch_size = batch_size or hp.batch_size
+    dim, views = source["dim"], source["views"].get("train", 0) + 1
+    batch_size, drop_remainder, multi_hot = batching.size or hp.batch_size, batching.drop_remainder, batching.multi_hot
     files, records, megabytes, shared = shared_records or _counted(file_patterns, part)
     cached = megabytes <= hp.cache_limit_megabytes()
     sampling = training and balance is not None and balance.mode == "sampling"

@@ -7,7 +7,7 @@
                                                (multi-label: the probabilities, the labels in the metadata)
 
 Like the TFLite models (trainer/tflite_export.py), they take the image already decoded and resized to the model's
-input, as AutoML's edge exports do (trainer/decoding.decode_and_resize is how training resized); the scaling to
+input, as AutoML's edge exports do (images/decoding.decode_and_resize is how training resized); the scaling to
 the backbone's range is inside. Both are made from the same frozen graph of the Keras model (pixels to
 probabilities). ONNX is scored on the held-out train images (trainer/holdout.py) next to the Keras model (top-1 agreement and the largest
 difference of a probability); Core ML cannot run on Linux, so what can be checked is: the spec's input (an image

@@ -15,6 +15,7 @@ The backbones are trained in two phases: a head on the frozen backbone's cached 
 
 import contextlib
 import os
+import shutil
 import tempfile
 from typing import Iterator, Optional
 
@@ -33,7 +34,6 @@ def staged_path(path: str) -> str:
 
 
 def discard_staged(local: str) -> None:
-    import shutil
 
     shutil.rmtree(os.path.dirname(local), ignore_errors=True)
 
@@ -305,12 +305,14 @@ class WeightedBinaryCrossEntropy(keras.losses.Loss):
         return {**super().get_config(), "positive_weights": self.positive_weights}
 
 
-def compile_model(model: keras.Model, learning_rate: float, positive_weights=None) -> None:
-    """Adam on cross-entropy; accuracy, balanced accuracy and the class-balanced loss (over the model's own
+def compile_model(model: keras.Model, hp: HParams, positive_weights=None, fine_tuning: bool = False) -> None:
+    """Adam at hp's learning rate (its fine-tuning one when `fine_tuning`: the backbone's top layers unfrozen) on
+    cross-entropy; accuracy, balanced accuracy and the class-balanced loss (over the model's own
     classes) are reported. They weigh each example as the loss does: the padding of a TPU's last eval batch
     (input_pipeline.batched) counts nowhere, and with --class-balance weights the training figures are
     weighted like its loss (balanced accuracy is the same either way: a class's weight cancels in its mean)."""
     num_classes = model.outputs[0].shape[-1]
+    learning_rate = hp.fine_tune_learning_rate if fine_tuning else hp.learning_rate
     if is_multi_label(model):  # each label on its own: weighted binary cross-entropy, macro AUC-PR followed
         model.compile(
             optimizer=keras.optimizers.Adam(learning_rate),

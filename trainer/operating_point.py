@@ -210,6 +210,31 @@ def _candidates(margin: np.ndarray, own: np.ndarray, now: float) -> np.ndarray:
     return np.concatenate([points + 1e-6, [points[0] - 1.0, now]])
 
 
+def recall_floors(rule: str, class_names: Sequence[str], recall_floor: float) -> np.ndarray:
+    """Each class's recall floor: --min-class-recall, or the rule's own floor for the class where it is higher."""
+    own = parse(rule)
+    unknown = sorted(set(own) - set(class_names))
+    if unknown:
+        raise ValueError(
+            f"--operating-point names {', '.join(repr(u) for u in unknown)}: not one of the classes "
+            f"({', '.join(class_names[:10])}{', ...' if len(class_names) > 10 else ''})"
+        )
+    return np.array([max(recall_floor, own.get(name, 0.0)) for name in class_names])
+
+
+def _offsets(logits, labels, floors, accuracy_floor: float, rule: str, imbalanced: bool, class_names) -> tuple:
+    """(the logit offsets, why they are the argmax's when a search was wanted but cannot run, else "")."""
+    classes = len(class_names)
+    argmax_meets = not _shortfalls(figures(labels, logits.argmax(axis=1), classes), floors, accuracy_floor, class_names)
+    if rule == ARGMAX or (rule == AUTO and not imbalanced and argmax_meets):
+        return np.zeros(classes), ""
+    if not len(labels):
+        return np.zeros(classes), "no held-out images: the head's argmax"
+    if classes > MAX_CLASSES:
+        return np.zeros(classes), f"over {MAX_CLASSES} classes: the head's argmax"
+    return search_offsets(logits, labels, floors, accuracy_floor), ""
+
+
 def choose(
     probabilities: np.ndarray,
     labels: np.ndarray,
@@ -231,24 +256,8 @@ def choose(
     known = (labels >= 0) & (labels < classes)
     probabilities, labels = probabilities[known], labels[known]
     logits = log_probabilities(probabilities)
-    own = parse(rule)
-    unknown = sorted(set(own) - set(class_names))
-    if unknown:
-        raise ValueError(
-            f"--operating-point names {', '.join(repr(u) for u in unknown)}: not one of the classes "
-            f"({', '.join(class_names[:10])}{', ...' if classes > 10 else ''})"
-        )
-    floors = np.array([max(recall_floor, own.get(name, 0.0)) for name in class_names])
-    reason = ""
-    argmax_meets = not _shortfalls(figures(labels, logits.argmax(axis=1), classes), floors, accuracy_floor, class_names)
-    if rule == ARGMAX or (rule == AUTO and not imbalanced and argmax_meets):
-        offsets = np.zeros(classes)
-    elif not len(labels):
-        offsets, reason = np.zeros(classes), "no held-out images: the head's argmax"
-    elif classes > MAX_CLASSES:
-        offsets, reason = np.zeros(classes), f"over {MAX_CLASSES} classes: the head's argmax"
-    else:
-        offsets = search_offsets(logits, labels, floors, accuracy_floor)
+    floors = recall_floors(rule, class_names, recall_floor)
+    offsets, reason = _offsets(logits, labels, floors, accuracy_floor, rule, imbalanced, class_names)
     shifted = logits + offsets
     mistakes = int((shifted.argmax(axis=1) != labels).sum()) if len(labels) else 0
     temperature = fit_temperature(shifted, labels) if mistakes >= MIN_MISTAKES else 1.0

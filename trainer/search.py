@@ -128,7 +128,6 @@ class _Trials:
 
     def pixel_files(self):
         """The train split's pixels (a transfer model's: the Transform output its features were computed from)."""
-        import os
 
         if not self.source:
             return self.train_files
@@ -152,55 +151,47 @@ class _Trials:
     def datasets(self, hp: HParams, on_features: bool):
         from trainer import input_pipeline
 
-        shape = {
-            "batch_size": hp.batch_size * self.strategy.num_replicas_in_sync,
-            "drop_remainder": self.plan.static_shapes,
-        }
+        batching = input_pipeline.Batching(
+            hp.batch_size * self.strategy.num_replicas_in_sync, self.plan.static_shapes, self.multi_hot
+        )
         train_records, eval_records = self.records("train", on_features), self.records("held_out", on_features)
         if on_features:
-            views = self.source["views"].get("train", 0) + 1
             train = input_pipeline.make_feature_dataset(
                 self.train_files,
                 hp,
-                self.source["dim"],
-                views,
+                self.source,
                 training=True,
+                batching=batching,
                 balance=self.balance,
-                multi_hot=self.multi_hot,
                 shared_records=train_records,
                 part=self.parts["train"],
-                **shape,
             )
             evaluation = input_pipeline.make_feature_dataset(
                 self.train_files,
                 hp,
-                self.source["dim"],
-                views,  # the held-out train records hold the augmented views too: the plain one is read
+                self.source,  # the held-out train records hold the augmented views too: the plain one is read
                 training=False,
-                multi_hot=self.multi_hot,
+                batching=batching,
                 shared_records=eval_records,
                 part=self.parts["held_out"],
-                **shape,
             )
         else:
             train = input_pipeline.make_dataset(
                 self.pixel_files(),
                 hp,
                 training=True,
+                batching=batching,
                 balance=self.balance,
-                multi_hot=self.multi_hot,
                 shared_records=train_records,
                 part=self.parts["train"],
-                **shape,
             )
             evaluation = input_pipeline.make_dataset(
                 self.pixel_files(),
                 hp,
                 training=False,
-                multi_hot=self.multi_hot,
+                batching=batching,
                 shared_records=eval_records,
                 part=self.parts["held_out"],
-                **shape,
             )
         train, steps = input_pipeline.repeated(train)
         return train, steps, evaluation
@@ -225,7 +216,7 @@ def _hypermodel(trials: _Trials):
                 else:
                     model = models.build(hp, trials.num_classes, multi_label=trials.multi_label)
                 models.set_output_bias(model, trials.balancing["initial_bias"])
-                models.compile_model(model, hp.learning_rate, trials.positive_weights)
+                models.compile_model(model, hp, trials.positive_weights)
             return model
 
         def fit(self, space, model, *args, callbacks=None, **kwargs):
@@ -262,7 +253,7 @@ def _fine_tune_trial(trials: _Trials, hp: HParams, head) -> dict:
         )
         models.copy_head(head, whole)
         models.unfreeze_top(whole, hp.fine_tune_layers)
-        models.compile_model(whole, hp.fine_tune_learning_rate, trials.positive_weights)
+        models.compile_model(whole, hp, trials.positive_weights, fine_tuning=True)
     train, steps, evaluation = trials.datasets(hp, on_features=False)
     stop = early_stopping(hp, trials.objective, restore_best_weights=True)
     tuned = whole.fit(

@@ -17,7 +17,8 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Optional, Tuple
+import warnings
+from typing import NamedTuple, Optional, Tuple
 
 import keras
 import numpy as np
@@ -124,16 +125,15 @@ def _train_head_on_features(model, inputs: "_Inputs", callbacks) -> None:
     on the training part of the train split and validates on its held-out part (trainer/holdout.py)."""
     hp, source = inputs.hp, inputs.source
     train_files = inputs.fn_args.train_files
-    views = source["views"].get("train", 0) + 1
-    shape = {"batch_size": inputs.batch, "drop_remainder": inputs.static, "multi_hot": inputs.multi_hot}
+    batching = input_pipeline.Batching(inputs.batch, inputs.static, inputs.multi_hot)
     train, steps = input_pipeline.repeated(
         input_pipeline.make_feature_dataset(
-            train_files, hp, source["dim"], views, training=True, balance=inputs.balance, part=inputs.training, **shape
+            train_files, hp, source, training=True, batching=batching, balance=inputs.balance, part=inputs.training
         )
     )
     # held-out train records hold the augmented views too: validation reads the plain one
     validation = input_pipeline.make_feature_dataset(
-        train_files, hp, source["dim"], views, training=False, part=inputs.validation, **shape
+        train_files, hp, source, training=False, batching=batching, part=inputs.validation
     )
     if isinstance(inputs.strategy, tf.distribute.MultiWorkerMirroredStrategy):
         train = input_pipeline.sharded_across_workers(
@@ -147,7 +147,8 @@ def _train_head_on_features(model, inputs: "_Inputs", callbacks) -> None:
     with inputs.strategy.scope():
         head = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
-        models.compile_model(head, hp.learning_rate, inputs.balancing.get("positive_weights"))
+        models.compile_model(head, hp, inputs.balancing.get("positive_weights"))
+    views = source["views"].get("train", 0) + 1
     logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
     head.fit(train, steps_per_epoch=steps, validation_data=validation, epochs=hp.epochs, callbacks=callbacks, verbose=0)
     models.copy_head(head, model)
@@ -290,10 +291,8 @@ class _Inputs:
             self.pixel_files,
             self.hp,
             training=training,
-            batch_size=self.batch,
-            drop_remainder=self.static,
+            batching=input_pipeline.Batching(self.batch, self.static, self.multi_hot),
             balance=self.balance,
-            multi_hot=self.multi_hot,
             part=self.training if training else self.validation,
         )
         if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -358,7 +357,8 @@ def _train_and_export(
         wait_for_chief(fn_args, plan)
         return
     on_device = _keep_model_files(fn_args, hp, model, info, inputs, decision)
-    record = _training_record(inputs, tuned, warm_started, cold_reason, seconds, phases, on_device, decision, trials)
+    trained = _Trained(phases, seconds, trials, decision, on_device)
+    record = _training_record(inputs, tuned, warm_started, cold_reason, trained)
     tf.io.gfile.makedirs(fn_args.model_run_dir)
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_LOG), "w") as f:
         f.write(json.dumps(record, indent=1))
@@ -395,6 +395,23 @@ def _train_phases(model, inputs: _Inputs, callbacks) -> list:
     return phases
 
 
+def _cnn_trial(inputs: _Inputs, budget: "model_trials.Budget", trials: list) -> tuple:
+    """The small cnn as a candidate, at about its usual input size: (its trial, model, phases and settings; the
+    model and phases None when it was not tried)."""
+    hp = inputs.hp
+    cnn_hp = model_trials.cnn_hparams(hp)
+    trial = model_trials.Trial(model_trials.CNN, f"the cnn ({hp.image_size // cnn_hp.cnn_downsample} px)")
+    trial.note, cnn, cnn_phases = model_trials.unbeatable(trials), None, None
+    if not trial.note:
+        cnn_inputs = inputs.with_hp(cnn_hp)
+        with inputs.strategy.scope():
+            cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
+            models.set_output_bias(cnn, inputs.balancing["initial_bias"])
+            models.compile_model(cnn, cnn_hp, inputs.balancing.get("positive_weights"))
+        cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
+    return trial, cnn, cnn_phases, cnn_hp
+
+
 def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
     """--model auto on photo-sized images (trainer/model_trials.py): the trained backbone's head against the small
     cnn and the backbone's top layers fine-tuned, each scored on the held-out images, those whose measured pace fits
@@ -408,16 +425,7 @@ def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
     _scored(first, phases[-1], head_seconds)
     trials, kept = [first], [(model, phases, hp)]
 
-    cnn_hp = model_trials.cnn_hparams(hp)
-    trial = model_trials.Trial(model_trials.CNN, f"the cnn ({hp.image_size // cnn_hp.cnn_downsample} px)")
-    trial.note, cnn, cnn_phases = model_trials.unbeatable(trials), None, None
-    if not trial.note:
-        cnn_inputs = inputs.with_hp(cnn_hp)
-        with inputs.strategy.scope():
-            cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
-            models.set_output_bias(cnn, inputs.balancing["initial_bias"])
-            models.compile_model(cnn, cnn_hp.learning_rate, inputs.balancing.get("positive_weights"))
-        cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
+    trial, cnn, cnn_phases, cnn_hp = _cnn_trial(inputs, budget, trials)
     trials.append(trial)
     kept.append((cnn, cnn_phases, cnn_hp))
 
@@ -478,19 +486,21 @@ def _trial(trial: model_trials.Trial, model, inputs: _Inputs, budget: model_tria
     return phases
 
 
-def _training_record(
-    inputs: _Inputs,
-    tuned: dict,
-    warm_started,
-    cold_reason: str,
-    seconds: float,
-    phases: list,
-    on_device: dict,
-    decision: dict,
-    trials: Optional[dict] = None,
-) -> dict:
+class _Trained(NamedTuple):
+    """What training did: its phases (EpochLogs), the seconds they took, --model auto's trials (None: no
+    comparison), the operating point chosen, the on-device exports written."""
+
+    phases: list
+    seconds: float
+    trials: Optional[dict]
+    decision: dict
+    on_device: dict
+
+
+def _training_record(inputs: _Inputs, tuned: dict, warm_started, cold_reason: str, trained: _Trained) -> dict:
     """training.json: the strategy, settings, classes, each epoch's metrics and the exports."""
     hp, plan, source, replicas = inputs.hp, inputs.plan, inputs.source, inputs.replicas
+    phases, on_device = trained.phases, trained.on_device
     return {
         "strategy": plan.describe(replicas),
         "device_kind": plan.kind,
@@ -504,7 +514,7 @@ def _training_record(
         "warm_started_from": warm_started,
         "warm_start_skipped": cold_reason,
         "deterministic": hp.deterministic,
-        "train_seconds": round(seconds, 2),
+        "train_seconds": round(trained.seconds, 2),
         "epochs": [e for p in phases for e in p.epochs],
         # The options whose epoch cap ended a phase that was still improving (raise them).
         "still_improving": [p.option for p in phases if p.still_improving()],
@@ -518,9 +528,9 @@ def _training_record(
         "held_out": inputs.holdout.record(inputs.class_names),
         # How the model decides and its temperature, or a multi-label model's label thresholds
         # (trainer/operating_point.py)
-        "operating_point": decision,
+        "operating_point": trained.decision,
         # --model auto's candidates on photo-sized images, each scored on the held-out images (trainer/model_trials.py)
-        "model_trials": trials,
+        "model_trials": trained.trials,
     }
 
 
@@ -547,7 +557,7 @@ def _build_model(
             logging.info("Trainer: warm-started from %s", warm_started)
         elif hp.warm_start:
             logging.warning("Trainer: not warm-starting (%s); training from scratch", cold_reason)
-        models.compile_model(model, hp.learning_rate, balancing.get("positive_weights"))
+        models.compile_model(model, hp, balancing.get("positive_weights"))
     return model, warm_started, cold_reason
 
 
@@ -563,7 +573,7 @@ def _unfreeze(model, inputs: _Inputs) -> None:
     hp, balancing = inputs.hp, inputs.balancing
     with inputs.strategy.scope():
         unfrozen = models.unfreeze_top(model, hp.fine_tune_layers)
-        models.compile_model(model, hp.fine_tune_learning_rate, balancing.get("positive_weights"))
+        models.compile_model(model, hp, balancing.get("positive_weights"), fine_tuning=True)
     logging.info("Trainer: fine-tuning the top %d backbone layers", unfrozen)
 
 
@@ -639,22 +649,24 @@ def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
     if inputs.on_features and not fine_tuned:
         scorer = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
         models.copy_head(model, scorer)
-        views = source["views"].get("train", 0) + 1  # the plain view is read
-        dataset = input_pipeline.make_feature_dataset(
+        dataset = input_pipeline.make_feature_dataset(  # the plain view is read
             inputs.fn_args.train_files,
             hp,
-            source["dim"],
-            views,
+            source,
             training=False,
+            batching=input_pipeline.Batching(multi_hot=inputs.multi_hot),
             part=inputs.validation,
-            multi_hot=inputs.multi_hot,
         )
     else:
         backbone = models.make_backbone(hp, source["backbone_weights"]) if inputs.on_features else None
         scorer = models.build(hp, inputs.num_classes, backbone, inputs.multi_label)
         scorer.set_weights(model.get_weights())
         dataset = input_pipeline.make_dataset(
-            inputs.pixel_files, hp, training=False, part=inputs.validation, multi_hot=inputs.multi_hot
+            inputs.pixel_files,
+            hp,
+            training=False,
+            batching=input_pipeline.Batching(multi_hot=inputs.multi_hot),
+            part=inputs.validation,
         )
     probabilities, labels = [], []
     for x, y in dataset:
@@ -677,9 +689,7 @@ OUT_OF_FOLD_LIMIT = 20_000
 def _train_features(inputs: _Inputs):
     """(the plain view's features [images, dim], labels [images]) of the whole train split, in memory."""
     source = inputs.source
-    dataset = input_pipeline.make_feature_dataset(
-        inputs.fn_args.train_files, inputs.hp, source["dim"], source["views"].get("train", 0) + 1, training=False
-    )
+    dataset = input_pipeline.make_feature_dataset(inputs.fn_args.train_files, inputs.hp, source, training=False)
     vectors, labels = [], []
     for x, y in dataset:
         vectors.append(x.numpy())
@@ -699,7 +709,7 @@ def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
     keras.utils.set_random_seed(seed)
     head = models.head(inputs.num_classes, inputs.source["dim"], hp)
     models.set_output_bias(head, balancing["initial_bias"])
-    models.compile_model(head, hp.learning_rate)
+    models.compile_model(head, hp)
     head.fit(
         vectors,
         labels,
@@ -715,7 +725,6 @@ def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
 def _out_of_fold(inputs: _Inputs, vectors, labels, epochs: int):
     """(the probabilities of every train image from a head that did not train on it, the folds): OUT_OF_FOLD
     stratified folds (scikit-learn's StratifiedKFold), each head trained on the others (_fit_head)."""
-    import warnings
 
     from sklearn.model_selection import StratifiedKFold
 
@@ -729,6 +738,19 @@ def _out_of_fold(inputs: _Inputs, vectors, labels, epochs: int):
         head = _fit_head(inputs, vectors[fitted], labels[fitted], epochs, inputs.hp.seed + fold)
         probabilities[held] = head.predict(vectors[held], batch_size=1024, verbose=0)
     return probabilities, splits
+
+
+def _model_on_held_out(held, offsets, num_classes: int) -> dict:
+    """The trained model itself on its held-out images, at its argmax and as it decides now (what the kept epoch was
+    measured on, whatever the rule was chosen on)."""
+    probabilities, labels = held
+    known = (labels >= 0) & (labels < num_classes)
+    logits = operating_point.log_probabilities(probabilities[known])
+    return {
+        "images": int(known.sum()),
+        "argmax": operating_point.figures(labels[known], logits.argmax(1), num_classes),
+        "chosen": operating_point.figures(labels[known], (logits + np.asarray(offsets)).argmax(1), num_classes),
+    }
 
 
 def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", warm_started=None) -> dict:
@@ -773,17 +795,7 @@ def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", war
     )
     decision["chosen_on"] = chosen_on
     decision["refitted"] = refit is not None
-    # the trained model itself on its held-out images, at its argmax and as it decides now (what the kept epoch was
-    # measured on, whatever the rule was chosen on)
-    known = (held[1] >= 0) & (held[1] < inputs.num_classes)
-    logits = operating_point.log_probabilities(held[0][known])
-    decision["model_on_held_out"] = {
-        "images": int(known.sum()),
-        "argmax": operating_point.figures(held[1][known], logits.argmax(1), inputs.num_classes),
-        "chosen": operating_point.figures(
-            held[1][known], (logits + np.asarray(decision["offsets"])).argmax(1), inputs.num_classes
-        ),
-    }
+    decision["model_on_held_out"] = _model_on_held_out(held, decision["offsets"], inputs.num_classes)
     if inputs.holdout.empty:
         decision["reason"] = "nothing held out (no class has two train images): the head's argmax"
     if refit is not None:

@@ -6,7 +6,7 @@
     <serving model>/tflite/labels.txt            the class names, one per line, in output order
 
 Each takes what a mobile app holds: uint8 RGB (or grey) pixels [1, size, size, channels], the
-image already resized to the model's input size (trainer/decoding.decode_and_resize is how
+image already resized to the model's input size (images/decoding.decode_and_resize is how
 training did it), and gives class probabilities [batch, classes]. Pusher copies the folder, so the
 files travel with every pushed model. Each is scored on the held-out train images (up to EVAL_LIMIT;
 trainer/holdout.py: the Trainer never reads the eval split) next to the Keras model the SavedModel serves, on the
@@ -147,7 +147,9 @@ def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:
 
 
 def _calibration(train_files: List[str], hp: HParams, multi_hot: int) -> Iterable[List[np.ndarray]]:
-    dataset = input_pipeline.make_dataset(train_files, hp, training=False, batch_size=1, multi_hot=multi_hot)
+    dataset = input_pipeline.make_dataset(
+        train_files, hp, training=False, batching=input_pipeline.Batching(1, multi_hot=multi_hot)
+    )
     for images, _ in dataset.take(CALIBRATION_SAMPLES):
         yield [images.numpy()]
 

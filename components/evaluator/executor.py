@@ -29,6 +29,7 @@ the views teams coming from Vertex AutoML expect.
 
 import json
 import os
+import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
@@ -381,7 +382,6 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
 
     def _score_test(self, input_dict, evaluation_uri: str, exec_properties) -> None:
         """TFX's Evaluator once more, on the test split alone, into <evaluation>/test (blessing nothing)."""
-        import tempfile
 
         from tfx.types import standard_artifacts
 

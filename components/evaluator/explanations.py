@@ -20,6 +20,8 @@ import os
 import time
 from typing import Any, Dict, List
 
+import numpy as np
+
 from components.evaluator import Blessing
 
 EXPLANATIONS_DIR = "explanations"
@@ -77,7 +79,7 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
     row)."""
     import tensorflow as tf
 
-    from trainer import feature_keys as keys
+    from images import feature_keys as keys
     from trainer import features
 
     labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT
@@ -118,7 +120,6 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
 def _explain_chosen(explainer, rows: List[Dict[str, Any]], images, chosen: List[int], out_dir: str):
     """Each chosen image's map written over it: (index.json's image entries, the correct ones' (image, map) by
     predicted class)."""
-    import numpy as np
 
     from trainer import explain
 
@@ -138,7 +139,6 @@ def _explain_chosen(explainer, rows: List[Dict[str, Any]], images, chosen: List[
 
 def _class_maps(per_class: Dict[str, list], out_dir: str) -> List[Dict[str, Any]]:
     """Per predicted class, the mean map of its correctly classified images, over their mean image."""
-    import numpy as np
 
     from trainer import explain
 

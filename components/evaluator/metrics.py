@@ -156,6 +156,12 @@ class MeanClassRecall(metric_types.Metric):
 FOUND_ONE = 1e-9
 
 
+def _floor(value: float):
+    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
+
+    return tfma_config.MetricThreshold(value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": value}))
+
+
 def class_specs(
     eval_examples: Sequence[int],
     judged: Sequence[int],
@@ -177,12 +183,6 @@ def class_specs(
 
     judged, must_find = sorted(set(judged)), sorted(set(must_find) - set(judged))
     others = [c for c in range(len(eval_examples)) if c not in judged and c not in must_find]
-
-    def floor(value: float):
-        return tfma_config.MetricThreshold(
-            value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": value})
-        )
-
     specs = [
         tfma_config.MetricsSpec(
             metrics=[
@@ -202,14 +202,15 @@ def class_specs(
     if judged:
         specs.append(
             tfma_config.MetricsSpec(
-                metrics=[metric("ClassRecall", floor(min_class_recall)), metric("ClassPrecision")],
+                metrics=[metric("ClassRecall", _floor(min_class_recall)), metric("ClassPrecision")],
                 binarize=classes(judged),
             )
         )
     if must_find:
         specs.append(
             tfma_config.MetricsSpec(
-                metrics=[metric("ClassRecall", floor(FOUND_ONE)), metric("ClassPrecision")], binarize=classes(must_find)
+                metrics=[metric("ClassRecall", _floor(FOUND_ONE)), metric("ClassPrecision")],
+                binarize=classes(must_find),
             )
         )
     if others:

@@ -2,6 +2,8 @@
 plain dicts: the run summary, the report and the model card read the same figures.
 """
 
+import json
+import math
 import os
 from typing import Any, Dict, List, Optional
 
@@ -46,7 +48,6 @@ def metrics(evaluation_uri: str) -> Dict[str, Any]:
 def _read_overall_slice(evaluation_uri: str, names: List[str], found: Dict[str, Any]) -> None:
     """The overall slice's accuracies and example count into `found`, and each class's recall and precision
     (NaN: None) into found["per_class"] by name."""
-    import math
 
     import tensorflow_model_analysis as tfma
 
@@ -132,7 +133,6 @@ def weakest_label(found: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
 def class_gate(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """class_gate.json (components/evaluator/executor.py): the classes judged, their counts, what was compared."""
-    import json
 
     from tfx.dsl.io import fileio
 
@@ -218,7 +218,6 @@ def confusion_matrix(evaluation_uri: str) -> List[List[int]]:
 
 def views(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """views.json (components/evaluator/views.py), or None (an evaluation made before it existed)."""
-    import json
 
     from tfx.dsl.io import fileio
 
@@ -245,7 +244,6 @@ def test_split(evaluation_uri: str) -> Optional[Dict[str, Any]]:
 
 def accuracy_threshold(evaluation_uri: str) -> Optional[float]:
     """The accuracy the Evaluator blessed at, from the eval config it saved."""
-    import json
 
     from tfx.dsl.io import fileio
 

@@ -5,11 +5,11 @@ ingest_defaults.py  the ingestion settings, each declared once (Ingestion); inge
                     the executor reads them
 executor.py         the Beam graph of a run (its module docstring draws it), then the report
 ingest_report.py    the summary, the quarantine list and their checks
-finding/            which files, with which labels and splits (the input's layouts)
-checking/           each image read, checked and signed; the example encoded
 writing/            batches of files written to staging shards in worker processes, as Beam steps
 splitting/          the split by content hash per class, the waiting files placed, the final shards
-duplicates/         near-duplicate images found and decided
+
+Finding the files (the input's layouts), each image's check, signature and example encoding and the near-duplicate
+groups are the image library's (images/), which the pre-flight, prediction, the report and review use too.
 """
 
 # Files of the component's `report` output (read by runs/run_summary.py without importing TFX).

@@ -28,9 +28,8 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from components.example_gen import executor as image_executor
 from components.example_gen import ingest_defaults as defaults
 from components.example_gen import ingest_settings
-from settings import kind
+from settings import SEED, kind
 from storage.artifact_types import ImageIngestionReport
-from trainer.hparams import SEED
 
 
 class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):

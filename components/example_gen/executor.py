@@ -43,10 +43,6 @@ from components.example_gen import (
     SUMMARY_FILE,
     ingest_report,
 )
-from components.example_gen.checking.image_check import Reason
-from components.example_gen.duplicates import near_duplicates
-from components.example_gen.finding import sources
-from components.example_gen.finding.listing import Candidate, Listing, labels_of, split_sort_key
 from components.example_gen.ingest_report import (
     NEAR_DUPLICATE_COLUMNS,
     build_summary,
@@ -57,6 +53,10 @@ from components.example_gen.ingest_report import (
 from components.example_gen.ingest_settings import REPORT_KEY, IngestSettings
 from components.example_gen.splitting import placement, shards, stratify
 from components.example_gen.writing import batch_ingest, beam_steps
+from images.finding import sources
+from images.finding.listing import Candidate, Listing, labels_of, split_sort_key
+from images.image_check import Reason, bad_row
+from images.near_duplicates import grouping
 from stacks import IN_PROCESS_BEAM_RUNNERS
 from storage import files as fs
 from storage import review_file
@@ -69,6 +69,15 @@ def _write_json(value: Any, path: str) -> None:
 
 def _read_json(path: str) -> Any:
     return json.loads(io_utils.read_string_file(path))
+
+
+class SplitPlan(NamedTuple):
+    """How the files without a split of their own are split: the hash-assigned splits, each split's share of a
+    class, and for multi-label files the strata of their rarest label (stratify.py)."""
+
+    hash_splits: List[str]
+    shares: Any
+    strata: Optional[stratify.LabelStrata]
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
@@ -107,8 +116,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             else None
         )  # multi-label files are split by their rarest label
         review = review_decisions(settings.review, listing)
+        splits = SplitPlan(hash_splits, shares, strata)
         found, found_pairs, elapsed, search = self._inspect_and_write(
-            listing, settings, staging, label_map, hash_splits, shares, strata, review
+            listing, settings, staging, label_map, splits, review
         )
         placed = place_and_finalize(found, found_pairs, settings, staging, examples.uri, split_names)
         io_utils.delete_dir(staging)
@@ -137,9 +147,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         settings: IngestSettings,
         staging: str,
         label_map: Dict[str, int],
-        hash_splits,
-        shares,
-        strata: Optional[stratify.LabelStrata] = None,
+        splits: "SplitPlan",
         review: Optional[Dict[str, Any]] = None,
     ):
         """Every file inspected and written in one Beam pass (this machine's processes, or Dataflow's workers),
@@ -148,9 +156,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         batch_files = write_candidate_batches(listing, settings.seed, staging, processes)
         searched = settings.near_duplicates != "off"
         in_memory = near_search_in_memory(self._beam_pipeline_args, len(listing.candidates))
-        ingest_settings = batch_settings(
-            listing, settings, staging, label_map, hash_splits, shares, strata, review, searched, in_memory
-        )
+        ingest_settings = batch_settings(listing, settings, staging, label_map, splits, review, in_memory)
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
         quiet_pickler_trace()
@@ -161,11 +167,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                 processes,
                 ingest_settings,
                 len(listing.candidates),
-                settings,
-                staging,
-                hash_splits,
-                shares,
-                strata,
+                splits.shares,
                 near_in_beam=searched and not in_memory,
                 results_path=results_path,
             )
@@ -175,8 +177,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         if not in_memory:
             pairs = [(batch_ingest.Meta(*a), batch_ingest.Meta(*b)) for a, b in found["near_pairs"]]
             return found, pairs, time.monotonic() - started, {"where": "beam"}
-        near_started = time.monotonic()  # near-duplicates in this process (near_duplicates.py)
-        pairs = near_duplicates.search_files(found["signatures"], len(listing.candidates))
+        near_started = time.monotonic()  # near-duplicates in this process (images/near_duplicates/grouping.py)
+        found_pairs = grouping.search_files(found["signatures"], len(listing.candidates))
+        pairs = [(batch_ingest.Meta(*a), batch_ingest.Meta(*b)) for a, b in found_pairs]
         near_seconds = time.monotonic() - near_started
         return found, pairs, time.monotonic() - started, {"where": "memory", "seconds": round(near_seconds, 2)}
 
@@ -195,14 +198,12 @@ def batch_settings(
     settings: IngestSettings,
     staging: str,
     label_map: Dict[str, int],
-    hash_splits,
-    shares,
-    strata: Optional[stratify.LabelStrata],
+    splits: SplitPlan,
     review: Optional[Dict[str, Any]],
-    searched: bool,
     in_memory: bool,
 ) -> batch_ingest.Settings:
-    """What each InspectAndWrite batch needs to know, the strata's split bands included."""
+    """What each InspectAndWrite batch needs to know, the strata's split bands included. `in_memory`: the
+    near-duplicate search runs in this process (the workers write their signatures to files)."""
     # The classes' counts that place their files (stratify.py), with the review's relabels by path: a file
     # relabelled is placed in its new class.
     relabelled = {
@@ -211,20 +212,17 @@ def batch_settings(
         if action == "relabel"
     }
     unsplit = collections.Counter(
-        stratify.stratum(relabelled.get(c.rel_path, c.label), strata) for c in listing.candidates if not c.split
+        stratify.stratum(relabelled.get(c.rel_path, c.label), splits.strata) for c in listing.candidates if not c.split
     )
     return batch_ingest.Settings(
+        declared=settings.declared(),
         staging_dir=staging,
         label_ids=label_map,
-        hash_splits=hash_splits,
-        max_pixels=settings.max_pixels,
-        compression_level=settings.compression_level,
-        shard_bytes=settings.shard_megabytes << 20,
-        store_max_pixels=settings.store_max_pixels,
-        bands=stratify.bands(dict(unsplit), shares),
-        strata=strata,
+        hash_splits=splits.hash_splits,
+        bands=stratify.bands(dict(unsplit), splits.shares),
+        strata=splits.strata,
         signatures_in_files=in_memory,
-        sign=searched,
+        sign=settings.near_duplicates != "off",
         multi_label=listing.task == "multi",
         review=(review or {}).get("apply", {}),
     )
@@ -236,15 +234,13 @@ def inspect_and_write_stages(
     processes: int,
     ingest_settings: batch_ingest.Settings,
     total_files: int,
-    settings: IngestSettings,
-    staging: str,
-    hash_splits,
     shares,
-    strata: Optional[stratify.LabelStrata],
     near_in_beam: bool,
     results_path: str,
 ) -> None:
-    """The Beam graph (see the module docstring); its small results go to `results_path`."""
+    """The Beam graph (see the module docstring); its small results go to `results_path`. What the batches know
+    (`ingest_settings`: the declared settings, staging, the splits and strata) the later stages read too."""
+    declared, staging, strata = ingest_settings.declared, ingest_settings.staging_dir, ingest_settings.strata
     inspected = (
         p
         # File names travel in batch files: a Create of a million names would exceed
@@ -260,17 +256,17 @@ def inspect_and_write_stages(
         inspected.metas
         | "KeyByHash" >> beam.Map(beam_steps.key_by_hash)
         | "GroupByHash" >> beam.GroupByKey()
-        | "Resolve" >> beam.ParDo(beam_steps.Resolve(settings.drop_duplicates))
+        | "Resolve" >> beam.ParDo(beam_steps.Resolve(declared.drop_duplicates))
     )
     # The pending files placed by rank in their stratum, and their shards rewritten (placement.py).
     assigned = placement.stratum_items(inspected.results, resolved, inspected.pending, strata) | "Assign" >> beam.ParDo(
-        placement.Assign(hash_splits, shares)
+        placement.Assign(ingest_settings.hash_splits, shares)
     ).with_outputs("results", main="placed")
     rewritten = (
         assigned.placed
         | "ByPendingShard" >> beam.GroupByKey()
         | "Rewrite"
-        >> beam.ParDo(placement.Rewrite(staging, settings.compression_level, settings.shard_megabytes << 20))
+        >> beam.ParDo(placement.Rewrite(staging, declared.compression_level, declared.shard_megabytes << 20))
     )
     outputs = [inspected.results, resolved, assigned.results, rewritten]
     if near_in_beam:  # near-duplicates through Beam's shuffle (else after the run)
@@ -362,7 +358,7 @@ def usable_listing(settings: IngestSettings, report_uri: str) -> Listing:
     try:
         sources.check_usable(listing)
     except sources.DataError as e:
-        rows = [batch_ingest.bad_row(c.rel_path, *c.problem, c.label, c.split) for c in listing.candidates if c.problem]
+        rows = [bad_row(c.rel_path, *c.problem, c.label, c.split) for c in listing.candidates if c.problem]
         if not rows:
             raise
         kept = keep_failed(report_uri, rows, None)
@@ -400,11 +396,11 @@ def place_and_finalize(
 
     rejected = [(placed(meta), {**row, "split": placed(meta).split}) for meta, row in rejected]
     pairs = {(a.rel_path, b.rel_path): (placed(a), placed(b)) for a, b in found_pairs}
-    groups = near_duplicates.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
+    groups = grouping.group(list(pairs.values()), removed=[meta.rel_path for meta, _ in rejected])
     eval_written = sum(n for key, n in counts.items() if key[0] == "eval")
-    near, near_rejected = near_duplicates.decide(groups, settings.near_duplicates, eval_written)
+    near, near_rejected = grouping.decide(groups, settings.near_duplicates, eval_written)
     if settings.near_duplicates == "off":  # not 0: unknown (the card, the report and data health say so)
-        near.update({key: None for key in near_duplicates.SEARCHED_FIGURES})
+        near.update({key: None for key in grouping.SEARCHED_FIGURES})
     rejected += near_rejected
     shards.finalize_shards(
         [batch_ingest.Shard(*s) for s in found["shard"]],
@@ -454,7 +450,7 @@ def write_outputs(
     io_utils.write_string_file(os.path.join(report.uri, QUARANTINE_FILE), quarantine_csv(placed.bad))
     io_utils.write_string_file(
         os.path.join(report.uri, NEAR_DUPLICATES_FILE),
-        csv_text(NEAR_DUPLICATE_COLUMNS, near_duplicates.csv_rows(placed.groups)),
+        csv_text(NEAR_DUPLICATE_COLUMNS, grouping.csv_rows(placed.groups)),
     )
     for key in ("files_seen", "examples_written", "quarantined", "skipped_hidden", "downscaled"):
         report.set_int_custom_property(key, summary[key])
@@ -464,27 +460,25 @@ def write_outputs(
 
 def near_search_in_memory(beam_args: List[str], files: int) -> bool:
     """Whether the near-duplicate search runs in the executor's memory after the Beam run: on the local runners,
-    up to near_duplicates.MEMORY_MAX_IMAGES; otherwise (Dataflow, more images) as Beam stages."""
+    up to grouping.MEMORY_MAX_IMAGES; otherwise (Dataflow, more images) as Beam stages."""
     runner = PipelineOptions(beam_args or []).view_as(StandardOptions).runner or "DirectRunner"
-    return (
-        runner in (*IN_PROCESS_BEAM_RUNNERS, "BundleBasedDirectRunner") and files <= near_duplicates.MEMORY_MAX_IMAGES
-    )
+    return runner in (*IN_PROCESS_BEAM_RUNNERS, "BundleBasedDirectRunner") and files <= grouping.MEMORY_MAX_IMAGES
 
 
 def near_pairs_in_beam(metas, images: int):
-    """The near-duplicate search as Beam stages (near_duplicates.py): the pairs, as ("near_pairs", [a, b])."""
+    """The near-duplicate search as Beam stages (images/near_duplicates/grouping.py): the pairs, as ("near_pairs", [a, b])."""
     limits = (
         metas
         | "Signed" >> beam.Filter(lambda meta: bool(meta.signature))
-        | "SampleSignatures" >> beam.combiners.Top.Smallest(near_duplicates.SAMPLE, key=near_duplicates.sample_key)
-        | "Limits" >> beam.Map(near_duplicates.limits_from)
+        | "SampleSignatures" >> beam.combiners.Top.Smallest(grouping.SAMPLE, key=grouping.sample_key)
+        | "Limits" >> beam.Map(grouping.limits_from)
     )
     return (
         metas
-        | "BatchMetas" >> beam.BatchElements(min_batch_size=near_duplicates.BATCH, max_batch_size=near_duplicates.BATCH)
-        | "BandKeys" >> beam.FlatMap(near_duplicates.band_items, beam.pvalue.AsSingleton(limits), images)
+        | "BatchMetas" >> beam.BatchElements(min_batch_size=grouping.BATCH, max_batch_size=grouping.BATCH)
+        | "BandKeys" >> beam.FlatMap(grouping.band_items, beam.pvalue.AsSingleton(limits), images)
         | "GroupByBand" >> beam.GroupByKey()
-        | "NearPairs" >> beam.FlatMap(near_duplicates.bucket_pairs, beam.pvalue.AsSingleton(limits))
+        | "NearPairs" >> beam.FlatMap(grouping.bucket_pairs, beam.pvalue.AsSingleton(limits))
         | "AsResult" >> beam.Map(lambda pair: ("near_pairs", [list(pair[0]), list(pair[1])]))
     )
 

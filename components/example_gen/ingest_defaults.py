@@ -8,19 +8,18 @@ imports it without TFX.
 import dataclasses
 from typing import Optional
 
+from images.bounds import MAX_PIXELS
+from images.finding import LAYOUTS
 from settings import fraction, setting
 
-LAYOUTS = ("auto", "folders", "presplit", "manifest", "automl")
 # single-label (a class an image) or multi-label (any number of labels an image, none included); auto: multi-label
 # when a row names several labels, the manifest has a `labels` column, or the import file is AutoML's multi-label
 # kind (classificationAnnotations). Class folders are single-label.
 TASKS = ("auto", "single", "multi")
 # Near-duplicates (resized, recompressed, slightly cropped copies): "report" them, "drop" all but one
-# copy of each group with one label (near_duplicates.py), or "off": no signatures and no search, for a set
+# copy of each group with one label (images/near_duplicates/grouping.py), or "off": no signatures and no search, for a set
 # already deduplicated (ingestion ~1.8x faster; docs/benchmarks.md), and data health then cannot check leaks.
 NEAR_DUPLICATE_MODES = ("report", "drop", "off")
-# width * height * frames; larger files are quarantined (decompression bombs). Prediction and review keep the bound.
-MAX_PIXELS = 50_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +27,7 @@ class Ingestion:
     """What ImageExampleGen reads and how it writes. Files are ingested in an order shuffled with the run's seed
     (--seed, trainer/hparams.py), never in the listing's class-folder order."""
 
-    # folders, presplit or manifest, told apart by what the data holds (finding/sources.py)
+    # folders, presplit or manifest, told apart by what the data holds (images/finding/sources.py)
     layout: str = setting("auto", "input layout (default {default})", LAYOUTS)
     # Span pattern below `data` for new data drops, e.g. "span-{SPAN}": the latest span is read, with the
     # span_window - 1 spans before it.

@@ -15,8 +15,8 @@ from absl import logging
 from tfx.utils import io_utils
 
 from components.example_gen import SUMMARY_FILE
-from components.example_gen.checking.image_check import Reason
-from components.example_gen.finding.listing import Listing, labels_of
+from images.finding.listing import Listing, labels_of
+from images.image_check import Reason
 from storage.spreadsheet import csv_text
 from trainer import class_balance
 

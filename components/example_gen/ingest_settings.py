@@ -18,11 +18,10 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from components.example_gen import ingest_defaults as defaults
-from components.example_gen.finding import sources
-from components.example_gen.finding.listing import SPLIT_ALIASES, Listing
-from settings import kind, problem
+from images.finding import sources
+from images.finding.listing import SPLIT_ALIASES, Listing
+from settings import SEED, kind, problem
 from storage import files as fs
-from trainer.hparams import SEED
 
 REPORT_KEY = "report"  # the component's own output (beside FileBasedExampleGen's examples)
 SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills in {SPAN}
@@ -68,6 +67,10 @@ class IngestSettings(defaults.Ingestion):
             seed=SEED if props.get(SEED_KEY) is None else int(props[SEED_KEY]),
             **{f.name: _parameter(f, props.get(f.name)) for f in defaults.PARAMETERS},
         )
+
+    def declared(self) -> defaults.Ingestion:
+        """The declared settings alone (plain Python, no protos): what the per-file code in the workers reads."""
+        return defaults.Ingestion(**{f.name: getattr(self, f.name) for f in dataclasses.fields(defaults.Ingestion)})
 
     def input_fingerprint(self) -> str:
         """What decides whether a cached ingestion still holds: every file of the listing, and the review file's

@@ -24,6 +24,7 @@ import json
 import os
 from typing import NamedTuple, Optional
 
+import numpy as np
 from absl import logging
 
 from components.features import feature_cache
@@ -125,7 +126,6 @@ def prepare(hp: HParams, cache_root: str) -> Prepared:
 def _make(hp: HParams, cache_root: str) -> Prepared:
     """Makes the backbone, fingerprints its weights as loaded, and keeps them in the cache."""
     import keras
-    import numpy as np
 
     from trainer import models
 

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, NamedTuple
 
 import apache_beam as beam
+import numpy as np
 from absl import logging
 from tfx import types
 from tfx.dsl.components.base import base_beam_executor
@@ -36,8 +37,8 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import beam_settings
-from components.example_gen.checking import example_codec
 from components.features import SUMMARY_FILE, backbone, feature_cache
+from images import example_codec
 from storage.progress_events import progress_event
 from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, FEATURES_WEIGHTS_FILE
 from trainer.hparams import HParams
@@ -102,7 +103,6 @@ class ComputeFeatures(beam.DoFn):
         self._pending = collections.deque()
 
     def process(self, records: List[bytes]):
-        import numpy as np
         import tensorflow as tf
 
         from trainer import features
@@ -174,7 +174,6 @@ class ComputeFeatures(beam.DoFn):
         `raw`: each image's pixel bytes (stacked into arrays only for the images computed: most of a new
         span's are cached). Returns (backbone ms, cache write ms); Beam's counters count only in the DoFn's
         own thread."""
-        import numpy as np
         import tensorflow as tf
 
         from trainer import input_pipeline
@@ -215,7 +214,6 @@ class ComputeFeatures(beam.DoFn):
 
     def _finished(self, batch: _Batch):
         """The batch's outputs, once the backbone is done with it: its examples, and its moments."""
-        import numpy as np
 
         if batch.computing is not None:
             backbone_ms, write_ms = batch.computing.result()
@@ -318,11 +316,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         )
         pipeline = self._make_beam_pipeline()
         run = uuid.uuid4().hex  # its splits share one index of the cache (shared_cache)
-        profile_path = os.path.join(output.uri, FEATURE_PROFILE_FILE)
         for split in splits:
-            _add_split_stages(
-                pipeline, split, source, output, hp, prepared, cache_root, views[split], run, profile_path
-            )
+            compute = ComputeFeatures(hp, prepared, cache_root, views[split], run)
+            _add_split_stages(pipeline, split, source, output, compute)
         try:
             result = pipeline.run()
             result.wait_until_finish()
@@ -346,19 +342,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         logging.info("BackboneFeatures: %s", summary)
 
 
-def _add_split_stages(
-    pipeline,
-    split: str,
-    source,
-    output,
-    hp: HParams,
-    prepared,
-    cache_root: str,
-    views: int,
-    run: str,
-    profile_path: str,
-) -> None:
-    """A split's stages: its examples read, batched, through the backbone and written; train's moments profiled."""
+def _add_split_stages(pipeline, split: str, source, output, compute: "ComputeFeatures") -> None:
+    """A split's stages: its examples read, batched, through the backbone (`compute`) and written; train's moments
+    profiled."""
     computed = (
         pipeline
         | f"Read[{split}]"
@@ -369,8 +355,7 @@ def _add_split_stages(
         # call has a fixed cost): thousands of thumbnails a batch, a handful of photos.
         | f"Batch[{split}]"
         >> beam.BatchElements(min_batch_size=BATCH_BYTES, max_batch_size=BATCH_BYTES, element_size_fn=len)
-        | f"Features[{split}]"
-        >> beam.ParDo(ComputeFeatures(hp, prepared, cache_root, views, run)).with_outputs(MOMENTS, main="examples")
+        | f"Features[{split}]" >> beam.ParDo(compute).with_outputs(MOMENTS, main="examples")
     )
     _ = (
         computed.examples
@@ -385,7 +370,7 @@ def _add_split_stages(
         _ = (
             computed[MOMENTS]
             | "Moments" >> beam.CombineGlobally(_add_moments)
-            | "Profile" >> beam.Map(_write_profile, profile_path)
+            | "Profile" >> beam.Map(_write_profile, os.path.join(output.uri, FEATURE_PROFILE_FILE))
         )
 
 
@@ -418,7 +403,6 @@ def _add_moments(parts):
 
 def _write_profile(moments, path: str) -> None:
     """feature_profile.json: the mean and standard deviation of each feature over the training split."""
-    import numpy as np
 
     if moments is None:
         return

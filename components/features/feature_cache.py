@@ -35,6 +35,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import struct
 import threading
 import time
@@ -360,8 +361,6 @@ DELETE_CHUNK = 1000  # objects one remote delete names at most: a fingerprint's 
 def _remove(root: str, folder: str) -> None:
     """A fingerprint's (or sources/) files: the local folder whole, or its objects, listed as they go."""
     if not fs.is_remote(root):
-        import shutil
-
         shutil.rmtree(os.path.join(root, folder), ignore_errors=True)
         return
     from apache_beam.io.filesystems import FileSystems

@@ -6,7 +6,7 @@ gate.py           DataHealthGate: stops the run on the checks over their limits 
 label_issues.py   out-of-sample probabilities (k-fold) ranked with confident learning (cleanlab)
 checks.py         poor images, feature-space outliers, feature drift, the thresholds (plain Python)
 
-Near-duplicates are found at ingestion (components/example_gen/duplicates/near_duplicates.py); this
+Near-duplicates are found at ingestion (images/near_duplicates/grouping.py); this
 component reads ImageExampleGen's summary for their share of eval and gates on it with the rest.
 
 Files of the `health` output, read by the run summary and the report without TFX:

@@ -28,7 +28,6 @@ from tfx.utils import io_utils
 
 from components import beam_settings
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
-from components.example_gen.finding.listing import label_set
 from components.health import (
     HEALTH_FILE,
     LABEL_ISSUES_FILE,
@@ -40,6 +39,7 @@ from components.health import (
     passes,
 )
 from components.health.sample import LABEL_CHECK_SAMPLE, MIN_SAMPLED_PER_CLASS, Sample  # noqa: F401 (the bounds)
+from images.finding.listing import label_set
 from storage.relocation import pipeline_root_of, relocate
 from storage.spreadsheet import csv_text
 from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
@@ -199,7 +199,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         out_dir = os.path.join(self._get_tmp_dir(), "data_health")
         try:
             with self._make_beam_pipeline() as pipeline:
-                passes.build(pipeline, examples, feature_source, hp, names, sample, keep_pixels, multi_label, out_dir)
+                gathering = passes.Gathering(hp, names, sample, keep_pixels, multi_label)
+                passes.build(pipeline, examples, feature_source, gathering, out_dir)
             found = passes.read(out_dir)
         finally:
             if fileio.exists(out_dir):

@@ -13,6 +13,7 @@ probably wrong, ranked most likely first by self-confidence (the probability of 
 Nothing is relabelled or dropped: the suspects go into the report and label_issues.csv.
 """
 
+import dataclasses
 from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -73,7 +74,6 @@ def probabilities_from_features(vectors: np.ndarray, labels: np.ndarray, folds: 
 
 def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int, hp) -> np.ndarray:
     """The `cnn` of trainer/models.py trained a few epochs per fold ([n, size, size, channels] uint8 pixels)."""
-    import dataclasses
 
     import keras
     from sklearn.model_selection import StratifiedKFold
@@ -90,7 +90,7 @@ def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int
     ):
         keras.utils.set_random_seed(hp.seed + fold)
         model = models.build(hp, classes)
-        models.compile_model(model, hp.learning_rate)
+        models.compile_model(model, hp)
         model.fit(
             pixels[train].astype(np.float32),
             labels[train],
@@ -184,7 +184,6 @@ def multi_label_probabilities_from_features(vectors: np.ndarray, hot: np.ndarray
 
 def multi_label_probabilities_from_pixels(pixels: np.ndarray, hot: np.ndarray, folds: int, hp) -> np.ndarray:
     """The `cnn` of trainer/models.py, multi-label, trained a few epochs per fold (as probabilities_from_pixels)."""
-    import dataclasses
 
     import keras
     from sklearn.model_selection import KFold
@@ -200,9 +199,7 @@ def multi_label_probabilities_from_pixels(pixels: np.ndarray, hot: np.ndarray, f
         model = models.build(hp, hot.shape[1], multi_label=True)
         # Rare labels weighed as the Trainer weighs them: unweighted, a fold's model hardly ever gives them.
         models.compile_model(
-            model,
-            hp.learning_rate,
-            class_balance.positive_weights([int(n) for n in hot[train].sum(axis=0)], len(train)),
+            model, hp, class_balance.positive_weights([int(n) for n in hot[train].sum(axis=0)], len(train))
         )
         model.fit(
             pixels[train].astype(np.float32),

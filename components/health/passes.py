@@ -14,16 +14,16 @@ stage that waited for the fence would keep every image's distance and key in the
 
 import os
 import pickle
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import apache_beam as beam
 import numpy as np
 from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
-from components.example_gen.finding.listing import label_set
 from components.health import checks, label_issues
 from components.health.sample import Sample
+from images.finding.listing import label_set
 
 EXAMPLE_BATCH = 128  # examples decoded at a time (224 px: 19 MB of pixels, 77 MB as float32)
 FEATURE_BATCH = 1024  # feature records parsed at a time (1,280 values: ~5 MB a batch)
@@ -33,19 +33,27 @@ ROWS_FILE, SAMPLE_FILE, VECTORS_FILE, COUNTS_FILE = "rows.pickle", "sample.pickl
 _ROWS, _SAMPLED, _COUNTS, _VECTORS = "rows", "sampled", "counts", "vectors"
 
 
+class Gathering(NamedTuple):
+    """What the passes gather from each image: decoded as `hp` says, its class among `names`, the label check's
+    `sample` (with pixels at most 32 px a side when `keep_pixels`: the cnn's check), single- or multi-label."""
+
+    hp: Any
+    names: List[str]
+    sample: Sample
+    keep_pixels: bool
+    multi_label: bool
+
+
 def build(
     pipeline: beam.Pipeline,
     examples: Dict[str, str],
     features: Optional[Dict[str, Any]],
-    hp,
-    names: List[str],
-    sample: Sample,
-    keep_pixels: bool,
-    multi_label: bool,
+    gathering: Gathering,
     out_dir: str,
 ) -> None:
     """The graph. examples: split -> file pattern of Transform's examples; features: None, or {"dim": values an
     image, "views": split -> augmented views a record, "files": split -> file pattern}."""
+    sample, multi_label = gathering.sample, gathering.multi_label
     if features is None:
         far = pipeline | "NoFeatures" >> beam.Create([frozenset()])
     else:
@@ -60,9 +68,9 @@ def build(
         outputs.append(
             _batches(pipeline, f"Examples[{split}]", pattern, EXAMPLE_BATCH)
             | f"Examples[{split}]"
-            >> beam.ParDo(
-                _Examples(hp, names, sample, split, keep_pixels, multi_label), beam.pvalue.AsSingleton(far)
-            ).with_outputs(_SAMPLED, _COUNTS, main=_ROWS)
+            >> beam.ParDo(_Examples(gathering, split), beam.pvalue.AsSingleton(far)).with_outputs(
+                _SAMPLED, _COUNTS, main=_ROWS
+            )
         )
     for tag, file_name in ((_ROWS, ROWS_FILE), (_SAMPLED, SAMPLE_FILE)):
         _ = (
@@ -317,9 +325,9 @@ class _Examples(beam.DoFn):
     """A batch of Transform's examples -> the rows of its flagged images (main output), its sampled images (key,
     path, split, labels, pixels at most 32 px a side for the cnn check or None), and its images a class."""
 
-    def __init__(self, hp, names: List[str], sample: Sample, split: str, keep_pixels: bool, multi_label: bool):
-        self._hp, self._names, self._sample, self._split = hp, names, sample, split
-        self._keep_pixels, self._multi_label = keep_pixels, multi_label
+    def __init__(self, gathering: Gathering, split: str):
+        self._hp, self._names, self._sample, self._split = gathering.hp, gathering.names, gathering.sample, split
+        self._keep_pixels, self._multi_label = gathering.keep_pixels, gathering.multi_label
 
     def setup(self):
         import tensorflow as tf

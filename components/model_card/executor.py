@@ -99,23 +99,23 @@ def _split_scores(found: Dict[str, Any], views: Optional[Dict[str, Any]]) -> Dic
     }
 
 
-def build_card(
-    model_uri: str,
-    model_run_uri: str,
-    evaluation_uri: str,
-    blessed: bool,
-    baseline_skipped: str,
-    examples: types.Artifact,
-    report_uri: str,
-    health_uri: Optional[str],
-    baseline: Optional[types.Artifact],
-    pipeline: str,
-    run: Optional[str],
-) -> Dict[str, Any]:
+def build_card(input_dict: Dict[str, List[types.Artifact]], pipeline: str, run: Optional[str]) -> Dict[str, Any]:
+    """The card's dict, from the component's inputs (the model, its Trainer's run, the evaluation and blessing,
+    the examples and their ingestion report, data health, the baseline) and the run's names."""
+    blessing = artifact_utils.get_single_instance(input_dict["blessing"])
+    blessed = blessing.has_custom_property("blessed") and bool(blessing.get_int_custom_property("blessed"))
+    skipped = (
+        blessing.get_string_custom_property("baseline_skipped")
+        if blessing.has_custom_property("baseline_skipped")
+        else ""
+    )
+    model_uri = artifact_utils.get_single_uri(input_dict["model"])
+    examples = artifact_utils.get_single_instance(input_dict["examples"])
+    health_artifact, baseline = _one(input_dict, "health"), _one(input_dict, "baseline_model")
     info = _json(os.path.join(model_uri, KERAS_DIR, INFO_FILE)) or {}
-    log = _json(os.path.join(model_run_uri, TRAINING_LOG)) or {}
-    ingest = _json(os.path.join(report_uri, INGESTION_SUMMARY)) or {}
-    health = _json(os.path.join(health_uri, HEALTH_FILE)) if health_uri else None
+    log = _json(os.path.join(artifact_utils.get_single_uri(input_dict["model_run"]), TRAINING_LOG)) or {}
+    ingest = _json(os.path.join(artifact_utils.get_single_uri(input_dict["ingestion_report"]), INGESTION_SUMMARY)) or {}
+    health = _json(os.path.join(health_artifact.uri, HEALTH_FILE)) if health_artifact else None
     span = examples.get_int_custom_property("span") if examples.has_custom_property("span") else None
     if span is None and examples.has_property("span"):
         span = examples.span
@@ -124,7 +124,7 @@ def build_card(
         "model": _model(model_uri, info, log, pipeline),
         "data": _data(ingest, health, span),
         "training": _training(log, pipeline, run, span, baseline),
-        "evaluation": _evaluation(evaluation_uri, blessed, baseline_skipped, baseline),
+        "evaluation": _evaluation(artifact_utils.get_single_uri(input_dict["evaluation"]), blessed, skipped, baseline),
         "exports": render.export_rows(log),
         "to_fill_in": dict(TO_FILL_IN_SECTIONS),
     }
@@ -284,27 +284,7 @@ class Executor(base_executor.BaseExecutor):
         output_dict: Dict[str, List[types.Artifact]],
         exec_properties: Dict[str, Any],
     ) -> None:
-        blessing = artifact_utils.get_single_instance(input_dict["blessing"])
-        blessed = blessing.has_custom_property("blessed") and bool(blessing.get_int_custom_property("blessed"))
-        skipped = (
-            blessing.get_string_custom_property("baseline_skipped")
-            if blessing.has_custom_property("baseline_skipped")
-            else ""
-        )
-        health = _one(input_dict, "health")
-        card = build_card(
-            artifact_utils.get_single_uri(input_dict["model"]),
-            artifact_utils.get_single_uri(input_dict["model_run"]),
-            artifact_utils.get_single_uri(input_dict["evaluation"]),
-            blessed,
-            skipped,
-            artifact_utils.get_single_instance(input_dict["examples"]),
-            artifact_utils.get_single_uri(input_dict["ingestion_report"]),
-            health.uri if health else None,
-            _one(input_dict, "baseline_model"),
-            exec_properties["pipeline"],
-            self._context.pipeline_run_id,
-        )
+        card = build_card(input_dict, exec_properties["pipeline"], self._context.pipeline_run_id)
         out = artifact_utils.get_single_uri(output_dict[OUTPUT])
         io_utils.write_string_file(os.path.join(out, CARD_JSON), json.dumps(card, indent=1))
         io_utils.write_string_file(os.path.join(out, CARD_MD), render.markdown(card))

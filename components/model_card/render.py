@@ -5,6 +5,10 @@ import html as _html
 import re
 from typing import Any, Dict, List, Optional, Sequence
 
+from settings import declared
+from trainer.hparams import HParams
+from trainer.search import TUNED
+
 
 def _fmt(value) -> str:
     if value is None:
@@ -109,6 +113,11 @@ def _exports_section(exports: List[Dict[str, Any]]) -> tuple:
     return ("Exports", [], [(("export", "file", "format", "size", "input", "agreement with the SavedModel"), rows)])
 
 
+# The training settings a card lists: every declared one (trainer/hparams.py) and what the search tunes, from their
+# declarations: a new setting is on the card with no edit here.
+CARD_SETTINGS = {f.name for f in declared(HParams)} | set(TUNED)
+
+
 def _training_section(training: Dict[str, Any]) -> tuple:
     lineage = training["lineage"]
     base = lineage.get("base_model") or {}
@@ -120,20 +129,7 @@ def _training_section(training: Dict[str, Any]) -> tuple:
                 ", ".join(
                     f"{k} {'-' if v in (None, '') else v}"
                     for k, v in sorted(training["settings"].items())
-                    if k
-                    in (
-                        "model",
-                        "image_size",
-                        "epochs",
-                        "batch_size",
-                        "learning_rate",
-                        "dropout",
-                        "head_units",
-                        "fine_tune_epochs",
-                        "augment",
-                        "weights",
-                        "seed",
-                    )
+                    if k in CARD_SETTINGS
                 ),
             ),
             ("tuned by the search", ", ".join(f"{k} {v}" for k, v in (training["tuned"] or {}).items()) or None),

@@ -41,6 +41,9 @@ def with_settings(exec_properties: Dict[str, Any]) -> Dict[str, Any]:
     return {**exec_properties, key: json_utils.dumps({**config, **settings})}
 
 
+RUN_FN = "trainer.task.run_fn"  # the model code's entry point (trainer/task.py)
+
+
 class TrainerExecutor(trainer_executor.GenericExecutor):
     def Do(self, input_dict, output_dict, exec_properties):
         return super().Do(input_dict, output_dict, with_settings(exec_properties))
@@ -68,7 +71,6 @@ class ImageTrainer(base_component.BaseComponent):
 
     def __init__(
         self,
-        run_fn: str,
         examples: types.BaseChannel,
         transform_graph: types.BaseChannel,
         schema: types.BaseChannel,
@@ -87,7 +89,7 @@ class ImageTrainer(base_component.BaseComponent):
                 hyperparameters=hyperparameters,
                 train_args=trainer_pb2.TrainArgs(splits=["train"]),
                 eval_args=trainer_pb2.EvalArgs(splits=["eval"]),
-                run_fn=run_fn,
+                run_fn=RUN_FN,
                 custom_config=json_utils.dumps(custom_config),
                 **settings,
                 model=types.Channel(type=standard_artifacts.Model),

@@ -1,2 +1,2 @@
-"""Transform: preprocessing.py's preprocessing_fn (decode and resize: trainer/decoding.py; label ids) and
+"""Transform: preprocessing.py's preprocessing_fn (decode and resize: images/decoding.py; label ids) and
 executor.py (TFX's executor, its records stored undeflated)."""

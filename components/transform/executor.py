@@ -17,7 +17,7 @@ from tfx.components.transform import executor as transform_executor
 from tfx.components.transform import labels as transform_labels
 
 from components.beam_settings import BeamConfigured
-from components.example_gen.writing import tfrecord_io
+from images import tfrecord_io
 
 
 class StoredGzipTFRecordSink(filebasedsink.FileBasedSink):

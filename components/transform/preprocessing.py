@@ -17,9 +17,9 @@ from typing import Any, Dict, Optional
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from images.bounds import DECODES_IN_FLIGHT
+from images.decoding import decode_and_resize
 from trainer import features
-from trainer.decode_memory import DECODES_IN_FLIGHT
-from trainer.decoding import decode_and_resize
 from trainer.hparams import HParams
 
 
@@ -31,7 +31,7 @@ def preprocessing_fn(inputs: Dict[str, Any], custom_config: Optional[Dict[str, A
         encoded,
         fn_output_signature=tf.TensorSpec([], tf.string),
         parallel_iterations=DECODES_IN_FLIGHT,
-    )  # bounds decoding memory (trainer/decode_memory.py)
+    )  # bounds decoding memory (images/bounds.py)
     # The file's hash, name and size, unchanged, for the features step and data health (a curated schema
     # may leave any of them out).
     outputs = {name: features.to_dense(inputs[raw]) for name, raw in features.PASSTHROUGH.items() if raw in inputs}

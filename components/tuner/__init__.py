@@ -41,4 +41,4 @@ class Search:
         runtime="tune_trials",
         metavar="N",
     )
-    tune_mode: str = setting("auto", "search or auto; default {default} (--retune sets it to search)", flag=None)
+    tune_mode: str = setting("auto", "search or auto; default {default} (--retune sets it to search)", MODES, flag=None)

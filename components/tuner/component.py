@@ -1,8 +1,9 @@
 """The ImageTuner component: TFX's Tuner, with the last search as an input and the trials as a parameter.
 
     ImageTuner(examples=<features (transfer models) or Transform's examples>, transform_graph=...,
-               ingestion_report=example_gen.outputs["report"], previous=<latest tuner_results>,
-               tune_trials=20 | RuntimeParameter, tune_mode="auto" | "search", pipeline=NAME, hparams={...})
+               ingestion_report=example_gen.outputs["report"], hparams={...}, previous=<latest tuner_results>,
+               tune_trials=20 | RuntimeParameter, tune_mode="auto" | "search", pipeline=NAME, epochs=...,
+               max_class_drift=..., max_feature_drift=...)
       outputs["best_hyperparameters"]   HyperParameters: TFX's best_hyperparameters.txt (what the Trainer reads)
       outputs["tuner_results"]          TunerResults: TFX's tuner_results.json, search.json and tuning.json
 
@@ -21,7 +22,8 @@ from tfx.types import standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
-from components.tuner import executor
+from components.tuner import Search, executor
+from settings import declared, kind
 from storage.artifact_types import ImageIngestionReport
 
 
@@ -41,9 +43,9 @@ class LatestSearch(LatestArtifactStrategy):
 class ImageTunerSpec(standard_component_specs.TunerSpec):
     PARAMETERS = {
         **standard_component_specs.TunerSpec.PARAMETERS,
-        executor.TRIALS: ExecutionParameter(type=int),
+        # each declared search setting (Search: tune_trials, tune_mode), by its name
+        **{f.name: ExecutionParameter(type=kind(f)) for f in declared(Search)},
         "epochs": ExecutionParameter(type=int, optional=True),  # a compiled job's runtime parameter, as the Trainer's
-        executor.MODE: ExecutionParameter(type=str),
         executor.PIPELINE: ExecutionParameter(type=str),
         **{limit: ExecutionParameter(type=float) for limit in executor.LIMITS},
     }
@@ -63,17 +65,14 @@ class ImageTuner(base_component.BaseComponent):
         examples: types.BaseChannel,
         transform_graph: types.BaseChannel,
         ingestion_report: types.BaseChannel,
-        tune_trials: Union[int, data_types.RuntimeParameter],
-        tune_mode: str,
-        pipeline: str,
         hparams: Dict[str, Any],
-        max_class_drift: float,
-        max_feature_drift: float,
         previous: Optional[types.BaseChannel] = None,
         vertex: Optional[Dict[str, Any]] = None,
         parallel_trials: int = 1,
-        epochs: Union[int, data_types.RuntimeParameter, None] = None,
+        **parameters: Union[int, float, str, data_types.RuntimeParameter, None],
     ):
+        """`parameters`: the spec's own by name: the declared search settings (tune_trials may be a runtime
+        parameter), epochs, pipeline, the drift limits (executor.LIMITS)."""
         super().__init__(
             spec=ImageTunerSpec(
                 examples=examples,
@@ -85,12 +84,7 @@ class ImageTuner(base_component.BaseComponent):
                 eval_args=trainer_pb2.EvalArgs(splits=["eval"]),
                 tune_args=tuner_pb2.TuneArgs(num_parallel_trials=parallel_trials) if vertex else None,
                 custom_config=json_utils.dumps({**hparams, **(vertex or {})}),
-                tune_trials=tune_trials,
-                epochs=epochs,
-                tune_mode=tune_mode,
-                pipeline=pipeline,
-                max_class_drift=max_class_drift,
-                max_feature_drift=max_feature_drift,
+                **parameters,
                 best_hyperparameters=types.Channel(type=standard_artifacts.HyperParameters),
                 tuner_results=types.Channel(type=standard_artifacts.TunerResults),
             )

@@ -92,18 +92,12 @@ def DataValidationGate(
     result: OutputArtifact[DataValidationResult],
     baseline_blessing: InputArtifact[standard_artifacts.ModelBlessing] = None,
     fail_on_anomalies: Parameter[bool] = True,
-    max_class_drift: Parameter[float] = drift.Thresholds.max_class_drift,
-    max_size_drift: Parameter[float] = drift.Thresholds.max_size_drift,
-    max_format_drift: Parameter[float] = drift.Thresholds.max_format_drift,
-    max_count_drop: Parameter[float] = drift.Thresholds.max_count_drop,
+    drift_thresholds: Parameter[str] = "{}",
 ) -> None:
+    """`drift_thresholds`: the declared drift thresholds (drift.Thresholds) as JSON, each left out at its default:
+    a new threshold reaches the gate from its declaration."""
     found = read_anomalies(anomalies.uri)
-    limits = drift.Thresholds(
-        max_class_drift=max_class_drift,
-        max_size_drift=max_size_drift,
-        max_format_drift=max_format_drift,
-        max_count_drop=max_count_drop,
-    )
+    limits = drift.Thresholds(**json.loads(drift_thresholds or "{}"))
     # The blessing's folder where the root now is; gone, the run stops here (storage/relocation.py),
     # before training a model that could not be compared either.
     reference = read_profile(locate(baseline_blessing.uri, examples.uri, "blessing")) if baseline_blessing else None

@@ -23,7 +23,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
 from components.example_gen.splitting import stratify
-from components.example_gen.writing import batch_ingest, tfrecord_io
+from components.example_gen.writing import batch_ingest
+from images import tfrecord_io
 from storage import files as fs
 
 # Under the staging folder: the shards the pending files are rewritten to, and their moves. Hidden: a split's folder

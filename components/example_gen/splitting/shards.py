@@ -8,7 +8,8 @@ from typing import Dict, List, Set, Tuple
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
-from components.example_gen.writing import batch_ingest, tfrecord_io
+from components.example_gen.writing import batch_ingest
+from images import tfrecord_io
 from storage import files as fs
 
 

@@ -25,7 +25,7 @@ import collections
 import math
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from components.example_gen.finding.listing import labels_of
+from images.finding.listing import labels_of
 
 PENDING = "_pending"  # the staging split of files near a class's boundary, placed after the run
 POOLED = "\0pooled"  # a multi-label stratum: the files whose rarest label is too rare to be split on its own

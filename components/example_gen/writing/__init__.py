@@ -3,5 +3,4 @@
 batch_ingest.py  one batch of candidates -> staging shards and what the run needs back (Meta, Pending, counts)
 worker_pool.py   the spawned worker processes the local runner ingests with (they import Pillow and batch_ingest)
 beam_steps.py    the Beam transforms: InspectAndWrite, Resolve (exact copies), CollectResults
-tfrecord_io.py   gzip TFRecords written and read without TensorFlow, at a chosen deflate level
 """

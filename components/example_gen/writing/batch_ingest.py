@@ -14,30 +14,29 @@ import json
 import uuid
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from components.example_gen.checking import example_codec, similarity
-from components.example_gen.checking.image_check import BadImage, ImageInfo, Reason, check_and_store
-from components.example_gen.finding.listing import Candidate, labels_of
+from components.example_gen.ingest_defaults import Ingestion
 from components.example_gen.splitting import stratify
-from components.example_gen.writing import tfrecord_io
+from images import example_codec, tfrecord_io
+from images import feature_keys as keys
+from images.finding.listing import Candidate, labels_of
+from images.image_check import BadImage, ImageInfo, Reason, bad_row, check_and_store, check_file_size
+from images.near_duplicates import grouping, similarity
 from storage import files as fs
-from trainer import feature_keys as keys
 
 
 class Settings(NamedTuple):
-    """What a worker needs to ingest a batch; picklable and small."""
+    """What a worker needs to ingest a batch: the declared ingestion settings, whole (a new one reaches the
+    per-file code with no copy), and what the run found; picklable and small."""
 
+    declared: Ingestion  # max_pixels, store_max_pixels, compression_level, shard_megabytes, ...
     staging_dir: str
     label_ids: Dict[str, int]
     hash_splits: List[str]
-    max_pixels: int
-    compression_level: int
-    shard_bytes: int
-    store_max_pixels: int = 0  # images above this are stored as a downscaled copy; 0: originals only
     # Per class, the positions whose split is only known once every file is read (stratify.py): such files
     # are written to stratify.PENDING staging shards.
     bands: Dict[str, Tuple[float, float]] = {}
     strata: Optional[stratify.LabelStrata] = None  # multi-label: how label sets are stratified (None: by class)
-    # The near-duplicate search runs in the executor's memory (near_duplicates.search_files): each batch writes
+    # The near-duplicate search runs in the executor's memory (grouping.search_files): each batch writes
     # its signatures to a file of its own, and its Metas leave without them (lighter through Beam's shuffle).
     signatures_in_files: bool = False
     sign: bool = True  # perceptual signatures for the near-duplicate search (False: --near-duplicates off)
@@ -106,10 +105,6 @@ def label_features(label: str, settings: Settings) -> Dict[str, object]:
     return {keys.LABEL: settings.label_ids[label], keys.LABEL_TEXT: label}
 
 
-def bad_row(rel_path: str, reason: str, detail: str, label=None, split=None) -> Dict[str, str]:
-    return {"path": rel_path, "reason": reason, "detail": detail, "label": label or "", "split": split or ""}
-
-
 class ShardWriter:
     """Appends records to staging shards of one split, starting a new shard past max_bytes."""
 
@@ -143,19 +138,6 @@ class ShardWriter:
             self.closed.append(Shard(self._split, self._path, self._records))
 
 
-def max_file_bytes(max_pixels: int) -> int:
-    """No image within the pixel budget is bigger: 4 bytes a pixel (32-bit BMP) plus headroom."""
-    return int(max_pixels * 4 * 1.01) + (1 << 20)
-
-
-def check_file_size(size: int, max_pixels: int) -> None:
-    """BadImage for a file bigger than any image within max_pixels can be: such a file is never read."""
-    if size > max_file_bytes(max_pixels):
-        raise BadImage(
-            Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels could be; not read"
-        )
-
-
 class Inspected(NamedTuple):
     """One file, read and validated: a quarantine row, or its bytes and what to store."""
 
@@ -166,8 +148,9 @@ class Inspected(NamedTuple):
     stored_info: Optional[ImageInfo] = None
 
 
-def inspect(c: Candidate, max_pixels: int, store_max_pixels: int = 0, sign: bool = True) -> Inspected:
+def inspect(c: Candidate, settings: Settings) -> Inspected:
     """Reads and validates one file."""
+    max_pixels = settings.declared.max_pixels
 
     def bad(reason: str, detail: str) -> Inspected:
         return Inspected(bad_row(c.rel_path, reason, detail, c.label, c.split))
@@ -187,7 +170,7 @@ def inspect(c: Candidate, max_pixels: int, store_max_pixels: int = 0, sign: bool
             return bad(Reason.MISSING_FILE, "object does not exist")
         return bad(Reason.UNREADABLE, f"cannot read: {e}")
     try:
-        info, stored, stored_info = check_and_store(data, max_pixels, store_max_pixels, sign)
+        info, stored, stored_info = check_and_store(data, max_pixels, settings.declared.store_max_pixels, settings.sign)
     except BadImage as e:
         return bad(e.reason, e.detail)
     return Inspected(None, data, info, stored, stored_info)
@@ -211,7 +194,7 @@ def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult
     if settings.signatures_in_files:
         signed = [m for m in result.metas if m.signature]
         if signed:
-            result.signature_files.append(write_signatures(signed, settings.staging_dir, batch_key))
+            result.signature_files.append(grouping.write_signatures(signed, settings.staging_dir, batch_key))
         result.metas[:] = [m._replace(signature="") for m in result.metas]
     return result
 
@@ -224,7 +207,7 @@ def _write_examples(
     (candidate, sha256, split, stratum, info, shard, index, downscaled)."""
     written = []
     for c in candidates:
-        bad, data, info, stored, stored_info = inspect(c, settings.max_pixels, settings.store_max_pixels, settings.sign)
+        bad, data, info, stored, stored_info = inspect(c, settings)
         if bad:
             result.bad.append(bad)
             continue
@@ -260,7 +243,11 @@ def _write_examples(
         )
         if split not in writers:
             writers[split] = ShardWriter(
-                settings.staging_dir, split, settings.compression_level, settings.shard_bytes, batch_key
+                settings.staging_dir,
+                split,
+                settings.declared.compression_level,
+                settings.declared.shard_megabytes << 20,
+                batch_key,
             )
         shard, index = writers[split].write(record)
         written.append((c, sha, split, stratum, info, shard, index, stored is not data))
@@ -291,19 +278,6 @@ def _account_examples(written: list, result: BatchResult) -> None:
             result.stratified[(stratum, split)] += 1
         result.sizes[(split, "width", size_bucket(info.width))] += 1
         result.sizes[(split, "height", size_bucket(info.height))] += 1
-
-
-SIGNATURES_DIR = "signatures"  # in the staging folder: a batch's signatures (near_duplicates.search_files)
-SIGNATURE_ROW = similarity.SIGNATURE_BYTES + 32  # a signature, then the SHA-256 of the file's bytes
-
-
-def write_signatures(metas: List[Meta], staging_dir: str, batch_key: str) -> str:
-    """Writes the metas' signatures and content hashes (SIGNATURE_ROW bytes each) to <name>.bin and the metas
-    without them to <name>.json; returns the .bin's path. The random part keeps a retried batch apart."""
-    path = fs.join(staging_dir, SIGNATURES_DIR, f"{batch_key}-{uuid.uuid4().hex[:8]}.bin")
-    fs.write_bytes(path, b"".join(bytes.fromhex(m.signature) + bytes.fromhex(m.sha256) for m in metas))
-    fs.write_bytes(path[: -len(".bin")] + ".json", json.dumps([list(m[:-1]) for m in metas]).encode("ascii"))
-    return path
 
 
 def ingest_batch_file(batch_file: str, settings: Settings) -> BatchResult:

@@ -19,10 +19,10 @@ import apache_beam as beam
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
-from components.example_gen.checking.image_check import Reason
-from components.example_gen.finding.listing import split_sort_key
 from components.example_gen.writing import worker_pool
-from components.example_gen.writing.batch_ingest import BatchResult, Meta, Settings, bad_row, ingest_batch_file
+from components.example_gen.writing.batch_ingest import BatchResult, Meta, Settings, ingest_batch_file
+from images.finding.listing import split_sort_key
+from images.image_check import Reason, bad_row
 from storage import files as fs
 from storage.progress_events import progress_event
 

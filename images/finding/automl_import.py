@@ -28,8 +28,7 @@ import os
 import posixpath
 from typing import List, NamedTuple, Optional, Tuple
 
-from components.example_gen.checking.image_check import Reason
-from components.example_gen.finding.listing import (
+from images.finding.listing import (
     LABEL_SEPARATOR,
     Candidate,
     Listing,
@@ -43,6 +42,7 @@ from components.example_gen.finding.listing import (
     resolve_task,
     stat_file,
 )
+from images.image_check import Reason
 from storage.errors import DataError
 from storage.files import is_dir, is_remote, join, remote_top_files
 

@@ -27,8 +27,8 @@ import posixpath
 import unicodedata
 from typing import Dict, List, Optional
 
-from components.example_gen.checking.image_check import Reason
-from components.example_gen.finding.listing import (
+from images.finding import LAYOUTS
+from images.finding.listing import (
     LABEL_SEPARATOR,
     OUTSIDE_ROOT_PROBLEM,
     SPLIT_ALIASES,
@@ -46,7 +46,7 @@ from components.example_gen.finding.listing import (
     stat_file,
     walk,
 )
-from components.example_gen.ingest_defaults import LAYOUTS
+from images.image_check import Reason
 from storage.errors import DataError
 from storage.files import exists, is_dir, is_remote, join
 
@@ -54,7 +54,7 @@ from storage.files import exists, is_dir, is_remote, join
 def detect_layout(source: str) -> str:
     """'automl' for AutoML import files (a .jsonl, a .csv of [ML_USE,]PATH,LABEL rows, or a folder of them),
     'manifest' for another .csv, 'presplit' when the top folders are split names, else 'folders'."""
-    from components.example_gen.finding import automl_import
+    from images.finding import automl_import
 
     if not is_dir(source):
         if source.lower().endswith(".jsonl"):
@@ -98,7 +98,7 @@ def list_source(
         raise DataError(f"{source}: no such file or folder; check the --data path")
     entries = None
     if layout == "auto":
-        from components.example_gen.finding import automl_import
+        from images.finding import automl_import
 
         if not is_dir(source) or automl_import.import_files(source):
             layout = detect_layout(source)
@@ -108,7 +108,7 @@ def list_source(
     if layout == "manifest":
         listing = _list_manifest(data_root, source, task)
     elif layout == "automl":
-        from components.example_gen.finding import automl_import
+        from images.finding import automl_import
 
         listing = automl_import.list_import(data_root, source, task)
     else:

@@ -22,19 +22,33 @@ groups with conflicting labels are reported, never resolved by guessing.
 
 import collections
 import json
-from typing import Dict, Iterable, List, Sequence, Tuple
+import uuid
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
-from components.example_gen.checking import similarity
-from components.example_gen.checking.image_check import Reason
-from components.example_gen.finding.listing import split_sort_key
-from components.example_gen.writing.batch_ingest import SIGNATURE_ROW, Meta, bad_row
+from images.finding.listing import split_sort_key
+from images.image_check import Reason, bad_row
+from images.near_duplicates import similarity
 from storage import files as fs
 
 EXAMPLES_SHOWN = 20  # groups kept in summary.json (all of them are in near_duplicates.csv)
 BATCH = 1000  # images whose bucket entries travel together
+# A written example's record, without its bytes (components/example_gen/writing/batch_ingest.py's Meta, a
+# NamedTuple whose last field is the signature's hex): what is grouped here reads sha256, rel_path, label, split.
+Meta = Any
 Item = Tuple[tuple, bytes]  # (the Meta's fields but its signature, the signature): what a bucket holds
+SIGNATURES_DIR = "signatures"  # in the staging folder: a batch's signatures (search_files)
+SIGNATURE_ROW = similarity.SIGNATURE_BYTES + 32  # a signature, then the SHA-256 of the file's bytes
+
+
+def write_signatures(metas: List[Meta], staging_dir: str, batch_key: str) -> str:
+    """Writes the metas' signatures and content hashes (SIGNATURE_ROW bytes each) to <name>.bin and the metas
+    without them to <name>.json; returns the .bin's path. The random part keeps a retried batch apart."""
+    path = fs.join(staging_dir, SIGNATURES_DIR, f"{batch_key}-{uuid.uuid4().hex[:8]}.bin")
+    fs.write_bytes(path, b"".join(bytes.fromhex(m.signature) + bytes.fromhex(m.sha256) for m in metas))
+    fs.write_bytes(path[: -len(".bin")] + ".json", json.dumps([list(m[:-1]) for m in metas]).encode("ascii"))
+    return path
 
 
 class Joined:
@@ -180,9 +194,9 @@ def _search(
     return [(joined.root(image), image) for image in joined.members() if joined.root(image) != image]
 
 
-def search_files(paths: Sequence[str], images: int) -> List[Tuple[Meta, Meta]]:
-    """The near-duplicate pairs, as Metas (without signatures), among the signatures the ingestion workers wrote
-    (batch_ingest.write_signatures), with the limits drawn from them."""
+def search_files(paths: Sequence[str], images: int) -> List[Tuple[list, list]]:
+    """The near-duplicate pairs, as the fields of their Metas (without signatures), among the signatures the
+    ingestion workers wrote (write_signatures), with the limits drawn from them."""
     paths = sorted(paths)
     tables = [np.frombuffer(fs.read_bytes(path), np.uint8).reshape(-1, SIGNATURE_ROW) for path in paths]
     table = np.concatenate(tables) if tables else np.zeros((0, SIGNATURE_ROW), np.uint8)
@@ -194,18 +208,18 @@ def search_files(paths: Sequence[str], images: int) -> List[Tuple[Meta, Meta]]:
     # Only the Metas of images in a pair are read back, from their batch's file.
     file_of = np.repeat(np.arange(len(paths)), [len(t) for t in tables])
     first_row = np.r_[0, np.cumsum([len(t) for t in tables])]
-    metas: Dict[int, Meta] = {}
+    metas: Dict[int, list] = {}
     for f in sorted({int(file_of[k]) for pair in pairs for k in pair}):
         fields = json.loads(fs.read_bytes(paths[f][: -len(".bin")] + ".json").decode("ascii"))
         for k in {k for pair in pairs for k in pair if file_of[k] == f}:
-            metas[k] = Meta(*fields[k - first_row[f]])
+            metas[k] = fields[k - first_row[f]]
     return [(metas[i], metas[j]) for i, j in pairs]
 
 
 def group(pairs: Sequence[Tuple[Meta, Meta]], removed: Iterable[str] = ()) -> List[List[Meta]]:
     """Connected groups of the pairs (union-find), then without the examples already removed (exact duplicates
     quarantined), those of two or more left; each group sorted by split then path, groups by their first member's
-    path. The searches send a spanning set of pairs whose hubs differ (near_duplicates.search joins a group
+    path. The searches send a spanning set of pairs whose hubs differ (grouping.search joins a group
     through one image, Beam's way through each bucket's first path): a removed hub must not take its group's
     other pairs with it, so removal follows the grouping."""
     gone = set(removed)

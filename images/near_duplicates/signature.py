@@ -17,7 +17,7 @@ from typing import List, NamedTuple, Sequence
 import numpy as np
 from PIL import Image
 
-from components.example_gen.checking.similarity import GRID, SCALES, THUMB
+from images.near_duplicates.similarity import GRID, SCALES, THUMB
 
 THUMBNAIL_BYTES = THUMB * THUMB * 4  # the thumbnail in grey, then in RGB
 

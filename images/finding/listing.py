@@ -10,7 +10,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterator, List, NamedTuple, Optional, Tuple
 
-from components.example_gen.checking.image_check import Reason
+from images.image_check import Reason
 from storage.errors import DataError
 from storage.files import is_remote, local_or_supported, read_bytes, remote_files
 

@@ -19,11 +19,12 @@ import struct
 import warnings
 import zlib
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from PIL import Image
 
-from components.example_gen.checking import signature, similarity
+from images.bounds import max_file_bytes
+from images.near_duplicates import signature, similarity
 
 # Our own budget (open_bounded, --max-pixels) replaces Pillow's decompression-bomb check.
 Image.MAX_IMAGE_PIXELS = None
@@ -49,6 +50,11 @@ class Reason:
     DUPLICATE = "duplicate"
     NEAR_DUPLICATE = "near_duplicate"  # with --near-duplicates drop
     EXCLUDED_BY_REVIEW = "excluded_by_review"  # with --review: a person decided to leave the image out
+
+
+def bad_row(rel_path: str, reason: str, detail: str, label=None, split=None) -> Dict[str, str]:
+    """A row of quarantine.csv: the file, its Reason, what to do about it."""
+    return {"path": rel_path, "reason": reason, "detail": detail, "label": label or "", "split": split or ""}
 
 
 class BadImage(Exception):
@@ -92,6 +98,14 @@ _ISO_BMFF_IMAGE_BRANDS = {
     b"avif": "AVIF",
     b"avis": "AVIF",
 }
+
+
+def check_file_size(size: int, max_pixels: int) -> None:
+    """BadImage for a file bigger than any image within max_pixels can be: such a file is never read."""
+    if size > max_file_bytes(max_pixels):
+        raise BadImage(
+            Reason.FILE_TOO_LARGE, f"{size:,} bytes: larger than any image within --max-pixels could be; not read"
+        )
 
 
 def sniff_format(data: bytes) -> str:

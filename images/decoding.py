@@ -1,7 +1,7 @@
 """The one pixel decoding of every path: Transform's preprocessing_fn (so training and evaluation), the
 serving signature (through Transform's graph) and `imagepipe predict` of a TFLite model.
 
-Decoding memory is bounded by the caller (decode_memory.DECODES_IN_FLIGHT images at once).
+Decoding memory is bounded by the caller (bounds.DECODES_IN_FLIGHT images at once).
 """
 
 import tensorflow as tf
