@@ -23,7 +23,7 @@ from components.health import LabelCheck, Limits
 from components.tuner import Search
 from components.validation import Gate
 from images.bounds import decode_memory_bytes
-from settings import checked, declared, setting
+from settings import checked, declared, setting, taken
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
 from trainer.hparams import SAMPLE_IMAGE_SIZE, HParams
@@ -184,11 +184,11 @@ class PipelineConfig(DeclaredSettings):
 
     def health_limits(self) -> Limits:
         """The data health check's limits from these settings."""
-        return Limits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Limits)})
+        return taken(Limits, self)
 
     def drift_thresholds(self) -> Thresholds:
         """The gate's drift thresholds from these settings."""
-        return Thresholds(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Thresholds)})
+        return taken(Thresholds, self)
 
     def validate(self) -> "PipelineConfig":
         """Each declared setting's own check, then what settings need of each other and of the files they name."""

@@ -212,6 +212,8 @@ class Progress:
         self._watcher: Optional[MetadataWatcher] = None
 
     def __enter__(self) -> "Progress":
+        if self.printer.mode == "quiet":  # nothing to print: no polling of ML Metadata, no log handler
+            return self
         logger = logging.getLogger(LOGGER)
         logger.setLevel(logging.INFO)
         logger.propagate = False  # progress is shown here, not in the general log
@@ -224,5 +226,7 @@ class Progress:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._watcher is None:
+            return
         self._watcher.stop()
         logging.getLogger(LOGGER).removeHandler(self._handler)

@@ -54,6 +54,12 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def taken(cls, values):
+    """A settings dataclass `cls` made from the fields of the same names that `values` holds (PipelineConfig holds
+    every declared setting; IngestSettings the ingestion ones): one way, no field copied by hand."""
+    return cls(**{f.name: getattr(values, f.name) for f in dataclasses.fields(cls)})
+
+
 def declared(cls) -> list:
     """The settings a dataclass declares with setting(), in declaration order."""
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata]

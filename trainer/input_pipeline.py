@@ -267,6 +267,11 @@ def class_balanced(
     return drawn.take(count)
 
 
+def train_views(source: Dict[str, Any]) -> int:
+    """Vectors a train record of the features step holds: the plain image's, then its augmented views'."""
+    return source["views"].get("train", 0) + 1
+
+
 def make_feature_dataset(
     file_patterns: List[str],
     hp: HParams,
@@ -287,7 +292,7 @@ def make_feature_dataset(
     views'. Training draws one per image each epoch, evaluation takes the plain one. `shared_records` and `part`: as
     make_dataset's.
     """
-    dim, views = source["dim"], source["views"].get("train", 0) + 1
+    dim, views = source["dim"], train_views(source)
     batch_size, drop_remainder, multi_hot = batching.size or hp.batch_size, batching.drop_remainder, batching.multi_hot
     files, records, megabytes, shared = shared_records or _counted(file_patterns, part)
     cached = megabytes <= hp.cache_limit_megabytes()

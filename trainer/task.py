@@ -148,8 +148,11 @@ def _train_head_on_features(model, inputs: "_Inputs", callbacks) -> None:
         head = models.head(inputs.num_classes, source["dim"], hp, inputs.multi_label)
         models.copy_head(model, head)  # the model's initial (or warm-started) head
         models.compile_model(head, hp, inputs.balancing.get("positive_weights"))
-    views = source["views"].get("train", 0) + 1
-    logging.info("Trainer: training the head on cached features (%d a vector, %d views an image)", source["dim"], views)
+    logging.info(
+        "Trainer: training the head on cached features (%d a vector, %d views an image)",
+        source["dim"],
+        input_pipeline.train_views(source),
+    )
     head.fit(train, steps_per_epoch=steps, validation_data=validation, epochs=hp.epochs, callbacks=callbacks, verbose=0)
     models.copy_head(head, model)
 

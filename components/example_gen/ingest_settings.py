@@ -20,7 +20,7 @@ from tfx.utils import proto_utils
 from components.example_gen import ingest_defaults as defaults
 from images.finding import sources
 from images.finding.listing import SPLIT_ALIASES, Listing
-from settings import SEED, kind, problem
+from settings import SEED, kind, problem, taken
 from storage import files as fs
 
 REPORT_KEY = "report"  # the component's own output (beside FileBasedExampleGen's examples)
@@ -70,7 +70,7 @@ class IngestSettings(defaults.Ingestion):
 
     def declared(self) -> defaults.Ingestion:
         """The declared settings alone (plain Python, no protos): what the per-file code in the workers reads."""
-        return defaults.Ingestion(**{f.name: getattr(self, f.name) for f in dataclasses.fields(defaults.Ingestion)})
+        return taken(defaults.Ingestion, self)
 
     def input_fingerprint(self) -> str:
         """What decides whether a cached ingestion still holds: every file of the listing, and the review file's

@@ -32,7 +32,6 @@ from images.finding.listing import (
     LABEL_SEPARATOR,
     Candidate,
     Listing,
-    display,
     is_hidden,
     label_set,
     manifest_row,
@@ -40,7 +39,7 @@ from images.finding.listing import (
     read_manifest,
     relative_to_root,
     resolve_task,
-    stat_file,
+    row_candidate,
 )
 from images.image_check import Reason
 from storage.errors import DataError
@@ -219,22 +218,10 @@ def _candidate(data_root: str, import_file: str, row: Row, multi: bool = False) 
         problem = problem or outside
     if not label and problem is None and not multi:
         problem = (Reason.MISSING_LABEL, f"{where} has no label")
-    size, mtime = -1, 0
-    if problem is None:
-        size, mtime, unreadable = stat_file(uri)
-        problem = (Reason.UNREADABLE, f"{where}: {unreadable}") if unreadable else None
     rel = (
         uri if is_remote(uri) and not uri.startswith(data_root.rstrip("/") + "/") else relative_to_root(data_root, uri)
     )
-    return Candidate(
-        uri=uri,
-        rel_path=display(rel),
-        label=label if multi else (label or None),
-        split=split,
-        size=size,
-        mtime_ns=mtime,
-        problem=problem,
-    )
+    return row_candidate(uri, rel, label, split, problem, where, multi)
 
 
 def _bucket(uri: str) -> str:

@@ -232,6 +232,24 @@ def _real_inside(path: str, root: str) -> bool:
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
+def row_candidate(uri: str, rel_path: str, label, split, problem, where: str, multi: bool) -> Candidate:
+    """A manifest's or an import file's row as a Candidate: its file stat'ed unless the row already has a problem
+    (an unreadable one becomes the problem); a single-label row's empty label is None."""
+    size, mtime = -1, 0
+    if uri and problem is None:
+        size, mtime, unreadable = stat_file(uri)
+        problem = (Reason.UNREADABLE, f"{where}: {unreadable}") if unreadable else None
+    return Candidate(
+        uri=uri,
+        rel_path=display(rel_path),
+        label=label if multi else (label or None),
+        split=split,
+        size=size,
+        mtime_ns=mtime,
+        problem=problem,
+    )
+
+
 def stat_file(uri: str) -> Tuple[int, int, Optional[str]]:
     """(size, mtime_ns, problem); a missing file is left for the reader to report."""
     if is_remote(uri):

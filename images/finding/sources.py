@@ -43,7 +43,7 @@ from images.finding.listing import (
     read_manifest,
     relative_to_root,
     resolve_task,
-    stat_file,
+    row_candidate,
     walk,
 )
 from images.image_check import Reason
@@ -258,21 +258,7 @@ def _list_manifest(data_root: str, manifest: str, task: str = "auto") -> Listing
                 problem = (Reason.UNKNOWN_SPLIT, f"{where}: split {split_value!r} is not one of train, eval, test")
         if not label and problem is None and not multi:  # multi-label: an empty cell means no label applies
             problem = (Reason.MISSING_LABEL, f"{where} has an empty label")
-        size, mtime = -1, 0
-        if uri and problem is None:
-            size, mtime, unreadable = stat_file(uri)
-            problem = (Reason.UNREADABLE, f"{where}: {unreadable}") if unreadable else None
-        listing.candidates.append(
-            Candidate(
-                uri=uri,
-                rel_path=display(rel),
-                label=label if multi else (label or None),
-                split=split,
-                size=size,
-                mtime_ns=mtime,
-                problem=problem,
-            )
-        )
+        listing.candidates.append(row_candidate(uri, rel, label, split, problem, where, multi))
     if not listing.candidates:
         raise DataError(f"{manifest}: the manifest has a header but no rows; add one row per image")
     return listing
