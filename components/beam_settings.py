@@ -34,6 +34,7 @@ from apache_beam.io import tfrecordio
 from tfx.dsl.components.base import executor_spec
 from tfx_bsl.coders import batch_util
 
+from components.beam_dependencies import NoTfxPackageForLocalRunners
 from components.beam_pickler import quiet_pickler_trace
 
 BYTE_SIZE_BATCHING_FLAG = "tfxio_use_byte_size_batching"
@@ -50,8 +51,9 @@ def configure_beam() -> None:
     quiet_pickler_trace()
 
 
-class BeamConfigured:
-    """Mixed in before a TFX executor: configure_beam() before its Do builds the Beam graph."""
+class BeamConfigured(NoTfxPackageForLocalRunners):
+    """Mixed in before a TFX executor: configure_beam() before its Do builds the Beam graph (and no TFX package built
+    for a runner on this machine, components/beam_dependencies.py)."""
 
     def Do(self, input_dict, output_dict, exec_properties):
         configure_beam()

@@ -33,6 +33,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
 from components import drift
+from components.beam_dependencies import NoTfxPackageForLocalRunners
 from components.beam_pickler import quiet_pickler_trace
 from components.example_gen import (
     FAILED_DIR,
@@ -80,7 +81,7 @@ class SplitPlan(NamedTuple):
     strata: Optional[stratify.LabelStrata]
 
 
-class Executor(base_beam_executor.BaseBeamExecutor):
+class Executor(NoTfxPackageForLocalRunners, base_beam_executor.BaseBeamExecutor):
     """Ingests image files into tf.Examples; see the module docstring for the graph."""
 
     def Do(

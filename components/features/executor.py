@@ -37,6 +37,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import beam_settings
+from components.beam_dependencies import NoTfxPackageForLocalRunners
 from components.features import SUMMARY_FILE, backbone, feature_cache
 from images import example_codec
 from storage.progress_events import progress_event
@@ -287,7 +288,7 @@ def feature_example(vector, label, key: bytes) -> bytes:
     return example_codec.encode_example({features.FEATURES_KEY: vector, label_key: label, features.KEY: key})
 
 
-class Executor(base_beam_executor.BaseBeamExecutor):
+class Executor(NoTfxPackageForLocalRunners, base_beam_executor.BaseBeamExecutor):
     def Do(
         self,
         input_dict: Dict[str, List[types.Artifact]],

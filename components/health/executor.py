@@ -27,6 +27,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import beam_settings
+from components.beam_dependencies import NoTfxPackageForLocalRunners
 from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.health import (
     HEALTH_FILE,
@@ -118,7 +119,7 @@ def _class_names(transform_graph: types.Artifact) -> Tuple[List[str], bool]:
     )
 
 
-class Executor(base_beam_executor.BaseBeamExecutor):
+class Executor(NoTfxPackageForLocalRunners, base_beam_executor.BaseBeamExecutor):
     def Do(
         self,
         input_dict: Dict[str, List[types.Artifact]],
