@@ -309,12 +309,9 @@ class _Stages:
         """The model's card, from ML Metadata and the artifacts (components/model_card), with the confidence
         threshold the Evaluator chose; pushed beside the model."""
         return ModelCard(
-            model=trainer.outputs["model"],
-            model_run=trainer.outputs["model_run"],
-            evaluation=evaluator.outputs["evaluation"],
-            blessing=evaluator.outputs["blessing"],
-            examples=example_gen.outputs["examples"],
-            ingestion_report=example_gen.outputs["report"],
+            trainer,
+            evaluator,
+            example_gen,
             health=health.outputs["health"],
             baseline_model=baseline.outputs["model"] if baseline else None,
             pipeline=self.config.pipeline_name,
