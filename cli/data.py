@@ -6,12 +6,13 @@ import math
 import os
 
 from cli.common import config_from_args
+from components.features import feature_cache
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.environment import from_environment
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:
-    from pipeline.sample_data import make_digits
+    from pipeline.sample_data import make_digits  # PIL: not at the CLI's start-up, which imports this module
 
     out = os.path.abspath(args.out or from_environment(PipelineConfig()).sample_data_dir)
     if os.path.exists(out) and not os.path.isdir(out):
@@ -28,9 +29,6 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-
-    from components.features import feature_cache
-
     config = config_from_args(args)
     if args.max_gb is not None and not (math.isfinite(args.max_gb) and args.max_gb >= 0):
         raise ConfigError(f"--max-gb {args.max_gb}: give a size in GB (a number, 0 or more)")

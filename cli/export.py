@@ -11,15 +11,14 @@ import os
 from cli.common import config_from_args, existing_pipeline, quiet_logs
 from pipeline.config import ConfigError
 from storage import user_files
+from trainer import model_exports
 
 FORMATS = ("onnx", "coreml")
 
 
 def _onnx_of_ours(head: bytes) -> bool:
     """An ONNX file imagepipe wrote: its producer_name (field 2, near the start) is trainer/model_exports.PRODUCER."""
-    from trainer.model_exports import PRODUCER  # numpy: not on every command's start
-
-    return b"\x12" + bytes([len(PRODUCER)]) + PRODUCER.encode() in head
+    return b"\x12" + bytes([len(model_exports.PRODUCER)]) + model_exports.PRODUCER.encode() in head
 
 
 ONNX_FILE = user_files.Kind("an ONNX model", _onnx_of_ours)
@@ -44,7 +43,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace, config, out: str, package) -> int:
-    from prediction import predict
+    from prediction import predict  # PIL (~0.1 s): not at the CLI's start-up, which imports this module
 
     quiet_logs(False)
     try:
@@ -83,8 +82,6 @@ def _export_target(args: argparse.Namespace) -> str:
 
 def _pixel_classifier(model_dir: str, fmt: str):
     """The SavedModel's pixel classifier, frozen for conversion: (frozen, input size, class names); RGB only."""
-    from trainer import model_exports
-
     try:
         frozen, size, channels, names = model_exports.of_saved_model(model_dir, batch=1 if fmt == "coreml" else None)
     except model_exports.ExportError as e:
@@ -105,8 +102,6 @@ def _pixel_classifier(model_dir: str, fmt: str):
 def _write_export(args: argparse.Namespace, out: str, frozen, size: int, names, multi_label: bool, package) -> int:
     """The ONNX file or the Core ML package (into `package`, a user_files.FolderWriter), written aside and moved
     into place whole: its size in bytes."""
-    from trainer import model_exports
-
     try:
         if args.format == "onnx":
             content = model_exports.onnx_bytes(frozen, size, names, multi_label)

@@ -7,6 +7,7 @@ from cli.common import EXIT_BAD_INPUT
 from cli.predict import PREDICT_SHOWN
 from pipeline.cloud_config import FOR_DATAFLOW_PREDICTION, SCHEDULE_ONLY, CloudConfig
 from pipeline.config import DECLARED, PipelineConfig
+from pipeline.runtime_parameters import RUNTIME_PARAMETERS, needs
 from runs.progress import MODES as PROGRESS_MODES
 from settings import declared, help_text, kind, option
 from storage.errors import one_line
@@ -75,8 +76,6 @@ def _add_cloud_options(p: argparse.ArgumentParser, only=None) -> None:
 
 
 def _add_param_option(p) -> None:
-    from pipeline.runtime_parameters import RUNTIME_PARAMETERS, needs
-
     p.add_argument(
         "--param",
         action="append",

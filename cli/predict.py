@@ -7,11 +7,14 @@ import sys
 from cli.common import EXIT_BAD_INPUT, EXIT_RUN_FAILED, config_from_args, existing_pipeline, fail, quiet_logs
 from pipeline.cloud_config import CloudConfig
 from pipeline.config import ConfigError, PipelineConfig
+from storage import files as fs
+from storage.user_files import FolderWriter
 
 PREDICT_SHOWN = 10  # `imagepipe predict --output`: results shown on the terminal before the summary line
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    # PIL (~0.1 s): not at the CLI's start-up, which imports this module
     from prediction import image_inputs, predict, result_files
 
     # An explicit --model needs no pipeline (existing_pipeline asks for --name when the root has several).
@@ -103,6 +106,7 @@ def _classify_and_write(
 ) -> tuple:
     """Every input classified in this process into each writer, and onto the terminal (only the first
     PREDICT_SHOWN when there are writers): (inputs seen, inputs failed)."""
+    # PIL (~0.1 s): not at the CLI's start-up, which imports this module
     from prediction import image_inputs, predict, result_files
 
     multi = predict.is_multi_label(threshold)
@@ -133,8 +137,8 @@ def _classify_and_write(
 def _model_and_outputs(args: argparse.Namespace, model: str):
     """The model folder and its threshold(s), once the inputs and every output are known to be usable, before
     anything is classified: (model_dir, threshold, where the threshold came from)."""
+    # PIL (~0.1 s): not at the CLI's start-up, which imports this module
     from prediction import image_inputs, predict, result_files
-    from storage import files as fs
 
     try:  # file:// URIs are local paths; a store nothing here reads (s3://, http://) is one line
         args.images = [fs.local_or_supported(item, item) for item in args.images]
@@ -194,6 +198,7 @@ def _predict_with_beam(
     """`predict --workers N` / `--dataflow`: the same results through Beam's RunInference, into --output."""
     quiet_logs(verbose=False)  # before Beam's import, which warns about this Python's support
     os.environ["PYTHONWARNINGS"] = "ignore"  # and so would each of its worker processes
+    # Apache Beam (~2 s): after the warnings are off; not at the CLI's start-up, which imports this module
     from prediction import batch_predict, image_inputs, predict, result_files
 
     if not args.output:
@@ -245,13 +250,13 @@ def _predict_with_beam(
 def _beam_args(args: argparse.Namespace, config: PipelineConfig, model_dir: str):
     """Beam's options for Dataflow or for --workers local processes, once the outputs are known to be writable
     there: (beam_args, the Dataflow temp folder or None)."""
-    from prediction import batch_predict
+    from prediction import batch_predict  # Apache Beam (~2 s): not at the CLI's start-up
 
     temp_dir = None
     if args.dataflow:
         cloud = config_from_args(args, CloudConfig)
         temp_dir = batch_predict.check_dataflow(cloud, config, model_dir, args.output, args.images, args.automl_output)
-        from kubeflow.cloud_platform import dataflow_args
+        from kubeflow.cloud_platform import dataflow_args  # TFX (~12 s): only --dataflow needs it
 
         beam_args = dataflow_args(config, cloud)
     else:
@@ -264,6 +269,7 @@ def _beam_args(args: argparse.Namespace, config: PipelineConfig, model_dir: str)
 
 def _explanations_folder(args: argparse.Namespace):
     """The --explain folder the workers write their maps into, or None."""
+    # PIL (~0.1 s): not at the CLI's start-up, which imports this module
     from prediction import image_inputs, result_files
 
     if not args.explain:
@@ -273,8 +279,6 @@ def _explanations_folder(args: argparse.Namespace):
             "--explain runs in this process or with --workers (the maps go to a local "
             "folder, moved into place whole); leave out --dataflow, or --explain"
         )
-    from storage.user_files import FolderWriter
-
     try:
         return FolderWriter(args.explain, "--explain", result_files.EXPLANATIONS_KIND)
     except ConfigError as e:

@@ -6,15 +6,16 @@ import sys
 
 from cli.common import EXIT_BAD_INPUT, fail, quiet_logs
 from cli.history import summary_of_run
+from storage import files, review_file
 
 MAX_PORT = 65535
 
 
 def cmd_review(args: argparse.Namespace) -> int:
     quiet_logs(verbose=False)
+    # http.server, ML Metadata (~0.2 s): not at the CLI's start-up, which imports this module
     from review import items, server
     from runs import run_store
-    from storage import files, review_file
 
     # its inputs checked first, as `run` checks its own: each a line naming the option
     if not 0 <= args.port <= MAX_PORT:

@@ -22,10 +22,10 @@ _ARTIFACTS = ("ImageIngestionReport", "DataValidationResult", "DataHealthReport"
 
 
 def __getattr__(name):
-    # Artifact types resolve as components.<Class>, the TYPE_NAME that ML Metadata and compiled jobs recorded
-    # (storage/artifact_types.py), imported only when asked for: ingestion worker processes import
-    # components.* and must not pay for TFX's import.
     if name in _ARTIFACTS:
+        # Artifact types resolve as components.<Class>, the TYPE_NAME that ML Metadata and compiled jobs recorded
+        # (storage/artifact_types.py), imported only when asked for: ingestion worker processes import
+        # components.* and must not pay for TFX's import.
         from storage import artifact_types
 
         return getattr(artifact_types, name)

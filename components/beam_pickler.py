@@ -10,11 +10,11 @@ container imports it without TFX's other executors.
 
 import logging
 
+from dill import _dill
+
 
 def quiet_pickler_trace() -> None:
     """dill's _trace(on) sets its logger's level only when that changes it."""
-    from dill import _dill
-
     if getattr(_dill._trace, "only_changes", False):  # pylint: disable=protected-access
         return
     original = _dill._trace  # pylint: disable=protected-access

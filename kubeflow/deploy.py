@@ -23,6 +23,7 @@ from google.protobuf import json_format
 
 from pipeline.cloud_config import CloudConfig
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_parameters
 from storage import user_files
 
 
@@ -33,9 +34,10 @@ def image_example_gen_driver():
     TFX's step builder names the file-based ExampleGen driver in a module constant, with no
     option to change it; it is swapped for the duration of a compile only.
     """
+    # TFX (~12 s): only compiling needs it (a dry-run submit or schedule does not)
     from tfx.orchestration.kubeflow.v2 import step_builder
 
-    from components.example_gen.vertex_driver import DRIVER_COMMAND
+    from components.example_gen.vertex_driver import DRIVER_COMMAND  # imports TFX too: as above
 
     original = step_builder._DRIVER_COMMANDS  # pylint: disable=protected-access
     step_builder._DRIVER_COMMANDS = DRIVER_COMMAND  # pylint: disable=protected-access
@@ -54,13 +56,12 @@ def run_runner(runner, tfx_pipeline, **kwargs):
 def parameter_defaults(config: PipelineConfig) -> Dict[str, Any]:
     """The job's runtime parameters (pipeline/runtime_parameters.py RUNTIME_PARAMETERS) with this configuration's values: the
     compiled spec declares only their types, the job's runtimeConfig carries these values."""
-    from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_parameters
-
     return {name: RUNTIME_PARAMETERS[name](getattr(config, name)) for name in job_parameters(config)}
 
 
 def make_runner(cloud: CloudConfig, output_filename: Optional[str] = None):
     """The KubeflowV2DagRunner for `cloud`: `imagepipe compile` and the TFX CLI's runner file both use it."""
+    # TFX (~12 s): only compiling needs it (a dry-run submit or schedule does not)
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as runner_lib
 
     class Runner(runner_lib.KubeflowV2DagRunner):
@@ -109,6 +110,7 @@ def never_cached(job: Dict[str, Any]) -> Dict[str, Any]:
 
 def build_job(config: PipelineConfig, cloud: CloudConfig, output_filename: Optional[str] = None) -> Dict[str, Any]:
     """The compiled PipelineJob, as a dict (Vertex's format); also written to output_filename if given."""
+    # TFX and PIL (~12 s): only compiling needs them (a dry-run submit or schedule does not)
     from kubeflow import cloud_platform
     from pipeline import model_choice
     from pipeline.pipeline import create_pipeline
@@ -190,11 +192,12 @@ def check_credentials(credentials=None) -> None:
     them in every call, ask the GCE metadata server for a while, and end in a traceback of 26 lines."""
     if credentials is not None:
         return
+    # google-auth: only a job sent to Vertex AI (not a compile, not a dry run) looks for credentials
     import google.auth
     from google.auth import environment_vars, exceptions
 
     try:
-        from google.auth import _cloud_sdk
+        from google.auth import _cloud_sdk  # a private module, which a google-auth may lack (hence the try)
 
         user_file = _cloud_sdk.get_application_default_credentials_path()
     except Exception:  # noqa: BLE001 - a google-auth without it: ask google.auth below
@@ -212,7 +215,7 @@ def check_credentials(credentials=None) -> None:
 
 
 def _vertex_init(cloud: CloudConfig, credentials=None):
-    from google.cloud import aiplatform
+    from google.cloud import aiplatform  # google-cloud-aiplatform (~2 s): only a job sent to Vertex AI needs it
 
     check_credentials(credentials)
     kwargs = {}
@@ -364,7 +367,7 @@ def kubeflow_cron(cron: str) -> str:
 
 
 def _kfp_client(cloud: CloudConfig):
-    import kfp
+    import kfp  # kfp's client: only a job sent to Kubeflow Pipelines needs it
 
     return kfp.Client(host=cloud.kfp_host)
 

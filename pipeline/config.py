@@ -24,9 +24,11 @@ from components.tuner import Search
 from components.validation import Gate
 from images.bounds import decode_memory_bytes
 from settings import checked, declared, setting, taken
+from storage import review_file
 from storage.errors import ConfigError, DataError  # raised here, caught as pipeline.config.ConfigError too
 from storage.files import is_remote, local_or_supported
 from trainer.hparams import SAMPLE_IMAGE_SIZE, HParams
+from trainer.imagenet_weights import check_weights_file
 
 # The repository root: schemas/ and the default run's outputs are found from here.
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -212,8 +214,6 @@ class PipelineConfig(DeclaredSettings):
         return self
 
     def _check_review_file(self) -> None:
-        from storage import review_file
-
         if not is_remote(self.review) and not os.path.lexists(self.review):
             raise ConfigError(
                 f"--review {self.review}: no such file; give the file `imagepipe review` wrote (it says where)"
@@ -233,8 +233,6 @@ class PipelineConfig(DeclaredSettings):
                 "'imagenet' or '' (random initialisation)"
             )
         if self.weights and self.weights != "imagenet" and not is_remote(self.weights):
-            from trainer.imagenet_weights import check_weights_file
-
             problem = check_weights_file(self.weights)  # before any stage runs: its header, or a .pth read whole
             if problem:
                 raise ConfigError(f"--weights {self.weights}: {problem}")
@@ -278,6 +276,7 @@ def check_beam_args(beam_args: List[str]) -> None:
 
     with warnings.catch_warnings():  # Google's client libraries warn about Python 3.10 on import
         warnings.simplefilter("ignore")
+        # Apache Beam (~2 s): the CLI imports this module at start-up
         from apache_beam.options.pipeline_options import PipelineOptions
 
     printed = io.StringIO()

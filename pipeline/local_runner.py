@@ -19,10 +19,16 @@ import time
 import traceback
 from typing import Any, Dict, NamedTuple, Optional
 
+from absl import logging
+
 import stacks
+from pipeline import platform
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.environment import from_environment
 from pipeline.preflight import Prepared, prepare
-from runs import run_lock
+from runs import progress, run_lock
+from storage.errors import DataError
+from trainer.hparams import describe_model
 
 
 def run(config: PipelineConfig, progress_mode: str = "quiet") -> Dict[str, Any]:
@@ -36,10 +42,11 @@ def run(config: PipelineConfig, progress_mode: str = "quiet") -> Dict[str, Any]:
 
 
 def _run(config: PipelineConfig, started_ms: int) -> Dict[str, Any]:
+    # TFX (~12 s): imported once prepare() has checked the settings and the input (a mistake is one line at once)
     from tfx import v1 as tfx
     from tfx.orchestration import metadata
 
-    from pipeline import platform
+    # TFX and ML Metadata, as above
     from pipeline.pipeline import create_pipeline
     from runs import run_store, run_summary
 
@@ -87,8 +94,6 @@ def run_local(config: PipelineConfig, progress_mode: str = "human", verbose: boo
     this run's progress and summary are its own, whatever else runs on the same root) with live progress, Ctrl-C and
     SIGTERM recorded as an interruption, then the HTML report of what completed. `verbose`: the run's error with its
     traceback on standard error, and a report that cannot be written raises (else a warning)."""
-    from runs import progress
-
     prepared = prepare(config)
     said = _prepared_event(prepared)  # before the clock starts: its reads (the stack's versions) take a few ms
     printer = progress.Printer(progress_mode)
@@ -104,8 +109,6 @@ def run_local(config: PipelineConfig, progress_mode: str = "human", verbose: boo
 
 
 def _prepared_event(prepared: Prepared) -> Dict[str, Any]:
-    from trainer.hparams import describe_model
-
     config, found = prepared
     return {
         "event": "run_prepared",
@@ -131,8 +134,7 @@ def _raise_interrupted(signum, frame):
 
 
 def _run_watched(config: PipelineConfig, printer) -> Outcome:
-
-    from runs import progress, run_store, run_summary
+    from runs import run_store, run_summary  # ML Metadata: imported once prepare() has checked the settings
 
     metadata_path = config.metadata_path
     error = summary = None
@@ -164,8 +166,7 @@ def write_report(outcome: Outcome, verbose: bool = False) -> Optional[str]:
     """The run's HTML report (best effort: a report must never hide the run's own outcome)."""
     if not outcome.summary:
         return None
-
-    from report import report
+    from report import report  # ML Metadata and PIL: only a run with a summary has a report
 
     config = outcome.config
     try:
@@ -194,12 +195,7 @@ def main() -> int:
     """`python -m pipeline.local_runner`: settings from IMAGEPIPE_* variables, as `imagepipe run` reads
     them (IMAGEPIPE_DATA, IMAGEPIPE_ROOT, ...; the digits sample by default); bad settings or data are
     one line and exit status 2, before anything is written."""
-
-    from absl import logging
-
-    from pipeline.environment import from_environment
-    from runs import run_text
-    from storage.errors import DataError
+    from runs import run_text  # ML Metadata: not at this module's import, which comes before prepare()
 
     logging.set_verbosity(logging.INFO)
     try:

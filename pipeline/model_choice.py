@@ -19,6 +19,10 @@ import io
 import statistics
 from typing import List, NamedTuple, Optional, Sequence
 
+from PIL import Image
+
+from storage import files as fs
+from storage.errors import ConfigError
 from trainer.hparams import AUTO
 
 PHOTO_SIDE = 96  # px: the median shorter side at or above which images are photos, for the backbone
@@ -42,10 +46,6 @@ def sample(uris: Sequence[str], most: int = SAMPLE) -> List[str]:
 def shorter_sides(uris: Sequence[str]) -> List[int]:
     """The shorter side of each image that opens (headers only: nothing is decoded); others are skipped (the
     ingestion check quarantines them, with their reason)."""
-    from PIL import Image
-
-    from storage import files as fs
-
     sides = []
     for uri in uris:
         try:
@@ -84,8 +84,6 @@ def for_compiled_job() -> Choice:
 def resolved(config, choice: Optional[Choice]):
     """`config` (validated) with --model auto replaced by the choice (and the reason kept), its model-dependent
     settings checked again (the image size is the chosen model's); a given model is kept as it is."""
-    from storage.errors import ConfigError
-
     if config.model != AUTO or choice is None:
         return config
     chosen = dataclasses.replace(config, model=choice.model, model_choice=choice.reason)

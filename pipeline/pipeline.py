@@ -11,6 +11,7 @@ the settings of RUNTIME_PARAMETERS are pipeline parameters: a run of the compile
 import dataclasses
 import json
 
+from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx import v1 as tfx
 
 from components.beam_settings import with_executor
@@ -34,6 +35,7 @@ from components.validation.statistics import StatisticsGenExecutor, stats_option
 from pipeline.config import PipelineConfig
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input, example_gen_output, review_file
 from pipeline.platform import Platform
+from pipeline.run_check import RunCheck
 from pipeline.runtime_parameters import RUNTIME_PARAMETERS, job_has_parameter, job_parameters
 from settings import declared
 from trainer.hparams import AUTO
@@ -101,8 +103,6 @@ class _Stages:
     def size_steps(self, components) -> None:
         """A compiled job's machine for each step (ImageExampleGen's is set in its executor spec by
         kubeflow/deploy.py: TFX's compiler leaves an ExampleGen's out), and Beam options of a step's own."""
-        from kfp.pipeline_spec import pipeline_spec_pb2
-
         resources = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
         for component in components:
             machine = self.platform.step_machines.get(component.id)
@@ -128,7 +128,6 @@ class _Stages:
         (pipeline/run_check.py): a run started with `tfx run create` sends both unchecked."""
         if not self.platform.compiled:
             return None
-        from pipeline.run_check import RunCheck
 
         names = job_parameters(self.config)
         return RunCheck(
@@ -309,12 +308,9 @@ class _Stages:
         """The model's card, from ML Metadata and the artifacts (components/model_card), with the confidence
         threshold the Evaluator chose; pushed beside the model."""
         return ModelCard(
-            model=trainer.outputs["model"],
-            model_run=trainer.outputs["model_run"],
-            evaluation=evaluator.outputs["evaluation"],
-            blessing=evaluator.outputs["blessing"],
-            examples=example_gen.outputs["examples"],
-            ingestion_report=example_gen.outputs["report"],
+            trainer,
+            evaluator,
+            example_gen,
             health=health.outputs["health"],
             baseline_model=baseline.outputs["model"] if baseline else None,
             pipeline=self.config.pipeline_name,

@@ -16,11 +16,20 @@ import tempfile
 import urllib.parse
 from typing import Any, Dict, NamedTuple
 
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2
+
 import stacks
+from components.tuner import SEARCH_FILE
+from images.finding import sources
 from pipeline import model_choice, sample_data
 from pipeline.config import ConfigError, PipelineConfig, machine_memory_bytes
 from pipeline.pipeline_inputs import example_gen_base, example_gen_input
+from storage import files as fs
+from storage.relocation import relocate
+from trainer import efficientnet_lite
 from trainer.hparams import AUTO, BACKBONES
+from trainer.imagenet_weights import PACKAGED_WEIGHTS, imagenet_weights, imagenet_weights_path
 
 
 class Prepared(NamedTuple):
@@ -38,9 +47,6 @@ def preflight(config: PipelineConfig) -> Prepared:
     Cheap on purpose (no TFX import unless spans must be resolved): bad input is
     reported in a second, before anything is written. `config` is validated (prepare() does it).
     """
-    from images.finding import sources
-    from storage import files as fs
-
     config.check_memory(machine_memory_bytes())
     check_local_beam_args(config.beam_args)
     check_no_cluster()
@@ -59,6 +65,7 @@ def preflight(config: PipelineConfig) -> Prepared:
     base = example_gen_base(config)
     pattern = example_gen_input(config).splits[0].pattern
     if config.span_pattern:
+        # TFX (~12 s): only spans need it; the pre-flight stays cheap, its mistakes one line in a second
         from tfx.components.example_gen import utils as example_gen_utils
 
         splits = example_gen_input(config).splits
@@ -121,7 +128,7 @@ def check_no_cluster(environ=os.environ) -> None:
     ("Collective ops must be configured at program startup", after ingestion and Transform). One line, at once."""
     if not environ.get("TF_CONFIG"):
         return
-    from trainer import strategy
+    from trainer import strategy  # TensorFlow (~4 s): only a TF_CONFIG needs it
 
     try:
         cluster = strategy.training_cluster(environ)
@@ -144,9 +151,6 @@ def check_imagenet_weights(config: PipelineConfig, timeout: float = 5.0) -> None
     hp = config.hparams()
     if hp.model not in BACKBONES or hp.weights != "imagenet":
         return
-
-    from trainer import efficientnet_lite
-    from trainer.imagenet_weights import PACKAGED_WEIGHTS, imagenet_weights, imagenet_weights_path
 
     if hp.model in PACKAGED_WEIGHTS:
         try:
@@ -186,7 +190,7 @@ def check_root_outside_data(config: PipelineConfig) -> None:
 
 def check_root(config: PipelineConfig) -> None:
     """--root must be a folder this process can write in (and a valid ML Metadata store, if any)."""
-    from runs import run_store
+    from runs import run_store  # ML Metadata (~0.2 s): only the check of --root opens the store
 
     root = config.root
     try:
@@ -204,9 +208,6 @@ def check_root(config: PipelineConfig) -> None:
 
 def check_schema(path: str) -> None:
     """A curated schema must parse before anything runs (not after ingestion, as ImportSchemaGen would)."""
-    from google.protobuf import text_format
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
     fix = "give a schema.pbtxt ('imagepipe export-schema' writes one), or leave --schema out to infer one"
     try:
         with open(path, encoding="utf-8") as f:
@@ -228,9 +229,7 @@ def with_earlier_search(config: PipelineConfig) -> PipelineConfig:
     if config.tune_trials:
         return config
 
-    from components.tuner import SEARCH_FILE
-    from runs import run_store
-    from storage.relocation import relocate
+    from runs import run_store  # ML Metadata (~0.2 s): only a run without --tune reads the last search
 
     trials = 0
     if os.path.exists(config.metadata_path):

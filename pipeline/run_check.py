@@ -20,7 +20,8 @@ from tfx import types
 from tfx.dsl.components.base import base_component, base_executor, executor_spec
 from tfx.types.component_spec import ExecutionParameter
 
-from pipeline.runtime_parameters import RUNTIME_PARAMETERS
+from pipeline.config import ConfigError, PipelineConfig
+from pipeline.runtime_parameters import RUNTIME_PARAMETERS, runtime_values
 
 # The GCE metadata server (Vertex AI tasks run on Compute Engine); GCE_METADATA_HOST overrides it, as in google-auth.
 METADATA_HOST = "metadata.google.internal"
@@ -60,9 +61,6 @@ def running_as(timeout: float = 10.0) -> Optional[str]:
 def check(values: dict, service_account: str = "") -> None:
     """RunSettingsError for the first bad value of `values` ({runtime parameter: value}), each checked as
     `imagepipe submit --param` checks it, or for a run executing as another account than `service_account`."""
-    from pipeline.config import ConfigError, PipelineConfig
-    from pipeline.runtime_parameters import runtime_values
-
     # The job's own settings do not reach this task: only what decides which parameters the job has.
     config = PipelineConfig(
         tune_trials=1 if values.get("tune_trials") is not None else 0,

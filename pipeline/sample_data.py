@@ -10,19 +10,19 @@ import os
 import numpy as np
 from PIL import Image
 
+from storage.user_files import write_folder
+
 SIZE = 32
 
 
 def make_digits(out: str, option: str = "--out") -> dict:
     """Writes the dataset to `out` unless it is already complete; returns counts. A folder that holds anything
     else is refused (storage/user_files.write_folder): nothing of the user's is ever deleted."""
-    from storage.user_files import write_folder
-
     return _describe(write_folder(out, _write_digits, option))
 
 
 def _write_digits(folder: str) -> None:
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # scikit-learn (~1.7 s): pipeline/preflight.py imports this module
 
     digits = load_digits()
     for label in range(10):

@@ -26,6 +26,7 @@ import uuid
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -318,8 +319,6 @@ def _clean_up_failed_job(
 
 def _remove_input_list(input_list: str) -> None:
     """The input list written to the Dataflow temp folder."""
-    from apache_beam.io.filesystems import FileSystems
-
     if FileSystems.exists(input_list):
         FileSystems.delete([input_list])
 

@@ -16,10 +16,14 @@ from typing import Dict, Iterable, Iterator, List, Tuple, Union
 import numpy as np
 
 from components.evaluator.views import given_a_class
+from components.model_card import THRESHOLD_FILE
+from components.pusher import complete_version
 from images.bounds import MAX_PIXELS
 from prediction.image_inputs import Input, byte_batches, inspect_input
 from storage import files as fs
 from storage.errors import DataError
+from trainer.artifact_files import INFO_FILE, KERAS_DIR
+from trainer.explain import Explainer, ExplanationsUnavailable
 
 
 class ModelNotFound(FileNotFoundError):
@@ -33,7 +37,7 @@ class ModelUnusable(ValueError):
 def load_serving(model_dir: str):
     """The model's serving_default signature (or a .tflite model behind the same call), or ModelUnusable
     naming the folder and the fix."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow (~4 s): only once a model loads, after the inputs and outputs are checked
 
     try:
         if model_dir.endswith(".tflite"):
@@ -55,8 +59,9 @@ class TFLiteServing:
     model as the uint8 pixels an app would pass; class names come from labels.txt beside the file."""
 
     def __init__(self, path: str):
-        import tensorflow as tf
+        import tensorflow as tf  # TensorFlow (~4 s): only once a model loads (see load_serving)
 
+        # these import TensorFlow too
         from images.decoding import decode_and_resize
         from trainer.tflite_export import LABELS_FILE, TFLiteClassifier
 
@@ -70,7 +75,7 @@ class TFLiteServing:
         self._decode = decode_and_resize
 
     def __call__(self, image_bytes):
-        import tensorflow as tf
+        import tensorflow as tf  # not at this module's import (see load_serving); loaded with the model
 
         size, channels = self._model.image_size, self._model.channels
         pixels = np.stack([self._decode(encoded, size, channels).numpy() for encoded in image_bytes])
@@ -85,7 +90,7 @@ def resolve_model_dir(path: str) -> str:
     """A SavedModel folder, a .tflite file, or a Pusher destination holding numbered SavedModel versions
     (the newest complete one wins: components/pusher); local or gs://."""
     if fs.is_remote(path):
-        import tensorflow as tf
+        import tensorflow as tf  # TensorFlow (~4 s): only a gs:// model needs its file system
 
         try:
             fs.check_reachable(path)
@@ -97,8 +102,6 @@ def resolve_model_dir(path: str) -> str:
     if exists(fs.join(path, "saved_model.pb")) or (path.endswith(".tflite") and exists(path)):
         return path
     if isdir(path):
-        from components.pusher import complete_version
-
         # The newest whole version: one cut short (a Pusher killed mid-copy) is never served.
         versions = sorted((v.rstrip("/") for v in listdir(path) if v.rstrip("/").isdigit()), key=int, reverse=True)
         complete = next((v for v in versions if complete_version(fs.join(path, v), exists)), None)
@@ -127,7 +130,7 @@ def label_batch(serve, images: List[bytes], top: int, threshold: Threshold = 0.0
     rule, evaluation_views.given_a_class). A multi-label model (threshold: one per label) adds 'labels': every
     label whose probability is above its own threshold, best first, with 'label_ids' (none: no label applies;
     never 'unsure')."""
-    import tensorflow as tf
+    import tensorflow as tf  # not at this module's import (see load_serving); loaded with the model
 
     try:
         out = serve(image_bytes=tf.constant(images))
@@ -158,8 +161,6 @@ def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
     SavedModel (components/model_card), which for a .tflite file of the pushed version's tflite/ folder is one
     folder up; (0, "none") for a model without one (every image gets a class). A multi-label model's: its
     threshold per label ({label: threshold})."""
-    from components.model_card import THRESHOLD_FILE
-
     folders = [model_dir]
     if model_dir.endswith(".tflite"):
         folders = [os.path.dirname(model_dir), os.path.dirname(os.path.dirname(model_dir))]
@@ -175,8 +176,6 @@ def model_threshold(model_dir: str) -> Tuple[Threshold, str]:
             continue
     # A Trainer's own export (<model>/Format-Serving, never pushed) has no threshold.json; a multi-label one still
     # lists labels, each at 0.5, from the model_info.json beside it.
-    from trainer.artifact_files import INFO_FILE, KERAS_DIR
-
     try:
         info = json.loads(fs.read_bytes(fs.join(os.path.dirname(model_dir.rstrip("/")), KERAS_DIR, INFO_FILE)))
         if info.get("task") == "multi":
@@ -225,8 +224,6 @@ def classify(
 
 def explainer_for(model_dir: str):
     """An Explainer (trainer/explain.py) of a SavedModel; ModelUnusable for a TFLite file or an older export."""
-    from trainer import explain
-
     resolved = resolve_model_dir(model_dir)
     if resolved.endswith(".tflite"):
         raise ModelUnusable(
@@ -234,8 +231,8 @@ def explainer_for(model_dir: str):
             "model folder, not its .tflite file"
         )
     try:
-        return explain.Explainer(resolved)
-    except explain.ExplanationsUnavailable as e:
+        return Explainer(resolved)
+    except ExplanationsUnavailable as e:
         raise ModelUnusable(str(e)) from None
 
 

@@ -17,7 +17,8 @@ from images.finding.listing import LABEL_SEPARATOR
 from prediction.image_inputs import InputError
 from storage import user_files
 from storage.errors import ConfigError
-from storage.spreadsheet import spreadsheet_safe
+from storage.spreadsheet import csv_text, spreadsheet_safe
+from trainer import explain
 
 
 def printable(text: str) -> str:
@@ -325,8 +326,6 @@ class ExplanationWriter:
 
     def close(self, complete: bool) -> None:
         if complete:
-            from storage.spreadsheet import csv_text
-
             try:
                 with open(os.path.join(self._folder.partial, EXPLANATIONS_INDEX), "w", encoding="utf-8") as f:
                     f.write(csv_text(EXPLANATION_COLUMNS, self._rows))
@@ -348,8 +347,6 @@ def write_explanation(folder: str, result: Dict, stem: Optional[str] = None, ove
     (which know no input order): a hash of the path, then its safe name."""
     if "attribution" not in result:
         return
-
-    from trainer import explain
 
     stem = (
         stem

@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, List
 
 from components.evaluator import results as evaluation_results
+from components.model_card.render import export_rows
 from report import report_data
 from report.report_html import confusion_svg, esc, line_chart, section, table, thumbnail, tiles, unfinished, xy_chart
 from runs import run_text
@@ -269,7 +270,6 @@ def _other_runtimes(record) -> str:
     """The ONNX and Core ML exports (--exports): size, input, and how each agrees with the SavedModel."""
     if not record:
         return ""
-    from components.model_card.render import export_rows
 
     rows = [
         [

@@ -8,6 +8,8 @@ import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from tensorflow_metadata.proto.v0 import anomalies_pb2
+
 from images import feature_keys as keys
 from prediction.image_inputs import byte_batches
 from storage.files import is_remote
@@ -47,8 +49,6 @@ def input_file(input_base: str, rel_path: str) -> Optional[bytes]:
 
 def anomalies(anomalies_uri: str) -> Iterator[Tuple[str, Any]]:
     """(split, tensorflow_metadata Anomalies) for every split ExampleValidator found anomalies in."""
-    from tensorflow_metadata.proto.v0 import anomalies_pb2
-
     for pb in sorted(glob.glob(os.path.join(anomalies_uri, "Split-*", "SchemaDiff.pb"))):
         with open(pb, "rb") as f:
             proto = anomalies_pb2.Anomalies.FromString(f.read())
@@ -60,14 +60,14 @@ def schema(schema_path: Optional[str]):
     """The schema proto the run validated against, or None."""
     if not schema_path or not os.path.exists(schema_path):
         return None
-    import tensorflow_data_validation as tfdv
+    import tensorflow_data_validation as tfdv  # TFDV, TensorFlow (~5 s): only a run with a schema needs it
 
     return tfdv.load_schema_text(schema_path)
 
 
 def statistics(statistics_uri: str) -> Iterator[Tuple[str, Any]]:
     """(split, DatasetFeatureStatistics) from StatisticsGen's output."""
-    import tensorflow_data_validation as tfdv
+    import tensorflow_data_validation as tfdv  # TFDV, TensorFlow (~5 s): only a run with statistics needs it
 
     for pb in sorted(glob.glob(os.path.join(statistics_uri, "Split-*", "FeatureStats.pb"))):
         yield os.path.basename(os.path.dirname(pb))[len("Split-") :], tfdv.load_stats_binary(pb).datasets[0]
@@ -82,7 +82,7 @@ def misclassified(model_uri: str, examples_uri: str, examples: int, keep: int) -
     """Runs the trained model on up to `examples` eval records; (the first `keep` it gets wrong, each
     {'image': encoded bytes, 'actual', 'predicted', 'probability'}, how many it checked), or None
     without eval records."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow (~4 s): only a run with a trained model needs it
 
     files = sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz")))
     if not files:

@@ -8,6 +8,7 @@ import base64
 import html
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from images import image_check
 from images.bounds import MAX_PIXELS
 
 STYLE = """
@@ -62,8 +63,6 @@ def _fmt(value) -> str:
 def thumbnail(data: bytes, size: int = 80, max_pixels: int = MAX_PIXELS) -> Optional[str]:
     """A data: URL of a small PNG of the image, or None when it does not decode or is over the pixel bound that
     ingestion applies (image_check.thumbnail)."""
-    from images import image_check
-
     png = image_check.thumbnail(data, size, max_pixels)
     return png and "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 

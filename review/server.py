@@ -19,6 +19,8 @@ import urllib.parse
 from typing import Any, Dict, List, Optional
 
 from images.bounds import MAX_PIXELS  # ingestion's bound: a file it refuses, never decoded
+from images.finding.listing import label_set, labels_of
+from images.image_check import thumbnail
 from review.items import Items
 from storage import files as fs
 from storage import review_file
@@ -54,7 +56,6 @@ class Review:
     def decide(self, number: int, action: str, new_label: str = "") -> Dict[str, Any]:
         if action not in review_file.ACTIONS:
             raise ValueError(f"action {action!r}: use {', '.join(review_file.ACTIONS)}")
-        from images.finding.listing import label_set, labels_of
 
         item = self.items.items[number]
         if action == "relabel":
@@ -81,8 +82,6 @@ class Review:
 
     def image(self, number: int, size: int) -> Optional[bytes]:
         """A JPEG of the item's image at most `size` a side, or None when it cannot be read or decoded."""
-        from images.image_check import thumbnail
-
         item = self.items.items[number]
         if not self._readable(item["file"]):
             return None

@@ -7,6 +7,7 @@ LINES holds, per component kind (run_summary.DETAILS's keys), the text after its
 from typing import Any, Callable, Dict, List
 
 from components import drift as drift_lib
+from components.evaluator.results import weakest_class, weakest_label
 from components.health import TRUSTED_ACCURACY
 from images.finding.listing import split_sort_key
 from runs.run_summary import component_kind
@@ -257,8 +258,6 @@ def still_improving(options: List[str]) -> str:
 
 def describe_labels(d: Dict[str, Any], most: int = 6) -> str:
     """A multi-label evaluation in a phrase: macro AUC-PR and F1, each label's F1 at its threshold, weakest first."""
-    from components.evaluator.results import weakest_label
-
     text = f"macro AUC-PR {d['macro_auc_pr']:.4f}" if d.get("macro_auc_pr") is not None else "macro AUC-PR -"
     if d.get("macro_f1") is not None:
         text += f", macro F1 {d['macro_f1']:.4f} at the labels' thresholds"
@@ -319,8 +318,6 @@ def _evaluator(c: Dict[str, Any]) -> str:
 
 def describe_recalls(d: Dict[str, Any], most: int = 6) -> str:
     """Each class's recall (the weakest first), or with many classes the weakest few, naming the weakest."""
-    from components.evaluator.results import weakest_class
-
     rows = sorted(
         ((name, m["recall"]) for name, m in d["per_class"].items() if m.get("recall") is not None),
         key=lambda kv: (kv[1], kv[0]),

@@ -3,6 +3,7 @@ verdict (never on one number: the weakest class or label is named), and the next
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from components.evaluator.results import weakest_class
 from runs.run_summary import component_kind
 from runs.run_text import describe_labels
 
@@ -77,8 +78,6 @@ def data_verdict(summary: Dict[str, Any]) -> Optional[Tuple[str, str]]:
 
 
 def evaluation_weakest(evaluation: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    from components.evaluator.results import weakest_class
-
     return weakest_class(evaluation) if evaluation.get("gate") else None
 
 

@@ -70,7 +70,7 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
 
 def exists(path: str) -> bool:
     if is_remote(path):
-        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.io.filesystems import FileSystems  # Beam (~2 s): only gs:// paths need it
 
         check_reachable(path)
         # An object store "folder" is only a name prefix: it exists when an object has it.
@@ -80,7 +80,7 @@ def exists(path: str) -> bool:
 
 def is_dir(path: str) -> bool:
     if is_remote(path):
-        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.io.filesystems import FileSystems  # Beam (~2 s): only gs:// paths need it
 
         check_reachable(path)
         return not FileSystems.exists(path) and bool(remote_files(path, limit=1))
@@ -89,7 +89,7 @@ def is_dir(path: str) -> bool:
 
 def read_bytes(uri: str) -> bytes:
     if is_remote(uri):
-        from apache_beam.io.filesystems import CompressionTypes, FileSystems
+        from apache_beam.io.filesystems import CompressionTypes, FileSystems  # Beam (~2 s): only gs:// paths need it
 
         with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             return f.read()
@@ -117,7 +117,7 @@ _CLIENT_LOCK = threading.Lock()
 def _storage_client():
     with _CLIENT_LOCK:
         if "client" not in _CLIENT:
-            from google.cloud import storage
+            from google.cloud import storage  # the Cloud Storage client: only ranged reads of gs:// objects need it
 
             _CLIENT["client"] = storage.Client()
         return _CLIENT["client"]
@@ -126,7 +126,7 @@ def _storage_client():
 def open_for_write(path: str) -> BinaryIO:
     """A binary file to write, creating parent folders (local) as needed."""
     if is_remote(path):
-        from apache_beam.io.filesystems import CompressionTypes, FileSystems
+        from apache_beam.io.filesystems import CompressionTypes, FileSystems  # Beam (~2 s): only gs:// paths need it
 
         return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -139,7 +139,7 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def remote_files(root: str, limit: Optional[int] = None) -> List[Tuple[str, int, int]]:
-    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.filesystems import FileSystems  # Beam (~2 s): only gs:// paths need it
 
     prefix = root.rstrip("/") + "/"
     (match,) = FileSystems.match([prefix + "**"], limits=[limit] if limit else None)
@@ -148,7 +148,7 @@ def remote_files(root: str, limit: Optional[int] = None) -> List[Tuple[str, int,
 
 def remote_top_files(root: str) -> List[str]:
     """The names of the objects directly under a gs:// folder (one level: no recursive listing)."""
-    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.filesystems import FileSystems  # Beam (~2 s): only gs:// paths need it
 
     prefix = root.rstrip("/") + "/"
     (match,) = FileSystems.match([prefix + "*"])

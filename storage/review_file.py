@@ -18,6 +18,7 @@ never glues a decision to them. Only a regular file is read (a named pipe would 
 
 import csv
 import datetime
+import fcntl
 import hashlib
 import io
 import os
@@ -178,8 +179,6 @@ class Log:
     error). The file is created with its header; an existing file must be a review file."""
 
     def __init__(self, path: str):
-        import fcntl
-
         if fs.is_remote(path):
             raise ConfigError(
                 f"{WRITE_OPTION} {path}: the review page writes a file on this machine; give a local "

@@ -219,3 +219,47 @@ def test_each_stage_of_the_dag_has_its_folder():
 def test_the_model_code_imports_no_stage():
     imported = {m for path in _modules("trainer") for m in _imports(path)}
     assert not {m for m in imported if m.split(".")[0] in ("components", "pipeline", "runs")}
+
+
+# What the command line's start-up must not load: `imagepipe --help`, `imagepipe runs` and a mistyped option answer in
+# under a second, where TensorFlow alone takes ~4 s to import here (TFX, Beam and TFMA with it: ~12 s).
+HEAVY_LIBRARIES = ("tensorflow", "tfx", "apache_beam", "keras", "tensorflow_model_analysis", "sklearn")
+
+
+def test_the_command_line_starts_without_tensorflow():
+    import subprocess
+    import sys
+
+    loaded = subprocess.run(
+        [sys.executable, "-c", f"import sys, cli.main; print(*[m for m in {HEAVY_LIBRARIES} if m in sys.modules])"],
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert not loaded, f"importing cli.main loads {loaded}: import them inside the function that needs them"
+
+
+def _late_imports(path) -> Iterator[int]:
+    """The line of each import inside a function (a class's method too) of `path`."""
+    tree = ast.parse(open(path).read(), path)
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    yield node.lineno
+
+
+def test_an_import_inside_a_function_says_why():
+    """Imports sit at the top of a module; one inside a function says why on its line or the line above (a start-up
+    it keeps light, a cycle it avoids, a library only one command needs)."""
+    silent = []
+    for path in (p for folder in LAYERS if folder != "bench" for p in _modules(folder)):
+        lines = open(path).read().split("\n")
+        for n in sorted(set(_late_imports(path))):
+            first = n - 1  # a run of imports shares the comment on any of its lines or just above them
+            while first > 0 and lines[first - 1].strip().startswith(("import ", "from ")):
+                first -= 1
+            if not any("#" in line for line in lines[max(0, first - 1) : n]):
+                silent.append(f"{os.path.relpath(path, PROJECT_DIR)}:{n}")
+    assert not silent, f"{len(silent)} imports inside functions say nothing of why: {silent}"

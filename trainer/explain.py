@@ -23,6 +23,7 @@ import io
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+from PIL import Image
 
 STEPS = 24  # points on each path from a baseline to the image (Riemann sum, midpoints)
 MAX_BATCH = 256  # path points through the model at once (images x STEPS): bounds memory
@@ -46,7 +47,7 @@ class ExplanationsUnavailable(RuntimeError):
 
 class Explainer:
     def __init__(self, model_dir: str):
-        import tensorflow as tf
+        import tensorflow as tf  # TensorFlow (~4 s): prediction/ imports this module; only an Explainer needs it
 
         self._model = tf.saved_model.load(model_dir)
         if not hasattr(self._model, "pixel_probabilities") or not hasattr(self._model, "image_pixels"):
@@ -61,12 +62,12 @@ class Explainer:
 
     def pixels(self, images: Sequence[bytes]) -> np.ndarray:
         """Encoded images -> uint8 [n, size, size, channels], decoded and resized as serving does."""
-        import tensorflow as tf
+        import tensorflow as tf  # TensorFlow (~4 s): prediction/ imports this module; only an Explainer needs it
 
         return self._model.image_pixels(tf.constant(list(images))).numpy()
 
     def probabilities(self, pixels: np.ndarray) -> np.ndarray:
-        import tensorflow as tf
+        import tensorflow as tf  # TensorFlow (~4 s): prediction/ imports this module; only an Explainer needs it
 
         step = batch_for(pixels)
         parts = [
@@ -96,7 +97,7 @@ class Explainer:
 
     def _gradients(self, points: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """d probability[target] / d pixels at each point, batch_for() points a call."""
-        import tensorflow as tf
+        import tensorflow as tf  # TensorFlow (~4 s): prediction/ imports this module; only an Explainer needs it
 
         out = np.zeros_like(points)
         step = batch_for(points)
@@ -142,7 +143,7 @@ class Explainer:
 def _baseline(images: np.ndarray, kind: str) -> np.ndarray:
     if kind == "black":
         return np.zeros_like(images)
-    from scipy.ndimage import gaussian_filter
+    from scipy.ndimage import gaussian_filter  # SciPy: only the blurred baseline needs it; no importer loads it
 
     sigma = BLUR_SIGMA * images.shape[1]
     return np.stack([gaussian_filter(image, sigma=(sigma, sigma, 0)) for image in images]).astype(np.float32)
@@ -171,8 +172,6 @@ def heat_colours(attribution: np.ndarray) -> np.ndarray:
 
 def overlay_png(pixels: np.ndarray, attribution: np.ndarray, size: int = 0) -> bytes:
     """The image (grey, dimmed) with the map over it, as PNG bytes; `size` resizes the result (0: as is)."""
-    from PIL import Image
-
     grey = pixels.astype(np.float32).mean(axis=-1, keepdims=True) * 0.6
     heat = heat_colours(attribution).astype(np.float32)
     weight = np.clip(attribution / (float(np.percentile(attribution, 99)) or 1.0), 0, 1)[..., None] * 0.8

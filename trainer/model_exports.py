@@ -38,7 +38,7 @@ class ExportError(RuntimeError):
 def frozen_classifier(probabilities, image_size: int, channels: int, batch: Optional[int] = None):
     """The concrete function `probabilities` (float32 pixels [batch, size, size, channels] in 0..255 -> probabilities)
     with its variables as constants: what the converters take."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow (~4 s): the CLI imports this module at start-up
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     spec = tf.TensorSpec([batch, image_size, image_size, channels], tf.float32, name=INPUT)
@@ -47,7 +47,7 @@ def frozen_classifier(probabilities, image_size: int, channels: int, batch: Opti
 
 
 def of_keras(model, image_size: int, channels: int, batch: Optional[int] = None):
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow (~4 s): the CLI imports this module at start-up
 
     return frozen_classifier(
         lambda pixels: tf.cast(model(pixels, training=False), tf.float32), image_size, channels, batch
@@ -57,7 +57,7 @@ def of_keras(model, image_size: int, channels: int, batch: Optional[int] = None)
 def of_saved_model(model_dir: str, batch: Optional[int] = None):
     """(frozen classifier, image size, channels, class names) of an exported model (trainer/export.py): its
     pixel_probabilities function and class names."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow (~4 s): the CLI imports this module at start-up
 
     loaded = tf.saved_model.load(model_dir)
     if not hasattr(loaded, "pixel_probabilities") or not hasattr(loaded, "class_names"):
@@ -78,7 +78,7 @@ def of_function(function, image_size: int, channels: int, batch: Optional[int] =
 def onnx_bytes(frozen, image_size: int, class_names: Sequence[str], multi_label: bool) -> bytes:
     """The frozen classifier as an ONNX model, its class names and input described in its metadata."""
     try:
-        import tf2onnx
+        import tf2onnx  # loads TensorFlow: only the ONNX export needs it
 
         (pixels,) = [t.name for t in frozen.inputs]
         model_proto, _ = tf2onnx.convert.from_graph_def(
@@ -108,7 +108,7 @@ def onnx_bytes(frozen, image_size: int, class_names: Sequence[str], multi_label:
 def _check_loads(model_proto) -> None:
     """tf2onnx logs an op it cannot map and goes on, leaving a model onnxruntime refuses: load it here, so that
     is this format's one-line error, not a file that cannot run."""
-    import onnxruntime
+    import onnxruntime  # only the ONNX export needs it (the CLI imports this module at start-up)
 
     onnxruntime.InferenceSession(model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
 
@@ -122,7 +122,7 @@ class OnnxClassifier:
     """An ONNX export run by onnxruntime: float32 pixels [n, size, size, channels] -> probabilities [n, classes]."""
 
     def __init__(self, content: bytes):
-        import onnxruntime
+        import onnxruntime  # only scoring an ONNX export needs it (the CLI imports this module at start-up)
 
         self._session = onnxruntime.InferenceSession(content, providers=["CPUExecutionProvider"])
         self._input = self._session.get_inputs()[0].name
@@ -142,7 +142,7 @@ def write_coreml(frozen_one, image_size: int, class_names: Sequence[str], multi_
     """The frozen classifier (batch 1) as a Core ML package at `path`, a new folder (`imagepipe export` writes it
     into a folder of its own that replaces only what it wrote: cli/export.py)."""
     try:
-        import coremltools as ct
+        import coremltools as ct  # loads TensorFlow: only the Core ML export needs it
 
         classifier = None if multi_label else ct.ClassifierConfig(list(class_names))
         model = ct.convert(
@@ -167,7 +167,7 @@ def write_coreml(frozen_one, image_size: int, class_names: Sequence[str], multi_
 
 def describe_coreml(path: str) -> Dict:
     """What the saved package's spec says: its input (kind, size, colour), outputs and class names."""
-    import coremltools as ct
+    import coremltools as ct  # loads TensorFlow: only reading a Core ML export needs it
 
     spec = ct.utils.load_spec(path)
     (first,) = spec.description.input

@@ -20,6 +20,8 @@ import tempfile
 from typing import Iterator, Optional
 
 import keras
+import tensorflow as tf
+from keras import ops
 
 from storage.files import is_remote
 from trainer import efficientnet_lite
@@ -45,8 +47,6 @@ def local_file(path: str) -> Iterator[str]:
     if not is_remote(path):
         yield path
         return
-    import tensorflow as tf
-
     local = staged_path(path)
     try:
         tf.io.gfile.copy(path, local, overwrite=True)
@@ -60,8 +60,6 @@ def save_weights(model: keras.Model, path: str) -> str:
     weights (the staged file they were copied from), for whoever loads them next here. Keras writes
     through h5py into a temporary folder first, and the file is then copied: h5py failing on a full disk
     leaves objects that print tracebacks and crash the process at exit, a copy fails with one OSError."""
-    import tensorflow as tf
-
     local = staged_path(path)
     model.save_weights(local)
     tf.io.gfile.copy(local, path, overwrite=True)
@@ -230,8 +228,6 @@ class _MeanOverClasses(keras.metrics.Metric):
         raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        from keras import ops
-
         labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
         actual = ops.one_hot(labels, self.num_classes, dtype="float32")  # an id out of range counts nowhere
         if sample_weight is not None:  # an example of weight 0 (padding) counts nowhere either
@@ -240,8 +236,6 @@ class _MeanOverClasses(keras.metrics.Metric):
         self.total.assign_add(ops.sum(actual * self._values(labels, y_pred)[:, None], axis=0))
 
     def result(self):
-        from keras import ops
-
         present = ops.cast(self.seen > 0, "float32")
         mean = ops.divide_no_nan(self.total, ops.maximum(self.seen, 1.0))
         return ops.divide_no_nan(ops.sum(mean * present), ops.sum(present))
@@ -263,8 +257,6 @@ class BalancedAccuracy(_MeanOverClasses):
         super().__init__(num_classes, name, **kwargs)
 
     def _values(self, labels, y_pred):
-        from keras import ops
-
         return ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), labels), "float32")
 
 
@@ -278,8 +270,6 @@ class BalancedCrossEntropy(_MeanOverClasses):
         super().__init__(num_classes, name, **kwargs)
 
     def _values(self, labels, y_pred):
-        from keras import ops
-
         actual = ops.one_hot(labels, self.num_classes, dtype="float32")
         return -ops.log(ops.clip(ops.sum(actual * ops.cast(y_pred, "float32"), axis=-1), 1e-7, 1.0))
 
@@ -294,8 +284,6 @@ class WeightedBinaryCrossEntropy(keras.losses.Loss):
         self.positive_weights = [float(w) for w in positive_weights]
 
     def call(self, y_true, y_pred):
-        from keras import ops
-
         y_true = ops.cast(y_true, "float32")
         p = ops.clip(ops.cast(y_pred, "float32"), 1e-7, 1.0 - 1e-7)
         weights = ops.convert_to_tensor(self.positive_weights, dtype="float32")

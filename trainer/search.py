@@ -32,6 +32,7 @@ import dataclasses
 import os
 from typing import Any, Dict, Optional
 
+from storage.progress_events import progress_event
 from trainer import class_balance
 from trainer.hparams import HParams
 
@@ -86,7 +87,7 @@ def values_of(config: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The values of a KerasTuner HyperParameters config (what the Tuner writes, the Trainer reads)."""
     if not config:
         return {}
-    import keras_tuner
+    import keras_tuner  # TensorFlow (~4 s): the DAG's definition imports this module
 
     return dict(keras_tuner.HyperParameters.from_config(config).values)
 
@@ -95,9 +96,9 @@ class _Trials:
     """What each trial trains on: the Trainer's inputs (fn_args), read once into the datasets a trial asks for."""
 
     def __init__(self, fn_args, hp: HParams, plan, strategy):
-        import tensorflow_transform as tft
+        import tensorflow_transform as tft  # TensorFlow (~4 s): the DAG's definition imports this module
 
-        from trainer import features, holdout, training
+        from trainer import features, holdout, training  # import TensorFlow, as above
 
         self.hp = hp
         # The Trainer's device plan and strategy (trainer/strategy.py): trials train where it trains, with its
@@ -138,7 +139,7 @@ class _Trials:
         once and held in memory once (when they fit) for every trial: the features, or the cnn's pixels. A transfer
         model's fine-tune phase reads its pixels trial by trial, as before (held beside the features, they would
         take a second cache budget)."""
-        from trainer import input_pipeline
+        from trainer import input_pipeline  # TensorFlow (~4 s): the DAG's definition imports this module
 
         if not on_features and self.source:
             return None
@@ -149,7 +150,7 @@ class _Trials:
         return self._records[key]
 
     def datasets(self, hp: HParams, on_features: bool):
-        from trainer import input_pipeline
+        from trainer import input_pipeline  # TensorFlow (~4 s): the DAG's definition imports this module
 
         batching = input_pipeline.Batching(
             hp.batch_size * self.strategy.num_replicas_in_sync, self.plan.static_shapes, self.multi_hot
@@ -198,10 +199,10 @@ class _Trials:
 
 
 def _hypermodel(trials: _Trials):
-    import keras
+    import keras  # TensorFlow (~4 s): the DAG's definition imports this module
     import keras_tuner
 
-    from trainer import models
+    from trainer import models  # imports TensorFlow, as above
     from trainer import strategy as strategies
 
     class ImageHyperModel(keras_tuner.HyperModel):
@@ -220,7 +221,7 @@ def _hypermodel(trials: _Trials):
             return model
 
         def fit(self, space, model, *args, callbacks=None, **kwargs):
-            from trainer.training import early_stopping
+            from trainer.training import early_stopping  # TensorFlow (~4 s): the DAG's definition imports this module
 
             hp = apply(trials.hp, space.values)
             stop = early_stopping(hp, trials.objective, restore_best_weights=True)
@@ -242,7 +243,7 @@ def _hypermodel(trials: _Trials):
 
 def _fine_tune_trial(trials: _Trials, hp: HParams, head) -> dict:
     """A transfer model's trial after its head's phase: {objective: its best value while fine-tuning}."""
-    from trainer import models
+    from trainer import models  # TensorFlow (~4 s): the DAG's definition imports this module
     from trainer import strategy as strategies
     from trainer.training import early_stopping
 
@@ -270,16 +271,14 @@ def _fine_tune_trial(trials: _Trials, hp: HParams, head) -> dict:
 def trial_plan(hp: HParams):
     """The Trainer's device plan (trainer/strategy.py), on one machine: a Vertex tuning job's replicas (TF_CONFIG
     names them) run parallel trials, each alone, not one trial together."""
-    from trainer import strategy as strategies
+    from trainer import strategy as strategies  # TensorFlow (~4 s): the DAG's definition imports this module
 
     one_machine = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     return strategies.plan(hp.mixed_precision, required=hp.required_device, environ=one_machine)
 
 
 def _search_class():
-    import keras_tuner
-
-    from storage.progress_events import progress_event
+    import keras_tuner  # TensorFlow (~4 s): the DAG's definition imports this module
 
     class Search(keras_tuner.BayesianOptimization):
         """KerasTuner's Bayesian optimisation, telling `imagepipe run` each finished trial and the best score."""
@@ -301,10 +300,10 @@ def _search_class():
 
 def tuner_fn(fn_args):
     """TFX's Tuner entry point: the KerasTuner tuner of fn_args.custom_config's trials over define()'s space."""
-    import keras_tuner
+    import keras_tuner  # TensorFlow (~4 s): the DAG's definition imports this module
     from tfx.components.tuner.component import TunerFnResult
 
-    from trainer import strategy as strategies
+    from trainer import strategy as strategies  # imports TensorFlow, as above
 
     hp = HParams.from_custom_config(fn_args.custom_config)
     trials = int((fn_args.custom_config or {}).get(TRIALS_KEY) or 10)

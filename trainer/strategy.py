@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional
 
+import keras
 import tensorflow as tf
 from absl import logging
 
@@ -196,8 +197,6 @@ class _KerasMultiWorkerStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 def policy(name: Optional[str]):
     """Keras' global dtype policy set to `name` (a plan's mixed_precision_policy; None: float32), float32 again
     after: the process may run other components next."""
-    import keras
-
     keras.mixed_precision.set_global_policy(name or "float32")
     try:
         yield

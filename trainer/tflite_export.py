@@ -26,8 +26,9 @@ from typing import Dict, Iterable, List, Tuple
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from trainer import features, input_pipeline, models
+from trainer import features, input_pipeline, model_exports, models
 from trainer.holdout import Holdout, Part
 from trainer.hparams import TFLITE_KINDS, HParams
 
@@ -71,7 +72,7 @@ def interpreter(content: bytes):
     """A TFLite interpreter of the model: LiteRT's (ai-edge-litert, in the lock: tf.lite.Interpreter is deprecated
     from TF 2.19), or TensorFlow's where LiteRT is not installed."""
     try:
-        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_litert.interpreter import Interpreter  # optional: without LiteRT, TensorFlow's (below)
     except ImportError:
         Interpreter = tf.lite.Interpreter
     return Interpreter(model_content=content, num_threads=os.cpu_count())
@@ -124,8 +125,6 @@ def convert(model, hp: HParams, kind: str, train_files: List[str]) -> bytes:
     The converter gets a frozen function (variables as constants): given a Keras 3 model's variables
     (TF 2.16), it aborts the whole process ("missing attribute 'value'", tensorflow#65012).
     """
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
     assert kind in TFLITE_KINDS, kind
     dtype = tf.uint8 if kind == "float16" else tf.float32
     spec = tf.TensorSpec([1, hp.image_size, hp.image_size, hp.channels], dtype, name="pixels")
@@ -226,8 +225,6 @@ def export_in_child(
 def main(job_file: str, result_file: str) -> None:
     """The child's work: the TFLite models (--tflite), then the other runtimes' exports (--exports:
     trainer/model_exports.py), from the saved weights; {"tflite": record, "exports": record}."""
-    from trainer import model_exports
-
     with open(job_file) as f:
         job = json.load(f)
     hp = HParams.from_custom_config(job["hparams"])

@@ -28,6 +28,7 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
     # Here, not at the top: the constants above are read by plain-Python code (multi_label's gate, the summary)
     from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
+    # trainer.features imports TensorFlow: the same reason
     from trainer.features import LABEL_KEY
 
     accuracy = tfma_config.MetricConfig(

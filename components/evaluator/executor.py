@@ -32,13 +32,20 @@ import os
 import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
+import tensorflow as tf
 from absl import logging
+from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.io import fileio
-from tfx.types import artifact_utils, standard_component_specs
+from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
+from tfx.utils import io_utils, path_utils, proto_utils
 
 from components.beam_settings import BeamConfigured, smaller_batches
+from components.evaluator import explanations as eval_explanations
 from components.evaluator import metrics as evaluation_metrics
+from components.evaluator import multi_label as multi_label_evaluation
+from components.evaluator import results as evaluation_results
+from components.evaluator import views as evaluation_views
 from components.evaluator.eval_config import (
     ACCURACY_METRIC,
     BASELINE_SKIPPED,
@@ -53,7 +60,7 @@ from components.evaluator.eval_config import (
 )
 from components.example_gen import PROFILE_FILE
 from storage.relocation import locate
-from trainer import operating_point
+from trainer import features, operating_point
 from trainer.artifact_files import INFO_FILE, KERAS_DIR, LABEL_THRESHOLDS_FILE
 
 # Written by the Trainer (trainer/task.py) beside Format-Serving: what the model predicts.
@@ -104,9 +111,6 @@ def with_threshold(exec_properties):
     threshold = exec_properties.get(THRESHOLD)
     if threshold is None:
         return exec_properties
-    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
-    from tfx.utils import proto_utils
-
     key = standard_component_specs.EVAL_CONFIG_KEY
     config = proto_utils.json_to_proto(exec_properties[key], tfma_config.EvalConfig())
     for spec in config.metrics_specs:
@@ -136,10 +140,6 @@ def split_class_counts(examples, split: str) -> Dict[str, int]:
             per_split = json.loads(f.read()).get("classes_per_split")
         if per_split is not None:
             return dict(per_split.get(split, {}))
-    import tensorflow as tf
-
-    from trainer import features
-
     files = fileio.glob(os.path.join(artifact_utils.get_split_uri([examples], split), "*"))
     counts: Dict[str, int] = {}
     spec = {features.LABEL_TEXT_KEY: tf.io.FixedLenFeature([], tf.string, default_value="")}
@@ -154,9 +154,6 @@ def with_class_checks(
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """exec_properties with eval_config's per-class metrics and floors (components/evaluator/metrics.py), and
     what class_gate.json records: which classes are judged, on what counts, and what the baseline is compared on."""
-    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
-    from tfx.utils import proto_utils
-
     floor = min_class_recall(exec_properties)
     gate = class_gate(names, eval_counts, train_counts, floor)
     imbalanced = gate["imbalanced"]
@@ -186,11 +183,6 @@ def with_label_checks(
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """exec_properties with a multi-label eval config (components/evaluator/multi_label.py), and what
     class_gate.json records: which labels are judged at their thresholds, on what counts, and the macro bound."""
-    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
-    from tfx.utils import proto_utils
-
-    from components.evaluator import multi_label as multi_label_evaluation
-
     floor = min_class_recall(exec_properties)
     key = standard_component_specs.EVAL_CONFIG_KEY
     config, bound = multi_label_evaluation.eval_config_for(
@@ -274,8 +266,6 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
             else None
         )
         if gate:
-            from tfx.utils import io_utils
-
             io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
         self._explain(candidate, examples, evaluation, exec_properties, multi_label=multi_label)
         if not names:
@@ -310,8 +300,6 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         (into `gate`: a failure takes the blessing back). Returns the views. The thresholds are the ones the Trainer
         chose on its held-out train images (`trainers`), unless the run asks for a confidence threshold or a target
         precision; a model trained before them gets them chosen here, on eval."""
-        from components.evaluator import multi_label as multi
-
         confidence, target = exec_properties.get(CONFIDENCE), exec_properties.get(TARGET_PRECISION)
         given = trainers if trainers and confidence is None and target is None else None
         found = self._write_label_views(
@@ -321,21 +309,16 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
             target_precision=target,
             **({"given": given["thresholds"], "how": given["rule"]} if given else {}),
         )
-        gate["failures"] = multi.label_failures(gate, found)
+        gate["failures"] = multi_label_evaluation.label_failures(gate, found)
         if gate["failures"] and blessing.get_int_custom_property("blessed"):
             logging.warning("Evaluator: not blessed: %s", "; ".join(gate["failures"]))
-            multi.take_back_blessing(blessing, gate["failures"])
+            multi_label_evaluation.take_back_blessing(blessing, gate["failures"])
         return found
 
     @staticmethod
     def _write_label_views(folder: str, names: List[str], **how) -> Dict[str, Any]:
         """views.json of a multi-label evaluation (components/evaluator/multi_label.py views), from TFMA's metrics."""
-        from tfx.utils import io_utils
-
-        from components.evaluator import multi_label as multi
-        from components.evaluator import views as evaluation_views
-
-        found = multi.views(multi.read_metrics(folder), names, **how)
+        found = multi_label_evaluation.views(multi_label_evaluation.read_metrics(folder), names, **how)
         io_utils.write_string_file(os.path.join(folder, evaluation_views.VIEWS_FILE), json.dumps(found, indent=1))
         return found
 
@@ -343,14 +326,10 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
     def _explain(candidate, examples, evaluation, exec_properties, multi_label: bool) -> None:
         """Where the model looked on a sample of eval images (components/evaluator/explanations.py), for the report. An
         explanation that fails is logged and left out: it blesses nothing."""
-        from components.evaluator import explanations as eval_explanations
-
         limit = exec_properties.get(EXPLANATIONS)
         limit = eval_explanations.LIMIT if limit is None else int(limit)
         if limit <= 0:
             return
-        from tfx.utils import path_utils
-
         try:
             found = eval_explanations.explain_eval(
                 path_utils.serving_model_path(candidate.uri),
@@ -369,11 +348,6 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
     def _write_views(
         uri: str, names: List[str], confidence: Optional[float], target: Optional[float], how: Optional[str] = None
     ) -> dict:
-        from tfx.utils import io_utils
-
-        from components.evaluator import results as evaluation_results
-        from components.evaluator import views as evaluation_views
-
         found = evaluation_views.views(evaluation_results.matrices(uri), names, confidence, target)
         if how:
             found["chosen"]["how"] = how
@@ -382,9 +356,6 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
 
     def _score_test(self, input_dict, evaluation_uri: str, exec_properties) -> None:
         """TFX's Evaluator once more, on the test split alone, into <evaluation>/test (blessing nothing)."""
-
-        from tfx.types import standard_artifacts
-
         scored = standard_artifacts.ModelEvaluation()
         scored.uri = os.path.join(evaluation_uri, TEST_SPLIT)
         unused = standard_artifacts.ModelBlessing()

@@ -23,6 +23,8 @@ from typing import Any, Dict, List
 import numpy as np
 
 from components.evaluator import Blessing
+from images import feature_keys as keys
+from trainer import explain
 
 EXPLANATIONS_DIR = "explanations"
 INDEX_FILE = "index.json"
@@ -50,9 +52,8 @@ def sample(rows: List[Dict[str, Any]], limit: int) -> List[int]:
 def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, multi_label: bool = False) -> Dict:
     """Explains up to `limit` eval images of `examples_uri` (ImageExampleGen's output) with the SavedModel at
     model_dir into out_dir; returns index.json's dict."""
+    # TensorFlow (~5 s): the run summary and the review page import this module, not to explain
     import tensorflow as tf
-
-    from trainer import explain
 
     started = time.monotonic()
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
@@ -77,9 +78,10 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
 def _classify(explainer, files: List[str], limit: int, multi_label: bool):
     """The first MAX_EXAMINED eval records classified: (a row each, the pixels of the rows sample() may choose, by
     row)."""
+    # TensorFlow: as in explain_eval
     import tensorflow as tf
 
-    from images import feature_keys as keys
+    # imports TensorFlow: as in explain_eval
     from trainer import features
 
     labels_key = keys.LABELS_TEXT if multi_label else keys.LABEL_TEXT
@@ -120,9 +122,6 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
 def _explain_chosen(explainer, rows: List[Dict[str, Any]], images, chosen: List[int], out_dir: str):
     """Each chosen image's map written over it: (index.json's image entries, the correct ones' (image, map) by
     predicted class)."""
-
-    from trainer import explain
-
     shown, per_class = [], {}
     for start in range(0, len(chosen), 32):
         part = chosen[start : start + 32]
@@ -139,9 +138,6 @@ def _explain_chosen(explainer, rows: List[Dict[str, Any]], images, chosen: List[
 
 def _class_maps(per_class: Dict[str, list], out_dir: str) -> List[Dict[str, Any]]:
     """Per predicted class, the mean map of its correctly classified images, over their mean image."""
-
-    from trainer import explain
-
     classes = []
     for c, (name, items) in enumerate(sorted(per_class.items())):
         average = explain.class_average([m for _, m in items])
@@ -156,6 +152,7 @@ def _class_maps(per_class: Dict[str, list], out_dir: str) -> List[Dict[str, Any]
 
 
 def _write(path: str, data: bytes) -> None:
+    # TensorFlow's gfile (local or gs://): as in explain_eval
     import tensorflow as tf
 
     with tf.io.gfile.GFile(path, "wb") as f:

@@ -24,6 +24,7 @@ from tensorflow_model_analysis.metrics.multi_class_confusion_matrix_metrics impo
     MatrixEntryKey,
     multi_class_confusion_matrices,
 )
+from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
 MODULE = __name__
 CLASS_RECALL, CLASS_PRECISION, BALANCED_ACCURACY = "class_recall", "class_precision", "balanced_accuracy"
@@ -157,8 +158,6 @@ FOUND_ONE = 1e-9
 
 
 def _floor(value: float):
-    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
-
     return tfma_config.MetricThreshold(value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": value}))
 
 
@@ -173,7 +172,6 @@ def class_specs(
     every class, recall bounded below by min_class_recall for the `judged` class ids and above 0 for the
     `must_find` ones, and balanced accuracy (with the change threshold against the last blessed model when
     `compare_balanced`)."""
-    from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
     def metric(class_name: str, threshold=None):
         return tfma_config.MetricConfig(class_name=class_name, module=MODULE, threshold=threshold)

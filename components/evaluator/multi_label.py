@@ -61,8 +61,10 @@ def eval_config_for(
     as the multi-hot LABELS_KEY, and the metrics above. Its accuracy lower bound becomes macro AUC-PR's, averaged over
     the informative labels (eval_support: images per label id, of eval_images; a label on no eval image has no
     precision-recall curve, and TFMA would count it 0; one on every eval image scores 1 whatever the model does)."""
+    # TFMA: the run summary imports this module (through results.py); only the Evaluator's config needs it
     from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
+    # imports TensorFlow: the same reason
     from trainer.features import LABELS_KEY
 
     bound = _accuracy_bound(config)
@@ -104,6 +106,7 @@ def _metrics_specs(
 ) -> list:
     """The multi-label metrics: counts and the confusion plot, each label's figures, and macro AUC-PR held to
     `threshold`."""
+    # TFMA: as in eval_config_for
     from tensorflow_model_analysis.proto import config_pb2 as tfma_config
 
     labels = tfma_config.BinarizationOptions(class_ids=tfma_config.RepeatedInt32Value(values=list(range(num_labels))))
@@ -144,6 +147,7 @@ def _metrics_specs(
 def read_metrics(evaluation_uri: str) -> Dict[str, Any]:
     """The candidate's (and baseline's) figures, overall slice: {"macro_auc_pr", "baseline_macro_auc_pr",
     "example_count", "per_label": {id: {"auc_pr", "precision", "recall", "matrices": [(t, tp, fp, tn, fn)]}}}."""
+    # TFMA: the run summary imports this module (through results.py); only reading metrics needs it
     import tensorflow_model_analysis as tfma
 
     found: Dict[str, Any] = {
@@ -371,6 +375,7 @@ def _chance_level(figures: Dict[str, Any], support: int, images: Optional[int]) 
 
 def take_back_blessing(blessing, failures: List[str]) -> None:
     """The model is not blessed after all: TFX's marker files and property say so (the Pusher reads them)."""
+    # TFX: the run summary imports this module (through results.py); only the Evaluator takes blessings back
     from tfx.dsl.io import fileio
     from tfx.utils import io_utils
 

@@ -7,11 +7,16 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
+from components.evaluator import multi_label as multi_label_evaluation
+from components.evaluator.eval_config import CLASS_GATE_FILE, TEST_SPLIT
+from components.evaluator.views import VIEWS_FILE
+
 
 def metrics(evaluation_uri: str) -> Dict[str, Any]:
     """Overall accuracy, balanced accuracy and example count of the candidate (and baseline), each class's
     recall and precision (components/evaluator/metrics.py), what the gate judged (class_gate.json), and the
     validation verdict: one line per failed check, naming the class."""
+    # TFMA: the run summary and the report import this module; only reading an evaluation needs it
     import tensorflow_model_analysis as tfma
 
     found: Dict[str, Any] = {
@@ -49,8 +54,10 @@ def _read_overall_slice(evaluation_uri: str, names: List[str], found: Dict[str, 
     """The overall slice's accuracies and example count into `found`, and each class's recall and precision
     (NaN: None) into found["per_class"] by name."""
 
+    # TFMA: as in metrics()
     import tensorflow_model_analysis as tfma
 
+    # imports TFMA: as in metrics()
     from components.evaluator.metrics import BALANCED_ACCURACY, CLASS_PRECISION, CLASS_RECALL
 
     for metrics in tfma.load_metrics(evaluation_uri):
@@ -84,9 +91,8 @@ def _multi_label_metrics(evaluation_uri: str, found: Dict[str, Any]) -> Dict[str
     """metrics() of a multi-label evaluation (components/evaluator/multi_label.py): macro AUC-PR (and the last
     blessed model's), each label's precision, recall, F1 and AUC-PR at its own threshold, the failures (TFMA's and
     the label gate's)."""
+    # TFMA: as in metrics()
     import tensorflow_model_analysis as tfma
-
-    from components.evaluator import multi_label as multi_label_evaluation
 
     read = multi_label_evaluation.read_metrics(evaluation_uri)
     at = (views(evaluation_uri) or {}).get("at_threshold") or {}
@@ -134,9 +140,8 @@ def weakest_label(found: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 def class_gate(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """class_gate.json (components/evaluator/executor.py): the classes judged, their counts, what was compared."""
 
+    # TFX loads TensorFlow (~6 s): the run summary and the report import this module
     from tfx.dsl.io import fileio
-
-    from components.evaluator.eval_config import CLASS_GATE_FILE
 
     path = os.path.join(evaluation_uri, CLASS_GATE_FILE)
     if not fileio.exists(path):
@@ -191,6 +196,7 @@ def _failure_text(failure, found: Dict[str, Any]) -> str:
 def matrices(evaluation_uri: str) -> Dict[float, List[tuple]]:
     """TFMA's MultiClassConfusionMatrixPlot of the candidate, overall slice: {threshold: [(actual class id,
     predicted class id or -1 below the threshold, count)]}."""
+    # TFMA: as in metrics()
     import tensorflow_model_analysis as tfma
 
     for plots in tfma.load_plots(evaluation_uri):
@@ -219,9 +225,8 @@ def confusion_matrix(evaluation_uri: str) -> List[List[int]]:
 def views(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """views.json (components/evaluator/views.py), or None (an evaluation made before it existed)."""
 
+    # TFX: as in class_gate()
     from tfx.dsl.io import fileio
-
-    from components.evaluator.views import VIEWS_FILE
 
     path = os.path.join(evaluation_uri, VIEWS_FILE)
     if not fileio.exists(path):
@@ -232,9 +237,8 @@ def views(evaluation_uri: str) -> Optional[Dict[str, Any]]:
 
 def test_split(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """The test split's scores (the Evaluator's <evaluation>/test), or None when the data had no test split."""
+    # TFX: as in class_gate()
     from tfx.dsl.io import fileio
-
-    from components.evaluator.eval_config import TEST_SPLIT
 
     folder = os.path.join(evaluation_uri, TEST_SPLIT)
     if not fileio.exists(folder):
@@ -245,6 +249,7 @@ def test_split(evaluation_uri: str) -> Optional[Dict[str, Any]]:
 def accuracy_threshold(evaluation_uri: str) -> Optional[float]:
     """The accuracy the Evaluator blessed at, from the eval config it saved."""
 
+    # TFX: as in class_gate()
     from tfx.dsl.io import fileio
 
     path = os.path.join(evaluation_uri, "eval_config.json")

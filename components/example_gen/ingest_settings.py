@@ -22,6 +22,7 @@ from images.finding import sources
 from images.finding.listing import SPLIT_ALIASES, Listing
 from settings import SEED, kind, problem, taken
 from storage import files as fs
+from storage import review_file
 
 REPORT_KEY = "report"  # the component's own output (beside FileBasedExampleGen's examples)
 SPAN_PATTERN_KEY = "span_pattern"  # the input pattern before the driver fills in {SPAN}
@@ -75,8 +76,6 @@ class IngestSettings(defaults.Ingestion):
     def input_fingerprint(self) -> str:
         """What decides whether a cached ingestion still holds: every file of the listing, and the review file's
         decisions (a new decision makes a new ingestion)."""
-        from storage import review_file
-
         review = review_file.fingerprint(self.review)
         return self.list_inputs().fingerprint() + (f"\n{review}" if review else "")
 

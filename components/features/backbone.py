@@ -24,11 +24,18 @@ import json
 import os
 from typing import NamedTuple, Optional
 
+import keras
 import numpy as np
+import tensorflow as tf
 from absl import logging
+from google.protobuf.message import DecodeError
+
+# TensorFlow's own freezing (what tf.compat.v1's graph_util wraps); it has no public TF2 name.
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from components.features import feature_cache
 from storage import files as fs
+from trainer import models
 from trainer.hparams import HParams
 from trainer.imagenet_weights import imagenet_weights_path
 
@@ -48,9 +55,6 @@ class Prepared(NamedTuple):
 
 
 def _versions() -> dict:
-    import keras
-    import tensorflow as tf
-
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "format": feature_cache.FORMAT_VERSION}
 
 
@@ -125,10 +129,6 @@ def prepare(hp: HParams, cache_root: str) -> Prepared:
 
 def _make(hp: HParams, cache_root: str) -> Prepared:
     """Makes the backbone, fingerprints its weights as loaded, and keeps them in the cache."""
-    import keras
-
-    from trainer import models
-
     keras.utils.set_random_seed(hp.seed)  # random weights (--weights '') follow the seed
     backbone = models.make_backbone(hp)
     digest = hashlib.sha256()
@@ -171,13 +171,6 @@ GRAPH_INPUT, GRAPH_OUTPUT = "pixels:0", "Identity:0"  # the frozen graph's place
 def frozen_graph(hp: HParams, backbone) -> bytes:
     """The feature extractor (float32 pixels 0..255 -> pooled vector) as a serialized GraphDef whose
     variables are constants: all a worker needs to compute features, without Keras."""
-    import tensorflow as tf
-
-    # TensorFlow's own freezing (what tf.compat.v1's graph_util wraps); it has no public TF2 name.
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    from trainer import models
-
     model = models.feature_extractor(hp, backbone)
     traced = tf.function(lambda pixels: model(pixels, training=False)).get_concrete_function(
         tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32, name="pixels")
@@ -196,8 +189,6 @@ def load_extractor(hp: HParams, prepared: Prepared):
     """The prepared backbone's frozen graph, loaded: a function of float32 pixels [n, size, size, channels] ->
     features [n, dim]. A cache without the graph (written before it was kept, or damaged) has it made again
     from the weights, as _make() makes it, and stored for the next run."""
-    from google.protobuf.message import DecodeError
-
     if fs.exists(prepared.graph_file):
         graph = fs.read_bytes(prepared.graph_file)
         if _graph_digest_noted(prepared) == hashlib.sha256(graph).hexdigest():
@@ -206,8 +197,6 @@ def load_extractor(hp: HParams, prepared: Prepared):
             except DecodeError:  # pragma: no cover - its digest matched: as written
                 pass
         logging.warning("BackboneFeatures: %s is not the graph the cache wrote; made again", prepared.graph_file)
-    from trainer import models
-
     return _loaded(hp, _store_graph(hp, models.make_backbone(hp, prepared.weights_file), prepared))
 
 
@@ -233,8 +222,6 @@ def _store_graph(hp: HParams, backbone, prepared: Prepared) -> bytes:
 
 
 def _loaded(hp: HParams, graph: bytes):
-    import tensorflow as tf
-
     graph_def = tf.compat.v1.GraphDef.FromString(graph)
 
     def extract(pixels):

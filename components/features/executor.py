@@ -30,7 +30,9 @@ from typing import Any, Dict, List, NamedTuple
 
 import apache_beam as beam
 import numpy as np
+import tensorflow as tf
 from absl import logging
+from apache_beam.transforms.window import GlobalWindows
 from tfx import types
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
@@ -41,6 +43,7 @@ from components.beam_dependencies import NoTfxPackageForLocalRunners
 from components.features import SUMMARY_FILE, backbone, feature_cache
 from images import example_codec
 from storage.progress_events import progress_event
+from trainer import features, input_pipeline
 from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, FEATURES_WEIGHTS_FILE
 from trainer.hparams import HParams
 
@@ -104,10 +107,6 @@ class ComputeFeatures(beam.DoFn):
         self._pending = collections.deque()
 
     def process(self, records: List[bytes]):
-        import tensorflow as tf
-
-        from trainer import features
-
         if not records:
             return
         hp, dim = self._hp, self._prepared.dim
@@ -161,8 +160,6 @@ class ComputeFeatures(beam.DoFn):
             yield from self._finished(self._pending.popleft())
 
     def finish_bundle(self):
-        from apache_beam.transforms.window import GlobalWindows
-
         while self._pending:
             for item in self._finished(self._pending.popleft()):
                 if isinstance(item, beam.pvalue.TaggedOutput):
@@ -175,10 +172,6 @@ class ComputeFeatures(beam.DoFn):
         `raw`: each image's pixel bytes (stacked into arrays only for the images computed: most of a new
         span's are cached). Returns (backbone ms, cache write ms); Beam's counters count only in the DoFn's
         own thread."""
-        import tensorflow as tf
-
-        from trainer import input_pipeline
-
         names_done, vectors_done, size, started = [], [], self._hp.image_size, time.perf_counter()
         # Made at the first batch with an image the cache lacks (only such batches come here): a rerun on
         # cached images makes no backbone at all. Its making counts as backbone time.
@@ -262,8 +255,6 @@ def shared_extractor(hp: HParams, prepared: backbone.Prepared):
     bundle's) uses the same."""
     with _SHARED_LOCK:  # the fingerprint covers the model, input size and channels; the files are its own
         if _SHARED["key"] != prepared:
-            import tensorflow as tf
-
             _SHARED["key"], _SHARED["extractor"] = None, None  # the old one is freed before the new one is made
             extract = backbone.load_extractor(hp, prepared)
             # uint8 in: the cast to the float32 the graph takes is one small op per call.
@@ -282,8 +273,6 @@ def feature_example(vector, label, key: bytes) -> bytes:
     record's label: the list of its ids, as `labels`), by ingestion's
     TF-free encoder: tf.train.FloatList(value=vector) converts every float one at a time, 1.2 s of the 8 s a
     rerun on 8,000 cached images took (tests/test_backbone_features.py checks the bytes parse back)."""
-    from trainer import features  # imports TensorFlow: not where the component is only defined
-
     label_key = features.LABELS_KEY if isinstance(label, list) else features.LABEL_KEY
     return example_codec.encode_example({features.FEATURES_KEY: vector, label_key: label, features.KEY: key})
 

@@ -363,6 +363,7 @@ def _remove(root: str, folder: str) -> None:
     if not fs.is_remote(root):
         shutil.rmtree(os.path.join(root, folder), ignore_errors=True)
         return
+    # Beam (~4 s): the CLI imports this module at start-up (imagepipe cache); only removing remote files needs it
     from apache_beam.io.filesystems import FileSystems
 
     chunk = []

@@ -8,6 +8,7 @@ import numpy as np
 
 import settings
 from components.health import Limits
+from trainer import class_balance
 
 # Poor images, on the resized pixels (0..255): nearly one colour, nearly black, nearly white; and a
 # file much wider than tall (or the reverse), which the square model input squashes.
@@ -121,8 +122,6 @@ def problems(
 def class_warnings(per_split: Dict[str, Dict[str, int]]) -> List[Dict]:
     """Warnings about the class mix (trainer/class_balance.py), which stop nothing: a train split imbalanced past
     WARN_RATIO, and the classes with too few eval images for the Evaluator to judge them."""
-    from trainer import class_balance
-
     found = []
     train, evaluation = per_split.get("train", {}), per_split.get("eval", {})
     ratio = class_balance.imbalance_ratio(train)

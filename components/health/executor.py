@@ -19,6 +19,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+import tensorflow_transform as tft
 from absl import logging
 from tfx import types
 from tfx.dsl.components.base import base_beam_executor
@@ -43,7 +44,9 @@ from components.health.sample import LABEL_CHECK_SAMPLE, MIN_SAMPLED_PER_CLASS, 
 from images.finding.listing import label_set
 from storage.relocation import pipeline_root_of, relocate
 from storage.spreadsheet import csv_text
+from trainer import features as feature_names
 from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE, KERAS_DIR
+from trainer.hparams import HParams
 
 SHOWN = 50  # suspects and outliers kept in health.json (all of them are in the CSV files)
 _SPLITS = ("train", "eval")
@@ -108,14 +111,10 @@ def _examples(found: Dict[str, Any]) -> Examples:
 
 def _class_names(transform_graph: types.Artifact) -> Tuple[List[str], bool]:
     """(the class names in id order, whether the examples are multi-label)."""
-    import tensorflow_transform as tft
-
-    from trainer import features as names
-
     output = tft.TFTransformOutput(transform_graph.uri)
     return (
-        [n.decode() for n in output.vocabulary_by_name(names.LABEL_VOCABULARY)],
-        names.is_multi_label(output.transformed_feature_spec()),
+        [n.decode() for n in output.vocabulary_by_name(feature_names.LABEL_VOCABULARY)],
+        feature_names.is_multi_label(output.transformed_feature_spec()),
     )
 
 
@@ -126,8 +125,6 @@ class Executor(NoTfxPackageForLocalRunners, base_beam_executor.BaseBeamExecutor)
         output_dict: Dict[str, List[types.Artifact]],
         exec_properties: Dict[str, Any],
     ) -> None:
-        from trainer.hparams import HParams
-
         started = time.monotonic()
         hp = HParams.from_custom_config(json.loads(exec_properties["hparams"]))
         report = artifact_utils.get_single_instance(input_dict["ingestion_report"])

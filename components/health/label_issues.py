@@ -18,6 +18,8 @@ from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from trainer import class_balance
+
 # Folds on features; the cnn on pixels trains CNN_FOLDS models (measured on the digits with 5% of the
 # labels flipped: 3 folds found 80 of 89 flips among the first 178 suspects in 15 s, 5 folds 81 in 25 s).
 FOLDS, CNN_FOLDS = 5, 3
@@ -53,6 +55,7 @@ def folds_for(labels: np.ndarray, folds: int = FOLDS) -> Tuple[int, str]:
 
 
 def probabilities_from_features(vectors: np.ndarray, labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    # scikit-learn's models (~0.2 s): only the label check fits them, and it can be off
     from sklearn.decomposition import PCA
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
@@ -75,9 +78,11 @@ def probabilities_from_features(vectors: np.ndarray, labels: np.ndarray, folds: 
 def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int, hp) -> np.ndarray:
     """The `cnn` of trainer/models.py trained a few epochs per fold ([n, size, size, channels] uint8 pixels)."""
 
+    # Keras and scikit-learn: only the opt-in label check on pixels (the cnn) trains models
     import keras
     from sklearn.model_selection import StratifiedKFold
 
+    # imports Keras: the same reason
     from trainer import models
 
     classes = int(labels.max()) + 1
@@ -105,6 +110,7 @@ def probabilities_from_pixels(pixels: np.ndarray, labels: np.ndarray, folds: int
 
 def rank(labels: np.ndarray, probabilities: np.ndarray) -> List[Suspect]:
     """The examples cleanlab finds mislabelled, most likely first."""
+    # cleanlab: only the label check uses it, and it can be off
     from cleanlab.filter import find_label_issues
 
     # n_jobs=1: by default cleanlab forks a process pool of the executor's process (TensorFlow's threads
@@ -157,6 +163,7 @@ def multi_label_folds(hot: np.ndarray, folds: int = FOLDS) -> Tuple[int, str]:
 def multi_label_probabilities_from_features(vectors: np.ndarray, hot: np.ndarray, folds: int, seed: int) -> np.ndarray:
     """Out-of-sample probability of each label, k-fold: a logistic regression per label on PCA-reduced,
     standardised features (a label a fold's training rows all have, or all lack, gets its share there)."""
+    # scikit-learn's models (~0.2 s): only the label check fits them, and it can be off
     from sklearn.decomposition import PCA
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import KFold
@@ -185,10 +192,12 @@ def multi_label_probabilities_from_features(vectors: np.ndarray, hot: np.ndarray
 def multi_label_probabilities_from_pixels(pixels: np.ndarray, hot: np.ndarray, folds: int, hp) -> np.ndarray:
     """The `cnn` of trainer/models.py, multi-label, trained a few epochs per fold (as probabilities_from_pixels)."""
 
+    # Keras and scikit-learn: only the opt-in label check on pixels (the cnn) trains models
     import keras
     from sklearn.model_selection import KFold
 
-    from trainer import class_balance, models
+    # imports Keras: the same reason
+    from trainer import models
 
     hp = dataclasses.replace(hp, model="cnn", image_size=pixels.shape[1])
     out = np.zeros_like(hot)
@@ -216,6 +225,7 @@ def multi_label_probabilities_from_pixels(pixels: np.ndarray, hot: np.ndarray, f
 def rank_multi_label(label_sets: List[List[int]], probabilities: np.ndarray) -> List[MultiLabelSuspect]:
     """The images whose label set cleanlab's multi-label confident learning finds wrong (a label missing or one
     too many), most likely first."""
+    # cleanlab: only the label check uses it, and it can be off
     from cleanlab.multilabel_classification.filter import find_label_issues
     from cleanlab.multilabel_classification.rank import get_label_quality_scores
 

@@ -18,12 +18,14 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 import apache_beam as beam
 import numpy as np
+import tensorflow as tf
 from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
 from components.health import checks, label_issues
 from components.health.sample import Sample
 from images.finding.listing import label_set
+from trainer import features as feature_names
 
 EXAMPLE_BATCH = 128  # examples decoded at a time (224 px: 19 MB of pixels, 77 MB as float32)
 FEATURE_BATCH = 1024  # feature records parsed at a time (1,280 values: ~5 MB a batch)
@@ -130,11 +132,7 @@ class _ReadBatches(beam.DoFn):
         self._size = size
 
     def process(self, path: str):
-        import tensorflow as tf
-
-        from trainer import features as names
-
-        records = tf.data.TFRecordDataset([path], compression_type=names.compression([path]))
+        records = tf.data.TFRecordDataset([path], compression_type=feature_names.compression([path]))
         yield from records.batch(self._size).prefetch(1)
 
 
@@ -184,22 +182,18 @@ class _ParseFeatures(beam.DoFn):
         self._dim, self._views, self._split, self._multi_label = dim, views, split, multi_label
 
     def setup(self):
-        import tensorflow as tf
-
-        from trainer import features as names
-
-        self._tf, self._names = tf, names
+        label = {feature_names.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=-1)}
         self._spec = {
-            names.FEATURES_KEY: tf.io.FixedLenFeature([(self._views + 1) * self._dim], tf.float32),
-            names.KEY: tf.io.FixedLenFeature([], tf.string),
-            **({} if self._multi_label else {names.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=-1)}),
+            feature_names.FEATURES_KEY: tf.io.FixedLenFeature([(self._views + 1) * self._dim], tf.float32),
+            feature_names.KEY: tf.io.FixedLenFeature([], tf.string),
+            **({} if self._multi_label else label),
         }
 
     def process(self, batch):
-        parsed = self._tf.io.parse_example(batch, self._spec)
-        keys = [k.decode() for k in parsed[self._names.KEY].numpy()]
-        labels = None if self._multi_label else parsed[self._names.LABEL_KEY].numpy()
-        yield self._split, keys, labels, parsed[self._names.FEATURES_KEY].numpy()[:, : self._dim]
+        parsed = tf.io.parse_example(batch, self._spec)
+        keys = [k.decode() for k in parsed[feature_names.KEY].numpy()]
+        labels = None if self._multi_label else parsed[feature_names.LABEL_KEY].numpy()
+        yield self._split, keys, labels, parsed[feature_names.FEATURES_KEY].numpy()[:, : self._dim]
 
 
 def _sampled_vectors(parsed, sample: Sample):
@@ -330,33 +324,28 @@ class _Examples(beam.DoFn):
         self._keep_pixels, self._multi_label = gathering.keep_pixels, gathering.multi_label
 
     def setup(self):
-        import tensorflow as tf
-
-        from trainer import features as names
-
-        self._tf, self._keys = tf, names
         self._spec = {
-            names.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
-            **names.label_spec(self._multi_label),
-            names.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
-            names.FILENAME_KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
+            feature_names.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string),
+            **feature_names.label_spec(self._multi_label),
+            feature_names.KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
+            feature_names.FILENAME_KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
             "original_height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
             "original_width": tf.io.FixedLenFeature([], tf.int64, default_value=0),
         }
 
     def process(self, batch, far: frozenset):
-        tf, names, hp = self._tf, self._keys, self._hp
+        hp = self._hp
         parsed = tf.io.parse_example(batch, self._spec)
-        pixels = names.decode_pixels(parsed[names.PIXELS_KEY], hp.image_size, hp.channels)
+        pixels = feature_names.decode_pixels(parsed[feature_names.PIXELS_KEY], hp.image_size, hp.channels)
         gray = tf.reduce_mean(pixels, axis=-1)
         means, stds = tf.reduce_mean(gray, axis=[1, 2]).numpy(), tf.math.reduce_std(gray, axis=[1, 2]).numpy()
         labels = (
-            tf.RaggedTensor.from_sparse(parsed[names.LABELS_KEY]).to_list()
+            tf.RaggedTensor.from_sparse(parsed[feature_names.LABELS_KEY]).to_list()
             if self._multi_label
-            else [int(n) for n in parsed[names.LABEL_KEY].numpy()]
+            else [int(n) for n in parsed[feature_names.LABEL_KEY].numpy()]
         )
-        keys = [k.decode() for k in parsed[names.KEY].numpy()]
-        paths = [p.decode("utf-8", "replace") for p in parsed[names.FILENAME_KEY].numpy()]
+        keys = [k.decode() for k in parsed[feature_names.KEY].numpy()]
+        paths = [p.decode("utf-8", "replace") for p in parsed[feature_names.FILENAME_KEY].numpy()]
         heights, widths = parsed["original_height"].numpy(), parsed["original_width"].numpy()
         kept, counts = [], {}
         for i, key in enumerate(keys):

@@ -40,24 +40,23 @@ class ModelCard(base_component.BaseComponent):
 
     def __init__(
         self,
-        model: types.BaseChannel,
-        model_run: types.BaseChannel,
-        evaluation: types.BaseChannel,
-        blessing: types.BaseChannel,
-        examples: types.BaseChannel,
-        ingestion_report: types.BaseChannel,
+        trainer: base_component.BaseComponent,
+        evaluator: base_component.BaseComponent,
+        example_gen: base_component.BaseComponent,
         pipeline: str,
         health: Optional[types.BaseChannel] = None,
         baseline_model: Optional[types.BaseChannel] = None,
     ):
+        """The card of `trainer`'s model (and its run), as `evaluator` judged it, on `example_gen`'s examples and
+        ingestion report."""
         super().__init__(
             spec=ModelCardSpec(
-                model=model,
-                model_run=model_run,
-                evaluation=evaluation,
-                blessing=blessing,
-                examples=examples,
-                ingestion_report=ingestion_report,
+                model=trainer.outputs["model"],
+                model_run=trainer.outputs["model_run"],
+                evaluation=evaluator.outputs["evaluation"],
+                blessing=evaluator.outputs["blessing"],
+                examples=example_gen.outputs["examples"],
+                ingestion_report=example_gen.outputs["report"],
                 health=health,
                 baseline_model=baseline_model,
                 pipeline=pipeline,

@@ -11,6 +11,9 @@ import os
 import platform
 from typing import Any, Dict, List, Optional
 
+import keras
+import tensorflow as tf
+import tfx
 from absl import logging
 from tfx import types
 from tfx.dsl.components.base import base_executor
@@ -131,10 +134,6 @@ def build_card(input_dict: Dict[str, List[types.Artifact]], pipeline: str, run: 
 
 
 def _model(model_uri: str, info: Dict[str, Any], log: Dict[str, Any], pipeline: str) -> Dict[str, Any]:
-    import keras
-    import tensorflow as tf
-    import tfx
-
     hparams = log.get("hparams") or {}
     return {
         "name": pipeline,

@@ -5,6 +5,8 @@ A pushed version is serving/<name>/<version>/: the SavedModel, the card's files 
 written last, PUSH_COMPLETE. `imagepipe predict` serves the newest version that is complete (complete_version).
 """
 
+from components.model_card import FILES
+
 PUSH_COMPLETE = "push_complete.json"  # written last into a pushed version: it is whole
 STAGING_PREFIX = ".staging-"  # versions are made under <serving>/.staging-<id>/ and moved into place
 
@@ -12,8 +14,6 @@ STAGING_PREFIX = ".staging-"  # versions are made under <serving>/.staging-<id>/
 def complete_version(folder: str, exists) -> bool:
     """Whether a pushed version is whole: PUSH_COMPLETE is there, or (a version pushed before it was written) the
     SavedModel and every card file, threshold.json last among them. `exists`: os.path.exists or its gs:// twin."""
-    from components.model_card import FILES
-
     join = lambda name: f"{folder.rstrip('/')}/{name}"  # noqa: E731 - local or gs://
     if exists(join(PUSH_COMPLETE)):
         return True

@@ -10,6 +10,7 @@ reuses the last search's best values and says whose they are.
 from typing import Any, Dict, NamedTuple, Optional
 
 from components import drift
+from components.health.checks import feature_drift
 
 COUNT_RATIO = 2.0  # a training set this many times larger or smaller than the searched one is searched again
 
@@ -84,8 +85,6 @@ def decide(
     if searched and not 1 / COUNT_RATIO <= examples / searched <= COUNT_RATIO:
         return Decision(True, f"the training set changed size ({searched:,} -> {examples:,} examples)")
     if previous.get("feature_profile") and current.get("feature_profile"):
-        from components.health.checks import feature_drift
-
         shift = feature_drift(previous["feature_profile"], current["feature_profile"])
         if shift is not None and shift > max_feature_drift + 1e-9:
             return Decision(True, f"the backbone features drifted ({shift:.3f} > {max_feature_drift:.3f})")

@@ -19,10 +19,16 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+import tensorflow as tf
+import tensorflow_transform as tft
 from absl import logging
+from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
 from tfx import types
+from tfx.components.tuner import executor as tuner_executor
 from tfx.dsl.components.base import base_executor
 from tfx.dsl.io import fileio
+from tfx.extensions.google_cloud_ai_platform import constants
+from tfx.extensions.google_cloud_ai_platform.tuner import executor as vertex_tuner
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, json_utils
 
@@ -30,6 +36,7 @@ from components.example_gen import SUMMARY_FILE as INGESTION_SUMMARY
 from components.trainer.component import with_settings
 from components.tuner import DECISION_FILE, SEARCH_FILE, decision
 from storage.relocation import pipeline_root_of, relocate
+from trainer import features
 from trainer import search as tuning
 from trainer.artifact_files import FEATURE_PROFILE_FILE, FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
@@ -59,10 +66,6 @@ def _features(examples: types.Artifact) -> Optional[Dict[str, Any]]:
 
 
 def _classes(transform_graph: types.Artifact) -> List[str]:
-    import tensorflow_transform as tft
-
-    from trainer import features
-
     return [
         n.decode() for n in tft.TFTransformOutput(transform_graph.uri).vocabulary_by_name(features.LABEL_VOCABULARY)
     ]
@@ -178,18 +181,10 @@ class Executor(base_executor.BaseExecutor):
             artifact.set_int_custom_property(SEARCHED, int(verdict.search))
 
     def _search(self, input_dict, output_dict, exec_properties, config: Dict[str, Any], hp: HParams) -> None:
-        from tfx.extensions.google_cloud_ai_platform import constants
-
         if config.get(constants.ENABLE_VERTEX_KEY):
             # Trials as a Vertex AI Training job: TFX's Vertex Tuner extension, workers against a chief oracle.
-            from tfx.extensions.google_cloud_ai_platform.tuner import executor as vertex_tuner
-
             vertex_tuner.Executor(self._context).Do(input_dict, output_dict, exec_properties)
             return
-        import tensorflow as tf
-        from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not public
-        from tfx.components.tuner import executor as tuner_executor
-
         was_deterministic = tf_config.is_op_determinism_enabled()
         if hp.deterministic:  # the same data, settings and seed search the same trials, as training does
             tf.config.experimental.enable_op_determinism()

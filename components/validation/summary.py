@@ -30,6 +30,7 @@ def read_gate(c: Dict[str, Any]) -> Dict[str, Any]:
 
 def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
     """The gate's drift result, from its inputs and parameters (its outputs are gone when it failed)."""
+    # gate.py imports TFX (~6 s): the run summary imports this module, and loads no TFX
     from components.validation.gate import read_profile
 
     given = {k: float(c["properties"][k]) for k in drift_lib.Thresholds.__dataclass_fields__ if k in c["properties"]}
@@ -44,6 +45,7 @@ def _gate_drift(c: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def read_example_validator(c: Dict[str, Any]) -> Dict[str, Any]:
+    # TFX: as in _gate_drift
     from components.validation.gate import read_anomalies
 
     anomalies = first(c["outputs"], "anomalies")

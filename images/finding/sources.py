@@ -27,7 +27,7 @@ import posixpath
 import unicodedata
 from typing import Dict, List, Optional
 
-from images.finding import LAYOUTS
+from images.finding import LAYOUTS, automl_import
 from images.finding.listing import (
     LABEL_SEPARATOR,
     OUTSIDE_ROOT_PROBLEM,
@@ -54,8 +54,6 @@ from storage.files import exists, is_dir, is_remote, join
 def detect_layout(source: str) -> str:
     """'automl' for AutoML import files (a .jsonl, a .csv of [ML_USE,]PATH,LABEL rows, or a folder of them),
     'manifest' for another .csv, 'presplit' when the top folders are split names, else 'folders'."""
-    from images.finding import automl_import
-
     if not is_dir(source):
         if source.lower().endswith(".jsonl"):
             return "automl"
@@ -98,8 +96,6 @@ def list_source(
         raise DataError(f"{source}: no such file or folder; check the --data path")
     entries = None
     if layout == "auto":
-        from images.finding import automl_import
-
         if not is_dir(source) or automl_import.import_files(source):
             layout = detect_layout(source)
         else:  # a tree: walked once, for its layout and its files (a walk of millions of files is minutes)
@@ -108,8 +104,6 @@ def list_source(
     if layout == "manifest":
         listing = _list_manifest(data_root, source, task)
     elif layout == "automl":
-        from images.finding import automl_import
-
         listing = automl_import.list_import(data_root, source, task)
     else:
         if task == "multi":
