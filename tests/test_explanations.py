@@ -54,6 +54,33 @@ def test_the_sample_takes_the_misclassified_first_then_each_class_in_turn():
     assert eval_explanations.sample(rows, 0) == []
 
 
+def test_the_sample_is_settled_before_every_eval_image_is_classified_and_is_the_same():
+    """The Evaluator classifies eval images only until explanations.settled(): the sample of what it read is the one
+    of every image, on random mixes of classes and mistakes (a large eval split costs the images the sample needs)."""
+    rng = np.random.default_rng(0)
+    stopped_early = 0
+    for trial in range(300):
+        classes = [f"c{i}" for i in range(int(rng.integers(1, 8)))]
+        rows = [
+            {"correct": bool(rng.random() > rng.uniform(0.02, 0.4)), "predicted": str(rng.choice(classes))}
+            for _ in range(int(rng.integers(0, 400)))
+        ]
+        limit = int(rng.choice([0, 1, 2, 5, 12, 24]))
+        wrong, right, read = 0, {}, len(rows)
+        for n, row in enumerate(rows):
+            if eval_explanations.settled(wrong, right, limit, classes):
+                read = n
+                break
+            wrong += not row["correct"]
+            right[row["predicted"]] = right.get(row["predicted"], 0) + row["correct"]
+        everything = eval_explanations.sample(rows, limit)
+        # the Evaluator checks between batches of 64: what it read past the point changes nothing either
+        assert eval_explanations.sample(rows[:read], limit) == everything, trial
+        assert eval_explanations.sample(rows[: read + 63], limit) == everything, trial
+        stopped_early += read < len(rows)
+    assert stopped_early > 100  # most mixes settle before their last image
+
+
 # --- a model that decides by a planted patch -------------------------------------------------------------------
 
 

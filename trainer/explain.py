@@ -11,7 +11,7 @@ large inputs: MAX_PIXELS_A_CALL) through the model at a time, so memory is bound
 bench/planted.py's patch set (150 images, all classified right), the patch held most of the map's top pixels (as
 many as the patch has) in 100% of the images with the blurred baseline, 0% with a black one (it credits every bright
 pixel: the patch's black half counts for nothing), 95% with both averaged and 65% with SmoothGrad; and it costs half
-of both baselines (~20 ms an image at 64 px). The others stay selectable (`method`) for that comparison.
+of both baselines (~7 ms an image at 64 px, 8 steps). The others stay selectable (`method`) for that comparison.
 
     explainer = Explainer(model_dir)
     pixels = explainer.pixels(image_bytes)                # uint8 [n, size, size, channels]
@@ -25,12 +25,19 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
-STEPS = 24  # points on each path from a baseline to the image (Riemann sum, midpoints)
+# Points on each path from a baseline to the image (Riemann sum, midpoints); each is a forward and a backward pass
+# (~51 ms at 224 px with EfficientNet-Lite0 on 2 cores). 8 land where 24 do at a third of the cost (docs/benchmarks.md,
+# Explanations): the 64 px CNN's maps hold the patch as well; EfficientNet-Lite0's at 224 px, on 90 images, mostly
+# inside the patch 0.72 against 0.74 (6 steps: 0.68), correlating 0.83 with the 24-step maps.
+STEPS = 8
 MAX_BATCH = 256  # path points through the model at once (images x STEPS): bounds memory
 # ... and at most this many input pixels a call: the gradient keeps every point's activations. Measured with
 # EfficientNet-Lite0 at 224 px: 20 points a call (256 x 64 x 64 pixels) took 2.9 GB over the process, the run's
 # peak; 5 points (256 x 32 x 32), +1.2 GB in the same time (78 s for 24 images); one point, +0.7 GB, twice the time.
 MAX_PIXELS_A_CALL = 256 * 32 * 32
+# Calls' worth of path points made at once (at 224 px: 80 points, 10 images of 8 steps, 96 MB with their gradients):
+# the calls are all of one size (see _gradients), and the last one's padding is a small share.
+PATH_CALLS = 16
 BLUR_SIGMA = 0.08  # the blurred baseline's Gaussian, as a share of the image side
 METHODS = ("ig-blur", "ig-black", "ig", "smoothgrad")  # ig: both baselines, averaged
 METHOD = "ig-blur"
@@ -39,6 +46,12 @@ METHOD = "ig-blur"
 def batch_for(pixels: np.ndarray) -> int:
     """Points (images) through the model in one call, for images of this shape [n, height, width, channels]."""
     return max(1, min(MAX_BATCH, MAX_PIXELS_A_CALL // max(1, pixels.shape[1] * pixels.shape[2])))
+
+
+def paths_at_once(images: np.ndarray, steps: int) -> int:
+    """Images whose paths (`steps` points each) are made at once, then sent through the model in calls of batch_for()
+    points: at most PATH_CALLS calls' worth (memory: their inputs and gradients), and MAX_BATCH points."""
+    return max(1, min(MAX_BATCH, PATH_CALLS * batch_for(images)) // steps)
 
 
 class ExplanationsUnavailable(RuntimeError):
@@ -77,7 +90,7 @@ class Explainer:
         return np.concatenate(parts) if parts else np.zeros((0, len(self.class_names)), np.float32)
 
     def explain(
-        self, pixels: np.ndarray, targets: Optional[Sequence[int]] = None, method: str = METHOD
+        self, pixels: np.ndarray, targets: Optional[Sequence[int]] = None, method: str = METHOD, steps: int = STEPS
     ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         """(maps float32 [n, size, size], each summing to 1 (0 where the model's gradient is 0 everywhere),
         probabilities [n, classes] or None) for the `targets` class ids; without targets, each image's most likely
@@ -88,10 +101,10 @@ class Explainer:
         targets = probabilities.argmax(axis=1) if targets is None else np.asarray(targets)
         images = pixels.astype(np.float32)
         if method == "smoothgrad":
-            raw = self._smoothgrad(images, targets)
+            raw = self._smoothgrad(images, targets, steps)
         else:
             baselines = {"ig": ("black", "blur"), "ig-black": ("black",), "ig-blur": ("blur",)}[method]
-            raw = sum(self._integrated(images, _baseline(images, kind), targets) for kind in baselines)
+            raw = sum(self._integrated(images, _baseline(images, kind), targets, steps) for kind in baselines)
         totals = raw.reshape(len(raw), -1).sum(axis=1)
         return (raw / np.where(totals > 0, totals, 1.0)[:, None, None]).astype(np.float32), probabilities
 
@@ -102,40 +115,44 @@ class Explainer:
         out = np.zeros_like(points)
         step = batch_for(points)
         for start in range(0, len(points), step):
-            chunk = tf.constant(points[start : start + step])
-            chosen = tf.constant(targets[start : start + step], tf.int32)
+            part, chosen = points[start : start + step], targets[start : start + step]
+            if len(points) > step > len(part):
+                # Every call of the same size: TensorFlow builds a restored function's gradient for each new one (5 s
+                # for EfficientNet-Lite0). The repeated points cost less than that.
+                part, chosen = np.resize(part, (step, *part.shape[1:])), np.resize(chosen, step)
+            chunk = tf.constant(part)
             with tf.GradientTape() as tape:
                 tape.watch(chunk)
                 probabilities = self._model.pixel_probabilities(chunk)
-                score = tf.gather(probabilities, chosen, axis=1, batch_dims=1)
-            out[start : start + step] = tape.gradient(score, chunk).numpy()
+                score = tf.gather(probabilities, tf.constant(chosen, tf.int32), axis=1, batch_dims=1)
+            out[start : start + step] = tape.gradient(score, chunk).numpy()[: len(points) - start]
         return out
 
-    def _integrated(self, images: np.ndarray, baselines: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        alphas = (np.arange(STEPS, dtype=np.float32) + 0.5) / STEPS
+    def _integrated(self, images: np.ndarray, baselines: np.ndarray, targets: np.ndarray, steps: int) -> np.ndarray:
+        alphas = (np.arange(steps, dtype=np.float32) + 0.5) / steps
         maps = np.zeros(images.shape[:3], np.float32)
-        per_call = max(1, batch_for(images) // STEPS)  # images whose whole path fits one call
+        per_call = paths_at_once(images, steps)
         for start in range(0, len(images), per_call):
             x, x0 = images[start : start + per_call], baselines[start : start + per_call]
             points = (x0[:, None] + alphas[None, :, None, None, None] * (x - x0)[:, None]).reshape(-1, *x.shape[1:])
-            grads = self._gradients(points, np.repeat(targets[start : start + per_call], STEPS))
-            mean = grads.reshape(len(x), STEPS, *x.shape[1:]).mean(axis=1)
+            grads = self._gradients(points, np.repeat(targets[start : start + per_call], steps))
+            mean = grads.reshape(len(x), steps, *x.shape[1:]).mean(axis=1)
             maps[start : start + per_call] = np.abs(((x - x0) * mean).sum(axis=-1))
         return maps
 
-    def _smoothgrad(self, images: np.ndarray, targets: np.ndarray, noise: float = 0.15) -> np.ndarray:
-        """SmoothGrad (Smilkov et al., 2017), for comparison: absolute gradients averaged over STEPS noisy copies."""
+    def _smoothgrad(self, images: np.ndarray, targets: np.ndarray, steps: int, noise: float = 0.15) -> np.ndarray:
+        """SmoothGrad (Smilkov et al., 2017), for comparison: absolute gradients averaged over `steps` noisy copies."""
         rng = np.random.default_rng(0)
         maps = np.zeros(images.shape[:3], np.float32)
-        per_call = max(1, batch_for(images) // STEPS)
+        per_call = paths_at_once(images, steps)
         for start in range(0, len(images), per_call):
             x = images[start : start + per_call]
-            noisy = x[:, None] + rng.normal(0, noise * 255.0, size=(len(x), STEPS, *x.shape[1:])).astype(np.float32)
+            noisy = x[:, None] + rng.normal(0, noise * 255.0, size=(len(x), steps, *x.shape[1:])).astype(np.float32)
             grads = self._gradients(
-                np.clip(noisy, 0, 255).reshape(-1, *x.shape[1:]), np.repeat(targets[start : start + per_call], STEPS)
+                np.clip(noisy, 0, 255).reshape(-1, *x.shape[1:]), np.repeat(targets[start : start + per_call], steps)
             )
             maps[start : start + per_call] = (
-                np.abs(grads.reshape(len(x), STEPS, *x.shape[1:])).mean(axis=1).sum(axis=-1)
+                np.abs(grads.reshape(len(x), steps, *x.shape[1:])).mean(axis=1).sum(axis=-1)
             )
         return maps
 

@@ -49,9 +49,11 @@ class Blessing:
         "instead: the lowest confidence threshold at which the eval split's precision reaches this",
         check=_THRESHOLD,
     )
-    # Eval images the Evaluator explains for the report (where the model looked: explanations.py).
+    # Eval images the Evaluator explains for the report (where the model looked: explanations.py). 16: half of them
+    # misclassified, then each class in turn; each costs trainer/explain.STEPS forward and backward passes (~0.4 s
+    # with EfficientNet-Lite0 at 224 px on 2 cores), so a backbone's explanations stay near 10 s (docs/benchmarks.md).
     explanations: int = setting(
-        24,
+        16,
         "show where the model looked on N eval images in the report: the misclassified first, then some of each "
         "class, and each class's average map (integrated gradients; default {default}; 0: none)",
         check=(lambda v: v >= 0, "give a number of eval images (0: none)"),

@@ -1,10 +1,10 @@
 """Where the model looked, for a bounded sample of eval images: what the Evaluator adds after TFMA for the report.
 
 The sample: every misclassified eval image first (at most half of `limit`), then correctly classified ones, the
-classes taken in turn, up to `limit` images in all, from the first MAX_EXAMINED eval records (each decoded once; only
-the pixels of the images the sample may take are kept while they are read). Each image's map is
-integrated gradients for its predicted class on the exported model (trainer/explain.py). Written to the evaluation's
-explanations/ folder:
+classes taken in turn, up to `limit` images in all, from the eval records in order, read until the sample is settled
+(at most MAX_EXAMINED: each decoded once; only the pixels of the images the sample may take are kept while they are
+read). Each image's map is integrated gradients for its predicted class on the exported model (trainer/explain.py):
+explain.STEPS forward and backward passes of the model. Written to the evaluation's explanations/ folder:
 
   index.json          {"images": [{path, actual, predicted, probability, correct, overlay}], "classes": [{name,
                        images, overlay}], "method", "seconds", "examined", "limit"}
@@ -49,6 +49,15 @@ def sample(rows: List[Dict[str, Any]], limit: int) -> List[int]:
     return chosen
 
 
+def settled(wrong: int, right: Dict[str, int], limit: int, classes: List[str]) -> bool:
+    """Whether rows read so far (`wrong` misclassified, `right` correct ones by predicted class) settle sample(): it
+    takes the first misclassified ones (at most half) and then the first correct ones of each class in turn, so once
+    the rows hold that many of each, the rows after them cannot change it, and need not be classified."""
+    wanted_wrong = limit // 2 if limit > 1 else limit
+    wanted_right = -(-(limit - wanted_wrong) // max(1, len(classes)))
+    return wrong >= wanted_wrong and all(right.get(c, 0) >= wanted_right for c in classes)
+
+
 def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, multi_label: bool = False) -> Dict:
     """Explains up to `limit` eval images of `examples_uri` (ImageExampleGen's output) with the SavedModel at
     model_dir into out_dir; returns index.json's dict."""
@@ -76,8 +85,8 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
 
 
 def _classify(explainer, files: List[str], limit: int, multi_label: bool):
-    """The first MAX_EXAMINED eval records classified: (a row each, the pixels of the rows sample() may choose, by
-    row)."""
+    """Eval records classified in order until sample() is settled, MAX_EXAMINED at most: (a row each, the pixels of
+    the rows sample() may choose, by row)."""
     # TensorFlow: as in explain_eval
     import tensorflow as tf
 
@@ -94,6 +103,8 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
     wrong, right = 0, {}
     records = tf.data.TFRecordDataset(files, compression_type=features.compression(files)).take(MAX_EXAMINED).batch(64)
     for batch in records:
+        if settled(wrong, right, limit, explainer.class_names):
+            break
         parsed = tf.io.parse_example(batch, spec)
         pixels = explainer.pixels(list(parsed[keys.ENCODED].numpy()))
         probabilities = explainer.probabilities(pixels)
