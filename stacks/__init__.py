@@ -27,7 +27,9 @@ NAME = "modern" if sys.version_info >= (3, 12) else "legacy"
 # PrismRunner, which it downloads from the internet (offline it fails at once and falls back to FnApiRunner): the modern
 # stack names FnApiRunner, by its full name (Beam 2.61 knows no short one). The DAG's own Beam steps name no runner:
 # naming one, any one, made ImageExampleGen 1.7-2x as slow on both stacks (1,005 files, work seconds 1.56 -> 2.63 on
-# the modern stack, 1.54-1.76 -> 2.95-3.17 on the legacy one), for a reason not yet found.
+# the modern stack, 1.54-1.76 -> 2.95-3.17 on the legacy one). The likely cause, found since: given any Beam argument,
+# TFX's Beam executors built a package of TFX (2.4 s a step), which components/beam_dependencies.py now stops for a
+# runner on this machine; naming a runner has not been measured again.
 FN_API_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 LOCAL_BEAM_RUNNER = FN_API_RUNNER if NAME == "modern" else "DirectRunner"
 # The names of Beam's in-process runners (ours, and a user's --beam-arg --runner=...).
