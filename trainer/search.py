@@ -28,6 +28,8 @@ photos took 78 s, about half of one frozen training on pixels), then, with --fin
 fine-tune phase on pixels (which costs what it costs the Trainer, per trial).
 """
 
+# The run summary and the report import this module (through components/model_card/render.py) and load no
+# TensorFlow: what needs it is imported inside the functions that use it.
 import dataclasses
 import os
 from typing import Any, Dict, Optional
@@ -87,7 +89,7 @@ def values_of(config: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The values of a KerasTuner HyperParameters config (what the Tuner writes, the Trainer reads)."""
     if not config:
         return {}
-    import keras_tuner  # TensorFlow (~4 s): the DAG's definition imports this module
+    import keras_tuner  # TensorFlow (~4 s): the report imports this module
 
     return dict(keras_tuner.HyperParameters.from_config(config).values)
 
@@ -96,7 +98,7 @@ class _Trials:
     """What each trial trains on: the Trainer's inputs (fn_args), read once into the datasets a trial asks for."""
 
     def __init__(self, fn_args, hp: HParams, plan, strategy):
-        import tensorflow_transform as tft  # TensorFlow (~4 s): the DAG's definition imports this module
+        import tensorflow_transform as tft  # TensorFlow (~4 s): the report imports this module
 
         from trainer import features, holdout, training  # import TensorFlow, as above
 
@@ -139,7 +141,7 @@ class _Trials:
         once and held in memory once (when they fit) for every trial: the features, or the cnn's pixels. A transfer
         model's fine-tune phase reads its pixels trial by trial, as before (held beside the features, they would
         take a second cache budget)."""
-        from trainer import input_pipeline  # TensorFlow (~4 s): the DAG's definition imports this module
+        from trainer import input_pipeline  # TensorFlow (~4 s): the report imports this module
 
         if not on_features and self.source:
             return None
@@ -150,7 +152,7 @@ class _Trials:
         return self._records[key]
 
     def datasets(self, hp: HParams, on_features: bool):
-        from trainer import input_pipeline  # TensorFlow (~4 s): the DAG's definition imports this module
+        from trainer import input_pipeline  # TensorFlow (~4 s): the report imports this module
 
         batching = input_pipeline.Batching(
             hp.batch_size * self.strategy.num_replicas_in_sync, self.plan.static_shapes, self.multi_hot
@@ -199,7 +201,7 @@ class _Trials:
 
 
 def _hypermodel(trials: _Trials):
-    import keras  # TensorFlow (~4 s): the DAG's definition imports this module
+    import keras  # TensorFlow (~4 s): the report imports this module
     import keras_tuner
 
     from trainer import models  # imports TensorFlow, as above
@@ -221,7 +223,7 @@ def _hypermodel(trials: _Trials):
             return model
 
         def fit(self, space, model, *args, callbacks=None, **kwargs):
-            from trainer.training import early_stopping  # TensorFlow (~4 s): the DAG's definition imports this module
+            from trainer.training import early_stopping  # TensorFlow (~4 s): the report imports this module
 
             hp = apply(trials.hp, space.values)
             stop = early_stopping(hp, trials.objective, restore_best_weights=True)
@@ -243,7 +245,7 @@ def _hypermodel(trials: _Trials):
 
 def _fine_tune_trial(trials: _Trials, hp: HParams, head) -> dict:
     """A transfer model's trial after its head's phase: {objective: its best value while fine-tuning}."""
-    from trainer import models  # TensorFlow (~4 s): the DAG's definition imports this module
+    from trainer import models  # TensorFlow (~4 s): the report imports this module
     from trainer import strategy as strategies
     from trainer.training import early_stopping
 
@@ -271,14 +273,14 @@ def _fine_tune_trial(trials: _Trials, hp: HParams, head) -> dict:
 def trial_plan(hp: HParams):
     """The Trainer's device plan (trainer/strategy.py), on one machine: a Vertex tuning job's replicas (TF_CONFIG
     names them) run parallel trials, each alone, not one trial together."""
-    from trainer import strategy as strategies  # TensorFlow (~4 s): the DAG's definition imports this module
+    from trainer import strategy as strategies  # TensorFlow (~4 s): the report imports this module
 
     one_machine = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     return strategies.plan(hp.mixed_precision, required=hp.required_device, environ=one_machine)
 
 
 def _search_class():
-    import keras_tuner  # TensorFlow (~4 s): the DAG's definition imports this module
+    import keras_tuner  # TensorFlow (~4 s): the report imports this module
 
     class Search(keras_tuner.BayesianOptimization):
         """KerasTuner's Bayesian optimisation, telling `imagepipe run` each finished trial and the best score."""
@@ -300,7 +302,7 @@ def _search_class():
 
 def tuner_fn(fn_args):
     """TFX's Tuner entry point: the KerasTuner tuner of fn_args.custom_config's trials over define()'s space."""
-    import keras_tuner  # TensorFlow (~4 s): the DAG's definition imports this module
+    import keras_tuner  # TensorFlow (~4 s): the report imports this module
     from tfx.components.tuner.component import TunerFnResult
 
     from trainer import strategy as strategies  # imports TensorFlow, as above
