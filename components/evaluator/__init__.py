@@ -50,8 +50,8 @@ class Blessing:
         check=_THRESHOLD,
     )
     # Eval images the Evaluator explains for the report (where the model looked: explanations.py). 16: half of them
-    # misclassified, then each class in turn; each costs trainer/explain.STEPS forward and backward passes (~0.4 s
-    # with EfficientNet-Lite0 at 224 px on 2 cores), so a backbone's explanations stay near 10 s (docs/benchmarks.md).
+    # misclassified, then each class in turn; each costs trainer/explain.STEPS forward and backward passes (~0.6 s
+    # with EfficientNet-Lite0 at 224 px on 2 cores, plus ~4 s once): 12-14 s on a 2,000-image run (docs/benchmarks.md).
     explanations: int = setting(
         16,
         "show where the model looked on N eval images in the report: the misclassified first, then some of each "
