@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 # Points on each path from a baseline to the image (Riemann sum, midpoints); each is a forward and a backward pass
-# (~51 ms at 224 px with EfficientNet-Lite0 on 2 cores). 8 land where 24 do at a third of the cost (docs/benchmarks.md,
+# (~75 ms at 224 px with EfficientNet-Lite0 on 2 cores). 8 land where 24 do at a third of the cost (docs/benchmarks.md,
 # Explanations): the 64 px CNN's maps hold the patch as well; EfficientNet-Lite0's at 224 px, on 90 images, mostly
 # inside the patch 0.72 against 0.74 (6 steps: 0.68), correlating 0.83 with the 24-step maps.
 STEPS = 8

@@ -33,7 +33,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
 from components import drift
-from components.beam_dependencies import NoTfxPackageForLocalRunners
+from components.beam_dependencies import NoTfxPackageForLocalRunners, runs_on_this_machine
 from components.beam_pickler import quiet_pickler_trace
 from components.example_gen import (
     FAILED_DIR,
@@ -462,8 +462,7 @@ def write_outputs(
 def near_search_in_memory(beam_args: List[str], files: int) -> bool:
     """Whether the near-duplicate search runs in the executor's memory after the Beam run: on the local runners,
     up to grouping.MEMORY_MAX_IMAGES; otherwise (Dataflow, more images) as Beam stages."""
-    runner = PipelineOptions(beam_args or []).view_as(StandardOptions).runner or "DirectRunner"
-    return runner in (*IN_PROCESS_BEAM_RUNNERS, "BundleBasedDirectRunner") and files <= grouping.MEMORY_MAX_IMAGES
+    return runs_on_this_machine(beam_args) and files <= grouping.MEMORY_MAX_IMAGES
 
 
 def near_pairs_in_beam(metas, images: int):
