@@ -51,7 +51,8 @@ def transfer_runs(tmp_path_factory):
         auto_trial_minutes=0,
     )
     plain = local_runner.run(config)
-    tuned = local_runner.run(dataclasses.replace(config, augment="flip", fine_tune_epochs=1))
+    # explanations (14 s at 224 px on 2 cores) are the first run's default; this one asserts its features and phases
+    tuned = local_runner.run(dataclasses.replace(config, augment="flip", fine_tune_epochs=1, explanations=0))
     return config, plain, tuned
 
 
@@ -168,6 +169,8 @@ def test_the_head_trains_across_three_replicas(transfer_runs):
         "3",
         "--auto-trial-minutes",
         "0",  # the head alone: what is tested is its batches over three replicas
+        "--explanations",
+        "0",  # nor where it looked (14 s at 224 px): tests/test_explanations.py
         "--progress",
         "quiet",
         timeout=900,
