@@ -293,12 +293,20 @@ class WeightedBinaryCrossEntropy(keras.losses.Loss):
         return {**super().get_config(), "positive_weights": self.positive_weights}
 
 
-def compile_model(model: keras.Model, hp: HParams, positive_weights=None, fine_tuning: bool = False) -> None:
+def compile_model(
+    model: keras.Model,
+    hp: HParams,
+    positive_weights=None,
+    fine_tuning: bool = False,
+    metrics: bool = True,
+    steps_per_call: int = 1,
+) -> None:
     """Adam at hp's learning rate (its fine-tuning one when `fine_tuning`: the backbone's top layers unfrozen) on
     cross-entropy; accuracy, balanced accuracy and the class-balanced loss (over the model's own
     classes) are reported. They weigh each example as the loss does: the padding of a TPU's last eval batch
     (input_pipeline.batched) counts nowhere, and with --class-balance weights the training figures are
-    weighted like its loss (balanced accuracy is the same either way: a class's weight cancels in its mean)."""
+    weighted like its loss (balanced accuracy is the same either way: a class's weight cancels in its mean).
+    Without `metrics`, the loss alone (a model whose figures nothing reads); `steps_per_call` steps run in one call."""
     num_classes = model.outputs[0].shape[-1]
     learning_rate = hp.fine_tune_learning_rate if fine_tuning else hp.learning_rate
     if is_multi_label(model):  # each label on its own: weighted binary cross-entropy, macro AUC-PR followed
@@ -308,7 +316,10 @@ def compile_model(model: keras.Model, hp: HParams, positive_weights=None, fine_t
             weighted_metrics=[
                 keras.metrics.AUC(curve="PR", multi_label=True, num_labels=num_classes, name="auc_pr"),
                 keras.metrics.BinaryAccuracy(name="binary_accuracy"),
-            ],
+            ]
+            if metrics
+            else None,
+            steps_per_execution=steps_per_call,
         )
         return
     model.compile(
@@ -318,7 +329,10 @@ def compile_model(model: keras.Model, hp: HParams, positive_weights=None, fine_t
             "sparse_categorical_accuracy",
             BalancedAccuracy(num_classes),
             BalancedCrossEntropy(num_classes),
-        ],
+        ]
+        if metrics
+        else None,
+        steps_per_execution=steps_per_call,
     )
 
 

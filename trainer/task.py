@@ -717,11 +717,7 @@ def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
     keras.utils.set_random_seed(seed)
     head = models.head(inputs.num_classes, inputs.source["dim"], hp)
     models.set_output_bias(head, balancing["initial_bias"])
-    head.compile(
-        optimizer=keras.optimizers.Adam(hp.learning_rate),
-        loss="sparse_categorical_crossentropy",
-        steps_per_execution=FIT_STEPS_PER_CALL,
-    )
+    models.compile_model(head, hp, metrics=False, steps_per_call=FIT_STEPS_PER_CALL)
     head.fit(
         vectors,
         labels,
