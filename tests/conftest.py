@@ -148,6 +148,56 @@ def small_digits(digits_dir, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def label_flip_runs(tmp_path_factory, small_digits):
+    """`imagepipe run --label-check on` on the 300 small digits with 15 labels (5%) flipped (seeded), shared by the
+    data health and review tests: first with a limit the flips exceed (the run stops before training), then the same
+    with --gate warn (DataHealth cached, a model trained). {root, data, moved: [(given path, true label)], args (the
+    warned run's), stopped, warned}."""
+    data = tmp_path_factory.mktemp("flipped") / "data"
+    files = sorted(
+        (label, name)
+        for label in os.listdir(small_digits)
+        if not label.startswith(".")
+        for name in os.listdir(os.path.join(small_digits, label))
+    )
+    rng = np.random.default_rng(3)
+    flipped = set(rng.choice(len(files), size=15, replace=False).tolist())
+    moved = []
+    for n, (label, name) in enumerate(files):
+        given = str((int(label) + 1 + int(rng.integers(9))) % 10) if n in flipped else label
+        os.makedirs(data / given, exist_ok=True)
+        shutil.copy(os.path.join(small_digits, label, name), data / given / name)
+        if n in flipped:
+            moved.append((f"{given}/{name}", label))
+    root = str(tmp_path_factory.mktemp("flipped-root"))
+    args = [
+        "run",
+        "--root",
+        root,
+        "--data",
+        str(data),
+        "--label-check",
+        "on",
+        "--max-label-issues",
+        "0.02",
+        "--epochs",
+        "2",
+        "--accuracy-threshold",
+        "0",
+    ]
+    stopped = run_imagepipe(*args)
+    warned = run_imagepipe(*args, "--gate", "warn")
+    return {
+        "root": root,
+        "data": str(data),
+        "moved": moved,
+        "args": [*args, "--gate", "warn"],
+        "stopped": stopped,
+        "warned": warned,
+    }
+
+
+@pytest.fixture(scope="session")
 def cli_runs(tmp_path_factory, small_digits):
     """`imagepipe run` as users start it, shared by the CLI, report and crash-recovery tests.
 

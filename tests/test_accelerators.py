@@ -163,13 +163,14 @@ def test_a_tuner_trial_trains_on_one_machine_whatever_tf_config_says(monkeypatch
 @pytest.fixture(scope="module")
 def replica_runs(tmp_path_factory, small_digits):
     """`imagepipe run` twice on the small digits, as users start it: across 2 logical CPU devices
-    (--cpu-replicas 2), and with the mixed-precision policy on and a TFLite export."""
+    (--cpu-replicas 2), and with the mixed-precision policy on and a TFLite export. One root: the second run takes
+    ingestion, statistics, Transform and data health from the first's cache (what is tested starts at the Trainer)."""
     runs = {}
+    root = str(tmp_path_factory.mktemp("replicas"))
     for name, extra in (
         ("replicas", ["--cpu-replicas", "2"]),
         ("mixed", ["--mixed-precision", "on", "--tflite", "float16"]),
     ):
-        root = str(tmp_path_factory.mktemp(name))
         done = run_imagepipe(
             "run",
             "--root",

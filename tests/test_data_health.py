@@ -364,57 +364,14 @@ def test_poor_images_drift_and_thresholds():
     assert sorted(np.nonzero(far)[0].tolist()) == [7, 250]
 
 
-@pytest.fixture(scope="module")
-def flipped_runs(tmp_path_factory, small_digits):
-    """`imagepipe run --label-check on` on the 300 small digits with 15 labels (5%) flipped: first with a
-    limit the flips exceed (the run stops before training), then the same with --gate warn."""
-    import shutil
-
-    from commands import run_imagepipe
-
-    data = tmp_path_factory.mktemp("flipped") / "data"
-    files = sorted(
-        (label, name)
-        for label in os.listdir(small_digits)
-        if not label.startswith(".")
-        for name in os.listdir(os.path.join(small_digits, label))
-    )
-    rng = np.random.default_rng(3)
-    flipped = set(rng.choice(len(files), size=15, replace=False).tolist())
-    moved = []
-    for n, (label, name) in enumerate(files):
-        given = str((int(label) + 1 + int(rng.integers(9))) % 10) if n in flipped else label
-        os.makedirs(data / given, exist_ok=True)
-        shutil.copy(os.path.join(small_digits, label, name), data / given / name)
-        if n in flipped:
-            moved.append((f"{given}/{name}", label))
-    root = str(tmp_path_factory.mktemp("flipped-root"))
-    args = [
-        "run",
-        "--root",
-        root,
-        "--data",
-        str(data),
-        "--label-check",
-        "on",
-        "--max-label-issues",
-        "0.02",
-        "--epochs",
-        "2",
-        "--accuracy-threshold",
-        "0",
-    ]
-    stopped = run_imagepipe(*args)
-    warned = run_imagepipe(*args, "--gate", "warn")
-    return root, moved, stopped, warned
-
-
 @pytest.mark.slow
-def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(flipped_runs):
+def test_the_label_check_stops_the_run_and_the_report_shows_the_suspects(label_flip_runs):
+    """The shared runs (tests/conftest.py label_flip_runs): the first stopped by --max-label-issues, the second
+    warned."""
     from browser import open_page
     from test_report import ARTIFACTS, CHECK_JS
 
-    root, moved, stopped, warned = flipped_runs
+    moved, stopped, warned = (label_flip_runs[k] for k in ("moved", "stopped", "warned"))
     assert stopped.returncode == 1, stopped.stderr[-3000:]
     error = stopped.stderr.strip().splitlines()[-1]
     assert error.startswith("imagepipe: error: DataHealthError: data health found ") and "--max-label-issues" in error

@@ -210,8 +210,15 @@ def test_a_setting_that_cannot_fit_is_one_line_before_the_run(tmp_path, photo_di
 
 @pytest.fixture(scope="module")
 def photo_run(photo_dir, tmp_path_factory):
+    # What the tests read is ingestion, statistics and the exported model's signatures: --model auto's comparison of
+    # candidates (tests/test_held_out.py) and the explanations (tests/test_explanations.py) are left out.
     config = PipelineConfig(
-        root=str(tmp_path_factory.mktemp("photo-run")), data=photo_dir, epochs=6, accuracy_threshold=0.0
+        root=str(tmp_path_factory.mktemp("photo-run")),
+        data=photo_dir,
+        epochs=6,
+        accuracy_threshold=0.0,
+        auto_trial_minutes=0,
+        explanations=0,
     )
     result = local_runner.run(config)
     return config, result

@@ -6,12 +6,10 @@ import csv
 import glob
 import json
 import os
-import shutil
 import signal
 import urllib.error
 import urllib.request
 
-import numpy as np
 import pytest
 from example_gen_helpers import by_filename, read_examples
 
@@ -22,43 +20,16 @@ ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
 
 
 @pytest.fixture(scope="module")
-def flipped_run(tmp_path_factory, small_digits):
-    """The 300 small digits with 15 labels flipped (seeded), run once with the label check on (warn only)."""
-    from commands import run_imagepipe
-
-    data = tmp_path_factory.mktemp("review") / "data"
-    files = sorted(
-        (label, name)
-        for label in os.listdir(small_digits)
-        if not label.startswith(".")
-        for name in os.listdir(os.path.join(small_digits, label))
-    )
-    rng = np.random.default_rng(3)
-    flipped = set(rng.choice(len(files), size=15, replace=False).tolist())
-    for n, (label, name) in enumerate(files):
-        given = str((int(label) + 1 + int(rng.integers(9))) % 10) if n in flipped else label
-        os.makedirs(data / given, exist_ok=True)
-        shutil.copy(os.path.join(small_digits, label, name), data / given / name)
-    root = str(tmp_path_factory.mktemp("review-root"))
-    args = [
-        "run",
-        "--root",
-        root,
-        "--data",
-        str(data),
-        "--label-check",
-        "on",
-        "--gate",
-        "warn",
-        "--epochs",
-        "2",
-        "--accuracy-threshold",
-        "0",
-    ]
-    first = run_imagepipe(*args)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert f"on a page, for the next run's --review: imagepipe review --root {root}" in first.stdout  # the hint
-    return root, str(data), args
+def flipped_run(label_flip_runs):
+    """The 300 small digits with 15 labels flipped (seeded), run with the label check on, warn only (tests/conftest.py
+    label_flip_runs, which the data health test shares). The next runs' settings, but --label-check off: they test
+    the review's decisions, and each new ingestion would train the check's 3-fold cnn again."""
+    root, warned = label_flip_runs["root"], label_flip_runs["warned"]
+    assert warned.returncode == 0, warned.stderr[-3000:]
+    assert f"on a page, for the next run's --review: imagepipe review --root {root}" in warned.stdout  # the hint
+    args = list(label_flip_runs["args"])
+    args[args.index("--label-check") + 1] = "off"
+    return root, label_flip_runs["data"], args
 
 
 def _serve(*args):

@@ -718,15 +718,16 @@ def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
     head = models.head(inputs.num_classes, inputs.source["dim"], hp)
     models.set_output_bias(head, balancing["initial_bias"])
     models.compile_model(head, hp, metrics=False, steps_per_call=FIT_STEPS_PER_CALL)
-    head.fit(
-        vectors,
-        labels,
-        sample_weight=np.asarray(weights, np.float32)[np.clip(labels, 0, None)] if weights else None,
-        batch_size=hp.batch_size,
-        epochs=epochs,
-        shuffle=True,
-        verbose=0,
+    # The epochs as one stream of batches, reshuffled each epoch (a last short batch each, as Keras's): Keras makes a
+    # new iterator of its input each epoch, which was most of a fold's time (3x as fast; other shuffles than Keras's).
+    weighed = np.asarray(weights, np.float32)[np.clip(labels, 0, None)] if weights else np.ones(len(labels), np.float32)
+    batches = (
+        tf.data.Dataset.from_tensor_slices((vectors, labels, weighed))
+        .shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+        .batch(hp.batch_size)
+        .repeat(epochs)
     )
+    head.fit(batches, epochs=1, verbose=0)
     return head
 
 
