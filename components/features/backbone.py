@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 # TensorFlow's own freezing (what tf.compat.v1's graph_util wraps); it has no public TF2 name.
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from components.features import feature_cache
+from components.features import feature_cache, runtimes
 from storage import files as fs
 from trainer import models
 from trainer.hparams import HParams
@@ -185,9 +185,9 @@ def frozen_graph(hp: HParams, backbone) -> bytes:
     return frozen.graph.as_graph_def().SerializeToString()
 
 
-def load_extractor(hp: HParams, prepared: Prepared):
+def load_extractor(hp: HParams, prepared: Prepared) -> runtimes.Extractor:
     """The prepared backbone's frozen graph, loaded: a function of float32 pixels [n, size, size, channels] ->
-    features [n, dim]. A cache without the graph (written before it was kept, or damaged) has it made again
+    features [n, dim] (numpy), on the runtime runtimes.choose() takes for this machine. A cache without the graph (written before it was kept, or damaged) has it made again
     from the weights, as _make() makes it, and stored for the next run."""
     if fs.exists(prepared.graph_file):
         graph = fs.read_bytes(prepared.graph_file)
@@ -221,14 +221,21 @@ def _store_graph(hp: HParams, backbone, prepared: Prepared) -> bytes:
     return graph
 
 
-def _loaded(hp: HParams, graph: bytes):
+def _loaded(hp: HParams, graph: bytes) -> runtimes.Extractor:
+    """The graph on the runtime chosen for this machine (runtimes.py: ONNX Runtime on CPUs, TensorFlow beside an
+    accelerator)."""
     graph_def = tf.compat.v1.GraphDef.FromString(graph)
+    shape = (hp.image_size, hp.image_size, hp.channels)
+    return runtimes.choose(graph_def, in_tensorflow(hp, graph_def), GRAPH_INPUT, GRAPH_OUTPUT, shape)
+
+
+def in_tensorflow(hp: HParams, graph_def):
+    """The frozen graph as a TensorFlow function: float32 pixels [n, size, size, channels] -> features [n, dim]."""
 
     def extract(pixels):
         return tf.graph_util.import_graph_def(
             graph_def, input_map={GRAPH_INPUT: pixels}, return_elements=[GRAPH_OUTPUT]
         )[0]
 
-    return tf.compat.v1.wrap_function(
-        extract, [tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32)]
-    )
+    shape = [None, hp.image_size, hp.image_size, hp.channels]
+    return tf.compat.v1.wrap_function(extract, [tf.TensorSpec(shape, tf.float32)])
