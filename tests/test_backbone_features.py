@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
-from components.features import SUMMARY_FILE, executor, feature_cache
+from components.features import SUMMARY_FILE, backbone, executor, feature_cache, runtimes
 from trainer import features, models
 from trainer.artifact_files import FEATURES_SOURCE_FILE
 from trainer.hparams import HParams
@@ -187,6 +187,31 @@ def test_features_are_the_backbone_output_computed_once_then_reused(tmp_path, we
     other, _ = run(source, tmp_path / "d", cache, weights[1])  # other weights: never the first's features
     assert (other["computed"], other["reused"]) == (26, 0) and other["fingerprint"] != first["fingerprint"]
     assert len(feature_cache.describe(str(cache))) == 2
+
+
+def test_the_backbone_runs_on_onnx_runtime_without_an_accelerator_and_only_where_it_agrees(tmp_path, weights, caplog):
+    """The frozen graph runs on ONNX Runtime on CPUs (1.5x TensorFlow's speed: components/features/runtimes.py), its
+    features TensorFlow's own; a runtime that disagrees with TensorFlow's is not used."""
+    hp = HParams(model=MODEL, image_size=SIZE, weights=weights[0])
+    prepared = backbone.prepare(hp, str(tmp_path / "cache"))
+    extract = backbone.load_extractor(hp, prepared)
+    accelerated = bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+    assert extract.runtime == (runtimes.TENSORFLOW if accelerated else runtimes.ONNX)
+    graph_def = tf.compat.v1.GraphDef.FromString(open(prepared.graph_file, "rb").read())
+    graph = backbone.in_tensorflow(hp, graph_def)
+    pixels = np.stack(list(_pixels(transformed(tmp_path / "transformed"), "eval").values())).astype(np.float32)
+    expected = graph(tf.constant(pixels)).numpy()
+    for got, want in zip(extract(pixels), expected):
+        assert_same_features(got, want)
+
+    # A TensorFlow that computes other features (its graph's output 0.1% larger) keeps TensorFlow, and says why.
+    nudged = runtimes.choose(
+        graph_def, lambda p: graph(p) * 1.001, backbone.GRAPH_INPUT, backbone.GRAPH_OUTPUT, pixels.shape[1:]
+    )
+    assert nudged.runtime == runtimes.TENSORFLOW
+    assert np.allclose(nudged(pixels), expected * 1.001, rtol=1e-6)
+    if not accelerated:
+        assert "ONNX Runtime's features differ from TensorFlow's by 0.001 of the largest" in caplog.text
 
 
 def _run_in_process(args):

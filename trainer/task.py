@@ -727,7 +727,7 @@ def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
         .batch(hp.batch_size)
         .repeat(epochs)
     )
-    head.fit(batches, epochs=1, verbose=0)
+    head.fit(batches, epochs=1, shuffle=False, verbose=0)  # shuffled above (Keras warns of its own on a dataset)
     return head
 
 

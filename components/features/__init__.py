@@ -3,6 +3,7 @@
 component.py       the TFX component (between Transform and the Trainer, for the transfer models)
 executor.py        its Beam graph: pixels -> features, through the cache
 backbone.py        the backbone as the run makes it: fingerprint and weights file
+runtimes.py        which runtime runs its frozen graph: ONNX Runtime on CPUs, TensorFlow beside a GPU or TPU
 feature_cache.py   the content-addressed cache under the pipeline root (plain Python)
 
 Files in the output artifact, read without TFX: summary.json (the run summary), and source.json and

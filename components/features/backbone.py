@@ -10,6 +10,7 @@ one TensorFlow graph with those weights as constants: a Beam worker (Dataflow's 
 160 px on 2 cores), the larger part of a next span's features step, which runs the backbone only on
 its new images. Its features agree with the Keras model's within 1e-4 (measured: 3e-5 at most on
 vectors of magnitude 5): the graph optimizer folds the constant BatchNorm into the convolutions.
+Without a GPU or TPU the graph runs on ONNX Runtime, converted at load (runtimes.py: 1.5x as fast here).
 
 Making a backbone to hash its weights costs a second or two, every run. So the first run also notes,
 under `sources/`, which fingerprint a source of weights gave: the SHA-256 of the weights file's bytes
@@ -33,7 +34,7 @@ from google.protobuf.message import DecodeError
 # TensorFlow's own freezing (what tf.compat.v1's graph_util wraps); it has no public TF2 name.
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from components.features import feature_cache
+from components.features import feature_cache, runtimes
 from storage import files as fs
 from trainer import models
 from trainer.hparams import HParams
@@ -185,9 +186,9 @@ def frozen_graph(hp: HParams, backbone) -> bytes:
     return frozen.graph.as_graph_def().SerializeToString()
 
 
-def load_extractor(hp: HParams, prepared: Prepared):
+def load_extractor(hp: HParams, prepared: Prepared) -> runtimes.Extractor:
     """The prepared backbone's frozen graph, loaded: a function of float32 pixels [n, size, size, channels] ->
-    features [n, dim]. A cache without the graph (written before it was kept, or damaged) has it made again
+    features [n, dim] (numpy), on the runtime runtimes.choose() takes for this machine. A cache without the graph (written before it was kept, or damaged) has it made again
     from the weights, as _make() makes it, and stored for the next run."""
     if fs.exists(prepared.graph_file):
         graph = fs.read_bytes(prepared.graph_file)
@@ -221,14 +222,21 @@ def _store_graph(hp: HParams, backbone, prepared: Prepared) -> bytes:
     return graph
 
 
-def _loaded(hp: HParams, graph: bytes):
+def _loaded(hp: HParams, graph: bytes) -> runtimes.Extractor:
+    """The graph on the runtime chosen for this machine (runtimes.py: ONNX Runtime on CPUs, TensorFlow beside an
+    accelerator)."""
     graph_def = tf.compat.v1.GraphDef.FromString(graph)
+    shape = (hp.image_size, hp.image_size, hp.channels)
+    return runtimes.choose(graph_def, in_tensorflow(hp, graph_def), GRAPH_INPUT, GRAPH_OUTPUT, shape)
+
+
+def in_tensorflow(hp: HParams, graph_def):
+    """The frozen graph as a TensorFlow function: float32 pixels [n, size, size, channels] -> features [n, dim]."""
 
     def extract(pixels):
         return tf.graph_util.import_graph_def(
             graph_def, input_map={GRAPH_INPUT: pixels}, return_elements=[GRAPH_OUTPUT]
         )[0]
 
-    return tf.compat.v1.wrap_function(
-        extract, [tf.TensorSpec([None, hp.image_size, hp.image_size, hp.channels], tf.float32)]
-    )
+    shape = [None, hp.image_size, hp.image_size, hp.channels]
+    return tf.compat.v1.wrap_function(extract, [tf.TensorSpec(shape, tf.float32)])

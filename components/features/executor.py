@@ -175,7 +175,7 @@ class ComputeFeatures(beam.DoFn):
         names_done, vectors_done, size, started = [], [], self._hp.image_size, time.perf_counter()
         # Made at the first batch with an image the cache lacks (only such batches come here): a rerun on
         # cached images makes no backbone at all. Its making counts as backbone time.
-        plain, augmented = shared_extractor(self._hp, self._prepared)
+        extract = shared_extractor(self._hp, self._prepared)
         spent = time.perf_counter() - started
         for view, (lacking, names) in enumerate(missing):
             for start in range(0, len(lacking), MODEL_BATCH):
@@ -188,10 +188,8 @@ class ComputeFeatures(beam.DoFn):
                     seeds = tf.constant(
                         [[int(keys[i][:8], 16), int(keys[i][8:16], 16) + view] for i in chosen], tf.int64
                     )
-                    vectors = augmented(input_pipeline.augment_views(tf.cast(pixels, tf.float32), self._hp, seeds))
-                else:
-                    vectors = plain(pixels)
-                out[chosen, view] = vectors.numpy()
+                    pixels = input_pipeline.augment_views(tf.cast(pixels, tf.float32), self._hp, seeds).numpy()
+                out[chosen, view] = extract(pixels)
                 spent += time.perf_counter() - started
                 names_done += names[start : start + MODEL_BATCH]
                 vectors_done.append(np.array(out[chosen, view]))
@@ -250,15 +248,14 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_extractor(hp: HParams, prepared: backbone.Prepared):
-    """(uint8 pixels -> features, float32 pixels -> features) for the prepared backbone, loaded once per process
-    from its frozen graph in the cache (~0.5 s; backbone.load_extractor): every split's DoFn (and every
-    bundle's) uses the same."""
+    """Pixels (uint8 or float32) -> features for the prepared backbone, loaded once per process from its frozen graph
+    in the cache (~0.5 s, and ~1 s to convert it for ONNX Runtime; backbone.load_extractor): every split's DoFn (and
+    every bundle's) uses the same."""
     with _SHARED_LOCK:  # the fingerprint covers the model, input size and channels; the files are its own
         if _SHARED["key"] != prepared:
             _SHARED["key"], _SHARED["extractor"] = None, None  # the old one is freed before the new one is made
-            extract = backbone.load_extractor(hp, prepared)
-            # uint8 in: the cast to the float32 the graph takes is one small op per call.
-            _SHARED["extractor"] = (lambda pixels: extract(tf.cast(pixels, tf.float32)), extract)
+            _SHARED["extractor"] = backbone.load_extractor(hp, prepared)
+            logging.info("BackboneFeatures: the backbone runs on %s", _SHARED["extractor"].runtime)
             _SHARED["key"] = prepared
         return _SHARED["extractor"]
 
