@@ -49,11 +49,12 @@ class Blessing:
         "instead: the lowest confidence threshold at which the eval split's precision reaches this",
         check=_THRESHOLD,
     )
-    # Eval images the Evaluator explains for the report (where the model looked: explanations.py). 16: half of them
-    # misclassified, then each class in turn; each costs trainer/explain.STEPS forward and backward passes (~0.6 s
-    # with EfficientNet-Lite0 at 224 px on 2 cores, plus ~4 s once): 12-14 s on a 2,000-image run (docs/benchmarks.md).
+    # Eval images the Evaluator explains for the report (where the model looked: explanations.py). 12: half of them
+    # misclassified, then each class in turn; each costs trainer/explain.STEPS forward and backward passes (~0.37 s
+    # with EfficientNet-Lite0 at 224 px on 2 cores, plus ~4.5 s once): 8.6-8.9 s on a 2,000-image run, within the 10 s
+    # asked of them (16: 10.2-11.2 s; docs/benchmarks.md, Explanations).
     explanations: int = setting(
-        16,
+        12,
         "show where the model looked on N eval images in the report: the misclassified first, then some of each "
         "class, and each class's average map (integrated gradients; default {default}; 0: none)",
         check=(lambda v: v >= 0, "give a number of eval images (0: none)"),
