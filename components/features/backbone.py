@@ -188,8 +188,9 @@ def frozen_graph(hp: HParams, backbone) -> bytes:
 
 def load_extractor(hp: HParams, prepared: Prepared) -> runtimes.Extractor:
     """The prepared backbone's frozen graph, loaded: a function of float32 pixels [n, size, size, channels] ->
-    features [n, dim] (numpy), on the runtime runtimes.choose() takes for this machine. A cache without the graph (written before it was kept, or damaged) has it made again
-    from the weights, as _make() makes it, and stored for the next run."""
+    features [n, dim] (numpy), on the runtime runtimes.choose() takes for this machine. A cache without the graph
+    (written before it was kept, or damaged) has it made again from the weights, as _make() makes it, and stored for
+    the next run."""
     if fs.exists(prepared.graph_file):
         graph = fs.read_bytes(prepared.graph_file)
         if _graph_digest_noted(prepared) == hashlib.sha256(graph).hexdigest():
