@@ -203,6 +203,21 @@ def test_the_backbone_runs_on_onnx_runtime_without_an_accelerator_and_only_where
     expected = graph(tf.constant(pixels)).numpy()
     for got, want in zip(extract(pixels), expected):
         assert_same_features(got, want)
+    # The conversion that agreed is kept beside the graph, for the next process; a damaged one is converted again.
+    folder = os.path.dirname(prepared.graph_file)
+    kept = os.path.join(folder, feature_cache.ONNX_FILE)
+    assert os.path.exists(kept) != accelerated
+    if not accelerated:
+        model = open(kept, "rb").read()
+        assert np.array_equal(backbone.load_extractor(hp, prepared)(pixels), extract(pixels))  # the kept one
+        with open(kept, "r+b") as f:
+            f.seek(len(model) // 2)
+            f.write(os.urandom(64))
+        damaged = open(kept, "rb").read()
+        again = backbone.load_extractor(hp, prepared)
+        assert again.runtime == runtimes.ONNX and open(kept, "rb").read() != damaged  # converted and kept again
+        for got, want in zip(again(pixels), expected):
+            assert_same_features(got, want)
 
     # A TensorFlow that computes other features (its graph's output 0.1% larger) keeps TensorFlow, and says why.
     nudged = runtimes.choose(

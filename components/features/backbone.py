@@ -195,11 +195,11 @@ def load_extractor(hp: HParams, prepared: Prepared) -> runtimes.Extractor:
         graph = fs.read_bytes(prepared.graph_file)
         if _graph_digest_noted(prepared) == hashlib.sha256(graph).hexdigest():
             try:
-                return _loaded(hp, graph)
+                return _loaded(hp, graph, prepared)
             except DecodeError:  # pragma: no cover - its digest matched: as written
                 pass
         logging.warning("BackboneFeatures: %s is not the graph the cache wrote; made again", prepared.graph_file)
-    return _loaded(hp, _store_graph(hp, models.make_backbone(hp, prepared.weights_file), prepared))
+    return _loaded(hp, _store_graph(hp, models.make_backbone(hp, prepared.weights_file), prepared), prepared)
 
 
 def _graph_digest_file(prepared: Prepared) -> str:
@@ -223,12 +223,37 @@ def _store_graph(hp: HParams, backbone, prepared: Prepared) -> bytes:
     return graph
 
 
-def _loaded(hp: HParams, graph: bytes) -> runtimes.Extractor:
+def _loaded(hp: HParams, graph: bytes, prepared: Prepared) -> runtimes.Extractor:
     """The graph on the runtime chosen for this machine (runtimes.py: ONNX Runtime on CPUs, TensorFlow beside an
-    accelerator)."""
+    accelerator), with the conversion the cache keeps for this graph, or keeping a new one."""
     graph_def = tf.compat.v1.GraphDef.FromString(graph)
     shape = (hp.image_size, hp.image_size, hp.channels)
-    return runtimes.choose(graph_def, in_tensorflow(hp, graph_def), GRAPH_INPUT, GRAPH_OUTPUT, shape)
+    key = hashlib.sha256(graph).hexdigest().encode("ascii")  # the ONNX model's digest covers the graph it came from
+    onnx_file = fs.join(os.path.dirname(prepared.graph_file), feature_cache.ONNX_FILE)
+    digest_file = fs.join(os.path.dirname(prepared.graph_file), feature_cache.ONNX_DIGEST_FILE)
+
+    def keep(model: bytes) -> None:
+        feature_cache.write_whole(onnx_file, model)
+        feature_cache.write_whole(digest_file, hashlib.sha256(key + model).hexdigest().encode("ascii"))
+
+    return runtimes.choose(
+        graph_def,
+        in_tensorflow(hp, graph_def),
+        GRAPH_INPUT,
+        GRAPH_OUTPUT,
+        shape,
+        _kept(onnx_file, digest_file, key),
+        keep,
+    )
+
+
+def _kept(onnx_file: str, digest_file: str, key: bytes) -> Optional[bytes]:
+    """The ONNX model the cache kept for the graph of digest `key`, or None (none kept, another graph's, damaged)."""
+    try:
+        model, noted = fs.read_bytes(onnx_file), fs.read_bytes(digest_file).decode("ascii").strip()
+    except Exception:  # noqa: BLE001 - missing or unreadable: converted again
+        return None
+    return model if hashlib.sha256(key + model).hexdigest() == noted else None
 
 
 def in_tensorflow(hp: HParams, graph_def):

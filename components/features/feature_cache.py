@@ -51,6 +51,9 @@ from storage import files as fs
 WEIGHTS_FILE = "backbone.weights.h5"
 GRAPH_FILE = "features_graph.pb"
 GRAPH_DIGEST_FILE = "features_graph.sha256"  # the graph's SHA-256, written after it: a graph that differs is not used
+ONNX_FILE = "features_graph.onnx"  # the graph converted for ONNX Runtime, kept once it agreed with TensorFlow
+# SHA-256 of the graph's digest and the ONNX model, written after it: one converted from another graph is not used
+ONNX_DIGEST_FILE = "features_graph.onnx.sha256"
 INFO_FILE = "info.json"
 LAST_USED = "last_used"
 PACKS_DIR = "packs"
