@@ -17,6 +17,7 @@ EXPLANATIONS = "explanations"  # its parameter: eval images explained (component
 CLASS_GATE_FILE = "class_gate.json"  # in the evaluation: the classes judged, their counts, what was compared
 TEST_SPLIT = "test"
 ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (eval_config below)
+SPARSE_METRICS = "components.evaluator.sparse_metrics"  # the module of the accuracy and cross-entropy TFMA computes
 
 
 def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float] = None):
@@ -33,6 +34,7 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
 
     accuracy = tfma_config.MetricConfig(
         class_name=ACCURACY_METRIC,  # its lower bound: the accuracy_threshold runtime parameter
+        module=SPARSE_METRICS,
         threshold=tfma_config.MetricThreshold(
             value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
             # Ignored on the first run, when there is no blessed baseline yet.
@@ -49,7 +51,7 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
             metrics=[
                 tfma_config.MetricConfig(class_name="ExampleCount"),
                 accuracy,
-                tfma_config.MetricConfig(class_name="SparseCategoricalCrossentropy"),
+                tfma_config.MetricConfig(class_name="SparseCategoricalCrossentropy", module=SPARSE_METRICS),
                 # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
                 # (components/evaluator/views.py; threshold 0 is the plain argmax confusion matrix).
                 tfma_config.MetricConfig(
