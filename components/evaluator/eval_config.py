@@ -15,6 +15,7 @@ CONFIDENCE, TARGET_PRECISION = "confidence_threshold", "target_precision"  # its
 MIN_CLASS_RECALL = "min_class_recall"  # its parameter: the recall every judged class must reach
 EXPLANATIONS = "explanations"  # its parameter: eval images explained (components/evaluator/explanations.py; 0: none)
 CLASS_GATE_FILE = "class_gate.json"  # in the evaluation: the classes judged, their counts, what was compared
+EVALUATED_ON_FILE = "evaluated_on.json"  # in the evaluation: what TFMA scored (components/evaluator/on_features.py)
 TEST_SPLIT = "test"
 ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (eval_config below)
 SPARSE_METRICS = "components.evaluator.sparse_metrics"  # the module of the accuracy and cross-entropy TFMA computes
