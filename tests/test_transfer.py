@@ -257,3 +257,12 @@ def test_a_head_that_disagrees_with_its_serving_model_is_not_what_the_evaluator_
     assert record["on"] == "serving model" and record["largest_difference"] > 1e-3, record
     assert record["why"].startswith("the serving model and its head disagree by ")
     assert (scored["examples"][0].uri, scored["model"][0].uri) == (examples_uri, str(model))
+    # As the last blessed model beside a candidate that agrees (it may have been scored on its serving model): the same.
+    compared = {
+        **inputs,
+        "model": artifacts(standard_artifacts.Model, model_dir(plain)),
+        "baseline_model": inputs["model"],
+    }
+    scored, record = on_features.choose(compared, ["eval"])
+    assert record["on"] == "serving model" and record["largest_difference"] > 1e-3, record
+    assert scored["baseline_model"][0].uri == str(model) and scored["examples"][0].uri == examples_uri

@@ -3,7 +3,7 @@ the baseline's, on the eval split's feature records, instead of running each ser
 backbone on every eval image again (the features step ran that backbone on these very images).
 
 Taken only when it is the same model: every compared model has its head exported for these features (the same
-fingerprint: backbone, weights, input size), and the candidate's serving model agrees with its head on the first
+fingerprint: backbone, weights, input size), and each compared model's serving model agrees with its head on the first
 AGREEMENT_IMAGES eval images (every probability within AGREEMENT_TOLERANCE). Otherwise TFMA runs the serving models
 on the raw examples, as before, and the log says why. evaluated_on.json in the evaluation says which, and the
 sample's largest difference. The explanations, the class gate and the profile still read the raw examples.
@@ -118,9 +118,14 @@ def choose(input_dict, splits: List[str]) -> Tuple[Dict[str, list], Dict[str, An
     swapped, why = heads(input_dict, splits)
     if swapped is None:
         return plain(input_dict), {"on": "serving model", "why": why}
-    candidate = input_dict[standard_component_specs.MODEL_KEY][0]
-    examples = input_dict[standard_component_specs.EXAMPLES_KEY][0]
-    difference = agreement(candidate.uri, examples.uri, input_dict[FEATURES_KEY][0].uri)
+    examples, computed = input_dict[standard_component_specs.EXAMPLES_KEY][0], input_dict[FEATURES_KEY][0]
+    # Each compared model: a last blessed model may have been scored on its serving model (its head disagreed)
+    compared = [
+        m
+        for k in (standard_component_specs.MODEL_KEY, standard_component_specs.BASELINE_MODEL_KEY)
+        for m in input_dict.get(k) or []
+    ]
+    difference = max(agreement(model.uri, examples.uri, computed.uri) for model in compared)
     record = {"agreement_images": AGREEMENT_IMAGES, "largest_difference": difference if difference < 1e9 else None}
     if not difference <= AGREEMENT_TOLERANCE:
         why = f"the serving model and its head disagree by {difference:.2g} on the first eval images"
