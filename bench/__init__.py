@@ -10,6 +10,7 @@ What they run on, made here with no network:
   planted.py                  a planted patch or shortcut decides the class (explanations)
   scale_set.py                a large, diverse photo-like set (the scale benchmark)
   backbones.py                backbone weights made here, never ImageNet's downloaded
+  kept_stage.py               a finished run's stage again: its last inputs, another checkout's code
 What users would write instead:
   plain_keras.py              the Keras tutorial recipe, as a script
   plain_keras_transfer.py     the Keras transfer-learning guide's recipe
@@ -32,6 +33,7 @@ The benchmarks:
   determinism_benchmark.py    the Trainer with TensorFlow op determinism on and off
   health_benchmark.py         data health on planted flips and near-duplicate copies
   health_stage_benchmark.py   DataHealth alone on a finished run: seconds and peak memory
+  evaluator_stage_benchmark.py  the Evaluator alone on a finished run, against another checkout's
   review_benchmark.py         the review loop's worth: a run, one review, the run again
   explain_benchmark.py        attribution methods: what they find and what a map costs
   predict_benchmark.py        `imagepipe predict` three ways

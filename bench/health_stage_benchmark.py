@@ -14,39 +14,10 @@ import argparse
 import importlib
 import json
 import os
-import sys
 import tempfile
 import time
 
-
-def last_execution(root: str):
-    """(input_dict, exec_properties) of the last DataHealth execution under this root."""
-    import glob
-
-    from ml_metadata.metadata_store import metadata_store
-    from ml_metadata.proto import metadata_store_pb2
-    from tfx.types import artifact_utils
-
-    [db] = glob.glob(os.path.join(root, "metadata", "*", "metadata.db"))
-    config = metadata_store_pb2.ConnectionConfig()
-    config.sqlite.filename_uri = db
-    store = metadata_store.MetadataStore(config)
-    execution = [
-        e for e in store.get_executions() if store.get_execution_types_by_id([e.type_id])[0].name.endswith("DataHealth")
-    ][-1]
-    inputs = {}
-    for event in store.get_events_by_execution_ids([execution.id]):
-        if event.type != metadata_store_pb2.Event.INPUT:
-            continue
-        [artifact] = store.get_artifacts_by_id([event.artifact_id])
-        [kind] = store.get_artifact_types_by_id([artifact.type_id])
-        inputs.setdefault(event.path.steps[0].key, []).append(artifact_utils.deserialize_artifact(kind, artifact))
-    properties = {
-        name: getattr(value, value.WhichOneof("value"))
-        for name, value in execution.custom_properties.items()
-        if not name.startswith("__")
-    }
-    return inputs, properties
+from bench.kept_stage import last_execution, use_code
 
 
 def main() -> None:
@@ -55,16 +26,14 @@ def main() -> None:
     parser.add_argument("--code", default="", help="another checkout's tree whose stage to run (else this one's)")
     args = parser.parse_args()
     if args.code:  # before any of the project's modules is imported
-        sys.path.insert(0, os.path.abspath(args.code))
-        for name in [m for m in sys.modules if m.split(".")[0] in ("bench", "components", "storage", "trainer")]:
-            del sys.modules[name]
+        use_code(args.code)
     from tfx.dsl.components.base import base_beam_executor
 
     from bench.scale_benchmark import TreeSampler
     from storage.artifact_types import DataHealthReport
 
     executor = importlib.import_module("components.health.executor")
-    inputs, properties = last_execution(args.root)
+    inputs, properties = last_execution(args.root, "DataHealth")
     out = tempfile.mkdtemp(prefix="health-stage-")
     health = DataHealthReport()
     health.uri = out

@@ -57,7 +57,7 @@ def create_pipeline(config: PipelineConfig, platform: Platform, metadata_connect
     training_examples = features.outputs["features"] if features else transform.outputs["transformed_examples"]
     previous_search, tuner = dag.tuner(example_gen, transform, training_examples, health_gate)
     trainer = dag.trainer(transform, schema_gen, training_examples, baseline, tuner, health_gate)
-    evaluator = dag.evaluator(example_gen, trainer, baseline)
+    evaluator = dag.evaluator(example_gen, trainer, baseline, features)
     card = dag.model_card(example_gen, health, trainer, evaluator, baseline)
     pusher = dag.pusher(trainer, evaluator, card)
     components = [
@@ -287,10 +287,11 @@ class _Stages:
         trainer.add_upstream_node(health_gate)  # no training on data that failed its health check
         return trainer
 
-    def evaluator(self, example_gen, trainer, baseline):
+    def evaluator(self, example_gen, trainer, baseline, features):
         config = self.config
         return ImageEvaluator(
             examples=example_gen.outputs["examples"],
+            features=features.outputs["features"] if features else None,  # the heads scored on it, where they agree
             model=trainer.outputs["model"],
             baseline_model=baseline.outputs["model"] if baseline else None,
             eval_config=eval_config(config.accuracy_threshold, config.confidence_threshold),

@@ -3,7 +3,7 @@ evaluation (per class at the confidence threshold, precision-recall, confusion m
 images, the test split, the blessing)."""
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from components.evaluator import results as evaluation_results
 from components.model_card.render import export_rows
@@ -309,6 +309,7 @@ def evaluation(components: Dict[str, Dict]) -> str:
         ],
         numeric=[1],
     )
+    body += _scored_on(d.get("evaluated_on"))
     body += _every_class(d)
     card = components.get("ModelCard", {}).get("details") or {}
     if card.get("card_html"):
@@ -330,6 +331,20 @@ def evaluation(components: Dict[str, Dict]) -> str:
     if test:
         body += _test_split(test, names)
     return section("evaluation", "Evaluation", body)
+
+
+def _scored_on(on: Optional[Dict[str, Any]]) -> str:
+    """What TFMA scored (components/evaluator/on_features.py): the heads on the features step's features, which the
+    serving model agreed with, or the serving model on every eval image, and why."""
+    if not on:
+        return ""
+    if on["on"] == "features":
+        return (
+            f"<p>Scored by the model's head on the features step's features of every eval image: the serving model "
+            f"gave the same probabilities on the first {on['agreement_images']} (within "
+            f"{on['largest_difference']:.1e}).</p>"
+        )
+    return f"<p>Scored by the serving model on every eval image ({esc(on.get('why') or '')}).</p>"
 
 
 def _blessing_reasons(c: Dict[str, Any], d: Dict[str, Any]) -> str:

@@ -75,3 +75,39 @@ def test_balanced_data_keeps_comparing_on_accuracy_and_a_zero_floor_judges_no_cl
     recall_specs = [s for s in config.metrics_specs if any(m.class_name == "ClassRecall" for m in s.metrics)]
     assert all(not m.HasField("threshold") for s in recall_specs for m in s.metrics)  # computed, not gated
     assert evaluation_metrics.balanced_accuracy_of({0: {0: 3, 1: 1}, 1: {1: 2}}) == pytest.approx((0.75 + 1) / 2)
+
+
+def test_accuracy_and_cross_entropy_are_keras_figures_computed_without_tensorflow(tmp_path):
+    """TFMA runs them in numpy (components/evaluator/sparse_metrics.py) under Keras's names: the same figures as
+    keras.metrics on awkward rows (ties, a label's probability 0, rows not summing to 1)."""
+    import keras
+
+    rng = np.random.default_rng(7)
+    probabilities = rng.dirichlet([0.5, 0.5, 0.5], size=300)
+    probabilities[:20] = [0.4, 0.4, 0.2]  # ties: the first class wins, as argmax
+    probabilities[20:30] = [0.0, 1.0, 0.0]  # the label's probability 0 below: clipped, not infinite
+    probabilities[30:40] *= 0.9  # sums below 1: renormalised
+    labels = rng.integers(0, 3, size=300)
+    labels[20:30] = 0
+    config = eval_config(accuracy_threshold=0.1)
+    assert {m.module for s in config.metrics_specs for m in s.metrics if m.class_name.startswith("Sparse")} == {
+        "components.evaluator.sparse_metrics"
+    }
+    config.model_specs[0].CopyFrom(tfma_config.ModelSpec(label_key="label", prediction_key="prediction"))
+    for spec in config.metrics_specs:
+        for metric in spec.metrics:
+            metric.threshold.ClearField("change_threshold")  # a first run: no baseline
+    out = tmp_path / "evaluation"
+    frame = pd.DataFrame({"label": labels, "prediction": list(probabilities.astype(np.float32))})
+    tfma.analyze_raw_data(frame, config, output_path=str(out))
+    found = {
+        kv.key.name: kv.value.double_value.value
+        for metrics in tfma.load_metrics(str(out))
+        for kv in metrics.metric_keys_and_values
+        if not kv.key.HasField("sub_key")
+    }
+    keras_accuracy = float(keras.metrics.SparseCategoricalAccuracy()(labels, probabilities.astype(np.float32)))
+    keras_loss = float(keras.metrics.SparseCategoricalCrossentropy()(labels, probabilities.astype(np.float32)))
+    assert found["sparse_categorical_accuracy"] == pytest.approx(keras_accuracy, rel=1e-6)
+    assert found["sparse_categorical_crossentropy"] == pytest.approx(keras_loss, rel=1e-5)
+    assert keras_loss > 1.0  # the zero-probability rows count, clipped at Keras's epsilon

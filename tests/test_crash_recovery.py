@@ -194,3 +194,26 @@ def test_ctrl_c_while_waiting_for_its_turn_ends_the_run_and_its_json_progress(tm
     assert [e["event"] for e in events] == ["run_prepared", "run_finished"], events
     assert events[-1]["error"].startswith("interrupted") and events[-1]["report"] is None
     assert not os.path.exists(metadata_path)  # nothing ran: no store was made
+
+
+def test_a_command_forked_from_a_warm_interpreter_stops_on_ctrl_c_as_one_a_shell_starts(tmp_path):
+    """Test infrastructure (tests/warm_interpreter.py): an interpreter started while its test process ignored
+    SIGINT inherits that, as processes do; the commands it forks still get Ctrl-C as a shell gives it."""
+    from warm_interpreter import WarmInterpreter
+
+    (tmp_path / "signals_seen.py").write_text(
+        "import signal\n"
+        "blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())\n"
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.SIGINT in blocked)\n"
+    )
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        warm = WarmInterpreter(["json"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        log = str(tmp_path / "command")
+        assert warm.run_module("signals_seen", [], log, cwd=str(tmp_path), timeout=60) == 0
+        assert open(log + ".stdout").read().split() == ["True", "False"]
+    finally:
+        warm.close()

@@ -9,6 +9,7 @@ import dataclasses
 import glob
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -30,6 +31,18 @@ def details(summary, name):
 
 def component(summary, name):
     return next(c for c in summary["components"] if c["component"] == name)
+
+
+def evaluation_section(summary) -> str:
+    """The report's Evaluation section of a run."""
+    from report import model_sections
+
+    return model_sections.evaluation({c["component"]: c for c in summary["components"]})
+
+
+def evaluated_on(summary) -> dict:
+    """What the Evaluator scored: the heads on the features, or the serving models (evaluated_on.json)."""
+    return details(summary, "Evaluator")["evaluated_on"]
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +108,12 @@ def test_the_head_trains_on_features_computed_once(transfer_runs):
     phases = [e["phase"] for e in log["epochs"]]
     assert phases[-1] == "fine-tune" and phases.count("fine-tune") == 1 and phases[0] == "frozen backbone"
     assert details(tuned, "Evaluator")["accuracy"] is not None
+    # Fine-tuned, its backbone is no longer the features step's: the Evaluator runs the serving model on every image.
+    on = evaluated_on(tuned)
+    assert on["on"] == "serving model" and on["why"].startswith("the candidate has no head for these features"), on
+    # The report says which, in one line.
+    assert "Scored by the serving model on every eval image (the candidate has no head" in evaluation_section(tuned)
+    assert "Scored by the model's head on the features step's features of every eval image" in evaluation_section(plain)
     assert component(tuned, "Transform")["state"] == "cached"
 
     # Data health on the features: the label check is on by default (cheap here), and the second run
@@ -116,14 +135,17 @@ def test_the_exported_model_serves_what_the_head_gave_on_features(transfer_runs)
     spec = {
         features.FEATURES_KEY: tf.io.FixedLenFeature([1280], tf.float32),
         features.KEY: tf.io.FixedLenFeature([], tf.string),
+        features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
     }
-    vectors = {}
+    vectors, records, labels = {}, {}, {}
     feature_files = glob.glob(
         os.path.join(component(plain, "BackboneFeatures")["outputs"]["features"][0], "Split-eval", "*")
     )
     for record in tf.data.TFRecordDataset(feature_files):  # the features step writes them uncompressed
         parsed = tf.io.parse_single_example(record, spec)
-        vectors[parsed[features.KEY].numpy().decode()] = parsed[features.FEATURES_KEY].numpy()
+        key = parsed[features.KEY].numpy().decode()
+        vectors[key], records[key] = parsed[features.FEATURES_KEY].numpy(), record.numpy()
+        labels[key] = int(parsed[features.LABEL_KEY])
     raw = {}
     example_files = glob.glob(
         os.path.join(component(plain, "ImageExampleGen")["outputs"]["examples"][0], "Split-eval", "*")
@@ -146,6 +168,17 @@ def test_the_exported_model_serves_what_the_head_gave_on_features(transfer_runs)
     # The backbone as served (pixels in) against the head on the cached features: oneDNN's rounding differs by
     # batch size and CPU; probabilities agree to 1e-3 anywhere, and a wrong graph misses by far more.
     np.testing.assert_allclose(served, head, atol=1e-3)
+
+    # So the Evaluator scored the head the Trainer exported on its own, on these features, once the serving model
+    # agreed with it on the first eval images (components/evaluator/on_features.py): its accuracy is the served
+    # model's on every eval image (an argmax that a 1e-6 difference could flip: one image at most).
+    exported = tf.saved_model.load(os.path.join(model_dir(plain), "features_head", "Format-Serving"))
+    by_head = exported.signatures["serving_examples"](examples=tf.constant([records[k] for k in keys]))
+    np.testing.assert_allclose(by_head["probabilities"].numpy(), head, rtol=1e-5, atol=1e-6)
+    on = evaluated_on(plain)
+    assert on["on"] == "features" and on["agreement_images"] == 32 and on["largest_difference"] <= 1e-3, on
+    accuracy = float(np.mean(served.argmax(axis=1) == np.array([labels[k] for k in keys])))
+    assert details(plain, "Evaluator")["accuracy"] == pytest.approx(accuracy, abs=1.01 / len(keys))
 
 
 def test_the_head_trains_across_three_replicas(transfer_runs):
@@ -185,3 +218,51 @@ def test_the_head_trains_across_three_replicas(transfer_runs):
     held = trainer["operating_point"]["model_on_held_out"]
     assert evaluation["example_count"] > 0
     assert trainer["kept_eval_accuracy"] == pytest.approx(held["argmax"]["accuracy"], abs=1.01 / held["images"])
+
+
+def test_a_head_that_disagrees_with_its_serving_model_is_not_what_the_evaluator_scores(transfer_runs, tmp_path):
+    from tfx.types import artifact_utils, standard_artifacts
+
+    from components.evaluator import on_features
+    from trainer import head_export
+
+    _, plain, _ = transfer_runs
+    features_uri = component(plain, "BackboneFeatures")["outputs"]["features"][0]
+    examples_uri = component(plain, "ImageExampleGen")["outputs"]["examples"][0]
+    model = tmp_path / "model"
+    shutil.copytree(model_dir(plain), model)
+
+    def artifacts(kind, uri):
+        artifact = kind()
+        artifact.uri = str(uri)
+        if kind is standard_artifacts.Examples:
+            artifact.split_names = artifact_utils.encode_split_names(["train", "eval"])
+        return [artifact]
+
+    inputs = {
+        "examples": artifacts(standard_artifacts.Examples, examples_uri),
+        "features": artifacts(standard_artifacts.Examples, features_uri),
+        "model": artifacts(standard_artifacts.Model, model),
+    }
+    scored, record = on_features.choose(inputs, ["eval"])
+    assert record["on"] == "features" and record["largest_difference"] <= 1e-3
+    assert (scored["examples"][0].uri, scored["model"][0].uri) == (features_uri, str(model / "features_head"))
+    assert inputs["model"][0].uri == str(model) and "features" not in scored  # the candidate's own artifact kept
+
+    # Another head under the same fingerprint (weights the serving model does not have): the serving model is scored.
+    hp = HParams(model="efficientnet_lite0", image_size=224)
+    source = json.load(open(os.path.join(features_uri, "source.json")))
+    head_export.export_head(models.head(10, 1280, hp), hp, 10, source, str(model))
+    scored, record = on_features.choose(inputs, ["eval"])
+    assert record["on"] == "serving model" and record["largest_difference"] > 1e-3, record
+    assert record["why"].startswith("the serving model and its head disagree by ")
+    assert (scored["examples"][0].uri, scored["model"][0].uri) == (examples_uri, str(model))
+    # As the last blessed model beside a candidate that agrees (it may have been scored on its serving model): the same.
+    compared = {
+        **inputs,
+        "model": artifacts(standard_artifacts.Model, model_dir(plain)),
+        "baseline_model": inputs["model"],
+    }
+    scored, record = on_features.choose(compared, ["eval"])
+    assert record["on"] == "serving model" and record["largest_difference"] > 1e-3, record
+    assert scored["baseline_model"][0].uri == str(model) and scored["examples"][0].uri == examples_uri

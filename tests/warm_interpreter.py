@@ -34,7 +34,7 @@ from pipeline.config import PROJECT_DIR
 
 # The interpreter: imports its modules, then for each request line forks a child that runs one command.
 _SERVER = r"""
-import importlib, json, os, runpy, sys, traceback
+import importlib, json, os, runpy, signal, sys, traceback
 started_env = dict(os.environ)
 for name in {modules!r}:
     importlib.import_module(name)
@@ -46,6 +46,11 @@ for line in sys.stdin:
         code = 1
         try:
             os.setpgid(0, 0)  # a group of its own: a command past its time is killed with its children
+            # Ctrl-C and SIGTERM as a shell gives them to a command, whatever the interpreter inherited (twice in a
+            # whole suite, its commands ignored SIGINT: the review server and a run waiting for its turn hung)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT, signal.SIGTERM}})
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             for fd, path in ((1, request["log"] + ".stdout"), (2, request["log"] + ".stderr")):

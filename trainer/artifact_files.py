@@ -9,6 +9,9 @@ WEIGHTS_FILE = "model.weights.h5"
 INFO_FILE = "model_info.json"  # classes, model and input shape the weights fit
 # a multi-label model's threshold per label, chosen on held-out train images (trainer/operating_point.py)
 LABEL_THRESHOLDS_FILE = "label_thresholds.json"
+# beside keras/: a single-label model's head alone, when its backbone is the features step's (trainer/head_export.py)
+HEAD_DIR = "features_head"
+HEAD_INFO = "head.json"  # in HEAD_DIR: the features it reads (the features step's fingerprint, dim)
 
 # BackboneFeatures' `features` (components/features writes them; the Trainer, the Tuner and data health read them)
 FEATURES_SOURCE_FILE = "source.json"  # the Transform output the pixels came from, the backbone weights, dim, views

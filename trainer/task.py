@@ -33,6 +33,7 @@ from trainer import (
     class_balance,
     export,
     features,
+    head_export,
     holdout,
     input_pipeline,
     model_trials,
@@ -633,6 +634,8 @@ def _keep_model_files(fn_args, hp: HParams, model, info: dict, inputs: _Inputs, 
         models.discard_staged(weights)
     with tf.io.gfile.GFile(os.path.join(keras_dir, INFO_FILE), "w") as f:
         f.write(json.dumps(info))
+    if inputs.on_features and not hp.fine_tune_epochs and not inputs.multi_label:  # its backbone: the features step's
+        head_export.export_head(model, hp, inputs.num_classes, source, os.path.dirname(keras_dir))
     if "thresholds" in decision:  # multi-label: what the Evaluator judges each label at
         with tf.io.gfile.GFile(os.path.join(keras_dir, LABEL_THRESHOLDS_FILE), "w") as f:
             f.write(json.dumps(decision))

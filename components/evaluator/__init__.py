@@ -2,6 +2,8 @@
 
 component.py     ImageEvaluator: TFX's Evaluator with its settings as runtime parameters
 eval_config.py   its parameters' names and the single-label TFMA configuration
+sparse_metrics.py  accuracy and cross-entropy as TFMA computes them: Keras's figures, in numpy
+on_features.py   TFMA on the features step's features: the models' heads, where the serving model agrees
 executor.py      no comparison across class changes, every class judged, views.json, the test split
 metrics.py       per-class recall and precision and balanced accuracy as TFMA metrics; the class gate's specs
 multi_label.py   a multi-label model's configuration, per-label thresholds and gate

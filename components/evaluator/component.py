@@ -10,11 +10,12 @@ from typing import Any, Dict, List, Optional
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.types import standard_artifacts, standard_component_specs
-from tfx.types.component_spec import ExecutionParameter
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
 from components.evaluator import Blessing
 from components.evaluator.executor import Executor
+from components.evaluator.on_features import FEATURES_KEY
 from settings import declared, kind
 
 # Its parameters: the settings declared in components/evaluator/__init__.py (Blessing), by name.
@@ -22,6 +23,11 @@ EVALUATOR_SETTINGS = {f.name: kind(f) for f in declared(Blessing)}
 
 
 class ImageEvaluatorSpec(standard_component_specs.EvaluatorSpec):
+    # the features step's output: TFMA scores the models' heads on it (components/evaluator/on_features.py)
+    INPUTS = {
+        **standard_component_specs.EvaluatorSpec.INPUTS,
+        FEATURES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
+    }
     PARAMETERS = {
         **standard_component_specs.EvaluatorSpec.PARAMETERS,
         **{k: ExecutionParameter(type=t, optional=True) for k, t in EVALUATOR_SETTINGS.items()},
@@ -42,10 +48,12 @@ class ImageEvaluator(base_beam_component.BaseBeamComponent):
         example_splits: List[str],
         settings: Dict[str, Any],
         baseline_model: Optional[types.BaseChannel] = None,
+        features: Optional[types.BaseChannel] = None,
     ):
         super().__init__(
             spec=ImageEvaluatorSpec(
                 examples=examples,
+                features=features,
                 model=model,
                 baseline_model=baseline_model,
                 eval_config=eval_config,

@@ -15,8 +15,10 @@ CONFIDENCE, TARGET_PRECISION = "confidence_threshold", "target_precision"  # its
 MIN_CLASS_RECALL = "min_class_recall"  # its parameter: the recall every judged class must reach
 EXPLANATIONS = "explanations"  # its parameter: eval images explained (components/evaluator/explanations.py; 0: none)
 CLASS_GATE_FILE = "class_gate.json"  # in the evaluation: the classes judged, their counts, what was compared
+EVALUATED_ON_FILE = "evaluated_on.json"  # in the evaluation: what TFMA scored (components/evaluator/on_features.py)
 TEST_SPLIT = "test"
 ACCURACY_METRIC = "SparseCategoricalAccuracy"  # the metric whose lower bound it sets (eval_config below)
+SPARSE_METRICS = "components.evaluator.sparse_metrics"  # the module of the accuracy and cross-entropy TFMA computes
 
 
 def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float] = None):
@@ -33,6 +35,7 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
 
     accuracy = tfma_config.MetricConfig(
         class_name=ACCURACY_METRIC,  # its lower bound: the accuracy_threshold runtime parameter
+        module=SPARSE_METRICS,
         threshold=tfma_config.MetricThreshold(
             value_threshold=tfma_config.GenericValueThreshold(lower_bound={"value": accuracy_threshold}),
             # Ignored on the first run, when there is no blessed baseline yet.
@@ -49,7 +52,7 @@ def eval_config(accuracy_threshold: float, confidence_threshold: Optional[float]
             metrics=[
                 tfma_config.MetricConfig(class_name="ExampleCount"),
                 accuracy,
-                tfma_config.MetricConfig(class_name="SparseCategoricalCrossentropy"),
+                tfma_config.MetricConfig(class_name="SparseCategoricalCrossentropy", module=SPARSE_METRICS),
                 # At confidence thresholds: precision, recall and coverage as the threshold moves, overall and per class
                 # (components/evaluator/views.py; threshold 0 is the plain argmax confusion matrix).
                 tfma_config.MetricConfig(

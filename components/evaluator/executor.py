@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 from tensorflow_model_analysis.proto import config_pb2 as tfma_config
+from tfx.components.evaluator import constants
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
@@ -44,6 +45,7 @@ from components.beam_settings import BeamConfigured, smaller_batches
 from components.evaluator import explanations as eval_explanations
 from components.evaluator import metrics as evaluation_metrics
 from components.evaluator import multi_label as multi_label_evaluation
+from components.evaluator import on_features
 from components.evaluator import results as evaluation_results
 from components.evaluator import views as evaluation_views
 from components.evaluator.eval_config import (
@@ -239,6 +241,16 @@ def _with_checks(exec_properties, examples, names: Optional[List[str]], multi_la
     return exec_properties, gate
 
 
+def _blessing_names_models(blessing, input_dict) -> None:
+    """The blessing names the models themselves (TFX wrote the folders it scored: a head's, on the features)."""
+    for key, name in (
+        (standard_component_specs.MODEL_KEY, constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY),
+        (standard_component_specs.BASELINE_MODEL_KEY, constants.ARTIFACT_PROPERTY_BASELINE_MODEL_URI_KEY),
+    ):
+        if input_dict.get(key) and blessing.has_custom_property(name):
+            blessing.set_string_custom_property(name, input_dict[key][0].uri)
+
+
 class Executor(BeamConfigured, evaluator_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):
         exec_properties = with_threshold(exec_properties)
@@ -249,15 +261,18 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         input_dict, skipped = _comparable_baseline(input_dict, candidate, info, names)
         examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
         exec_properties, gate = _with_checks(exec_properties, examples, names, multi_label, bool(input_dict.get(key)))
+        scored, evaluated_on = on_features.choose(input_dict, ["eval"])  # the heads on the features, where they agree
         with smaller_batches():  # bounded by count too: each batch is decoded whole
-            super().Do(input_dict, output_dict, exec_properties)
+            super().Do(scored, output_dict, exec_properties)
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
+        _blessing_names_models(blessing, input_dict)
         if skipped:
             blessing.set_string_custom_property(BASELINE_SKIPPED, skipped)
         profile = os.path.join(examples.uri, PROFILE_FILE)
         if fileio.exists(profile):
             fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
         evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
+        on_features.write_record(evaluation.uri, evaluated_on)
         found = (
             self._judge_labels(
                 blessing, evaluation.uri, names, gate, exec_properties, held_out_thresholds(candidate.uri)
@@ -275,7 +290,8 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
                 evaluation.uri, names, exec_properties.get(CONFIDENCE), exec_properties.get(TARGET_PRECISION)
             )
         if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
-            self._score_test(input_dict, evaluation.uri, exec_properties)
+            on_test = on_features.heads(input_dict, [TEST_SPLIT])[0] if evaluated_on["on"] == "features" else None
+            self._score_test(on_test or on_features.plain(input_dict), evaluation.uri, exec_properties)
             chosen_how = found["chosen"]["how"]
             how = chosen_how if chosen_how == operating_point.LABEL_RULE else f"the eval split's: {chosen_how}"
             if multi_label:

@@ -17,6 +17,7 @@ def read(c: Dict[str, Any]) -> Dict[str, Any]:
         "confusion": results.confusion_matrix(evaluation),
         "views": results.views(evaluation),
         "test": results.test_split(evaluation),
+        "evaluated_on": results.evaluated_on(evaluation),  # the heads on the features, or the serving models
         # where the model looked on a sample of eval images (explanations.py)
         "explanations": explanations.read_index(evaluation),
         "blessed": bool(blessing.get("blessed")),

@@ -1,0 +1,110 @@
+"""The Evaluator alone, on the artifacts of a finished run, this checkout's against another's, side by side:
+
+    python -m bench.evaluator_stage_benchmark --root R --baseline bench/out/base   # R: a finished run's root
+    python -m bench.evaluator_stage_benchmark --root R --measure [--code TREE]     # one fresh process, one JSON line
+
+Each measurement is a fresh process running the stage's executor on the inputs and parameters of the root's last
+Evaluator execution (bench/kept_stage.py), with the eval config that tree's pipeline would compile (so a change of
+metrics is measured) and `--explanations` eval images explained (0 by default: TFMA's part alone). The trees take
+turns, `--rounds` times; the table gives each one's seconds (min/median/max), the process tree's peak, and what the
+evaluation says (accuracy, cross-entropy, eval images, blessed), which must agree.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import tempfile
+import time
+
+from bench import measure_in_fresh_process
+from bench.kept_stage import last_execution, use_code
+
+
+def measure(root: str, explanations: int) -> dict:
+    """Runs the Evaluator once in this process; its seconds, peak and findings."""
+    import tensorflow_model_analysis as tfma
+    from tfx.dsl.components.base import base_beam_executor
+    from tfx.types import standard_artifacts
+    from tfx.utils import proto_utils
+
+    from bench.scale_benchmark import TreeSampler
+
+    executor = importlib.import_module("components.evaluator.executor")
+    settings = importlib.import_module("components.evaluator.eval_config")
+    inputs, properties = last_execution(root, "Evaluator")
+    config = settings.eval_config(properties.get(settings.THRESHOLD, 0.0), properties.get(settings.CONFIDENCE))
+    properties.update(eval_config=proto_utils.proto_to_json(config), **{settings.EXPLANATIONS: explanations})
+    out = tempfile.mkdtemp(prefix="evaluator-stage-", dir=os.path.join(root, os.pardir))
+    evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
+    evaluation.uri, blessing.uri = os.path.join(out, "evaluation"), os.path.join(out, "blessing")
+    context = base_beam_executor.BaseBeamExecutor.Context(
+        beam_pipeline_args=[], tmp_dir=os.path.join(out, ".tmp"), unique_id="bench"
+    )
+    sampler = TreeSampler(os.getpid())
+    sampler.start()
+    started = time.monotonic()
+    executor.Executor(context).Do(inputs, {"evaluation": [evaluation], "blessing": [blessing]}, properties)
+    seconds = time.monotonic() - started
+    sampler.stop()
+    found = {
+        kv.key.name: kv.value.double_value.value
+        for metrics in tfma.load_metrics(evaluation.uri)
+        if not metrics.slice_key.single_slice_keys
+        for kv in metrics.metric_keys_and_values
+        if not kv.key.HasField("sub_key") and not kv.key.is_diff and kv.key.model_name in ("", "candidate")
+    }
+    return {
+        "code": executor.__file__,
+        "seconds": round(seconds, 2),
+        "peak_gb": round(sampler.peak() / 1e9, 2),
+        "eval_images": int(found.get("example_count", 0)),
+        "accuracy": found.get("sparse_categorical_accuracy"),
+        "cross_entropy": found.get("sparse_categorical_crossentropy"),
+        "blessed": blessing.get_int_custom_property("blessed"),
+    }
+
+
+def compare(root: str, trees: dict, rounds: int, explanations: int) -> None:
+    """The trees in turn, `rounds` times, each in a fresh process; a table of seconds and what each found."""
+    runs = {name: [] for name in trees}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            args = ["--measure", "--root", root, "--explanations", str(explanations), "--code", tree]
+            runs[name].append(measure_in_fresh_process("bench.evaluator_stage_benchmark", args))
+    print("| code | seconds (min / median / max) | peak GB | eval images | accuracy | cross-entropy | blessed |")
+    print("|---|---|---|---|---|---|---|")
+    for name, found in runs.items():
+        seconds = sorted(r["seconds"] for r in found)
+        last = found[-1]
+        print(
+            f"| {name} | {seconds[0]:.1f} / {statistics.median(seconds):.1f} / {seconds[-1]:.1f} "
+            f"| {max(r['peak_gb'] for r in found):.2f} | {last['eval_images']} | {last['accuracy']:.4f} "
+            f"| {last['cross_entropy']:.6f} | {last['blessed']} |"
+        )
+    this, base = (statistics.median(r["seconds"] for r in found) for found in runs.values())
+    print(f"this / baseline: {this / base:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", required=True, help="a finished run's root (its metadata/ and artifacts)")
+    parser.add_argument("--baseline", default="", help="another checkout's tree to compare with (a git worktree)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--explanations", type=int, default=0, help="eval images explained (0: TFMA's part alone)")
+    parser.add_argument("--measure", action="store_true", help="one measurement in this process, as one JSON line")
+    parser.add_argument("--code", default="", help="with --measure: the checkout whose stage runs (else this one)")
+    args = parser.parse_args()
+    root = os.path.abspath(args.root)
+    if args.measure:
+        if args.code:  # before any of the stage's modules is imported
+            use_code(args.code)
+        print(json.dumps(measure(root, args.explanations)))
+        return
+    this = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    compare(root, {"this": this, "baseline": os.path.abspath(args.baseline)}, args.rounds, args.explanations)
+
+
+if __name__ == "__main__":
+    main()
