@@ -14,6 +14,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -36,7 +37,7 @@ def measure(root: str, explanations: int) -> dict:
     inputs, properties = last_execution(root, "Evaluator")
     config = settings.eval_config(properties.get(settings.THRESHOLD, 0.0), properties.get(settings.CONFIDENCE))
     properties.update(eval_config=proto_utils.proto_to_json(config), **{settings.EXPLANATIONS: explanations})
-    out = tempfile.mkdtemp(prefix="evaluator-stage-", dir=os.path.join(root, os.pardir))
+    out = tempfile.mkdtemp(prefix="evaluator-stage-")  # removed below: nothing is written beside the run
     evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
     evaluation.uri, blessing.uri = os.path.join(out, "evaluation"), os.path.join(out, "blessing")
     context = base_beam_executor.BaseBeamExecutor.Context(
@@ -55,6 +56,7 @@ def measure(root: str, explanations: int) -> dict:
         for kv in metrics.metric_keys_and_values
         if not kv.key.HasField("sub_key") and not kv.key.is_diff and kv.key.model_name in ("", "candidate")
     }
+    shutil.rmtree(out, ignore_errors=True)
     return {
         "code": executor.__file__,
         "seconds": round(seconds, 2),

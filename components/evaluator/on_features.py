@@ -16,11 +16,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, path_utils
 
 from components.evaluator.eval_config import EVALUATED_ON_FILE
+from components.evaluator.results import json_file
 from images import feature_keys as keys
 from trainer import features
 from trainer.artifact_files import FEATURES_SOURCE_FILE, HEAD_DIR, HEAD_INFO
@@ -33,17 +33,10 @@ AGREEMENT_IMAGES = 32  # eval images the serving model and the head both classif
 AGREEMENT_TOLERANCE = 1e-3
 
 
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    if not fileio.exists(path):
-        return None
-    with fileio.open(path, "r") as f:
-        return json.loads(f.read())
-
-
 def _head_of(model, fingerprint: str):
     """A copy of the Model artifact pointing at its head (same id: TFX records it in the blessing), or None when it
     has none for these features."""
-    info = _read_json(os.path.join(model.uri, HEAD_DIR, HEAD_INFO))
+    info = json_file(os.path.join(model.uri, HEAD_DIR), HEAD_INFO)
     if not info or info.get("fingerprint") != fingerprint:
         return None
     copied = type(model.mlmd_artifact)()
@@ -60,7 +53,7 @@ def heads(input_dict, splits: List[str]) -> Tuple[Optional[Dict[str, list]], str
     if not found:
         return None, "no features step in this run"
     computed = found[0]
-    source = _read_json(os.path.join(computed.uri, FEATURES_SOURCE_FILE)) or {}
+    source = json_file(computed.uri, FEATURES_SOURCE_FILE) or {}
     if not set(splits) <= set(artifact_utils.decode_split_names(computed.split_names)):
         return None, f"the features hold no {', '.join(splits)} split"
     swapped = {k: v for k, v in input_dict.items() if k != FEATURES_KEY}

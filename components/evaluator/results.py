@@ -137,12 +137,12 @@ def weakest_label(found: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return min(rows, key=lambda r: (r["f1"], -r["support"])) if rows else None
 
 
-def _json_file(evaluation_uri: str, name: str) -> Optional[Dict[str, Any]]:
-    """A JSON file of the evaluation (local or gs://), or None where it has none."""
+def json_file(folder: str, name: str) -> Optional[Dict[str, Any]]:
+    """A JSON file of an artifact's folder (local or gs://), or None where it has none."""
     # TFX loads TensorFlow (~6 s): the run summary and the report import this module
     from tfx.dsl.io import fileio
 
-    path = os.path.join(evaluation_uri, name)
+    path = os.path.join(folder, name)
     if not fileio.exists(path):
         return None
     with fileio.open(path, "r") as f:
@@ -151,13 +151,13 @@ def _json_file(evaluation_uri: str, name: str) -> Optional[Dict[str, Any]]:
 
 def class_gate(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """class_gate.json (components/evaluator/executor.py): the classes judged, their counts, what was compared."""
-    return _json_file(evaluation_uri, CLASS_GATE_FILE)
+    return json_file(evaluation_uri, CLASS_GATE_FILE)
 
 
 def evaluated_on(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """evaluated_on.json (components/evaluator/on_features.py): the heads on the features step's features, or the
     serving models (and why), with the serving model's agreement; None for an evaluation made before it existed."""
-    return _json_file(evaluation_uri, EVALUATED_ON_FILE)
+    return json_file(evaluation_uri, EVALUATED_ON_FILE)
 
 
 def weakest_class(found: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -234,7 +234,7 @@ def confusion_matrix(evaluation_uri: str) -> List[List[int]]:
 
 def views(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """views.json (components/evaluator/views.py), or None (an evaluation made before it existed)."""
-    return _json_file(evaluation_uri, VIEWS_FILE)
+    return json_file(evaluation_uri, VIEWS_FILE)
 
 
 def test_split(evaluation_uri: str) -> Optional[Dict[str, Any]]:
