@@ -11,7 +11,7 @@ sample's largest difference. The explanations, the class gate and the profile st
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -68,21 +68,36 @@ def heads(input_dict, splits: List[str]) -> Tuple[Optional[Dict[str, list]], str
     return swapped, ""
 
 
-def agreement(candidate_uri: str, examples_uri: str, features_uri: str, images: int = AGREEMENT_IMAGES) -> float:
-    """The largest difference between the serving model's probabilities and its head's on the same first `images`
-    eval images (matched by the image's key); inf when an image has no feature record."""
+class Sample(NamedTuple):
+    """The first eval images' raw records and their feature records, in the same order (None: an image has no
+    feature record), read once for every compared model."""
+
+    raw: List[bytes]
+    features: Optional[List[bytes]]
+
+
+def sample(examples_uri: str, features_uri: str, images: int = AGREEMENT_IMAGES) -> Sample:
+    """The first `images` eval records and the feature records of the same images (matched by the image's key)."""
     raw_files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))
     raw = [r.numpy() for r in tf.data.TFRecordDataset(raw_files, features.compression(raw_files)).take(images)]
     if not raw:
-        return 0.0
+        return Sample([], [])
     wanted = tf.io.parse_example(raw, {keys.SHA256: tf.io.FixedLenFeature([], tf.string)})[keys.SHA256].numpy()
-    serving = tf.saved_model.load(path_utils.serving_model_path(candidate_uri)).signatures["serving_examples"]
-    served = serving(examples=tf.constant(raw))["probabilities"].numpy()
     found = _feature_records(features_uri, set(wanted.tolist()))
-    if len(found) < len(set(wanted.tolist())):
+    return Sample(raw, [found[k] for k in wanted] if len(found) == len(set(wanted.tolist())) else None)
+
+
+def agreement(model_uri: str, on: Sample) -> float:
+    """The largest difference between the model's serving probabilities and its head's on the sample's images; inf
+    when an image has no feature record."""
+    if not on.raw:
+        return 0.0
+    if on.features is None:
         return float("inf")
-    head = tf.saved_model.load(path_utils.serving_model_path(os.path.join(candidate_uri, HEAD_DIR)))
-    by_head = head.signatures["serving_examples"](examples=tf.constant([found[k] for k in wanted]))["probabilities"]
+    serving = tf.saved_model.load(path_utils.serving_model_path(model_uri)).signatures["serving_examples"]
+    served = serving(examples=tf.constant(on.raw))["probabilities"].numpy()
+    head = tf.saved_model.load(path_utils.serving_model_path(os.path.join(model_uri, HEAD_DIR)))
+    by_head = head.signatures["serving_examples"](examples=tf.constant(on.features))["probabilities"]
     return float(np.max(np.abs(served - by_head.numpy())))
 
 
@@ -118,7 +133,8 @@ def choose(input_dict, splits: List[str]) -> Tuple[Dict[str, list], Dict[str, An
         for k in (standard_component_specs.MODEL_KEY, standard_component_specs.BASELINE_MODEL_KEY)
         for m in input_dict.get(k) or []
     ]
-    difference = max(agreement(model.uri, examples.uri, computed.uri) for model in compared)
+    on = sample(examples.uri, computed.uri)  # read once: the same images for every compared model
+    difference = max(agreement(model.uri, on) for model in compared)
     record = {"agreement_images": AGREEMENT_IMAGES, "largest_difference": difference if difference < 1e9 else None}
     if not difference <= AGREEMENT_TOLERANCE:
         why = f"the serving model and its head disagree by {difference:.2g} on the first eval images"
