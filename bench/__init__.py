@@ -34,6 +34,7 @@ The benchmarks:
   health_benchmark.py         data health on planted flips and near-duplicate copies
   health_stage_benchmark.py   DataHealth alone on a finished run: seconds and peak memory
   evaluator_stage_benchmark.py  the Evaluator alone on a finished run, against another checkout's
+  trainer_stage_benchmark.py  the Trainer alone on a finished run (--model auto's trials): seconds, peak
   review_benchmark.py         the review loop's worth: a run, one review, the run again
   explain_benchmark.py        attribution methods: what they find and what a map costs
   predict_benchmark.py        `imagepipe predict` three ways
