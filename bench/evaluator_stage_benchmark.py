@@ -10,17 +10,13 @@ turns, `--rounds` times; the table gives each one's seconds (min/median/max), th
 evaluation says (accuracy, cross-entropy, eval images, blessed), which must agree.
 """
 
-import argparse
 import importlib
-import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
 
-from bench import measure_in_fresh_process
-from bench.kept_stage import last_execution, use_code
+from bench.kept_stage import compare_in_turn, last_execution, stage_main
 
 
 def measure(root: str, explanations: int) -> dict:
@@ -70,42 +66,32 @@ def measure(root: str, explanations: int) -> dict:
 
 def compare(root: str, trees: dict, rounds: int, explanations: int) -> None:
     """The trees in turn, `rounds` times, each in a fresh process; a table of seconds and what each found."""
-    runs = {name: [] for name in trees}
-    for _ in range(rounds):
-        for name, tree in trees.items():
-            args = ["--measure", "--root", root, "--explanations", str(explanations), "--code", tree]
-            runs[name].append(measure_in_fresh_process("bench.evaluator_stage_benchmark", args))
-    print("| code | seconds (min / median / max) | peak GB | eval images | accuracy | cross-entropy | blessed |")
-    print("|---|---|---|---|---|---|---|")
-    for name, found in runs.items():
-        seconds = sorted(r["seconds"] for r in found)
-        last = found[-1]
-        print(
-            f"| {name} | {seconds[0]:.1f} / {statistics.median(seconds):.1f} / {seconds[-1]:.1f} "
-            f"| {max(r['peak_gb'] for r in found):.2f} | {last['eval_images']} | {last['accuracy']:.4f} "
-            f"| {last['cross_entropy']:.6f} | {last['blessed']} |"
-        )
-    this, base = (statistics.median(r["seconds"] for r in found) for found in runs.values())
-    print(f"this / baseline: {this / base:.2f}x")
+    compare_in_turn(
+        "bench.evaluator_stage_benchmark",
+        root,
+        trees,
+        rounds,
+        ["--explanations", str(explanations)],
+        ["eval images", "accuracy", "cross-entropy", "blessed"],
+        lambda last: [
+            str(last["eval_images"]),
+            f"{last['accuracy']:.4f}",
+            f"{last['cross_entropy']:.6f}",
+            str(last["blessed"]),
+        ],
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", required=True, help="a finished run's root (its metadata/ and artifacts)")
-    parser.add_argument("--baseline", default="", help="another checkout's tree to compare with (a git worktree)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--explanations", type=int, default=0, help="eval images explained (0: TFMA's part alone)")
-    parser.add_argument("--measure", action="store_true", help="one measurement in this process, as one JSON line")
-    parser.add_argument("--code", default="", help="with --measure: the checkout whose stage runs (else this one)")
-    args = parser.parse_args()
-    root = os.path.abspath(args.root)
-    if args.measure:
-        if args.code:  # before any of the stage's modules is imported
-            use_code(args.code)
-        print(json.dumps(measure(root, args.explanations)))
-        return
-    this = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    compare(root, {"this": this, "baseline": os.path.abspath(args.baseline)}, args.rounds, args.explanations)
+    stage_main(
+        __doc__,
+        lambda root, args: measure(root, args.explanations),
+        lambda root, trees, args: compare(root, trees, args.rounds, args.explanations),
+        lambda parser: parser.add_argument(
+            "--explanations", type=int, default=0, help="eval images explained (0: TFMA's part alone)"
+        ),
+        rounds=3,
+    )
 
 
 if __name__ == "__main__":

@@ -2,9 +2,15 @@
 ML Metadata), and another checkout's code put first on the path (a git worktree of an older commit), so two
 versions of a stage can be compared on the same inputs (health_stage_benchmark.py, evaluator_stage_benchmark.py)."""
 
+import argparse
 import glob
+import json
 import os
+import statistics
 import sys
+from typing import Callable, List
+
+from bench import measure_in_fresh_process
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,3 +51,44 @@ def last_execution(root: str, component: str):
         if not name.startswith("__")
     }
     return inputs, properties
+
+
+def stage_main(
+    doc: str, measure: Callable, compare: Callable, extra: Callable = lambda parser: None, rounds: int = 1
+) -> None:
+    """The command line of a stage benchmark: with --measure, `measure(root, args)` once in this process, printed as
+    one JSON line (--code: another checkout's stage); else `compare(root, {"this": ..., "baseline": ...}, args)`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--root", required=True, help="a finished run's root (its metadata/ and artifacts)")
+    parser.add_argument("--baseline", default="", help="another checkout's tree to compare with (a git worktree)")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--measure", action="store_true", help="one measurement in this process, as one JSON line")
+    parser.add_argument("--code", default="", help="with --measure: the checkout whose stage runs (else this one)")
+    extra(parser)
+    args = parser.parse_args()
+    root = os.path.abspath(args.root)
+    if args.measure:
+        if args.code:  # before any of the stage's modules is imported
+            use_code(args.code)
+        print(json.dumps(measure(root, args)))
+        return
+    compare(root, {"this": CHECKOUT, "baseline": os.path.abspath(args.baseline)}, args)
+
+
+def compare_in_turn(
+    module: str, root: str, trees: dict, rounds: int, extra: List[str], header: List[str], cells
+) -> None:
+    """The trees in turn, `rounds` times, each a fresh process (`python -m module --measure`); a table of each tree's
+    seconds (min / median / max) and peak, then `cells(its last measurement)` under `header`; then this / baseline."""
+    runs = {name: [] for name in trees}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            runs[name].append(measure_in_fresh_process(module, ["--measure", "--root", root, *extra, "--code", tree]))
+    print("| code | seconds (min / median / max) | peak GB | " + " | ".join(header) + " |")
+    print("|---|---|---|" + "---|" * len(header))
+    for name, found in runs.items():
+        seconds = sorted(r["seconds"] for r in found)
+        spread = f"{seconds[0]:.1f} / {statistics.median(seconds):.1f} / {seconds[-1]:.1f}"
+        print(f"| {name} | {spread} | {max(r['peak_gb'] for r in found):.2f} | " + " | ".join(cells(found[-1])) + " |")
+    this, base = (statistics.median(r["seconds"] for r in found) for found in runs.values())
+    print(f"this / baseline: {this / base:.2f}x")

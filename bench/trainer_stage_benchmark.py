@@ -10,17 +10,14 @@ turns, `--rounds` times; the table gives each one's seconds (min/median/max), th
 training decided (each candidate's held-out figure, the kept one).
 """
 
-import argparse
 import importlib
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
 
-from bench import measure_in_fresh_process
-from bench.kept_stage import last_execution, use_code
+from bench.kept_stage import compare_in_turn, last_execution, stage_main
 
 
 def measure(root: str, trial_minutes: float) -> dict:
@@ -59,45 +56,33 @@ def measure(root: str, trial_minutes: float) -> dict:
 
 def compare(root: str, trees: dict, rounds: int, trial_minutes: float) -> None:
     """The trees in turn, `rounds` times, each in a fresh process; a table of seconds, peaks and decisions."""
-    runs = {name: [] for name in trees}
-    for _ in range(rounds):
-        for name, tree in trees.items():
-            args = ["--measure", "--root", root, "--trial-minutes", str(trial_minutes), "--code", tree]
-            runs[name].append(measure_in_fresh_process("bench.trainer_stage_benchmark", args))
-    print("| code | seconds (min / median / max) | peak GB | candidates' held-out figure | kept |")
-    print("|---|---|---|---|---|")
-    for name, found in runs.items():
-        seconds = sorted(r["seconds"] for r in found)
-        last = found[-1]
-        shown = ", ".join(
+
+    def trials(last: dict) -> str:
+        return ", ".join(
             f"{n} {v:.3f} ({epochs} epochs, {s:.0f} s)" if v is not None else f"{n} not tried"
             for n, (v, epochs, s) in last["candidates"].items()
         )
-        print(
-            f"| {name} | {seconds[0]:.1f} / {statistics.median(seconds):.1f} / {seconds[-1]:.1f} "
-            f"| {max(r['peak_gb'] for r in found):.2f} | {shown} | {last['kept']} |"
-        )
-    this, base = (statistics.median(r["seconds"] for r in found) for found in runs.values())
-    print(f"this / baseline: {this / base:.2f}x")
+
+    compare_in_turn(
+        "bench.trainer_stage_benchmark",
+        root,
+        trees,
+        rounds,
+        ["--trial-minutes", str(trial_minutes)],
+        ["candidates' held-out figure", "kept"],
+        lambda last: [trials(last), last["kept"]],
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", required=True, help="a finished run's root (its metadata/ and artifacts)")
-    parser.add_argument("--baseline", default="", help="another checkout's tree to compare with (a git worktree)")
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--trial-minutes", type=float, default=-1, help="--auto-trial-minutes (-1: the run's own)")
-    parser.add_argument("--measure", action="store_true", help="one measurement in this process, as one JSON line")
-    parser.add_argument("--code", default="", help="with --measure: the checkout whose stage runs (else this one)")
-    args = parser.parse_args()
-    root = os.path.abspath(args.root)
-    if args.measure:
-        if args.code:  # before any of the stage's modules is imported
-            use_code(args.code)
-        print(json.dumps(measure(root, args.trial_minutes)))
-        return
-    this = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    compare(root, {"this": this, "baseline": os.path.abspath(args.baseline)}, args.rounds, args.trial_minutes)
+    stage_main(
+        __doc__,
+        lambda root, args: measure(root, args.trial_minutes),
+        lambda root, trees, args: compare(root, trees, args.rounds, args.trial_minutes),
+        lambda parser: parser.add_argument(
+            "--trial-minutes", type=float, default=-1, help="--auto-trial-minutes (-1: the run's own)"
+        ),
+    )
 
 
 if __name__ == "__main__":
