@@ -1,6 +1,7 @@
 """A finished run's stage, run again alone: the inputs and parameters of its last execution (read from the root's
 ML Metadata), and another checkout's code put first on the path (a git worktree of an older commit), so two
-versions of a stage can be compared on the same inputs (health_stage_benchmark.py, evaluator_stage_benchmark.py)."""
+versions of a stage can be compared on the same inputs (health_stage_benchmark.py, evaluator_stage_benchmark.py,
+trainer_stage_benchmark.py)."""
 
 import argparse
 import glob
