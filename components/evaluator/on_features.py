@@ -83,8 +83,9 @@ def sample(examples_uri: str, features_uri: str, images: int = AGREEMENT_IMAGES)
     if not raw:
         return Sample([], [])
     wanted = tf.io.parse_example(raw, {keys.SHA256: tf.io.FixedLenFeature([], tf.string)})[keys.SHA256].numpy()
-    found = _feature_records(features_uri, set(wanted.tolist()))
-    return Sample(raw, [found[k] for k in wanted] if len(found) == len(set(wanted.tolist())) else None)
+    keys_wanted = set(wanted.tolist())
+    found = _feature_records(features_uri, keys_wanted)
+    return Sample(raw, [found[k] for k in wanted] if len(found) == len(keys_wanted) else None)
 
 
 def agreement(model_uri: str, on: Sample) -> float:
