@@ -47,8 +47,8 @@ def _quiet_pickler_trace() -> None:
 
 def _remember_signatures() -> None:
     """Beam's get_signature, remembered for plain functions and the methods bound to them."""
-    original = decorators.get_signature
-    if getattr(original, "remembered", False):
+    original = getattr(decorators, "get_signature", None)
+    if original is None or getattr(original, "remembered", False):  # a Beam without it, or done already
         return
     known = weakref.WeakKeyDictionary()  # function -> its signature
     bound = weakref.WeakKeyDictionary()  # function -> its signature as a bound method (the first parameter gone)
