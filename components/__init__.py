@@ -13,9 +13,9 @@ pusher/        ImagePusher: a blessed model pushed with its card
 
 Each stage's summary.py reads its outputs back for the run summary and the report (runs/run_summary.py).
 Shared by several stages: drift.py (the data profile and its drift), beam_settings.py (TFX's Beam executors on
-examples of megabytes), beam_dependencies.py (no TFX package built for a Beam runner on this machine), beam_pickler.py,
-summary_reading.py (what the summary readers share). The model code they run is trainer/; files and artifact types,
-storage/.
+examples of megabytes), beam_dependencies.py (no TFX package built for a Beam runner on this machine),
+beam_overheads.py (Beam's costs for every transform, cut), summary_reading.py (what the summary readers share). The
+model code they run is trainer/; files and artifact types, storage/.
 """
 
 _ARTIFACTS = ("ImageIngestionReport", "DataValidationResult", "DataHealthReport", "ModelCard")

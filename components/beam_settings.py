@@ -17,13 +17,9 @@ components/transform/executor.py, components/evaluator/executor.py):
   with crcmod (~400 MB/s here), a quarter of StatisticsGen's time on photos;
   Beam takes any CRC-32C function in `tfrecordio._default_crc32c_fn.fn`, and
   google-crc32c's hardware one runs at several GB/s.
-- Pickling without resetting every logger. Beam wraps each pickle and unpickle
-  (every DoFn, coder and transform of a graph: about 7,000 in a small run) in
-  dill's `_trace(False)`, which calls `logger.setLevel`, and logging then clears
-  the level cache of every logger in the process: thousands once TensorFlow and
-  TFX are loaded, ~0.4 ms a call, 3.3 s of a 27 s run on 300 images (profiled).
-  The level is only ever set to what it already is, so only a change is passed on
-  (components/beam_pickler.py, which ImageExampleGen's executor also uses).
+- Beam's costs for every transform of a graph, cut: pickling without resetting
+  every logger, and each function's signature computed once
+  (components/beam_overheads.py, which ImageExampleGen's executor also uses).
 """
 
 import contextlib
@@ -35,7 +31,7 @@ from tfx.dsl.components.base import executor_spec
 from tfx_bsl.coders import batch_util
 
 from components.beam_dependencies import NoTfxPackageForLocalRunners
-from components.beam_pickler import quiet_pickler_trace
+from components.beam_overheads import cut_overheads
 
 BYTE_SIZE_BATCHING_FLAG = "tfxio_use_byte_size_batching"
 # What tfx-bsl fills a batch up to, when batching by bytes (its constant).
@@ -48,7 +44,7 @@ def configure_beam() -> None:
         flags.FLAGS.mark_as_parsed()  # tfx-bsl reads the flag only once flags are parsed
     flags.FLAGS[BYTE_SIZE_BATCHING_FLAG].value = True
     tfrecordio._default_crc32c_fn.fn = google_crc32c.value  # pylint: disable=protected-access
-    quiet_pickler_trace()
+    cut_overheads()
 
 
 class BeamConfigured(NoTfxPackageForLocalRunners):

@@ -34,7 +34,7 @@ from tfx.utils import io_utils
 
 from components import drift
 from components.beam_dependencies import NoTfxPackageForLocalRunners, runs_on_this_machine
-from components.beam_pickler import quiet_pickler_trace
+from components.beam_overheads import cut_overheads
 from components.example_gen import (
     FAILED_DIR,
     LABEL_MAP_FILE,
@@ -160,7 +160,7 @@ class Executor(NoTfxPackageForLocalRunners, base_beam_executor.BaseBeamExecutor)
         ingest_settings = batch_settings(listing, settings, staging, label_map, splits, review, in_memory)
         results_path = fs.join(staging, "results.json")
         started = time.monotonic()
-        quiet_pickler_trace()
+        cut_overheads()
         with self._make_beam_pipeline() as p:
             inspect_and_write_stages(
                 p,
