@@ -11,8 +11,8 @@ what Beam computes; for any executor that builds a Beam graph.
   worker's copy), and each time runs `inspect.signature` on every method of the DoFn: ~140,000 calls, 3.6 s of a
   25 s run on 300 images (profiled; 1.75 s with the cut: Beam's walk over the methods stays). A plain function's
   signature is made of its code and defaults, which nothing here changes after it is defined: each is computed
-  once and kept while the function lives (weakly), and a function with `__signature__` or `__wrapped__` (whose
-  signature lives elsewhere) is always asked anew.
+  once and kept while the function lives (weakly), and a function with `__signature__`, `__wrapped__` or a
+  partialmethod's mark (whose signature lives elsewhere) is always asked anew.
 
 Light on purpose: ImageExampleGen's container imports it without TFX's other executors.
 """
@@ -24,6 +24,9 @@ import weakref
 
 from apache_beam.typehints import decorators
 from dill import _dill
+
+# What inspect.signature reads from a function besides its code and defaults: such a function is always asked anew.
+ASKED_ANEW = frozenset({"__signature__", "__wrapped__", "_partialmethod", "__partialmethod__"})
 
 
 def cut_overheads() -> None:
@@ -56,7 +59,7 @@ def _remember_signatures() -> None:
 
     def get_signature(func):
         kept, function = (bound, func.__func__) if isinstance(func, types.MethodType) else (known, func)
-        if type(function) is not types.FunctionType or {"__signature__", "__wrapped__"} & function.__dict__.keys():
+        if type(function) is not types.FunctionType or ASKED_ANEW & function.__dict__.keys():
             return original(func)
         signature = kept.get(function)
         if signature is None:
@@ -65,10 +68,15 @@ def _remember_signatures() -> None:
 
     get_signature.remembered = True
     get_signature.original = original
-    # Beam's modules import the function by name: each one that holds it gets this one.
-    for module in list(sys.modules.values()):
-        if (
-            getattr(module, "__name__", "").startswith("apache_beam")
-            and getattr(module, "get_signature", None) is original
-        ):
-            module.get_signature = get_signature
+    for module in beam_modules_holding(original):  # Beam's modules import the function by name
+        module.get_signature = get_signature
+
+
+def beam_modules_holding(function) -> list:
+    """Beam's loaded modules whose `get_signature` is `function`."""
+    return [
+        module
+        for module in list(sys.modules.values())
+        if getattr(module, "__name__", "").startswith("apache_beam")
+        and getattr(module, "get_signature", None) is function
+    ]

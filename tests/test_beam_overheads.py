@@ -4,7 +4,6 @@ plain function's signature computed once."""
 import contextlib
 import functools
 import inspect
-import sys
 from unittest import mock
 
 import apache_beam as beam
@@ -13,7 +12,7 @@ from apache_beam.transforms import core, userstate
 from apache_beam.transforms.userstate import BagStateSpec
 from apache_beam.typehints import decorators
 
-from components.beam_overheads import cut_overheads
+from components.beam_overheads import beam_modules_holding, cut_overheads
 
 ORIGINAL = getattr(decorators.get_signature, "original", decorators.get_signature)  # as Beam defines it
 
@@ -31,6 +30,10 @@ def _plain(a, b=2, *rest, key=None):
     return a
 
 
+class _Partly:
+    fixed = functools.partialmethod(lambda self, a, b: a, 1)
+
+
 def test_every_callable_gets_the_signature_beam_gives_it():
     cut_overheads()
     assert decorators.get_signature is not ORIGINAL and core.get_signature is decorators.get_signature
@@ -41,6 +44,8 @@ def test_every_callable_gets_the_signature_beam_gives_it():
         stateful.process,
         stateful.setup,
         functools.partial(_plain, 1),
+        _Partly.fixed,  # a partialmethod, through its class and bound
+        _Partly().fixed,
         str.strip,  # a method descriptor: Beam hints its first argument
         int,  # a type: Beam hints its return
         len,
@@ -81,9 +86,8 @@ def _graph_signatures() -> int:
 def _beam_as_it_is():
     """Beam's own get_signature in every module of Beam's that holds it, for the block."""
     with contextlib.ExitStack() as stack:
-        for module in list(sys.modules.values()):
-            if getattr(module, "__name__", "").startswith("apache_beam") and hasattr(module, "get_signature"):
-                stack.enter_context(mock.patch.object(module, "get_signature", ORIGINAL))
+        for module in beam_modules_holding(decorators.get_signature):
+            stack.enter_context(mock.patch.object(module, "get_signature", ORIGINAL))
         yield
 
 
