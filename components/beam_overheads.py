@@ -1,5 +1,5 @@
-"""Two costs Beam pays for every transform of a graph, which grow with the process's size, cut without changing
-what Beam computes; for any executor that builds a Beam graph.
+"""Costs Beam pays again and again for every transform of a graph, cut without changing what Beam computes; for
+any executor that builds a Beam graph.
 
 - Pickling resets every logger. Beam wraps each pickle and unpickle (every DoFn, coder and transform: about
   7,000 in a run of the pipeline on 300 images) in dill's `_trace(False)`, which calls `logger.setLevel`;
@@ -13,6 +13,15 @@ what Beam computes; for any executor that builds a Beam graph.
   signature is made of its code and defaults, which nothing here changes after it is defined: each is computed
   once and kept while the function lives (weakly), and a function with `__signature__`, `__wrapped__` or a
   partialmethod's mark (whose signature lives elsewhere) is always asked anew.
+- The same DoFn walked again and again. Each of those nine asks walks every method of the DoFn
+  (`userstate.get_dofn_specs`), on the graph's DoFns and on the worker's fresh copies of them: ~0.8 s of a
+  small run (profiled). What the walk finds is fixed by the DoFn's class (whose methods nothing here changes once
+  it is used) and any methods bound on the instance itself, so it is kept for each such pair; a DoFn it rejects (duplicate parameters) is walked, and rejected,
+  every time.
+- An argument parser built for every view. `PipelineOptions.view_as` builds the view's whole argument parser
+  and parses the flags again, twice for every transform applied (`Pipeline.apply` asks for its type options):
+  ~0.9 s of a small run (profiled). A view shares everything it holds with its options but the parsed flags, so
+  each options object keeps its view of each class while its flags stay the same.
 
 Light on purpose: ImageExampleGen's container imports it without TFX's other executors.
 """
@@ -22,6 +31,8 @@ import sys
 import types
 import weakref
 
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms import userstate
 from apache_beam.typehints import decorators
 from dill import _dill
 
@@ -30,9 +41,11 @@ ASKED_ANEW = frozenset({"__signature__", "__wrapped__", "_partialmethod", "__par
 
 
 def cut_overheads() -> None:
-    """Both cuts, in this process (each made once)."""
+    """Every cut, in this process (each made once)."""
     _quiet_pickler_trace()
     _remember_signatures()
+    _remember_dofn_specs()
+    _remember_views()
 
 
 def _quiet_pickler_trace() -> None:
@@ -80,3 +93,56 @@ def beam_modules_holding(function) -> list:
         if getattr(module, "__name__", "").startswith("apache_beam")
         and getattr(module, "get_signature", None) is function
     ]
+
+
+def _remember_dofn_specs() -> None:
+    """Beam's get_dofn_specs, remembered for each DoFn class and the methods bound on its instances."""
+    original = userstate.get_dofn_specs
+    if getattr(original, "remembered", False):
+        return
+    known = weakref.WeakKeyDictionary()  # DoFn class -> {methods bound on the instance: (state specs, timer specs)}
+
+    def get_dofn_specs(dofn):
+        # TypeError: no instance dictionary, a class that cannot be weakly held, or a method that cannot be hashed
+        try:
+            bound = vars(dofn).items()
+            own = tuple((name, value.__func__) for name, value in bound if isinstance(value, types.MethodType))
+            specs = known.setdefault(type(dofn), {}).get(own)
+        except TypeError:
+            return original(dofn)
+        if specs is None:
+            specs = known[type(dofn)][own] = original(dofn)
+        states, timers = specs
+        return set(states), set(timers)  # the callers' own sets, as Beam's are
+
+    get_dofn_specs.remembered = True
+    get_dofn_specs.original = original
+    # The graph, its protos and the portable runner call it through its module (the bundle-based direct runner
+    # imports it by name, and keeps Beam's own)
+    userstate.get_dofn_specs = get_dofn_specs
+
+
+def _remember_views() -> None:
+    """PipelineOptions.view_as, remembered for each options object, view class and flags."""
+    original = PipelineOptions.view_as
+    if getattr(original, "remembered", False):
+        return
+    kept = weakref.WeakKeyDictionary()  # options -> {(view class, flags): (view, its option names)}
+
+    def view_as(self, cls):
+        flags = self._flags
+        key = (cls, tuple(sys.argv) if flags is None else tuple(flags))  # no flags: Beam parses the command line
+        try:
+            views = kept.setdefault(self, {})
+            view, names = views.get(key, (None, None))
+        except TypeError:  # flags that cannot be hashed
+            return original(self, cls)
+        # A view holds its options' values; one made before they were replaced or emptied is made again.
+        if view is None or view._all_options is not self._all_options or not names <= self._all_options.keys():
+            view = original(self, cls)
+            views[key] = view, frozenset(view._visible_option_list())
+        return view
+
+    view_as.remembered = True
+    view_as.original = original
+    PipelineOptions.view_as = view_as
