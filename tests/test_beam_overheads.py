@@ -133,5 +133,6 @@ def test_a_graph_runs_the_same_and_asks_for_each_signature_and_view_once():
         before = _graph_calls()
     _graph_calls()  # what this graph's functions need is kept now
     after = _graph_calls()
-    for name in before:  # measured: signatures 6,889 -> 56, parsers 100 -> 2
-        assert after[name] < before[name] / 4, (name, before, after)
+    # measured: signatures 6,875 -> 56 and parsers 100 -> 2 (Beam 2.61), 10,468 -> 49 and 169 -> 4 (Beam 2.77)
+    for name in before:
+        assert after[name] < before[name] / 10, (name, before, after)
