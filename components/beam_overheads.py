@@ -13,15 +13,18 @@ any executor that builds a Beam graph.
   signature is made of its code and defaults, which nothing here changes after it is defined: each is computed
   once and kept while the function lives (weakly), and a function with `__signature__`, `__wrapped__` or a
   partialmethod's mark (whose signature lives elsewhere) is always asked anew.
-- The same DoFn walked again and again. Each of those nine asks walks every method of the DoFn
-  (`userstate.get_dofn_specs`), on the graph's DoFns and on the worker's fresh copies of them: ~0.8 s of a
-  small run (profiled). What the walk finds is fixed by the DoFn's class (whose methods nothing here changes once
-  it is used) and any methods bound on the instance itself, so it is kept for each such pair; a DoFn it rejects (duplicate parameters) is walked, and rejected,
-  every time.
 - An argument parser built for every view. `PipelineOptions.view_as` builds the view's whole argument parser
   and parses the flags again, twice for every transform applied (`Pipeline.apply` asks for its type options):
   ~0.9 s of a small run (profiled). A view shares everything it holds with its options but the parsed flags, so
-  each options object keeps its view of each class while its flags stay the same.
+  each options object keeps its view of each class while its flags stay the same (the same list, the same
+  contents), its values are the same dict and still hold the view's names, and the class is made by Beam's own
+  `__init__`.
+
+Not cut: Beam's walk over every method of a DoFn (`userstate.get_dofn_specs`, ~0.7 s of a small run). What it finds
+can depend on the instance (a DoFn's `_inspect_process` hook: Beam's runtime type-check wrappers answer for the DoFn
+they wrap), so it cannot be kept by class. Nor the bz2 compression of every pickled DoFn (~0.8 s; its level does not
+matter at these sizes): another format would be read by processes without this module (Beam's multi_processing
+workers, Dataflow).
 
 Light on purpose: ImageExampleGen's container imports it without TFX's other executors.
 """
@@ -32,7 +35,6 @@ import types
 import weakref
 
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.transforms import userstate
 from apache_beam.typehints import decorators
 from dill import _dill
 
@@ -44,7 +46,6 @@ def cut_overheads() -> None:
     """Every cut, in this process (each made once)."""
     _quiet_pickler_trace()
     _remember_signatures()
-    _remember_dofn_specs()
     _remember_views()
 
 
@@ -95,33 +96,6 @@ def beam_modules_holding(function) -> list:
     ]
 
 
-def _remember_dofn_specs() -> None:
-    """Beam's get_dofn_specs, remembered for each DoFn class and the methods bound on its instances."""
-    original = userstate.get_dofn_specs
-    if getattr(original, "remembered", False):
-        return
-    known = weakref.WeakKeyDictionary()  # DoFn class -> {methods bound on the instance: (state specs, timer specs)}
-
-    def get_dofn_specs(dofn):
-        # TypeError: no instance dictionary, a class that cannot be weakly held, or a method that cannot be hashed
-        try:
-            bound = vars(dofn).items()
-            own = tuple((name, value.__func__) for name, value in bound if isinstance(value, types.MethodType))
-            specs = known.setdefault(type(dofn), {}).get(own)
-        except TypeError:
-            return original(dofn)
-        if specs is None:
-            specs = known[type(dofn)][own] = original(dofn)
-        states, timers = specs
-        return set(states), set(timers)  # the callers' own sets, as Beam's are
-
-    get_dofn_specs.remembered = True
-    get_dofn_specs.original = original
-    # The graph, its protos and the portable runner call it through its module (the bundle-based direct runner
-    # imports it by name, and keeps Beam's own)
-    userstate.get_dofn_specs = get_dofn_specs
-
-
 def _remember_views() -> None:
     """PipelineOptions.view_as, remembered for each options object, view class and flags."""
     original = PipelineOptions.view_as
@@ -137,10 +111,17 @@ def _remember_views() -> None:
             view, names = views.get(key, (None, None))
         except TypeError:  # flags that cannot be hashed
             return original(self, cls)
-        # A view holds its options' values; one made before they were replaced or emptied is made again.
-        if view is None or view._all_options is not self._all_options or not names <= self._all_options.keys():
+        # A view holds its options' values and flags: one made before either was replaced, or the values emptied,
+        # is made again; a class with an __init__ of its own is made anew every time, as Beam does.
+        if (
+            view is None
+            or view._all_options is not self._all_options
+            or view._flags is not flags
+            or not names <= self._all_options.keys()
+        ):
             view = original(self, cls)
-            views[key] = view, frozenset(view._visible_option_list())
+            if cls.__init__ is PipelineOptions.__init__:
+                views[key] = view, frozenset(view._visible_option_list())
         return view
 
     view_as.remembered = True
