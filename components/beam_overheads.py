@@ -106,8 +106,10 @@ def _remember_views() -> None:
     def view_as(self, cls):
         flags = self._flags
         key = (cls, tuple(sys.argv) if flags is None else tuple(flags))  # no flags: Beam parses the command line
+        views = kept.get(self)
+        if views is None:  # setdefault would make a weak reference on every call
+            views = kept[self] = {}
         try:
-            views = kept.setdefault(self, {})
             view, names = views.get(key, (None, None))
         except TypeError:  # flags that cannot be hashed
             return original(self, cls)
