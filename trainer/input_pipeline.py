@@ -63,7 +63,7 @@ class Records(NamedTuple):
     files: List[str]
     count: int
     megabytes: float  # as they are held: the serialized records, or their images averaged down (Batching.downsampled)
-    in_memory: Optional[tf.data.Dataset]  # the serialized records, cached on their first whole pass; None: streamed
+    in_memory: Optional[tf.data.Dataset]  # them (or their sums), cached on their first whole pass; None: streamed
 
 
 class Batching(NamedTuple):
