@@ -151,3 +151,60 @@ def test_nothing_is_tried_against_a_best_that_cannot_be_beaten_by_the_margin():
     said = model_trials.unbeatable(_trials(0.995))
     assert said == "not tried: efficientnet_lite0's head scores 0.995, which nothing can beat by more than 0.01"
     assert model_trials.unbeatable(_trials(0.80, 1.0)).startswith("not tried: the cnn (56 px) scores 1.000")
+
+
+def test_the_cnn_candidate_trains_on_its_images_averaged_down_once_and_serves_full_size_images(tmp_path):
+    """At 224 px the cnn candidate averages 4 x 4 squares first: it trains on those averages made once
+    (input_pipeline.downsampled_images: exact sums, an eighth of the records' memory) through a view of its own
+    layers (models.downsampled_view), and the cnn itself, what is exported, gives the same probabilities on the
+    full-size images."""
+    import dataclasses
+
+    import tensorflow as tf
+
+    from trainer import features, input_pipeline, models
+
+    size, k, count = 32, 4, 40
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (count, size, size, 3), dtype=np.uint8)
+    labels = np.arange(count) % 3
+    path = str(tmp_path / "part-0.gz")
+    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+        for image, label in zip(pixels, labels):
+            feature = {
+                features.PIXELS_KEY: tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[tf.io.serialize_tensor(image).numpy()])
+                ),
+                features.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+            }
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    hp = HParams(model="cnn", image_size=size, cnn_downsample=k, batch_size=16, seed=1)
+    assert models.trains_downsampled(hp)
+    assert not models.trains_downsampled(dataclasses.replace(hp, augment="flip"))  # augmenting needs the full image
+    assert not models.trains_downsampled(dataclasses.replace(hp, cnn_downsample=1))
+    down = input_pipeline.Batching(downsampled=True)
+
+    sums = np.concatenate([x.numpy() for x, _ in input_pipeline.make_dataset([path], hp, False, batching=down)])
+    expected = pixels.astype(np.int64).reshape(count, size // k, k, size // k, k, 3).sum(axis=(2, 4))
+    np.testing.assert_array_equal(sums, expected)  # exact, and in the records' order
+    held, full = input_pipeline.read_records([path], hp, batching=down), input_pipeline.read_records([path], hp)
+    assert held.count == count and held.megabytes == pytest.approx(count * (8 * 8 * 3 * 2 + 8) / 2**20)
+    assert held.megabytes < full.megabytes / 7  # the records hold 3,072 pixel bytes an image, the sums 392 bytes
+
+    cnn = models.build(hp, 3)
+    view = models.downsampled_view(cnn, hp)
+    assert view.input_shape == (None, 8, 8, 3) and cnn.input_shape == (None, size, size, 3)
+    np.testing.assert_allclose(view(sums.astype(np.float32)), cnn(pixels.astype(np.float32)), rtol=1e-5, atol=1e-7)
+    models.compile_model(view, hp)
+    before = [w.copy() for w in cnn.get_weights()]
+    view.fit(input_pipeline.make_dataset([], hp, True, batching=down, shared_records=held), epochs=1, verbose=0)
+    assert all(not np.array_equal(a, b) for a, b in zip(before, cnn.get_weights()))  # training the view trained it
+    np.testing.assert_allclose(view(sums.astype(np.float32)), cnn(pixels.astype(np.float32)), rtol=1e-5, atol=1e-7)
+
+    # Several replicas' padded evaluation and class-balanced batches take the sums too.
+    padded = list(input_pipeline.make_dataset([path], hp, False, batching=down._replace(size=16, drop_remainder=True)))
+    assert [len(w) for _, _, w in padded] == [16, 16, 16] and sum(float(w.numpy().sum()) for _, _, w in padded) == 40
+    balance = input_pipeline.Balance("sampling", shares=[1 / 3] * 3, counts=[14, 13, 13])
+    drawn = list(input_pipeline.make_dataset([path], hp, True, batching=down, balance=balance))
+    assert sum(len(y) for _, y in drawn) == count and drawn[0][0].shape[1:] == (8, 8, 3)
+    assert set(np.concatenate([y.numpy() for _, y in drawn]).tolist()) == {0, 1, 2}

@@ -531,3 +531,21 @@ def test_balanced_accuracy_and_loss_during_training_match_their_definitions():
     assert float(accuracy.result()) == pytest.approx(balanced_accuracy_score(labels, probabilities.argmax(1)), rel=1e-6)
     per_class = [-np.log(probabilities[labels == c, c]).mean() for c in range(3)]
     assert float(loss.result()) == pytest.approx(np.mean(per_class), rel=1e-5)
+
+
+def test_a_pace_probe_fills_no_shuffle_buffer_on_streamed_records(tmp_path):
+    """--model auto times a candidate's first steps (make_dataset(probe=True)): streamed records come in their
+    files' order, not through a shuffle buffer a few steps would fill for nothing (1.5 GB at 224 px); cached ones
+    are shuffled as for training, on the pass that fills the cache."""
+    _write_transformed(str(tmp_path / "part.gz"), 40)
+    files = [str(tmp_path / "part.gz")]
+    in_order = np.arange(40) % 3
+
+    def labels(hp, probe):
+        return np.concatenate([y.numpy() for _, y in input_pipeline.make_dataset(files, hp, True, probe=probe)])
+
+    streamed = HParams(model="cnn", image_size=SIZE, batch_size=8, seed=4, cache_megabytes=0.001)
+    np.testing.assert_array_equal(labels(streamed, probe=True), in_order)
+    assert not np.array_equal(labels(streamed, probe=False), in_order)
+    cached = dataclasses.replace(streamed, cache_megabytes=100)
+    assert not np.array_equal(labels(cached, probe=True), in_order)

@@ -78,13 +78,17 @@ def to_dense(feature) -> tf.Tensor:
     return tf.reshape(feature, [-1]) if feature.shape.rank == 1 else feature[:, 0]
 
 
-def decode_pixels(serialized: tf.Tensor, image_size: int, channels: int) -> tf.Tensor:
-    """[batch] strings from `pixels` -> [batch, size, size, channels] float32 in 0..255.
+def decode_pixel_bytes(serialized: tf.Tensor, image_size: int, channels: int) -> tf.Tensor:
+    """[batch] strings from `pixels` -> [batch, size, size, channels] uint8, as Transform wrote them.
 
     Each string is a serialized uint8 tensor; its pixel bytes are the last
     size*size*channels bytes, so one vectorised decode_raw reads the whole batch.
     """
     count = image_size * image_size * channels
     raw = tf.io.decode_raw(serialized, tf.uint8)
-    pixels = raw[:, -count:]
-    return tf.cast(tf.reshape(pixels, [-1, image_size, image_size, channels]), tf.float32)
+    return tf.reshape(raw[:, -count:], [-1, image_size, image_size, channels])
+
+
+def decode_pixels(serialized: tf.Tensor, image_size: int, channels: int) -> tf.Tensor:
+    """[batch] strings from `pixels` -> [batch, size, size, channels] float32 in 0..255 (decode_pixel_bytes)."""
+    return tf.cast(decode_pixel_bytes(serialized, image_size, channels), tf.float32)

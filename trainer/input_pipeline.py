@@ -1,7 +1,7 @@
 """The training input: tf.data over Transform's materialised records.
 
-    shard files -> [shuffle files] -> interleave -> [cache] -> shuffle(seed) -> batch -> parse (vectorised)
-      -> [augment] -> prefetch
+    shard files -> [shuffle files] -> interleave -> [average down] -> [cache] -> shuffle(seed) -> batch
+      -> parse (vectorised) -> [augment] -> prefetch
 
 Parsing happens after batching: one parse_example and one decode_raw per batch
 instead of one per image. The serialized records are cached in memory when they
@@ -12,6 +12,11 @@ and a buffer of as many records as SHUFFLE_SHARE of the cache budget holds.
 ImageExampleGen already writes the examples in a shuffled order, so no class
 arrives in a block even then. The records are counted once, so the dataset has a
 known length: Keras 3 then knows each epoch's steps.
+
+A cnn that averages its input down first (hp.cnn_downsample: --model auto's cnn candidate on 224 px images) trains
+on its images averaged down once (Batching.downsampled): each image's exact sums over the squares it averages,
+an eighth of the pixels' memory at 4 x 4, are what is cached and shuffled, and models.downsampled_view trains the
+cnn on them.
 """
 
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -57,29 +62,99 @@ class Records(NamedTuple):
 
     files: List[str]
     count: int
-    megabytes: float
-    in_memory: Optional[tf.data.Dataset]  # the serialized records, cached on their first whole pass; None: streamed
+    megabytes: float  # as they are held: the serialized records, or their images averaged down (Batching.downsampled)
+    in_memory: Optional[tf.data.Dataset]  # them (or their sums), cached on their first whole pass; None: streamed
 
 
-def read_records(file_patterns: List[str], hp: HParams, part: Optional[Part] = None) -> Records:
-    """These files' records (of `part` of a holdout: trainer/holdout.py), counted, and cached when they fit."""
-    counted = _counted(file_patterns, part)
+class Batching(NamedTuple):
+    """How records are batched: `size` a batch (0: hp.batch_size), every batch of one shape (`drop_remainder`:
+    what TPUs and several replicas need), multi-label records' number of labels (`multi_hot`; 0: single-label), and
+    whether the images are taken averaged down hp.cnn_downsample x hp.cnn_downsample (`downsampled`:
+    downsampled_images)."""
+
+    size: int = 0
+    drop_remainder: bool = False
+    multi_hot: int = 0
+    downsampled: bool = False
+
+
+DEFAULT_BATCHING = Batching()  # hp.batch_size a batch, the last one short, single-label, full size
+
+
+def read_records(
+    file_patterns: List[str], hp: HParams, part: Optional[Part] = None, batching: Batching = DEFAULT_BATCHING
+) -> Records:
+    """These files' records (of `part` of a holdout: trainer/holdout.py), counted, and cached when they fit (their
+    images averaged down with batching.downsampled)."""
+    counted = _counted(file_patterns, hp, part, batching)
     if counted.megabytes > hp.cache_limit_megabytes():
         return counted
     records = tf.data.TFRecordDataset(
         counted.files, compression_type=features.compression(counted.files), num_parallel_reads=AUTOTUNE
     )
-    return counted._replace(in_memory=(part.keep(records) if part else records).cache())
+    records = part.keep(records) if part else records
+    if batching.downsampled:
+        records = downsampled_images(records, hp, batching.multi_hot)
+    return counted._replace(in_memory=records.cache())
 
 
-def _counted(file_patterns: List[str], part: Optional[Part] = None) -> Records:
+def _counted(
+    file_patterns: List[str], hp: HParams, part: Optional[Part] = None, batching: Batching = DEFAULT_BATCHING
+) -> Records:
     """These files' records counted, nothing held: a dataset that reads and caches them for itself. Of a part of a
-    holdout: its count, and its share of the megabytes."""
+    holdout: its count, and its share of the megabytes (with batching.downsampled: what its sums hold)."""
     files = list_files(file_patterns)
     count, megabytes = measure(files)
-    if part is None:
-        return Records(files, count, megabytes, None)
-    return Records(files, part.count, megabytes * part.count / max(1, count), None)
+    if part is not None:
+        count, megabytes = part.count, megabytes * part.count / max(1, count)
+    if batching.downsampled:
+        megabytes = _held_size(count, hp, batching.multi_hot)
+    return Records(files, count, megabytes, None)
+
+
+# An image averaged down is kept as its exact sums over each square: 255 x 16 x 16 (cnn_downsample's most) fits.
+DOWNSAMPLED_DTYPE = tf.uint16
+
+
+def _held_size(count: int, hp: HParams, multi_hot: int) -> float:
+    """Megabytes `count` images averaged down hold (downsampled_images): their sums and their labels."""
+    side = hp.image_size // hp.cnn_downsample
+    label = 4 * multi_hot if multi_hot else 8
+    return count * (side * side * hp.channels * DOWNSAMPLED_DTYPE.size + label) / 2**20
+
+
+# Records parsed and averaged down this many at a time (one parse_example and one reduction a batch).
+DOWNSAMPLE_BATCH = 256
+
+
+def downsampled_images(records: tf.data.Dataset, hp: HParams, multi_hot: int = 0) -> tf.data.Dataset:
+    """Serialized records -> {"sums": DOWNSAMPLED_DTYPE [size / k, size / k, channels], "label": the target}, one
+    an image, in order: each k x k square's pixel sum (k = hp.cnn_downsample; exact: what AveragePooling2D averages,
+    times k^2). What a downsampling cnn trains on (models.downsampled_view); the sides are cut to a multiple of k,
+    as the pooling does."""
+    k, side = hp.cnn_downsample, hp.image_size // hp.cnn_downsample
+
+    def averaged_down(serialized):
+        parsed = tf.io.parse_example(
+            serialized,
+            {features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string), **features.label_spec(multi_hot > 0)},
+        )
+        pixels = features.decode_pixel_bytes(parsed[features.PIXELS_KEY], hp.image_size, hp.channels)
+        squares = tf.reshape(tf.cast(pixels[:, : side * k, : side * k], tf.int32), [-1, side, k, side, k, hp.channels])
+        sums = tf.cast(tf.reduce_sum(squares, axis=[2, 4]), DOWNSAMPLED_DTYPE)
+        return {"sums": sums, "label": features.label_target(parsed, multi_hot, multi_hot > 0)}
+
+    return records.batch(DOWNSAMPLE_BATCH).map(averaged_down, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
+
+
+def downsampled_batch(batch) -> Tuple[tf.Tensor, tf.Tensor]:
+    """A batch of downsampled_images -> (the sums float32 [batch, size / k, size / k, channels], the targets)."""
+    return tf.cast(batch["sums"], tf.float32), batch["label"]
+
+
+def downsampled_label(image) -> tf.Tensor:
+    """The class id of one of downsampled_images (class_balanced's label_of)."""
+    return image["label"]
 
 
 def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) -> int:
@@ -90,18 +165,6 @@ def shuffle_buffer(records: int, megabytes: float, cached: bool, hp: HParams) ->
     return max(1, min(records, max(fits, hp.batch_size)))
 
 
-class Batching(NamedTuple):
-    """How records are batched: `size` a batch (0: hp.batch_size), every batch of one shape (`drop_remainder`:
-    what TPUs and several replicas need), and multi-label records' number of labels (`multi_hot`; 0: single-label)."""
-
-    size: int = 0
-    drop_remainder: bool = False
-    multi_hot: int = 0
-
-
-DEFAULT_BATCHING = Batching()  # hp.batch_size a batch, the last one short, single-label
-
-
 def make_dataset(
     file_patterns: List[str],
     hp: HParams,
@@ -110,6 +173,7 @@ def make_dataset(
     balance: Optional[Balance] = None,
     shared_records: Optional[Records] = None,
     part: Optional[Part] = None,
+    probe: bool = False,
 ) -> tf.data.Dataset:
     """(images float32 [batch, size, size, channels] in 0..255, labels int64 [batch]), and with balance
     "weights" per-example loss weights [batch]. Multi-label records (multi_hot: their number of labels): the
@@ -122,39 +186,39 @@ def make_dataset(
 
     `shared_records` (read_records of these files): the records counted and cached once for several datasets (the
     Tuner's trials); without, each call counts them and caches its own. `part`: only that part of a holdout's
-    records (trainer/holdout.py; shared_records must be of the same part).
+    records (trainer/holdout.py; shared_records must be of the same part). batching.downsampled: the images
+    averaged down hp.cnn_downsample x hp.cnn_downsample, as their sums (downsampled_images: float32 [batch,
+    size / k, size / k, channels] in 0..255 k^2), cached and shuffled in place of the records.
+
+    `probe` (a pace probe: a few steps timed, training.seconds_per_step): streamed records are not shuffled
+    through a buffer, which a few steps would fill for nothing (1.5 GB of 224 px records at the default budget);
+    cached ones are, as for training: that pass fills the cache the training then reads.
     """
     batch_size, drop_remainder, multi_hot = batching.size or hp.batch_size, batching.drop_remainder, batching.multi_hot
     sampling = training and balance is not None and balance.mode == "sampling"
-    files, records, megabytes, shared = shared_records or _counted(file_patterns, part)
+    files, records, megabytes, shared = shared_records or _counted(file_patterns, hp, part, batching)
     cached = megabytes <= hp.cache_limit_megabytes()
     if cached and shared is not None and not sampling:
         dataset = shared
     else:
-        dataset = tf.data.Dataset.from_tensor_slices(files)
-        if training:
-            dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
-        dataset = dataset.interleave(
-            lambda f: tf.data.TFRecordDataset(f, compression_type=features.compression(files)),
-            cycle_length=min(len(files), 8),
-            num_parallel_calls=AUTOTUNE,
-            deterministic=True,
-        )  # seeds reproduce
+        dataset = _streamed(files, training, hp)
         if part:
             dataset = part.keep(dataset)
+        if batching.downsampled:
+            dataset = downsampled_images(dataset, hp, multi_hot)
         # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
         # (docs/benchmarks.md: Training input). So cache whenever they fit.
         if cached and not sampling:  # class-balanced batches cache each class's records instead (class_balanced)
             dataset = dataset.cache()
     buffer = shuffle_buffer(records, megabytes, cached, hp)
     if sampling:
-        dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached)
-    elif training:
+        label_of = downsampled_label if batching.downsampled else record_label
+        dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached, label_of=label_of)
+    elif training and (cached or not probe):
         dataset = dataset.shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
-    dataset = dataset.map(
-        parsed_keeping_weights(lambda records: parse_batch(records, hp, multi_hot), padded), num_parallel_calls=AUTOTUNE
-    )
+    parse = downsampled_batch if batching.downsampled else (lambda records: parse_batch(records, hp, multi_hot))
+    dataset = dataset.map(parsed_keeping_weights(parse, padded), num_parallel_calls=AUTOTUNE)
     if training and hp.augmentations:
         dataset = dataset.map(lambda x, y: (augment(x, hp), y), num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
@@ -238,18 +302,19 @@ def record_label(record: tf.Tensor) -> tf.Tensor:
 
 
 def class_balanced(
-    records: tf.data.Dataset, balance: Balance, buffer: int, count: int, seed: int, cache: bool
+    records: tf.data.Dataset, balance: Balance, buffer: int, count: int, seed: int, cache: bool, label_of=record_label
 ) -> tf.data.Dataset:
-    """`count` serialized records drawn class by class with balance.shares: each class's records reshuffled and
-    repeated as often as its share asks (the rare classes' images recur within an epoch, the common ones' are
-    not all seen in every epoch). Each class's shuffle buffer takes its part of `buffer`.
+    """`count` serialized records (or what `label_of` reads a class id from) drawn class by class with
+    balance.shares: each class's records reshuffled and repeated as often as its share asks (the rare classes'
+    images recur within an epoch, the common ones' are not all seen in every epoch). Each class's shuffle buffer
+    takes its part of `buffer`.
 
     Each class's stream filters the whole of `records`, and a rare class's repeats within an epoch: with `cache`
     (the records fit the cache budget), a class drawn at least 1.5 times its count an epoch has its records
     cached on their own, read from the files once (a cache of the whole set, filled by a stream per class at
     once, would not be complete when a rare class repeats, and each repeat would read the files again). A common
     class, drawn less than its count, reads the files once an epoch."""
-    labelled = records.map(lambda r: (record_label(r), r), num_parallel_calls=AUTOTUNE)
+    labelled = records.map(lambda r: (label_of(r), r), num_parallel_calls=AUTOTUNE)
     total = max(1, sum(balance.counts))
     streams, shares = [], []
     for class_id, (n, share) in enumerate(zip(balance.counts, balance.shares)):
@@ -294,7 +359,7 @@ def make_feature_dataset(
     """
     dim, views = source["dim"], train_views(source)
     batch_size, drop_remainder, multi_hot = batching.size or hp.batch_size, batching.drop_remainder, batching.multi_hot
-    files, records, megabytes, shared = shared_records or _counted(file_patterns, part)
+    files, records, megabytes, shared = shared_records or _counted(file_patterns, hp, part)
     cached = megabytes <= hp.cache_limit_megabytes()
     sampling = training and balance is not None and balance.mode == "sampling"
     reused = cached and shared is not None and not sampling  # class-balanced batches cache each class's records
@@ -323,6 +388,11 @@ def _feature_records(files: List[str], cached: bool, training: bool, hp: HParams
     (shuffled for training)."""
     if cached:
         return tf.data.TFRecordDataset(files, compression_type=features.compression(files), num_parallel_reads=AUTOTUNE)
+    return _streamed(files, training, hp)
+
+
+def _streamed(files: List[str], training: bool, hp: HParams) -> tf.data.Dataset:
+    """These files' serialized records, read eight files at a time (in a shuffled file order for training)."""
     dataset = tf.data.Dataset.from_tensor_slices(files)
     if training:
         dataset = dataset.shuffle(len(files), seed=hp.seed, reshuffle_each_iteration=True)
@@ -331,7 +401,7 @@ def _feature_records(files: List[str], cached: bool, training: bool, hp: HParams
         cycle_length=min(len(files), 8),
         num_parallel_calls=AUTOTUNE,
         deterministic=True,
-    )
+    )  # seeds reproduce
 
 
 def _feature_parser(dim: int, views: int, training: bool, multi_hot: int, seed: int):

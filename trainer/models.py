@@ -151,6 +151,27 @@ def _cnn(inputs, num_classes, hp: HParams, multi_label: bool = False):
     return _classifier(x, num_classes, multi_label)
 
 
+def trains_downsampled(hp: HParams) -> bool:
+    """Whether this model trains on its images averaged down once (input_pipeline.Batching.downsampled) rather than
+    averaging them itself each step: a cnn with cnn_downsample > 1 and no augmentations (those work on the
+    full-size image)."""
+    return hp.model == "cnn" and hp.cnn_downsample > 1 and not hp.augmentations
+
+
+def downsampled_view(cnn: keras.Model, hp: HParams) -> keras.Model:
+    """The cnn from its "downsampled" layer on, fed each image's k x k square sums (input_pipeline.downsampled_images):
+    a scaling by 1 / k^2 stands for the average pooling, then the cnn's own layers. It shares their weights, so
+    training it trains the cnn, which is what is kept, exported and served (on full-size images)."""
+    k = hp.cnn_downsample
+    side = hp.image_size // k
+    inputs = keras.Input((side, side, hp.channels), name="sums")
+    x = keras.layers.Rescaling(1.0 / (k * k), name="averaged")(inputs)
+    names = [layer.name for layer in cnn.layers]
+    for layer in cnn.layers[names.index("downsampled") + 1 :]:
+        x = layer(x)
+    return keras.Model(inputs, x, name=f"{cnn.name}_downsampled")
+
+
 def make_backbone(hp: HParams, weights_file: Optional[str] = None) -> keras.Model:
     """The frozen backbone, with hp.weights ("imagenet", a file, or "" for random
     initialisation), or with `weights_file` (local or gs://), the weights the features step saved."""

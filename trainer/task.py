@@ -277,6 +277,8 @@ class _Inputs:
         self.balancing, self.balance = balance_of(hp, self.holdout, self.class_names, self.multi_label)
         self.monitor = self.balancing["monitor"]
         self.read = {}  # each part's pixel records, read and cached once for every dataset on them (pixels())
+        # The images averaged down once instead (models.trains_downsampled: --model auto's cnn candidate)
+        self.downsampled = False
 
     @property
     def on_features(self) -> bool:
@@ -290,24 +292,29 @@ class _Inputs:
         other.hp = hp
         return other
 
-    def pixels(self, training: bool):
-        """The training part's pixels, or the held-out part's, batched (and spread over a cluster's workers).
+    def pixels(self, training: bool, probe: bool = False):
+        """The training part's pixels, or the held-out part's, batched (and spread over a cluster's workers); with
+        self.downsampled, their images averaged down (input_pipeline.downsampled_images). `probe`: for a pace probe
+        (input_pipeline.make_dataset).
 
         On one machine every dataset of a part shares one cache of its records (input_pipeline.read_records, as the
         Tuner's trials do): --model auto's pace probes and trials and the fine-tuning read the files once, not once
         each (measured: 0.09 GB less at 2,000 images, docs/benchmarks.md). A cluster's worker reads its own shard."""
         part = self.training if training else self.validation
         multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        if not multi_worker and training not in self.read:  # copies of these inputs (with_hp) share self.read
-            self.read[training] = input_pipeline.read_records(self.pixel_files, self.hp, part)
+        batching = input_pipeline.Batching(self.batch, self.static, self.multi_hot, self.downsampled)
+        key = (training, self.downsampled)
+        if not multi_worker and key not in self.read:  # copies of these inputs (with_hp) share self.read
+            self.read[key] = input_pipeline.read_records(self.pixel_files, self.hp, part, batching)
         dataset = input_pipeline.make_dataset(
             self.pixel_files,
             self.hp,
             training=training,
-            batching=input_pipeline.Batching(self.batch, self.static, self.multi_hot),
+            batching=batching,
             balance=self.balance,
-            shared_records=None if multi_worker else self.read[training],
+            shared_records=None if multi_worker else self.read[key],
             part=part,
+            probe=probe,
         )
         if not multi_worker:
             return dataset
@@ -418,11 +425,17 @@ def _cnn_trial(inputs: _Inputs, budget: "model_trials.Budget", trials: list) -> 
     trial.note, cnn, cnn_phases = model_trials.unbeatable(trials), None, None
     if not trial.note:
         cnn_inputs = inputs.with_hp(cnn_hp)
+        # Its images averaged down once, cached on their own (an eighth of the pixels' memory at 224 px) and freed
+        # with cnn_inputs after the trial (the winner's held-out images are read again, at full size).
+        cnn_inputs.downsampled, cnn_inputs.read = models.trains_downsampled(cnn_hp), {}
         with inputs.strategy.scope():
             cnn = models.build(cnn_hp, inputs.num_classes, multi_label=inputs.multi_label)
             models.set_output_bias(cnn, inputs.balancing["initial_bias"])
             models.compile_model(cnn, cnn_hp, inputs.balancing.get("positive_weights"))
-        cnn_phases = _trial(trial, cnn, cnn_inputs, budget, lambda extra: _train_phases(cnn, cnn_inputs, extra))
+            trained = models.downsampled_view(cnn, cnn_hp) if cnn_inputs.downsampled else cnn
+            if trained is not cnn:
+                models.compile_model(trained, cnn_hp, inputs.balancing.get("positive_weights"))
+        cnn_phases = _trial(trial, trained, cnn_inputs, budget, lambda extra: _train_phases(trained, cnn_inputs, extra))
     return trial, cnn, cnn_phases, cnn_hp
 
 
@@ -485,7 +498,7 @@ def _trial(trial: model_trials.Trial, model, inputs: _Inputs, budget: model_tria
     """One candidate: its pace measured (training.seconds_per_step), then trained by `train(callbacks)` when its
     MIN_EPOCHS fit in what is left of the budget, stopping at the budget; returns its phases (None: not tried)."""
     started = time.monotonic()
-    dataset, _ = input_pipeline.repeated(inputs.pixels(training=True))
+    dataset, _ = input_pipeline.repeated(inputs.pixels(training=True, probe=True))
     step = seconds_per_step(model, dataset, model_trials.PROBE_STEPS)
     estimated = model_trials.estimate(step, inputs.batch, inputs.holdout.train_examples, inputs.holdout.held_examples)
     if estimated > budget.left():
@@ -682,7 +695,7 @@ def _held_out_probabilities(model, inputs: _Inputs, fine_tuned: bool):
             hp,
             training=False,
             batching=input_pipeline.Batching(multi_hot=inputs.multi_hot),
-            shared_records=inputs.read.get(False),  # the held-out pixels training validated on, when cached
+            shared_records=inputs.read.get((False, False)),  # the held-out pixels training validated on, when cached
             part=inputs.validation,
         )
     probabilities, labels = [], []
