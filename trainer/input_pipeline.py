@@ -173,7 +173,7 @@ def make_dataset(
     balance: Optional[Balance] = None,
     shared_records: Optional[Records] = None,
     part: Optional[Part] = None,
-    probe: bool = False,
+    probe: int = 0,
 ) -> tf.data.Dataset:
     """(images float32 [batch, size, size, channels] in 0..255, labels int64 [batch]), and with balance
     "weights" per-example loss weights [batch]. Multi-label records (multi_hot: their number of labels): the
@@ -190,31 +190,36 @@ def make_dataset(
     averaged down hp.cnn_downsample x hp.cnn_downsample, as their sums (downsampled_images: float32 [batch,
     size / k, size / k, channels] in 0..255 k^2), cached and shuffled in place of the records.
 
-    `probe` (a pace probe: a few steps timed, training.seconds_per_step): streamed records are not shuffled
-    through a buffer, which a few steps would fill for nothing (1.5 GB of 224 px records at the default budget);
-    cached ones are, as for training: that pass fills the cache the training then reads.
+    `probe` (a pace probe's batches: a few steps timed, training.seconds_per_step): that many batches of the part's
+    first records, read from the files in order and held on their own (repeated, they are timed from memory, as
+    cached training runs). Neither the shared cache nor a shuffle buffer is filled for a few steps: --model auto's
+    fine-tuned candidate filled the 224 px cache (1.2 GB at 10,000 images) to be timed, then was not tried.
     """
     batch_size, drop_remainder, multi_hot = batching.size or hp.batch_size, batching.drop_remainder, batching.multi_hot
     sampling = training and balance is not None and balance.mode == "sampling"
     files, records, megabytes, shared = shared_records or _counted(file_patterns, hp, part, batching)
     cached = megabytes <= hp.cache_limit_megabytes()
-    if cached and shared is not None and not sampling:
+    buffer = shuffle_buffer(records, megabytes, cached, hp)
+    if probe:
+        records, sampling = min(records, probe * batch_size), False
+    if cached and shared is not None and not sampling and not probe:
         dataset = shared
     else:
-        dataset = _streamed(files, training, hp)
+        dataset = _streamed(files, training and not probe, hp)
         if part:
             dataset = part.keep(dataset)
         if batching.downsampled:
             dataset = downsampled_images(dataset, hp, multi_hot)
         # TFX Transform writes gzip records: reading them is inflate-bound, and the cache is a memcpy
         # (docs/benchmarks.md: Training input). So cache whenever they fit.
-        if cached and not sampling:  # class-balanced batches cache each class's records instead (class_balanced)
+        if probe:
+            dataset = dataset.take(records).cache()
+        elif cached and not sampling:  # class-balanced batches cache each class's records instead (class_balanced)
             dataset = dataset.cache()
-    buffer = shuffle_buffer(records, megabytes, cached, hp)
     if sampling:
         label_of = downsampled_label if batching.downsampled else record_label
         dataset = class_balanced(dataset, balance, buffer, records, hp.seed, cache=cached, label_of=label_of)
-    elif training and (cached or not probe):
+    elif training and not probe:
         dataset = dataset.shuffle(buffer, seed=hp.seed, reshuffle_each_iteration=True)
     dataset, padded = batched(dataset, records, batch_size, drop_remainder, training)
     parse = downsampled_batch if batching.downsampled else (lambda records: parse_batch(records, hp, multi_hot))

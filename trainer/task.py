@@ -292,14 +292,15 @@ class _Inputs:
         other.hp = hp
         return other
 
-    def pixels(self, training: bool, probe: bool = False):
+    def pixels(self, training: bool, probe: int = 0):
         """The training part's pixels, or the held-out part's, batched (and spread over a cluster's workers); with
-        self.downsampled, their images averaged down (input_pipeline.downsampled_images). `probe`: for a pace probe
-        (input_pipeline.make_dataset).
+        self.downsampled, their images averaged down (input_pipeline.downsampled_images). `probe`: a pace probe's
+        batches, held on their own (input_pipeline.make_dataset).
 
         On one machine every dataset of a part shares one cache of its records (input_pipeline.read_records, as the
-        Tuner's trials do): --model auto's pace probes and trials and the fine-tuning read the files once, not once
-        each (measured: 0.09 GB less at 2,000 images, docs/benchmarks.md). A cluster's worker reads its own shard."""
+        Tuner's trials do): --model auto's trials and the fine-tuning read the files once, not once each (measured:
+        0.09 GB less at 2,000 images, docs/benchmarks.md; a pace probe reads its few batches on its own). A cluster's
+        worker reads its own shard."""
         part = self.training if training else self.validation
         multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
         batching = input_pipeline.Batching(self.batch, self.static, self.multi_hot, self.downsampled)
@@ -498,7 +499,7 @@ def _trial(trial: model_trials.Trial, model, inputs: _Inputs, budget: model_tria
     """One candidate: its pace measured (training.seconds_per_step), then trained by `train(callbacks)` when its
     MIN_EPOCHS fit in what is left of the budget, stopping at the budget; returns its phases (None: not tried)."""
     started = time.monotonic()
-    dataset, _ = input_pipeline.repeated(inputs.pixels(training=True, probe=True))
+    dataset, _ = input_pipeline.repeated(inputs.pixels(training=True, probe=model_trials.PROBE_STEPS + 1))
     step = seconds_per_step(model, dataset, model_trials.PROBE_STEPS)
     estimated = model_trials.estimate(step, inputs.batch, inputs.holdout.train_examples, inputs.holdout.held_examples)
     if estimated > budget.left():
