@@ -135,14 +135,10 @@ def downsampled_images(records: tf.data.Dataset, hp: HParams, multi_hot: int = 0
     k, side = hp.cnn_downsample, hp.image_size // hp.cnn_downsample
 
     def averaged_down(serialized):
-        parsed = tf.io.parse_example(
-            serialized,
-            {features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string), **features.label_spec(multi_hot > 0)},
-        )
-        pixels = features.decode_pixel_bytes(parsed[features.PIXELS_KEY], hp.image_size, hp.channels)
+        pixels, target = parse_pixel_bytes(serialized, hp, multi_hot)
         squares = tf.reshape(tf.cast(pixels[:, : side * k, : side * k], tf.int32), [-1, side, k, side, k, hp.channels])
         sums = tf.cast(tf.reduce_sum(squares, axis=[2, 4]), DOWNSAMPLED_DTYPE)
-        return {"sums": sums, "label": features.label_target(parsed, multi_hot, multi_hot > 0)}
+        return {"sums": sums, "label": target}
 
     return records.batch(DOWNSAMPLE_BATCH).map(averaged_down, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
 
@@ -435,12 +431,19 @@ def repeated(dataset: tf.data.Dataset) -> Tuple[tf.data.Dataset, int]:
     return dataset.repeat(), int(dataset.cardinality())
 
 
-def parse_batch(records: tf.Tensor, hp: HParams, multi_hot: int = 0) -> Tuple[tf.Tensor, tf.Tensor]:
+def parse_pixel_bytes(records: tf.Tensor, hp: HParams, multi_hot: int = 0) -> Tuple[tf.Tensor, tf.Tensor]:
+    """A batch of Transform's records -> (their pixels uint8 [batch, size, size, channels], their targets)."""
     parsed = tf.io.parse_example(
         records, {features.PIXELS_KEY: tf.io.FixedLenFeature([], tf.string), **features.label_spec(multi_hot > 0)}
     )
-    images = features.decode_pixels(parsed[features.PIXELS_KEY], hp.image_size, hp.channels)
-    return images, features.label_target(parsed, multi_hot, multi_hot > 0)
+    pixels = features.decode_pixel_bytes(parsed[features.PIXELS_KEY], hp.image_size, hp.channels)
+    return pixels, features.label_target(parsed, multi_hot, multi_hot > 0)
+
+
+def parse_batch(records: tf.Tensor, hp: HParams, multi_hot: int = 0) -> Tuple[tf.Tensor, tf.Tensor]:
+    """A batch of Transform's records -> (images float32 in 0..255, targets)."""
+    pixels, target = parse_pixel_bytes(records, hp, multi_hot)
+    return tf.cast(pixels, tf.float32), target
 
 
 def augment(images: tf.Tensor, hp: HParams) -> tf.Tensor:
