@@ -91,9 +91,7 @@ class ServingModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")], autograph=False)
     def image_pixels(self, image_bytes):
         transformed = self._transform.apply_transform_model({features.IMAGE_KEY: self._raw_image_feature(image_bytes)})
-        return tf.cast(
-            features.decode_pixels(transformed[features.PIXELS_KEY], self._image_size, self._channels), tf.uint8
-        )
+        return features.decode_pixel_bytes(transformed[features.PIXELS_KEY], self._image_size, self._channels)
 
     @tf.function(autograph=False)
     def pixel_probabilities(self, pixels):
