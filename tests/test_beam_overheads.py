@@ -1,23 +1,30 @@
-"""Beam's per-transform costs cut (components/beam_overheads.py): the same signatures, options and results, each
-plain function's signature and each options view made once."""
+"""Beam's per-transform costs cut (components/beam_overheads.py): the same signatures, options, weights and results,
+each plain function's signature and each options view made once, the loaded modules listed once for the weights."""
 
 import contextlib
 import functools
 import inspect
+import json
+import sys
+import types
 from unittest import mock
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions, StandardOptions, TypeOptions
+from apache_beam.runners.worker import statecache
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import core, userstate
 from apache_beam.transforms.userstate import BagStateSpec
 from apache_beam.typehints import decorators
+from objsize import traverse
 
 from components.beam_overheads import beam_modules_holding, cut_overheads
 
 ORIGINAL = getattr(decorators.get_signature, "original", decorators.get_signature)  # as Beam defines it
 BEAM_VIEW = getattr(PipelineOptions.view_as, "original", PipelineOptions.view_as)
+BEAM_WEIGHT = getattr(statecache.get_deep_size, "original", statecache.get_deep_size)
 
 
 class _Stateful(beam.DoFn):
@@ -136,3 +143,45 @@ def test_a_graph_runs_the_same_and_asks_for_each_signature_and_view_once():
     # measured: signatures 6,875 -> 56 and parsers 100 -> 2 (Beam 2.61), 10,468 -> 49 and 169 -> 4 (Beam 2.77)
     for name in before:
         assert after[name] < before[name] / 10, (name, before, after)
+
+
+class _Holder:
+    def __init__(self, *held):
+        self.held = held
+
+
+def test_the_state_cache_weighs_every_value_as_beam_does_with_the_modules_listed_once():
+    cut_overheads()
+    assert statecache.get_deep_size is not BEAM_WEIGHT
+    later = types.ModuleType("imagepipe_test_loaded_later")  # a module loaded after the list was first made
+    later.table = {"rows": list(range(1000))}
+    values = [
+        b"x" * 10_000,
+        [b"a" * 100, "b" * 200, 3, 4.5, None],
+        {"k": np.zeros((64, 64, 3), np.uint8), "nested": {"list": [1, 2, 3]}},
+        _Holder(json.__dict__, [1, 2]),  # a module's globals are shared: not weighed
+        (),
+    ]
+    with mock.patch.object(traverse, "_iter_modules_globals", wraps=traverse._iter_modules_globals) as listed:
+        weights = [statecache.get_deep_size(v) for v in values * 20]
+        assert listed.call_count <= 1  # once for the modules loaded now, then never again for 100 values
+        sys.modules[later.__name__] = later
+        try:
+            held_later = _Holder(vars(later))
+            assert statecache.get_deep_size(held_later) == BEAM_WEIGHT(held_later)  # listed again: left out
+            assert listed.call_count <= 2
+        finally:
+            del sys.modules[later.__name__]
+    assert weights == [BEAM_WEIGHT(v) for v in values * 20]
+    assert statecache.get_deep_size(_Holder(json.__dict__)) < statecache.get_deep_size(_Holder(dict(json.__dict__)))
+
+
+def test_a_graph_with_a_side_input_weighs_it_through_the_cut():
+    cut_overheads()
+    weighed = mock.patch.object(statecache, "get_deep_size", wraps=statecache.get_deep_size)
+    with weighed as weigh, beam.Pipeline() as p:
+        numbers = p | "numbers" >> beam.Create(range(10))
+        total = p | "total" >> beam.Create([100]) | beam.CombineGlobally(sum)
+        shifted = numbers | beam.Map(lambda n, extra: n + extra, beam.pvalue.AsSingleton(total))
+        assert_that(shifted, equal_to([100 + n for n in range(10)]))
+    assert weigh.call_count > 0
