@@ -21,8 +21,8 @@ any executor that builds a Beam graph.
   `__init__`.
 - Every loaded module listed for every value weighed. Beam's state cache (side inputs, each bundle's state) weighs
   each value it keeps with objsize, which first lists the globals of every loaded module to leave them out:
-  ~6 ms a value once TensorFlow and TFX are loaded (~10,000 modules), ~100 values in a small run, 0.8 s of its
-  20 s (timed). The list is made again only when the loaded modules change; each weight is objsize's own.
+  3-6 ms a value once TensorFlow and TFX are loaded (~9,500 modules), ~100 values in a small run, 0.6-0.8 s of its
+  ~20 s (timed). The list is made again only when the loaded modules change; each weight is objsize's own.
 
 Not cut: Beam's walk over every method of a DoFn (`userstate.get_dofn_specs`, ~0.7 s of a small run). What it finds
 can depend on the instance (a DoFn's `_inspect_process` hook: Beam's runtime type-check wrappers answer for the DoFn
@@ -148,7 +148,7 @@ class _ModulesListedOnce(traverse.TraversalContext):
         if _ModulesListedOnce._listed[0] != loaded:
             _ModulesListedOnce._listed = loaded, frozenset(map(id, traverse._iter_modules_globals()))  # pylint: disable=protected-access
         self.exclude_set.update(_ModulesListedOnce._listed[1])
-        super()._update_exclude_set()  # None, and what the settings exclude (the modules not again: see below)
+        super()._update_exclude_set()  # None, and what the settings exclude (not the modules: exclude_modules_globals)
 
 
 def _list_modules_once() -> None:
