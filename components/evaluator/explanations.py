@@ -11,6 +11,9 @@ explain.STEPS forward and backward passes of the model. Written to the evaluatio
   NNNNN.png           each image's map over the image as the model saw it (grey)
   class-NNN.png       per predicted class, the mean map of its correctly classified images: "where the model looks"
 
+The same pass records the first misclassified eval images for the report (misclassified.py), read on until that
+record is settled too (at most MAX_EXAMINED records in all); with `limit` 0 it does only that.
+
 A multi-label model's image is explained for its most likely label, correct when that label is one of its own.
 """
 
@@ -23,11 +26,12 @@ from typing import Any, Dict, List
 import numpy as np
 
 from components.evaluator import Blessing
+from components.evaluator import misclassified as eval_misclassified
+from components.evaluator.results import INDEX_FILE, folder_index
 from images import feature_keys as keys
 from trainer import explain
 
 EXPLANATIONS_DIR = "explanations"
-INDEX_FILE = "index.json"
 MAX_EXAMINED = 2000  # eval records classified to find the sample (full-size photos: streamed, batch by batch)
 LIMIT = Blessing.explanations  # images explained by default (--explanations; 0: none)
 OVERLAY_SIZE = 128
@@ -58,19 +62,25 @@ def settled(wrong: int, right: Dict[str, int], limit: int, classes: List[str]) -
     return wrong >= wanted_wrong and all(right.get(c, 0) >= wanted_right for c in classes)
 
 
-def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, multi_label: bool = False) -> Dict:
+def explain_eval(model_dir: str, examples_uri: str, evaluation_uri: str, limit: int, multi_label: bool = False) -> Dict:
     """Explains up to `limit` eval images of `examples_uri` (ImageExampleGen's output) with the SavedModel at
-    model_dir into out_dir; returns index.json's dict."""
+    model_dir into the evaluation's explanations/ folder (nothing there when limit is 0), and records the first
+    misclassified ones into its misclassified/ folder; returns {"explanations": index.json's dict or {},
+    "misclassified": misclassified.py's index}."""
     # TensorFlow (~5 s): the run summary and the review page import this module, not to explain
     import tensorflow as tf
 
     started = time.monotonic()
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
     explainer = explain.Explainer(model_dir)
-    rows, images = _classify(explainer, files, limit, multi_label)
-    chosen = sample(rows, limit)
-    tf.io.gfile.makedirs(out_dir)  # local or gs:// (the evaluation artifact's folder)
-    shown, per_class = _explain_chosen(explainer, rows, images, chosen, out_dir)
+    rows, images, wrong = _classify(explainer, files, limit, multi_label)
+    listed = eval_misclassified.write(
+        wrong, len(rows), _made(os.path.join(evaluation_uri, eval_misclassified.MISCLASSIFIED_DIR)), _write
+    )
+    if limit <= 0:
+        return {"explanations": {}, "misclassified": listed}
+    out_dir = _made(os.path.join(evaluation_uri, EXPLANATIONS_DIR))
+    shown, per_class = _explain_chosen(explainer, rows, images, sample(rows, limit), out_dir)
     classes = _class_maps(per_class, out_dir)
     index = {
         "method": f"integrated gradients ({explain.METHOD}, {explain.STEPS} steps)",
@@ -81,12 +91,12 @@ def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, mu
         "seconds": round(time.monotonic() - started, 2),
     }
     _write(os.path.join(out_dir, INDEX_FILE), json.dumps(index, indent=1).encode())
-    return index
+    return {"explanations": index, "misclassified": listed}
 
 
 def _classify(explainer, files: List[str], limit: int, multi_label: bool):
-    """Eval records classified in order until sample() is settled, MAX_EXAMINED at most: (a row each, the pixels of
-    the rows sample() may choose, by row)."""
+    """Eval records classified in order until sample() and the misclassified record are settled, MAX_EXAMINED at
+    most: (a row each, the pixels of the rows sample() may choose, by row, the misclassified found)."""
     # TensorFlow: as in explain_eval
     import tensorflow as tf
 
@@ -100,13 +110,14 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
         labels_key: tf.io.VarLenFeature(tf.string),
     }
     rows, images = [], {}  # images: the pixels (as the model sees them) of the rows sample() may choose, by row
-    wrong, right = 0, {}
+    wrong, right, found = 0, {}, eval_misclassified.Found()
     records = tf.data.TFRecordDataset(files, compression_type=features.compression(files)).take(MAX_EXAMINED).batch(64)
     for batch in records:
-        if settled(wrong, right, limit, explainer.class_names):
+        if settled(wrong, right, limit, explainer.class_names) and found.settled():
             break
         parsed = tf.io.parse_example(batch, spec)
-        pixels = explainer.pixels(list(parsed[keys.ENCODED].numpy()))
+        encoded = parsed[keys.ENCODED].numpy()
+        pixels = explainer.pixels(list(encoded))
         probabilities = explainer.probabilities(pixels)
         actual = tf.RaggedTensor.from_sparse(parsed[labels_key]).to_list()
         for i, row in enumerate(probabilities):
@@ -127,7 +138,8 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
                     "id": int(row.argmax()),
                 }
             )
-    return rows, images
+            found.add(rows[-1], encoded[i])
+    return rows, images, found
 
 
 def _explain_chosen(explainer, rows: List[Dict[str, Any]], images, chosen: List[int], out_dir: str):
@@ -162,6 +174,14 @@ def _class_maps(per_class: Dict[str, list], out_dir: str) -> List[Dict[str, Any]
     return classes
 
 
+def _made(folder: str) -> str:
+    # TensorFlow's gfile (local or gs://): as in explain_eval
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(folder)  # the evaluation artifact's folder
+    return folder
+
+
 def _write(path: str, data: bytes) -> None:
     # TensorFlow's gfile (local or gs://): as in explain_eval
     import tensorflow as tf
@@ -172,10 +192,5 @@ def _write(path: str, data: bytes) -> None:
 
 def read_index(evaluation_uri: str) -> Dict[str, Any]:
     """index.json of an evaluation's explanations (with "folder": where its images are), or {} when it has none
-    (--explanations 0, an older run). Local files only: what the run summary and the report read."""
-    folder = os.path.join(evaluation_uri, EXPLANATIONS_DIR)
-    path = os.path.join(folder, INDEX_FILE)
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return {**json.load(f), "folder": folder}
+    (--explanations 0, an older run)."""
+    return folder_index(evaluation_uri, EXPLANATIONS_DIR)
