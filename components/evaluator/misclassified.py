@@ -4,7 +4,8 @@ misclassified eval records in order, found by the pass that classifies eval reco
 report used to load the serving model again to find them (~24 s at 224 px, and the model's memory in the run's
 process after the Pusher); now it reads this. Written to the evaluation's misclassified/ folder:
 
-  index.json   {"images": [{path, actual, predicted, probability, thumbnail}], "examined", "most"}
+  index.json   {"images": [{path, actual, predicted, probability, thumbnail}], "examined", "most",
+                "reading_on_seconds": what reading on after the explanations' sample cost}
   NNNNN.png    each image at most THUMBNAIL_SIZE a side (None in index.json: it did not decode for a thumbnail)
 
 A multi-label model's image is misclassified when its most likely label is none of its own.
@@ -40,15 +41,16 @@ class Found:
             self.thumbnails.append(image_check.thumbnail(encoded, THUMBNAIL_SIZE, MAX_PIXELS))
 
 
-def write(found: Found, examined: int, out_dir: str, write_file) -> Dict[str, Any]:
-    """index.json and the thumbnails into out_dir with write_file(path, bytes) (local or gs://); returns the index."""
+def write(found: Found, examined: int, reading_on: float, out_dir: str, write_file) -> Dict[str, Any]:
+    """index.json and the thumbnails into out_dir with write_file(path, bytes) (local or gs://); returns the index.
+    reading_on: the seconds the pass read on for this record alone, after the explanations' sample was settled."""
     images = []
     for n, (row, png) in enumerate(zip(found.rows, found.thumbnails), start=1):
         name = f"{n:05d}.png" if png else None
         if png:
             write_file(os.path.join(out_dir, name), png)
         images.append({**{k: row[k] for k in ("path", "actual", "predicted", "probability")}, "thumbnail": name})
-    index = {"images": images, "examined": examined, "most": MOST}
+    index = {"images": images, "examined": examined, "most": MOST, "reading_on_seconds": round(reading_on, 2)}
     write_file(os.path.join(out_dir, INDEX_FILE), json.dumps(index, indent=1).encode())
     return index
 
