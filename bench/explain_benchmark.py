@@ -92,7 +92,7 @@ def evaluator_step(root: str, model: str) -> dict:
 
     examples = sorted(glob.glob(os.path.join(root, "pipelines", "*", "ImageExampleGen", "examples", "*")))[-1]
     with tempfile.TemporaryDirectory(prefix="imagepipe-explained-") as out:
-        index = explanations.explain_eval(model, examples, out, explanations.LIMIT)
+        index = explanations.explain_eval(model, examples, out, explanations.LIMIT)["explanations"]
     return {"seconds": index["seconds"], "examined": index["examined"], "images": len(index["images"])}
 
 

@@ -8,14 +8,20 @@ from typing import Any, Dict, List, Optional
 from components.evaluator import results as evaluation_results
 from components.model_card.render import export_rows
 from report import report_data
-from report.report_html import confusion_svg, esc, line_chart, section, table, thumbnail, tiles, unfinished, xy_chart
+from report.report_html import (
+    confusion_svg,
+    esc,
+    line_chart,
+    png_url,
+    section,
+    table,
+    thumbnail,
+    tiles,
+    unfinished,
+    xy_chart,
+)
 from runs import run_text
 from trainer import class_balance, model_trials
-
-MAX_EVAL_EXAMPLES = 2000
-
-
-MAX_MISCLASSIFIED = 36
 
 
 def tuning(components: Dict[str, Dict]) -> str:
@@ -325,7 +331,7 @@ def evaluation(components: Dict[str, Dict]) -> str:
         )
     body += _confusion(names, d.get("confusion"), shares=True)
     body += _confusion(names, d.get("confusion"))
-    body += _misclassified(components)
+    body += _misclassified(d.get("misclassified") or {})
     body += explanations(d.get("explanations") or {})
     test = d.get("test")
     if test:
@@ -653,25 +659,26 @@ def _threshold_views(views: Dict[str, Any], split: str, curves: bool = True) -> 
     return body
 
 
-def _misclassified(components: Dict[str, Dict]) -> str:
-    """The eval images the trained model gets wrong."""
-    model_uri = (components.get("Trainer", {}).get("outputs", {}).get("model") or [None])[0]
-    examples_uri = (components.get("ImageExampleGen", {}).get("outputs", {}).get("examples") or [None])[0]
-    found = (
-        model_uri
-        and examples_uri
-        and report_data.misclassified(model_uri, examples_uri, MAX_EVAL_EXAMPLES, MAX_MISCLASSIFIED)
-    )
-    if not found:
+def _misclassified(listed: Dict[str, Any]) -> str:
+    """The eval images the trained model gets wrong, as the Evaluator recorded them (components/evaluator/
+    misclassified.py)."""
+    if not listed:
         return ""
-    wrong, seen = found
-    if not wrong:
-        return f"<h3>Misclassified eval images</h3><p>None among the {seen:,} eval images checked.</p>"
+    if not listed["images"]:
+        return f"<h3>Misclassified eval images</h3><p>None among the {listed['examined']:,} eval images checked.</p>"
+
+    def src(name: Optional[str]) -> Optional[str]:
+        try:
+            with open(os.path.join(listed["folder"], name), "rb") as f:
+                return png_url(f.read())
+        except (OSError, TypeError):  # no thumbnail: the image did not decode
+            return None
+
     tiles_ = [
-        {"src": thumbnail(w["image"]), "caption": f"{w['actual']} → {w['predicted']} ({w['probability']:.2f})"}
-        for w in wrong
+        {"src": src(w["thumbnail"]), "caption": f"{w['actual']} → {w['predicted']} ({w['probability']:.2f})"}
+        for w in listed["images"]
     ]
     return (
         f'<h3>Misclassified eval images</h3><p class="muted">true class → predicted (probability); '
-        f"the first {len(wrong)} of the {seen:,} eval images checked.</p>" + tiles(tiles_)
+        f"the first {len(tiles_)} of the {listed['examined']:,} eval images checked.</p>" + tiles(tiles_)
     )

@@ -1,6 +1,6 @@
 """What the HTML report shows beyond run_summary's details, read from a run's artifacts: the
 quarantine list, TFDV's anomaly, schema and statistics protos, the training log, the Evaluator's
-threshold, and the eval images the trained model gets wrong. report.py only presents them.
+threshold. report.py only presents them (the eval images the model gets wrong are the Evaluator's record).
 """
 
 import glob
@@ -10,8 +10,6 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-from images import feature_keys as keys
-from prediction.image_inputs import byte_batches
 from storage.files import is_remote
 from storage.spreadsheet import read_rows
 from trainer.artifact_files import TRAINING_LOG
@@ -76,43 +74,3 @@ def statistics(statistics_uri: str) -> Iterator[Tuple[str, Any]]:
 def training_log(model_run: str) -> Dict[str, Any]:
     with open(os.path.join(model_run, TRAINING_LOG)) as f:
         return json.load(f)
-
-
-def misclassified(model_uri: str, examples_uri: str, examples: int, keep: int) -> Optional[Tuple[List[Dict], int]]:
-    """Runs the trained model on up to `examples` eval records, until it has got `keep` wrong; (those, each
-    {'image': encoded bytes, 'actual', 'predicted', 'probability'}, how many it checked), or None
-    without eval records."""
-    import tensorflow as tf  # TensorFlow (~4 s): only a run with a trained model needs it
-
-    files = sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz")))
-    if not files:
-        return None
-    serve = tf.saved_model.load(os.path.join(model_uri, "Format-Serving")).signatures["serving_examples"]
-    wrong, seen = [], 0
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(examples).as_numpy_iterator()
-    for batch in byte_batches(records, max_items=128):  # streamed: eval images may be full-size photos
-        if len(wrong) == keep:
-            break  # the images after them are not shown (at 224 px, 2,000 records took ~24 s)
-        batch = tf.constant(batch)
-        out = serve(examples=batch)
-        parsed = tf.io.parse_example(
-            batch,
-            {
-                keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
-                keys.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
-                keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
-            },
-        )
-        for i, predicted in enumerate(out["predicted_class"].numpy()):
-            seen += 1
-            actual = parsed[keys.LABEL_TEXT][i].numpy()
-            if predicted != actual and len(wrong) < keep:
-                wrong.append(
-                    {
-                        "image": parsed[keys.ENCODED][i].numpy(),
-                        "actual": actual.decode(),
-                        "predicted": predicted.decode(),
-                        "probability": float(out["predicted_probability"][i].numpy()),
-                    }
-                )
-    return wrong, seen

@@ -63,7 +63,11 @@ def _fmt(value) -> str:
 def thumbnail(data: bytes, size: int = 80, max_pixels: int = MAX_PIXELS) -> Optional[str]:
     """A data: URL of a small PNG of the image, or None when it does not decode or is over the pixel bound that
     ingestion applies (image_check.thumbnail)."""
-    png = image_check.thumbnail(data, size, max_pixels)
+    return png_url(image_check.thumbnail(data, size, max_pixels))
+
+
+def png_url(png: Optional[bytes]) -> Optional[str]:
+    """A data: URL of PNG bytes (None: None)."""
     return png and "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 

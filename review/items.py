@@ -1,8 +1,8 @@
 """What a run lists for review, most useful first: an image once, with every reason it is listed.
 
 Order: likely label errors (DataHealth's confident-learning rank: the most likely first), near-duplicate groups
-whose copies disagree on the label or straddle train and eval, misclassified eval images (the Evaluator's
-explained sample), outliers and poor images, then, given `imagepipe predict`'s output, the predictions it was
+whose copies disagree on the label or straddle train and eval, misclassified eval images (the first ones the
+Evaluator recorded), outliers and poor images, then, given `imagepipe predict`'s output, the predictions it was
 unsure of. Each item: its image (a file under the run's data root, or a predicted file as predict listed it), the
 label it was given, what the model or the check suggests and how sure, why it is listed.
 """
@@ -12,7 +12,8 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from components.evaluator.explanations import EXPLANATIONS_DIR, INDEX_FILE
+from components.evaluator import misclassified as eval_misclassified
+from components.evaluator.results import INDEX_FILE
 from components.example_gen import NEAR_DUPLICATES_FILE
 from components.health import LABEL_ISSUES_FILE, OUTLIERS_FILE
 from storage import files as fs
@@ -128,19 +129,18 @@ def _add_conflicts(found: Items, report: Optional[str]) -> None:
 
 
 def _add_misclassified(found: Items, evaluation: Optional[str]) -> None:
-    """The eval images the model got wrong (the Evaluator's explanations/index.json)."""
-    index = _json(evaluation, os.path.join(EXPLANATIONS_DIR, INDEX_FILE)) or {}
+    """The eval images the model got wrong (the Evaluator's misclassified/index.json)."""
+    index = _json(evaluation, os.path.join(eval_misclassified.MISCLASSIFIED_DIR, INDEX_FILE)) or {}
     for image in index.get("images", []):
-        if not image.get("correct", True):
-            found.add(
-                MISCLASSIFIED,
-                image["path"],
-                f"misclassified in eval: the model says {image['predicted']} at {image['probability']:.2f}",
-                split="eval",
-                given=image["actual"],
-                suggested=image["predicted"],
-                confidence=image["probability"],
-            )
+        found.add(
+            MISCLASSIFIED,
+            image["path"],
+            f"misclassified in eval: the model says {image['predicted']} at {image['probability']:.2f}",
+            split="eval",
+            given=image["actual"],
+            suggested=image["predicted"],
+            confidence=image["probability"],
+        )
 
 
 def _add_outliers(found: Items, health: Optional[str]) -> None:

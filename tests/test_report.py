@@ -74,6 +74,56 @@ def test_report_renders_in_a_real_browser(runs):
     assert os.path.getsize(seen["screenshot"]) > 50_000
 
 
+def test_the_misclassified_eval_images_are_the_exported_models_first_mistakes(runs):
+    """The Evaluator records the first misclassified eval images in the pass that picks the explanations' sample: the
+    serving model's own mistakes, in record order, each with its thumbnail; the report and the review page show that
+    record (the report runs no model)."""
+    import glob
+
+    import tensorflow as tf
+    from conftest import model_dir
+    from PIL import Image
+
+    from components.evaluator import misclassified
+    from images import feature_keys as keys
+    from review import items
+
+    _, events, _ = runs
+    summary = events[-1]
+    components = {c["component"]: c for c in summary["components"]}
+    listed = components["Evaluator"]["details"]["misclassified"]
+    serving = tf.saved_model.load(os.path.join(model_dir(summary), "Format-Serving")).signatures["serving_examples"]
+    examples = components["ImageExampleGen"]["outputs"]["examples"][0]
+    files = sorted(glob.glob(os.path.join(examples, "Split-eval", "*.gz")))
+    records = [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    out = serving(examples=tf.constant(records))
+    parsed = tf.io.parse_example(
+        records, {k: tf.io.FixedLenFeature([], tf.string) for k in (keys.LABEL_TEXT, keys.FILENAME)}
+    )
+    wrong = [
+        (path.decode(), actual.decode(), predicted.decode(), float(probability))
+        for path, actual, predicted, probability in zip(
+            parsed[keys.FILENAME].numpy(),
+            parsed[keys.LABEL_TEXT].numpy(),
+            out["predicted_class"].numpy(),
+            out["predicted_probability"].numpy(),
+        )
+        if predicted != actual
+    ]
+    assert 0 < len(wrong) < misclassified.MOST  # 3 epochs on 300 digits: some wrong, all of them listed
+    assert listed["examined"] == len(records) == 60 and listed["most"] == misclassified.MOST
+    assert [(i["path"], i["actual"], i["predicted"]) for i in listed["images"]] == [w[:3] for w in wrong]
+    for image, (*_, probability) in zip(listed["images"], wrong):
+        assert image["probability"] == pytest.approx(probability, rel=1e-4)
+        with Image.open(os.path.join(listed["folder"], image["thumbnail"])) as thumbnail:
+            assert thumbnail.format == "PNG" and max(thumbnail.size) <= misclassified.THUMBNAIL_SIZE
+    text = open(summary["report"], encoding="utf-8").read()
+    assert f"the first {len(wrong)} of the 60 eval images checked" in text
+    assert text.count("data:image/png;base64,") >= len(wrong)
+    reviewed = [i for i in items.from_run(summary).items if items.MISCLASSIFIED in i["kinds"]]
+    assert sorted(i["path"] for i in reviewed) == sorted(w[0] for w in wrong)
+
+
 def test_failed_run_gets_a_report_of_what_completed(runs):
     root, _, failed = runs
     assert failed.returncode == 1

@@ -9,6 +9,7 @@ metrics.py       per-class recall and precision and balanced accuracy as TFMA me
 multi_label.py   a multi-label model's configuration, per-label thresholds and gate
 views.py         precision, recall and coverage at confidence thresholds (plain Python)
 explanations.py  where the model looked, on a sample of eval images, for the report
+misclassified.py  the first misclassified eval images, found in the explanations' pass, for the report and review
 results.py       what the Evaluator found, read back from its artifact (the summary, the card, the report)
 """
 

@@ -282,7 +282,7 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         )
         if gate:
             io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
-        self._explain(candidate, examples, evaluation, exec_properties, multi_label=multi_label)
+        self._look_at_eval_images(candidate, examples, evaluation, exec_properties, multi_label=multi_label)
         if not names:
             return  # a model that does not record its classes (older versions): no views
         if not multi_label:
@@ -339,25 +339,28 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         return found
 
     @staticmethod
-    def _explain(candidate, examples, evaluation, exec_properties, multi_label: bool) -> None:
-        """Where the model looked on a sample of eval images (components/evaluator/explanations.py), for the report. An
-        explanation that fails is logged and left out: it blesses nothing."""
+    def _look_at_eval_images(candidate, examples, evaluation, exec_properties, multi_label: bool) -> None:
+        """The first misclassified eval images (components/evaluator/misclassified.py) and where the model looked on a
+        sample of them (components/evaluator/explanations.py), for the report, in one pass of the exported model.
+        A pass that fails is logged and left out: it blesses nothing."""
         limit = exec_properties.get(EXPLANATIONS)
         limit = eval_explanations.LIMIT if limit is None else int(limit)
-        if limit <= 0:
-            return
         try:
             found = eval_explanations.explain_eval(
-                path_utils.serving_model_path(candidate.uri),
-                examples.uri,
-                os.path.join(evaluation.uri, eval_explanations.EXPLANATIONS_DIR),
-                limit,
-                multi_label,
+                path_utils.serving_model_path(candidate.uri), examples.uri, evaluation.uri, limit, multi_label
             )
-            logging.info("Evaluator: explained %d eval images in %.1f s", len(found["images"]), found["seconds"])
+            listed, explained = found["misclassified"], found["explanations"]
+            logging.info(
+                "Evaluator: %d of the first %d eval images misclassified; %d explained",
+                len(listed["images"]),
+                listed["examined"],
+                len(explained.get("images", [])),
+            )
         except Exception as e:  # noqa: BLE001 - the report says there are none; the evaluation stands
             logging.warning(
-                "Evaluator: no explanations (%s: %s)", type(e).__name__, (str(e).splitlines() or [""])[0][:200]
+                "Evaluator: no misclassified images or explanations (%s: %s)",
+                type(e).__name__,
+                (str(e).splitlines() or [""])[0][:200],
             )
 
     @staticmethod

@@ -11,6 +11,9 @@ explain.STEPS forward and backward passes of the model. Written to the evaluatio
   NNNNN.png           each image's map over the image as the model saw it (grey)
   class-NNN.png       per predicted class, the mean map of its correctly classified images: "where the model looks"
 
+The same pass records the first misclassified eval images for the report (misclassified.py), read on until that
+record is settled too (at most MAX_EXAMINED records in all); with `limit` 0 it does only that.
+
 A multi-label model's image is explained for its most likely label, correct when that label is one of its own.
 """
 
@@ -18,16 +21,17 @@ import io
 import json
 import os
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, NamedTuple
 
 import numpy as np
 
 from components.evaluator import Blessing
+from components.evaluator import misclassified as eval_misclassified
+from components.evaluator.results import INDEX_FILE, folder_index
 from images import feature_keys as keys
 from trainer import explain
 
 EXPLANATIONS_DIR = "explanations"
-INDEX_FILE = "index.json"
 MAX_EXAMINED = 2000  # eval records classified to find the sample (full-size photos: streamed, batch by batch)
 LIMIT = Blessing.explanations  # images explained by default (--explanations; 0: none)
 OVERLAY_SIZE = 128
@@ -58,35 +62,54 @@ def settled(wrong: int, right: Dict[str, int], limit: int, classes: List[str]) -
     return wrong >= wanted_wrong and all(right.get(c, 0) >= wanted_right for c in classes)
 
 
-def explain_eval(model_dir: str, examples_uri: str, out_dir: str, limit: int, multi_label: bool = False) -> Dict:
+def explain_eval(model_dir: str, examples_uri: str, evaluation_uri: str, limit: int, multi_label: bool = False) -> Dict:
     """Explains up to `limit` eval images of `examples_uri` (ImageExampleGen's output) with the SavedModel at
-    model_dir into out_dir; returns index.json's dict."""
+    model_dir into the evaluation's explanations/ folder (nothing there when limit is 0), and records the first
+    misclassified ones into its misclassified/ folder; returns {"explanations": index.json's dict or {},
+    "misclassified": misclassified.py's index}."""
     # TensorFlow (~5 s): the run summary and the review page import this module, not to explain
     import tensorflow as tf
 
     started = time.monotonic()
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
     explainer = explain.Explainer(model_dir)
-    rows, images = _classify(explainer, files, limit, multi_label)
-    chosen = sample(rows, limit)
-    tf.io.gfile.makedirs(out_dir)  # local or gs:// (the evaluation artifact's folder)
-    shown, per_class = _explain_chosen(explainer, rows, images, chosen, out_dir)
+    read = _classify(explainer, files, limit, multi_label)
+    listed = eval_misclassified.write(
+        read.misclassified,
+        len(read.rows),
+        read.reading_on,
+        _made(os.path.join(evaluation_uri, eval_misclassified.MISCLASSIFIED_DIR)),
+        _write,
+    )
+    if limit <= 0:
+        return {"explanations": {}, "misclassified": listed}
+    out_dir = _made(os.path.join(evaluation_uri, EXPLANATIONS_DIR))
+    shown, per_class = _explain_chosen(explainer, read.rows, read.images, sample(read.rows, limit), out_dir)
     classes = _class_maps(per_class, out_dir)
     index = {
         "method": f"integrated gradients ({explain.METHOD}, {explain.STEPS} steps)",
         "images": shown,
         "classes": classes,
-        "examined": len(rows),
+        "examined": read.sampled_from,
         "limit": limit,
-        "seconds": round(time.monotonic() - started, 2),
+        # what the explanations cost: the pass but its reading on for the misclassified record (misclassified.py)
+        "seconds": round(time.monotonic() - started - read.reading_on, 2),
     }
     _write(os.path.join(out_dir, INDEX_FILE), json.dumps(index, indent=1).encode())
-    return index
+    return {"explanations": index, "misclassified": listed}
 
 
-def _classify(explainer, files: List[str], limit: int, multi_label: bool):
-    """Eval records classified in order until sample() is settled, MAX_EXAMINED at most: (a row each, the pixels of
-    the rows sample() may choose, by row)."""
+class _Classified(NamedTuple):
+    rows: List[Dict[str, Any]]  # a row each, in record order
+    images: Dict[int, np.ndarray]  # the pixels (as the model sees them) of the rows sample() may choose, by row
+    misclassified: "eval_misclassified.Found"
+    sampled_from: int  # the rows read when sample() was settled (every row when it never was)
+    reading_on: float  # seconds spent reading on after that, for the misclassified record alone
+
+
+def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Classified:
+    """Eval records classified in order until sample() and the misclassified record are settled, MAX_EXAMINED at
+    most."""
     # TensorFlow: as in explain_eval
     import tensorflow as tf
 
@@ -99,25 +122,28 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
         keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
         labels_key: tf.io.VarLenFeature(tf.string),
     }
-    rows, images = [], {}  # images: the pixels (as the model sees them) of the rows sample() may choose, by row
-    wrong, right = 0, {}
+    read = _Classified([], {}, eval_misclassified.Found(), 0, 0.0)
+    wrong, right, sampled_from = 0, {}, None
     records = tf.data.TFRecordDataset(files, compression_type=features.compression(files)).take(MAX_EXAMINED).batch(64)
     for batch in records:
         if settled(wrong, right, limit, explainer.class_names):
-            break
+            sampled_from = len(read.rows) if sampled_from is None else sampled_from
+            if read.misclassified.settled():
+                break
+        batch_started = time.monotonic()
         parsed = tf.io.parse_example(batch, spec)
-        pixels = explainer.pixels(list(parsed[keys.ENCODED].numpy()))
-        probabilities = explainer.probabilities(pixels)
+        encoded = parsed[keys.ENCODED].numpy()
+        pixels = explainer.pixels(list(encoded))
         actual = tf.RaggedTensor.from_sparse(parsed[labels_key]).to_list()
-        for i, row in enumerate(probabilities):
+        for i, row in enumerate(explainer.probabilities(pixels)):
             names = [n.decode("utf-8", "replace") for n in actual[i]]
             predicted = explainer.class_names[int(row.argmax())]
             correct = predicted in names
             if (not correct and wrong < limit) or (correct and right.get(predicted, 0) < limit):
-                images[len(rows)] = pixels[i]
+                read.images[len(read.rows)] = pixels[i]
                 wrong += not correct
                 right[predicted] = right.get(predicted, 0) + correct
-            rows.append(
+            read.rows.append(
                 {
                     "path": parsed[keys.FILENAME][i].numpy().decode("utf-8", "replace"),
                     "actual": ";".join(names),
@@ -127,7 +153,10 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool):
                     "id": int(row.argmax()),
                 }
             )
-    return rows, images
+            read.misclassified.add(read.rows[-1], encoded[i])
+        if sampled_from is not None:
+            read = read._replace(reading_on=read.reading_on + time.monotonic() - batch_started)
+    return read._replace(sampled_from=len(read.rows) if sampled_from is None else sampled_from)
 
 
 def _explain_chosen(explainer, rows: List[Dict[str, Any]], images, chosen: List[int], out_dir: str):
@@ -162,6 +191,14 @@ def _class_maps(per_class: Dict[str, list], out_dir: str) -> List[Dict[str, Any]
     return classes
 
 
+def _made(folder: str) -> str:
+    # TensorFlow's gfile (local or gs://): as in explain_eval
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(folder)  # the evaluation artifact's folder
+    return folder
+
+
 def _write(path: str, data: bytes) -> None:
     # TensorFlow's gfile (local or gs://): as in explain_eval
     import tensorflow as tf
@@ -172,10 +209,5 @@ def _write(path: str, data: bytes) -> None:
 
 def read_index(evaluation_uri: str) -> Dict[str, Any]:
     """index.json of an evaluation's explanations (with "folder": where its images are), or {} when it has none
-    (--explanations 0, an older run). Local files only: what the run summary and the report read."""
-    folder = os.path.join(evaluation_uri, EXPLANATIONS_DIR)
-    path = os.path.join(folder, INDEX_FILE)
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return {**json.load(f), "folder": folder}
+    (--explanations 0, an older run)."""
+    return folder_index(evaluation_uri, EXPLANATIONS_DIR)

@@ -149,6 +149,20 @@ def json_file(folder: str, name: str) -> Optional[Dict[str, Any]]:
         return json.loads(f.read())
 
 
+INDEX_FILE = "index.json"  # what a folder of the evaluation's images holds (explanations/, misclassified/)
+
+
+def folder_index(evaluation_uri: str, folder_name: str) -> Dict[str, Any]:
+    """index.json of a folder of the evaluation's images (explanations/, misclassified/), with "folder": where the
+    images are; {} when it has none. Local files only: what the run summary, the report and the review page read."""
+    folder = os.path.join(evaluation_uri, folder_name)
+    path = os.path.join(folder, INDEX_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {**json.load(f), "folder": folder}
+
+
 def class_gate(evaluation_uri: str) -> Optional[Dict[str, Any]]:
     """class_gate.json (components/evaluator/executor.py): the classes judged, their counts, what was compared."""
     return json_file(evaluation_uri, CLASS_GATE_FILE)
