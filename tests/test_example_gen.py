@@ -260,6 +260,44 @@ def test_worker_processes_only_for_inputs_worth_them():
         assert executor.local_processes(others, files(5000, 3 << 20)) == 1  # Beam's workers ingest inline
 
 
+def test_ingestion_signs_on_one_blas_thread_and_gives_the_process_its_threads_back(tmp_path, monkeypatch):
+    """Each ingestion process has its core (a worker per core, or Beam's): a batch runs numpy's matrix products (the
+    near-duplicate signatures) on one BLAS thread, where OpenBLAS would start a thread per core in every process, and
+    the process's own setting is back afterwards (the executor's process runs the DAG's other stages)."""
+    from PIL import Image
+    from threadpoolctl import threadpool_info
+
+    from components.example_gen.ingest_defaults import Ingestion
+    from components.example_gen.writing import batch_ingest
+    from images.finding.listing import Candidate
+    from images.near_duplicates import signature
+
+    def blas_threads():
+        return sorted({lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"})
+
+    seen, sign = [], signature.signatures
+
+    def spied(thumbnails):  # the real signatures, and the BLAS threads they ran on
+        seen.append(blas_threads())
+        return sign(thumbnails)
+
+    monkeypatch.setattr(signature, "signatures", spied)
+    before = blas_threads()
+    candidates = []
+    for n in range(3):
+        path = tmp_path / "a" / f"{n}.jpg"
+        path.parent.mkdir(exist_ok=True)
+        Image.new("RGB", (80, 60), (40 * n, 90, 200)).save(path)
+        candidates.append(Candidate(str(path), f"a/{n}.jpg", "a", None, path.stat().st_size))
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    settings = batch_ingest.Settings(Ingestion(), str(staging), {"a": 0}, ["train"])
+    result = batch_ingest.ingest_batch(candidates, settings)
+    assert len(result.metas) == 3 and all(m.signature for m in result.metas)
+    assert seen == [[batch_ingest.BLAS_THREADS]] * 3
+    assert blas_threads() == before
+
+
 def test_parallel_and_inline_ingestion_write_the_same_examples(messy, messy_run, tmp_path):
     root, _ = messy
     # Beam's multi_processing mode: the DoFn ingests inline (no worker pool of its own).

@@ -14,6 +14,8 @@ import json
 import uuid
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from threadpoolctl import threadpool_limits
+
 from components.example_gen.ingest_defaults import Ingestion
 from components.example_gen.splitting import stratify
 from images import example_codec, tfrecord_io
@@ -176,8 +178,19 @@ def inspect(c: Candidate, settings: Settings) -> Inspected:
     return Inspected(None, data, info, stored, stored_info)
 
 
+# BLAS threads an ingestion process runs numpy's matrix products on (the signatures': images/near_duplicates/
+# signature.py). Each process already has its core (a worker per core here, Beam's per core elsewhere), and
+# OpenBLAS's default of a thread per core made two workers on two cores run four spinning threads.
+BLAS_THREADS = 1
+
+
 def ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult:
     """Validates every candidate and writes the good ones, as tf.Examples, to staging shards."""
+    with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):  # ~1.5 ms a batch; the limit is undone after
+        return _ingest_batch(candidates, settings)
+
+
+def _ingest_batch(candidates: List[Candidate], settings: Settings) -> BatchResult:
     writers: Dict[str, ShardWriter] = {}
     result = BatchResult([], [], [], collections.Counter(), collections.Counter(), collections.Counter(), [], [], [])
     batch_key = (
