@@ -5,9 +5,10 @@
 
 Each measurement is a fresh process running the stage's executor on the inputs and parameters of the root's last
 Evaluator execution (bench/kept_stage.py), with the eval config that tree's pipeline would compile (so a change of
-metrics is measured) and `--explanations` eval images explained (0 by default: TFMA's part alone). The trees take
-turns, `--rounds` times; the table gives each one's seconds (min/median/max), the process tree's peak, and what the
-evaluation says (accuracy, cross-entropy, eval images, blessed), which must agree.
+metrics is measured) and `--explanations` eval images explained (0 by default: TFMA's part and the pass that
+records the misclassified eval images, components/evaluator/misclassified.py; a tree before a122aca has no such
+pass). The trees take turns, `--rounds` times; the table gives each one's seconds (min/median/max), the process
+tree's peak, and what the evaluation says (accuracy, cross-entropy, eval images, blessed), which must agree.
 """
 
 import importlib
@@ -88,7 +89,10 @@ def main() -> None:
         lambda root, args: measure(root, args.explanations),
         lambda root, trees, args: compare(root, trees, args.rounds, args.explanations),
         lambda parser: parser.add_argument(
-            "--explanations", type=int, default=0, help="eval images explained (0: TFMA's part alone)"
+            "--explanations",
+            type=int,
+            default=0,
+            help="eval images explained (0: none; the misclassified pass still runs)",
         ),
         rounds=3,
     )
