@@ -139,7 +139,10 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Cl
             names = [n.decode("utf-8", "replace") for n in actual[i]]
             predicted = explainer.class_names[int(row.argmax())]
             correct = predicted in names
-            if (not correct and wrong < limit) or (correct and right.get(predicted, 0) < limit):
+            # Pixels only until the sample is settled: sample() takes none of the rows read on after it.
+            if sampled_from is None and (
+                (not correct and wrong < limit) or (correct and right.get(predicted, 0) < limit)
+            ):
                 read.images[len(read.rows)] = pixels[i]
                 wrong += not correct
                 right[predicted] = right.get(predicted, 0) + correct
