@@ -393,11 +393,7 @@ def explanations(found: Dict[str, Any]) -> str:
         return ""
 
     def src(name: str):
-        try:
-            with open(os.path.join(found["folder"], name), "rb") as f:
-                return thumbnail(f.read(), size=128)
-        except OSError:
-            return None
+        return _image_url(found["folder"], name, lambda data: thumbnail(data, size=128))
 
     body = (
         f'<h3 id="explanations">Where the model looked</h3><p class="muted">{esc(found["method"])} for the '
@@ -667,18 +663,25 @@ def _misclassified(listed: Dict[str, Any]) -> str:
     if not listed["images"]:
         return f"<h3>Misclassified eval images</h3><p>None among the {listed['examined']:,} eval images checked.</p>"
 
-    def src(name: Optional[str]) -> Optional[str]:
-        try:
-            with open(os.path.join(listed["folder"], name), "rb") as f:
-                return png_url(f.read())
-        except (OSError, TypeError):  # no thumbnail: the image did not decode
-            return None
-
     tiles_ = [
-        {"src": src(w["thumbnail"]), "caption": f"{w['actual']} → {w['predicted']} ({w['probability']:.2f})"}
+        {
+            # no thumbnail: the image did not decode
+            "src": w["thumbnail"] and _image_url(listed["folder"], w["thumbnail"], png_url),
+            "caption": f"{w['actual']} → {w['predicted']} ({w['probability']:.2f})",
+        }
         for w in listed["images"]
     ]
     return (
         f'<h3>Misclassified eval images</h3><p class="muted">true class → predicted (probability); '
         f"the first {len(tiles_)} of the {listed['examined']:,} eval images checked.</p>" + tiles(tiles_)
     )
+
+
+def _image_url(folder: str, name: str, as_url) -> Optional[str]:
+    """as_url(the bytes) of an image the Evaluator wrote into `folder` (explanations/, misclassified/), None where it
+    cannot be read."""
+    try:
+        with open(os.path.join(folder, name), "rb") as f:
+            return as_url(f.read())
+    except OSError:
+        return None

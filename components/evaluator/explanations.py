@@ -122,13 +122,13 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Cl
         keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
         labels_key: tf.io.VarLenFeature(tf.string),
     }
-    read = _Classified([], {}, eval_misclassified.Found(), 0, 0.0)
-    wrong, right, sampled_from = 0, {}, None
+    rows, images, found = [], {}, eval_misclassified.Found()
+    wrong, right, sampled_from, reading_on = 0, {}, None, 0.0
     records = tf.data.TFRecordDataset(files, compression_type=features.compression(files)).take(MAX_EXAMINED).batch(64)
     for batch in records:
         if settled(wrong, right, limit, explainer.class_names):
-            sampled_from = len(read.rows) if sampled_from is None else sampled_from
-            if read.misclassified.settled():
+            sampled_from = len(rows) if sampled_from is None else sampled_from
+            if found.settled():
                 break
         batch_started = time.monotonic()
         parsed = tf.io.parse_example(batch, spec)
@@ -143,10 +143,10 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Cl
             if sampled_from is None and (
                 (not correct and wrong < limit) or (correct and right.get(predicted, 0) < limit)
             ):
-                read.images[len(read.rows)] = pixels[i]
+                images[len(rows)] = pixels[i]
                 wrong += not correct
                 right[predicted] = right.get(predicted, 0) + correct
-            read.rows.append(
+            rows.append(
                 {
                     "path": parsed[keys.FILENAME][i].numpy().decode("utf-8", "replace"),
                     "actual": ";".join(names),
@@ -156,10 +156,10 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Cl
                     "id": int(row.argmax()),
                 }
             )
-            read.misclassified.add(read.rows[-1], encoded[i])
+            found.add(rows[-1], encoded[i])
         if sampled_from is not None:
-            read = read._replace(reading_on=read.reading_on + time.monotonic() - batch_started)
-    return read._replace(sampled_from=len(read.rows) if sampled_from is None else sampled_from)
+            reading_on += time.monotonic() - batch_started
+    return _Classified(rows, images, found, len(rows) if sampled_from is None else sampled_from, reading_on)
 
 
 def _explain_chosen(explainer, rows: List[Dict[str, Any]], images, chosen: List[int], out_dir: str):
