@@ -552,3 +552,31 @@ def test_a_pace_probe_holds_only_its_own_few_batches(tmp_path):
             [y.numpy() for _, y in input_pipeline.make_dataset([], hp, True, shared_records=shared)]
         )
         assert len(training) == 40 and not np.array_equal(training, np.arange(40) % 3)  # training still shuffles
+
+
+@pytest.mark.parametrize("balance", ["off", "sampling"])
+def test_a_head_fitted_on_features_depends_on_its_own_fit_alone(balance):
+    """The operating point's heads on cached features (the folds, then the refit) are fitted one after the other on
+    one compiled head (trainer/task.py _HeadFits): a fit's weights are those the same fit gives first thing on a new
+    one, to the bit, whatever was fitted before it (nothing of the weights, the optimizer or the dropout's random
+    state carries over)."""
+    from trainer import class_balance, task
+
+    rng = np.random.default_rng(0)
+    labels = rng.choice(3, size=150, p=[0.6, 0.3, 0.1])
+    vectors = rng.normal(size=(150, 24)).astype(np.float32)
+    vectors[np.arange(150), labels] += 2.0  # a learnable signal: the fits move far from where they start
+    hp = HParams(model="efficientnet_lite0", batch_size=16, dropout=0.3, head_units=8)  # two dropout layers
+    balancing = class_balance.plan(balance, list(np.bincount(labels, minlength=3)), ["a", "b", "c"])
+
+    def weights(head):
+        return [w.copy() for w in head.get_weights()]
+
+    after_others = task._HeadFits(hp, 3, 24, balancing)
+    first = weights(after_others.fit(vectors[:100], labels[:100], 6, seed=1))
+    second = weights(after_others.fit(vectors[50:], labels[50:], 4, seed=2))
+    for fitted, (rows, epochs, seed) in ((second, (slice(50, None), 4, 2)), (first, (slice(None, 100), 6, 1))):
+        alone = weights(task._HeadFits(hp, 3, 24, balancing).fit(vectors[rows], labels[rows], epochs, seed))
+        for a, b in zip(fitted, alone, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(first[0], second[0])  # two fits, two heads

@@ -735,35 +735,57 @@ def _train_features(inputs: _Inputs):
 FIT_STEPS_PER_CALL = 32
 
 
-def _fit_head(inputs: _Inputs, vectors, labels, epochs: int, seed: int):
-    """A head trained on these features as the Trainer trains one (its class weights, initial bias, learning rate,
-    batch) for `epochs`, outside any strategy."""
-    hp, balancing = inputs.hp, inputs.balancing
-    counts = np.bincount(labels[labels >= 0], minlength=inputs.num_classes)
-    # class-balanced batches are weighed as loss weights here (the same in expectation)
-    weights = balancing.get("weights") or (
-        class_balance.loss_weights(list(counts)) if balancing["mode"] == "sampling" else None
-    )
-    keras.utils.set_random_seed(seed)
-    head = models.head(inputs.num_classes, inputs.source["dim"], hp)
-    models.set_output_bias(head, balancing["initial_bias"])
-    models.compile_model(head, hp, metrics=False, steps_per_call=FIT_STEPS_PER_CALL)
-    # The epochs as one stream of batches, reshuffled each epoch (a last short batch each, as Keras's): Keras makes a
-    # new iterator of its input each epoch, which was most of a fold's time (3x as fast; other shuffles than Keras's).
-    weighed = np.asarray(weights, np.float32)[np.clip(labels, 0, None)] if weights else np.ones(len(labels), np.float32)
-    batches = (
-        tf.data.Dataset.from_tensor_slices((vectors, labels, weighed))
-        .shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
-        .batch(hp.batch_size)
-        .repeat(epochs)
-    )
-    head.fit(batches, epochs=1, shuffle=False, verbose=0)  # shuffled above (Keras warns of its own on a dataset)
-    return head
+class _HeadFits:
+    """Heads trained on these features as the Trainer trains one (its class weights, initial bias, learning rate,
+    batch), outside any strategy: the folds' and the refit. Each fit starts from what a new head made with its seed
+    starts from (the weights, the dropout's random state) and from a new optimizer's state, put into one compiled
+    head: the same weights to the bit as a new head each (checked), while Keras traces its train and predict steps
+    once instead of once a head (the five folds: about half their time)."""
+
+    def __init__(self, hp: HParams, num_classes: int, dim: int, balancing: dict):
+        self.hp, self.num_classes, self.dim, self.balancing = hp, num_classes, dim, balancing
+        self._head = self._new_head()
+        models.compile_model(self._head, hp, metrics=False, steps_per_call=FIT_STEPS_PER_CALL)
+        self._head.optimizer.build(self._head.trainable_variables)
+        self._optimizer_start = [variable.numpy() for variable in self._head.optimizer.variables]
+
+    def _new_head(self):
+        head = models.head(self.num_classes, self.dim, self.hp)
+        models.set_output_bias(head, self.balancing["initial_bias"])
+        return head
+
+    def fit(self, vectors, labels, epochs: int, seed: int):
+        """The head trained on `vectors` for `epochs` from `seed` (valid until the next fit)."""
+        hp, balancing = self.hp, self.balancing
+        counts = np.bincount(labels[labels >= 0], minlength=self.num_classes)
+        # class-balanced batches are weighed as loss weights here (the same in expectation)
+        weights = balancing.get("weights") or (
+            class_balance.loss_weights(list(counts)) if balancing["mode"] == "sampling" else None
+        )
+        keras.utils.set_random_seed(seed)
+        for variable, start in zip(self._head.variables, self._new_head().variables, strict=True):
+            variable.assign(start)
+        for variable, start in zip(self._head.optimizer.variables, self._optimizer_start, strict=True):
+            variable.assign(start)
+        # The epochs as one stream of batches, reshuffled each epoch (a last short batch each, as Keras's): Keras makes
+        # a new iterator of its input each epoch, which was most of a fold's time (3x as fast; other shuffles than
+        # Keras's).
+        weighed = (
+            np.asarray(weights, np.float32)[np.clip(labels, 0, None)] if weights else np.ones(len(labels), np.float32)
+        )
+        batches = (
+            tf.data.Dataset.from_tensor_slices((vectors, labels, weighed))
+            .shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+            .batch(hp.batch_size)
+            .repeat(epochs)
+        )
+        self._head.fit(batches, epochs=1, shuffle=False, verbose=0)  # shuffled above (Keras warns of its own)
+        return self._head
 
 
-def _out_of_fold(inputs: _Inputs, vectors, labels, epochs: int):
+def _out_of_fold(inputs: _Inputs, fits: _HeadFits, vectors, labels, epochs: int):
     """(the probabilities of every train image from a head that did not train on it, the folds): OUT_OF_FOLD
-    stratified folds (scikit-learn's StratifiedKFold), each head trained on the others (_fit_head)."""
+    stratified folds (scikit-learn's StratifiedKFold), each head trained on the others."""
 
     # scikit-learn (~0.4 s): only out-of-fold predictions (a small train split, on features) use it
     from sklearn.model_selection import StratifiedKFold
@@ -775,7 +797,7 @@ def _out_of_fold(inputs: _Inputs, vectors, labels, epochs: int):
         warnings.simplefilter("ignore")  # a class of fewer images than folds: StratifiedKFold says so, and copes
         folds = list(StratifiedKFold(splits, shuffle=True, random_state=inputs.hp.seed).split(vectors, labels))
     for fold, (fitted, held) in enumerate(folds):
-        head = _fit_head(inputs, vectors[fitted], labels[fitted], epochs, inputs.hp.seed + fold)
+        head = fits.fit(vectors[fitted], labels[fitted], epochs, inputs.hp.seed + fold)
         probabilities[held] = head.predict(vectors[held], batch_size=1024, verbose=0)
     return probabilities, splits
 
@@ -820,10 +842,11 @@ def _choose_operating_point(model, inputs: _Inputs, first_phase: "EpochLog", war
     if not inputs.holdout.empty and inputs.on_features and not fine_tuned and images <= OUT_OF_FOLD_LIMIT:
         kept = best_epoch(first_phase.epochs, inputs.monitor)["epoch"]
         vectors, labels = _train_features(inputs)
-        probabilities, splits = _out_of_fold(inputs, vectors, labels, kept)
+        fits = _HeadFits(hp, inputs.num_classes, inputs.source["dim"], inputs.balancing)
+        probabilities, splits = _out_of_fold(inputs, fits, vectors, labels, kept)
         chosen_on = f"{splits}-fold out-of-fold predictions of all {images:,} train images"
         if not warm_started:  # refitted on every train image for the kept epoch's count (its rare images too)
-            refit = _fit_head(inputs, vectors, labels, kept, inputs.hp.seed)
+            refit = fits.fit(vectors, labels, kept, inputs.hp.seed)
     decision = operating_point.choose(
         probabilities,
         labels,
