@@ -24,22 +24,31 @@ any executor that builds a Beam graph.
   3-6 ms a value once TensorFlow and TFX are loaded (~9,500 modules), ~100 values in a small run, 0.6-0.8 s of its
   ~20 s (timed). The list is made again only when the loaded modules change; each weight is objsize's own.
 
+- A DoFn pickled again to add its windowing. Building each ParDo of a bundle, Beam's worker unpickles the DoFn's
+  data the runner sent, pickles it again (dill, then bz2 at level 9) with the windowing it looked up put in, and the
+  operation then unpickles that twice: ~1.5 ms a ParDo, ~475 ParDos and 0.7-0.8 s of a small run's ~14 s (timed).
+  The worker's pickler now hands the operation the data as sent with the windowing beside it (`_Rewindowed`, which
+  never leaves the process), and each unpickling of it gives what the pickled copy would: the DoFn's data unpickled
+  anew, the windowing put in.
+
 Not cut: Beam's walk over every method of a DoFn (`userstate.get_dofn_specs`, ~0.7 s of a small run). What it finds
 can depend on the instance (a DoFn's `_inspect_process` hook: Beam's runtime type-check wrappers answer for the DoFn
-they wrap), so it cannot be kept by class. Nor the bz2 compression of every pickled DoFn (~0.8 s; its level does not
-matter at these sizes): another format would be read by processes without this module (Beam's multi_processing
-workers, Dataflow).
+they wrap), so it cannot be kept by class. Nor the bz2 compression of each DoFn the graph pickles for its runner
+(its level does not matter at these sizes): another format would be read by processes without this module (Beam's
+multi_processing workers, Dataflow).
 
 Light on purpose: ImageExampleGen's container imports it without TFX's other executors.
 """
 
 import logging
 import sys
+import threading
 import types
 import weakref
 
+from apache_beam.internal import pickler
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.worker import statecache
+from apache_beam.runners.worker import bundle_processor, statecache
 from apache_beam.typehints import decorators
 from dill import _dill
 from objsize import traverse
@@ -54,6 +63,7 @@ def cut_overheads() -> None:
     _remember_signatures()
     _remember_views()
     _list_modules_once()
+    _rewindow_without_pickling()
 
 
 def _quiet_pickler_trace() -> None:
@@ -170,3 +180,56 @@ def _list_modules_once() -> None:
     get_deep_size.listed_once = True
     get_deep_size.original = original
     statecache.get_deep_size = get_deep_size  # the cache calls it through its module
+
+
+class _Rewindowed(bytes):
+    """A DoFn's pickled data as the runner sent it (no windowing in it), with the windowing Beam's worker found for
+    it beside: what the worker would have pickled again. Made and read in this process only."""
+
+    def __new__(cls, sent: bytes, windowing):
+        made = super().__new__(cls, sent)
+        made.windowing = windowing
+        return made
+
+
+class _WorkerPickler:
+    """bundle_processor's pickler: the DoFn data it unpickled, given back with only the windowing put in where the
+    last value is, comes back as a _Rewindowed of the bytes it was read from, not pickled again. Anything else is
+    Beam's pickler's."""
+
+    def __init__(self):
+        self._read = threading.local()  # a thread's last unpickled (bytes, value): bundles are built on many threads
+
+    def __getattr__(self, name):
+        return getattr(pickler, name)
+
+    def loads(self, encoded, *args, **kwargs):
+        value = pickler.loads(encoded, *args, **kwargs)
+        self._read.last = (encoded, value) if type(value) is tuple and value and value[-1] is None else None
+        return value
+
+    def dumps(self, value, *args, **kwargs):
+        last, self._read.last = getattr(self._read, "last", None), None
+        if last is not None and not args and not kwargs and type(value) is tuple:
+            encoded, read = last
+            if len(value) == len(read) and all(new is old for new, old in zip(value[:-1], read[:-1])):
+                return _Rewindowed(encoded, value[-1])
+        return pickler.dumps(value, *args, **kwargs)
+
+
+def _rewindow_without_pickling() -> None:
+    """Beam's worker builds each ParDo without pickling its DoFn again (_WorkerPickler); pickler.loads reads what it
+    gives as the pickled copy would read."""
+    original = pickler.loads
+    if getattr(original, "rewindowed", False):
+        return
+
+    def loads(encoded, *args, **kwargs):
+        if type(encoded) is _Rewindowed:
+            return original(bytes(encoded), *args, **kwargs)[:-1] + (encoded.windowing,)
+        return original(encoded, *args, **kwargs)
+
+    loads.rewindowed = True
+    loads.original = original
+    pickler.loads = loads  # Beam's operations call it through the module
+    bundle_processor.pickler = _WorkerPickler()

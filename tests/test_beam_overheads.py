@@ -1,5 +1,6 @@
 """Beam's per-transform costs cut (components/beam_overheads.py): the same signatures, options, weights and results,
-each plain function's signature and each options view made once, the loaded modules listed once for the weights."""
+each plain function's signature and each options view made once, the loaded modules listed once for the weights,
+no DoFn pickled again by the worker to add its windowing."""
 
 import contextlib
 import functools
@@ -11,11 +12,12 @@ from unittest import mock
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.internal import pickler
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions, StandardOptions, TypeOptions
-from apache_beam.runners.worker import statecache
+from apache_beam.runners.worker import bundle_processor, statecache
 from apache_beam.testing.util import assert_that, equal_to
-from apache_beam.transforms import core, userstate
+from apache_beam.transforms import core, userstate, window
 from apache_beam.transforms.userstate import BagStateSpec
 from apache_beam.typehints import decorators
 from objsize import traverse
@@ -187,3 +189,71 @@ def test_a_graph_with_a_side_input_weighs_it_through_the_cut():
         shifted = numbers | beam.Map(lambda n, extra: n + extra, beam.pvalue.AsSingleton(total))
         assert_that(shifted, equal_to([100 + n for n in range(10)]))
     assert weigh.call_count > 0
+
+
+class _Windowed(beam.DoFn):
+    def process(self, element, win=beam.DoFn.WindowParam):  # noqa: B008 - how Beam declares it
+        yield element, win.start.micros // 1_000_000
+
+
+def _windowed_graph_and_worker_pickles():
+    """A graph whose ParDos need their windowing (fixed windows, a DoFn reading its window, a side input, state):
+    its results checked, and how often Beam's worker pickled a DoFn again while building them."""
+    real_dumps = pickler.dumps
+    again = []
+
+    def dumps(value, *args, **kwargs):
+        callers = (sys._getframe(1), sys._getframe(2))  # the worker's call, or its pickler's (the cut's) for it
+        if any(frame.f_code.co_name == "_create_pardo_operation" for frame in callers):
+            again.append(value)
+        return real_dumps(value, *args, **kwargs)
+
+    with mock.patch.object(pickler, "dumps", dumps), beam.Pipeline() as p:
+        stamped = (
+            p
+            | beam.Create([(n, n * 10) for n in range(6)])
+            | beam.Map(lambda kv: window.TimestampedValue(kv[0], kv[1]))
+            | beam.WindowInto(window.FixedWindows(30))
+        )
+        assert_that(
+            stamped | "which window" >> beam.ParDo(_Windowed()),
+            equal_to([(n, n * 10 // 30 * 30) for n in range(6)]),
+            label="windows",
+        )
+        total = p | "total" >> beam.Create([100]) | beam.CombineGlobally(sum)
+        shifted = stamped | beam.Map(lambda n, extra: n + extra, beam.pvalue.AsSingleton(total, default_value=0))
+        assert_that(shifted, equal_to([100 + n for n in range(6)]), label="side input")  # global: seen by every window
+        kv = p | "pairs" >> beam.Create([("a", "1"), ("a", "2"), ("b", "3")]) | beam.Map(lambda kv: kv)
+        assert_that(kv | beam.ParDo(_Stateful()) | beam.combiners.Count.Globally(), equal_to([3]), label="state")
+    return len(again)
+
+
+def test_the_worker_builds_each_pardo_without_pickling_its_dofn_again():
+    cut_overheads()
+    with (
+        mock.patch.object(bundle_processor, "pickler", pickler),
+        mock.patch.object(pickler, "loads", pickler.loads.original),
+    ):  # Beam as it is: the worker pickles the DoFns again
+        assert _windowed_graph_and_worker_pickles() > 5
+    assert _windowed_graph_and_worker_pickles() == 0  # the same results, with the windowing as Beam found it
+
+
+def test_rewindowed_data_unpickles_as_the_pickled_copy_would():
+    cut_overheads()
+    worker = bundle_processor.pickler
+    sent = pickler.dumps((_Stateful(), (1,), {"k": [2]}, [], None))
+    data = worker.loads(sent)
+    windowing = core.Windowing(window.FixedWindows(5))
+    made = worker.dumps(data[:-1] + (windowing,))
+    assert bytes(made) == sent  # the data as sent: nothing pickled
+    first, second = pickler.loads(made), pickler.loads(made)
+    for read in (first, second):  # each a new copy, the windowing put in
+        assert isinstance(read[0], _Stateful) and read[1:4] == ((1,), {"k": [2]}, []) and read[4] is windowing
+    assert first[0] is not second[0] and first[0] is not data[0] and first[2] is not second[2]
+    # Anything else is pickled: another value, or the same data changed in more than its last place
+    other = worker.dumps((_Stateful(), (1,), {"k": [2]}, [], windowing))
+    assert type(other) is bytes and pickler.loads(other)[4] == windowing
+    data = worker.loads(sent)
+    changed = worker.dumps((data[0], (3,), data[2], data[3], windowing))
+    assert type(changed) is bytes and pickler.loads(changed)[1] == (3,)
+    assert type(worker.dumps(data[:-1] + (windowing,))) is bytes  # only right after the unpickling it matches
