@@ -220,6 +220,45 @@ def test_the_head_trains_across_three_replicas(transfer_runs):
     assert trainer["kept_eval_accuracy"] == pytest.approx(held["argmax"]["accuracy"], abs=1.01 / held["images"])
 
 
+def test_one_load_of_the_serving_model_serves_its_agreement_check_and_its_look_at_eval_images(
+    transfer_runs, tmp_path, monkeypatch
+):
+    """The Evaluator runs the candidate's serving model twice: against its head on the first eval images (on_features)
+    and over the eval images for the report (the misclassified ones, the explanations). It loads it once for both
+    (executor.ServingModelLoader), and both give what they give with a load each."""
+    from tfx.types import artifact_utils, standard_artifacts
+    from tfx.utils import path_utils
+
+    from components.evaluator import explanations, on_features
+    from components.evaluator.executor import ServingModelLoader
+
+    _, plain, _ = transfer_runs
+    examples = standard_artifacts.Examples()
+    examples.uri = component(plain, "ImageExampleGen")["outputs"]["examples"][0]
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    computed = standard_artifacts.Examples()
+    computed.uri = component(plain, "BackboneFeatures")["outputs"]["features"][0]
+    computed.split_names = examples.split_names
+    candidate = standard_artifacts.Model()
+    candidate.uri = model_dir(plain)
+    inputs = {"examples": [examples], "features": [computed], "model": [candidate]}
+    serving = path_utils.serving_model_path(candidate.uri)
+
+    def evaluate(out, load=None):
+        chosen = on_features.choose(inputs, ["eval"], *([load] if load else []))[1]
+        looked = explanations.explain_eval(serving, examples.uri, str(tmp_path / out), 2, load=load)
+        looked["explanations"].pop("seconds")
+        looked["misclassified"].pop("reading_on_seconds")
+        return chosen, looked
+
+    apart = evaluate("apart")
+    loaded, load_model = [], tf.saved_model.load
+    monkeypatch.setattr(tf.saved_model, "load", lambda path, *a, **k: loaded.append(path) or load_model(path, *a, **k))
+    shared = evaluate("shared", ServingModelLoader(serving))
+    assert loaded.count(serving) == 1 and len(loaded) == 2, loaded  # the serving model once, its head once
+    assert shared == apart and apart[0]["on"] == "features" and len(apart[1]["explanations"]["images"]) == 2
+
+
 def test_a_head_that_disagrees_with_its_serving_model_is_not_what_the_evaluator_scores(transfer_runs, tmp_path):
     from tfx.types import artifact_utils, standard_artifacts
 

@@ -59,10 +59,12 @@ class ExplanationsUnavailable(RuntimeError):
 
 
 class Explainer:
-    def __init__(self, model_dir: str):
+    def __init__(self, model_dir: str, load=None):
+        """`load`: what loads the SavedModel (tf.saved_model.load when None); the Evaluator passes one that gives the
+        model it has already loaded (components/evaluator/executor.py: ServingModelLoader)."""
         import tensorflow as tf  # TensorFlow (~4 s): prediction/ imports this module; only an Explainer needs it
 
-        self._model = tf.saved_model.load(model_dir)
+        self._model = (load or tf.saved_model.load)(model_dir)
         if not hasattr(self._model, "pixel_probabilities") or not hasattr(self._model, "image_pixels"):
             raise ExplanationsUnavailable(
                 f"{model_dir}: this model was exported without the functions explanations "

@@ -62,17 +62,19 @@ def settled(wrong: int, right: Dict[str, int], limit: int, classes: List[str]) -
     return wrong >= wanted_wrong and all(right.get(c, 0) >= wanted_right for c in classes)
 
 
-def explain_eval(model_dir: str, examples_uri: str, evaluation_uri: str, limit: int, multi_label: bool = False) -> Dict:
+def explain_eval(
+    model_dir: str, examples_uri: str, evaluation_uri: str, limit: int, multi_label: bool = False, load=None
+) -> Dict:
     """Explains up to `limit` eval images of `examples_uri` (ImageExampleGen's output) with the SavedModel at
     model_dir into the evaluation's explanations/ folder (nothing there when limit is 0), and records the first
     misclassified ones into its misclassified/ folder; returns {"explanations": index.json's dict or {},
-    "misclassified": misclassified.py's index}."""
+    "misclassified": misclassified.py's index}. `load`: what loads the SavedModel (explain.Explainer)."""
     # TensorFlow (~5 s): the run summary and the review page import this module, not to explain
     import tensorflow as tf
 
     started = time.monotonic()
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
-    explainer = explain.Explainer(model_dir)
+    explainer = explain.Explainer(model_dir, load)
     read = _classify(explainer, files, limit, multi_label)
     listed = eval_misclassified.write(
         read.misclassified,

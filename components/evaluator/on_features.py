@@ -11,7 +11,7 @@ sample's largest difference. The explanations, the class gate and the profile st
 
 import json
 import os
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -88,16 +88,16 @@ def sample(examples_uri: str, features_uri: str, images: int = AGREEMENT_IMAGES)
     return Sample(raw, [found[k] for k in wanted] if len(found) == len(keys_wanted) else None)
 
 
-def agreement(model_uri: str, on: Sample) -> float:
+def agreement(model_uri: str, on: Sample, load: Callable[[str], Any] = tf.saved_model.load) -> float:
     """The largest difference between the model's serving probabilities and its head's on the sample's images; inf
-    when an image has no feature record."""
+    when an image has no feature record. `load`: what loads each SavedModel."""
     if not on.raw:
         return 0.0
     if on.features is None:
         return float("inf")
-    serving = tf.saved_model.load(path_utils.serving_model_path(model_uri)).signatures["serving_examples"]
+    serving = load(path_utils.serving_model_path(model_uri)).signatures["serving_examples"]
     served = serving(examples=tf.constant(on.raw))["probabilities"].numpy()
-    head = tf.saved_model.load(path_utils.serving_model_path(os.path.join(model_uri, HEAD_DIR)))
+    head = load(path_utils.serving_model_path(os.path.join(model_uri, HEAD_DIR)))
     by_head = head.signatures["serving_examples"](examples=tf.constant(on.features))["probabilities"]
     return float(np.max(np.abs(served - by_head.numpy())))
 
@@ -121,9 +121,11 @@ def plain(input_dict) -> Dict[str, list]:
     return {k: v for k, v in input_dict.items() if k != FEATURES_KEY}
 
 
-def choose(input_dict, splits: List[str]) -> Tuple[Dict[str, list], Dict[str, Any]]:
+def choose(
+    input_dict, splits: List[str], load: Callable[[str], Any] = tf.saved_model.load
+) -> Tuple[Dict[str, list], Dict[str, Any]]:
     """(the input_dict TFMA reads, what evaluated_on.json records): the heads on the features when they agree with
-    the serving model, else the serving models on the raw examples."""
+    the serving model, else the serving models on the raw examples. `load`: what loads each SavedModel compared."""
     swapped, why = heads(input_dict, splits)
     if swapped is None:
         return plain(input_dict), {"on": "serving model", "why": why}
@@ -135,7 +137,7 @@ def choose(input_dict, splits: List[str]) -> Tuple[Dict[str, list], Dict[str, An
         for m in input_dict.get(k) or []
     ]
     on = sample(examples.uri, computed.uri)  # read once: the same images for every compared model
-    difference = max(agreement(model.uri, on) for model in compared)
+    difference = max(agreement(model.uri, on, load) for model in compared)
     record = {"agreement_images": AGREEMENT_IMAGES, "largest_difference": difference if difference < 1e9 else None}
     if not difference <= AGREEMENT_TOLERANCE:
         why = f"the serving model and its head disagree by {difference:.2g} on the first eval images"
