@@ -220,33 +220,38 @@ def test_the_head_trains_across_three_replicas(transfer_runs):
     assert trainer["kept_eval_accuracy"] == pytest.approx(held["argmax"]["accuracy"], abs=1.01 / held["images"])
 
 
+def _evaluator_inputs(summary):
+    """The Evaluator's inputs in a run (the eval images, the features, the candidate) and its serving model's path."""
+    from tfx.types import artifact_utils, standard_artifacts
+    from tfx.utils import path_utils
+
+    examples = standard_artifacts.Examples()
+    examples.uri = component(summary, "ImageExampleGen")["outputs"]["examples"][0]
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    computed = standard_artifacts.Examples()
+    computed.uri = component(summary, "BackboneFeatures")["outputs"]["features"][0]
+    computed.split_names = examples.split_names
+    candidate = standard_artifacts.Model()
+    candidate.uri = model_dir(summary)
+    inputs = {"examples": [examples], "features": [computed], "model": [candidate]}
+    return inputs, path_utils.serving_model_path(candidate.uri)
+
+
 def test_one_load_of_the_serving_model_serves_its_agreement_check_and_its_look_at_eval_images(
     transfer_runs, tmp_path, monkeypatch
 ):
     """The Evaluator runs the candidate's serving model twice: against its head on the first eval images (on_features)
-    and over the eval images for the report (the misclassified ones, the explanations). It loads it once for both
+    and over the eval images for the report (the explanations). It loads it once for both
     (executor.ServingModelLoader), and both give what they give with a load each."""
-    from tfx.types import artifact_utils, standard_artifacts
-    from tfx.utils import path_utils
-
     from components.evaluator import explanations, on_features
     from components.evaluator.executor import ServingModelLoader
 
-    _, plain, _ = transfer_runs
-    examples = standard_artifacts.Examples()
-    examples.uri = component(plain, "ImageExampleGen")["outputs"]["examples"][0]
-    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
-    computed = standard_artifacts.Examples()
-    computed.uri = component(plain, "BackboneFeatures")["outputs"]["features"][0]
-    computed.split_names = examples.split_names
-    candidate = standard_artifacts.Model()
-    candidate.uri = model_dir(plain)
-    inputs = {"examples": [examples], "features": [computed], "model": [candidate]}
-    serving = path_utils.serving_model_path(candidate.uri)
+    inputs, serving = _evaluator_inputs(transfer_runs[1])
+    examples = inputs["examples"][0].uri
 
     def evaluate(out, load=None):
         chosen = on_features.choose(inputs, ["eval"], *([load] if load else []))[1]
-        looked = explanations.explain_eval(serving, examples.uri, str(tmp_path / out), 2, load=load)
+        looked = explanations.explain_eval(serving, examples, str(tmp_path / out), 2, load=load)
         looked["explanations"].pop("seconds")
         looked["misclassified"].pop("reading_on_seconds")
         return chosen, looked
@@ -257,6 +262,60 @@ def test_one_load_of_the_serving_model_serves_its_agreement_check_and_its_look_a
     shared = evaluate("shared", ServingModelLoader(serving))
     assert loaded.count(serving) == 1 and len(loaded) == 2, loaded  # the serving model once, its head once
     assert shared == apart and apart[0]["on"] == "features" and len(apart[1]["explanations"]["images"]) == 2
+
+
+def test_where_the_heads_were_scored_the_eval_images_are_classified_by_the_head_as_the_serving_model_would(
+    transfer_runs, tmp_path
+):
+    """Where TFMA scored the head on the features, the pass over the eval images (the misclassified ones, the
+    explanations' sample) takes each image's class from the head on its feature record, not from the backbone run
+    again: the same images, classes and sample as the serving model gives, each probability the head's (within the
+    agreement tolerance of the serving model's)."""
+    from components.evaluator import explanations, on_features
+
+    inputs, serving = _evaluator_inputs(transfer_runs[1])
+    examples = inputs["examples"][0].uri
+    scored, record = on_features.choose(inputs, ["eval"])
+    assert record["on"] == "features"
+    by_serving = explanations.explain_eval(serving, examples, str(tmp_path / "serving"), 4)
+    scores = on_features.HeadScores(scored)
+    by_head = explanations.explain_eval(serving, examples, str(tmp_path / "head"), 4, scores=scores)
+
+    def listed(found, part):
+        return [(i["path"], i["actual"], i["predicted"]) for i in found[part]["images"]]
+
+    for part in ("misclassified", "explanations"):
+        assert listed(by_head, part) == listed(by_serving, part) and listed(by_head, part), part
+        assert [i["probability"] for i in by_head[part]["images"]] == pytest.approx(
+            [i["probability"] for i in by_serving[part]["images"]], abs=on_features.AGREEMENT_TOLERANCE
+        )
+    assert by_head["misclassified"]["examined"] == by_serving["misclassified"]["examined"] > 0
+    # ... and the head's own figures: what its signature gives on the image's feature record
+    head = tf.saved_model.load(os.path.join(scored["model"][0].uri, "Format-Serving")).signatures["serving_examples"]
+    first = by_head["misclassified"]["images"][0]
+    wanted = [r for r in _records(os.path.join(examples, "Split-eval")) if _parsed(r)[0] == first["path"]]
+    key = _parsed(wanted[0])[1]
+    feature = [r for r in _records(os.path.join(inputs["features"][0].uri, "Split-eval")) if _feature_key(r) == key]
+    probabilities = head(examples=tf.constant(feature[:1]))["probabilities"].numpy()[0]
+    # (the head's figures depend slightly on its batch: a 256-record batch there, one record here)
+    assert first["probability"] == pytest.approx(probabilities.max(), rel=1e-5)
+    assert scores([key])[0] == (int(probabilities.argmax()), pytest.approx(probabilities.max(), rel=1e-5))
+
+
+def _records(folder):
+    files = sorted(glob.glob(os.path.join(folder, "*")))
+    return [r.numpy() for r in tf.data.TFRecordDataset(files, features.compression(files))]
+
+
+def _parsed(record):
+    from images import feature_keys as keys
+
+    example = tf.train.Example.FromString(record).features.feature
+    return example[keys.FILENAME].bytes_list.value[0].decode(), example[keys.SHA256].bytes_list.value[0]
+
+
+def _feature_key(record):
+    return tf.train.Example.FromString(record).features.feature[features.KEY].bytes_list.value[0]
 
 
 def test_a_head_that_disagrees_with_its_serving_model_is_not_what_the_evaluator_scores(transfer_runs, tmp_path):
