@@ -220,43 +220,85 @@ def test_the_head_trains_across_three_replicas(transfer_runs):
     assert trainer["kept_eval_accuracy"] == pytest.approx(held["argmax"]["accuracy"], abs=1.01 / held["images"])
 
 
-def test_one_load_of_the_serving_model_serves_its_agreement_check_and_its_look_at_eval_images(
-    transfer_runs, tmp_path, monkeypatch
-):
-    """The Evaluator runs the candidate's serving model twice: against its head on the first eval images (on_features)
-    and over the eval images for the report (the misclassified ones, the explanations). It loads it once for both
-    (executor.ServingModelLoader), and both give what they give with a load each."""
+def _evaluator_inputs(summary):
+    """The Evaluator's inputs in a run (the eval images, the features, the candidate) and its serving model's path."""
     from tfx.types import artifact_utils, standard_artifacts
     from tfx.utils import path_utils
 
+    examples = standard_artifacts.Examples()
+    examples.uri = component(summary, "ImageExampleGen")["outputs"]["examples"][0]
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    computed = standard_artifacts.Examples()
+    computed.uri = component(summary, "BackboneFeatures")["outputs"]["features"][0]
+    computed.split_names = examples.split_names
+    candidate = standard_artifacts.Model()
+    candidate.uri = model_dir(summary)
+    inputs = {"examples": [examples], "features": [computed], "model": [candidate]}
+    return inputs, path_utils.serving_model_path(candidate.uri)
+
+
+def test_the_evaluator_loads_the_serving_model_once_and_classifies_eval_images_with_the_head_it_scored(
+    transfer_runs, tmp_path, monkeypatch
+):
+    """The Evaluator runs the candidate's serving model against its head on the first eval images (on_features) and
+    over the eval images for the report (the misclassified ones, the explanations' sample). It loads it once for both
+    (executor.ServingModelLoader); where TFMA scored the head on the features, that pass takes each image's class from
+    the head on its feature record (on_features.HeadScores), not from the backbone run again: the same agreement, the
+    same images listed and explained, in the same order, as with a load each and the serving model classifying, each
+    probability the head's (within the agreement tolerance of the serving model's)."""
     from components.evaluator import explanations, on_features
     from components.evaluator.executor import ServingModelLoader
 
-    _, plain, _ = transfer_runs
-    examples = standard_artifacts.Examples()
-    examples.uri = component(plain, "ImageExampleGen")["outputs"]["examples"][0]
-    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
-    computed = standard_artifacts.Examples()
-    computed.uri = component(plain, "BackboneFeatures")["outputs"]["features"][0]
-    computed.split_names = examples.split_names
-    candidate = standard_artifacts.Model()
-    candidate.uri = model_dir(plain)
-    inputs = {"examples": [examples], "features": [computed], "model": [candidate]}
-    serving = path_utils.serving_model_path(candidate.uri)
+    inputs, serving = _evaluator_inputs(transfer_runs[1])
+    examples = inputs["examples"][0].uri
+    _, apart = on_features.choose(inputs, ["eval"])
+    by_serving = explanations.explain_eval(serving, examples, str(tmp_path / "serving"), 2)
 
-    def evaluate(out, load=None):
-        chosen = on_features.choose(inputs, ["eval"], *([load] if load else []))[1]
-        looked = explanations.explain_eval(serving, examples.uri, str(tmp_path / out), 2, load=load)
-        looked["explanations"].pop("seconds")
-        looked["misclassified"].pop("reading_on_seconds")
-        return chosen, looked
-
-    apart = evaluate("apart")
     loaded, load_model = [], tf.saved_model.load
     monkeypatch.setattr(tf.saved_model, "load", lambda path, *a, **k: loaded.append(path) or load_model(path, *a, **k))
-    shared = evaluate("shared", ServingModelLoader(serving))
-    assert loaded.count(serving) == 1 and len(loaded) == 2, loaded  # the serving model once, its head once
-    assert shared == apart and apart[0]["on"] == "features" and len(apart[1]["explanations"]["images"]) == 2
+    load = ServingModelLoader(serving)
+    scored, shared = on_features.choose(inputs, ["eval"], load)
+    scores = on_features.HeadScores(scored, load)
+    by_head = explanations.explain_eval(serving, examples, str(tmp_path / "head"), 2, load=load, scores=scores)
+    assert loaded.count(serving) == 1 and len(loaded) == 3, loaded  # the serving model once; its head (small) twice
+    assert shared == apart and shared["on"] == "features"
+
+    def listed(found, part):
+        return [(i["path"], i["actual"], i["predicted"]) for i in found[part]["images"]]
+
+    for part in ("misclassified", "explanations"):
+        assert listed(by_head, part) == listed(by_serving, part) and listed(by_head, part), part
+        assert [i["probability"] for i in by_head[part]["images"]] == pytest.approx(
+            [i["probability"] for i in by_serving[part]["images"]], abs=on_features.AGREEMENT_TOLERANCE
+        )
+    assert by_head["misclassified"]["examined"] == by_serving["misclassified"]["examined"] > 0
+    # ... and the head's own figures: what its signature gives on the image's feature record (a 256-record batch
+    # there, one record here: ~2e-7 apart)
+    head = tf.saved_model.load(os.path.join(scored["model"][0].uri, "Format-Serving")).signatures["serving_examples"]
+    first = by_head["misclassified"]["images"][0]
+    key = next(
+        key for path, key in map(_parsed, _records(os.path.join(examples, "Split-eval"))) if path == first["path"]
+    )
+    feature = next(r for r in _records(os.path.join(inputs["features"][0].uri, "Split-eval")) if _feature_key(r) == key)
+    probabilities = head(examples=tf.constant([feature]))["probabilities"].numpy()[0]
+    assert first["probability"] == pytest.approx(probabilities.max(), rel=1e-5)
+    assert scores([key])[0] == (int(probabilities.argmax()), pytest.approx(probabilities.max(), rel=1e-5))
+
+
+def _records(folder):
+    files = sorted(glob.glob(os.path.join(folder, "*")))
+    return [r.numpy() for r in tf.data.TFRecordDataset(files, features.compression(files))]
+
+
+def _parsed(record):
+    from images import feature_keys as keys
+
+    example = tf.train.Example.FromString(record).features.feature
+    return example[keys.FILENAME].bytes_list.value[0].decode(), example[keys.SHA256].bytes_list.value[0]
+
+
+def _feature_key(record):
+    return tf.train.Example.FromString(record).features.feature[features.KEY].bytes_list.value[0]
 
 
 def test_a_head_that_disagrees_with_its_serving_model_is_not_what_the_evaluator_scores(transfer_runs, tmp_path):

@@ -302,7 +302,8 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         )
         if gate:
             io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
-        self._look_at_eval_images(candidate, examples, evaluation, exec_properties, multi_label, load)
+        on_heads = scored if evaluated_on["on"] == "features" else None
+        self._look_at_eval_images(candidate, examples, evaluation, exec_properties, multi_label, load, on_heads)
         del load  # the serving model: not held while the views are computed
         if not names:
             return  # a model that does not record its classes (older versions): no views
@@ -360,15 +361,26 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         return found
 
     @staticmethod
-    def _look_at_eval_images(candidate, examples, evaluation, exec_properties, multi_label: bool, load) -> None:
+    def _look_at_eval_images(
+        candidate, examples, evaluation, exec_properties, multi_label: bool, load, on_heads
+    ) -> None:
         """The first misclassified eval images (components/evaluator/misclassified.py) and where the model looked on a
-        sample of them (components/evaluator/explanations.py), for the report, in one pass of the exported model.
-        A pass that fails is logged and left out: it blesses nothing."""
+        sample of them (components/evaluator/explanations.py), for the report, in one pass over the eval images: the
+        model TFMA scored classifies them (the head on the features when TFMA scored `on_heads`, else the exported
+        model), the exported model explains. A pass that fails is logged and left out: it blesses nothing."""
         limit = exec_properties.get(EXPLANATIONS)
         limit = eval_explanations.LIMIT if limit is None else int(limit)
         try:
+            # no backbone run again where TFMA scored the heads: each image's class from the head
+            scores = on_features.HeadScores(on_heads, load) if on_heads else None
             found = eval_explanations.explain_eval(
-                path_utils.serving_model_path(candidate.uri), examples.uri, evaluation.uri, limit, multi_label, load
+                path_utils.serving_model_path(candidate.uri),
+                examples.uri,
+                evaluation.uri,
+                limit,
+                multi_label,
+                load,
+                scores,
             )
             listed, explained = found["misclassified"], found["explanations"]
             logging.info(

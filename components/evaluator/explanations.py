@@ -12,7 +12,11 @@ explain.STEPS forward and backward passes of the model. Written to the evaluatio
   class-NNN.png       per predicted class, the mean map of its correctly classified images: "where the model looks"
 
 The same pass records the first misclassified eval images for the report (misclassified.py), read on until that
-record is settled too (at most MAX_EXAMINED records in all); with `limit` 0 it does only that.
+record is settled too (at most MAX_EXAMINED records in all); with `limit` 0 it does only that. Each image's class is
+the scored model's: where TFMA scored the head on the features step's features (on_features.py: it agrees with the
+exported model within AGREEMENT_TOLERANCE), the head's on the image's feature record (on_features.HeadScores), and the
+exported model runs only to explain (the Evaluator without explanations, 400 eval images at 224 px: 13.9 -> 8.7 s,
+docs/benchmarks.md); else the exported model's.
 
 A multi-label model's image is explained for its most likely label, correct when that label is one of its own.
 """
@@ -63,19 +67,27 @@ def settled(wrong: int, right: Dict[str, int], limit: int, classes: List[str]) -
 
 
 def explain_eval(
-    model_dir: str, examples_uri: str, evaluation_uri: str, limit: int, multi_label: bool = False, load=None
+    model_dir: str,
+    examples_uri: str,
+    evaluation_uri: str,
+    limit: int,
+    multi_label: bool = False,
+    load=None,
+    scores=None,
 ) -> Dict:
     """Explains up to `limit` eval images of `examples_uri` (ImageExampleGen's output) with the SavedModel at
     model_dir into the evaluation's explanations/ folder (nothing there when limit is 0), and records the first
     misclassified ones into its misclassified/ folder; returns {"explanations": index.json's dict or {},
-    "misclassified": misclassified.py's index}. `load`: what loads the SavedModel (explain.Explainer)."""
+    "misclassified": misclassified.py's index}. `load`: what loads the SavedModel (explain.Explainer). `scores`
+    (on_features.HeadScores, when TFMA scored the head on the features): each image's class comes from it, and the
+    SavedModel runs only for the explanations (and for an image without a feature record)."""
     # TensorFlow (~5 s): the run summary and the review page import this module, not to explain
     import tensorflow as tf
 
     started = time.monotonic()
     files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*")))  # local or gs://
     explainer = explain.Explainer(model_dir, load)
-    read = _classify(explainer, files, limit, multi_label)
+    read = _classify(explainer, files, limit, multi_label, scores)
     listed = eval_misclassified.write(
         read.misclassified,
         len(read.rows),
@@ -109,9 +121,9 @@ class _Classified(NamedTuple):
     reading_on: float  # seconds spent reading on after that, for the misclassified record alone
 
 
-def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Classified:
+def _classify(explainer, files: List[str], limit: int, multi_label: bool, scores=None) -> _Classified:
     """Eval records classified in order until sample() and the misclassified record are settled, MAX_EXAMINED at
-    most."""
+    most: by `scores` (explain_eval), else by the SavedModel on their pixels."""
     # TensorFlow: as in explain_eval
     import tensorflow as tf
 
@@ -122,6 +134,7 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Cl
     spec = {
         keys.ENCODED: tf.io.FixedLenFeature([], tf.string),
         keys.FILENAME: tf.io.FixedLenFeature([], tf.string),
+        keys.SHA256: tf.io.FixedLenFeature([], tf.string, default_value=""),
         labels_key: tf.io.VarLenFeature(tf.string),
     }
     rows, images, found = [], {}, eval_misclassified.Found()
@@ -135,11 +148,16 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Cl
         batch_started = time.monotonic()
         parsed = tf.io.parse_example(batch, spec)
         encoded = parsed[keys.ENCODED].numpy()
-        pixels = explainer.pixels(list(encoded))
+        best = scores(parsed[keys.SHA256].numpy().tolist()) if scores else None
+        # Pixels for the model, or for the sample while it is open (sample() takes none of the rows read on after it)
+        pixels = explainer.pixels(list(encoded)) if best is None or sampled_from is None else None
+        if best is None:
+            probabilities = explainer.probabilities(pixels)
+            best = zip(probabilities.argmax(axis=1).tolist(), probabilities.max(axis=1).tolist())
         actual = tf.RaggedTensor.from_sparse(parsed[labels_key]).to_list()
-        for i, row in enumerate(explainer.probabilities(pixels)):
+        for i, (class_id, probability) in enumerate(best):
             names = [n.decode("utf-8", "replace") for n in actual[i]]
-            predicted = explainer.class_names[int(row.argmax())]
+            predicted = explainer.class_names[class_id]
             correct = predicted in names
             # Pixels only until the sample is settled: sample() takes none of the rows read on after it.
             if sampled_from is None and (
@@ -153,9 +171,9 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool) -> _Cl
                     "path": parsed[keys.FILENAME][i].numpy().decode("utf-8", "replace"),
                     "actual": ";".join(names),
                     "predicted": predicted,
-                    "probability": round(float(row.max()), 6),
+                    "probability": round(probability, 6),
                     "correct": correct,
-                    "id": int(row.argmax()),
+                    "id": class_id,
                 }
             )
             found.add(rows[-1], encoded[i])

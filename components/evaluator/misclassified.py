@@ -1,6 +1,7 @@
 """The eval images the model gets wrong, recorded by the Evaluator for the report and the review page: the first MOST
 misclassified eval records in order, found by the pass that classifies eval records for the explanations
-(explanations.py: the exported model, each record decoded once, at most explanations.MAX_EXAMINED records). The
+(explanations.py: the model TFMA scored, the exported one or its head on the features; each record decoded at most
+once, at most explanations.MAX_EXAMINED records). The
 report used to load the serving model again to find them (~24 s at 224 px, and the model's memory in the run's
 process after the Pusher); now it reads this. Written to the evaluation's misclassified/ folder:
 
