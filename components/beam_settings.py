@@ -25,6 +25,7 @@ components/transform/executor.py, components/evaluator/executor.py):
 import contextlib
 
 import google_crc32c
+import numpy as np
 from absl import flags
 from apache_beam.io import tfrecordio
 from tfx.dsl.components.base import executor_spec
@@ -73,6 +74,22 @@ def smaller_batches(batch_bytes: int = EVALUATOR_BATCH_BYTES, records: int = EVA
         yield
     finally:
         batch_util._TARGET_BATCH_BYTES_SIZE, batch_util._BATCH_SIZE_CAP_WITH_BYTE_TARGET = before
+
+
+def _size(value) -> str:
+    return f"<{len(value):,} bytes>" if isinstance(value, bytes) else repr(value)
+
+
+@contextlib.contextmanager
+def bytes_printed_as_sizes():
+    """While the block runs, numpy prints each bytes value of an array of objects (a TensorFlow string tensor's) as its
+    size. TFMA calls the exported model's signature with a batch of serialized examples as one positional argument;
+    TensorFlow first binds it to the signature's keyword arguments, fails, and writes the whole batch into that
+    TypeError's message (discarded: it then calls the signature by position): each batch of up to
+    EVALUATOR_BATCH_BYTES printed byte by byte, 0.1-1 s, where the model takes ~10 ms an image at 224 px. numpy's
+    print options are its process's (numpy 1) or this thread's (numpy 2): TFMA runs in this process's threads."""
+    with np.printoptions(formatter={"object": _size}):
+        yield
 
 
 def with_executor(component, executor_class):

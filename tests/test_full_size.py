@@ -185,6 +185,20 @@ def test_tuned_components_batch_by_bytes_and_read_records_with_their_checksums(t
     )
 
 
+def test_a_batch_of_photos_tfma_hands_the_model_is_not_printed_byte_by_byte():
+    """TFMA calls the serving signature positionally, and TensorFlow first writes the batch into a TypeError it then
+    discards: while the Evaluator's TFMA runs, a string tensor prints each value's size; after it, as numpy would."""
+    from components import beam_settings
+
+    photos = tf.constant([b"\xff\xd8" + bytes(3 << 20), b"\x89PNG" + bytes(1000)])
+    with beam_settings.bytes_printed_as_sizes():
+        printed = repr(photos)
+        in_message = str(TypeError(f"Received args: {(photos,)}"))  # what TensorFlow's binding error formats
+    assert "<3,145,730 bytes>" in printed and "<1,004 bytes>" in printed and len(printed) < 300
+    assert len(in_message) < 300
+    assert len(repr(photos)) > 3 << 20  # numpy's own printing, given back
+
+
 @pytest.mark.parametrize(
     "args, names",
     [

@@ -41,7 +41,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 from tfx.utils import io_utils, path_utils, proto_utils
 
-from components.beam_settings import BeamConfigured, smaller_batches
+from components.beam_settings import BeamConfigured, bytes_printed_as_sizes, smaller_batches
 from components.evaluator import explanations as eval_explanations
 from components.evaluator import metrics as evaluation_metrics
 from components.evaluator import multi_label as multi_label_evaluation
@@ -282,8 +282,7 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         load = ServingModelLoader(path_utils.serving_model_path(candidate.uri))
         # the heads on the features, where they agree with their serving models
         scored, evaluated_on = on_features.choose(input_dict, ["eval"], load)
-        with smaller_batches():  # bounded by count too: each batch is decoded whole
-            super().Do(scored, output_dict, exec_properties)
+        self._tfma(scored, output_dict, exec_properties)
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
         _blessing_names_models(blessing, input_dict)
         if skipped:
@@ -415,8 +414,14 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         properties = {**exec_properties, standard_component_specs.EXAMPLE_SPLITS_KEY: json.dumps([TEST_SPLIT])}
         logging.info("Evaluator: scoring the test split apart, into %s", scored.uri)
         with tempfile.TemporaryDirectory(prefix="imagepipe-test-blessing-") as unused.uri:
-            super().Do(
+            self._tfma(
                 inputs,
                 {standard_component_specs.EVALUATION_KEY: [scored], standard_component_specs.BLESSING_KEY: [unused]},
                 properties,
             )
+
+    def _tfma(self, input_dict, output_dict, exec_properties) -> None:
+        """TFX's executor (TFMA), its batches bounded by count too (each batch is decoded whole) and the serialized
+        examples it hands the model not printed whole (components/beam_settings.py)."""
+        with smaller_batches(), bytes_printed_as_sizes():
+            super().Do(input_dict, output_dict, exec_properties)
