@@ -350,7 +350,9 @@ def _scored_on(on: Optional[Dict[str, Any]]) -> str:
             f"gave the same probabilities on the first {on['agreement_images']} (within "
             f"{on['largest_difference']:.1e}).</p>"
         )
-    return f"<p>Scored by the serving model on every eval image ({esc(on.get('why') or '')}).</p>"
+    once = on.get("predictions")  # each model run once over the images, TFMA reading its probabilities
+    ran = f" It ran once over {sum(once['images'].values()):,} images in {once['seconds']:.1f} s." if once else ""
+    return f"<p>Scored by the serving model on every eval image ({esc(on.get('why') or '')}).{ran}</p>"
 
 
 def _blessing_reasons(c: Dict[str, Any], d: Dict[str, Any]) -> str:

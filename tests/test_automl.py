@@ -371,6 +371,12 @@ def test_import_rows_land_in_their_splits_and_test_is_scored_apart(automl_run):
     )
     assert eval_views["at_threshold"]["examples"] == per_split["eval"]
     assert test_views["at_threshold"]["examples"] == 50
+    # Both splits scored from one pass of the serving model each (components/evaluator/predictions.py)
+    on = _json(os.path.join(evaluation, "evaluated_on.json"))
+    assert on["scored_from"] == "prediction records" and on["predictions"]["images"] == {
+        "eval": per_split["eval"],
+        "test": 50,
+    }
     chosen = eval_views["chosen"]["threshold"]
     assert test_views["chosen"]["threshold"] == chosen and "the eval split's" in test_views["chosen"]["how"]
     # The lowest threshold reaching the target precision on the eval split.

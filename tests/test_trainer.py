@@ -587,7 +587,7 @@ def test_what_training_s_dropped_caches_held_goes_back_to_the_system():
     (records of ~150 KB at 224 px, which glibc's heap would keep) is handed back when the Trainer ends."""
     import psutil
 
-    from components.trainer.component import give_back_freed_memory
+    from components.freed_memory import give_back_freed_memory
 
     process = psutil.Process()
     started = process.memory_info().rss

@@ -181,6 +181,61 @@ def test_the_exported_model_serves_what_the_head_gave_on_features(transfer_runs)
     assert details(plain, "Evaluator")["accuracy"] == pytest.approx(accuracy, abs=1.01 / len(keys))
 
 
+def test_a_fine_tuned_model_is_scored_on_one_pass_of_its_serving_model(transfer_runs):
+    """Fine-tuned, the kept model has no head for the features: its serving model runs once over the eval images
+    into prediction records (components/evaluator/predictions.py), and TFMA and the misclassified record read them.
+    Each record holds what the serving model gives that image (within the agreement bound, where its Keras model ran
+    on ONNX Runtime), its label is the model's id for the image's class, and the Evaluator's accuracy is the served
+    argmax's on every eval image."""
+    from components.evaluator import misclassified
+    from components.evaluator.on_features import AGREEMENT_TOLERANCE
+    from components.features import runtimes
+    from images import feature_keys as keys
+
+    _, plain, tuned = transfer_runs
+    eval_images = details(tuned, "ImageExampleGen")["examples_per_split"]["eval"]
+    on = evaluated_on(tuned)
+    assert on["on"] == "serving model" and on["scored_from"] == "prediction records", on
+    assert on["predictions"]["images"] == {"eval": eval_images} and on["predictions"]["seconds"] > 0
+    # Without an accelerator its Keras model runs on ONNX Runtime, once it agreed with the serving model on a batch
+    ran = on["predictions"]["models"]["candidate"]
+    accelerated = bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+    assert ran["runtime"] == (runtimes.TENSORFLOW if accelerated else runtimes.ONNX), ran
+    assert accelerated or ran["largest_difference"] <= AGREEMENT_TOLERANCE, ran
+    evaluation = component(tuned, "Evaluator")["outputs"]["evaluation"][0]
+    spec = {
+        features.KEY: tf.io.FixedLenFeature([], tf.string),
+        features.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+        "candidate/probabilities": tf.io.FixedLenFeature([10], tf.float32),
+    }
+    predicted = [
+        tf.io.parse_single_example(r, spec)
+        for r in _records(os.path.join(evaluation, "predictions", "records", "Split-eval"))
+    ]
+    raw = _records(os.path.join(component(tuned, "ImageExampleGen")["outputs"]["examples"][0], "Split-eval"))
+    assert [p[features.KEY].numpy() for p in predicted] == [_parsed(r)[1] for r in raw]  # every image, in order
+
+    info = json.load(open(os.path.join(model_dir(tuned), "keras", "model_info.json")))
+    names = [tf.train.Example.FromString(r).features.feature[keys.LABEL_TEXT].bytes_list.value[0].decode() for r in raw]
+    labels = np.array([info["class_names"].index(n) for n in names])
+    assert [int(p[features.LABEL_KEY]) for p in predicted] == labels.tolist()
+    serving = tf.saved_model.load(os.path.join(model_dir(tuned), "Format-Serving")).signatures["serving_examples"]
+    served = serving(examples=tf.constant(raw))["probabilities"].numpy()
+    recorded = np.stack([p["candidate/probabilities"].numpy() for p in predicted])
+    # within the bound ONNX Runtime is held to (measured here: 2e-6 to 6e-6; TensorFlow's own rounding differs by
+    # batch size too)
+    np.testing.assert_allclose(recorded, served, atol=AGREEMENT_TOLERANCE)
+    accuracy = float(np.mean(served.argmax(axis=1) == labels))
+    assert details(tuned, "Evaluator")["accuracy"] == pytest.approx(accuracy, abs=1.01 / eval_images)
+    # The misclassified record's classes and probabilities are the records' (no model ran for them).
+    listed = misclassified.read(evaluation)["images"]
+    assert len(listed) == min(misclassified.MOST, int(np.sum(recorded.argmax(axis=1) != labels))) > 0
+    by_path = {_parsed(r)[0]: p for r, p in zip(raw, recorded)}
+    for image in listed:
+        assert image["predicted"] == info["class_names"][int(by_path[image["path"]].argmax())]
+        assert image["probability"] == pytest.approx(float(by_path[image["path"]].max()), rel=1e-5)
+
+
 def test_the_head_trains_across_three_replicas(transfer_runs):
     """`--cpu-replicas 3`: the features' last batches split unevenly over the replicas, which Keras 3 failed to add
     up ("AddN ... [27,1280] != [26,1280]"); every batch now has one shape (the eval batch padded with weightless
@@ -243,7 +298,7 @@ def test_the_evaluator_loads_the_serving_model_once_and_classifies_eval_images_w
     """The Evaluator runs the candidate's serving model against its head on the first eval images (on_features) and
     over the eval images for the report (the misclassified ones, the explanations' sample). It loads it once for both
     (executor.ServingModelLoader); where TFMA scored the head on the features, that pass takes each image's class from
-    the head on its feature record (on_features.HeadScores), not from the backbone run again: the same agreement, the
+    the head on its feature record (on_features.head_scores), not from the backbone run again: the same agreement, the
     same images listed and explained, in the same order, as with a load each and the serving model classifying, each
     probability the head's (within the agreement tolerance of the serving model's)."""
     from components.evaluator import explanations, on_features
@@ -258,7 +313,7 @@ def test_the_evaluator_loads_the_serving_model_once_and_classifies_eval_images_w
     monkeypatch.setattr(tf.saved_model, "load", lambda path, *a, **k: loaded.append(path) or load_model(path, *a, **k))
     load = ServingModelLoader(serving)
     scored, shared = on_features.choose(inputs, ["eval"], load)
-    scores = on_features.HeadScores(scored, load)
+    scores = on_features.head_scores(scored, load)
     by_head = explanations.explain_eval(serving, examples, str(tmp_path / "head"), 2, load=load, scores=scores)
     assert loaded.count(serving) == 1 and len(loaded) == 3, loaded  # the serving model once; its head (small) twice
     assert shared == apart and shared["on"] == "features"

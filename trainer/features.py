@@ -71,6 +71,16 @@ def compression(files) -> str:
     return "GZIP" if all(str(f).endswith(".gz") for f in files) else ""
 
 
+def record_batches(files, batch: int, most: int = -1) -> tf.data.Dataset:
+    """These record files' records in order (the first `most`; -1: all), `batch` at a time, for a loop that runs a model between reads: tf.data's
+    autotuning off. With it, the iterator's end waited ~18-20 s with the CPU idle in 3 of 10 passes over 2,000 eval
+    images with EfficientNet-Lite0 called between reads (2 cores), and in none of 10 without it; these batches need
+    no tuning (one reader, no map)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return tf.data.TFRecordDataset(files, compression(files)).take(most).batch(batch).with_options(options)
+
+
 def to_dense(feature) -> tf.Tensor:
     """A raw one-value feature as a [batch] tensor, whether the schema gave it a fixed shape or not."""
     if isinstance(feature, tf.SparseTensor):

@@ -4,6 +4,7 @@ component.py     ImageEvaluator: TFX's Evaluator with its settings as runtime pa
 eval_config.py   its parameters' names and the single-label TFMA configuration
 sparse_metrics.py  accuracy and cross-entropy as TFMA computes them: Keras's figures, in numpy
 on_features.py   TFMA on the features step's features: the models' heads, where the serving model agrees
+predictions.py   else each serving model once over the eval images into prediction records, which TFMA scores
 executor.py      no comparison across class changes, every class judged, views.json, the test split
 metrics.py       per-class recall and precision and balanced accuracy as TFMA metrics; the class gate's specs
 multi_label.py   a multi-label model's configuration, per-label thresholds and gate

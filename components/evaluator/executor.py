@@ -46,6 +46,7 @@ from components.evaluator import explanations as eval_explanations
 from components.evaluator import metrics as evaluation_metrics
 from components.evaluator import multi_label as multi_label_evaluation
 from components.evaluator import on_features
+from components.evaluator import predictions as prediction_records
 from components.evaluator import results as evaluation_results
 from components.evaluator import views as evaluation_views
 from components.evaluator.eval_config import (
@@ -251,6 +252,22 @@ def _blessing_names_models(blessing, input_dict) -> None:
             blessing.set_string_custom_property(name, input_dict[key][0].uri)
 
 
+def _scores_as_scored(scored, evaluated_on: Dict[str, Any], load) -> Optional[on_features.RecordScores]:
+    """Each eval image's class as TFMA scored it, for the look at eval images: the head on its feature record, or its
+    prediction record; None where TFMA ran the serving models itself (the exported model classifies them)."""
+    if evaluated_on["on"] == "features":
+        return on_features.head_scores(scored, load)
+    return prediction_records.prediction_scores(scored) if "predictions" in evaluated_on else None
+
+
+def _test_inputs(input_dict, scored, evaluated_on: Dict[str, Any]) -> Dict[str, list]:
+    """What TFMA reads to score the test split: the heads on its features, the prediction records (they hold the test
+    split too), or the serving models on its raw examples."""
+    if evaluated_on["on"] == "features":
+        return on_features.heads(input_dict, [TEST_SPLIT])[0] or on_features.plain(input_dict)
+    return scored if "predictions" in evaluated_on else on_features.plain(input_dict)
+
+
 class ServingModelLoader:
     """tf.saved_model.load that keeps one SavedModel once loaded: the candidate's serving model, which the agreement
     check (on_features.choose) and the look at eval images (explanations) both run, is loaded once in an evaluation,
@@ -280,8 +297,11 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         examples = artifact_utils.get_single_instance(input_dict[standard_component_specs.EXAMPLES_KEY])
         exec_properties, gate = _with_checks(exec_properties, examples, names, multi_label, bool(input_dict.get(key)))
         load = ServingModelLoader(path_utils.serving_model_path(candidate.uri))
-        # the heads on the features, where they agree with their serving models
+        evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
+        # the heads on the features, where they agree with their serving models; else each serving model once
         scored, evaluated_on = on_features.choose(input_dict, ["eval"], load)
+        if evaluated_on["on"] != "features":
+            scored, evaluated_on = self._on_predictions(input_dict, scored, evaluated_on, evaluation, info, load)
         self._tfma(scored, output_dict, exec_properties)
         blessing = artifact_utils.get_single_instance(output_dict[standard_component_specs.BLESSING_KEY])
         _blessing_names_models(blessing, input_dict)
@@ -290,7 +310,6 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         profile = os.path.join(examples.uri, PROFILE_FILE)
         if fileio.exists(profile):
             fileio.copy(profile, os.path.join(blessing.uri, PROFILE_FILE), overwrite=True)
-        evaluation = artifact_utils.get_single_instance(output_dict[standard_component_specs.EVALUATION_KEY])
         on_features.write_record(evaluation.uri, evaluated_on)
         found = (
             self._judge_labels(
@@ -301,8 +320,8 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         )
         if gate:
             io_utils.write_string_file(os.path.join(evaluation.uri, CLASS_GATE_FILE), json.dumps(gate, indent=1))
-        on_heads = scored if evaluated_on["on"] == "features" else None
-        self._look_at_eval_images(candidate, examples, evaluation, exec_properties, multi_label, load, on_heads)
+        scores = _scores_as_scored(scored, evaluated_on, load)
+        self._look_at_eval_images(candidate, examples, evaluation, exec_properties, multi_label, load, scores)
         del load  # the serving model: not held while the views are computed
         if not names:
             return  # a model that does not record its classes (older versions): no views
@@ -311,8 +330,7 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
                 evaluation.uri, names, exec_properties.get(CONFIDENCE), exec_properties.get(TARGET_PRECISION)
             )
         if TEST_SPLIT in artifact_utils.decode_split_names(examples.split_names):
-            on_test = on_features.heads(input_dict, [TEST_SPLIT])[0] if evaluated_on["on"] == "features" else None
-            self._score_test(on_test or on_features.plain(input_dict), evaluation.uri, exec_properties)
+            self._score_test(_test_inputs(input_dict, scored, evaluated_on), evaluation.uri, exec_properties)
             chosen_how = found["chosen"]["how"]
             how = chosen_how if chosen_how == operating_point.LABEL_RULE else f"the eval split's: {chosen_how}"
             if multi_label:
@@ -323,6 +341,25 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
                 self._write_views(
                     os.path.join(evaluation.uri, TEST_SPLIT), names, found["chosen"]["threshold"], None, how=how
                 )
+
+    def _on_predictions(self, input_dict, scored, evaluated_on, evaluation, info, load):
+        """(the input_dict TFMA reads, evaluated_on.json's record) for serving models: each compared model once over
+        the eval and test images into prediction records (components/evaluator/predictions.py), where it can be."""
+        baseline = standard_component_specs.BASELINE_MODEL_KEY
+        infos = {standard_component_specs.MODEL_KEY: info}
+        if input_dict.get(baseline):
+            infos[baseline] = model_info(input_dict[baseline][0].uri)
+        why = prediction_records.why_not(input_dict, infos, self._beam_pipeline_args)
+        if why:
+            logging.info("Evaluator: TFMA runs the serving models itself: %s", why)
+            return scored, {**evaluated_on, "predictions_skipped": why}
+        examples = input_dict[standard_component_specs.EXAMPLES_KEY][0]
+        splits = ["eval"] + [s for s in artifact_utils.decode_split_names(examples.split_names) if s == TEST_SPLIT]
+        multi_label = info.get("task") == "multi"
+        swapped, record = prediction_records.scored_on_predictions(
+            input_dict, splits, evaluation.uri, infos, multi_label, load
+        )
+        return swapped, {**evaluated_on, **record}
 
     def _judge_labels(
         self,
@@ -360,18 +397,14 @@ class Executor(BeamConfigured, evaluator_executor.Executor):
         return found
 
     @staticmethod
-    def _look_at_eval_images(
-        candidate, examples, evaluation, exec_properties, multi_label: bool, load, on_heads
-    ) -> None:
+    def _look_at_eval_images(candidate, examples, evaluation, exec_properties, multi_label: bool, load, scores) -> None:
         """The first misclassified eval images (components/evaluator/misclassified.py) and where the model looked on a
-        sample of them (components/evaluator/explanations.py), for the report, in one pass over the eval images: the
-        model TFMA scored classifies them (the head on the features when TFMA scored `on_heads`, else the exported
-        model), the exported model explains. A pass that fails is logged and left out: it blesses nothing."""
+        sample of them (components/evaluator/explanations.py), for the report, in one pass over the eval images: each
+        image's class is what TFMA scored (`scores`: on_features.RecordScores; None: the exported model classifies
+        them), the exported model explains. A pass that fails is logged and left out: it blesses nothing."""
         limit = exec_properties.get(EXPLANATIONS)
         limit = eval_explanations.LIMIT if limit is None else int(limit)
         try:
-            # no backbone run again where TFMA scored the heads: each image's class from the head
-            scores = on_features.HeadScores(on_heads, load) if on_heads else None
             found = eval_explanations.explain_eval(
                 path_utils.serving_model_path(candidate.uri),
                 examples.uri,

@@ -139,7 +139,7 @@ def _classify(explainer, files: List[str], limit: int, multi_label: bool, scores
     }
     rows, images, found = [], {}, eval_misclassified.Found()
     wrong, right, sampled_from, reading_on = 0, {}, None, 0.0
-    records = tf.data.TFRecordDataset(files, compression_type=features.compression(files)).take(MAX_EXAMINED).batch(64)
+    records = features.record_batches(files, 64, most=MAX_EXAMINED)
     for batch in records:
         if settled(wrong, right, limit, explainer.class_names):
             sampled_from = len(rows) if sampled_from is None else sampled_from

@@ -102,32 +102,41 @@ def agreement(model_uri: str, on: Sample, load: Callable[[str], Any] = tf.saved_
     return float(np.max(np.abs(served - by_head.numpy())))
 
 
-class HeadScores:
-    """The candidate's most likely class and its probability for eval images, by key, from its head on the features
-    step's eval feature records: what TFMA scored when it scored the heads (`scored`: choose()'s input_dict on the
-    features), without running the backbone again. The records are read forward once, only as far as the keys asked
-    for need, and each record read keeps its two numbers (a few tens of bytes an eval image)."""
+class RecordScores:
+    """The candidate's most likely class and its probability for eval images, by key, from records of the eval images
+    that TFMA scored (`probabilities_of`: a batch of them -> their probabilities): the head on the features step's
+    records (head_scores), or the prediction records (predictions.py), without running the backbone again. The records
+    are read forward once, only as far as the keys asked for need, and each record read keeps its two numbers (a few
+    tens of bytes an eval image)."""
 
-    def __init__(self, scored: Dict[str, list], load: Callable[[str], Any] = tf.saved_model.load):
-        head = scored[standard_component_specs.MODEL_KEY][0]
-        self._head = load(path_utils.serving_model_path(head.uri)).signatures["serving_examples"]
-        files = sorted(
-            tf.io.gfile.glob(os.path.join(scored[standard_component_specs.EXAMPLES_KEY][0].uri, "Split-eval", "*"))
-        )
-        self._batches = iter(tf.data.TFRecordDataset(files, features.compression(files)).batch(256))
+    def __init__(self, records_uri: str, probabilities_of: Callable[[tf.Tensor], np.ndarray]):
+        files = sorted(tf.io.gfile.glob(os.path.join(records_uri, "Split-eval", "*")))
+        self._batches = iter(features.record_batches(files, 256))
+        self._probabilities_of = probabilities_of
         self._read: Dict[bytes, Tuple[int, float]] = {}
 
     def __call__(self, wanted: List[bytes]) -> Optional[List[Tuple[int, float]]]:
-        """(class id, probability) of each wanted key's image, in order; None when one has no feature record."""
+        """(class id, probability) of each wanted key's image, in order; None when one has no record."""
         while any(k not in self._read for k in wanted):
             batch = next(self._batches, None)
             if batch is None:
                 return None
             parsed = tf.io.parse_example(batch, {features.KEY: tf.io.FixedLenFeature([], tf.string, default_value="")})
-            probabilities = self._head(examples=batch)["probabilities"].numpy()
+            probabilities = self._probabilities_of(batch)
             best = zip(probabilities.argmax(axis=1).tolist(), probabilities.max(axis=1).tolist())
             self._read.update(zip(parsed[features.KEY].numpy().tolist(), best))
         return [self._read[k] for k in wanted]
+
+
+def head_scores(scored: Dict[str, list], load: Callable[[str], Any] = tf.saved_model.load) -> RecordScores:
+    """The candidate's head on the features step's eval feature records: what TFMA scored when it scored the heads
+    (`scored`: choose()'s input_dict on the features)."""
+    head = load(path_utils.serving_model_path(scored[standard_component_specs.MODEL_KEY][0].uri))
+    serving = head.signatures["serving_examples"]
+    return RecordScores(
+        scored[standard_component_specs.EXAMPLES_KEY][0].uri,
+        lambda batch: serving(examples=batch)["probabilities"].numpy(),
+    )
 
 
 def _feature_records(features_uri: str, wanted: set) -> Dict[bytes, bytes]:

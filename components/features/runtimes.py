@@ -50,14 +50,14 @@ def choose(
         return in_tensorflow
     if known is not None:
         try:
-            return Extractor(ONNX, _onnx_session(known))
+            return Extractor(ONNX, onnx_session(known))
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for a model it refuses
             logging.warning("BackboneFeatures: the kept ONNX model does not load (%s); converted again", e)
     probe = _probe(shape)
     expected = in_tensorflow(probe)
     try:
-        model = _converted(graph_def, input_name, output_name)
-        in_onnx = Extractor(ONNX, _onnx_session(model))
+        model = converted(graph_def, input_name, output_name)
+        in_onnx = Extractor(ONNX, onnx_session(model))
         difference = float(np.abs(in_onnx(probe) - expected).max() / max(float(np.abs(expected).max()), 1e-12))
     except Exception as e:  # noqa: BLE001 - tf2onnx and onnxruntime raise many types for an op they lack
         logging.warning("BackboneFeatures: ONNX Runtime cannot run this backbone (%s); TensorFlow computes", e)
@@ -75,17 +75,17 @@ def choose(
     return in_onnx
 
 
-def _converted(graph_def, input_name: str, output_name: str) -> bytes:
+def converted(graph_def, input_name: str, output_name: str) -> bytes:
     """The graph as a serialized ONNX model (tf2onnx, ~1 s for EfficientNet-Lite0)."""
-    # tf2onnx (~0.1 s): only computing features needs it
+    # tf2onnx (~0.1 s): only computing features (and the Evaluator's pass, components/evaluator/predictions.py) needs it
     import tf2onnx
 
     model, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=[input_name], output_names=[output_name])
     return model.SerializeToString()
 
 
-def _onnx_session(model: bytes) -> Callable[[np.ndarray], np.ndarray]:
-    # onnxruntime (~0.05 s): only computing features needs it
+def onnx_session(model: bytes) -> Callable[[np.ndarray], np.ndarray]:
+    # onnxruntime (~0.05 s): only computing features (and the Evaluator's pass) needs it
     import onnxruntime
 
     options = onnxruntime.SessionOptions()

@@ -12,7 +12,6 @@ component.py), and their executors put them in place before TFX's run:
 Locally the values are plain numbers (the same as in custom_config and eval_config).
 """
 
-import ctypes
 from typing import Any, Dict, Optional
 
 from tfx import types
@@ -24,6 +23,7 @@ from tfx.types import standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ExecutionParameter
 from tfx.utils import json_utils
 
+from components.freed_memory import give_back_freed_memory
 from settings import declared, kind
 from trainer.hparams import HParams
 
@@ -43,19 +43,6 @@ def with_settings(exec_properties: Dict[str, Any]) -> Dict[str, Any]:
 
 
 RUN_FN = "trainer.task.run_fn"  # the model code's entry point (trainer/task.py)
-
-
-def give_back_freed_memory() -> bool:
-    """Hands the C heap's free pages back to the system (glibc's malloc_trim; nothing where there is no glibc: False).
-    TensorFlow frees training's in-memory tf.data caches (a record each image: ~150 KB at 224 px) into glibc's heap,
-    which keeps them: a 1.2 GB cache dropped left the process at 1.81 GB until malloc_trim(0) (then 0.67; it had
-    started at 0.57). A local run's later stages run in the Trainer's process."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    libc.malloc_trim(0)
-    return True
 
 
 class TrainerExecutor(trainer_executor.GenericExecutor):
