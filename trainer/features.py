@@ -71,14 +71,18 @@ def compression(files) -> str:
     return "GZIP" if all(str(f).endswith(".gz") for f in files) else ""
 
 
+# tf.data's autotuning off (record_batches, the Trainer's datasets: trainer/input_pipeline.py): an autotuned iterator's
+# end waited for its tuning thread, the CPU idle, where a model ran between reads (docs/benchmarks.md, The Evaluator)
+NOT_AUTOTUNED = tf.data.Options()
+NOT_AUTOTUNED.autotune.enabled = False
+
+
 def record_batches(files, batch: int, most: int = -1) -> tf.data.Dataset:
-    """These record files' records in order (the first `most`; -1: all), `batch` at a time, for a loop that runs a model between reads: tf.data's
-    autotuning off. With it, the iterator's end waited ~18-20 s with the CPU idle in 3 of 10 passes over 2,000 eval
-    images with EfficientNet-Lite0 called between reads (2 cores), and in none of 10 without it; these batches need
-    no tuning (one reader, no map)."""
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return tf.data.TFRecordDataset(files, compression(files)).take(most).batch(batch).with_options(options)
+    """These record files' records in order (the first `most`; -1: all), `batch` at a time, for a loop that runs a
+    model between reads: tf.data's autotuning off. With it, the iterator's end waited ~18-20 s with the CPU idle in 3
+    of 10 passes over 2,000 eval images with EfficientNet-Lite0 called between reads (2 cores), and in none of 10
+    without it; these batches need no tuning (one reader, no map)."""
+    return tf.data.TFRecordDataset(files, compression(files)).take(most).batch(batch).with_options(NOT_AUTOTUNED)
 
 
 def to_dense(feature) -> tf.Tensor:

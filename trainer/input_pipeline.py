@@ -40,12 +40,6 @@ class Balance(NamedTuple):
 
 
 AUTOTUNE = tf.data.AUTOTUNE
-# tf.data's autotuning off for training's and validation's datasets (their AUTOTUNE maps then run at the thread pool's
-# size): Keras makes an iterator each epoch, and with autotuning an iterator's end waited for its tuning thread, the
-# CPU idle (1.5-2 s in half the epochs of a small fit; ~51 s of a 10,000-image fine-tuned Trainer's 164). The Trainer
-# alone on that run (bench.trainer_stage_benchmark, 2 rounds): 137.4 s median against 191.8 with it.
-NOT_AUTOTUNED = tf.data.Options()
-NOT_AUTOTUNED.autotune.enabled = False
 
 
 # Without a cache, the shuffle buffer holds at most this share of the cache budget (hp.cache_limit_megabytes).
@@ -230,7 +224,10 @@ def make_dataset(
         dataset = dataset.map(lambda x, y: (augment(x, hp), y), num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
         dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
-    return dataset.prefetch(AUTOTUNE).with_options(NOT_AUTOTUNED)
+    # autotuning off (features.NOT_AUTOTUNED; the AUTOTUNE maps run at the thread pool's size): Keras makes an iterator
+    # each epoch, whose end waited for the tuning thread, the CPU idle (~51 s of a 10,000-image fine-tuned Trainer's
+    # 164; the Trainer alone on that run, bench.trainer_stage_benchmark: 137.4 s median against 191.8 with it)
+    return dataset.prefetch(AUTOTUNE).with_options(features.NOT_AUTOTUNED)
 
 
 # Sharding by file is used only when the files are alike in size (the largest at most this times the smallest):
@@ -387,7 +384,7 @@ def make_feature_dataset(
     dataset = dataset.map(parsed_keeping_weights(parse, padded), num_parallel_calls=AUTOTUNE)
     if training and balance is not None and balance.mode == "weights":
         dataset = dataset.map(with_weights(balance.weights), num_parallel_calls=AUTOTUNE)
-    return dataset.prefetch(AUTOTUNE).with_options(NOT_AUTOTUNED)
+    return dataset.prefetch(AUTOTUNE).with_options(features.NOT_AUTOTUNED)  # as make_dataset's
 
 
 def _feature_records(files: List[str], cached: bool, training: bool, hp: HParams) -> tf.data.Dataset:
