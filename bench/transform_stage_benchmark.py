@@ -5,11 +5,12 @@
 
 Each measurement is a fresh process running the stage's executor on the inputs and parameters of the root's last
 Transform execution (bench/kept_stage.py), its outputs in a fresh folder. The trees take turns, `--rounds` times; the
-table gives each one's seconds (min/median/max), the process tree's peak, and what it wrote (records a split and
-their bytes), which must agree.
+table gives each one's seconds (min/median/max), the process tree's peak, and what it wrote (records a split, and a
+digest of their contents in any order), which must agree.
 """
 
 import glob
+import hashlib
 import importlib
 import os
 
@@ -28,8 +29,11 @@ def measure(root: str) -> dict:
         found = {}
         for folder in sorted(glob.glob(os.path.join(outputs["transformed_examples"][0].uri, "Split-*"))):
             files = sorted(glob.glob(os.path.join(folder, "*")))
-            records = sum(1 for _ in tf.data.TFRecordDataset(files, features.compression(files)))
-            found[os.path.basename(folder)] = [records, sum(os.path.getsize(f) for f in files)]
+            digests = sorted(  # of each example's contents: a feature map's bytes come in any order
+                hashlib.sha256(tf.train.Example.FromString(r).SerializeToString(deterministic=True)).digest()
+                for r in tf.data.TFRecordDataset(files, features.compression(files)).as_numpy_iterator()
+            )
+            found[os.path.basename(folder)] = [len(digests), hashlib.sha256(b"".join(digests)).hexdigest()[:12]]
         return {"code": executor.__file__, "splits": found}
 
     return run_alone(root, "Transform", executor.TransformExecutor, written)
@@ -42,8 +46,8 @@ def compare(root: str, trees: dict, rounds: int) -> None:
         trees,
         rounds,
         [],
-        ["records a split (bytes)"],
-        lambda last: [", ".join(f"{s} {n:,} ({b / 1e6:,.0f} MB)" for s, (n, b) in last["splits"].items())],
+        ["records a split (digest)"],
+        lambda last: [", ".join(f"{s} {n:,} ({digest})" for s, (n, digest) in last["splits"].items())],
     )
 
 
