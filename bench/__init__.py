@@ -32,6 +32,8 @@ The benchmarks:
   tuning_benchmark.py         `--tune N` against the defaults
   determinism_benchmark.py    the Trainer with TensorFlow op determinism on and off
   health_benchmark.py         data health on planted flips and near-duplicate copies
+  transform_stage_benchmark.py  Transform alone on a finished run, against another checkout's
+  features_stage_benchmark.py  BackboneFeatures alone on a finished run (an empty cache), against another's
   health_stage_benchmark.py   DataHealth alone on a finished run: seconds and peak memory
   evaluator_stage_benchmark.py  the Evaluator alone on a finished run, against another checkout's
   trainer_stage_benchmark.py  the Trainer alone on a finished run (--model auto's trials): seconds, peak

@@ -8,6 +8,12 @@ shrinks by a quarter at most (photo-like images: 138 MB -> 104 MB) at about
 inflating in every reader (the features step, the fine-tune phase, DataHealth).
 Level 0 ("stored" blocks, as ImageExampleGen writes JPEGs) keeps the same .gz
 files every gzip TFRecord reader takes, written and read at memory speed.
+
+Smaller batches. tfx-bsl fills a batch up to 20 MiB of serialized examples (components/beam_settings.py): ~1,000
+photo-like JPEGs, whose pixels at 224 px are ~150 MB a batch, copied whole between TensorFlow, Arrow and the
+examples (and pickled whole where Beam samples an element's size). At 2 MiB and 256 records a batch, Transform alone
+on a 10,000-image run (bench/transform_stage_benchmark.py) held 1.08 GB at its peak against 2.2 and took about 0.8x
+the seconds (docs/benchmarks.md, Transform), writing the same records.
 """
 
 import apache_beam as beam
@@ -16,7 +22,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfx.components.transform import executor as transform_executor
 from tfx.components.transform import labels as transform_labels
 
-from components.beam_settings import BeamConfigured
+from components.beam_settings import BeamConfigured, smaller_batches
 from images import tfrecord_io
 
 
@@ -42,6 +48,10 @@ class StoredGzipTFRecordSink(filebasedsink.FileBasedSink):
         file_handle.write(encoded_value)
 
 
+# A batch of encoded images read for Transform: at most these bytes and records (the docstring's "Smaller batches")
+TRANSFORM_BATCH_BYTES = 2 << 20
+TRANSFORM_BATCH_RECORDS = 256
+
 _TFX_PROCESSOR = transform_executor.TransformProcessor  # TransformExecutor swaps the module's name during Do
 
 
@@ -66,6 +76,7 @@ class TransformExecutor(BeamConfigured, transform_executor.Executor):
         # there while the Beam graph is built, which happens within this call, in this process.
         transform_executor.TransformProcessor = StoredTransformProcessor
         try:
-            return super().Do(input_dict, output_dict, exec_properties)
+            with smaller_batches(TRANSFORM_BATCH_BYTES, TRANSFORM_BATCH_RECORDS):
+                return super().Do(input_dict, output_dict, exec_properties)
         finally:
             transform_executor.TransformProcessor = _TFX_PROCESSOR
