@@ -12,8 +12,8 @@ files every gzip TFRecord reader takes, written and read at memory speed.
 Smaller batches. tfx-bsl fills a batch up to 20 MiB of serialized examples (components/beam_settings.py): ~1,000
 photo-like JPEGs, whose pixels at 224 px are ~150 MB a batch, copied whole between TensorFlow, Arrow and the
 examples (and pickled whole where Beam samples an element's size). At 2 MiB and 256 records a batch, Transform alone
-on a 10,000-image run (bench/transform_stage_benchmark.py) held 1.08 GB at its peak against 2.2 and took about 0.8x
-the seconds (docs/benchmarks.md, Transform), writing the same records.
+on a 10,000-image run (bench/transform_stage_benchmark.py) held 1.09 GB at its peak against 2.23 and took 0.77x to
+0.97x the seconds (docs/benchmarks.md, "Transform and the features step, each alone"), writing the same examples.
 """
 
 import apache_beam as beam
