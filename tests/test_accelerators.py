@@ -350,35 +350,37 @@ import tensorflow as tf
 strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before any other TensorFlow op
 from trainer import input_pipeline
 from trainer.hparams import HParams
-files, out = json.loads(sys.argv[1]), sys.argv[2]
+cases, out = json.loads(sys.argv[1]), sys.argv[2]
 hp = HParams(model="cnn", image_size=8, batch_size=8, seed=1)
 batch = hp.batch_size * strategy.num_replicas_in_sync
-train, steps = input_pipeline.repeated(input_pipeline.make_dataset(files, hp, training=True, batching=input_pipeline.Batching(batch)))
-train = input_pipeline.sharded_across_workers(train, input_pipeline.list_files(files), 2, training=True)
-evaluation = input_pipeline.sharded_across_workers(
-    input_pipeline.make_dataset(files, hp, training=False, batching=input_pipeline.Batching(batch)), [], 2, training=False)
-seen = {"train": [], "eval": []}
-batches = iter(strategy.experimental_distribute_dataset(train))
-for _ in range(steps):
-    seen["train"] += [int(v) for t in strategy.experimental_local_results(next(batches)[1]) for v in t.numpy()]
-for _, labels in strategy.experimental_distribute_dataset(evaluation):
-    seen["eval"] += [int(v) for t in strategy.experimental_local_results(labels) for v in t.numpy()]
+seen = {}
+for case, files in cases.items():  # one cluster for every case: its processes start once
+    train, steps = input_pipeline.repeated(input_pipeline.make_dataset(files, hp, training=True, batching=input_pipeline.Batching(batch)))
+    train = input_pipeline.sharded_across_workers(train, input_pipeline.list_files(files), 2, training=True)
+    evaluation = input_pipeline.sharded_across_workers(
+        input_pipeline.make_dataset(files, hp, training=False, batching=input_pipeline.Batching(batch)), [], 2, training=False)
+    seen[case] = {"train": [], "eval": []}
+    batches = iter(strategy.experimental_distribute_dataset(train))
+    for _ in range(steps):
+        seen[case]["train"] += [int(v) for t in strategy.experimental_local_results(next(batches)[1]) for v in t.numpy()]
+    for _, labels in strategy.experimental_distribute_dataset(evaluation):
+        seen[case]["eval"] += [int(v) for t in strategy.experimental_local_results(labels) for v in t.numpy()]
 json.dump(seen, open(out, "w"))
 """
 
 
-@pytest.mark.parametrize("files", [4, 1])
-def test_two_workers_read_their_own_files_and_every_example_once(tmp_path, files):
+def test_two_workers_read_their_own_files_and_every_example_once(tmp_path):
     """MultiWorkerMirroredStrategy across two processes on localhost, through the Trainer's input functions: with
-    as many files as workers, an epoch of training has each worker read only its own files (the input is read once
-    in all, not once a worker), every record once; with one file (Transform's usual output) the workers split the
-    batches instead. Either way evaluation counts every example once."""
+    as many files as workers (4 here), an epoch of training has each worker read only its own files (the input is
+    read once in all, not once a worker), every record once; with one file (Transform's usual output) the workers
+    split the batches instead. Either way evaluation counts every example once."""
     per_file = 24
-    paths = (
-        [_write_records(str(tmp_path / f"train-{k}.gz"), range(k * per_file, (k + 1) * per_file)) for k in range(files)]
-        if files > 1
-        else [_write_records(str(tmp_path / "train.gz"), range(96))]
-    )
+    cases = {
+        "4": [
+            _write_records(str(tmp_path / f"train-{k}.gz"), range(k * per_file, (k + 1) * per_file)) for k in range(4)
+        ],
+        "1": [_write_records(str(tmp_path / "train.gz"), range(96))],
+    }
     cluster = {"chief": [f"127.0.0.1:{_free_port()}"], "worker": [f"127.0.0.1:{_free_port()}"]}
     processes = {}
     for kind in ("chief", "worker"):
@@ -388,7 +390,7 @@ def test_two_workers_read_their_own_files_and_every_example_once(tmp_path, files
             "CUDA_VISIBLE_DEVICES": "",
         }
         processes[kind] = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_INPUT, json.dumps(paths), str(tmp_path / f"{kind}.json")],
+            [sys.executable, "-c", _WORKER_INPUT, json.dumps(cases), str(tmp_path / f"{kind}.json")],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -398,13 +400,14 @@ def test_two_workers_read_their_own_files_and_every_example_once(tmp_path, files
     assert all(p.returncode == 0 for p in processes.values()), {k: o[-2000:] for k, o in outputs.items()}
     seen = {kind: json.load(open(tmp_path / f"{kind}.json")) for kind in processes}
     everything = set(range(96))
-    trained = [seen[kind]["train"] for kind in processes]
-    assert sorted(trained[0] + trained[1]) == sorted(everything)  # an epoch: every record once, in all
-    evaluated = [seen[kind]["eval"] for kind in processes]
-    assert sorted(evaluated[0] + evaluated[1]) == sorted(everything)
-    if files > 1:  # each worker's records are whole files of its own
-        of_files = [{label // per_file for label in labels} for labels in trained]
-        assert len(of_files[0]) == len(of_files[1]) == 2 and not of_files[0] & of_files[1]
+    for case in cases:
+        trained = [seen[kind][case]["train"] for kind in processes]
+        assert sorted(trained[0] + trained[1]) == sorted(everything), case  # an epoch: every record once, in all
+        evaluated = [seen[kind][case]["eval"] for kind in processes]
+        assert sorted(evaluated[0] + evaluated[1]) == sorted(everything), case
+        if case == "4":  # each worker's records are whole files of its own
+            of_files = [{label // per_file for label in labels} for labels in trained]
+            assert len(of_files[0]) == len(of_files[1]) == 2 and not of_files[0] & of_files[1]
 
 
 def test_files_are_split_across_workers_only_in_even_shares(tmp_path):

@@ -45,7 +45,9 @@ def test_the_trainer_never_reads_the_eval_split(tmp_path, small_digits):
         data = tmp_path / f"{name}-data"
         _presplit(small_digits, data, wrong)
         config = PipelineConfig(
-            root=str(tmp_path / name),
+            # One root, two pipelines (their data differ): the second run's images are all the first's, so its
+            # features come from the root's cache (stored as computed) and its backbone is never loaded.
+            root=str(tmp_path / "root"),
             data=str(data),
             image_size=32,
             epochs=4,

@@ -246,7 +246,8 @@ def test_missing_feature_is_an_anomaly_and_warn_mode_lets_the_run_go_on(tmp_path
         run_with_probe(config)
     assert "AfterGate" not in states(run_summary.summarize(config.metadata_path))
 
-    config = PipelineConfig(root=str(tmp_path / "warn"), data=small_digits, schema=str(schema), gate="warn")
+    # The same root: ingestion, statistics and validation come from the stopped run's cache, the gate runs again
+    config = PipelineConfig(root=str(tmp_path / "stop"), data=small_digits, schema=str(schema), gate="warn")
     summary = run_with_probe(config)
     assert states(summary)["AfterGate"] == "ran"
     gate = details(summary, "DataValidationGate")
@@ -562,12 +563,11 @@ def test_onnx_and_core_ml_exports_agree_with_the_savedmodel_and_are_listed(sampl
     assert [i.name for i in session.get_inputs()] == ["pixels"]  # the name docs/prediction.md feeds
 
     package = tmp_path / "new" / "folder" / "model.mlpackage"  # its folders made
-    for _ in range(2):  # the second replaces the package the first wrote
-        done = run_imagepipe("export", "--root", config.root, "--format", "coreml", "--out", str(package), timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert model_exports.describe_coreml(str(package))["class_names"] == trainer["class_names"]
-    # a file the user saved in the package is kept when the package is made again (only what imagepipe wrote is
-    # replaced); a package imagepipe did not write is refused in one line, before any conversion
+    done = run_imagepipe("export", "--root", config.root, "--format", "coreml", "--out", str(package), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert model_exports.describe_coreml(str(package))["class_names"] == trainer["class_names"]
+    # made again, the package imagepipe wrote is replaced and a file the user saved in it is kept (only what imagepipe
+    # wrote is replaced); a package imagepipe did not write is refused in one line, before any conversion
     write(package / "notes.txt", b"mine")
     done = run_imagepipe("export", "--root", config.root, "--format", "coreml", "--out", str(package), timeout=300)
     assert done.returncode == 0 and (package / "notes.txt").read_bytes() == b"mine", done.stderr[-2000:]

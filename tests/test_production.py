@@ -14,7 +14,7 @@ import tempfile
 import pytest
 import tensorflow_data_validation as tfdv
 import yaml
-from commands import warm_interpreter
+from commands import run_tfx, warm_interpreter
 from conftest import image_bytes, make_class_tree, write
 from fake_endpoints import FakeService
 from google.auth.credentials import AnonymousCredentials
@@ -361,13 +361,13 @@ def test_real_tfx_cli_compiles_the_vertex_runner_file(tmp_path):
         TF_CPP_MIN_LOG_LEVEL="3",
         PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
     )
-    result = subprocess.run(
-        ["tfx", "pipeline", "compile", "--engine=vertex", f"--pipeline_path={PROJECT_DIR}/kubeflow/vertex_runner.py"],
+    result = run_tfx(
+        "pipeline",
+        "compile",
+        "--engine=vertex",
+        f"--pipeline_path={PROJECT_DIR}/kubeflow/vertex_runner.py",
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Pipeline imagepipe compiled successfully" in result.stdout

@@ -34,7 +34,9 @@ def _copy_digits(source, target, start, count):
             shutil.copy2(os.path.join(source, label, name), os.path.join(target, label, name))
 
 
-def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_dir):
+def test_spans_window_warm_start_and_push_only_when_not_worse_and_each_dataset_is_its_own_pipeline(
+    tmp_path, digits_dir, capsys
+):
     drops = tmp_path / "drops"
     config = PipelineConfig(
         root=str(tmp_path / "out"),
@@ -51,8 +53,10 @@ def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_d
     first = local_runner.run(config)
     assert _details(first, "ImageExampleGen")["files_seen"] == 400
     assert _details(first, "Evaluator")["blessed"] and _details(first, "Pusher")["pushed"]
+    _each_dataset_is_its_own_pipeline(config.root, tmp_path, digits_dir, first, capsys)
 
-    # A new drop: the window reads spans 1 and 2; training starts from the blessed model.
+    # A new drop: the window reads spans 1 and 2; training starts from the blessed model (not the other
+    # dataset's, pushed in between).
     _copy_digits(digits_dir, drops / "span-2", 40, 40)
     second = local_runner.run(config)
     ingest = _details(second, "ImageExampleGen")
@@ -93,6 +97,33 @@ def test_spans_window_warm_start_and_push_only_when_not_worse(tmp_path, digits_d
     assert _states(third)["Trainer"] == "ran"
 
 
+def _each_dataset_is_its_own_pipeline(root, tmp_path, digits_dir, first, capsys):
+    """Another dataset in the same root as a first run of 10 classes: two lineages."""
+    from cli.main import main as cli_main
+
+    pets = tmp_path / "PetImages"
+    _copy_classes(digits_dir, pets, ["0", "1"], count=60)  # two classes, as cats and dogs would be
+    second = local_runner.run(
+        PipelineConfig(root=root, data=str(pets), epochs=8, image_size=32, accuracy_threshold=0.3)
+    )
+    # Two lineages: the 2-class model is not compared with the 10-class one (that crashed TFMA).
+    for summary, classes in ((first, 10), (second, 2)):
+        assert len(_details(summary, "Trainer")["class_names"]) == classes
+        evaluation = _details(summary, "Evaluator")
+        assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None, evaluation
+        assert not evaluation["baseline_skipped"] and _details(summary, "Pusher")["pushed"]
+    names = sorted(os.listdir(os.path.join(root, "serving")))
+    assert len(names) == 2 and names[0].startswith("drops-") and names[1].startswith("petimages-")
+
+    assert cli_main(["runs", "--root", root, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(r["pipeline"] for r in listed) == names and all(r["blessed"] for r in listed)
+    assert cli_main(["predict", "--root", root, str(pets / "0" / os.listdir(pets / "0")[0])]) == 2
+    assert "2 pipelines in" in capsys.readouterr().err  # which model to use is the user's choice
+
+    # One seed gives one model: test_crash_recovery.py::test_two_runs_at_once_on_one_root_take_turns.
+
+
 def _copy_classes(source, target, classes, start=0, count=40, resize=None):
     """Files [start, start+count) of the given class folders, optionally resized (a new camera)."""
     from PIL import Image
@@ -109,33 +140,6 @@ def _copy_classes(source, target, classes, start=0, count=40, resize=None):
 
 def _training_log(summary):
     return json.load(open(os.path.join(_details(summary, "Trainer")["model_run"], "training.json")))
-
-
-def test_each_dataset_is_its_own_pipeline(tmp_path, digits_dir, capsys):
-    from cli.main import main as cli_main
-
-    pets, digits = tmp_path / "PetImages", tmp_path / "digits-subset"
-    _copy_classes(digits_dir, pets, ["0", "1"], count=60)  # two classes, as cats and dogs would be
-    _copy_classes(digits_dir, digits, [str(d) for d in range(10)], count=40)
-    common = dict(root=str(tmp_path / "root"), epochs=8, image_size=32, accuracy_threshold=0.3)
-    first = local_runner.run(PipelineConfig(data=str(digits), **common))
-    second = local_runner.run(PipelineConfig(data=str(pets), **common))
-    # Two lineages: the 2-class model is not compared with the 10-class one (that crashed TFMA).
-    for summary, classes in ((first, 10), (second, 2)):
-        assert len(_details(summary, "Trainer")["class_names"]) == classes
-        evaluation = _details(summary, "Evaluator")
-        assert evaluation["blessed"] and evaluation["baseline_accuracy"] is None, evaluation
-        assert not evaluation["baseline_skipped"] and _details(summary, "Pusher")["pushed"]
-    names = sorted(os.listdir(tmp_path / "root" / "serving"))
-    assert len(names) == 2 and names[0].startswith("digits-subset-") and names[1].startswith("petimages-")
-
-    assert cli_main(["runs", "--root", str(tmp_path / "root"), "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    assert sorted(r["pipeline"] for r in listed) == names and all(r["blessed"] for r in listed)
-    assert cli_main(["predict", "--root", str(tmp_path / "root"), str(pets / "0" / os.listdir(pets / "0")[0])]) == 2
-    assert "2 pipelines in" in capsys.readouterr().err  # which model to use is the user's choice
-
-    # One seed gives one model: test_crash_recovery.py::test_two_runs_at_once_on_one_root_take_turns.
 
 
 def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_path, digits_dir):

@@ -5,7 +5,6 @@ trains the head on features computed once, and it learns: random weights give 0.
 logistic regression on their features), the pretrained ones 0.76. The exported model, backbone and head in one
 SavedModel, serves what the head gave."""
 
-import dataclasses
 import glob
 import json
 import os
@@ -48,8 +47,11 @@ def evaluated_on(summary) -> dict:
 @pytest.fixture(scope="module")
 def transfer_runs(tmp_path_factory):
     """A run with every setting at its default on photo-like images (but the model comparison), then one with
-    --augment and a fine-tune epoch."""
+    --augment and a fine-tune epoch, trained across three logical CPU devices (`--cpu-replicas 3`)."""
+    from commands import run_imagepipe
+
     from bench.shapes import make_shapes
+    from runs import run_summary
 
     data = make_shapes(str(tmp_path_factory.mktemp("shapes") / "images"), per_class=PER_CLASS, seed=3)
     # Every setting at its default but the blessing's bounds: the first model is blessed even if a class falls
@@ -64,9 +66,37 @@ def transfer_runs(tmp_path_factory):
         auto_trial_minutes=0,
     )
     plain = local_runner.run(config)
-    # explanations (14 s at 224 px on 2 cores) are the first run's default; this one asserts its features and phases
-    tuned = local_runner.run(dataclasses.replace(config, augment="flip", fine_tune_epochs=1, explanations=0))
-    return config, plain, tuned
+    # The second run from the command line, as users start it: its logical devices must be made before TensorFlow
+    # starts in its process. Explanations (14 s at 224 px on 2 cores) are the first run's default; this one asserts
+    # its features, phases and replicas. Three epochs: what is tested is the phases and the batches, not learning.
+    done = run_imagepipe(
+        "run",
+        "--root",
+        config.root,
+        "--data",
+        config.data,
+        "--accuracy-threshold",
+        "0.5",
+        "--min-class-recall",
+        "0",
+        "--auto-trial-minutes",
+        "0",
+        "--epochs",
+        "3",
+        "--augment",
+        "flip",
+        "--fine-tune-epochs",
+        "1",
+        "--explanations",
+        "0",
+        "--cpu-replicas",
+        "3",
+        "--progress",
+        "quiet",
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return config, plain, run_summary.summarize(config.metadata_path)
 
 
 def test_the_head_trains_on_features_computed_once(transfer_runs):
@@ -237,37 +267,14 @@ def test_a_fine_tuned_model_is_scored_on_one_pass_of_its_serving_model(transfer_
 
 
 def test_the_head_trains_across_three_replicas(transfer_runs):
-    """`--cpu-replicas 3`: the features' last batches split unevenly over the replicas, which Keras 3 failed to add
-    up ("AddN ... [27,1280] != [26,1280]"); every batch now has one shape (the eval batch padded with weightless
-    examples), and the run trains and is scored as on one replica."""
-    from commands import run_imagepipe
-
-    from runs import run_summary
-
-    config, _, _ = transfer_runs
-    done = run_imagepipe(
-        "run",
-        "--root",
-        config.root,
-        "--data",
-        config.data,
-        "--cpu-replicas",
-        "3",
-        "--epochs",
-        "3",
-        "--auto-trial-minutes",
-        "0",  # the head alone: what is tested is its batches over three replicas
-        "--explanations",
-        "0",  # nor where it looked (14 s at 224 px): tests/test_explanations.py
-        "--progress",
-        "quiet",
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = run_summary.summarize(config.metadata_path)
-    trainer = details(summary, "Trainer")
-    assert trainer["strategy"].startswith("multi-cpu (3 replicas") and trainer["epochs"] == 3
-    evaluation = details(summary, "Evaluator")
+    """`--cpu-replicas 3` (the second run): the features' last batches split unevenly over the replicas, which Keras 3
+    failed to add up ("AddN ... [27,1280] != [26,1280]"); every batch now has one shape (the eval batch padded with
+    weightless examples), and the run trains, fine-tunes and is scored as on one replica."""
+    _, _, tuned = transfer_runs
+    trainer = details(tuned, "Trainer")
+    # --epochs 3 on the features, then the fine-tune epoch
+    assert trainer["strategy"].startswith("multi-cpu (3 replicas") and trainer["epochs"] == 3 + 1
+    evaluation = details(tuned, "Evaluator")
     # The padding counts nowhere: the Trainer's held-out accuracy (padded batches over 3 replicas) is what plain
     # calls of the same model give on the same held-out images (unpadded).
     held = trainer["operating_point"]["model_on_held_out"]
