@@ -158,8 +158,9 @@ def test_sigterm_during_ingestion_is_recorded_as_interrupted(tmp_path, small_dig
 
     data = tmp_path / "data"
     shutil.copytree(small_digits, data)
-    for n in range(30):  # large flat PNGs: small files, slow to decode, spread over the batches
-        Image.new("L", (5000, 5000), n * 8).save(data / str(n % 10) / f"big-{n}.png")
+    # large flat PNGs: small files, slow to decode, spread over the batches (compressed least: quicker to write)
+    for n in range(30):
+        Image.new("L", (5000, 5000), n * 8).save(data / str(n % 10) / f"big-{n}.png", compress_level=1)
     proc = StartedCommand(["run", "--root", str(tmp_path / "root"), "--data", str(data), "--progress", "json"])
     for line in proc.lines(timeout=300):
         if line.startswith("{") and json.loads(line).get("kind") == "ingest":  # a first batch is done

@@ -13,7 +13,7 @@ import pytest
 from commands import run_imagepipe
 from conftest import image_bytes, write
 
-from bench.multilabel import make_multilabel, read_rows
+from bench.multilabel import make_multilabel
 from components.evaluator import multi_label as multi_label_evaluation
 from components.health import label_issues
 from images.finding import sources
@@ -280,7 +280,7 @@ def test_the_multi_label_check_finds_missing_and_extra_labels_on_features():
     assert first.given == given[first.index] and first.suggested != first.given
 
 
-# --- whole runs: a manifest and an AutoML JSON Lines import, through the pushed model ---------------------------
+# --- whole runs: an AutoML JSON Lines import, through the pushed model, and a CSV manifest ------------------------
 
 
 @pytest.fixture(scope="module")
@@ -302,9 +302,43 @@ def _run(data: str, root: str, *extra: str) -> dict:
     return {"root": root, "outputs": outputs, "events": events}
 
 
+IMPORT_SPLITS = {"training": "train", "validation": "eval", "test": "test"}  # an AutoML import file's ml_use
+LABEL_CHECK = ("--label-check", "on")
+
+
 @pytest.fixture(scope="module")
-def manifest_run(colour_set, tmp_path_factory):
-    return _run(os.path.join(colour_set, "labels.csv"), str(tmp_path_factory.mktemp("multilabel-root")))
+def import_run(colour_set, tmp_path_factory):
+    """The set through AutoML's multi-label JSON Lines import, 20 train images each with one of its labels left out,
+    --label-check on (a multi-label cnn on pixels, out of fold): the run that the label check's test and the model's
+    (thresholds, push, predict, the rerun) read. Its `rows`: [(path, [labels], split)] as the import file gives them;
+    `planted`: the paths whose label was left out."""
+    items = [json.loads(line) for line in open(os.path.join(colour_set, "import.jsonl"))]
+    planted = []
+    for item in items:
+        use = item["dataItemResourceLabels"]["aiplatform.googleapis.com/ml_use"]
+        if use == "training" and len(item["classificationAnnotations"]) >= 2 and len(planted) < 20:
+            item["classificationAnnotations"] = item["classificationAnnotations"][1:]
+            planted.append(item["imageGcsUri"])
+    # Beside the images (a row may name only files below its import file's folder); the other tests' files stay.
+    data = write(os.path.join(colour_set, "planted.jsonl"), "".join(json.dumps(item) + "\n" for item in items).encode())
+    rows = [
+        (
+            os.path.join(colour_set, item["imageGcsUri"]),
+            [a["displayName"] for a in item["classificationAnnotations"]],
+            IMPORT_SPLITS[item["dataItemResourceLabels"]["aiplatform.googleapis.com/ml_use"]],
+        )
+        for item in items
+    ]
+    run = _run(data, str(tmp_path_factory.mktemp("multilabel-root")), *LABEL_CHECK)
+    return {**run, "data": data, "rows": rows, "planted": planted}
+
+
+def _assert_counted(report, rows) -> None:
+    """ImageExampleGen's counts of each label and of images without one, a split each, against the rows given."""
+    for split in ("train", "eval", "test"):
+        counted = collections.Counter(n for _, names, s in rows if s == split for n in names)
+        assert report["examples_per_split_and_class"][split] == dict(counted)
+        assert report["examples_without_labels"][split] == sum(1 for _, names, s in rows if s == split and not names)
 
 
 def _json(*parts):
@@ -313,20 +347,17 @@ def _json(*parts):
 
 
 @pytest.mark.slow
-def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, colour_set):
+def test_an_import_run_writes_label_sets_and_counts_each_label(import_run, colour_set):
     import tensorflow as tf
 
     from components.example_gen import SUMMARY_FILE
     from images import feature_keys
 
-    rows = read_rows(colour_set)
-    report = _json(manifest_run["outputs"]["ImageExampleGen"]["report"][0], SUMMARY_FILE)
+    rows = import_run["rows"]
+    report = _json(import_run["outputs"]["ImageExampleGen"]["report"][0], SUMMARY_FILE)
     assert report["task"] == "multi" and report["examples_written"] == 600
-    for split in ("train", "eval", "test"):
-        counted = collections.Counter(n for _, names, s in rows if s == split for n in names)
-        assert report["examples_per_split_and_class"][split] == dict(counted)
-        assert report["examples_without_labels"][split] == sum(1 for _, names, s in rows if s == split and not names)
-    examples = manifest_run["outputs"]["ImageExampleGen"]["examples"][0]
+    _assert_counted(report, rows)
+    examples = import_run["outputs"]["ImageExampleGen"]["examples"][0]
     truth = {os.path.relpath(path, colour_set): names for path, names, _ in rows}
     seen = 0
     for record in tf.data.TFRecordDataset(glob.glob(os.path.join(examples, "Split-eval", "*")), "GZIP"):
@@ -344,14 +375,14 @@ def test_a_manifest_run_writes_label_sets_and_counts_each_label(manifest_run, co
 
 
 @pytest.mark.slow
-def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(manifest_run):
+def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(import_run):
     from components.model_card import CARD_JSON, CARD_MD, THRESHOLD_FILE
     from trainer.artifact_files import TRAINING_LOG
 
-    log = _json(manifest_run["outputs"]["Trainer"]["model_run"][0], TRAINING_LOG)
+    log = _json(import_run["outputs"]["Trainer"]["model_run"][0], TRAINING_LOG)
     assert log["class_balance"]["task"] == "multi" and log["class_balance"]["monitor"] == "val_auc_pr"
     assert "val_auc_pr" in log["epochs"][-1]
-    evaluation = manifest_run["outputs"]["Evaluator"]["evaluation"][0]
+    evaluation = import_run["outputs"]["Evaluator"]["evaluation"][0]
     views, gate = _json(evaluation, "views.json"), _json(evaluation, "class_gate.json")
     names = gate["class_names"]
     assert sorted(names) == ["blue", "green", "magenta", "red", "yellow"] and gate["failures"] == []
@@ -370,7 +401,7 @@ def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(
     assert views["at_threshold"]["macro_auc_pr"] > 0.9
     test_views = _json(evaluation, "test", "views.json")
     assert test_views["chosen"]["thresholds"] == thresholds
-    serving = sorted(glob.glob(os.path.join(manifest_run["root"], "serving", "*", "*")))[-1]
+    serving = sorted(glob.glob(os.path.join(import_run["root"], "serving", "*", "*")))[-1]
     assert _json(serving, THRESHOLD_FILE) == {
         "task": "multi",
         "thresholds": thresholds,
@@ -382,7 +413,7 @@ def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(
     # The Trainer's own export, never pushed, has no threshold.json: each label at 0.5, from its model_info.json.
     from prediction import predict
 
-    exported = os.path.join(manifest_run["outputs"]["Trainer"]["model"][0], "Format-Serving")
+    exported = os.path.join(import_run["outputs"]["Trainer"]["model"][0], "Format-Serving")
     assert predict.model_threshold(exported) == ({n: 0.5 for n in names}, "none chosen: 0.5 for every label")
     markdown = open(os.path.join(serving, CARD_MD)).read()
     for name in names:
@@ -394,7 +425,8 @@ def test_a_multi_label_model_is_judged_per_label_and_pushed_with_its_thresholds(
 def test_a_noise_label_is_never_blessed_and_a_label_on_every_image_lifts_nothing(colour_set, tmp_path):
     """The fourth hardening round's case: a label given at random ('coin', in no pixel) was blessed and pushed
     (macro AUC-PR 0.93), the model giving it to every image. Now it fails its own gate, in one line naming it, and
-    the run pushes nothing; a label on every image ('photo') is left out of the macro figure."""
+    the run pushes nothing; a label on every image ('photo') is left out of the macro figure. A CSV manifest: its label
+    sets are counted as given."""
     rng = np.random.default_rng(11)
     rows = list(csv.DictReader(open(os.path.join(colour_set, "labels.csv"))))
     for row in rows:
@@ -407,6 +439,13 @@ def test_a_noise_label_is_never_blessed_and_a_label_on_every_image_lifts_nothing
         writer.writeheader()
         writer.writerows(rows)
     run = _run(noisy, str(tmp_path / "root"))
+    # A CSV manifest's label sets, counted as given (the JSON Lines import's: test_an_import_run_writes_...)
+    from components.example_gen import SUMMARY_FILE
+
+    report = _json(run["outputs"]["ImageExampleGen"]["report"][0], SUMMARY_FILE)
+    assert report["task"] == "multi" and report["examples_written"] == 600
+    given = [(r["path"], [n for n in r["labels"].split(";") if n], r["split"]) for r in rows]
+    _assert_counted(report, given)
     evaluation = run["outputs"]["Evaluator"]["evaluation"][0]
     views, gate = _json(evaluation, "views.json"), _json(evaluation, "class_gate.json")
     assert [f.split(" (")[0].split(" AUC-PR")[0].split(" given")[0] for f in gate["failures"]] == ["label 'coin'"], (
@@ -418,12 +457,12 @@ def test_a_noise_label_is_never_blessed_and_a_label_on_every_image_lifts_nothing
 
 
 @pytest.mark.slow
-def test_predict_lists_every_label_over_its_threshold_and_writes_automl_records(manifest_run, colour_set, tmp_path):
-    rows = [(path, names) for path, names, split in read_rows(colour_set) if split == "test"]
+def test_predict_lists_every_label_over_its_threshold_and_writes_automl_records(import_run, tmp_path):
+    rows = [(path, names) for path, names, split in import_run["rows"] if split == "test"]  # none planted
     done = run_imagepipe(
         "predict",
         "--root",
-        manifest_run["root"],
+        import_run["root"],
         "--output",
         str(tmp_path / "out.csv"),
         "--automl-output",
@@ -432,7 +471,7 @@ def test_predict_lists_every_label_over_its_threshold_and_writes_automl_records(
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    thresholds = _json(sorted(glob.glob(os.path.join(manifest_run["root"], "serving", "*", "*", "threshold.json")))[-1])
+    thresholds = _json(sorted(glob.glob(os.path.join(import_run["root"], "serving", "*", "*", "threshold.json")))[-1])
     assert "multi-label: a label applies above its threshold (best F1 on held-out train images)" in done.stderr
     found = {r["path"]: r for r in csv.DictReader(open(tmp_path / "out.csv", newline=""))}
     records = [json.loads(line) for line in open(tmp_path / "automl.jsonl")]
@@ -451,47 +490,34 @@ def test_predict_lists_every_label_over_its_threshold_and_writes_automl_records(
 
 
 @pytest.mark.slow
-def test_a_json_lines_import_runs_and_the_label_check_finds_planted_missing_labels(colour_set, tmp_path_factory):
-    """The same images through AutoML's multi-label JSON Lines, 20 train images each with one of its labels left
-    out: the multi-label label check (--label-check on: a multi-label cnn on pixels, out of fold) ranks them."""
-    items = [json.loads(line) for line in open(os.path.join(colour_set, "import.jsonl"))]
-    planted = []
-    for item in items:
-        use = item["dataItemResourceLabels"]["aiplatform.googleapis.com/ml_use"]
-        if use == "training" and len(item["classificationAnnotations"]) >= 2 and len(planted) < 20:
-            item["classificationAnnotations"] = item["classificationAnnotations"][1:]
-            planted.append(item["imageGcsUri"])
-    # Beside the images (a row may name only files below its import file's folder); the other tests' files stay.
-    data = write(os.path.join(colour_set, "planted.jsonl"), "".join(json.dumps(item) + "\n" for item in items).encode())
-    run = _run(data, str(tmp_path_factory.mktemp("multilabel-jsonl-root")), "--label-check", "on")
-    health = run["outputs"]["DataHealth"]["health"][0]
+def test_a_json_lines_import_runs_and_the_label_check_finds_planted_missing_labels(import_run):
+    """Through AutoML's multi-label JSON Lines, 20 train images each with one of its labels left out: the multi-label
+    label check (--label-check on: a multi-label cnn on pixels, out of fold) ranks them."""
+    health = import_run["outputs"]["DataHealth"]["health"][0]
     result = _json(health, "health.json")
     assert result["task"] == "multi" and result["label_check_method"].endswith("multi-label cnn on pixels")
     suspects = list(csv.DictReader(open(os.path.join(health, "label_issues.csv"), newline="")))
     first = [s["path"] for s in suspects[:40]]
-    hits = [p for p in planted if any(f.endswith(p) for f in first)]
+    hits = [p for p in import_run["planted"] if any(f.endswith(p) for f in first)]
     assert len(hits) >= 10, f"{len(hits)} of 20 planted missing labels among the first 40 suspects"
     assert all(set(s["given"].split(";")) != set(s["suggested"].split(";")) for s in suspects[:10])
-    assert _json(run["outputs"]["Evaluator"]["evaluation"][0], "class_gate.json")["task"] == "multi"
-    # Through the pushed model, as the manifest's run: its thresholds beside it.
-    pushed = glob.glob(os.path.join(run["root"], "serving", "*", "*", "threshold.json"))
-    assert len(pushed) == 1 and _json(pushed[0])["task"] == "multi"
+    assert _json(import_run["outputs"]["Evaluator"]["evaluation"][0], "class_gate.json")["task"] == "multi"
 
 
 @pytest.mark.slow
-def test_a_rerun_is_compared_with_the_last_blessed_model_on_macro_auc_pr(manifest_run, colour_set):
+def test_a_rerun_is_compared_with_the_last_blessed_model_on_macro_auc_pr(import_run):
     """The same data again: the Evaluator runs again (a blessed model now exists) and compares the candidate with it
     on macro AUC-PR; the same model scores the same, so it is blessed again, and the card says what it was compared
     with."""
     from components.model_card import CARD_JSON
 
-    again = _run(os.path.join(colour_set, "labels.csv"), manifest_run["root"])
+    again = _run(import_run["data"], import_run["root"], *LABEL_CHECK)
     evaluation = again["outputs"]["Evaluator"]["evaluation"][0]
-    assert evaluation != manifest_run["outputs"]["Evaluator"]["evaluation"][0]
+    assert evaluation != import_run["outputs"]["Evaluator"]["evaluation"][0]
     gate = _json(evaluation, "class_gate.json")
     assert gate["compared_on"] == "macro_auc_pr" and gate["failures"] == []
     card = _json(again["outputs"]["ModelCard"]["model_card"][0], CARD_JSON)["evaluation"]
-    first = _json(manifest_run["outputs"]["Evaluator"]["evaluation"][0], "views.json")["at_threshold"]["macro_auc_pr"]
+    first = _json(import_run["outputs"]["Evaluator"]["evaluation"][0], "views.json")["at_threshold"]["macro_auc_pr"]
     assert card["blessed"] and card["last_blessed"]["macro_auc_pr"] == pytest.approx(first, rel=1e-6)
     assert f"macro AUC-PR {card['macro_auc_pr']:.4f} not below the last blessed model's" in card["blessing_reason"]
 

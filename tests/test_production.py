@@ -804,8 +804,9 @@ def test_compiled_vertex_job_runs_offline_task_by_task(tmp_path, small_digits):
     # The pretrained backbone (a compiled job's --model auto: its ImageNet weights come installed in the image),
     # so the features step runs too; the thresholds given at run time are 0 because 3 epochs on 32 px digits
     # through a backbone made for photos may not reach the compiled 0.9 and every class's recall of 0.5.
+    # No explanations: nothing here reads them (tests/test_explanations.py does).
     config = PipelineConfig(
-        name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=30, image_size=32, tune_trials=2
+        name="imagepipe", data=DATA, schema=SAMPLE_SCHEMA, epochs=30, image_size=32, tune_trials=2, explanations=0
     ).validate()
     cloud = CloudConfig(project="proj-1", region="europe-west4", pipeline_root=ROOT, image=IMAGE).validate(config)
     job = deploy.compile_pipeline(config, cloud, str(tmp_path / "job.json"))

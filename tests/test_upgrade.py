@@ -50,6 +50,7 @@ def _earlier_version(folder, commit: str) -> str:
 def _second_run(root: str, data: str, **settings) -> PipelineConfig:
     """The next run on the earlier root: its first run's settings, warm-started from its blessed model."""
     given = {"epochs": 3, "accuracy_threshold": 0.2, "min_class_recall": 0.0, "warm_start": True, **settings}
+    given.setdefault("explanations", 0)  # as its first run's: nothing here reads them
     return PipelineConfig(root=root, data=data, schema=SAMPLE_SCHEMA, **given)
 
 
@@ -74,6 +75,8 @@ def test_a_root_made_by_an_earlier_version_keeps_its_history_baseline_and_warm_s
         "0.2",
         "--min-class-recall",
         "0",
+        "--explanations",
+        "0",  # nothing here reads them (1-2 s a run)
     ]
     # The earlier version's modules ahead of this tree's (the console script is the same entry point), on the stack
     # it was written for: the legacy one (a team upgrading both at once, on the modern stack).
@@ -148,6 +151,7 @@ def test_a_root_made_by_the_legacy_stack_keeps_working_on_the_modern_one(tmp_pat
     # stack pushes a model (what is tested is the upgrade, not the model)
     settings += ["--accuracy-threshold", "0", "--min-class-recall", "0", "--model", "efficientnet_lite0"]
     settings += ["--image-size", "32"]  # the pretrained backbone: its features step and cache too
+    settings += ["--explanations", "0"]  # as _second_run's: nothing here reads them
     first = _legacy("run", *settings, "--progress", "quiet", cwd=str(tmp_path))
     assert first.returncode == 0, first.stderr[-3000:]
     config = _second_run(root, small_digits, model="efficientnet_lite0", image_size=32, accuracy_threshold=0.0)
