@@ -56,13 +56,7 @@ def run_imagepipe(*args: str, cwd=None, env=None, timeout: float = 900):
     it: argv, working directory and environment as asked, output captured, exit status. The process is a fork
     of a warm interpreter calling the console script's entry point (cli.main:console_main), so it skips the
     imports; a test that needs two commands at once runs one of them as the console script itself."""
-    return _forked(
-        _kind(args),
-        [IMAGEPIPE, *args],
-        lambda warm, log: warm.run_entry(
-            "cli.main:console_main", [IMAGEPIPE, *args], log, env=env, cwd=cwd, timeout=timeout
-        ),
-    )
+    return _console_script(_kind(args), "cli.main:console_main", [IMAGEPIPE, *args], cwd, env, timeout)
 
 
 class StartedCommand:
@@ -116,13 +110,7 @@ def run_tfx(*args: str, cwd=None, env=None, timeout: float = 600):
     """`tfx ARGS` (TFX's own CLI, which runs the pipeline file in its process) as run_imagepipe runs a command: its
     console script's entry point in a fork of the pipeline interpreter, which has imported TFX (~11 s fresh)."""
     tfx = os.path.join(os.path.dirname(sys.executable), "tfx")
-    return _forked(
-        "pipeline",
-        [tfx, *args],
-        lambda warm, log: warm.run_entry(
-            "tfx.tools.cli.cli_main:cli_group", [tfx, *args], log, env=env, cwd=cwd, timeout=timeout
-        ),
-    )
+    return _console_script("pipeline", "tfx.tools.cli.cli_main:cli_group", [tfx, *args], cwd, env, timeout)
 
 
 def run_pipeline_module(module: str, *args: str, cwd=None, env=None, timeout: float = 900):
@@ -163,6 +151,11 @@ def run_helper(entry: str, *args: str, env=None, timeout: float = 900):
 
 def _kind(args) -> str:
     return "pipeline" if args and args[0] in PIPELINE_COMMANDS else "other"
+
+
+def _console_script(kind: str, entry: str, argv, cwd, env, timeout: float):
+    """A console script (argv[0]) run to its end as its entry point (module:function) in a fork of `kind`."""
+    return _forked(kind, argv, lambda warm, log: warm.run_entry(entry, argv, log, env=env, cwd=cwd, timeout=timeout))
 
 
 def _forked(kind: str, argv, run):
