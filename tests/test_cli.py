@@ -168,6 +168,7 @@ def test_local_runner_module_reads_settings_from_the_environment(tmp_path):
         "IMAGEPIPE_ROOT": str(tmp_path / "root"),
         "IMAGEPIPE_DATA": str(tmp_path / "data"),
         "IMAGEPIPE_EPOCHS": "1",
+        "IMAGEPIPE_EXPLANATIONS": "0",
         "IMAGEPIPE_IMAGE_SIZE": "32",
         "IMAGEPIPE_ACCURACY_THRESHOLD": "0",
     }

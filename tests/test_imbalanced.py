@@ -36,6 +36,7 @@ def majority_only(tmp_path_factory):
         operating_point="argmax",  # the head's own decision: no offsets chosen to reach the rare classes
         accuracy_threshold=0.5,
         min_class_recall=0.0,
+        explanations=0,  # nothing here reads them
     )
     first = local_runner.run(config)
     assert _details(first, "Evaluator")["blessed"] and _details(first, "Pusher")["pushed"]

@@ -291,7 +291,9 @@ def colour_set(tmp_path_factory):
 
 # The small CNN: these runs are about multi-label mechanics on 96 px coloured squares (--model auto would take the
 # pretrained backbone for their size, which a 48 px input does not suit).
-RUN = ("--model", "cnn", "--epochs", "20", "--image-size", "48", "--accuracy-threshold", "0.5", "--progress", "json")
+# No explanations: nothing here reads them (test_explanations.py does).
+RUN = ("--model", "cnn", "--epochs", "20", "--image-size", "48", "--accuracy-threshold", "0.5", "--explanations", "0")
+RUN += ("--progress", "json")
 
 
 def _run(data: str, root: str, *extra: str) -> dict:

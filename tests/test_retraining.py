@@ -48,6 +48,7 @@ def test_spans_window_warm_start_and_push_only_when_not_worse_and_each_dataset_i
         warm_start=True,
         accuracy_threshold=0.5,
         epochs=12,
+        explanations=0,  # nothing here reads them (the Evaluator's misclassified images are still recorded)
     )
     _copy_digits(digits_dir, drops / "span-1", 0, 40)
     first = local_runner.run(config)
@@ -104,7 +105,7 @@ def _each_dataset_is_its_own_pipeline(root, tmp_path, digits_dir, first, capsys)
     pets = tmp_path / "PetImages"
     _copy_classes(digits_dir, pets, ["0", "1"], count=60)  # two classes, as cats and dogs would be
     second = local_runner.run(
-        PipelineConfig(root=root, data=str(pets), epochs=8, image_size=32, accuracy_threshold=0.3)
+        PipelineConfig(root=root, data=str(pets), epochs=8, image_size=32, accuracy_threshold=0.3, explanations=0)
     )
     # Two lineages: the 2-class model is not compared with the 10-class one (that crashed TFMA).
     for summary, classes in ((first, 10), (second, 2)):
@@ -154,6 +155,7 @@ def test_class_changes_are_reported_and_drift_stops_the_run_unless_warned(tmp_pa
         span_pattern="span-{SPAN}",
         epochs=8,
         image_size=32,
+        explanations=0,
         accuracy_threshold=0.3,
         warm_start=True,
     )  # SchemaGen infers
@@ -204,6 +206,7 @@ def test_the_last_blessed_model_is_found_from_any_folder_and_a_lost_one_stops_th
     work = tmp_path / "work"
     work.mkdir()
     common = ["--data", small_digits, "--schema", SAMPLE_SCHEMA, "--image-size", "32", "--accuracy-threshold", "0"]
+    common += ["--explanations", "0"]  # nothing here reads them
 
     def run(cwd, root, *extra):
         return run_imagepipe("run", "--root", str(root), *common, *extra, cwd=cwd, timeout=900)

@@ -109,11 +109,13 @@ def tuned_runs(tmp_path_factory, small_digits):
         "--schema",
         SAMPLE_SCHEMA,
         "--epochs",
-        "4",
+        "2",
         "--accuracy-threshold",
         "0",
         "--name",
         "digits-tuned",
+        "--explanations",
+        "0",  # nothing here reads them
         "--progress",
         "json",
     ]
@@ -194,6 +196,8 @@ def test_new_classes_search_again_and_retune_without_a_search_is_one_line(tuned_
         "0",
         "--gate",
         "warn",
+        "--explanations",
+        "0",
         "--progress",
         "json",
         timeout=900,
