@@ -70,6 +70,8 @@ def test_the_trainer_never_reads_the_eval_split(tmp_path, small_digits):
     candidates = lambda log: [{k: v for k, v in t.items() if k != "seconds"} for t in log["model_trials"]["candidates"]]  # noqa: E731
     assert [t["name"] for t in candidates(right)] == ["head", "cnn", "fine-tuned"]
     assert all(t["figure"] is not None for t in candidates(right)), candidates(right)
+    # each one's held-out figure after every epoch it trained, its kept figure the best of them
+    assert all(len(t["curve"]) == t["epochs"] and max(t["curve"]) == t["figure"] for t in candidates(right))
     assert candidates(right) == candidates(wrong) and right["hparams"] == wrong["hparams"]
     # ... while the eval splits did differ: the wrongly labelled one scores near zero
     assert right_eval["accuracy"] > 0.5 and wrong_eval["accuracy"] < 0.3

@@ -43,6 +43,9 @@ class Trial:
     kept_epoch: int = 0
     seconds: float = 0.0
     note: str = ""  # why not tried, or "stopped at the budget"
+    # Its held-out figure after each epoch: whether it was still learning where it stopped (what a rule that stops
+    # a candidate which cannot catch up would be judged on).
+    curve: List[float] = dataclasses.field(default_factory=list)
 
     def record(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}

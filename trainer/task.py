@@ -590,10 +590,16 @@ def _build_model(
 
 
 def _scored(trial: model_trials.Trial, phase: "EpochLog", seconds: float) -> None:
-    """A trained candidate's held-out figure at its kept epoch, its epochs and seconds."""
+    """A trained candidate's held-out figure at its kept epoch and after each epoch, its epochs and seconds."""
     best = best_epoch(phase.epochs, phase.monitor)
-    trial.figure = float(best.get(phase.monitor, best.get(class_balance.ACCURACY, 0.0)))
+    trial.figure = _held_out_figure(best, phase.monitor)
     trial.epochs, trial.kept_epoch, trial.seconds = len(phase.epochs), int(best["epoch"]), round(seconds, 1)
+    trial.curve = [round(_held_out_figure(epoch, phase.monitor), 4) for epoch in phase.epochs]
+
+
+def _held_out_figure(epoch: dict, monitor: str) -> float:
+    """The figure epochs are kept by, as trainer/epochs.py best_epoch reads it."""
+    return float(epoch.get(monitor, epoch.get(class_balance.ACCURACY, 0.0)))
 
 
 def _unfreeze(model, inputs: _Inputs) -> None:
