@@ -139,14 +139,7 @@ def run_helper(entry: str, *args: str, env=None, timeout: float = 900):
     """A function of a module in tests/ ("module:function", reading sys.argv) in a process of its own, as
     run_imagepipe runs a command: for a test that needs another environment (a fake Cloud Storage). It runs in
     tests/, which is how the module is found (the interpreter's path starts with its working directory)."""
-    argv = [entry, *args]
-    return _forked(
-        "pipeline",
-        argv,
-        lambda warm, log: warm.run_entry(
-            entry, argv, log, env=env, cwd=os.path.dirname(os.path.abspath(__file__)), timeout=timeout
-        ),
-    )
+    return _console_script("pipeline", entry, [entry, *args], os.path.dirname(os.path.abspath(__file__)), env, timeout)
 
 
 def _kind(args) -> str:

@@ -10,13 +10,18 @@ Epoch = Dict[str, Any]
 ACCURACY = "val_sparse_categorical_accuracy"  # what training follows on balanced data (trainer/class_balance.py)
 
 
+def held_out_figure(epoch: Epoch, monitor: str = ACCURACY) -> float:
+    """The figure an epoch is kept by (older records without `monitor`: accuracy)."""
+    return float(epoch.get(monitor, epoch.get(ACCURACY, 0.0)))
+
+
 def best_epoch(epochs: List[Epoch], monitor: str = ACCURACY) -> Epoch:
     """The epoch whose weights training keeps: the highest held-out accuracy (trainer/holdout.py; on imbalanced
     data, `monitor` is balanced accuracy), ties to the lower held-out loss.
 
     The model is judged on accuracy, which often keeps rising while an overconfident model's loss does not
     (measured on bench/shapes.py: loss lowest at epoch 10, accuracy 0.24; at epoch 14, 0.29)."""
-    return max(epochs, key=lambda e: (e.get(monitor, e.get(ACCURACY, 0.0)), -e.get("val_loss", float("inf"))))
+    return max(epochs, key=lambda e: (held_out_figure(e, monitor), -e.get("val_loss", float("inf"))))
 
 
 def kept_epoch(epochs: List[Epoch], monitor: str = ACCURACY) -> Epoch:
@@ -37,6 +42,6 @@ def still_improving(epochs: List[Epoch], cap: int, monitor: str = ACCURACY, pati
     that only lowered its loss at a figure already flat (or at 1.0) would not have."""
     if not epochs or len(epochs) < cap:
         return False
-    values = [e.get(monitor, e.get(ACCURACY, 0.0)) for e in epochs]
+    values = [held_out_figure(e, monitor) for e in epochs]
     best = max(values)
     return best < 1.0 and values.index(best) >= len(values) - max(1, patience)

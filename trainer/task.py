@@ -51,7 +51,7 @@ from trainer.artifact_files import (
     TRAINING_LOG,
     WEIGHTS_FILE,
 )
-from trainer.epochs import best_epoch, still_improving
+from trainer.epochs import best_epoch, held_out_figure, still_improving
 from trainer.hparams import HParams
 from trainer.training import Deadline, balance_of, early_stopping, features_source, seconds_per_step
 
@@ -592,14 +592,9 @@ def _build_model(
 def _scored(trial: model_trials.Trial, phase: "EpochLog", seconds: float) -> None:
     """A trained candidate's held-out figure at its kept epoch and after each epoch, its epochs and seconds."""
     best = best_epoch(phase.epochs, phase.monitor)
-    trial.figure = _held_out_figure(best, phase.monitor)
+    trial.figure = held_out_figure(best, phase.monitor)
     trial.epochs, trial.kept_epoch, trial.seconds = len(phase.epochs), int(best["epoch"]), round(seconds, 1)
-    trial.curve = [round(_held_out_figure(epoch, phase.monitor), 4) for epoch in phase.epochs]
-
-
-def _held_out_figure(epoch: dict, monitor: str) -> float:
-    """The figure epochs are kept by, as trainer/epochs.py best_epoch reads it."""
-    return float(epoch.get(monitor, epoch.get(class_balance.ACCURACY, 0.0)))
+    trial.curve = [round(held_out_figure(epoch, phase.monitor), 4) for epoch in phase.epochs]
 
 
 def _unfreeze(model, inputs: _Inputs) -> None:
