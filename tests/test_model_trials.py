@@ -111,7 +111,7 @@ def test_a_candidate_stops_at_the_deadline_and_its_pace_is_measured_by_training_
     import keras
     import tensorflow as tf
 
-    from trainer.training import Deadline, seconds_per_step
+    from trainer.training import TrialStop, seconds_per_step
 
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
@@ -120,9 +120,9 @@ def test_a_candidate_stops_at_the_deadline_and_its_pace_is_measured_by_training_
     before = [w.copy() for w in model.get_weights()]
     assert seconds_per_step(model, data, 3) > 0
     assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))  # it trained on those steps
-    deadline = Deadline(time.monotonic())  # already past: the first epoch is the last
-    history = model.fit(data, steps_per_epoch=2, epochs=10, callbacks=[deadline], verbose=0)
-    assert deadline.why == "stopped at --auto-trial-minutes" and len(history.history["loss"]) == 1
+    stop = TrialStop(time.monotonic())  # already past: the first epoch is the last
+    history = model.fit(data, steps_per_epoch=2, epochs=10, callbacks=[stop], verbose=0)
+    assert stop.why == "stopped at --auto-trial-minutes" and len(history.history["loss"]) == 1
 
 
 # Held-out curves of real trials (training.json's model_trials): the cnn at 100,000 images (docs/benchmarks.md,
@@ -172,7 +172,7 @@ def test_a_trained_candidate_stops_once_its_held_out_figure_cannot_pass_the_targ
     import keras
     import tensorflow as tf
 
-    from trainer.training import Deadline
+    from trainer.training import TrialStop
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
@@ -185,10 +185,10 @@ def test_a_trained_candidate_stops_once_its_held_out_figure_cannot_pass_the_targ
     x, y = rng.normal(size=(64, 4)).astype("float32"), rng.integers(0, 2, 64)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     flat = model.evaluate(data, verbose=0, return_dict=True)["sparse_categorical_accuracy"]
-    deadline = Deadline(time.monotonic() + 600, flat, "val_sparse_categorical_accuracy", window=3)
-    history = model.fit(data, validation_data=data, epochs=50, callbacks=[deadline], verbose=0)
-    assert len(history.history["loss"]) == 4 and deadline.curve == pytest.approx([flat] * 4)
-    assert deadline.why.startswith("stopped after 4 epochs: at its pace of the last 3 (+0.0000 an epoch)")
+    stop = TrialStop(time.monotonic() + 600, flat, "val_sparse_categorical_accuracy", window=3)
+    history = model.fit(data, validation_data=data, epochs=50, callbacks=[stop], verbose=0)
+    assert len(history.history["loss"]) == 4 and stop.curve == pytest.approx([flat] * 4)
+    assert stop.why.startswith("stopped after 4 epochs: at its pace of the last 3 (+0.0000 an epoch)")
 
 
 def test_the_report_shows_each_candidate_and_the_kept_one():

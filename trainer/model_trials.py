@@ -12,7 +12,7 @@ replaces the best so far only when it beats it by more than MIN_GAIN, so a tie k
 What a candidate costs is measured, not guessed: PROBE_STEPS training steps are timed on this machine, and a
 candidate whose MIN_EPOCHS epochs (with their held-out passes) would pass what is left of the budget is not tried
 (the summary says so, with the estimate): past a few thousand images on two CPU cores, the head alone, by the
-size rule. A candidate that is tried stops at the budget (trainer/training.py: Deadline), its best epoch kept, or
+size rule. A candidate that is tried stops at the budget (trainer/training.py: TrialStop), its best epoch kept, or
 sooner once its held-out curve shows it cannot pass the best so far by MIN_GAIN in the epochs left (cannot_catch_up).
 
 Plain Python: the Trainer (trainer/task.py) trains; here is what it compares and says.

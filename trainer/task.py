@@ -53,7 +53,7 @@ from trainer.artifact_files import (
 )
 from trainer.epochs import best_epoch, held_out_figure, still_improving
 from trainer.hparams import HParams
-from trainer.training import Deadline, balance_of, early_stopping, features_source, seconds_per_step
+from trainer.training import TrialStop, balance_of, early_stopping, features_source, seconds_per_step
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -512,10 +512,10 @@ def _trial(
         trial.note = model_trials.not_tried(estimated, budget.left())
         logging.info("Trainer: --model auto: %s %s", trial.label, trial.note)
         return None
-    deadline = Deadline(budget.deadline, model_trials.catch_up_target(before), inputs.monitor, inputs.hp.patience)
-    phases = train([early_stopping(inputs.hp, inputs.monitor), deadline])
+    stop = TrialStop(budget.deadline, model_trials.catch_up_target(before), inputs.monitor, inputs.hp.patience)
+    phases = train([early_stopping(inputs.hp, inputs.monitor), stop])
     _scored(trial, phases[-1], time.monotonic() - started)
-    trial.note = deadline.why
+    trial.note = stop.why
     return phases
 
 

@@ -128,7 +128,7 @@ def early_stopping(hp: HParams, monitor: str, restore_best_weights: bool = False
     )
 
 
-class Deadline(keras.callbacks.Callback):
+class TrialStop(keras.callbacks.Callback):
     """Stops a --model auto candidate (trainer/model_trials.py) when another epoch as long as the last would end past
     `deadline` (a time.monotonic() value: --auto-trial-minutes), or once its held-out curve (`monitor`) shows it
     cannot pass `target` in the epochs left (model_trials.cannot_catch_up, its pace over `window` epochs). `why`
