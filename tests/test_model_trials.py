@@ -31,7 +31,7 @@ def test_a_costlier_candidate_is_kept_only_when_it_beats_the_best_so_far_by_more
 
 def test_the_summary_says_what_was_tried_each_figure_and_why_the_winner_won():
     trials = _trials(0.889, 1.0, None)
-    trials[2].note = model_trials.not_tried(25 * 60, 12 * 60)
+    trials[2].note = model_trials.not_tried(5, 25 * 60, 12 * 60)
     said = model_trials.describe(trials, model_trials.winner(trials), "accuracy", 90)
     assert said == (
         "compared on 90 held-out train images by accuracy: efficientnet_lite0's head 0.889; the cnn (56 px) 1.000; "
@@ -44,7 +44,7 @@ def test_the_summary_says_what_was_tried_each_figure_and_why_the_winner_won():
 
 def test_a_candidate_costs_its_measured_pace_over_its_first_epochs():
     # 0.5 s a step of 64 images; 6,400 training images and 1,600 held out (a held-out image: a third of a step's)
-    assert model_trials.estimate(0.5, 64, 6400, 1600) == pytest.approx(5 * 0.5 / 64 * (6400 + 1600 / 3))
+    assert model_trials.estimate(0.5, 64, 6400, 1600, 5) == pytest.approx(5 * 0.5 / 64 * (6400 + 1600 / 3))
     now = [1000.0]
     budget = model_trials.Budget(20, clock=lambda: now[0])
     assert budget.left() == 1200.0
@@ -195,7 +195,7 @@ def test_the_report_shows_each_candidate_and_the_kept_one():
     from report.model_sections import _model_trials
 
     trials = _trials(0.889, 1.0, None)
-    trials[2].note = model_trials.not_tried(25 * 60, 12 * 60)
+    trials[2].note = model_trials.not_tried(5, 25 * 60, 12 * 60)
     html = _model_trials(
         {
             "size_rule": "photo-sized images, median shorter side 128 px over 64 sampled images",

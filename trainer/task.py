@@ -507,9 +507,11 @@ def _trial(
     started = time.monotonic()
     dataset, _ = input_pipeline.repeated(inputs.pixels(training=True, probe=model_trials.PROBE_STEPS + 1))
     step = seconds_per_step(model, dataset, model_trials.PROBE_STEPS)
-    estimated = model_trials.estimate(step, inputs.batch, inputs.holdout.train_examples, inputs.holdout.held_examples)
+    epochs = model_trials.MIN_EPOCHS[trial.name]
+    held = inputs.holdout
+    estimated = model_trials.estimate(step, inputs.batch, held.train_examples, held.held_examples, epochs)
     if estimated > budget.left():
-        trial.note = model_trials.not_tried(estimated, budget.left())
+        trial.note = model_trials.not_tried(epochs, estimated, budget.left())
         logging.info("Trainer: --model auto: %s %s", trial.label, trial.note)
         return None
     stop = TrialStop(budget.deadline, model_trials.catch_up_target(before), inputs.monitor, inputs.hp.patience)
