@@ -53,7 +53,14 @@ from trainer.artifact_files import (
 )
 from trainer.epochs import best_epoch, held_out_figure, still_improving
 from trainer.hparams import HParams
-from trainer.training import TrialStop, balance_of, early_stopping, features_source, seconds_per_step
+from trainer.training import (
+    TrialStop,
+    balance_of,
+    early_stopping,
+    features_source,
+    seconds_per_batch_read,
+    seconds_per_step,
+)
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -505,11 +512,11 @@ def _trial(
     MIN_EPOCHS fit in what is left of the budget, stopping at the budget or once it cannot beat the candidates
     `before` it (model_trials.cannot_catch_up); returns its phases (None: not tried)."""
     started = time.monotonic()
-    dataset, _ = input_pipeline.repeated(inputs.pixels(training=True, probe=model_trials.PROBE_STEPS + 1))
-    step = seconds_per_step(model, dataset, model_trials.PROBE_STEPS)
-    epochs = model_trials.MIN_EPOCHS[trial.name]
-    held = inputs.holdout
-    estimated = model_trials.estimate(step, inputs.batch, held.train_examples, held.held_examples, epochs)
+    probe = inputs.pixels(training=True, probe=model_trials.PROBE_STEPS + 1)
+    read = seconds_per_batch_read(probe)
+    step = seconds_per_step(model, input_pipeline.repeated(probe)[0], model_trials.PROBE_STEPS)
+    epochs, held = model_trials.MIN_EPOCHS[trial.name], inputs.holdout
+    estimated = model_trials.estimate(step, read, inputs.batch, held.train_examples, held.held_examples, epochs)
     if estimated > budget.left():
         trial.note = model_trials.not_tried(epochs, estimated, budget.left())
         logging.info("Trainer: --model auto: %s %s", trial.label, trial.note)

@@ -155,6 +155,16 @@ class TrialStop(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def seconds_per_batch_read(dataset) -> float:
+    """The seconds a batch of a pace probe's dataset takes to read the first time (from the files, into the probe's
+    own cache; training.seconds_per_step then times steps from memory): what a candidate's first epoch spends on each
+    batch filling the cache, besides its steps."""
+    started, batches = time.perf_counter(), 0
+    for _ in dataset:
+        batches += 1
+    return (time.perf_counter() - started) / max(1, batches)
+
+
 def seconds_per_step(model: keras.Model, dataset, steps: int) -> float:
     """The median seconds of `steps` training steps of `model` on a repeated `dataset`, after one untimed step (which
     traces it): what a candidate costs on this machine (trainer/model_trials.py). The model trains on those batches."""
