@@ -517,6 +517,7 @@ def _trial(
     step = seconds_per_step(model, input_pipeline.repeated(probe)[0], model_trials.PROBE_STEPS)
     epochs, held = model_trials.MIN_EPOCHS[trial.name], inputs.holdout
     estimated = model_trials.estimate(step, read, inputs.batch, held.train_examples, held.held_examples, epochs)
+    trial.estimated = estimated
     if estimated > budget.left():
         trial.note = model_trials.not_tried(epochs, estimated, budget.left())
         logging.info("Trainer: --model auto: %s %s", trial.label, trial.note)
