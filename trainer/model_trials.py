@@ -29,11 +29,11 @@ HEAD, CNN, FINE_TUNED = "head", "cnn", "fine-tuned"
 
 MIN_GAIN = 0.01  # a costlier candidate must beat the best so far by more than this held-out figure
 PROBE_STEPS = 3  # timed training steps (after one untimed, which traces the step) that estimate a candidate's cost
-# A candidate is tried only when this many of its epochs fit in what is left of the budget: about what it needs to
-# show its worth. The cnn starts from scratch: its recorded trials reached their best after 25-32 epochs (bench's
+# A candidate is tried only when this many of its epochs fit in what is left of the budget: what it needs to show its
+# worth. The cnn starts from scratch: its recorded trials reached their best after 25 to 32 epochs (bench's
 # marked-128 and marked-192, the 10,000-image scale set) and at 100,000 images were still rising after 28. The
 # fine-tuned backbone starts from the trained head (10,000 images: 0.976 after 3-4 epochs, against the head's 0.959).
-MIN_EPOCHS = {CNN: 20, FINE_TUNED: 5}
+MIN_EPOCHS = {CNN: 25, FINE_TUNED: 5}
 FINE_TUNE_EPOCHS = 10  # the fine-tuned candidate's most epochs when --fine-tune-epochs is not given
 EVAL_SHARE = 1 / 3  # a held-out image costs about a third of a training one (a forward pass, no gradients)
 
