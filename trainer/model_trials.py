@@ -9,11 +9,12 @@ Each is scored as training keeps its epoch: on the held-out train images (traine
 epoch is kept by (accuracy; balanced accuracy on imbalanced classes; macro AUC-PR for multi-label). A candidate
 replaces the best so far only when it beats it by more than MIN_GAIN, so a tie keeps the cheaper model.
 
-What a candidate costs is measured, not guessed: PROBE_STEPS training steps are timed on this machine, and a
-candidate whose MIN_EPOCHS (with their held-out passes: about what it needs to show its worth) would pass what is left
-of the budget is not tried (the summary says so, with the estimate): on two CPU cores, past a few thousand images
-for the fine-tuned backbone and a few tens of thousands for the cnn, the head alone, by the size rule. A candidate that is tried stops at the budget (trainer/training.py: TrialStop), its best epoch kept, or
-sooner once its held-out curve shows it cannot pass the best so far by MIN_GAIN in the epochs left (cannot_catch_up).
+What a candidate costs is measured, not guessed: the reading of its first batches and PROBE_STEPS training steps are
+timed on this machine, and a candidate whose MIN_EPOCHS (with their held-out passes: what it needs to show its worth)
+would pass what is left of the budget is not tried (the summary says so, with the estimate): on two CPU cores, past
+a few thousand images for the fine-tuned backbone and 60,000-70,000 for the cnn, the head alone, by the size rule.
+A candidate that is tried stops at the budget (trainer/training.py: TrialStop), its best epoch kept, or sooner once
+its held-out curve shows it cannot pass the best so far by MIN_GAIN in the epochs left (cannot_catch_up).
 
 Plain Python: the Trainer (trainer/task.py) trains; here is what it compares and says.
 """
