@@ -50,6 +50,8 @@ def measure(root: str, trial_minutes: float) -> dict:
         "seconds": round(seconds, 2),
         "peak_gb": round(sampler.peak() / 1e9, 2),
         "candidates": {c["name"]: (c["figure"], c["epochs"], c["seconds"]) for c in trials.get("candidates", [])},
+        # why each stopped early or was not tried, and the seconds its first epochs were estimated at
+        "notes": {c["name"]: (c["note"], c.get("estimated")) for c in trials.get("candidates", [])},
         "kept": trials.get("kept", log["hparams"]["model"]),
     }
 

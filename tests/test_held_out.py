@@ -66,9 +66,13 @@ def test_the_trainer_never_reads_the_eval_split(tmp_path, small_digits):
     metrics = lambda log: [{k: v for k, v in e.items() if k != "seconds"} for e in log["epochs"]]  # noqa: E731
     assert metrics(right) == metrics(wrong)
     assert right["operating_point"] == wrong["operating_point"]
-    # --model auto's candidates were compared on the same held-out images, alike (their seconds aside)
-    candidates = lambda log: [{k: v for k, v in t.items() if k != "seconds"} for t in log["model_trials"]["candidates"]]  # noqa: E731
+    # --model auto's candidates were compared on the same held-out images, alike (their seconds and estimates aside)
+    timed = ("seconds", "estimated")
+    candidates = lambda log: [{k: v for k, v in t.items() if k not in timed} for t in log["model_trials"]["candidates"]]  # noqa: E731
     assert [t["name"] for t in candidates(right)] == ["head", "cnn", "fine-tuned"]
+    # the two costlier ones were estimated first (their pace probed), within what the budget left
+    trials = right["model_trials"]["candidates"]
+    assert trials[0]["estimated"] == 0 and all(0 < t["estimated"] < 600 for t in trials[1:]), trials
     assert all(t["figure"] is not None for t in candidates(right)), candidates(right)
     # each one's held-out figure after every epoch it trained, its kept figure the best of them
     assert all(len(t["curve"]) == t["epochs"] and max(t["curve"]) == t["figure"] for t in candidates(right))

@@ -31,7 +31,7 @@ def test_a_costlier_candidate_is_kept_only_when_it_beats_the_best_so_far_by_more
 
 def test_the_summary_says_what_was_tried_each_figure_and_why_the_winner_won():
     trials = _trials(0.889, 1.0, None)
-    trials[2].note = model_trials.not_tried(25 * 60, 12 * 60)
+    trials[2].note = model_trials.not_tried(5, 25 * 60, 12 * 60)
     said = model_trials.describe(trials, model_trials.winner(trials), "accuracy", 90)
     assert said == (
         "compared on 90 held-out train images by accuracy: efficientnet_lite0's head 0.889; the cnn (56 px) 1.000; "
@@ -44,7 +44,9 @@ def test_the_summary_says_what_was_tried_each_figure_and_why_the_winner_won():
 
 def test_a_candidate_costs_its_measured_pace_over_its_first_epochs():
     # 0.5 s a step of 64 images; 6,400 training images and 1,600 held out (a held-out image: a third of a step's)
-    assert model_trials.estimate(0.5, 64, 6400, 1600) == pytest.approx(5 * 0.5 / 64 * (6400 + 1600 / 3))
+    # and one reading of both parts at 0.2 s a batch read from the files (the first epoch's, which fills the cache)
+    said = model_trials.estimate(0.5, 0.2, 64, 6400, 1600, 5)
+    assert said == pytest.approx(5 * 0.5 / 64 * (6400 + 1600 / 3) + 0.2 / 64 * (6400 + 1600))
     now = [1000.0]
     budget = model_trials.Budget(20, clock=lambda: now[0])
     assert budget.left() == 1200.0
@@ -111,7 +113,7 @@ def test_a_candidate_stops_at_the_deadline_and_its_pace_is_measured_by_training_
     import keras
     import tensorflow as tf
 
-    from trainer.training import Deadline, seconds_per_step
+    from trainer.training import TrialStop, seconds_per_step
 
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
@@ -120,16 +122,82 @@ def test_a_candidate_stops_at_the_deadline_and_its_pace_is_measured_by_training_
     before = [w.copy() for w in model.get_weights()]
     assert seconds_per_step(model, data, 3) > 0
     assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))  # it trained on those steps
-    deadline = Deadline(time.monotonic())  # already past: the first epoch is the last
-    history = model.fit(data, steps_per_epoch=2, epochs=10, callbacks=[deadline], verbose=0)
-    assert deadline.stopped and len(history.history["loss"]) == 1
+    stop = TrialStop(time.monotonic())  # already past: the first epoch is the last
+    history = model.fit(data, steps_per_epoch=2, epochs=10, callbacks=[stop], verbose=0)
+    assert stop.why == "stopped at --auto-trial-minutes" and len(history.history["loss"]) == 1
+
+
+# Held-out curves of real trials (training.json's model_trials): the cnn at 100,000 images (docs/benchmarks.md,
+# "Scale": ~44 s an epoch, stopped by the 10-minute budget after 13 epochs; to be kept it had to pass the head's 0.9686
+# by MIN_GAIN), and bench/model_choice_benchmark.py's marked-128 and marked-192 cnns, slow starters that reach 1.000
+# (their heads 0.878 and 0.867).
+CNN_100K = [0.614, 0.737, 0.791, 0.829, 0.843, 0.874, 0.869, 0.895, 0.906, 0.901, 0.919, 0.919, 0.922]
+MARKED_128 = [0.3333, 0.3556, 0.3667, 0.3556, 0.4111, 0.3222, 0.3222, 0.4111, 0.4, 0.4444, 0.5444, 0.6556, 0.6778]
+MARKED_128 += [0.7444, 0.8333, 0.8333, 0.9, 0.9111, 0.9667, 0.9556, 0.9444, 0.9667, 0.9556, 0.9667, 0.9667, 0.9778]
+MARKED_192 = [0.4111, 0.3222, 0.3556, 0.3778, 0.3889, 0.3111, 0.3889, 0.4222, 0.4333, 0.4111, 0.4889, 0.5667, 0.6222]
+MARKED_192 += [0.6778, 0.7111, 0.7667, 0.7778, 0.8778, 0.8889, 0.8333, 0.9667, 0.9778, 0.9333, 0.9778, 1.0]
+
+
+def _first_stop(curve, target, epochs_in_budget, window=5):
+    """The epoch after which cannot_catch_up stops a candidate whose budget holds `epochs_in_budget` epochs (0: never)."""
+    for epoch in range(1, len(curve) + 1):
+        if model_trials.cannot_catch_up(curve[:epoch], target, epochs_in_budget - epoch, window):
+            return epoch
+    return 0
+
+
+def test_a_candidate_that_cannot_catch_up_at_its_recent_pace_stops_and_a_slow_starter_does_not():
+    # The cnn at 100,000 images: 13.6 epochs fitted its budget; after epoch 9 (0.906, +0.0154 an epoch over the last
+    # 5, a fifth of its steepest) the 4 epochs left could reach 0.968 at most: 4 of its 13 epochs saved.
+    assert _first_stop(CNN_100K, 0.9686 + model_trials.MIN_GAIN, 13) == 9
+    said = model_trials.cannot_catch_up(CNN_100K[:9], 0.9786, 4, 5)
+    assert said == (
+        "stopped after 9 epochs: at its pace of the last 5 (+0.0154 an epoch) it would reach 0.968 in the 4 epochs "
+        "left, not the 0.979 it had to pass"
+    )
+    # With a budget of 28 epochs (this machine's fast hours) it is not stopped while it might still get there.
+    assert _first_stop(CNN_100K, 0.9786, 28) == 0
+    # The slow starters are never stopped, even with only the epochs they took left: flat near their start at first,
+    # then rising as fast as ever.
+    for curve, head in ((MARKED_128, 0.878), (MARKED_192, 0.867)):
+        assert _first_stop(curve, head + model_trials.MIN_GAIN, len(curve)) == 0
+    # A candidate that has passed the target goes on (training keeps its best epoch); so does one too short to judge.
+    assert model_trials.cannot_catch_up(CNN_100K, 0.92, 0, 5) == ""
+    assert model_trials.cannot_catch_up(CNN_100K[:5], 0.99, 0, 5) == ""
+
+
+def test_a_trained_candidate_stops_once_its_held_out_figure_cannot_pass_the_target():
+    """Keras, for real: a model that learns nothing (learning rate 0) keeps its held-out figure flat; against a target
+    of that figure it is stopped after its window's epochs and one, with the reason, long before the budget."""
+    import time
+
+    import keras
+    import tensorflow as tf
+
+    from trainer.training import TrialStop
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.0),
+        loss="sparse_categorical_crossentropy",
+        metrics=["sparse_categorical_accuracy"],
+    )
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 4)).astype("float32"), rng.integers(0, 2, 64)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    flat = model.evaluate(data, verbose=0, return_dict=True)["sparse_categorical_accuracy"]
+    stop = TrialStop(time.monotonic() + 600, flat, "val_sparse_categorical_accuracy", window=3)
+    history = model.fit(data, validation_data=data, epochs=50, callbacks=[stop], verbose=0)
+    assert len(history.history["loss"]) == 4 and stop.curve == pytest.approx([flat] * 4)
+    assert stop.why.startswith("stopped after 4 epochs: at its pace of the last 3 (+0.0000 an epoch)")
 
 
 def test_the_report_shows_each_candidate_and_the_kept_one():
     from report.model_sections import _model_trials
 
     trials = _trials(0.889, 1.0, None)
-    trials[2].note = model_trials.not_tried(25 * 60, 12 * 60)
+    trials[2].note = model_trials.not_tried(5, 25 * 60, 12 * 60)
     html = _model_trials(
         {
             "size_rule": "photo-sized images, median shorter side 128 px over 64 sampled images",

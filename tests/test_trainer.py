@@ -20,6 +20,7 @@ from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, sche
 from components.transform.preprocessing import preprocessing_fn
 from trainer import artifact_files, features, holdout, input_pipeline, models, strategy
 from trainer.hparams import HParams
+from trainer.training import seconds_per_batch_read
 
 SIZE = 16
 
@@ -549,6 +550,7 @@ def test_a_pace_probe_holds_only_its_own_few_batches(tmp_path):
         shared = input_pipeline.read_records(files, hp)
         probe = input_pipeline.make_dataset([], hp, True, shared_records=shared, probe=2)
         assert int(probe.cardinality()) == 2
+        assert seconds_per_batch_read(probe) > 0  # its first reading, from the files, timed
         seen = [np.concatenate([y.numpy() for _, y in probe]) for _ in range(2)]
         np.testing.assert_array_equal(seen[0], np.arange(16) % 3)  # the first 16 records, in order
         np.testing.assert_array_equal(seen[1], seen[0])  # the same ones again, from memory

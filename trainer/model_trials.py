@@ -9,27 +9,34 @@ Each is scored as training keeps its epoch: on the held-out train images (traine
 epoch is kept by (accuracy; balanced accuracy on imbalanced classes; macro AUC-PR for multi-label). A candidate
 replaces the best so far only when it beats it by more than MIN_GAIN, so a tie keeps the cheaper model.
 
-What a candidate costs is measured, not guessed: PROBE_STEPS training steps are timed on this machine, and a
-candidate whose MIN_EPOCHS epochs (with their held-out passes) would pass what is left of the budget is not tried
-(the summary says so, with the estimate): past a few thousand images on two CPU cores, the head alone, by the
-size rule. A candidate that is tried stops at the budget (trainer/training.py: Deadline), its best epoch kept.
+What a candidate costs is measured, not guessed: the reading of its first batches and PROBE_STEPS training steps are
+timed on this machine, and a candidate whose MIN_EPOCHS (with their held-out passes: what it needs to show its worth)
+would pass what is left of the budget is not tried (the summary says so, with the estimate): on two CPU cores, past
+a few thousand images for the fine-tuned backbone and 60,000-70,000 for the cnn, the head alone, by the size rule.
+A candidate that is tried stops at the budget (trainer/training.py: TrialStop), its best epoch kept, or sooner once
+its held-out curve shows it cannot pass the best so far by MIN_GAIN in the epochs left (cannot_catch_up).
 
 Plain Python: the Trainer (trainer/task.py) trains; here is what it compares and says.
 """
 
 import dataclasses
+import itertools
 import time
 from typing import List, Optional
 
 from trainer.hparams import DEFAULT_IMAGE_SIZE, HParams
 
+HEAD, CNN, FINE_TUNED = "head", "cnn", "fine-tuned"
+
 MIN_GAIN = 0.01  # a costlier candidate must beat the best so far by more than this held-out figure
 PROBE_STEPS = 3  # timed training steps (after one untimed, which traces the step) that estimate a candidate's cost
-MIN_EPOCHS = 5  # a candidate is tried only when this many of its epochs fit in what is left of the budget
+# A candidate is tried only when this many of its epochs fit in what is left of the budget: what it needs to show its
+# worth. The cnn starts from scratch: its recorded trials reached their best after 25 to 32 epochs (bench's
+# marked-128 and marked-192, the 10,000-image scale set) and at 100,000 images were still rising after 28. The
+# fine-tuned backbone starts from the trained head (10,000 images: 0.976 after 3-4 epochs, against the head's 0.959).
+MIN_EPOCHS = {CNN: 25, FINE_TUNED: 5}
 FINE_TUNE_EPOCHS = 10  # the fine-tuned candidate's most epochs when --fine-tune-epochs is not given
 EVAL_SHARE = 1 / 3  # a held-out image costs about a third of a training one (a forward pass, no gradients)
-
-HEAD, CNN, FINE_TUNED = "head", "cnn", "fine-tuned"
 
 
 @dataclasses.dataclass
@@ -42,7 +49,8 @@ class Trial:
     epochs: int = 0  # epochs trained
     kept_epoch: int = 0
     seconds: float = 0.0
-    note: str = ""  # why not tried, or "stopped at the budget"
+    estimated: float = 0.0  # the seconds its MIN_EPOCHS were estimated to take, tried or not (0: not probed)
+    note: str = ""  # why not tried, or why it stopped early (at the budget, or it could not catch up)
     # Its held-out figure after each epoch: whether it was still learning where it stopped (what a rule that stops
     # a candidate which cannot catch up would be judged on).
     curve: List[float] = dataclasses.field(default_factory=list)
@@ -102,15 +110,18 @@ class Budget:
         return max(0.0, self.deadline - self.clock())
 
 
-def estimate(step_seconds: float, batch: int, train_images: int, held_images: int, epochs: int = MIN_EPOCHS) -> float:
-    """Seconds for `epochs` epochs at a measured step time: the training part's steps and the held-out passes."""
+def estimate(step_seconds: float, read_seconds: float, batch: int, train_images: int, held_images: int, epochs: int):
+    """Seconds for `epochs` epochs at a measured step time (the training part's steps and the held-out passes), and
+    one reading of both parts at the measured seconds a batch (the first epoch's, which fills the cache: without it,
+    the cnn at 100,000 images was estimated within its 10 minutes, and took 441 s for 12 epochs)."""
     per_image = step_seconds / max(1, batch)
-    return epochs * per_image * (train_images + EVAL_SHARE * held_images)
+    reading = read_seconds / max(1, batch) * (train_images + held_images)
+    return epochs * per_image * (train_images + EVAL_SHARE * held_images) + reading
 
 
-def not_tried(estimated: float, left: float) -> str:
+def not_tried(epochs: int, estimated: float, left: float) -> str:
     return (
-        f"not tried: {MIN_EPOCHS} epochs would take ~{estimated / 60:.1f} min at its measured pace, "
+        f"not tried: {epochs} epochs would take ~{estimated / 60:.1f} min at its measured pace, "
         f"{left / 60:.1f} min of --auto-trial-minutes left"
     )
 
@@ -123,6 +134,36 @@ def unbeatable(trials: List[Trial]) -> str:
     if best.figure is not None and best.figure + MIN_GAIN > 1.0:
         return f"not tried: {best.label} scores {best.figure:.3f}, which nothing can beat by more than {MIN_GAIN}"
     return ""
+
+
+def cannot_catch_up(curve: List[float], target: float, epochs_left: int, window: int) -> str:
+    """Why a candidate in training should stop ("" to go on): it has come at least half of the way from its first
+    epoch's held-out figure to `target` (the best so far and MIN_GAIN), its best figure's pace over the last `window`
+    epochs has fallen to half its steepest or less, and carried on at that pace for every epoch left it would still
+    not pass `target`. On a learning curve that has bent over, the recent pace is an optimistic bound on the rest
+    (the idea of Vizier's decay-curve stopping). A candidate still near its start, or rising as fast as ever, is
+    never stopped by it: bench's marked-128 cnn sat at 0.33-0.41 for its first 9 epochs and then reached 1.000.
+
+    Measured on the cnn's trial at 100,000 images (docs/benchmarks.md, "Scale"; 0.922 at best after the 13 epochs its
+    10 minutes held at ~44 s an epoch, against the 0.9786 it had to pass): with `window` 5 (--patience) it stops
+    after epoch 9 of those 13, or 10 of 14 at ~36 s an epoch."""
+    best = list(itertools.accumulate(curve, max))
+    if len(best) <= window or best[-1] - best[0] < (target - best[0]) / 2:
+        return ""
+    paces = [(best[i] - best[i - window]) / window for i in range(window, len(best))]
+    recent = paces[-1]
+    reach = best[-1] + max(0.0, recent) * epochs_left
+    if recent > max(paces) / 2 or reach > target:
+        return ""
+    return (
+        f"stopped after {len(curve)} epochs: at its pace of the last {window} ({recent:+.4f} an epoch) it would reach "
+        f"{reach:.3f} in the {epochs_left} epochs left, not the {target:.3f} it had to pass"
+    )
+
+
+def catch_up_target(trials: List[Trial]) -> float:
+    """The held-out figure a later candidate must pass to replace the best so far."""
+    return trials[winner(trials)].figure + MIN_GAIN
 
 
 def winner(trials: List[Trial]) -> int:

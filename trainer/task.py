@@ -53,7 +53,14 @@ from trainer.artifact_files import (
 )
 from trainer.epochs import best_epoch, held_out_figure, still_improving
 from trainer.hparams import HParams
-from trainer.training import Deadline, balance_of, early_stopping, features_source, seconds_per_step
+from trainer.training import (
+    TrialStop,
+    balance_of,
+    early_stopping,
+    features_source,
+    seconds_per_batch_read,
+    seconds_per_step,
+)
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -436,7 +443,9 @@ def _cnn_trial(inputs: _Inputs, budget: "model_trials.Budget", trials: list) -> 
             trained = models.downsampled_view(cnn, cnn_hp) if cnn_inputs.downsampled else cnn
             if trained is not cnn:
                 models.compile_model(trained, cnn_hp, inputs.balancing.get("positive_weights"))
-        cnn_phases = _trial(trial, trained, cnn_inputs, budget, lambda extra: _train_phases(trained, cnn_inputs, extra))
+        cnn_phases = _trial(
+            trial, trials, trained, cnn_inputs, budget, lambda extra: _train_phases(trained, cnn_inputs, extra)
+        )
     return trial, cnn, cnn_phases, cnn_hp
 
 
@@ -468,6 +477,7 @@ def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
             planned, done = len(phases[0].epochs) + tuned_hp.fine_tune_epochs, len(phases[0].epochs)
             tuned = _trial(
                 trial,
+                trials,
                 model,
                 tuned_inputs,
                 budget,
@@ -495,22 +505,27 @@ def _compare_models(model, phases: list, inputs: _Inputs, head_seconds: float):
     )
 
 
-def _trial(trial: model_trials.Trial, model, inputs: _Inputs, budget: model_trials.Budget, train) -> Optional[list]:
+def _trial(
+    trial: model_trials.Trial, before: list, model, inputs: _Inputs, budget: model_trials.Budget, train
+) -> Optional[list]:
     """One candidate: its pace measured (training.seconds_per_step), then trained by `train(callbacks)` when its
-    MIN_EPOCHS fit in what is left of the budget, stopping at the budget; returns its phases (None: not tried)."""
+    MIN_EPOCHS fit in what is left of the budget, stopping at the budget or once it cannot beat the candidates
+    `before` it (model_trials.cannot_catch_up); returns its phases (None: not tried)."""
     started = time.monotonic()
-    dataset, _ = input_pipeline.repeated(inputs.pixels(training=True, probe=model_trials.PROBE_STEPS + 1))
-    step = seconds_per_step(model, dataset, model_trials.PROBE_STEPS)
-    estimated = model_trials.estimate(step, inputs.batch, inputs.holdout.train_examples, inputs.holdout.held_examples)
+    probe = inputs.pixels(training=True, probe=model_trials.PROBE_STEPS + 1)
+    read = seconds_per_batch_read(probe)
+    step = seconds_per_step(model, input_pipeline.repeated(probe)[0], model_trials.PROBE_STEPS)
+    epochs, held = model_trials.MIN_EPOCHS[trial.name], inputs.holdout
+    estimated = model_trials.estimate(step, read, inputs.batch, held.train_examples, held.held_examples, epochs)
+    trial.estimated = estimated
     if estimated > budget.left():
-        trial.note = model_trials.not_tried(estimated, budget.left())
+        trial.note = model_trials.not_tried(epochs, estimated, budget.left())
         logging.info("Trainer: --model auto: %s %s", trial.label, trial.note)
         return None
-    deadline = Deadline(budget.deadline)
-    phases = train([early_stopping(inputs.hp, inputs.monitor), deadline])
+    stop = TrialStop(budget.deadline, model_trials.catch_up_target(before), inputs.monitor, inputs.hp.patience)
+    phases = train([early_stopping(inputs.hp, inputs.monitor), stop])
     _scored(trial, phases[-1], time.monotonic() - started)
-    if deadline.stopped:
-        trial.note = "stopped at --auto-trial-minutes"
+    trial.note = stop.why
     return phases
 
 

@@ -11,8 +11,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from trainer import class_balance, input_pipeline
+from trainer import class_balance, input_pipeline, model_trials
 from trainer.artifact_files import FEATURES_SOURCE_FILE
+from trainer.epochs import held_out_figure
 from trainer.holdout import Holdout
 from trainer.hparams import HParams
 
@@ -127,22 +128,42 @@ def early_stopping(hp: HParams, monitor: str, restore_best_weights: bool = False
     )
 
 
-class Deadline(keras.callbacks.Callback):
-    """Stops training when another epoch as long as the last would end past `deadline` (a time.monotonic() value):
-    --model auto's candidates keep within --auto-trial-minutes (trainer/model_trials.py)."""
+class TrialStop(keras.callbacks.Callback):
+    """Stops a --model auto candidate (trainer/model_trials.py) when another epoch as long as the last would end past
+    `deadline` (a time.monotonic() value: --auto-trial-minutes), or once its held-out curve (`monitor`) shows it
+    cannot pass `target` in the epochs left (model_trials.cannot_catch_up, its pace over `window` epochs). `why`
+    says which ("" while it has not stopped it)."""
 
-    def __init__(self, deadline: float):
+    def __init__(self, deadline: float, target: Optional[float] = None, monitor: str = "", window: int = 5):
         super().__init__()
-        self.deadline, self.stopped = deadline, False
+        self.deadline, self.target, self.monitor, self.window = deadline, target, monitor, window
+        self.curve, self.why = [], ""
 
     def on_epoch_begin(self, epoch, logs=None):
         self._started = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.monotonic()
-        if now + (now - self._started) > self.deadline:
-            self.stopped = True
+        took = now - self._started
+        if now + took > self.deadline:
+            self.why = "stopped at --auto-trial-minutes"
+        elif self.target is not None:
+            self.curve.append(held_out_figure(logs or {}, self.monitor))
+            left = min(int((self.deadline - now) // max(took, 1e-9)), self.params["epochs"] - epoch - 1)
+            self.why = model_trials.cannot_catch_up(self.curve, self.target, left, self.window)
+        if self.why:
             self.model.stop_training = True
+
+
+def seconds_per_batch_read(dataset) -> float:
+    """The seconds a batch of a pace probe's dataset takes to read the first time (from the files, into the probe's
+    own cache; training.seconds_per_step then times steps from memory), after its first batch (which opens the files
+    and starts the pipeline: at 100,000 images, timed with the others, it made the estimate of the cnn's reading
+    ~4 times what its epochs took): what a candidate's first epoch spends on each batch filling the cache."""
+    times = []
+    for _ in dataset:
+        times.append(time.perf_counter())
+    return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
 
 
 def seconds_per_step(model: keras.Model, dataset, steps: int) -> float:
