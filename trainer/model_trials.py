@@ -51,8 +51,8 @@ class Trial:
     seconds: float = 0.0
     estimated: float = 0.0  # the seconds its MIN_EPOCHS were estimated to take, tried or not (0: not probed)
     note: str = ""  # why not tried, or why it stopped early (at the budget, or it could not catch up)
-    # Its held-out figure after each epoch: whether it was still learning where it stopped (what a rule that stops
-    # a candidate which cannot catch up would be judged on).
+    # Its held-out figure after each epoch: whether it was still learning where it stopped (cannot_catch_up reads
+    # the same figures as they come, in training.TrialStop).
     curve: List[float] = dataclasses.field(default_factory=list)
 
     def record(self) -> dict:
